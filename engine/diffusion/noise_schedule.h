@@ -1,0 +1,77 @@
+#pragma once
+// DDPM noise schedules as diffusers defines them, the training targets, min-SNR-γ weights,
+// and a DDIM sampler (eta 0) that matches diffusers' DDIMScheduler step for step.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json_fwd.hpp>
+
+namespace zs::diffusion {
+
+/// diffusers' scheduler_config.json keys that training and DDIM sampling use.
+struct ScheduleConfig {
+  std::int64_t num_train_timesteps = 1000;
+  double beta_start = 0.00085;
+  double beta_end = 0.012;
+  std::string beta_schedule = "scaled_linear";  ///< linear | scaled_linear | squaredcos_cap_v2
+  std::string prediction_type = "epsilon";      ///< epsilon | v_prediction
+  std::int64_t steps_offset = 1;
+  bool set_alpha_to_one = false;
+  std::string timestep_spacing = "leading";     ///< leading | trailing | linspace
+
+  /// Parses a scheduler_config.json object; `source` names the file in errors.
+  static ScheduleConfig from_json(const nlohmann::json& j, const std::string& source);
+  static ScheduleConfig from_file(const std::string& path);
+  nlohmann::json to_json() const;
+};
+
+/// The forward process: betas and ᾱ_t, noising and targets. All tensors float32 on the CPU;
+/// the methods move what they need to the inputs' device.
+class NoiseSchedule {
+ public:
+  explicit NoiseSchedule(ScheduleConfig config);
+  const ScheduleConfig& config() const { return config_; }
+  std::int64_t num_train_timesteps() const { return config_.num_train_timesteps; }
+  const at::Tensor& betas() const { return betas_; }                   ///< [T]
+  const at::Tensor& alphas_cumprod() const { return alphas_cumprod_; }  ///< [T], ᾱ_t
+
+  /// sqrt(ᾱ_t)·x0 + sqrt(1−ᾱ_t)·noise. x0, noise [B, ...]; t [B] integer.
+  at::Tensor add_noise(const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& t) const;
+  /// v = sqrt(ᾱ_t)·noise − sqrt(1−ᾱ_t)·x0.
+  at::Tensor velocity(const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& t) const;
+  /// What the model learns to predict under config().prediction_type.
+  at::Tensor target(const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& t) const;
+  /// Per-sample loss weights [B] for min-SNR-γ (Hang et al. 2023); gamma <= 0 gives ones.
+  at::Tensor min_snr_weights(const at::Tensor& t, double gamma) const;
+
+ private:
+  at::Tensor gather(const at::Tensor& values, const at::Tensor& t, std::int64_t dims) const;
+  ScheduleConfig config_;
+  at::Tensor betas_, alphas_cumprod_;
+};
+
+/// DDIM with eta 0, as diffusers' DDIMScheduler (clip_sample false).
+class DdimSampler {
+ public:
+  DdimSampler(const NoiseSchedule& schedule, std::int64_t num_inference_steps);
+  /// Timesteps from noisiest to cleanest, e.g. [901, 801, ..., 1] for 10 steps, leading, offset 1.
+  const std::vector<std::int64_t>& timesteps() const { return timesteps_; }
+
+  struct StepResult {
+    at::Tensor prev_sample;            ///< x_{t-Δ}
+    at::Tensor pred_original_sample;   ///< predicted x0
+  };
+  /// One step from timestep `t` given the model's prediction (epsilon or v per the schedule).
+  StepResult step(const at::Tensor& model_output, std::int64_t t, const at::Tensor& sample) const;
+
+ private:
+  const NoiseSchedule& schedule_;
+  std::int64_t step_ratio_;
+  std::vector<std::int64_t> timesteps_;
+  double final_alpha_cumprod_;
+};
+
+}  // namespace zs::diffusion

@@ -1,0 +1,449 @@
+#include "models/unet_2d_condition.h"
+
+#include <cmath>
+
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/functional/upsampling.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+
+#include "core/error.h"
+#include "models/attention.h"
+
+namespace zs::models {
+
+namespace F = torch::nn::functional;
+using torch::nn::Conv2d;
+using torch::nn::Conv2dOptions;
+using torch::nn::GroupNorm;
+using torch::nn::GroupNormOptions;
+using torch::nn::LayerNorm;
+using torch::nn::LayerNormOptions;
+using torch::nn::Linear;
+using torch::nn::LinearOptions;
+using torch::nn::ModuleList;
+
+/// Runs before a unit's forward; `id` indexes the model's units().
+using Enter = std::function<void(std::size_t id)>;
+
+std::int64_t ParamUnit::numel() const {
+  std::int64_t n = 0;
+  for (const auto& [name, t] : parameters) n += t.numel();
+  return n;
+}
+
+namespace {
+
+Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride = 1) {
+  return Conv2d(Conv2dOptions(in, out, k).stride(stride).padding(k / 2));
+}
+
+// ---- ResnetBlock2D: norm1, conv1, time_emb_proj, norm2, conv2, conv_shortcut ----
+struct ResnetBlock2DImpl : torch::nn::Module {
+  ResnetBlock2DImpl(int64_t in, int64_t out, int64_t temb, int64_t groups, double eps)
+      : norm1(register_module("norm1", GroupNorm(GroupNormOptions(groups, in).eps(eps)))),
+        conv1(register_module("conv1", conv(in, out, 3))),
+        time_emb_proj(register_module("time_emb_proj", Linear(temb, out))),
+        norm2(register_module("norm2", GroupNorm(GroupNormOptions(groups, out).eps(eps)))),
+        conv2(register_module("conv2", conv(out, out, 3))) {
+    if (in != out) conv_shortcut = register_module("conv_shortcut", conv(in, out, 1));
+  }
+  // x [B, in, H, W], temb [B, temb] -> [B, out, H, W]
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& temb) {
+    at::Tensor h = conv1(at::silu(norm1(x)));
+    h = h + time_emb_proj(at::silu(temb)).unsqueeze(-1).unsqueeze(-1);
+    h = conv2(at::silu(norm2(h)));
+    return (conv_shortcut ? conv_shortcut(x) : x) + h;
+  }
+  GroupNorm norm1;
+  Conv2d conv1;
+  Linear time_emb_proj;
+  GroupNorm norm2;
+  Conv2d conv2;
+  Conv2d conv_shortcut{nullptr};
+  std::size_t unit = 0;
+};
+TORCH_MODULE(ResnetBlock2D);
+
+// ---- Attention: to_q, to_k, to_v (no bias), to_out.0 (with bias) ----
+struct AttentionImpl : torch::nn::Module {
+  AttentionImpl(int64_t query_dim, int64_t context_dim, int64_t heads_, int64_t head_dim) : heads(heads_) {
+    const int64_t inner = heads * head_dim;
+    to_q = register_module("to_q", Linear(LinearOptions(query_dim, inner).bias(false)));
+    to_k = register_module("to_k", Linear(LinearOptions(context_dim, inner).bias(false)));
+    to_v = register_module("to_v", Linear(LinearOptions(context_dim, inner).bias(false)));
+    to_out_0 = Linear(inner, query_dim);
+    auto list = ModuleList();
+    list->push_back(to_out_0);
+    list->push_back(torch::nn::Dropout(0.0));
+    register_module("to_out", list);
+  }
+  // x [B, N, C]; context [B, T, Cc] (self-attention when undefined)
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& context = {}) {
+    const at::Tensor& ctx = context.defined() ? context : x;
+    return to_out_0(multi_head_attention(to_q(x), to_k(ctx), to_v(ctx), heads));
+  }
+  int64_t heads;
+  Linear to_q{nullptr}, to_k{nullptr}, to_v{nullptr}, to_out_0{nullptr};
+};
+TORCH_MODULE(Attention);
+
+// ---- GEGLU feed-forward: ff.net.0.proj, ff.net.2 ----
+struct GEGLUImpl : torch::nn::Module {
+  GEGLUImpl(int64_t in, int64_t out) : proj(register_module("proj", Linear(in, out * 2))) {}
+  at::Tensor forward(const at::Tensor& x) {
+    const auto parts = proj(x).chunk(2, -1);
+    return parts[0] * at::gelu(parts[1]);
+  }
+  Linear proj;
+};
+TORCH_MODULE(GEGLU);
+
+struct FeedForwardImpl : torch::nn::Module {
+  explicit FeedForwardImpl(int64_t dim) : geglu(GEGLU(dim, dim * 4)), out(Linear(dim * 4, dim)) {
+    auto net = ModuleList();
+    net->push_back(geglu);
+    net->push_back(torch::nn::Dropout(0.0));
+    net->push_back(out);
+    register_module("net", net);
+  }
+  at::Tensor forward(const at::Tensor& x) { return out(geglu(x)); }
+  GEGLU geglu;
+  Linear out;
+};
+TORCH_MODULE(FeedForward);
+
+// ---- BasicTransformerBlock: norm1 attn1 (self), norm2 attn2 (cross), norm3 ff ----
+struct BasicTransformerBlockImpl : torch::nn::Module {
+  BasicTransformerBlockImpl(int64_t dim, int64_t heads, int64_t head_dim, int64_t cross_dim)
+      : norm1(register_module("norm1", LayerNorm(LayerNormOptions({dim}).eps(1e-5)))),
+        attn1(register_module("attn1", Attention(dim, dim, heads, head_dim))),
+        norm2(register_module("norm2", LayerNorm(LayerNormOptions({dim}).eps(1e-5)))),
+        attn2(register_module("attn2", Attention(dim, cross_dim, heads, head_dim))),
+        norm3(register_module("norm3", LayerNorm(LayerNormOptions({dim}).eps(1e-5)))),
+        ff(register_module("ff", FeedForward(dim))) {}
+  // x [B, N, C], context [B, T, Cc]
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& context) {
+    at::Tensor h = attn1(norm1(x)) + x;
+    h = attn2(norm2(h), context) + h;
+    return ff(norm3(h)) + h;
+  }
+  LayerNorm norm1;
+  Attention attn1;
+  LayerNorm norm2;
+  Attention attn2;
+  LayerNorm norm3;
+  FeedForward ff;
+};
+TORCH_MODULE(BasicTransformerBlock);
+
+// ---- Transformer2DModel: norm, proj_in, transformer_blocks, proj_out ----
+struct Transformer2DModelImpl : torch::nn::Module {
+  Transformer2DModelImpl(int64_t channels, int64_t heads, int64_t depth, int64_t cross_dim, int64_t groups, bool linear)
+      : use_linear(linear) {
+    const int64_t head_dim = channels / heads;
+    const int64_t inner = heads * head_dim;
+    norm = register_module("norm", GroupNorm(GroupNormOptions(groups, channels).eps(1e-6)));
+    if (linear) {
+      proj_in_linear = register_module("proj_in", Linear(channels, inner));
+    } else {
+      proj_in_conv = register_module("proj_in", conv(channels, inner, 1));
+    }
+    auto list = ModuleList();
+    for (int64_t i = 0; i < depth; ++i) {
+      blocks.push_back(BasicTransformerBlock(inner, heads, head_dim, cross_dim));
+      list->push_back(blocks.back());
+    }
+    register_module("transformer_blocks", list);
+    if (linear) {
+      proj_out_linear = register_module("proj_out", Linear(inner, channels));
+    } else {
+      proj_out_conv = register_module("proj_out", conv(inner, channels, 1));
+    }
+  }
+  // x [B, C, H, W], context [B, T, Cc] -> [B, C, H, W]
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& context) {
+    const auto b = x.size(0), h = x.size(2), w = x.size(3);
+    at::Tensor t = norm(x);
+    int64_t inner = 0;
+    if (use_linear) {
+      t = t.permute({0, 2, 3, 1}).reshape({b, h * w, x.size(1)});
+      t = proj_in_linear(t);
+      inner = t.size(2);
+    } else {
+      t = proj_in_conv(t);
+      inner = t.size(1);
+      t = t.permute({0, 2, 3, 1}).reshape({b, h * w, inner});
+    }
+    for (auto& block : blocks) t = block(t, context);
+    if (use_linear) {
+      t = proj_out_linear(t).reshape({b, h, w, x.size(1)}).permute({0, 3, 1, 2});
+    } else {
+      t = proj_out_conv(t.reshape({b, h, w, inner}).permute({0, 3, 1, 2}).contiguous());
+    }
+    return t + x;
+  }
+  bool use_linear;
+  GroupNorm norm{nullptr};
+  Conv2d proj_in_conv{nullptr}, proj_out_conv{nullptr};
+  Linear proj_in_linear{nullptr}, proj_out_linear{nullptr};
+  std::vector<BasicTransformerBlock> blocks;
+  std::size_t unit = 0;
+};
+TORCH_MODULE(Transformer2DModel);
+
+// ---- Downsample2D / Upsample2D: a single `conv` ----
+struct SamplerImpl : torch::nn::Module {
+  SamplerImpl(int64_t channels, bool down_) : down(down_) {
+    conv_ = register_module("conv", conv(channels, channels, 3, down ? 2 : 1));
+  }
+  at::Tensor forward(const at::Tensor& x) {
+    if (down) return conv_(x);
+    return conv_(F::interpolate(x, F::InterpolateFuncOptions().scale_factor(std::vector<double>{2.0, 2.0})
+                                        .mode(torch::kNearest)));
+  }
+  bool down;
+  Conv2d conv_{nullptr};
+  std::size_t unit = 0;
+};
+TORCH_MODULE(Sampler);
+
+/// One down, mid or up block: resnets[i] each optionally followed by attentions[i], then a sampler.
+struct BlockImpl : torch::nn::Module {
+  std::vector<ResnetBlock2D> resnets;
+  std::vector<Transformer2DModel> attentions;  // empty for blocks without cross-attention
+  Sampler sampler{nullptr};
+  ModuleList resnet_list = ModuleList(), attention_list = ModuleList();
+  BlockImpl() {
+    register_module("resnets", resnet_list);
+  }
+  void add_resnet(ResnetBlock2D r) {
+    resnets.push_back(r);
+    resnet_list->push_back(r);
+  }
+  void add_attention(Transformer2DModel t) {
+    if (attentions.empty()) register_module("attentions", attention_list);
+    attentions.push_back(t);
+    attention_list->push_back(t);
+  }
+  void set_sampler(const char* list_name, Sampler s) {
+    sampler = s;
+    auto list = ModuleList();
+    list->push_back(s);
+    register_module(list_name, list);
+  }
+};
+TORCH_MODULE(Block);
+
+struct TimestepEmbeddingImpl : torch::nn::Module {
+  TimestepEmbeddingImpl(int64_t in, int64_t dim)
+      : linear_1(register_module("linear_1", Linear(in, dim))), linear_2(register_module("linear_2", Linear(dim, dim))) {}
+  at::Tensor forward(const at::Tensor& x) { return linear_2(at::silu(linear_1(x))); }
+  Linear linear_1, linear_2;
+};
+TORCH_MODULE(TimestepEmbedding);
+
+}  // namespace
+
+namespace detail {
+struct UNetParts {
+  Conv2d conv_in{nullptr};
+  TimestepEmbedding time_embedding{nullptr};
+  std::vector<Block> down, up;
+  Block mid{nullptr};
+  GroupNorm conv_norm_out{nullptr};
+  Conv2d conv_out{nullptr};
+};
+}  // namespace detail
+
+at::Tensor timestep_embedding(const at::Tensor& timesteps, std::int64_t dim, bool flip_sin_to_cos, double freq_shift) {
+  const int64_t half = dim / 2;
+  const auto opts = at::TensorOptions().dtype(at::kFloat).device(timesteps.device());
+  const at::Tensor exponent = at::arange(half, opts).mul(-std::log(10000.0) / (static_cast<double>(half) - freq_shift));
+  const at::Tensor args = timesteps.to(at::kFloat).unsqueeze(1) * at::exp(exponent).unsqueeze(0);  // [B, half]
+  at::Tensor emb = flip_sin_to_cos ? at::cat({at::cos(args), at::sin(args)}, -1) : at::cat({at::sin(args), at::cos(args)}, -1);
+  if (dim % 2 == 1) emb = at::constant_pad_nd(emb, {0, 1});
+  return emb;
+}
+
+UNet2DConditionModelImpl::UNet2DConditionModelImpl(UNetConfig config)
+    : config_(std::move(config)), parts_(std::make_unique<detail::UNetParts>()) {
+  config_.validate("UNet config");
+  const auto& c = config_;
+  auto& p = *parts_;
+  const int64_t c0 = c.block_out_channels[0];
+  const int64_t temb = c0 * 4;
+  const int64_t groups = c.norm_num_groups;
+  const std::size_t n = c.block_out_channels.size();
+  unit_prefixes_.push_back("");  // io unit
+
+  p.conv_in = register_module("conv_in", conv(c.in_channels, c0, 3));
+  p.time_embedding = register_module("time_embedding", TimestepEmbedding(c0, temb));
+
+  auto make_resnet = [&](const std::string& prefix, int64_t in, int64_t out) {
+    ResnetBlock2D r(in, out, temb, groups, c.norm_eps);
+    r->unit = unit_prefixes_.size();
+    unit_prefixes_.push_back(prefix);
+    return r;
+  };
+  auto make_attention = [&](const std::string& prefix, int64_t ch, int64_t heads, int64_t depth) {
+    Transformer2DModel t(ch, heads, depth, c.cross_attention_dim, groups, c.use_linear_projection);
+    t->unit = unit_prefixes_.size();
+    unit_prefixes_.push_back(prefix);
+    return t;
+  };
+  auto make_sampler = [&](const std::string& prefix, int64_t ch, bool down) {
+    Sampler s(ch, down);
+    s->unit = unit_prefixes_.size();
+    unit_prefixes_.push_back(prefix);
+    return s;
+  };
+
+  auto down_list = ModuleList();
+  int64_t out_ch = c0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const int64_t in_ch = out_ch;
+    out_ch = c.block_out_channels[i];
+    const bool cross = c.down_block_types[i] == "CrossAttnDownBlock2D";
+    const std::string prefix = "down_blocks." + std::to_string(i) + ".";
+    Block block;
+    for (int64_t j = 0; j < c.layers_per_block; ++j) {
+      block->add_resnet(make_resnet(prefix + "resnets." + std::to_string(j), j == 0 ? in_ch : out_ch, out_ch));
+      if (cross)
+        block->add_attention(make_attention(prefix + "attentions." + std::to_string(j), out_ch, c.num_attention_heads[i],
+                                            c.transformer_layers_per_block[i]));
+    }
+    if (i + 1 < n) block->set_sampler("downsamplers", make_sampler(prefix + "downsamplers.0", out_ch, true));
+    p.down.push_back(block);
+    down_list->push_back(block);
+  }
+  register_module("down_blocks", down_list);
+
+  if (!c.mid_block_type.empty()) {
+    const int64_t ch = c.block_out_channels.back();
+    Block mid;
+    mid->add_resnet(make_resnet("mid_block.resnets.0", ch, ch));
+    mid->add_attention(make_attention("mid_block.attentions.0", ch, c.num_attention_heads.back(),
+                                      c.transformer_layers_per_block.back()));
+    mid->add_resnet(make_resnet("mid_block.resnets.1", ch, ch));
+    p.mid = register_module("mid_block", mid);
+  }
+
+  auto up_list = ModuleList();
+  const std::vector<int64_t> rev(c.block_out_channels.rbegin(), c.block_out_channels.rend());
+  out_ch = rev[0];
+  for (std::size_t i = 0; i < n; ++i) {
+    const int64_t prev_out = out_ch;
+    out_ch = rev[i];
+    const int64_t in_ch = rev[std::min(i + 1, n - 1)];
+    const bool cross = c.up_block_types[i] == "CrossAttnUpBlock2D";
+    const std::size_t down_index = n - 1 - i;
+    const std::string prefix = "up_blocks." + std::to_string(i) + ".";
+    Block block;
+    const int64_t layers = c.layers_per_block + 1;
+    for (int64_t j = 0; j < layers; ++j) {
+      const int64_t skip = j == layers - 1 ? in_ch : out_ch;
+      const int64_t res_in = j == 0 ? prev_out : out_ch;
+      block->add_resnet(make_resnet(prefix + "resnets." + std::to_string(j), res_in + skip, out_ch));
+      if (cross)
+        block->add_attention(make_attention(prefix + "attentions." + std::to_string(j), out_ch,
+                                            c.num_attention_heads[down_index], c.transformer_layers_per_block[down_index]));
+    }
+    if (i + 1 < n) block->set_sampler("upsamplers", make_sampler(prefix + "upsamplers.0", out_ch, false));
+    p.up.push_back(block);
+    up_list->push_back(block);
+  }
+  register_module("up_blocks", up_list);
+
+  p.conv_norm_out = register_module("conv_norm_out", GroupNorm(GroupNormOptions(groups, c0).eps(c.norm_eps)));
+  p.conv_out = register_module("conv_out", conv(c0, c.out_channels, 3));
+}
+
+UNet2DConditionModelImpl::~UNet2DConditionModelImpl() = default;
+
+at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at::Tensor& timesteps,
+                                            const at::Tensor& encoder_hidden_states) {
+  auto& p = *parts_;
+  const auto& c = config_;
+  const int64_t factor = c.downsample_factor();
+  if (sample.dim() != 4 || sample.size(1) != c.in_channels || sample.size(2) % factor != 0 || sample.size(3) % factor != 0)
+    throw Error(ErrorKind::config, "UNet input must be [B, " + std::to_string(c.in_channels) +
+                                       ", H, W] with H and W divisible by " + std::to_string(factor));
+  const Enter enter = [this](std::size_t id) {
+    if (hook_) hook_(id);
+  };
+  enter(0);
+  at::Tensor t = timesteps.dim() == 0 ? timesteps.reshape({1}) : timesteps;
+  t = t.expand({sample.size(0)});
+  const at::Tensor temb = p.time_embedding(timestep_embedding(t, c.block_out_channels[0], c.flip_sin_to_cos,
+                                                               static_cast<double>(c.freq_shift)));
+  at::Tensor h = p.conv_in(sample);
+
+  auto run_layer = [&](Block& block, std::size_t j, at::Tensor x) {
+    enter(block->resnets[j]->unit);
+    x = block->resnets[j](x, temb);
+    if (!block->attentions.empty()) {
+      enter(block->attentions[j]->unit);
+      x = block->attentions[j](x, encoder_hidden_states);
+    }
+    return x;
+  };
+
+  std::vector<at::Tensor> skips{h};
+  for (auto& block : p.down) {
+    for (std::size_t j = 0; j < block->resnets.size(); ++j) {
+      h = run_layer(block, j, h);
+      skips.push_back(h);
+    }
+    if (block->sampler) {
+      enter(block->sampler->unit);
+      h = block->sampler(h);
+      skips.push_back(h);
+    }
+  }
+  if (p.mid) {
+    enter(p.mid->resnets[0]->unit);
+    h = p.mid->resnets[0](h, temb);
+    enter(p.mid->attentions[0]->unit);
+    h = p.mid->attentions[0](h, encoder_hidden_states);
+    enter(p.mid->resnets[1]->unit);
+    h = p.mid->resnets[1](h, temb);
+  }
+  for (auto& block : p.up) {
+    for (std::size_t j = 0; j < block->resnets.size(); ++j) {
+      h = at::cat({h, skips.back()}, 1);
+      skips.pop_back();
+      h = run_layer(block, j, h);
+    }
+    if (block->sampler) {
+      enter(block->sampler->unit);
+      h = block->sampler(h);
+    }
+  }
+  enter(0);
+  return p.conv_out(at::silu(p.conv_norm_out(h)));
+}
+
+std::vector<ParamUnit> UNet2DConditionModelImpl::units() const {
+  std::vector<ParamUnit> units(unit_prefixes_.size());
+  for (std::size_t i = 0; i < units.size(); ++i) units[i].name = i == 0 ? "io" : unit_prefixes_[i];
+  // Longest matching prefix wins; parameters outside every unit prefix belong to io.
+  for (const auto& item : named_parameters(true)) {
+    std::size_t best = 0, best_len = 0;
+    for (std::size_t i = 1; i < unit_prefixes_.size(); ++i) {
+      const auto& pre = unit_prefixes_[i];
+      if (item.key().size() > pre.size() && item.key().compare(0, pre.size(), pre) == 0 &&
+          item.key()[pre.size()] == '.' && pre.size() > best_len) {
+        best = i;
+        best_len = pre.size();
+      }
+    }
+    units[best].parameters.emplace_back(item.key(), item.value());
+  }
+  return units;
+}
+
+}  // namespace zs::models

@@ -1,0 +1,50 @@
+#pragma once
+// UNet2DConditionModel in LibTorch with diffusers' module tree and parameter names, so a
+// diffusers unet/diffusion_pytorch_model.safetensors loads by name.
+
+#include <memory>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include "models/param_unit.h"
+#include "models/unet_config.h"
+
+namespace zs::models {
+
+namespace detail {
+struct UNetParts;  // the block modules, defined in unet_2d_condition.cpp
+}
+
+class UNet2DConditionModelImpl : public torch::nn::Module {
+ public:
+  /// Builds the module tree (weights from LibTorch's default initialisation).
+  explicit UNet2DConditionModelImpl(UNetConfig config);
+  ~UNet2DConditionModelImpl() override;
+
+  /// sample [B, in_channels, H, W] (H, W divisible by config().downsample_factor()),
+  /// timesteps [B] or [1] (integer or float), encoder_hidden_states [B, T, cross_attention_dim]
+  /// -> predicted [B, out_channels, H, W].
+  at::Tensor forward(const at::Tensor& sample, const at::Tensor& timesteps, const at::Tensor& encoder_hidden_states);
+
+  const UNetConfig& config() const { return config_; }
+
+  /// The parameter units in forward order: "io" (conv_in, time_embedding, conv_norm_out,
+  /// conv_out) first, then every resnet, transformer and sampler in the order forward runs them.
+  std::vector<ParamUnit> units() const;
+  /// Installs a hook called before each unit runs (ZeRO stage 3 gathers there); {} removes it.
+  void set_unit_hook(UnitHook hook) { hook_ = std::move(hook); }
+
+ private:
+  UNetConfig config_;
+  std::unique_ptr<detail::UNetParts> parts_;
+  std::vector<std::string> unit_prefixes_;  // index -> module prefix ("" for io)
+  UnitHook hook_;
+};
+TORCH_MODULE(UNet2DConditionModel);
+
+/// diffusers' sinusoidal timestep embedding: timesteps [B] -> [B, dim].
+at::Tensor timestep_embedding(const at::Tensor& timesteps, std::int64_t dim, bool flip_sin_to_cos, double freq_shift);
+
+}  // namespace zs::models

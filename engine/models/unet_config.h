@@ -1,0 +1,49 @@
+#pragma once
+// UNet2DConditionModel's configuration, read from diffusers' unet/config.json keys.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace zs::models {
+
+/// The subset of diffusers' UNet2DConditionModel config that SD 1.x/2.x-shaped UNets use.
+struct UNetConfig {
+  std::int64_t in_channels = 4;                       ///< channels of the sample (latent or pixels)
+  std::int64_t out_channels = 4;
+  std::int64_t sample_size = 64;                      ///< nominal spatial size (pixels of the sample)
+  std::vector<std::int64_t> block_out_channels = {320, 640, 1280, 1280};
+  std::vector<std::string> down_block_types = {"CrossAttnDownBlock2D", "CrossAttnDownBlock2D",
+                                                "CrossAttnDownBlock2D", "DownBlock2D"};
+  std::vector<std::string> up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D",
+                                              "CrossAttnUpBlock2D"};
+  std::string mid_block_type = "UNetMidBlock2DCrossAttn";  ///< or "" for no mid block
+  std::int64_t layers_per_block = 2;
+  std::int64_t cross_attention_dim = 768;             ///< width of encoder_hidden_states
+  /// Heads per block (diffusers reads `attention_head_dim` as the number of heads unless
+  /// `num_attention_heads` is set). One entry per down block.
+  std::vector<std::int64_t> num_attention_heads = {8, 8, 8, 8};
+  std::vector<std::int64_t> transformer_layers_per_block = {1, 1, 1, 1};  ///< per down block
+  std::int64_t norm_num_groups = 32;
+  double norm_eps = 1e-5;
+  bool use_linear_projection = false;                 ///< proj_in/out as Linear instead of 1x1 conv
+  bool flip_sin_to_cos = true;
+  std::int64_t freq_shift = 0;
+
+  /// Parses diffusers' config.json; `source` names the file in errors. Throws zs::Error(config)
+  /// naming the key for anything this UNet cannot build (e.g. SDXL's added embeddings for now).
+  static UNetConfig from_json(const nlohmann::json& j, const std::string& source);
+  /// Reads and parses `path` (a unet/config.json).
+  static UNetConfig from_file(const std::string& path);
+  /// diffusers-compatible config.json content (loads with UNet2DConditionModel.from_config).
+  nlohmann::json to_json() const;
+  /// Checks channel/group divisibility and list lengths; throws zs::Error(config).
+  void validate(const std::string& source) const;
+
+  /// Total spatial down-sampling factor (2^(number of down blocks - 1)).
+  std::int64_t downsample_factor() const;
+};
+
+}  // namespace zs::models

@@ -1,0 +1,71 @@
+#include "models/weights.h"
+
+#include <set>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace zs::models {
+namespace {
+
+std::string shape_text(at::IntArrayRef s) {
+  std::ostringstream o;
+  o << '[';
+  for (std::size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << ']';
+  return o.str();
+}
+
+}  // namespace
+
+LoadReport load_weights(torch::nn::Module& module, const io::SafetensorsReader& reader, const std::string& prefix) {
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // destination, source
+  std::vector<std::string> problems;
+  std::set<std::string> used;
+  auto visit = [&](const std::string& name, at::Tensor& dst) {
+    const std::string key = prefix + name;
+    if (!reader.contains(key)) {
+      problems.push_back("missing tensor " + key + " " + shape_text(dst.sizes()));
+      return;
+    }
+    at::Tensor src = reader.tensor(key);
+    if (src.sizes() != dst.sizes()) {
+      problems.push_back(key + " has shape " + shape_text(src.sizes()) + ", the model needs " + shape_text(dst.sizes()));
+      return;
+    }
+    used.insert(key);
+    copies.emplace_back(dst, std::move(src));
+  };
+  for (auto& item : module.named_parameters(true)) visit(item.key(), item.value());
+  for (auto& item : module.named_buffers(true)) visit(item.key(), item.value());
+  if (!problems.empty()) {
+    std::string msg = reader.path() + ": does not fit the model (" + std::to_string(problems.size()) + " problem" +
+                      (problems.size() == 1 ? "" : "s") + "):";
+    for (std::size_t i = 0; i < problems.size() && i < 20; ++i) msg += "\n  " + problems[i];
+    if (problems.size() > 20) msg += "\n  ... and " + std::to_string(problems.size() - 20) + " more";
+    msg += "\nCheck that the weights belong to this model's config.json.";
+    throw Error(ErrorKind::checkpoint, msg);
+  }
+  {
+    c10::NoGradGuard no_grad;
+    for (auto& [dst, src] : copies) dst.copy_(src);
+  }
+  LoadReport report;
+  for (const auto& e : reader.entries())
+    if (e.name.rfind(prefix, 0) == 0 && !used.count(e.name)) report.unexpected.push_back(e.name);
+  return report;
+}
+
+void save_weights(const torch::nn::Module& module, const std::string& path, const std::string& prefix,
+                  const std::map<std::string, std::string>& metadata) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& item : module.named_parameters(true)) tensors.emplace_back(prefix + item.key(), item.value().detach());
+  for (const auto& item : module.named_buffers(true)) tensors.emplace_back(prefix + item.key(), item.value().detach());
+  io::write_safetensors(path, tensors, metadata);
+}
+
+}  // namespace zs::models

@@ -1,0 +1,30 @@
+#pragma once
+// Loading and saving a module's parameters (and buffers) by name from/to safetensors files.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+namespace zs::io {
+class SafetensorsReader;
+}
+
+namespace zs::models {
+
+/// What a load found beyond the module's own names.
+struct LoadReport {
+  std::vector<std::string> unexpected;  ///< names in the file that the module does not have
+};
+
+/// Copies every parameter and buffer of `module` from `reader` (name = `prefix` + module name),
+/// converting dtype. A missing name or a shape mismatch throws zs::Error(checkpoint) naming the
+/// file and every offending tensor, and leaves the module unchanged.
+LoadReport load_weights(torch::nn::Module& module, const io::SafetensorsReader& reader, const std::string& prefix = "");
+
+/// Writes the module's parameters and buffers, in their dtypes, to `path` atomically.
+void save_weights(const torch::nn::Module& module, const std::string& path, const std::string& prefix = "",
+                  const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace zs::models

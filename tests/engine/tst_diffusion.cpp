@@ -1,0 +1,111 @@
+// Noise schedules, targets and DDIM against diffusers' values in the fixtures.
+#include <ATen/ATen.h>
+
+#include <QtTest>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "diffusion/noise_schedule.h"
+#include "io/safetensors.h"
+#include "test_support.h"
+
+using namespace zs::diffusion;
+
+namespace {
+std::string fixture(const QString& rel) { return (zs::test::sharedDir() + "/fixtures/" + rel).toStdString(); }
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>(); }
+}  // namespace
+
+class TestDiffusion : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void scaledLinearMatchesDiffusers() {
+    ZS_REQUIRE_SHARED();
+    const NoiseSchedule s(ScheduleConfig::from_file(fixture("sd15-tiny/scheduler/scheduler_config.json")));
+    const zs::io::SafetensorsReader ref(fixture("sd15-tiny-reference/scheduler_io.safetensors"));
+    QVERIFY(max_abs_diff(s.betas(), ref.tensor("betas")) <= 1e-7);
+    QVERIFY(max_abs_diff(s.alphas_cumprod(), ref.tensor("alphas_cumprod")) <= 1e-6);
+  }
+
+  void addNoiseAndVelocity() {
+    ZS_REQUIRE_SHARED();
+    const NoiseSchedule s(ScheduleConfig::from_file(fixture("sd15-tiny/scheduler/scheduler_config.json")));
+    const zs::io::SafetensorsReader ref(fixture("sd15-tiny-reference/scheduler_io.safetensors"));
+    const at::Tensor x0 = ref.tensor("x0"), noise = ref.tensor("noise"), t = ref.tensor("noise_timesteps");
+    QVERIFY(max_abs_diff(s.add_noise(x0, noise, t), ref.tensor("noisy")) <= 1e-5);
+    QVERIFY(max_abs_diff(s.velocity(x0, noise, t), ref.tensor("velocity")) <= 1e-5);
+    QVERIFY(at::equal(s.target(x0, noise, t), noise));
+  }
+
+  void ddimTimestepsAndSteps() {
+    ZS_REQUIRE_SHARED();
+    const NoiseSchedule s(ScheduleConfig::from_file(fixture("sd15-tiny/scheduler/scheduler_config.json")));
+    const DdimSampler ddim(s, 10);
+    const zs::io::SafetensorsReader ref(fixture("sd15-tiny-reference/scheduler_io.safetensors"));
+    const at::Tensor want = ref.tensor("ddim_timesteps");
+    QCOMPARE(ddim.timesteps().size(), std::size_t{10});
+    for (std::size_t i = 0; i < 10; ++i) QCOMPARE(ddim.timesteps()[i], want[static_cast<long>(i)].item<std::int64_t>());
+    for (const int t : {901, 401, 1}) {
+      const std::string k = "ddim_step_t" + std::to_string(t) + ".";
+      const auto r = ddim.step(ref.tensor(k + "model_output"), t, ref.tensor(k + "sample"));
+      QVERIFY2(max_abs_diff(r.prev_sample, ref.tensor(k + "prev_sample")) <= 1e-4, k.c_str());
+      QVERIFY2(max_abs_diff(r.pred_original_sample, ref.tensor(k + "pred_original_sample")) <= 1e-4, k.c_str());
+    }
+  }
+
+  void cosineScheduleAndVPrediction() {
+    ScheduleConfig c;
+    c.beta_schedule = "squaredcos_cap_v2";
+    c.prediction_type = "v_prediction";
+    const NoiseSchedule s(c);
+    const at::Tensor ac = s.alphas_cumprod();
+    // ᾱ falls monotonically from ~1 to ~0; betas are capped at 0.999.
+    QVERIFY(ac[0].item<double>() > 0.9999);
+    QVERIFY(ac[999].item<double>() < 1e-4);
+    QVERIFY((ac.slice(0, 1) < ac.slice(0, 0, -1)).all().item<bool>());
+    QVERIFY(s.betas().max().item<double>() <= 0.999 + 1e-6);
+    // A v prediction made from the true x0 and noise gives back x0 exactly in one DDIM step.
+    const at::Tensor x0 = at::randn({2, 3, 4, 4}), noise = at::randn({2, 3, 4, 4});
+    const at::Tensor t = at::full({2}, 500, at::kLong);
+    const at::Tensor xt = s.add_noise(x0, noise, t);
+    const DdimSampler ddim(s, 20);
+    const auto r = ddim.step(s.velocity(x0, noise, t), 500, xt);
+    QVERIFY(max_abs_diff(r.pred_original_sample, x0) < 1e-4);
+  }
+
+  void minSnrWeights() {
+    const NoiseSchedule s{ScheduleConfig{}};
+    const at::Tensor t = at::tensor({0, 500, 999}, at::kLong);
+    const at::Tensor w = s.min_snr_weights(t, 5.0);
+    const at::Tensor a = s.alphas_cumprod().index_select(0, t);
+    const at::Tensor snr = a / (1 - a);
+    // Low noise (high SNR) is down-weighted to γ/SNR; high noise keeps weight 1.
+    QVERIFY(std::abs(w[0].item<double>() - 5.0 / snr[0].item<double>()) < 1e-6);
+    QCOMPARE(w[2].item<float>(), 1.0f);
+    QVERIFY(at::equal(s.min_snr_weights(t, 0), at::ones({3})));
+  }
+
+  void trailingSpacing() {
+    ScheduleConfig c;
+    c.timestep_spacing = "trailing";
+    const NoiseSchedule s(c);
+    const DdimSampler ddim(s, 4);
+    QCOMPARE(ddim.timesteps(), (std::vector<std::int64_t>{999, 749, 499, 249}));
+  }
+
+  void badConfigNamesTheKey() {
+    try {
+      ScheduleConfig::from_json(nlohmann::json{{"beta_schedule", "sigmoid"}}, "scheduler_config.json");
+      QFAIL("accepted sigmoid");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).contains("scheduler_config.json: beta_schedule"), e.what());
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(TestDiffusion)
+#include "tst_diffusion.moc"

@@ -1,0 +1,201 @@
+// UNet2DConditionModel: golden values from diffusers 0.25 (forward and gradients), unit grouping,
+// config parsing and weight loading errors.
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "models/unet_2d_condition.h"
+#include "models/weights.h"
+#include "test_support.h"
+
+using namespace zs::models;
+
+namespace {
+
+std::string fixture(const QString& rel) { return (zs::test::sharedDir() + "/fixtures/" + rel).toStdString(); }
+
+UNet2DConditionModel load_tiny_unet() {
+  UNet2DConditionModel unet(UNetConfig::from_file(fixture("sd15-tiny/unet/config.json")));
+  const zs::io::SafetensorsReader reader(fixture("sd15-tiny/unet/diffusion_pytorch_model.safetensors"));
+  const LoadReport report = load_weights(*unet, reader);
+  if (!report.unexpected.empty()) throw std::runtime_error("unexpected tensor " + report.unexpected.front());
+  return unet;
+}
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+}  // namespace
+
+class TestUNet : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void parsesTheFixtureConfig() {
+    ZS_REQUIRE_SHARED();
+    const UNetConfig c = UNetConfig::from_file(fixture("sd15-tiny/unet/config.json"));
+    QCOMPARE(c.block_out_channels, (std::vector<std::int64_t>{32, 64}));
+    // attention_head_dim is the number of heads in diffusers.
+    QCOMPARE(c.num_attention_heads, (std::vector<std::int64_t>{8, 8}));
+    QCOMPARE(c.cross_attention_dim, std::int64_t{32});
+    QCOMPARE(c.norm_num_groups, std::int64_t{8});
+    QVERIFY(!c.use_linear_projection);
+  }
+
+  void loadsEveryFixtureTensorByName() {
+    ZS_REQUIRE_SHARED();
+    UNet2DConditionModel unet(UNetConfig::from_file(fixture("sd15-tiny/unet/config.json")));
+    const zs::io::SafetensorsReader reader(fixture("sd15-tiny/unet/diffusion_pytorch_model.safetensors"));
+    QCOMPARE(unet->named_parameters().size(), reader.entries().size());
+    const LoadReport report = load_weights(*unet, reader);
+    QVERIFY(report.unexpected.empty());
+  }
+
+  void forwardMatchesDiffusers() {
+    ZS_REQUIRE_SHARED();
+    UNet2DConditionModel unet = load_tiny_unet();
+    const zs::io::SafetensorsReader io(fixture("sd15-tiny-reference/unet_io.safetensors"));
+    c10::NoGradGuard no_grad;
+    const at::Tensor out = unet->forward(io.tensor("sample"), io.tensor("timestep"), io.tensor("encoder_hidden_states"));
+    QCOMPARE(out.sizes().vec(), io.tensor("out").sizes().vec());
+    const double err = max_abs_diff(out, io.tensor("out"));
+    qInfo("UNet forward max abs error %.3g", err);
+    QVERIFY2(err <= 1e-4, qPrintable(QString("max abs error %1").arg(err)));
+  }
+
+  void gradientsMatchDiffusers() {
+    ZS_REQUIRE_SHARED();
+    UNet2DConditionModel unet = load_tiny_unet();
+    const zs::io::SafetensorsReader ref(fixture("sd15-tiny-reference/unet_grad.safetensors"));
+    const at::Tensor sample = ref.tensor("sample").requires_grad_(true);
+    const at::Tensor context = ref.tensor("encoder_hidden_states").requires_grad_(true);
+    const at::Tensor out = unet->forward(sample, ref.tensor("timestep"), context);
+    const at::Tensor loss = (out - ref.tensor("target")).pow(2).mean();
+    const double want = ref.tensor("loss").item<double>();
+    QVERIFY2(std::abs(loss.item<double>() - want) <= 1e-5 * std::abs(want), "loss differs");
+    loss.backward();
+    std::map<std::string, at::Tensor> grads;
+    for (const auto& p : unet->named_parameters()) grads["grad." + p.key()] = p.value().grad();
+    grads["grad_input.sample"] = sample.grad();
+    grads["grad_input.encoder_hidden_states"] = context.grad();
+    int checked = 0;
+    for (const auto& e : ref.entries()) {
+      if (e.name.rfind("grad", 0) != 0) continue;
+      QVERIFY2(grads.count(e.name), e.name.c_str());
+      const at::Tensor want_g = ref.tensor(e.name);
+      const double scale = want_g.abs().max().item<double>();
+      const double err = max_abs_diff(grads[e.name], want_g);
+      QVERIFY2(err <= 1e-3 * scale, qPrintable(QString("%1: error %2 vs max %3").arg(e.name.c_str()).arg(err).arg(scale)));
+      ++checked;
+    }
+    QCOMPARE(checked, 9);
+  }
+
+  void unitsCoverEveryParameterOnce() {
+    ZS_REQUIRE_SHARED();
+    UNet2DConditionModel unet(UNetConfig::from_file(fixture("sd15-tiny/unet/config.json")));
+    const auto units = unet->units();
+    std::set<std::string> seen;
+    std::int64_t total = 0;
+    for (const auto& u : units) {
+      QVERIFY2(!u.parameters.empty(), u.name.c_str());
+      for (const auto& [name, t] : u.parameters) QVERIFY2(seen.insert(name).second, name.c_str());
+      total += u.numel();
+    }
+    QCOMPARE(seen.size(), unet->named_parameters().size());
+    std::int64_t all = 0;
+    for (const auto& p : unet->parameters()) all += p.numel();
+    QCOMPARE(total, all);
+    // io + down(resnet, attention, downsampler, resnet) + mid(3) + up(2 resnets+upsampler, 2×(resnet, attention))
+    QCOMPARE(units.size(), std::size_t{1 + 4 + 3 + 3 + 4});
+    QCOMPARE(units[0].name, std::string("io"));
+    QCOMPARE(units[1].name, std::string("down_blocks.0.resnets.0"));
+    QCOMPARE(units[2].name, std::string("down_blocks.0.attentions.0"));
+    QCOMPARE(units[3].name, std::string("down_blocks.0.downsamplers.0"));
+    // The io unit holds exactly the in/out and embedding layers.
+    for (const auto& [name, t] : units[0].parameters)
+      QVERIFY2(name.rfind("conv_in.", 0) == 0 || name.rfind("time_embedding.", 0) == 0 ||
+                   name.rfind("conv_norm_out.", 0) == 0 || name.rfind("conv_out.", 0) == 0,
+               name.c_str());
+  }
+
+  void hookSeesUnitsInForwardOrder() {
+    ZS_REQUIRE_SHARED();
+    UNet2DConditionModel unet(UNetConfig::from_file(fixture("sd15-tiny/unet/config.json")));
+    std::vector<std::size_t> order;
+    unet->set_unit_hook([&](std::size_t u) { order.push_back(u); });
+    c10::NoGradGuard no_grad;
+    unet->forward(at::randn({1, 4, 16, 16}), at::tensor({5}), at::randn({1, 3, 32}));
+    const std::size_t n = unet->units().size();
+    std::vector<std::size_t> want{0};
+    for (std::size_t i = 1; i < n; ++i) want.push_back(i);
+    want.push_back(0);
+    QCOMPARE(order, want);
+  }
+
+  void linearProjectionAndListHeads() {
+    // SD 2.x style: linear projections, per-block heads, two transformer layers.
+    nlohmann::json j = {{"in_channels", 3}, {"out_channels", 3}, {"block_out_channels", {16, 32}},
+                        {"down_block_types", {"CrossAttnDownBlock2D", "CrossAttnDownBlock2D"}},
+                        {"up_block_types", {"CrossAttnUpBlock2D", "CrossAttnUpBlock2D"}},
+                        {"layers_per_block", 1}, {"cross_attention_dim", 8}, {"attention_head_dim", {2, 4}},
+                        {"norm_num_groups", 4}, {"use_linear_projection", true}, {"transformer_layers_per_block", 2}};
+    UNet2DConditionModel unet(UNetConfig::from_json(j, "test"));
+    bool found = false;
+    for (const auto& p : unet->named_parameters())
+      if (p.key() == "down_blocks.1.attentions.0.proj_in.weight") {
+        QCOMPARE(p.value().sizes().vec(), (std::vector<std::int64_t>{32, 32}));
+        found = true;
+      }
+    QVERIFY(found);
+    c10::NoGradGuard no_grad;
+    const at::Tensor out = unet->forward(at::randn({2, 3, 8, 8}), at::tensor({1, 999}), at::randn({2, 5, 8}));
+    QCOMPARE(out.sizes().vec(), (std::vector<std::int64_t>{2, 3, 8, 8}));
+    // The config round-trips through diffusers' keys.
+    const UNetConfig back = UNetConfig::from_json(unet->config().to_json(), "round trip");
+    QCOMPARE(back.num_attention_heads, (std::vector<std::int64_t>{2, 4}));
+    QCOMPARE(back.transformer_layers_per_block, (std::vector<std::int64_t>{2, 2}));
+  }
+
+  void refusesWhatItCannotBuild() {
+    nlohmann::json j = {{"block_out_channels", {32, 64}}, {"down_block_types", {"CrossAttnDownBlock2D", "DownBlock2D"}},
+                        {"up_block_types", {"UpBlock2D", "CrossAttnUpBlock2D"}}, {"addition_embed_type", "text_time"}};
+    try {
+      UNetConfig::from_json(j, "unet/config.json");
+      QFAIL("accepted addition_embed_type");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).contains("unet/config.json: addition_embed_type"), e.what());
+    }
+    j.erase("addition_embed_type");
+    j["norm_num_groups"] = 5;
+    QVERIFY_THROWS_EXCEPTION(zs::Error, UNetConfig::from_json(j, "x"));
+  }
+
+  void wrongWeightsNameEveryTensor() {
+    ZS_REQUIRE_SHARED();
+    nlohmann::json j = {{"block_out_channels", {32, 32}}, {"down_block_types", {"CrossAttnDownBlock2D", "DownBlock2D"}},
+                        {"up_block_types", {"UpBlock2D", "CrossAttnUpBlock2D"}}, {"cross_attention_dim", 32},
+                        {"layers_per_block", 1}, {"norm_num_groups", 8}};
+    UNet2DConditionModel unet(UNetConfig::from_json(j, "x"));
+    const zs::io::SafetensorsReader reader(fixture("sd15-tiny/unet/diffusion_pytorch_model.safetensors"));
+    try {
+      load_weights(*unet, reader);
+      QFAIL("loaded mismatched weights");
+    } catch (const zs::Error& e) {
+      const QString msg = e.what();
+      QVERIFY2(msg.contains("diffusion_pytorch_model.safetensors: does not fit"), e.what());
+      QVERIFY2(msg.contains("down_blocks.1.resnets.0.conv2.weight has shape [64, 64, 3, 3], the model needs [32, 32, 3, 3]"), e.what());
+      QVERIFY2(msg.contains(" more"), e.what());
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(TestUNet)
+#include "tst_unet.moc"
