@@ -1,0 +1,101 @@
+// CLIP text encoder against OpenAI CLIP's outputs, and the word tokenizer.
+// Engine headers first: Qt's `slots` macro would break LibTorch's.
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "models/clip_text_model.h"
+#include "models/weights.h"
+#include "models/word_tokenizer.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "test_support.h"
+
+using namespace zs::models;
+
+namespace {
+std::string fixture(const QString& rel) { return (zs::test::sharedDir() + "/fixtures/" + rel).toStdString(); }
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
+}  // namespace
+
+class TestTextEncoder : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void clipMatchesReference() {
+    ZS_REQUIRE_SHARED();
+    ClipTextModel model(ClipTextConfig::from_file(fixture("sd15-tiny/text_encoder/config.json")));
+    const zs::io::SafetensorsReader weights(fixture("sd15-tiny/text_encoder/model.safetensors"));
+    QVERIFY(load_weights(*model, weights).unexpected.empty());
+    const zs::io::SafetensorsReader ref(fixture("sd15-tiny-reference/text_io.safetensors"));
+    c10::NoGradGuard no_grad;
+    const ClipTextOutput out = model->forward(ref.tensor("input_ids"));
+    QVERIFY(max_abs_diff(out.last_hidden_state, ref.tensor("last_hidden_state")) <= 1e-4);
+    QVERIFY(max_abs_diff(out.penultimate_hidden_state, ref.tensor("penultimate_hidden_state")) <= 1e-4);
+    QVERIFY(max_abs_diff(out.pooled, ref.tensor("pooler_output")) <= 1e-4);
+  }
+
+  void wordTokenizerEncodes() {
+    const WordTokenizer tok = WordTokenizer::build({"a red circle on a blue background", "A Green square, on white!"}, 8);
+    QCOMPARE(WordTokenizer::split("A Green square, on white!"),
+             (std::vector<std::string>{"a", "green", "square", ",", "on", "white", "!"}));
+    const auto ids = tok.encode("a red circle");
+    QCOMPARE(ids.size(), std::size_t{8});
+    QCOMPARE(ids[0], tok.bos_id());
+    QCOMPARE(tok.vocab()[static_cast<std::size_t>(ids[2])], std::string("red"));
+    QCOMPARE(ids[4], tok.eos_id());
+    QCOMPARE(ids[7], tok.eos_id());
+    // Unknown words map to <|unknown|>; long captions are cut so the end token still fits.
+    QCOMPARE(tok.encode("a purple circle")[2], tok.unknown_id());
+    const auto long_ids = tok.encode("a red circle on a blue background on a red circle");
+    QCOMPARE(tok.vocab()[static_cast<std::size_t>(long_ids[6])], std::string("blue"));
+    QCOMPARE(long_ids[7], tok.eos_id());
+    // The empty caption (classifier-free guidance) is just bos + eos padding.
+    const auto empty = tok.encode("");
+    QCOMPARE(empty[1], tok.eos_id());
+    QCOMPARE(tok.encode_batch({"a", "red"}).sizes().vec(), (std::vector<std::int64_t>{2, 8}));
+  }
+
+  void wordTokenizerRoundTripsAndRefusesBadFiles() {
+    QTemporaryDir dir;
+    const std::string path = (dir.path() + "/tokenizer.json").toStdString();
+    const WordTokenizer tok = WordTokenizer::build({"a red circle"}, 6);
+    tok.save(path);
+    const WordTokenizer back = WordTokenizer::load(path);
+    QCOMPARE(back.vocab(), tok.vocab());
+    QCOMPARE(back.encode("red circle"), tok.encode("red circle"));
+    zs::io::write_file_atomic(path, "{\"format\": \"other\"}");
+    try {
+      WordTokenizer::load(path);
+      QFAIL("loaded a foreign file");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).contains("tokenizer.json: not a ZeroStudio word tokenizer"), e.what());
+    }
+  }
+
+  void tinyEncoderPoolsAtTheEndToken() {
+    const WordTokenizer tok = WordTokenizer::build({"a red circle"}, 8);
+    ClipTextConfig c;
+    c.vocab_size = tok.vocab_size();
+    c.hidden_size = 16;
+    c.intermediate_size = 32;
+    c.num_attention_heads = 2;
+    c.num_hidden_layers = 2;
+    c.max_position_embeddings = 8;
+    c.eos_token_id = tok.eos_id();
+    ClipTextModel model(c);
+    c10::NoGradGuard no_grad;
+    const at::Tensor ids = tok.encode_batch({"a red circle"});
+    const ClipTextOutput out = model->forward(ids);
+    QVERIFY(at::equal(out.pooled[0], out.last_hidden_state[0][4]));
+    // The config survives its JSON form.
+    QCOMPARE(ClipTextConfig::from_json(c.to_json(), "x").eos_token_id, tok.eos_id());
+  }
+};
+
+QTEST_GUILESS_MAIN(TestTextEncoder)
+#include "tst_text_encoder.moc"
