@@ -1,0 +1,254 @@
+#include "data/dataset.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include <ATen/ATen.h>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/image.h"
+
+namespace zs::data {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool is_image(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".png" || ext == ".jpg" || ext == ".jpeg";
+}
+
+std::string read_caption(const fs::path& p) {
+  std::string text = io::read_file(p.string());
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+/// Splits one CSV record (RFC 4180 quoting) starting at `pos`; advances `pos` past its line end.
+std::vector<std::string> csv_record(const std::string& s, std::size_t& pos) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (; pos < s.size(); ++pos) {
+    const char c = s[pos];
+    if (quoted) {
+      if (c == '"' && pos + 1 < s.size() && s[pos + 1] == '"') {
+        fields.back() += '"';
+        ++pos;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        fields.back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else if (c == '\n') {
+      ++pos;
+      break;
+    } else if (c != '\r') {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+std::vector<DataItem> scan_csv(const fs::path& root) {
+  const fs::path csv = root / "metadata.csv";
+  const std::string text = io::read_file(csv.string());
+  std::size_t pos = 0;
+  const auto header = csv_record(text, pos);
+  const auto file_col = std::find(header.begin(), header.end(), "file_name") - header.begin();
+  const auto text_col = std::find(header.begin(), header.end(), "text") - header.begin();
+  if (file_col == static_cast<long>(header.size()) || text_col == static_cast<long>(header.size()))
+    throw Error(ErrorKind::data, csv.string() + ":1: the header needs the columns file_name and text");
+  std::vector<DataItem> items;
+  for (int line = 2; pos < text.size(); ++line) {
+    const auto rec = csv_record(text, pos);
+    if (rec.size() == 1 && rec[0].empty()) continue;
+    if (rec.size() != header.size())
+      throw Error(ErrorKind::data, csv.string() + ":" + std::to_string(line) + ": has " + std::to_string(rec.size()) +
+                                       " fields, the header has " + std::to_string(header.size()));
+    items.push_back({(root / rec[static_cast<std::size_t>(file_col)]).string(), rec[static_cast<std::size_t>(text_col)]});
+  }
+  return items;
+}
+
+}  // namespace
+
+std::vector<DataItem> scan_dataset(const std::string& root_text) {
+  const fs::path root(root_text);
+  std::error_code ec;
+  if (!fs::is_directory(root, ec))
+    throw Error(ErrorKind::data, root_text + ": dataset folder does not exist; set data.path to a folder of images "
+                                             "(or data.generate: shapes for the demo data)");
+  std::vector<DataItem> items;
+  if (fs::exists(root / "metadata.csv")) {
+    items = scan_csv(root);
+  } else if (fs::is_directory(root / "images")) {
+    for (const auto& e : fs::directory_iterator(root / "images")) {
+      if (!e.is_regular_file() || !is_image(e.path())) continue;
+      const fs::path cap = root / "captions" / (e.path().stem().string() + ".txt");
+      items.push_back({e.path().string(), fs::exists(cap) ? read_caption(cap) : std::string()});
+    }
+  } else {
+    for (const auto& e : fs::recursive_directory_iterator(root)) {
+      if (!e.is_regular_file() || !is_image(e.path())) continue;
+      fs::path cap = e.path();
+      cap.replace_extension(".txt");
+      items.push_back({e.path().string(), fs::exists(cap) ? read_caption(cap) : std::string()});
+    }
+  }
+  if (items.empty())
+    throw Error(ErrorKind::data, root_text + ": no images found (looked for metadata.csv, images/ + captions/, and "
+                                             "PNG/JPEG files with .txt captions beside them)");
+  std::sort(items.begin(), items.end(), [](const DataItem& a, const DataItem& b) { return a.image < b.image; });
+  return items;
+}
+
+at::Tensor DataLoader::load_image(const std::string& path, std::int64_t res) {
+  const io::Image img = io::read_image(path);
+  // [H, W, 3] uint8 -> [1, 3, H, W] float 0..255
+  at::Tensor t = at::from_blob(const_cast<std::uint8_t*>(img.rgb.data()), {img.height, img.width, 3}, at::kByte)
+                     .permute({2, 0, 1}).unsqueeze(0).to(at::kFloat);
+  const double scale = static_cast<double>(res) / std::min(img.width, img.height);
+  const std::int64_t nh = std::max<std::int64_t>(res, std::llround(img.height * scale));
+  const std::int64_t nw = std::max<std::int64_t>(res, std::llround(img.width * scale));
+  if (nh != img.height || nw != img.width)
+    t = at::_upsample_bilinear2d_aa(t, {nh, nw}, false, c10::nullopt, c10::nullopt);
+  const std::int64_t top = (nh - res) / 2, left = (nw - res) / 2;
+  t = t.slice(2, top, top + res).slice(3, left, left + res);
+  return (t.squeeze(0) / 127.5 - 1.0).clamp(-1.0, 1.0).contiguous();
+}
+
+DataLoader::DataLoader(std::vector<DataItem> items, LoaderOptions options,
+                       std::function<void(const std::string&)> on_warning)
+    : items_(std::move(items)), options_(options), on_warning_(std::move(on_warning)) {
+  if (items_.empty()) throw Error(ErrorKind::data, "the dataset is empty");
+  if (static_cast<std::int64_t>(items_.size()) < options_.batch_size)
+    throw Error(ErrorKind::data, "the dataset has " + std::to_string(items_.size()) +
+                                     " images, fewer than training.batch_size " + std::to_string(options_.batch_size));
+  batches_per_epoch_ = static_cast<std::int64_t>(items_.size()) / options_.batch_size;
+}
+
+DataLoader::~DataLoader() { stop(); }
+
+std::vector<std::int64_t> DataLoader::permutation(std::int64_t epoch) const {
+  std::vector<std::int64_t> order(items_.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int64_t>(i);
+  std::mt19937_64 rng(options_.seed * 1000003ULL + static_cast<std::uint64_t>(epoch) + 1);
+  std::shuffle(order.begin(), order.end(), rng);
+  return order;
+}
+
+Batch DataLoader::make_batch(std::int64_t k) {
+  Batch b;
+  b.index = k;
+  b.epoch = k / batches_per_epoch_;
+  const auto order = permutation(b.epoch);
+  const std::int64_t first = (k % batches_per_epoch_) * options_.batch_size;
+  std::vector<at::Tensor> images;
+  for (std::int64_t j = 0; j < options_.batch_size; ++j) {
+    // Per-sample randomness from (seed, batch, slot): independent of threads and of resume.
+    std::mt19937_64 rng(options_.seed ^ (static_cast<std::uint64_t>(k) * 0x9E3779B97F4A7C15ULL + j * 7919ULL + 17));
+    std::uniform_real_distribution<double> uni(0.0, 1.0);
+    const double flip = uni(rng), drop = uni(rng);
+    at::Tensor img;
+    std::string caption;
+    for (std::size_t tries = 0; tries < items_.size(); ++tries) {
+      const auto& item = items_[static_cast<std::size_t>(order[(first + j + tries) % order.size()])];
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (bad_.count(item.image)) continue;
+      }
+      try {
+        img = load_image(item.image, options_.resolution);
+        caption = item.caption;
+        break;
+      } catch (const Error& e) {
+        bool first_time = false;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          first_time = bad_.insert(item.image).second;
+        }
+        if (first_time && on_warning_) on_warning_(std::string("skipping an unreadable image: ") + e.what());
+      }
+    }
+    if (!img.defined()) throw Error(ErrorKind::data, "no image of the dataset could be read (see the warnings)");
+    if (flip < options_.flip_p) img = img.flip({2});
+    if (drop < options_.caption_dropout) caption.clear();
+    images.push_back(img);
+    b.captions.push_back(std::move(caption));
+  }
+  b.images = at::stack(images);
+  return b;
+}
+
+void DataLoader::worker() {
+  for (;;) {
+    std::int64_t k = 0;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || next_to_make_ < next_to_take_ + options_.prefetch; });
+      if (stopping_) return;
+      k = next_to_make_++;
+    }
+    Batch b;
+    std::string error;
+    try {
+      b = make_batch(k);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (error.empty()) {
+        ready_[k] = std::move(b);
+      } else {
+        failed_[k] = error;
+      }
+    }
+    cv_.notify_all();
+  }
+}
+
+void DataLoader::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+void DataLoader::start(std::int64_t first) {
+  stop();
+  stopping_ = false;
+  ready_.clear();
+  failed_.clear();
+  next_to_make_ = next_to_take_ = first;
+  for (int i = 0; i < options_.num_workers; ++i) threads_.emplace_back([this] { worker(); });
+}
+
+Batch DataLoader::next() {
+  if (threads_.empty()) return make_batch(next_to_take_++);
+  std::unique_lock<std::mutex> lock(mutex_);
+  const std::int64_t k = next_to_take_;
+  cv_.wait(lock, [&] { return ready_.count(k) || failed_.count(k); });
+  if (failed_.count(k)) throw Error(ErrorKind::data, failed_[k]);
+  Batch b = std::move(ready_[k]);
+  ready_.erase(k);
+  ++next_to_take_;
+  lock.unlock();
+  cv_.notify_all();
+  return b;
+}
+
+}  // namespace zs::data

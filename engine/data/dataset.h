@@ -1,0 +1,96 @@
+#pragma once
+// Datasets on disk (flat files, side-by-side files, metadata.csv) and a loader that decodes,
+// resizes, crops and flips them in background threads, deterministically from a seed.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace zs::data {
+
+/// One training example.
+struct DataItem {
+  std::string image;    ///< absolute or root-relative path of the PNG/JPEG
+  std::string caption;
+};
+
+/// Finds the examples under `root`, by layout:
+///  - `metadata.csv` with a header `file_name,text` (paths relative to root);
+///  - `images/` + `captions/` with the same stems;
+///  - `name.png|jpg|jpeg` beside `name.txt` (no caption file: empty caption).
+/// Sorted by path. Throws zs::Error(data) naming `root` when it is missing or holds no image.
+std::vector<DataItem> scan_dataset(const std::string& root);
+
+/// One batch: images [B, 3, R, R] float32 in [-1, 1], captions (after dropout: "" for dropped).
+struct Batch {
+  at::Tensor images;
+  std::vector<std::string> captions;
+  std::int64_t epoch = 0;
+  std::int64_t index = 0;  ///< batch number since the start of training
+};
+
+struct LoaderOptions {
+  std::int64_t batch_size = 1;
+  std::int64_t resolution = 512;    ///< square side in pixels
+  double flip_p = 0;                ///< probability of a horizontal flip
+  double caption_dropout = 0;       ///< probability of an empty caption
+  std::uint64_t seed = 0;           ///< fixes order, flips and dropout
+  int num_workers = 2;              ///< decoding threads; 0 decodes in the caller's thread
+  int prefetch = 4;                 ///< batches decoded ahead
+};
+
+/// Deterministic batches: batch k depends only on (items, options, k), so a resumed run gets the
+/// same batches as an uninterrupted one. Every epoch is a fresh permutation of the items; the
+/// last incomplete batch of an epoch is dropped. A broken image is replaced by the next item in
+/// the permutation and reported once through `on_warning` (from a worker thread).
+class DataLoader {
+ public:
+  DataLoader(std::vector<DataItem> items, LoaderOptions options,
+             std::function<void(const std::string&)> on_warning = {});
+  ~DataLoader();  ///< stops and joins the workers
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  /// Starts (or restarts) producing from batch number `first`.
+  void start(std::int64_t first);
+  /// The next batch in order; blocks until it is decoded. Throws zs::Error(data) when every
+  /// image of the dataset is unreadable.
+  Batch next();
+  std::int64_t batches_per_epoch() const { return batches_per_epoch_; }
+  std::size_t size() const { return items_.size(); }
+
+  /// Decodes one item as the loader does ([3, R, R] in [-1, 1], no flip). Throws zs::Error(data).
+  static at::Tensor load_image(const std::string& path, std::int64_t resolution);
+
+ private:
+  Batch make_batch(std::int64_t k);
+  std::vector<std::int64_t> permutation(std::int64_t epoch) const;
+  void stop();
+  void worker();
+
+  std::vector<DataItem> items_;
+  LoaderOptions options_;
+  std::function<void(const std::string&)> on_warning_;
+  std::int64_t batches_per_epoch_ = 1;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<std::int64_t, Batch> ready_;
+  std::map<std::int64_t, std::string> failed_;  // batch number -> error text
+  std::int64_t next_to_make_ = 0, next_to_take_ = 0;
+  std::set<std::string> bad_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace zs::data

@@ -1,0 +1,251 @@
+// Images, the shapes dataset, dataset layouts and the background loader.
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include <jpeglib.h>
+
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/shapes.h"
+#include "io/atomic_file.h"
+#include "io/image.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "test_support.h"
+
+using namespace zs::data;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// A JPEG of `img` (quality 95), written with libjpeg's encoder.
+void write_jpeg(const std::string& path, const zs::io::Image& img) {
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr jerr;
+  cinfo.err = jpeg_std_error(&jerr);
+  jpeg_create_compress(&cinfo);
+  FILE* f = std::fopen(path.c_str(), "wb");
+  jpeg_stdio_dest(&cinfo, f);
+  cinfo.image_width = static_cast<JDIMENSION>(img.width);
+  cinfo.image_height = static_cast<JDIMENSION>(img.height);
+  cinfo.input_components = 3;
+  cinfo.in_color_space = JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 95, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    auto* row = const_cast<JSAMPLE*>(img.rgb.data() + static_cast<std::size_t>(cinfo.next_scanline) * img.width * 3);
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  std::fclose(f);
+  jpeg_destroy_compress(&cinfo);
+}
+
+std::string tmp(const QTemporaryDir& d, const char* rel) { return (d.path() + "/" + rel).toStdString(); }
+
+}  // namespace
+
+class TestData : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void pngRoundTrip() {
+    QTemporaryDir dir;
+    zs::io::Image img{5, 3, {}};
+    for (int i = 0; i < 45; ++i) img.rgb.push_back(static_cast<std::uint8_t>(i * 5));
+    zs::io::write_png(tmp(dir, "a.png"), img);
+    const zs::io::Image back = zs::io::read_image(tmp(dir, "a.png"));
+    QCOMPARE(back.width, 5);
+    QCOMPARE(back.height, 3);
+    QVERIFY(back.rgb == img.rgb);
+  }
+
+  void jpegDecodes() {
+    QTemporaryDir dir;
+    const zs::io::Image img = draw_shape({"square", "red", "blue"}, 24, 3);
+    write_jpeg(tmp(dir, "a.jpg"), img);
+    const zs::io::Image back = zs::io::read_image(tmp(dir, "a.jpg"));
+    QCOMPARE(back.width, 24);
+    double err = 0;
+    for (std::size_t i = 0; i < img.rgb.size(); ++i) err += std::abs(back.rgb[i] - img.rgb[i]);
+    err /= static_cast<double>(img.rgb.size());
+    QVERIFY2(err < 12, qPrintable(QString::number(err)));  // lossy (chroma subsampled edges), colours survive
+    QCOMPARE(read_shape_image(back).colour, std::string("red"));
+  }
+
+  void brokenImagesNameTheFile() {
+    QTemporaryDir dir;
+    zs::io::write_file_atomic(tmp(dir, "bad.png"), std::string("\x89PNG\r\n\x1a\n", 8) + "garbage");
+    zs::io::write_file_atomic(tmp(dir, "text.jpg"), "hello");
+    for (const char* name : {"bad.png", "text.jpg", "missing.png"}) {
+      try {
+        zs::io::read_image(tmp(dir, name));
+        QFAIL(name);
+      } catch (const zs::Error& e) {
+        QVERIFY2(QString(e.what()).contains(name), e.what());
+        QCOMPARE(e.kind(), zs::ErrorKind::data);
+      }
+    }
+  }
+
+  void captionsRoundTrip() {
+    const ShapeSpec spec{"triangle", "orange", "white"};
+    QCOMPARE(shape_caption(spec), std::string("an orange triangle on a white background"));
+    const auto back = parse_shape_caption(shape_caption(spec));
+    QVERIFY(back);
+    QCOMPARE(back->colour, std::string("orange"));
+    QVERIFY(!parse_shape_caption("a red dog on a blue background"));
+  }
+
+  void scorerReadsEveryGeneratedImage() {
+    // The quickstart benchmark scores samples with read_shape_image; on clean drawings it must be exact.
+    int checked = 0;
+    for (int size : {16, 32}) {
+      for (const auto& shape : shape_kinds())
+        for (const auto& fg : shape_palette())
+          for (const auto& bg : shape_palette()) {
+            if (std::string(fg.name) == bg.name) continue;
+            const zs::io::Image img = draw_shape({shape, fg.name, bg.name}, size, static_cast<std::uint64_t>(checked));
+            const ShapeReading r = read_shape_image(img);
+            const QString what = QString("%1 %2 on %3 at %4: read %5 %6 on %7")
+                                     .arg(fg.name).arg(shape.c_str()).arg(bg.name).arg(size)
+                                     .arg(r.colour.c_str()).arg(r.shape.c_str()).arg(r.background.c_str());
+            QVERIFY2(r.colour == fg.name && r.background == bg.name, qPrintable(what));
+            if (size == 32) QVERIFY2(r.shape == shape, qPrintable(what));
+            ++checked;
+          }
+    }
+    QCOMPARE(checked, 2 * 3 * 56);
+  }
+
+  void generatesTheFlatLayout() {
+    QTemporaryDir dir;
+    const std::string out = tmp(dir, "shapes");
+    int last = 0;
+    generate_shapes_dataset(out, 12, 16, 7, [&](int done, int) { last = done; });
+    QCOMPARE(last, 12);
+    QVERIFY(fs::exists(out + "/images/00011.png"));
+    QVERIFY(!fs::exists(out + ".partial"));
+    const auto items = scan_dataset(out);
+    QCOMPARE(items.size(), std::size_t{12});
+    const auto spec = parse_shape_caption(items[0].caption);
+    QVERIFY2(spec, items[0].caption.c_str());
+    QCOMPARE(read_shape_image(zs::io::read_image(items[0].image)).colour, spec->colour);
+    // Same seed, same bytes; a non-empty target is refused.
+    generate_shapes_dataset(tmp(dir, "again"), 12, 16, 7);
+    QCOMPARE(zs::io::read_file(tmp(dir, "again/images/00003.png")), zs::io::read_file(out + "/images/00003.png"));
+    QVERIFY_THROWS_EXCEPTION(zs::Error, generate_shapes_dataset(out, 2, 16, 7));
+  }
+
+  void otherLayouts() {
+    QTemporaryDir dir;
+    fs::create_directories(tmp(dir, "csv/img"));
+    zs::io::write_png(tmp(dir, "csv/img/a.png"), draw_shape({"circle", "red", "black"}, 16, 1));
+    zs::io::write_png(tmp(dir, "csv/img/b.png"), draw_shape({"circle", "red", "black"}, 16, 2));
+    zs::io::write_file_atomic(tmp(dir, "csv/metadata.csv"), "file_name,text\nimg/a.png,\"a red, round thing\"\nimg/b.png,plain\n");
+    auto items = scan_dataset(tmp(dir, "csv"));
+    QCOMPARE(items.size(), std::size_t{2});
+    QCOMPARE(items[0].caption, std::string("a red, round thing"));
+    zs::io::write_file_atomic(tmp(dir, "csv/metadata.csv"), "file,caption\nimg/a.png,x\n");
+    try {
+      scan_dataset(tmp(dir, "csv"));
+      QFAIL("accepted a bad header");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).contains("metadata.csv:1: the header needs the columns file_name and text"), e.what());
+    }
+    fs::create_directories(tmp(dir, "side/sub"));
+    zs::io::write_png(tmp(dir, "side/sub/x.png"), draw_shape({"square", "green", "black"}, 16, 1));
+    zs::io::write_file_atomic(tmp(dir, "side/sub/x.txt"), "a green square\n");
+    items = scan_dataset(tmp(dir, "side"));
+    QCOMPARE(items.size(), std::size_t{1});
+    QCOMPARE(items[0].caption, std::string("a green square"));
+  }
+
+  void missingOrEmptyDatasetNamesThePath() {
+    QTemporaryDir dir;
+    for (const std::string path : {tmp(dir, "nothing"), tmp(dir, "")}) {
+      try {
+        scan_dataset(path);
+        QFAIL("accepted an empty dataset");
+      } catch (const zs::Error& e) {
+        QVERIFY2(QString(e.what()).startsWith(QString::fromStdString(path)), e.what());
+      }
+    }
+  }
+
+  void loaderIsDeterministicAndResumable() {
+    QTemporaryDir dir;
+    generate_shapes_dataset(tmp(dir, "s"), 10, 16, 1);
+    const auto items = scan_dataset(tmp(dir, "s"));
+    LoaderOptions o;
+    o.batch_size = 3;
+    o.resolution = 8;
+    o.flip_p = 0.5;
+    o.caption_dropout = 0.3;
+    o.seed = 5;
+    DataLoader threaded(items, o);
+    o.num_workers = 0;
+    DataLoader inline_loader(items, o);
+    QCOMPARE(threaded.batches_per_epoch(), std::int64_t{3});
+    threaded.start(0);
+    inline_loader.start(0);
+    std::vector<Batch> first;
+    for (int i = 0; i < 7; ++i) {
+      const Batch a = threaded.next(), b = inline_loader.next();
+      QCOMPARE(a.index, std::int64_t{i});
+      QCOMPARE(a.epoch, std::int64_t{i / 3});
+      QVERIFY(at::equal(a.images, b.images));
+      QCOMPARE(a.captions, b.captions);
+      QCOMPARE(a.images.sizes().vec(), (std::vector<std::int64_t>{3, 3, 8, 8}));
+      QVERIFY(a.images.min().item<float>() >= -1.0f && a.images.max().item<float>() <= 1.0f);
+      first.push_back(a);
+    }
+    // Restarting at batch 4 gives batch 4 again (what --resume relies on).
+    threaded.start(4);
+    const Batch again = threaded.next();
+    QVERIFY(at::equal(again.images, first[4].images));
+  }
+
+  void brokenImageIsSkippedWithAWarning() {
+    QTemporaryDir dir;
+    generate_shapes_dataset(tmp(dir, "s"), 6, 16, 1);
+    zs::io::write_file_atomic(tmp(dir, "s/images/00002.png"), "not a png");
+    std::vector<std::string> warnings;
+    std::mutex m;
+    LoaderOptions o;
+    o.batch_size = 2;
+    o.resolution = 16;
+    DataLoader loader(scan_dataset(tmp(dir, "s")), o, [&](const std::string& w) {
+      std::lock_guard<std::mutex> lock(m);
+      warnings.push_back(w);
+    });
+    loader.start(0);
+    for (int i = 0; i < 6; ++i) QCOMPARE(loader.next().images.size(0), std::int64_t{2});
+    QCOMPARE(warnings.size(), std::size_t{1});
+    QVERIFY2(QString::fromStdString(warnings[0]).contains("00002.png"), warnings[0].c_str());
+  }
+
+  void resizesAndCenterCrops() {
+    QTemporaryDir dir;
+    // 40×20: left half red, right half blue. Cropped to the centre square and resized to 10.
+    zs::io::Image img{40, 20, {}};
+    for (int y = 0; y < 20; ++y)
+      for (int x = 0; x < 40; ++x) {
+        const bool left = x < 20;
+        img.rgb.insert(img.rgb.end(), {static_cast<std::uint8_t>(left ? 255 : 0), 0, static_cast<std::uint8_t>(left ? 0 : 255)});
+      }
+    zs::io::write_png(tmp(dir, "wide.png"), img);
+    const at::Tensor t = DataLoader::load_image(tmp(dir, "wide.png"), 10);
+    QCOMPARE(t.sizes().vec(), (std::vector<std::int64_t>{3, 10, 10}));
+    QVERIFY(t[0][5][0].item<float>() > 0.9f);   // left column red
+    QVERIFY(t[2][5][9].item<float>() > 0.9f);   // right column blue
+  }
+};
+
+QTEST_GUILESS_MAIN(TestData)
+#include "tst_data.moc"
