@@ -10,6 +10,12 @@ namespace zs::cli {
 /// `zerostudio config {validate,import,export,schema}`.
 int run_config_command(const std::vector<std::string>& args);
 
+/// `zerostudio train FILE [--set ...] [--run-dir DIR] [--resume latest|PATH]`.
+int run_train_command(const std::vector<std::string>& args);
+
+/// `zerostudio make-dataset shapes --out DIR ...`.
+int run_make_dataset_command(const std::vector<std::string>& args);
+
 /// Prints warnings to stderr as "warning: ...".
 void print_warnings(const std::vector<std::string>& warnings);
 

@@ -23,6 +23,8 @@ const char* kHelp =
     "same family) with ZeRO sharding and CPU/NVMe offload.\n"
     "\n"
     "Commands:\n"
+    "  train FILE                 train headless (--set, --run-dir, --resume latest|CHECKPOINT)\n"
+    "  make-dataset shapes --out DIR   generate the demo dataset of coloured shapes\n"
     "  config validate FILE       check a trainer config, listing every problem\n"
     "  config import ...          accelerate YAML / DeepSpeed JSON -> trainer config\n"
     "  config export FILE ...     trainer config -> accelerate YAML / DeepSpeed JSON\n"
@@ -60,6 +62,8 @@ int dispatch(int argc, char** argv) {
     return 0;
   }
   if (first == "config") return zs::cli::run_config_command(rest);
+  if (first == "train") return zs::cli::run_train_command(rest);
+  if (first == "make-dataset") return zs::cli::run_make_dataset_command(rest);
   if (first[0] == '-') throw zs::cli::UsageError("unknown option '" + first + "'");
   const bool looks_like_config = first.ends_with(".yaml") || first.ends_with(".yml");
   if (looks_like_config && args.size() == 1) {

@@ -1,0 +1,179 @@
+// `zerostudio train` and `zerostudio make-dataset`.
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include <unistd.h>
+
+#include "arg_parser.h"
+#include "commands.h"
+#include "config/config_loader.h"
+#include "data/shapes.h"
+#include "train/trainer.h"
+
+namespace zs::cli {
+
+namespace {
+
+const CommandSpec kTrain{
+    "train", "FILE [--set KEY=VALUE ...] [--run-dir DIR] [--resume latest|CHECKPOINT]",
+    "Train headless with a trainer config, writing the run directory (events.jsonl, samples, checkpoints).",
+    "Ctrl-C (SIGINT) or SIGTERM finishes the current step, writes a checkpoint and exits; a second\n"
+    "Ctrl-C stops at once. --resume continues a run in its own directory: `latest` picks its newest\n"
+    "checkpoint; keys that define the model, data and optimizer must not change.",
+    {{"set", "KEY=VALUE", "Override one key, validated by the schema (repeatable)", true},
+     {"run_dir", "DIR", "Run directory (default: logging.runs_root/logging.run_name or CONFIG-DATE-TIME)"},
+     {"resume", "latest|CHECKPOINT", "Continue from the run directory's newest checkpoint or from a checkpoint folder"}},
+    1, 1};
+
+const CommandSpec kMakeDataset{
+    "make-dataset", "shapes --out DIR [--count N] [--size S] [--seed K]",
+    "Generate the demo dataset of coloured shapes in the flat-files layout (images/ + captions/).",
+    "", {{"out", "DIR", "Folder to create (must not exist or be empty)"},
+         {"count", "N", "Number of images (default 2048)"},
+         {"size", "S", "Image side in pixels (default 32)"},
+         {"seed", "K", "Random seed (default 0)"}},
+    1, 1};
+
+std::atomic<train::TrainerCommands*> g_commands{nullptr};
+std::atomic<int> g_signals{0};
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_signals.fetch_add(1) > 0) {  // second signal: stop now
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  if (auto* c = g_commands.load()) c->request_stop();
+}
+
+std::string format_duration(double s) {
+  const long t = static_cast<long>(s + 0.5);
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
+  return buf;
+}
+
+/// A one-line progress bar on a terminal; a line every 5 % otherwise.
+class ProgressBar {
+ public:
+  ProgressBar() : tty_(isatty(STDERR_FILENO) != 0) {}
+  void update(std::int64_t step, std::int64_t total, double loss, double s_per_step) {
+    avg_ = avg_ == 0 ? s_per_step : 0.9 * avg_ + 0.1 * s_per_step;
+    const double eta = avg_ * static_cast<double>(total - step);
+    const int width = 30;
+    const int filled = static_cast<int>(width * step / std::max<std::int64_t>(total, 1));
+    char line[256];
+    std::snprintf(line, sizeof line, "[%s%s] %lld/%lld  loss %.4f  %.2f s/step  ETA %s",
+                  std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                  std::string(static_cast<std::size_t>(width - filled), '.').c_str(), static_cast<long long>(step),
+                  static_cast<long long>(total), loss, avg_, format_duration(eta).c_str());
+    if (tty_) {
+      std::fprintf(stderr, "\r%s\033[K", line);
+      shown_ = true;
+    } else if (step == total || step * 20 / std::max<std::int64_t>(total, 1) != last_bucket_) {
+      last_bucket_ = step * 20 / std::max<std::int64_t>(total, 1);
+      std::fprintf(stderr, "%s\n", line);
+    }
+    std::fflush(stderr);
+  }
+  /// Prints a message on its own line, above the bar.
+  void message(const std::string& text) {
+    if (tty_ && shown_) std::fprintf(stderr, "\r\033[K");
+    std::fprintf(stderr, "%s\n", text.c_str());
+    std::fflush(stderr);
+  }
+  void finish() {
+    if (tty_ && shown_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  bool tty_;
+  bool shown_ = false;
+  double avg_ = 0;
+  std::int64_t last_bucket_ = -1;
+};
+
+}  // namespace
+
+int run_train_command(const std::vector<std::string>& args) {
+  const ParsedArgs a = parse_args(kTrain, args);
+  if (a.help) {
+    std::cout << kTrain.help();
+    return 0;
+  }
+  const std::string file = a.positional()[0];
+  const config::LoadedConfig loaded = config::load_config_file(file, a.all("set"));
+  print_warnings(loaded.warnings);
+
+  ProgressBar bar;
+  train::TrainerOptions options;
+  options.run_dir = a.get("run_dir");
+  options.resume = a.get("resume");
+  options.name_hint = std::filesystem::path(file).stem().string();
+  options.on_step = [&bar](std::int64_t step, std::int64_t total, double loss, double sps) { bar.update(step, total, loss, sps); };
+  options.on_event = [&bar](const nlohmann::json& e) {
+    const std::string type = e.value("type", "");
+    if (type == "warning") bar.message("warning: " + e.value("message", ""));
+    else if (type == "log") bar.message(e.value("message", ""));
+    else if (type == "samples") bar.message("samples: " + e.value("dir", ""));
+    else if (type == "checkpoint") bar.message("checkpoint: " + e.value("path", ""));
+    else if (type == "run_start")
+      bar.message("run " + e.value("run_dir", "") + ": " + std::to_string(e.value("parameters", 0)) +
+                  " parameters on " + e.value("device", "") + ", " + std::to_string(e.value("dataset_size", 0)) + " images");
+  };
+  train::Trainer trainer(loaded.config, options);
+  train::TrainerCommands commands;
+  g_commands = &commands;
+  g_signals = 0;
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+  struct Restore {
+    ~Restore() {
+      std::signal(SIGINT, SIG_DFL);
+      std::signal(SIGTERM, SIG_DFL);
+      g_commands = nullptr;
+    }
+  } restore;
+  const train::RunSummary summary = trainer.run(commands);
+  bar.finish();
+  std::cout << (summary.reason == "stopped" ? "stopped" : "finished") << " at step " << summary.step << " (loss "
+            << summary.last_loss << "); run directory: " << summary.run_dir << "\n";
+  return 0;
+}
+
+int run_make_dataset_command(const std::vector<std::string>& args) {
+  const ParsedArgs a = parse_args(kMakeDataset, args);
+  if (a.help) {
+    std::cout << kMakeDataset.help();
+    return 0;
+  }
+  if (a.positional()[0] != "shapes")
+    throw UsageError("make-dataset: unknown kind '" + a.positional()[0] + "' (the one kind is 'shapes')");
+  if (!a.has("out")) throw UsageError("make-dataset needs --out DIR");
+  auto number = [&](const char* name, long fallback) {
+    const std::string v = a.get(name);
+    if (v.empty()) return fallback;
+    try {
+      std::size_t used = 0;
+      const long n = std::stol(v, &used);
+      if (used != v.size()) throw std::invalid_argument(v);
+      return n;
+    } catch (const std::exception&) {
+      throw UsageError(std::string("--") + name + " needs a whole number, got '" + v + "'");
+    }
+  };
+  const long count = number("count", 2048), size = number("size", 32), seed = number("seed", 0);
+  ProgressBar bar;
+  data::generate_shapes_dataset(a.get("out"), static_cast<int>(count), static_cast<int>(size),
+                                static_cast<std::uint64_t>(seed),
+                                [&](int done, int total) { if (done % 64 == 0 || done == total) bar.update(done, total, 0, 0); });
+  bar.finish();
+  std::cout << "wrote " << count << " images to " << a.get("out") << "\n";
+  return 0;
+}
+
+}  // namespace zs::cli

@@ -1,0 +1,108 @@
+#include "checkpoint/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+
+namespace zs::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char* kFormat = "zerostudio-checkpoint";
+constexpr int kVersion = 1;
+
+std::int64_t folder_bytes(const fs::path& dir) {
+  std::int64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file()) n += static_cast<std::int64_t>(e.file_size());
+  return n;
+}
+}  // namespace
+
+CheckpointInfo save_checkpoint(const std::string& root, const std::string& tag,
+                               const std::map<std::string, NamedTensors>& files, nlohmann::json meta) {
+  const fs::path final_dir = fs::path(root) / tag;
+  const fs::path tmp_dir = fs::path(root) / ("." + tag + ".tmp");
+  std::error_code ec;
+  fs::remove_all(tmp_dir, ec);
+  fs::create_directories(tmp_dir, ec);
+  if (ec) throw Error(ErrorKind::io, tmp_dir.string() + ": cannot create the checkpoint folder: " + ec.message());
+  for (const auto& [name, tensors] : files) io::write_safetensors((tmp_dir / name).string(), tensors, {{"format", "pt"}});
+  meta["format"] = kFormat;
+  meta["version"] = kVersion;
+  meta["tag"] = tag;
+  io::write_file_atomic((tmp_dir / "meta.json").string(), meta.dump(2) + "\n");
+  // Replace an older checkpoint of the same tag: move it aside first, so one of the two always exists.
+  const fs::path old_dir = fs::path(root) / ("." + tag + ".old");
+  fs::remove_all(old_dir, ec);
+  if (fs::exists(final_dir)) fs::rename(final_dir, old_dir, ec);
+  fs::rename(tmp_dir, final_dir, ec);
+  if (ec) throw Error(ErrorKind::io, final_dir.string() + ": cannot move the checkpoint into place: " + ec.message());
+  fs::remove_all(old_dir, ec);
+  return open_checkpoint(final_dir.string());
+}
+
+CheckpointInfo open_checkpoint(const std::string& path) {
+  const fs::path meta_path = fs::path(path) / "meta.json";
+  if (!fs::exists(meta_path))
+    throw Error(ErrorKind::checkpoint, path + ": not a checkpoint folder (no meta.json); pass a folder under "
+                                              "<run>/checkpoints/ or --resume latest");
+  CheckpointInfo info;
+  try {
+    info.meta = nlohmann::json::parse(io::read_file(meta_path.string()));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::checkpoint, meta_path.string() + ": unreadable: " + e.what());
+  }
+  if (info.meta.value("format", "") != kFormat)
+    throw Error(ErrorKind::checkpoint, meta_path.string() + ": not a ZeroStudio checkpoint");
+  if (info.meta.value("version", 0) != kVersion)
+    throw Error(ErrorKind::checkpoint, meta_path.string() + ": checkpoint version " +
+                                           info.meta.value("version", nlohmann::json()).dump() +
+                                           " is not supported by this build (it reads version 1)");
+  info.path = path;
+  info.tag = info.meta.value("tag", fs::path(path).filename().string());
+  info.step = info.meta.value("step", std::int64_t{0});
+  info.bytes = folder_bytes(path);
+  return info;
+}
+
+std::vector<CheckpointInfo> list_checkpoints(const std::string& root) {
+  std::vector<CheckpointInfo> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    if (!e.is_directory() || e.path().filename().string().starts_with(".")) continue;
+    try {
+      out.push_back(open_checkpoint(e.path().string()));
+    } catch (const Error&) {
+      // foreign or incomplete folders are not checkpoints
+    }
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) {
+    return a.step != b.step ? a.step < b.step : a.tag < b.tag;
+  });
+  return out;
+}
+
+std::vector<std::string> prune_checkpoints(const std::string& root, std::int64_t keep_last) {
+  std::vector<std::string> deleted;
+  if (keep_last <= 0) return deleted;
+  auto all = list_checkpoints(root);
+  std::vector<CheckpointInfo> periodic;
+  for (auto& c : all)
+    if (c.meta.value("reason", "") == "periodic") periodic.push_back(c);
+  const auto excess = static_cast<std::int64_t>(periodic.size()) - keep_last;
+  for (std::int64_t i = 0; i < excess; ++i) {
+    std::error_code ec;
+    fs::remove_all(periodic[static_cast<std::size_t>(i)].path, ec);
+    if (!ec) deleted.push_back(periodic[static_cast<std::size_t>(i)].tag);
+  }
+  return deleted;
+}
+
+}  // namespace zs::checkpoint

@@ -1,0 +1,43 @@
+#pragma once
+// Checkpoint folders: checkpoints/<tag>/ with safetensors files and meta.json, written to a
+// hidden temporary folder and renamed, so a crash never leaves a half-written checkpoint.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+namespace zs::checkpoint {
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+/// A complete checkpoint on disk.
+struct CheckpointInfo {
+  std::string path;       ///< the tag folder
+  std::string tag;        ///< e.g. "step_500"
+  std::int64_t step = 0;
+  std::int64_t bytes = 0; ///< total size of its files
+  nlohmann::json meta;    ///< meta.json
+};
+
+/// Writes `files` (file name -> tensors, e.g. "model.safetensors") and meta.json (with "format",
+/// "version", "tag" added) to `root`/`tag`, replacing an older checkpoint of that tag.
+CheckpointInfo save_checkpoint(const std::string& root, const std::string& tag,
+                               const std::map<std::string, NamedTensors>& files, nlohmann::json meta);
+
+/// Complete checkpoints under `root`, oldest step first (temporary folders are ignored).
+std::vector<CheckpointInfo> list_checkpoints(const std::string& root);
+
+/// Opens a checkpoint folder; throws zs::Error(checkpoint) naming it when meta.json is missing,
+/// unreadable or of another format/version.
+CheckpointInfo open_checkpoint(const std::string& path);
+
+/// Deletes all but the newest `keep_last` checkpoints whose meta has "reason": "periodic"
+/// (keep_last <= 0 keeps all). Returns the deleted tags.
+std::vector<std::string> prune_checkpoints(const std::string& root, std::int64_t keep_last);
+
+}  // namespace zs::checkpoint

@@ -1,0 +1,19 @@
+#pragma once
+// Process and device memory figures for the metrics events.
+
+#include <cstdint>
+
+namespace zs {
+
+/// Resident set size of this process in bytes (0 where /proc is unavailable).
+std::int64_t process_rss_bytes();
+
+/// CUDA caching-allocator figures of the current device, all 0 without CUDA.
+struct GpuMemory {
+  std::int64_t allocated = 0;
+  std::int64_t reserved = 0;
+  std::int64_t peak = 0;
+};
+GpuMemory gpu_memory(int device_index);
+
+}  // namespace zs

@@ -1,0 +1,99 @@
+#include "models/diffusion_model.h"
+
+#include <filesystem>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/atomic_file.h"
+
+namespace zs::models {
+
+namespace fs = std::filesystem;
+
+DiffusionModel DiffusionModel::build_tiny(const std::vector<std::string>& captions, const std::string& prediction_type,
+                                          std::uint64_t seed) {
+  at::manual_seed(seed);
+  DiffusionModel m;
+  // Pixel space, three levels (e.g. 32 -> 16 -> 8 px): plain convolutions at full size, where
+  // attention would cost the most and help the least; cross-attention at the two coarse levels
+  // and in the middle, where the caption decides colours and shape.
+  UNetConfig u;
+  u.in_channels = 3;
+  u.out_channels = 3;
+  u.sample_size = 32;
+  u.block_out_channels = {32, 64, 96};
+  u.down_block_types = {"DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"};
+  u.up_block_types = {"CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"};
+  u.layers_per_block = 1;
+  u.cross_attention_dim = 64;
+  u.num_attention_heads = {2, 4, 4};
+  u.transformer_layers_per_block = {1, 1, 1};
+  u.norm_num_groups = 8;
+  m.unet = UNet2DConditionModel(u);
+
+  m.tokenizer = WordTokenizer::build(captions, 12);
+  ClipTextConfig t;
+  t.vocab_size = m.tokenizer.vocab_size();
+  t.hidden_size = 64;
+  t.intermediate_size = 128;
+  t.num_attention_heads = 4;
+  t.num_hidden_layers = 2;
+  t.max_position_embeddings = m.tokenizer.max_length();
+  t.eos_token_id = m.tokenizer.eos_id();
+  m.text_encoder = ClipTextModel(t);
+
+  // Cosine schedule and trailing timesteps: sampling starts from pure noise, which matters at
+  // small pixel sizes where scaled_linear leaves the image visible at t = 999.
+  m.schedule.beta_schedule = "squaredcos_cap_v2";
+  m.schedule.prediction_type = prediction_type;
+  m.schedule.timestep_spacing = "trailing";
+  m.schedule.steps_offset = 0;
+  m.schedule.set_alpha_to_one = true;
+  return m;
+}
+
+DiffusionModel DiffusionModel::load_folder(const std::string& dir) {
+  DiffusionModel m;
+  m.unet = UNet2DConditionModel(UNetConfig::from_file(dir + "/unet/config.json"));
+  m.tokenizer = WordTokenizer::load(dir + "/tokenizer/tokenizer.json");
+  ClipTextConfig t = ClipTextConfig::from_file(dir + "/text_encoder/config.json");
+  if (t.vocab_size != m.tokenizer.vocab_size())
+    throw Error(ErrorKind::checkpoint, dir + ": text_encoder/config.json vocab_size " + std::to_string(t.vocab_size) +
+                                           " does not match the tokenizer's " + std::to_string(m.tokenizer.vocab_size()));
+  m.text_encoder = ClipTextModel(t);
+  m.schedule = diffusion::ScheduleConfig::from_file(dir + "/scheduler/scheduler_config.json");
+  return m;
+}
+
+void DiffusionModel::save_folder(const std::string& dir) const {
+  for (const char* sub : {"unet", "text_encoder", "tokenizer", "scheduler"}) fs::create_directories(fs::path(dir) / sub);
+  io::write_file_atomic(dir + "/unet/config.json", unet->config().to_json().dump(2) + "\n");
+  io::write_file_atomic(dir + "/text_encoder/config.json", text_encoder->config().to_json().dump(2) + "\n");
+  tokenizer.save(dir + "/tokenizer/tokenizer.json");
+  io::write_file_atomic(dir + "/scheduler/scheduler_config.json", schedule.to_json().dump(2) + "\n");
+}
+
+at::Tensor DiffusionModel::encode_text(const std::vector<std::string>& captions, const at::Device& device) {
+  return text_encoder->forward(tokenizer.encode_batch(captions).to(device)).last_hidden_state;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> DiffusionModel::named_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& p : unet->named_parameters()) out.emplace_back("unet." + p.key(), p.value());
+  for (const auto& p : text_encoder->named_parameters()) out.emplace_back("text_encoder." + p.key(), p.value());
+  return out;
+}
+
+void DiffusionModel::to(const at::Device& device) {
+  unet->to(device);
+  text_encoder->to(device);
+}
+
+void DiffusionModel::train(bool on) {
+  unet->train(on);
+  text_encoder->train(on);
+}
+
+}  // namespace zs::models

@@ -1,0 +1,34 @@
+#include "train/events.h"
+
+#include <chrono>
+
+#include "core/error.h"
+
+namespace zs::train {
+
+double unix_time() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+EventLog::EventLog(const std::string& path, Listener listener) : path_(path), listener_(std::move(listener)) {
+  file_ = std::fopen(path.c_str(), "a");
+  if (!file_) throw Error(ErrorKind::io, path + ": cannot open the event log for writing");
+}
+
+EventLog::~EventLog() {
+  if (file_) std::fclose(file_);
+}
+
+void EventLog::emit(const std::string& type, std::int64_t step, const nlohmann::json& fields) {
+  nlohmann::json e = {{"type", type}, {"time", unix_time()}, {"step", step}};
+  for (const auto& [k, v] : fields.items()) e[k] = v;
+  const std::string line = e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::fputs(line.c_str(), file_);
+    std::fflush(file_);
+  }
+  if (listener_) listener_(e);
+}
+
+}  // namespace zs::train

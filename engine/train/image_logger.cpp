@@ -1,0 +1,115 @@
+#include "train/image_logger.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "diffusion/noise_schedule.h"
+#include "io/atomic_file.h"
+
+namespace zs::train {
+
+namespace fs = std::filesystem;
+
+at::Tensor sample_images(models::DiffusionModel& model, const std::vector<std::string>& prompts,
+                         std::int64_t images_per_prompt, std::int64_t resolution, std::int64_t ddim_steps,
+                         double guidance_scale, std::int64_t seed, const at::Device& device) {
+  c10::NoGradGuard no_grad;
+  const bool was_training = model.unet->is_training();
+  model.train(false);
+  const diffusion::NoiseSchedule schedule(model.schedule);
+  const diffusion::DdimSampler ddim(schedule, ddim_steps);
+  std::vector<std::string> captions;
+  std::vector<at::Tensor> noise;
+  const std::int64_t channels = model.unet->config().in_channels;
+  for (const auto& p : prompts)
+    for (std::int64_t i = 0; i < images_per_prompt; ++i) {
+      at::Generator gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(seed + static_cast<std::int64_t>(captions.size())));
+      noise.push_back(at::randn({channels, resolution, resolution}, gen));
+      captions.push_back(p);
+    }
+  const auto n = static_cast<std::int64_t>(captions.size());
+  at::Tensor x = at::stack(noise).to(device);
+  const at::Tensor cond = model.encode_text(captions, device);
+  const bool guided = guidance_scale != 1.0;
+  at::Tensor context = cond;
+  if (guided) context = at::cat({model.encode_text(std::vector<std::string>(captions.size(), ""), device), cond});
+  for (const std::int64_t t : ddim.timesteps()) {
+    const at::Tensor tt = at::full({guided ? 2 * n : n}, t, at::TensorOptions().dtype(at::kLong).device(device));
+    at::Tensor out = model.unet->forward(guided ? at::cat({x, x}) : x, tt, context);
+    if (guided) {
+      const auto parts = out.chunk(2);
+      out = parts[0] + guidance_scale * (parts[1] - parts[0]);
+    }
+    x = ddim.step(out, t, x).prev_sample;
+  }
+  model.train(was_training);
+  return x.clamp(-1, 1).to(at::kCPU);
+}
+
+io::Image to_image(const at::Tensor& chw) {
+  const at::Tensor t = ((chw.to(at::kFloat).clamp(-1, 1) + 1) * 127.5).round().to(at::kByte);
+  const at::Tensor rgb = (t.size(0) >= 3 ? t.slice(0, 0, 3) : t.slice(0, 0, 1).expand({3, t.size(1), t.size(2)}))
+                             .permute({1, 2, 0}).contiguous();
+  io::Image img{static_cast<int>(t.size(2)), static_cast<int>(t.size(1)), {}};
+  img.rgb.assign(rgb.data_ptr<std::uint8_t>(), rgb.data_ptr<std::uint8_t>() + rgb.numel());
+  return img;
+}
+
+io::Image make_grid(const std::vector<io::Image>& images, int columns) {
+  if (images.empty()) throw Error(ErrorKind::io, "make_grid: no images");
+  constexpr int kGap = 2;
+  const int w = images[0].width, h = images[0].height;
+  const int cols = std::max(1, std::min(columns, static_cast<int>(images.size())));
+  const int rows = static_cast<int>((images.size() + cols - 1) / cols);
+  io::Image grid{cols * w + (cols + 1) * kGap, rows * h + (rows + 1) * kGap, {}};
+  grid.rgb.assign(static_cast<std::size_t>(grid.width) * grid.height * 3, 32);
+  for (std::size_t i = 0; i < images.size(); ++i) {
+    const int ox = kGap + static_cast<int>(i % cols) * (w + kGap), oy = kGap + static_cast<int>(i / cols) * (h + kGap);
+    for (int y = 0; y < h; ++y)
+      std::copy_n(images[i].rgb.data() + static_cast<std::size_t>(y) * w * 3, w * 3,
+                  grid.rgb.data() + (static_cast<std::size_t>(oy + y) * grid.width + ox) * 3);
+  }
+  return grid;
+}
+
+SampleFolder write_samples(models::DiffusionModel& model, const config::SamplingConfig& sampling,
+                           std::int64_t resolution, const at::Device& device, const std::string& samples_root,
+                           std::int64_t step) {
+  if (sampling.prompts.empty()) return {};
+  const at::Tensor images = sample_images(model, sampling.prompts, sampling.images_per_prompt, resolution,
+                                          sampling.ddim_steps, sampling.guidance_scale, sampling.seed, device);
+  const fs::path final_dir = fs::path(samples_root) / ("step_" + std::to_string(step));
+  const fs::path tmp_dir = fs::path(samples_root) / (".step_" + std::to_string(step) + ".tmp");
+  std::error_code ec;
+  fs::remove_all(tmp_dir, ec);
+  fs::create_directories(tmp_dir, ec);
+  if (ec) throw Error(ErrorKind::io, tmp_dir.string() + ": cannot create the sample folder: " + ec.message());
+  std::vector<io::Image> pngs;
+  nlohmann::json listing = nlohmann::json::array();
+  for (std::int64_t k = 0; k < images.size(0); ++k) {
+    char name[32];
+    std::snprintf(name, sizeof name, "%03lld.png", static_cast<long long>(k));
+    pngs.push_back(to_image(images[k]));
+    io::write_png((tmp_dir / name).string(), pngs.back());
+    listing.push_back({{"file", name},
+                       {"prompt", sampling.prompts[static_cast<std::size_t>(k / sampling.images_per_prompt)]},
+                       {"seed", sampling.seed + k}});
+  }
+  const int columns = sampling.images_per_prompt > 1 ? static_cast<int>(sampling.images_per_prompt)
+                                                     : static_cast<int>(std::ceil(std::sqrt(static_cast<double>(pngs.size()))));
+  io::write_png((tmp_dir / "grid.png").string(), make_grid(pngs, columns));
+  io::write_file_atomic((tmp_dir / "prompts.json").string(), listing.dump(2) + "\n");
+  fs::remove_all(final_dir, ec);  // a re-sample of the same step (after a resume) replaces it
+  fs::rename(tmp_dir, final_dir, ec);
+  if (ec) throw Error(ErrorKind::io, final_dir.string() + ": cannot move the samples into place: " + ec.message());
+  return {final_dir.string(), images.size(0)};
+}
+
+}  // namespace zs::train

@@ -1,0 +1,38 @@
+#pragma once
+// The image logger: samples the model with DDIM and classifier-free guidance and writes
+// samples/step_<N>/ (000.png ... in generation order, grid.png, prompts.json) atomically.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "config/trainer_config.h"
+#include "io/image.h"
+#include "models/diffusion_model.h"
+
+namespace zs::train {
+
+/// Generates images: `prompts` × `images_per_prompt`; image k (in prompt-major order) starts
+/// from noise seeded with `seed + k`. Returns [N, C, R, R] in [-1, 1] on the CPU.
+at::Tensor sample_images(models::DiffusionModel& model, const std::vector<std::string>& prompts,
+                         std::int64_t images_per_prompt, std::int64_t resolution, std::int64_t ddim_steps,
+                         double guidance_scale, std::int64_t seed, const at::Device& device);
+
+/// [C, H, W] in [-1, 1] -> 8-bit RGB (grey for 1 channel; the first 3 channels otherwise).
+io::Image to_image(const at::Tensor& chw);
+/// A grid with `columns` columns and a 2-pixel gap.
+io::Image make_grid(const std::vector<io::Image>& images, int columns);
+
+/// Samples per `sampling` and writes `samples_root`/step_<step>/ (via a hidden temporary folder,
+/// then rename). Returns the folder and the number of images.
+struct SampleFolder {
+  std::string dir;
+  std::int64_t count = 0;
+};
+SampleFolder write_samples(models::DiffusionModel& model, const config::SamplingConfig& sampling,
+                           std::int64_t resolution, const at::Device& device, const std::string& samples_root,
+                           std::int64_t step);
+
+}  // namespace zs::train

@@ -1,0 +1,62 @@
+#pragma once
+// The trainer's optimizer interface (ZeRO's sharded optimizers implement it later) and a plain AdamW.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace zs::train {
+
+/// Bytes of model state one rank holds, for the metrics events (ZeRO's Ψ accounting).
+struct ModelStateBytes {
+  std::int64_t parameters = 0;
+  std::int64_t gradients = 0;
+  std::int64_t optimizer_states = 0;
+};
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+/// What the trainer needs from an optimizer: gradients in, updated parameters out.
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  /// Clears the gradients of every trained parameter.
+  virtual void zero_grad() = 0;
+  /// Global L2 norm of the gradients before clipping; scales them to `max_norm` when above it
+  /// (max_norm <= 0: no clipping).
+  virtual double clip_grad_norm(double max_norm) = 0;
+  /// One update with learning rate `lr`.
+  virtual void step(double lr) = 0;
+  /// Optimizer state for a checkpoint (names are stable across runs of the same model).
+  virtual NamedTensors state() const = 0;
+  /// Restores state(); `get(name)` returns the stored tensor or throws.
+  virtual void load_state(const std::function<at::Tensor(const std::string&)>& get) = 0;
+  virtual ModelStateBytes model_state() const = 0;
+  /// Updates done so far.
+  virtual std::int64_t steps() const = 0;
+};
+
+/// AdamW with decoupled weight decay (Loshchilov & Hutter), bias-corrected, fp32 state.
+class AdamW final : public Optimizer {
+ public:
+  AdamW(NamedTensors parameters, double beta1, double beta2, double eps, double weight_decay);
+  void zero_grad() override;
+  double clip_grad_norm(double max_norm) override;
+  void step(double lr) override;
+  NamedTensors state() const override;
+  void load_state(const std::function<at::Tensor(const std::string&)>& get) override;
+  ModelStateBytes model_state() const override;
+  std::int64_t steps() const override { return step_; }
+
+ private:
+  NamedTensors params_;
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  double beta1_, beta2_, eps_, weight_decay_;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace zs::train

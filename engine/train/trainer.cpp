@@ -1,0 +1,388 @@
+#include "train/trainer.h"
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+#include <torch/cuda.h>
+
+#include "checkpoint/checkpoint.h"
+#include "config/config_loader.h"
+#include "config/config_writer.h"
+#include "config/schema.h"
+#include "config/value.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "data/dataset.h"
+#include "data/shapes.h"
+#include "diffusion/noise_schedule.h"
+#include "io/safetensors.h"
+#include "models/diffusion_model.h"
+#include "models/weights.h"
+#include "train/ema.h"
+#include "train/events.h"
+#include "train/image_logger.h"
+#include "train/lr_schedule.h"
+#include "train/optimizer.h"
+
+namespace zs::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::vector<std::string> resume_mismatches(const config::TrainerConfig& ckpt, const config::TrainerConfig& now) {
+  std::vector<std::string> out;
+  for (const auto& f : config::schema_fields()) {
+    const bool fixed = f.path.starts_with("model.") || f.path.starts_with("data.") || f.path == "training.seed" ||
+                       f.path == "training.batch_size" || (f.path.starts_with("optimizer.") && f.path != "optimizer.lr");
+    if (!fixed) continue;
+    const std::string a = config::format_value(f.get(ckpt)), b = config::format_value(f.get(now));
+    if (a != b) out.push_back(f.path + ": checkpoint " + a + ", config " + b);
+  }
+  return out;
+}
+
+struct Trainer::State {
+  config::TrainerConfig cfg;
+  TrainerOptions opt;
+  std::string run_dir;
+  std::unique_ptr<EventLog> events;
+  std::ofstream rank_log;
+  at::Device device{at::kCPU};
+  models::DiffusionModel model;
+  std::unique_ptr<diffusion::NoiseSchedule> schedule;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<Ema> ema;
+  std::unique_ptr<data::DataLoader> loader;
+  std::unique_ptr<LrSchedule> lr;
+  at::Generator gen;
+  std::int64_t step = 0;              // optimizer steps done
+  std::int64_t batches_consumed = 0;  // micro batches taken from the loader
+  double last_loss = 0;
+  std::string samples_dir() const { return run_dir + "/samples"; }
+  std::string checkpoints_dir() const { return run_dir + "/checkpoints"; }
+  void emit(const std::string& type, const json& fields = json::object());
+  void log(const std::string& message) { emit("log", {{"message", message}}); }
+  void warn(const std::string& message) { emit("warning", {{"message", message}}); }
+};
+
+void Trainer::State::emit(const std::string& type, const json& fields) {
+  events->emit(type, step, fields);
+  if (rank_log.is_open() && (type == "log" || type == "warning" || type == "error" || type == "checkpoint" ||
+                             type == "run_start" || type == "run_end")) {
+    rank_log << "[step " << step << "] " << type << ": " << fields.dump() << "\n";
+    rank_log.flush();
+  }
+}
+
+namespace {
+
+std::string default_run_name(const std::string& hint) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+  return hint + "-" + buf;
+}
+
+std::string resolve_data_path(const config::TrainerConfig& cfg, const std::string& run_dir) {
+  return cfg.data.path.empty() ? run_dir + "/data" : cfg.data.path;
+}
+
+json model_state_json(const ModelStateBytes& b) {
+  return {{"parameters", b.parameters}, {"gradients", b.gradients}, {"optimizer_states", b.optimizer_states}};
+}
+
+std::function<at::Tensor(const std::string&)> getter(const io::SafetensorsReader& r) {
+  return [&r](const std::string& name) {
+    if (!r.contains(name)) throw Error(ErrorKind::checkpoint, r.path() + ": missing tensor " + name);
+    return r.tensor(name);
+  };
+}
+
+}  // namespace
+
+Trainer::Trainer(config::TrainerConfig config, TrainerOptions options) : s_(std::make_unique<State>()) {
+  s_->cfg = std::move(config);
+  s_->opt = std::move(options);
+  if (!s_->opt.run_dir.empty()) {
+    s_->run_dir = s_->opt.run_dir;
+  } else {
+    const std::string name = s_->cfg.logging.run_name.empty() ? default_run_name(s_->opt.name_hint) : s_->cfg.logging.run_name;
+    s_->run_dir = (fs::path(s_->cfg.logging.runs_root) / name).string();
+  }
+}
+
+Trainer::~Trainer() = default;
+
+const std::string& Trainer::run_dir() const { return s_->run_dir; }
+
+RunSummary Trainer::run(TrainerCommands& commands) {
+  State& s = *s_;
+  const auto& cfg = s.cfg;
+  const bool resuming = !s.opt.resume.empty();
+  const fs::path root(s.run_dir);
+  if (!resuming && fs::exists(root / "events.jsonl"))
+    throw Error(ErrorKind::io, s.run_dir + ": already holds a run; continue it with --resume latest or choose "
+                                           "another --run-dir");
+  std::error_code ec;
+  for (const char* sub : {"", "model", "samples", "checkpoints", "logs", "exports"}) fs::create_directories(root / sub, ec);
+  if (ec) throw Error(ErrorKind::io, s.run_dir + ": cannot create the run directory: " + ec.message());
+  s.events = std::make_unique<EventLog>((root / "events.jsonl").string(), s.opt.on_event);
+  s.rank_log.open(root / "logs" / "rank0.log", std::ios::app);
+  config::save_config(cfg, (root / "config.yaml").string());
+
+  try {
+    // Resume: the checkpoint decides the step, and its config must agree on what defines the run.
+    std::optional<checkpoint::CheckpointInfo> ckpt;
+    if (resuming) {
+      if (s.opt.resume == "latest") {
+        const auto all = checkpoint::list_checkpoints(s.checkpoints_dir());
+        if (all.empty())
+          throw Error(ErrorKind::checkpoint, s.checkpoints_dir() + ": no checkpoint to resume from; start without --resume");
+        ckpt = all.back();
+      } else {
+        ckpt = checkpoint::open_checkpoint(s.opt.resume);
+      }
+      const auto saved = config::load_config_string(ckpt->meta.value("config", ""), ckpt->path + "/meta.json");
+      const auto diffs = resume_mismatches(saved.config, cfg);
+      if (!diffs.empty()) {
+        std::string msg = ckpt->path + ": the config differs from the checkpoint's in keys that define the run:";
+        for (const auto& d : diffs) msg += "\n  " + d;
+        msg += "\nChange them back, or start a new run.";
+        throw Error(ErrorKind::checkpoint, msg);
+      }
+      s.step = ckpt->step;
+    }
+
+    // Device.
+    if (!cfg.launch.use_cpu && torch::cuda::is_available()) s.device = at::Device(at::kCUDA, 0);
+    if (cfg.precision != "fp32")
+      s.warn("precision " + cfg.precision + " is not implemented in the single-process trainer yet; training in fp32");
+    if (cfg.zero.stage > 0 || cfg.zero.offload_optimizer.device != "none" || cfg.zero.offload_param.device != "none")
+      s.warn("zero settings take effect with sharded training (launch.num_processes > 1); this run keeps "
+             "everything on one process");
+
+    // Data.
+    const std::string data_path = resolve_data_path(cfg, s.run_dir);
+    if (cfg.data.path.empty() && cfg.data.generate == "none")
+      throw Error(ErrorKind::config, "data.path is empty and data.generate is none: set data.path to your dataset "
+                                     "folder (or data.generate: shapes for the demo data)");
+    if (cfg.data.generate == "shapes" && !fs::exists(data_path)) {
+      s.log("generating " + std::to_string(cfg.data.generate_count) + " shape images into " + data_path);
+      const auto t0 = std::chrono::steady_clock::now();
+      data::generate_shapes_dataset(data_path, static_cast<int>(cfg.data.generate_count),
+                                    static_cast<int>(cfg.data.resolution), static_cast<std::uint64_t>(cfg.training.seed));
+      s.log("dataset generated in " +
+            std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s");
+    }
+    auto items = data::scan_dataset(data_path);
+
+    // Model.
+    const std::string model_dir = (root / "model").string();
+    if (resuming) {
+      s.model = models::DiffusionModel::load_folder(model_dir);
+    } else if (!cfg.model.path.empty()) {
+      throw Error(ErrorKind::config, "model.path: starting from pretrained weights is not supported yet (it comes "
+                                     "with Stable Diffusion model support); leave it empty to train model.preset");
+    } else if (cfg.model.preset != "tiny") {
+      throw Error(ErrorKind::config, "model.preset: " + cfg.model.preset +
+                                         " can be estimated but not trained yet; use tiny");
+    } else {
+      std::vector<std::string> captions;
+      for (const auto& it : items) captions.push_back(it.caption);
+      s.model = models::DiffusionModel::build_tiny(captions, cfg.model.prediction_type,
+                                                   static_cast<std::uint64_t>(cfg.training.seed));
+      s.model.save_folder(model_dir);
+    }
+    s.model.to(s.device);
+    s.model.train(true);
+    s.schedule = std::make_unique<diffusion::NoiseSchedule>(s.model.schedule);
+    auto params = s.model.named_parameters();
+    std::int64_t n_params = 0;
+    for (const auto& [n, p] : params) n_params += p.numel();
+    s.optimizer = std::make_unique<AdamW>(params, cfg.optimizer.betas.at(0), cfg.optimizer.betas.at(1),
+                                          cfg.optimizer.eps, cfg.optimizer.weight_decay);
+    if (cfg.ema.enabled) s.ema = std::make_unique<Ema>(params, cfg.ema.decay);
+    s.lr = std::make_unique<LrSchedule>(cfg);
+    s.gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(cfg.training.seed) + 1);
+
+    if (ckpt) {
+      const io::SafetensorsReader weights(ckpt->path + "/model.safetensors");
+      models::load_weights(*s.model.unet, weights, "unet.");
+      models::load_weights(*s.model.text_encoder, weights, "text_encoder.");
+      const io::SafetensorsReader opt_state(ckpt->path + "/optimizer.safetensors");
+      s.optimizer->load_state(getter(opt_state));
+      s.gen.set_state(opt_state.tensor("rng.cpu"));
+      if (s.ema) {
+        if (!fs::exists(ckpt->path + "/ema.safetensors")) {
+          s.warn("the checkpoint has no EMA weights; the EMA starts from the current weights");
+        } else {
+          const io::SafetensorsReader ema_state(ckpt->path + "/ema.safetensors");
+          s.ema->load(getter(ema_state));
+        }
+      }
+      s.batches_consumed = ckpt->meta.value("batches_consumed", std::int64_t{0});
+      s.last_loss = ckpt->meta.value("loss", 0.0);
+    }
+
+    data::LoaderOptions lo;
+    lo.batch_size = cfg.training.batch_size;
+    lo.resolution = cfg.data.resolution;
+    lo.flip_p = cfg.data.flip_p;
+    lo.caption_dropout = cfg.data.caption_dropout;
+    lo.seed = static_cast<std::uint64_t>(cfg.training.seed);
+    lo.num_workers = static_cast<int>(cfg.data.num_workers);
+    s.loader = std::make_unique<data::DataLoader>(std::move(items), lo, [&s](const std::string& w) { s.warn(w); });
+    s.loader->start(s.batches_consumed);
+
+    s.emit("run_start", {{"run_dir", s.run_dir},
+                         {"resumed_from", ckpt ? json(ckpt->path) : json(nullptr)},
+                         {"max_steps", cfg.training.max_steps},
+                         {"parameters", n_params},
+                         {"world_size", 1},
+                         {"device", s.device.str()},
+                         {"dataset", data_path},
+                         {"dataset_size", s.loader->size()}});
+  } catch (const std::exception& e) {
+    s.emit("error", {{"message", e.what()}});
+    s.emit("run_end", {{"reason", "error"}});
+    throw;
+  }
+
+  auto save = [&](const std::string& reason) {
+    const auto named = s.model.named_parameters();
+    std::map<std::string, checkpoint::NamedTensors> files;
+    files["model.safetensors"] = named;
+    auto opt_state = s.optimizer->state();
+    opt_state.emplace_back("rng.cpu", s.gen.get_state());
+    files["optimizer.safetensors"] = opt_state;
+    if (s.ema) files["ema.safetensors"] = s.ema->tensors();
+    json meta = {{"step", s.step},
+                 {"batches_consumed", s.batches_consumed},
+                 {"epoch", static_cast<double>(s.batches_consumed) / s.loader->batches_per_epoch()},
+                 {"loss", s.last_loss},
+                 {"lr", s.lr->lr(std::max<std::int64_t>(s.step - 1, 0))},
+                 {"time", unix_time()},
+                 {"reason", reason},
+                 {"world_size", 1},
+                 {"config", config::to_yaml(cfg)}};
+    const auto info = checkpoint::save_checkpoint(s.checkpoints_dir(), "step_" + std::to_string(s.step), files, meta);
+    s.emit("checkpoint", {{"path", info.path}, {"bytes", info.bytes}, {"reason", reason}});
+    for (const auto& tag : checkpoint::prune_checkpoints(s.checkpoints_dir(), cfg.checkpointing.keep_last))
+      s.log("deleted checkpoint " + tag + " (checkpointing.keep_last " + std::to_string(cfg.checkpointing.keep_last) + ")");
+  };
+  auto sample = [&]() {
+    if (cfg.sampling.prompts.empty()) return;
+    NamedTensors live;
+    if (cfg.sampling.use_ema && s.ema) {
+      live = s.model.named_parameters();
+      s.ema->swap_into(live);
+    }
+    const auto folder = write_samples(s.model, cfg.sampling, cfg.data.resolution, s.device, s.samples_dir(), s.step);
+    if (!live.empty()) s.ema->swap_into(live);
+    s.emit("samples", {{"dir", folder.dir}, {"count", folder.count}});
+  };
+
+  std::string reason = "finished";
+  std::int64_t steps_done_here = 0;
+  try {
+    if (cfg.sampling.at_start && s.step == 0) sample();
+    auto interval_start = std::chrono::steady_clock::now();
+    double interval_loss = 0, interval_norm = 0;
+    std::int64_t interval_steps = 0;
+    const std::int64_t accum = cfg.training.gradient_accumulation_steps;
+    while (s.step < cfg.training.max_steps) {
+      while (commands.paused() && !commands.stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (commands.stop_requested()) {
+        reason = "stopped";
+        break;
+      }
+      const auto step_start = std::chrono::steady_clock::now();
+      const double lr = s.lr->lr(s.step);
+      s.optimizer->zero_grad();
+      double step_loss = 0;
+      for (std::int64_t micro = 0; micro < accum; ++micro) {
+        const data::Batch batch = s.loader->next();
+        ++s.batches_consumed;
+        const at::Tensor x0 = batch.images.to(s.device);
+        const std::int64_t b = x0.size(0);
+        const at::Tensor noise = at::randn(x0.sizes(), s.gen).to(s.device);
+        const at::Tensor t = at::randint(0, s.schedule->num_train_timesteps(), {b}, s.gen, at::kLong).to(s.device);
+        const at::Tensor context = s.model.encode_text(batch.captions, s.device);
+        const at::Tensor pred = s.model.unet->forward(s.schedule->add_noise(x0, noise, t), t, context);
+        const at::Tensor per_sample = (pred - s.schedule->target(x0, noise, t)).pow(2).mean({1, 2, 3});  // [B]
+        const at::Tensor loss = (per_sample * s.schedule->min_snr_weights(t, cfg.training.min_snr_gamma)).mean();
+        (loss / static_cast<double>(accum)).backward();
+        step_loss += loss.item<double>() / static_cast<double>(accum);
+      }
+      if (!std::isfinite(step_loss))
+        throw Error(ErrorKind::data, "the loss became " + std::to_string(step_loss) + " at step " +
+                                         std::to_string(s.step + 1) + "; lower optimizer.lr or enable gradient clipping");
+      const double norm = s.optimizer->clip_grad_norm(cfg.training.gradient_clipping);
+      s.optimizer->step(lr);
+      ++s.step;
+      ++steps_done_here;
+      s.last_loss = step_loss;
+      if (s.ema && s.step % cfg.ema.every_n_steps == 0) s.ema->update(s.model.named_parameters());
+      interval_loss += step_loss;
+      interval_norm += norm;
+      ++interval_steps;
+      const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+      if (s.opt.on_step) s.opt.on_step(s.step, cfg.training.max_steps, step_loss, step_s);
+
+      if (s.step % cfg.logging.every_n_steps == 0 || s.step == cfg.training.max_steps) {
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - interval_start).count();
+        const auto gpu = gpu_memory(s.device.is_cuda() ? s.device.index() : -1);
+        const json rank = {{"rank", 0},
+                           {"rss_bytes", process_rss_bytes()},
+                           {"gpu_allocated_bytes", gpu.allocated},
+                           {"gpu_reserved_bytes", gpu.reserved},
+                           {"gpu_peak_bytes", gpu.peak},
+                           {"model_state", model_state_json(s.optimizer->model_state())}};
+        s.emit("metrics", {{"loss", interval_loss / interval_steps},
+                           {"lr", lr},
+                           {"grad_norm", interval_norm / interval_steps},
+                           {"samples_per_s", secs > 0 ? interval_steps * accum * cfg.training.batch_size / secs : 0.0},
+                           {"s_per_step", secs / interval_steps},
+                           {"epoch", static_cast<double>(s.batches_consumed) / s.loader->batches_per_epoch()},
+                           {"ranks", json::array({rank})}});
+        interval_start = std::chrono::steady_clock::now();
+        interval_loss = interval_norm = 0;
+        interval_steps = 0;
+      }
+      const bool sample_due = cfg.sampling.every_n_steps > 0 && s.step % cfg.sampling.every_n_steps == 0;
+      if (commands.take_sample_request() || sample_due || s.step == cfg.training.max_steps) sample();
+      const bool save_due = cfg.checkpointing.every_n_steps > 0 && s.step % cfg.checkpointing.every_n_steps == 0;
+      if (save_due) save("periodic");
+      else if (commands.take_save_request()) save("requested");
+      if (interval_steps == 0) interval_start = std::chrono::steady_clock::now();  // keep sampling/saving out of throughput
+    }
+    if (reason == "stopped" && steps_done_here > 0) save("stopped");
+    if (reason == "finished" && (cfg.checkpointing.every_n_steps == 0 || s.step % cfg.checkpointing.every_n_steps != 0))
+      save("final");
+  } catch (const std::exception& e) {
+    s.emit("error", {{"message", e.what()}});
+    if (cfg.checkpointing.on_exception && steps_done_here > 0) {
+      try {
+        save("on_exception");
+      } catch (const std::exception& e2) {
+        s.emit("error", {{"message", std::string("the on-exception checkpoint failed too: ") + e2.what()}});
+      }
+    }
+    s.emit("run_end", {{"reason", "error"}});
+    s.loader.reset();
+    throw;
+  }
+  s.emit("run_end", {{"reason", reason}, {"loss", s.last_loss}});
+  s.loader.reset();
+  return {s.run_dir, s.step, reason, s.last_loss};
+}
+
+}  // namespace zs::train

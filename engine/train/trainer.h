@@ -1,0 +1,58 @@
+#pragma once
+// The Trainer: one training run in one process (CPU, or CUDA when present and allowed),
+// writing the run directory that the GUI and scripts read.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "config/trainer_config.h"
+#include "train/commands.h"
+
+namespace zs::train {
+
+/// How a run is started.
+struct TrainerOptions {
+  std::string run_dir;      ///< empty: logging.runs_root / (logging.run_name or name_hint-<time>)
+  std::string name_hint = "run";  ///< used in the automatic run name (e.g. the config file's stem)
+  std::string resume;       ///< "" (fresh), "latest", or a checkpoint folder
+  /// Every event written to events.jsonl, as a value (called on the training thread).
+  std::function<void(const nlohmann::json&)> on_event;
+  /// Called after every optimizer step: (step, max_steps, loss, seconds per step).
+  std::function<void(std::int64_t, std::int64_t, double, double)> on_step;
+};
+
+/// What a finished run reports.
+struct RunSummary {
+  std::string run_dir;
+  std::int64_t step = 0;      ///< optimizer steps done
+  std::string reason;         ///< finished | stopped
+  double last_loss = 0;
+};
+
+class Trainer {
+ public:
+  /// Resolves the run directory (does not create it yet).
+  Trainer(config::TrainerConfig config, TrainerOptions options);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  /// Runs until training.max_steps or a stop request. Errors are written as an `error` event
+  /// (with an on-exception checkpoint when configured) and rethrown as zs::Error.
+  RunSummary run(TrainerCommands& commands);
+  const std::string& run_dir() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+/// Keys that must match between a checkpoint's config and the resuming config; returns one
+/// line per differing key ("model.preset: checkpoint tiny, config sd15").
+std::vector<std::string> resume_mismatches(const config::TrainerConfig& checkpoint, const config::TrainerConfig& now);
+
+}  // namespace zs::train
