@@ -19,7 +19,7 @@ EventLog::~EventLog() {
   if (file_) std::fclose(file_);
 }
 
-void EventLog::emit(const std::string& type, std::int64_t step, const nlohmann::json& fields) {
+void EventLog::write(const std::string& type, std::int64_t step, const nlohmann::json& fields) {
   nlohmann::json e = {{"type", type}, {"time", unix_time()}, {"step", step}};
   for (const auto& [k, v] : fields.items()) e[k] = v;
   const std::string line = e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";

@@ -21,7 +21,7 @@ class EventLog {
 
   /// Writes {"type": type, "time": now, "step": step, ...fields} as one line and flushes it,
   /// then hands a copy to the listener. Safe from several threads.
-  void emit(const std::string& type, std::int64_t step, const nlohmann::json& fields = nlohmann::json::object());
+  void write(const std::string& type, std::int64_t step, const nlohmann::json& fields = nlohmann::json::object());
   const std::string& path() const { return path_; }
 
  private:

@@ -72,7 +72,7 @@ struct Trainer::State {
 };
 
 void Trainer::State::emit(const std::string& type, const json& fields) {
-  events->emit(type, step, fields);
+  events->write(type, step, fields);
   if (rank_log.is_open() && (type == "log" || type == "warning" || type == "error" || type == "checkpoint" ||
                              type == "run_start" || type == "run_end")) {
     rank_log << "[step " << step << "] " << type << ": " << fields.dump() << "\n";

@@ -1,0 +1,172 @@
+// Trainer pieces: LR schedules, AdamW against LibTorch's own, EMA, checkpoints, resume rules, events.
+#include <ATen/ATen.h>
+#include <torch/optim/adamw.h>
+
+#include <filesystem>
+
+#include "checkpoint/checkpoint.h"
+#include "config/config_loader.h"
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "train/ema.h"
+#include "train/events.h"
+#include "train/lr_schedule.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "test_support.h"
+
+using namespace zs;
+namespace fs = std::filesystem;
+
+namespace {
+config::TrainerConfig config_with(const std::vector<std::string>& sets) {
+  return config::load_config_string("", "test", sets).config;
+}
+}  // namespace
+
+class TestTrain : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void lrSchedules() {
+    auto c = config_with({"optimizer.lr=0.01", "scheduler.type=WarmupLR", "scheduler.warmup_steps=100",
+                          "scheduler.warmup_min_lr=0.001", "scheduler.warmup_type=linear", "training.max_steps=1000"});
+    train::LrSchedule warm(c);
+    QCOMPARE(warm.lr(0), 0.001);
+    QVERIFY(std::abs(warm.lr(50) - 0.0055) < 1e-12);
+    QCOMPARE(warm.lr(100), 0.01);
+    QCOMPARE(warm.lr(999), 0.01);
+    // DeepSpeed's log warmup: min + (max - min) * log(step + 1) / log(warmup).
+    c.scheduler.warmup_type = "log";
+    QVERIFY(std::abs(train::LrSchedule(c).lr(9) - (0.001 + 0.009 * std::log(10.0) / std::log(100.0))) < 1e-12);
+    c.scheduler.type = "WarmupDecayLR";
+    c.scheduler.min_lr = 0.0;
+    QVERIFY(std::abs(train::LrSchedule(c).lr(550) - 0.005) < 1e-12);
+    QCOMPARE(train::LrSchedule(c).lr(1000), 0.0);
+    c.scheduler.type = "cosine";
+    c.scheduler.min_lr = 0.002;
+    QVERIFY(std::abs(train::LrSchedule(c).lr(550) - 0.006) < 1e-12);
+    // total_steps fixes the schedule's length whatever max_steps says.
+    c.scheduler.total_steps = 2000;
+    c.training.max_steps = 500;
+    QCOMPARE(train::LrSchedule(c).total_steps(), std::int64_t{2000});
+    QVERIFY(train::LrSchedule(c).lr(499) > 0.009);
+  }
+
+  void adamwMatchesLibTorch() {
+    at::manual_seed(3);
+    at::Tensor ours = at::randn({5, 4}).requires_grad_(true);
+    at::Tensor theirs = ours.detach().clone().requires_grad_(true);
+    train::AdamW opt({{"w", ours}}, 0.9, 0.99, 1e-8, 0.05);
+    torch::optim::AdamW ref({theirs}, torch::optim::AdamWOptions(0.01).betas({0.9, 0.99}).eps(1e-8).weight_decay(0.05));
+    for (int i = 0; i < 6; ++i) {
+      const at::Tensor g = at::randn({5, 4});
+      ours.mutable_grad() = g.clone();
+      theirs.mutable_grad() = g.clone();
+      opt.step(0.01);
+      ref.step();
+    }
+    QVERIFY2((ours - theirs).abs().max().item<double>() < 1e-6, "AdamW differs from torch::optim::AdamW");
+    QCOMPARE(opt.steps(), std::int64_t{6});
+    const auto bytes = opt.model_state();
+    QCOMPARE(bytes.parameters, std::int64_t{80});
+    QCOMPARE(bytes.optimizer_states, std::int64_t{160});
+  }
+
+  void clippingAndStateRoundTrip() {
+    at::Tensor w = at::zeros({2}).requires_grad_(true);
+    train::AdamW opt({{"w", w}}, 0.9, 0.999, 1e-8, 0);
+    w.mutable_grad() = at::tensor({3.0f, 4.0f});
+    QCOMPARE(opt.clip_grad_norm(1.0), 5.0);
+    QVERIFY(std::abs(w.grad().norm().item<double>() - 1.0) < 1e-5);
+    opt.step(0.1);
+    const auto state = opt.state();
+    at::Tensor w2 = w.detach().clone().requires_grad_(true);
+    train::AdamW opt2({{"w", w2}}, 0.9, 0.999, 1e-8, 0);
+    opt2.load_state([&](const std::string& n) {
+      for (const auto& [k, t] : state)
+        if (k == n) return t;
+      throw std::runtime_error(n);
+    });
+    QCOMPARE(opt2.steps(), std::int64_t{1});
+    w.mutable_grad() = at::tensor({1.0f, -1.0f});
+    w2.mutable_grad() = at::tensor({1.0f, -1.0f});
+    opt.step(0.1);
+    opt2.step(0.1);
+    QVERIFY(at::allclose(w, w2));
+  }
+
+  void emaAveragesAndSwaps() {
+    at::Tensor w = at::zeros({3});
+    train::NamedTensors params{{"w", w}};
+    train::Ema ema(params, 0.9);
+    w.fill_(1.0);
+    ema.update(params);
+    QVERIFY(std::abs(ema.tensors()[0].second[0].item<double>() - 0.1) < 1e-6);
+    ema.swap_into(params);
+    QVERIFY(std::abs(w[0].item<double>() - 0.1) < 1e-6);
+    ema.swap_into(params);
+    QCOMPARE(w[0].item<float>(), 1.0f);
+  }
+
+  void checkpointsAreAtomicAndPruned() {
+    QTemporaryDir dir;
+    const std::string root = dir.path().toStdString();
+    for (int step : {10, 20, 30}) {
+      const auto info = checkpoint::save_checkpoint(root, "step_" + std::to_string(step),
+                                                    {{"model.safetensors", {{"w", at::full({4}, step)}}}},
+                                                    {{"step", step}, {"reason", "periodic"}});
+      QVERIFY(info.bytes > 0);
+      QCOMPARE(info.step, std::int64_t{step});
+    }
+    checkpoint::save_checkpoint(root, "step_25", {{"model.safetensors", {{"w", at::zeros({1})}}}},
+                                {{"step", 25}, {"reason", "stopped"}});
+    fs::create_directories(root + "/.step_40.tmp");  // a crash mid-write leaves only a hidden folder
+    fs::create_directories(root + "/notes");
+    QCOMPARE(checkpoint::list_checkpoints(root).size(), std::size_t{4});
+    const auto deleted = checkpoint::prune_checkpoints(root, 2);
+    QCOMPARE(deleted, (std::vector<std::string>{"step_10"}));
+    const auto left = checkpoint::list_checkpoints(root);
+    QCOMPARE(left.size(), std::size_t{3});
+    QCOMPARE(left.back().tag, std::string("step_30"));
+    try {
+      checkpoint::open_checkpoint(root + "/notes");
+      QFAIL("opened a folder without meta.json");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).contains("notes: not a checkpoint folder"), e.what());
+    }
+  }
+
+  void resumeRefusesChangedKeys() {
+    const auto a = config_with({"training.seed=1", "optimizer.lr=0.001", "data.resolution=32"});
+    auto b = config_with({"training.seed=2", "optimizer.lr=0.002", "data.resolution=32", "training.max_steps=99"});
+    const auto diffs = train::resume_mismatches(a, b);
+    QCOMPARE(diffs.size(), std::size_t{1});
+    QVERIFY2(QString::fromStdString(diffs[0]).startsWith("training.seed: checkpoint 1, config 2"), diffs[0].c_str());
+  }
+
+  void eventsAreFlatJsonLines() {
+    QTemporaryDir dir;
+    const std::string path = (dir.path() + "/events.jsonl").toStdString();
+    int heard = 0;
+    {
+      train::EventLog log(path, [&](const nlohmann::json& e) { heard += e["type"] == "metrics"; });
+      log.write("metrics", 5, {{"loss", 0.5}});
+      log.write("log", 5, {{"message", "hi"}});
+    }
+    const std::string text = io::read_file(path);
+    const auto first = nlohmann::json::parse(text.substr(0, text.find('\n')));
+    QCOMPARE(first["type"].get<std::string>(), std::string("metrics"));
+    QCOMPARE(first["step"].get<int>(), 5);
+    QCOMPARE(first["loss"].get<double>(), 0.5);
+    QVERIFY(first["time"].get<double>() > 1.7e9);
+    QCOMPARE(heard, 1);
+  }
+};
+
+QTEST_GUILESS_MAIN(TestTrain)
+#include "tst_train.moc"
