@@ -24,6 +24,7 @@ ScheduleConfig ScheduleConfig::from_json(const json& j, const std::string& sourc
     if (j.contains("steps_offset")) c.steps_offset = j["steps_offset"].get<std::int64_t>();
     if (j.contains("set_alpha_to_one")) c.set_alpha_to_one = j["set_alpha_to_one"].get<bool>();
     if (j.contains("timestep_spacing")) c.timestep_spacing = j["timestep_spacing"].get<std::string>();
+    if (j.contains("clip_sample")) c.clip_sample = j["clip_sample"].get<bool>();
     if (j.contains("trained_betas") && !j["trained_betas"].is_null())
       throw Error(ErrorKind::config, source + ": trained_betas: explicit betas are not supported; use beta_schedule");
   } catch (const json::exception& e) {
@@ -65,7 +66,7 @@ json ScheduleConfig::to_json() const {
               {"steps_offset", steps_offset},
               {"set_alpha_to_one", set_alpha_to_one},
               {"timestep_spacing", timestep_spacing},
-              {"clip_sample", false},
+              {"clip_sample", clip_sample},
               {"trained_betas", nullptr}};
 }
 
@@ -155,6 +156,8 @@ DdimSampler::StepResult DdimSampler::step(const at::Tensor& model_output, std::i
     eps = model_output;
     x0 = (sample - std::sqrt(1 - a) * model_output) / std::sqrt(a);
   }
+  // As diffusers: the clamped x0 feeds the step, the noise estimate stays the model's.
+  if (schedule_.config().clip_sample) x0 = x0.clamp(-1.0, 1.0);
   return {std::sqrt(a_prev) * x0 + std::sqrt(1 - a_prev) * eps, x0};
 }
 

@@ -21,6 +21,7 @@ struct ScheduleConfig {
   std::int64_t steps_offset = 1;
   bool set_alpha_to_one = false;
   std::string timestep_spacing = "leading";     ///< leading | trailing | linspace
+  bool clip_sample = false;                     ///< DDIM clamps predicted x0 to [-1, 1] (pixel-space models)
 
   /// Parses a scheduler_config.json object; `source` names the file in errors.
   static ScheduleConfig from_json(const nlohmann::json& j, const std::string& source);
@@ -53,7 +54,7 @@ class NoiseSchedule {
   at::Tensor betas_, alphas_cumprod_;
 };
 
-/// DDIM with eta 0, as diffusers' DDIMScheduler (clip_sample false).
+/// DDIM with eta 0, as diffusers' DDIMScheduler (clip_sample with range 1, no thresholding).
 class DdimSampler {
  public:
   DdimSampler(const NoiseSchedule& schedule, std::int64_t num_inference_steps);

@@ -65,16 +65,20 @@ io::Image to_image(const at::Tensor& chw) {
 io::Image make_grid(const std::vector<io::Image>& images, int columns) {
   if (images.empty()) throw Error(ErrorKind::io, "make_grid: no images");
   constexpr int kGap = 2;
-  const int w = images[0].width, h = images[0].height;
+  // Small images are enlarged (nearest neighbour) so each cell is at least 64 pixels wide.
+  const int scale = std::max(1, 64 / std::max(1, images[0].width));
+  const int w = images[0].width * scale, h = images[0].height * scale;
   const int cols = std::max(1, std::min(columns, static_cast<int>(images.size())));
   const int rows = static_cast<int>((images.size() + cols - 1) / cols);
   io::Image grid{cols * w + (cols + 1) * kGap, rows * h + (rows + 1) * kGap, {}};
   grid.rgb.assign(static_cast<std::size_t>(grid.width) * grid.height * 3, 32);
   for (std::size_t i = 0; i < images.size(); ++i) {
     const int ox = kGap + static_cast<int>(i % cols) * (w + kGap), oy = kGap + static_cast<int>(i / cols) * (h + kGap);
+    const int src_w = images[i].width;
     for (int y = 0; y < h; ++y)
-      std::copy_n(images[i].rgb.data() + static_cast<std::size_t>(y) * w * 3, w * 3,
-                  grid.rgb.data() + (static_cast<std::size_t>(oy + y) * grid.width + ox) * 3);
+      for (int x = 0; x < w; ++x)
+        std::copy_n(images[i].rgb.data() + (static_cast<std::size_t>(y / scale) * src_w + x / scale) * 3, 3,
+                    grid.rgb.data() + (static_cast<std::size_t>(oy + y) * grid.width + ox + x) * 3);
   }
   return grid;
 }

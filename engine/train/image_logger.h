@@ -22,7 +22,8 @@ at::Tensor sample_images(models::DiffusionModel& model, const std::vector<std::s
 
 /// [C, H, W] in [-1, 1] -> 8-bit RGB (grey for 1 channel; the first 3 channels otherwise).
 io::Image to_image(const at::Tensor& chw);
-/// A grid with `columns` columns and a 2-pixel gap.
+/// A grid with `columns` columns and a 2-pixel gap; images under 64 pixels are enlarged by an
+/// integer factor (nearest neighbour) so they can be seen.
 io::Image make_grid(const std::vector<io::Image>& images, int columns);
 
 /// Samples per `sampling` and writes `samples_root`/step_<step>/ (via a hidden temporary folder,
