@@ -4,6 +4,7 @@
 // (chance) and the scorer on the dataset's own images (its ceiling).
 //
 //   bench_quickstart_quality [--config FILE] [--budget-s 600] [--run-dir DIR] [--per-prompt 2] [--set K=V ...]
+//   bench_quickstart_quality --score-only RUN_DIR [--config FILE]   (score a finished run again)
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -74,6 +75,7 @@ Score score_model(models::DiffusionModel& model, const config::TrainerConfig& cf
 int main(int argc, char** argv) {
   std::string config_path = "configs/quickstart.yaml", run_dir = "build/bench_quickstart_run";
   double budget = 600;
+  bool score_only = false;
   int per_prompt = 2;
   std::vector<std::string> overrides;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -83,13 +85,21 @@ int main(int argc, char** argv) {
     else if (k == "--run-dir") run_dir = v;
     else if (k == "--per-prompt") per_prompt = std::stoi(v);
     else if (k == "--set") overrides.push_back(v);
+    else if (k == "--score-only") {
+      score_only = true;
+      run_dir = v;
+    }
     else {
       std::cerr << "unknown option " << k << "\n";
       return 2;
     }
   }
   try {
-    const auto loaded = config::load_config_file(config_path, overrides);
+    auto loaded = config::load_config_file(config_path, overrides);
+    if (score_only) loaded = config::load_config_file(run_dir + "/config.yaml");
+    double secs = 0;
+    std::int64_t last_step = 0;
+    if (!score_only) {
     fs::remove_all(run_dir);
     train::TrainerOptions opt;
     opt.run_dir = run_dir;
@@ -105,13 +115,16 @@ int main(int argc, char** argv) {
     const auto summary = trainer.run(commands);
     done = true;
     watchdog.join();
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    last_step = summary.step;
     std::printf("trained %lld of %lld steps in %.0f s (budget %.0f s, dataset generation included), %s\n",
                 static_cast<long long>(summary.step), static_cast<long long>(loaded.config.training.max_steps), secs,
                 budget, summary.reason.c_str());
+    }
 
     const auto ckpts = checkpoint::list_checkpoints(run_dir + "/checkpoints");
     if (ckpts.empty()) throw std::runtime_error("no checkpoint was written");
+    if (score_only) last_step = ckpts.back().step;
     auto model = models::DiffusionModel::load_folder(run_dir + "/model");
     Score untrained = score_model(model, loaded.config, per_prompt);
     const io::SafetensorsReader weights(ckpts.back().path + "/model.safetensors");
@@ -130,7 +143,7 @@ int main(int argc, char** argv) {
     std::printf("quickstart_quality: colour %.1f%% (%.1fx chance), both %.1f%% after %.0f s\n", 100.0 * trained.colour / trained.n,
                 untrained.colour ? static_cast<double>(trained.colour) / untrained.colour : 0.0,
                 100.0 * trained.both / trained.n, secs);
-    std::printf("last samples: %s/samples/step_%lld/grid.png\n", run_dir.c_str(), static_cast<long long>(summary.step));
+    std::printf("last samples: %s/samples/step_%lld/grid.png\n", run_dir.c_str(), static_cast<long long>(last_step));
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

@@ -146,6 +146,8 @@ std::string kind_name(FieldType t) {
     case FieldType::number: return "a number";
     case FieldType::string_list: return "a list of strings";
     case FieldType::number_list: return "a list of numbers";
+    case FieldType::string_map: return "a map of strings";
+    case FieldType::number_map: return "a map of numbers";
     default: return "a string";
   }
 }
@@ -158,7 +160,8 @@ std::optional<Value> convert(const FieldSpec& f, const YAML::Node& node, std::st
     error = "needs a value (expected " + kind_name(f.type) + ")";
     return std::nullopt;
   }
-  const bool is_list = f.type == FieldType::string_list || f.type == FieldType::number_list;
+  const bool is_list = f.type == FieldType::string_list || f.type == FieldType::number_list ||
+                       f.type == FieldType::string_map || f.type == FieldType::number_map;
   if (!is_list && !node.IsScalar()) {
     error = "expected " + kind_name(f.type) + ", got a " + (node.IsMap() ? "map" : "list");
     return std::nullopt;
@@ -217,6 +220,27 @@ std::optional<Value> convert(const FieldSpec& f, const YAML::Node& node, std::st
           return std::nullopt;
         }
         out.push_back(item.Scalar());
+      }
+      return Value{out};
+    }
+    case FieldType::string_map:
+    case FieldType::number_map: {
+      StringMap out;
+      if (!node.IsMap()) {
+        error = "expected " + kind_name(f.type) + " such as {key: value}";
+        return std::nullopt;
+      }
+      for (const auto& kv : node) {
+        if (!kv.first.IsScalar() || !(kv.second.IsScalar() || is_null(kv.second))) {
+          error = "expected " + kind_name(f.type) + "; each key and value must be plain text";
+          return std::nullopt;
+        }
+        const std::string value = is_null(kv.second) ? std::string() : kv.second.Scalar();
+        if (f.type == FieldType::number_map && !parse_number(value)) {
+          error = "the value of " + quote(kv.first.Scalar()) + " is not a number (got " + quote(value) + ")";
+          return std::nullopt;
+        }
+        out.emplace_back(kv.first.Scalar(), value);
       }
       return Value{out};
     }

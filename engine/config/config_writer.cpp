@@ -49,6 +49,17 @@ std::string value_text(const Value& v, const std::string& indent) {
     for (const auto& item : *list) out += "\n" + indent + "  - " + yaml_scalar(item);
     return out;
   }
+  if (const auto* map = std::get_if<StringMap>(&v)) {
+    if (map->empty()) return " {}";
+    std::string out;
+    for (const auto& [k, val] : *map) {
+      char* end = nullptr;
+      std::strtod(val.c_str(), &end);
+      const bool number = !val.empty() && end == val.c_str() + val.size();
+      out += "\n" + indent + "  " + yaml_scalar(k) + ": " + (number ? val : yaml_scalar(val));
+    }
+    return out;
+  }
   return " " + format_value(v);
 }
 

@@ -16,6 +16,8 @@ std::string_view to_string(FieldType type) {
     case FieldType::choice: return "choice";
     case FieldType::string_list: return "list of strings";
     case FieldType::number_list: return "list of numbers";
+    case FieldType::string_map: return "map of strings";
+    case FieldType::number_map: return "map of numbers";
   }
   return "?";
 }
@@ -98,6 +100,33 @@ SchemaBuilder build() {
   s.add("data.num_workers", T::integer, I{2}, ZS_REF(data.num_workers),
         "Background threads that decode and augment images ahead of the step.")
       .range(0, 64);
+
+  s.section("data.metadata", "Options of the metadata-JSON layout: `metadata/**/*.json` files with "
+            "`tags`, `score` and `path` (relative to the dataset folder), as in the Lightning SD trainer.");
+  s.add("data.metadata.consider_every_nth", T::integer, I{1}, ZS_REF(data.metadata.consider_every_nth),
+        "Use only every nth JSON file (in sorted order); 1 uses all. Handy for a validation subset.")
+      .range(1, {});
+  s.add("data.metadata.shuffle_tag_p", T::number, 0.0, ZS_REF(data.metadata.shuffle_tag_p),
+        "Probability that an example's tags are shuffled before they are joined into its caption.")
+      .range(0, 1);
+  s.add("data.metadata.blacklist_tags", T::string_list, Strings{}, ZS_REF(data.metadata.blacklist_tags),
+        "Images with any of these tags are left out.");
+  s.add("data.metadata.non_caption_tags", T::string_list, Strings{}, ZS_REF(data.metadata.non_caption_tags),
+        "Tags that say nothing about the picture; they are left out of the caption.");
+  s.add("data.metadata.replacements", T::string_map, StringMap{}, ZS_REF(data.metadata.replacements),
+        "Substring replacements applied to every tag, in order (e.g. `'princess luna': luna`, `' ': '_'`).");
+  s.add("data.metadata.tag_separator", T::string, std::string(", "), ZS_REF(data.metadata.tag_separator),
+        "Text between tags in the caption.");
+  s.add("data.metadata.abs_min_score", T::number, Value{}, ZS_REF(data.metadata.abs_min_score),
+        "Images scoring below this are left out at once. null: no limit.")
+      .allow_null();
+  s.add("data.metadata.min_score", T::number, Value{}, ZS_REF(data.metadata.min_score),
+        "Images whose score plus their tags' `tag_bonus_scores` is below this are left out. null: no limit.")
+      .allow_null();
+  s.add("data.metadata.score_tags", T::number_list, std::vector<double>{}, ZS_REF(data.metadata.score_tags),
+        "Score thresholds: an image scoring above T gets the tag `scrT` for the highest such T.");
+  s.add("data.metadata.tag_bonus_scores", T::number_map, StringMap{}, ZS_REF(data.metadata.tag_bonus_scores),
+        "Score added per tag before the `min_score` test (negative values lower it).");
 
   s.section("training", "The training loop.");
   s.add("training.max_steps", T::integer, I{1000}, ZS_REF(training.max_steps),

@@ -23,6 +23,8 @@ enum class FieldType {
   choice,       ///< one of `choices` (matched case-insensitively, stored as listed)
   string_list,  ///< YAML sequence of strings
   number_list,  ///< YAML sequence of numbers
+  string_map,   ///< YAML mapping of strings to strings (order kept)
+  number_map,   ///< YAML mapping of strings to numbers (stored as text, order kept)
 };
 
 /// Name of a type as documented ("integer", "one of", ...).

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "config/value.h"
+
 namespace zs::config {
 
 /// Current version of the trainer YAML schema (the `version:` key).
@@ -21,6 +23,20 @@ struct ModelConfig {
   std::string prediction_type;  ///< epsilon | v_prediction
 };
 
+/// Options of the metadata-JSON dataset layout (metadata/**/*.json with tags, score, path).
+struct DataMetadataConfig {
+  std::int64_t consider_every_nth{};          ///< keep every nth JSON file (1: all)
+  double shuffle_tag_p{};                     ///< probability of shuffling an example's tags
+  std::vector<std::string> blacklist_tags;    ///< drop images with any of these tags
+  std::vector<std::string> non_caption_tags;  ///< tags left out of the caption
+  StringMap replacements;                     ///< substring replacements applied to each tag, in order
+  std::string tag_separator;                  ///< joins the tags into the caption
+  std::optional<double> abs_min_score;        ///< drop images scoring below this
+  std::optional<double> min_score;            ///< drop images whose score + tag bonuses is below this
+  std::vector<double> score_tags;             ///< thresholds: score above T adds the tag "scrT" (highest only)
+  StringMap tag_bonus_scores;                 ///< tag -> score bonus (numbers as text) for min_score
+};
+
 struct DataConfig {
   std::string path;              ///< dataset folder; empty: the run's data/ folder
   std::string generate;          ///< none | shapes
@@ -29,6 +45,7 @@ struct DataConfig {
   double flip_p{};               ///< probability of a horizontal flip
   double caption_dropout{};      ///< probability of an empty caption (classifier-free guidance)
   std::int64_t num_workers{};    ///< decoding threads
+  DataMetadataConfig metadata;   ///< metadata-JSON layout options
 };
 
 struct TrainingConfig {

@@ -36,6 +36,11 @@ struct Formatter {
     for (size_t i = 0; i < list.size(); ++i) out += (i ? ", " : "") + (*this)(list[i]);
     return out + "]";
   }
+  std::string operator()(const StringMap& map) const {
+    std::string out = "{";
+    for (size_t i = 0; i < map.size(); ++i) out += (i ? ", " : "") + (*this)(map[i].first) + ": " + (*this)(map[i].second);
+    return out + "}";
+  }
   std::string operator()(const std::vector<double>& list) const {
     std::string out = "[";
     for (size_t i = 0; i < list.size(); ++i) out += (i ? ", " : "") + format_double(list[i]);
@@ -60,5 +65,6 @@ void from_value(const Value& v, double& out) {
 void from_value(const Value& v, std::string& out) { assign(v, out); }
 void from_value(const Value& v, std::vector<std::string>& out) { assign(v, out); }
 void from_value(const Value& v, std::vector<double>& out) { assign(v, out); }
+void from_value(const Value& v, StringMap& out) { assign(v, out); }
 
 }  // namespace zs::config

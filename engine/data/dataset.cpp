@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -80,16 +81,82 @@ std::vector<DataItem> scan_csv(const fs::path& root) {
   return items;
 }
 
+std::string apply_replacements(std::string tag, const MetadataOptions& o) {
+  for (const auto& [from, to] : o.replacements) {
+    if (from.empty()) continue;
+    for (std::size_t pos = 0; (pos = tag.find(from, pos)) != std::string::npos; pos += to.size()) tag.replace(pos, from.size(), to);
+  }
+  return tag;
+}
+
+std::string format_threshold(double t) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", t);
+  return buf;
+}
+
+std::vector<DataItem> scan_metadata(const fs::path& root, const MetadataOptions& o) {
+  std::vector<fs::path> files;
+  for (const auto& e : fs::recursive_directory_iterator(root / "metadata"))
+    if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  std::vector<double> thresholds = o.score_tags;
+  std::sort(thresholds.rbegin(), thresholds.rend());
+  const std::set<std::string> blacklist(o.blacklist_tags.begin(), o.blacklist_tags.end());
+  const std::set<std::string> non_caption(o.non_caption_tags.begin(), o.non_caption_tags.end());
+  std::vector<DataItem> items;
+  for (std::size_t i = 0; i < files.size(); i += static_cast<std::size_t>(std::max<std::int64_t>(o.consider_every_nth, 1))) {
+    const std::string file = files[i].string();
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(io::read_file(file));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(ErrorKind::data, file + ": not valid JSON: " + e.what());
+    }
+    if (!j.is_object() || !j.contains("path") || !j["path"].is_string())
+      throw Error(ErrorKind::data, file + ": needs \"path\" (the image, relative to " + root.string() + ")");
+    std::vector<std::string> tags;
+    if (j.contains("tags")) {
+      if (!j["tags"].is_array()) throw Error(ErrorKind::data, file + ": \"tags\" must be a list of strings");
+      for (const auto& t : j["tags"])
+        if (t.is_string()) tags.push_back(t.get<std::string>());
+    }
+    const double score = j.contains("score") && j["score"].is_number() ? j["score"].get<double>() : 0.0;
+    if (o.abs_min_score && score < *o.abs_min_score) continue;
+    if (std::any_of(tags.begin(), tags.end(), [&](const std::string& t) { return blacklist.count(t) != 0; })) continue;
+    if (o.min_score) {
+      double bonus = score;
+      for (const auto& [tag, b] : o.tag_bonus_scores)
+        if (std::find(tags.begin(), tags.end(), tag) != tags.end()) bonus += b;
+      if (bonus < *o.min_score) continue;
+    }
+    DataItem item;
+    item.image = (root / j["path"].get<std::string>()).string();
+    for (const auto& t : tags)
+      if (!non_caption.count(t)) item.tags.push_back(apply_replacements(t, o));
+    for (const double t : thresholds)
+      if (score > t) {
+        item.tags.push_back("scr" + format_threshold(t));
+        break;
+      }
+    for (std::size_t k = 0; k < item.tags.size(); ++k) item.caption += (k ? o.tag_separator : "") + item.tags[k];
+    items.push_back(std::move(item));
+  }
+  return items;
+}
+
 }  // namespace
 
-std::vector<DataItem> scan_dataset(const std::string& root_text) {
+std::vector<DataItem> scan_dataset(const std::string& root_text, const MetadataOptions& metadata) {
   const fs::path root(root_text);
   std::error_code ec;
   if (!fs::is_directory(root, ec))
     throw Error(ErrorKind::data, root_text + ": dataset folder does not exist; set data.path to a folder of images "
                                              "(or data.generate: shapes for the demo data)");
   std::vector<DataItem> items;
-  if (fs::exists(root / "metadata.csv")) {
+  if (fs::is_directory(root / "metadata")) {
+    items = scan_metadata(root, metadata);
+  } else if (fs::exists(root / "metadata.csv")) {
     items = scan_csv(root);
   } else if (fs::is_directory(root / "images")) {
     for (const auto& e : fs::directory_iterator(root / "images")) {
@@ -106,8 +173,9 @@ std::vector<DataItem> scan_dataset(const std::string& root_text) {
     }
   }
   if (items.empty())
-    throw Error(ErrorKind::data, root_text + ": no images found (looked for metadata.csv, images/ + captions/, and "
-                                             "PNG/JPEG files with .txt captions beside them)");
+    throw Error(ErrorKind::data, root_text + ": no images found (looked for metadata/*.json, metadata.csv, images/ + "
+                                             "captions/, and PNG/JPEG files with .txt captions beside them; "
+                                             "data.metadata filters may have left nothing)");
   std::sort(items.begin(), items.end(), [](const DataItem& a, const DataItem& b) { return a.image < b.image; });
   return items;
 }
@@ -158,7 +226,7 @@ Batch DataLoader::make_batch(std::int64_t k) {
     // Per-sample randomness from (seed, batch, slot): independent of threads and of resume.
     std::mt19937_64 rng(options_.seed ^ (static_cast<std::uint64_t>(k) * 0x9E3779B97F4A7C15ULL + j * 7919ULL + 17));
     std::uniform_real_distribution<double> uni(0.0, 1.0);
-    const double flip = uni(rng), drop = uni(rng);
+    const double flip = uni(rng), drop = uni(rng), shuffle = uni(rng);
     at::Tensor img;
     std::string caption;
     for (std::size_t tries = 0; tries < items_.size(); ++tries) {
@@ -170,6 +238,12 @@ Batch DataLoader::make_batch(std::int64_t k) {
       try {
         img = load_image(item.image, options_.resolution);
         caption = item.caption;
+        if (!item.tags.empty() && shuffle < options_.shuffle_tag_p) {
+          std::vector<std::string> tags = item.tags;
+          std::shuffle(tags.begin(), tags.end(), rng);
+          caption.clear();
+          for (std::size_t t = 0; t < tags.size(); ++t) caption += (t ? options_.tag_separator : "") + tags[t];
+        }
         break;
       } catch (const Error& e) {
         bool first_time = false;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -21,15 +22,31 @@ namespace zs::data {
 /// One training example.
 struct DataItem {
   std::string image;    ///< absolute or root-relative path of the PNG/JPEG
-  std::string caption;
+  std::string caption;  ///< the caption; for metadata-JSON items the tags joined in file order
+  std::vector<std::string> tags;  ///< metadata-JSON items: caption tags (the loader may shuffle them)
+};
+
+/// Options of the metadata-JSON layout (the trainer fills them from data.metadata.*).
+struct MetadataOptions {
+  std::int64_t consider_every_nth = 1;
+  std::vector<std::string> blacklist_tags;
+  std::vector<std::string> non_caption_tags;
+  std::vector<std::pair<std::string, std::string>> replacements;  ///< applied to each tag in order
+  std::string tag_separator = ", ";
+  std::optional<double> abs_min_score;
+  std::optional<double> min_score;
+  std::vector<double> score_tags;
+  std::vector<std::pair<std::string, double>> tag_bonus_scores;
 };
 
 /// Finds the examples under `root`, by layout:
+///  - `metadata/` with JSON files (any depth) {"tags": [...], "score": N, "path": "rel/to/root.png"},
+///    filtered and captioned per `metadata` (bad JSON files name the file and are errors);
 ///  - `metadata.csv` with a header `file_name,text` (paths relative to root);
 ///  - `images/` + `captions/` with the same stems;
 ///  - `name.png|jpg|jpeg` beside `name.txt` (no caption file: empty caption).
 /// Sorted by path. Throws zs::Error(data) naming `root` when it is missing or holds no image.
-std::vector<DataItem> scan_dataset(const std::string& root);
+std::vector<DataItem> scan_dataset(const std::string& root, const MetadataOptions& metadata = {});
 
 /// One batch: images [B, 3, R, R] float32 in [-1, 1], captions (after dropout: "" for dropped).
 struct Batch {
@@ -44,6 +61,8 @@ struct LoaderOptions {
   std::int64_t resolution = 512;    ///< square side in pixels
   double flip_p = 0;                ///< probability of a horizontal flip
   double caption_dropout = 0;       ///< probability of an empty caption
+  double shuffle_tag_p = 0;         ///< probability of shuffling a tagged item's tags
+  std::string tag_separator = ", "; ///< joins tags into a caption
   std::uint64_t seed = 0;           ///< fixes order, flips and dropout
   int num_workers = 2;              ///< decoding threads; 0 decodes in the caller's thread
   int prefetch = 4;                 ///< batches decoded ahead

@@ -51,9 +51,10 @@ DiffusionModel DiffusionModel::build_tiny(const std::vector<std::string>& captio
   m.schedule.timestep_spacing = "trailing";
   m.schedule.steps_offset = 0;
   m.schedule.set_alpha_to_one = true;
-  // Pixels live in [-1, 1]; clamping DDIM's x0 keeps an epsilon model usable at t = 999,
-  // where the cosine schedule's ᾱ is ~0 and x0 = (x − √(1−ᾱ)·ε)/√ᾱ would blow up.
-  m.schedule.clip_sample = true;
+  // With epsilon prediction, t = 999 (ᾱ ≈ 0) makes DDIM's x0 = (x − √(1−ᾱ)·ε)/√ᾱ blow up;
+  // clamping x0 (clip_sample) rescues that but measurably hurts v-prediction (the quickstart's
+  // colours went from right to muddy), so it is on only for epsilon.
+  m.schedule.clip_sample = prediction_type == "epsilon";
   return m;
 }
 

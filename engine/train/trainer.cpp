@@ -99,6 +99,20 @@ json model_state_json(const ModelStateBytes& b) {
   return {{"parameters", b.parameters}, {"gradients", b.gradients}, {"optimizer_states", b.optimizer_states}};
 }
 
+data::MetadataOptions metadata_options(const config::DataMetadataConfig& m) {
+  data::MetadataOptions o;
+  o.consider_every_nth = m.consider_every_nth;
+  o.blacklist_tags = m.blacklist_tags;
+  o.non_caption_tags = m.non_caption_tags;
+  o.replacements = m.replacements;
+  o.tag_separator = m.tag_separator;
+  o.abs_min_score = m.abs_min_score;
+  o.min_score = m.min_score;
+  o.score_tags = m.score_tags;
+  for (const auto& [tag, value] : m.tag_bonus_scores) o.tag_bonus_scores.emplace_back(tag, std::stod(value));
+  return o;
+}
+
 std::function<at::Tensor(const std::string&)> getter(const io::SafetensorsReader& r) {
   return [&r](const std::string& name) {
     if (!r.contains(name)) throw Error(ErrorKind::checkpoint, r.path() + ": missing tensor " + name);
@@ -182,7 +196,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       s.log("dataset generated in " +
             std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s");
     }
-    auto items = data::scan_dataset(data_path);
+    auto items = data::scan_dataset(data_path, metadata_options(cfg.data.metadata));
 
     // Model.
     const std::string model_dir = (root / "model").string();
@@ -237,6 +251,8 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     lo.resolution = cfg.data.resolution;
     lo.flip_p = cfg.data.flip_p;
     lo.caption_dropout = cfg.data.caption_dropout;
+    lo.shuffle_tag_p = cfg.data.metadata.shuffle_tag_p;
+    lo.tag_separator = cfg.data.metadata.tag_separator;
     lo.seed = static_cast<std::uint64_t>(cfg.training.seed);
     lo.num_workers = static_cast<int>(cfg.data.num_workers);
     s.loader = std::make_unique<data::DataLoader>(std::move(items), lo, [&s](const std::string& w) { s.warn(w); });

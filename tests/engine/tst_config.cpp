@@ -309,12 +309,35 @@ logging:
                           "(zero.stage is 2); set zero.stage: 3 or zero.offload_param.device: none"));
   }
 
+  void mapKeys() {
+    const auto c = load_config_string("data:\n  metadata:\n    replacements:\n      'princess cadance': cadance\n"
+                                      "      ' ': _\n    tag_bonus_scores: {solo: 100, sketch: -75}\n",
+                                      "t.yaml").config;
+    QCOMPARE(c.data.metadata.replacements,
+             (StringMap{{"princess cadance", "cadance"}, {" ", "_"}}));  // YAML order kept
+    QCOMPARE(c.data.metadata.tag_bonus_scores, (StringMap{{"solo", "100"}, {"sketch", "-75"}}));
+    QCOMPARE(problemsOf("data:\n  metadata:\n    tag_bonus_scores: {solo: lots}\n"),
+             QStringList{"t.yaml:3:23: data.metadata.tag_bonus_scores: the value of 'solo' is not a number (got 'lots')"});
+    QCOMPARE(problemsOf("data:\n  metadata:\n    replacements: [a, b]\n"),
+             QStringList{"t.yaml:3:19: data.metadata.replacements: expected a map of strings such as {key: value}"});
+  }
+
   void roundTrip_data() {
     QTest::addColumn<QString>("yaml");
     QTest::newRow("defaults") << "";
     QFile quick(zs::test::sourceDir() + "/configs/quickstart.yaml");
     QVERIFY(quick.open(QIODevice::ReadOnly));
     QTest::newRow("quickstart") << QString::fromUtf8(quick.readAll());
+    QTest::newRow("metadata maps") << R"(
+data:
+  metadata:
+    replacements: {'princess luna': luna, 'artist:': 'by=', ' ': _, ':': '='}
+    tag_bonus_scores: {solo: 100, monochrome: -75, pride flag: 50.5}
+    score_tags: [3200, 1600, 5]
+    abs_min_score: 50
+    tag_separator: ' '
+    blacklist_tags: [animated, machine learning generated]
+)";
     QTest::newRow("everything changed") << R"(
 precision: bf16
 model: {preset: sdxl, path: "/models/my sdxl", prediction_type: v_prediction}

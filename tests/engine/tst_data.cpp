@@ -167,6 +167,66 @@ class TestData : public QObject {
     QCOMPARE(items[0].caption, std::string("a green square"));
   }
 
+  void metadataJsonLayoutWithEveryOption() {
+    QTemporaryDir dir;
+    const std::string root = tmp(dir, "meta");
+    fs::create_directories(root + "/metadata/a/b");
+    fs::create_directories(root + "/images");
+    auto add = [&](const std::string& name, int score, const std::string& tags) {
+      zs::io::write_png(root + "/images/" + name + ".png", draw_shape({"circle", "red", "black"}, 16, 1));
+      zs::io::write_file_atomic(root + "/metadata/a/b/" + name + ".json",
+                                "{\"tags\": [" + tags + "], \"score\": " + std::to_string(score) +
+                                    ", \"path\": \"images/" + name + ".png\", \"extra\": 1}");
+    };
+    add("1", 500, "\"princess luna\", \"solo\", \"high res\", \"artist:lulu\"");
+    add("2", 40, "\"solo\"");                         // below abs_min_score
+    add("3", 900, "\"solo\", \"animated\"");          // blacklisted
+    add("4", 150, "\"monochrome\", \"duo\"");          // 150 - 75 < min_score 100
+    add("5", 150, "\"duo\", \"pride flag\"");          // 150 + 50 passes
+    MetadataOptions o;
+    o.blacklist_tags = {"animated"};
+    o.non_caption_tags = {"high res"};
+    o.replacements = {{"princess luna", "luna"}, {"artist:", "by="}, {" ", "_"}};
+    o.tag_separator = " ";
+    o.abs_min_score = 50;
+    o.min_score = 100;
+    o.score_tags = {100, 400, 200};
+    o.tag_bonus_scores = {{"monochrome", -75}, {"pride flag", 50}};
+    auto items = scan_dataset(root, o);
+    QCOMPARE(items.size(), std::size_t{2});
+    QCOMPARE(items[0].caption, std::string("luna solo by=lulu scr400"));
+    QCOMPARE(items[1].caption, std::string("duo pride_flag scr100"));
+    QCOMPARE(items[1].tags.size(), std::size_t{3});
+    // consider_every_nth keeps files 0, 2, 4 of the sorted list (1, 3, 5); 3 is blacklisted.
+    o.consider_every_nth = 2;
+    items = scan_dataset(root, o);
+    QCOMPARE(items.size(), std::size_t{2});
+    // shuffle_tag_p 1: same tags, shuffled order (deterministic per batch).
+    LoaderOptions lo;
+    lo.batch_size = 1;
+    lo.resolution = 16;
+    lo.shuffle_tag_p = 1.0;
+    lo.tag_separator = " ";
+    lo.num_workers = 0;
+    o.consider_every_nth = 1;
+    DataLoader loader(scan_dataset(root, o), lo);
+    loader.start(0);
+    bool reordered = false;
+    for (int i = 0; i < 12; ++i) {
+      const std::string c = loader.next().captions[0];
+      QVERIFY2(c.find("scr") != std::string::npos, c.c_str());
+      reordered |= c != "luna solo by=lulu scr400" && c != "duo pride_flag scr100";
+    }
+    QVERIFY(reordered);
+    zs::io::write_file_atomic(root + "/metadata/a/b/bad.json", "{\"tags\": [");
+    try {
+      scan_dataset(root, o);
+      QFAIL("accepted broken JSON");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).contains("bad.json: not valid JSON"), e.what());
+    }
+  }
+
   void missingOrEmptyDatasetNamesThePath() {
     QTemporaryDir dir;
     for (const std::string path : {tmp(dir, "nothing"), tmp(dir, "")}) {
