@@ -53,6 +53,8 @@ class TestCli : public QObject {
     QTest::newRow("import") << QStringList{"config", "import", "-h"} << "Usage: zerostudio config import --accelerate";
     QTest::newRow("export") << QStringList{"config", "export", "--help"} << "Usage: zerostudio config export FILE";
     QTest::newRow("schema") << QStringList{"config", "schema", "--help"} << "Usage: zerostudio config schema";
+    QTest::newRow("train") << QStringList{"train", "--help"} << "Usage: zerostudio train FILE";
+    QTest::newRow("make-dataset") << QStringList{"make-dataset", "--help"} << "Usage: zerostudio make-dataset shapes";
   }
 
   void everyCommandHasHelp() {
@@ -78,6 +80,11 @@ class TestCli : public QObject {
                                            << "zerostudio: 'zerostudio config import' needs -o OUT.yaml";
     QTest::newRow("export without target") << QStringList{"config", "export", "x.yaml"}
                                            << "zerostudio: 'zerostudio config export' needs --accelerate OUT.yaml";
+    QTest::newRow("train without file") << QStringList{"train"} << "zerostudio: 'zerostudio train' needs FILE";
+    QTest::newRow("dataset kind") << QStringList{"make-dataset", "faces", "--out", "x"}
+                                  << "zerostudio: make-dataset: unknown kind 'faces'";
+    QTest::newRow("dataset count") << QStringList{"make-dataset", "shapes", "--out", "x", "--count", "many"}
+                                   << "zerostudio: --count needs a whole number, got 'many'";
   }
 
   void badUsageExitsTwo() {
@@ -86,6 +93,27 @@ class TestCli : public QObject {
     const Result r = run(args);
     QCOMPARE(r.code, 2);
     QVERIFY2(r.err.startsWith(message), qPrintable(r.err));
+  }
+
+  void makeDatasetAndTrainErrors() {
+    QTemporaryDir dir;
+    const Result made = run({"make-dataset", "shapes", "--out", dir.path() + "/shapes", "--count", "5", "--size", "16",
+                             "--seed", "3"});
+    QCOMPARE(made.code, 0);
+    QVERIFY2(made.out.contains("wrote 5 images"), qPrintable(made.out));
+    QVERIFY(QFile::exists(dir.path() + "/shapes/images/00004.png"));
+    QVERIFY(QFile::exists(dir.path() + "/shapes/captions/00004.txt"));
+    // An empty data.path without generation fails before training, naming the key.
+    const Result r = run({"train", quickstart(), "--run-dir", dir.path() + "/run", "--set", "data.generate=none"});
+    QCOMPARE(r.code, 1);
+    QVERIFY2(r.err.contains("data.path is empty and data.generate is none"), qPrintable(r.err));
+    const Result missing = run({"train", quickstart(), "--run-dir", dir.path() + "/run2", "--set",
+                                "data.path=" + dir.path() + "/nothing", "--set", "data.generate=none"});
+    QCOMPARE(missing.code, 1);
+    QVERIFY2(missing.err.contains(dir.path() + "/nothing: dataset folder does not exist"), qPrintable(missing.err));
+    const Result resume = run({"train", quickstart(), "--run-dir", dir.path() + "/run3", "--resume", "latest"});
+    QCOMPARE(resume.code, 1);
+    QVERIFY2(resume.err.contains("no checkpoint to resume from"), qPrintable(resume.err));
   }
 
   void validateGoodAndBadFiles() {
@@ -114,7 +142,14 @@ class TestCli : public QObject {
   void overridesAndPrint() {
     const Result r = run({"config", "validate", quickstart(), "--set", "zero.stage=3", "--set=training.max_steps=20", "--print"});
     QCOMPARE(r.code, 0);
-    QVERIFY(r.err.contains("quickstart.yaml:29:17: scheduler.warmup_steps: warmup (100 steps) is not shorter"));  // quickstart warms up 100 steps
+    // The warning points at the quickstart's own warmup_steps line.
+    int line = 0;
+    QFile q(quickstart());
+    QVERIFY(q.open(QIODevice::ReadOnly));
+    for (int n = 1; !q.atEnd(); ++n)
+      if (q.readLine().trimmed().startsWith("warmup_steps:")) line = n;
+    QVERIFY2(r.err.contains(QString("quickstart.yaml:%1:17: scheduler.warmup_steps: warmup (100 steps) is not shorter").arg(line)),
+             qPrintable(r.err));
     QVERIFY(r.out.contains("zero:\n  stage: 3\n"));
     QVERIFY(r.out.contains("  max_steps: 20\n"));
     const Result bad = run({"config", "validate", quickstart(), "--set", "zero.stage=9"});

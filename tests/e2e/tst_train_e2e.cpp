@@ -6,6 +6,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -159,6 +160,52 @@ class TestTrainE2E : public QObject {
     for (std::size_t i = 0; i < want.size(); ++i)
       QVERIFY2(std::abs(got[i] - want[i]) <= 1e-5 * std::abs(want[i]),
                qPrintable(QString("step %1: %2 vs %3").arg(i + 1).arg(got[i]).arg(want[i])));
+  }
+
+  void divergenceWritesAnOnExceptionCheckpoint() {
+    QTemporaryDir dir;
+    train::TrainerOptions opt;
+    opt.run_dir = (dir.path() + "/run").toStdString();
+    // An absurd learning rate makes the second step's loss non-finite.
+    const auto cfg = small_config({"optimizer.lr=1e12", "scheduler.type=constant", "scheduler.warmup_steps=0",
+                                   "sampling.every_n_steps=0", "checkpointing.every_n_steps=0",
+                                   "training.gradient_accumulation_steps=2"});
+    train::TrainerCommands commands;
+    try {
+      train::Trainer(cfg, opt).run(commands);
+      QFAIL("trained through a diverged loss");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).contains("lower optimizer.lr"), e.what());
+    }
+    const auto events = read_events(opt.run_dir);
+    bool error = false, saved = false;
+    for (const auto& ev : events) {
+      error |= ev["type"] == "error";
+      saved |= ev["type"] == "checkpoint" && ev["reason"] == "on_exception";
+    }
+    QVERIFY(error);
+    QVERIFY(saved);
+    QCOMPARE(events.back()["reason"].get<std::string>(), std::string("error"));
+  }
+
+  void pauseHoldsTheStep() {
+    QTemporaryDir dir;
+    train::TrainerOptions opt;
+    opt.run_dir = (dir.path() + "/run").toStdString();
+    train::TrainerCommands commands;
+    std::atomic<std::int64_t> seen{0};
+    opt.on_step = [&](std::int64_t step, std::int64_t, double, double) {
+      seen = step;
+      if (step == 3) commands.set_paused(true);
+    };
+    const auto cfg = small_config({"sampling.every_n_steps=0", "checkpointing.every_n_steps=0", "training.max_steps=6"});
+    std::thread runner([&] { train::Trainer(cfg, opt).run(commands); });
+    QTRY_COMPARE_WITH_TIMEOUT(seen.load(), std::int64_t{3}, 30000);
+    QTest::qWait(500);
+    QCOMPARE(seen.load(), std::int64_t{3});  // paused: no further step
+    commands.set_paused(false);
+    runner.join();
+    QCOMPARE(seen.load(), std::int64_t{6});
   }
 
   void missingDatasetFailsBeforeTraining() {

@@ -77,6 +77,23 @@ class TestDiffusion : public QObject {
     QVERIFY(max_abs_diff(r.pred_original_sample, x0) < 1e-4);
   }
 
+  void clipSampleClampsX0() {
+    ScheduleConfig c;
+    c.beta_schedule = "squaredcos_cap_v2";
+    c.timestep_spacing = "trailing";
+    c.clip_sample = true;
+    const NoiseSchedule s(c);
+    const DdimSampler ddim(s, 10);
+    QCOMPARE(ddim.timesteps().front(), std::int64_t{999});
+    // At t = 999 ᾱ is ~0: an epsilon x0 estimate explodes unless clamped.
+    const at::Tensor x = at::randn({1, 3, 4, 4});
+    const auto r = ddim.step(at::randn({1, 3, 4, 4}), 999, x);
+    QVERIFY(r.pred_original_sample.abs().max().item<double>() <= 1.0);
+    c.clip_sample = false;
+    const NoiseSchedule loose(c);
+    QVERIFY(DdimSampler(loose, 10).step(at::randn({1, 3, 4, 4}), 999, x).pred_original_sample.abs().max().item<double>() > 1.0);
+  }
+
   void minSnrWeights() {
     const NoiseSchedule s{ScheduleConfig{}};
     const at::Tensor t = at::tensor({0, 500, 999}, at::kLong);
