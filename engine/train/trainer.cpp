@@ -125,8 +125,14 @@ std::function<at::Tensor(const std::string&)> getter(const io::SafetensorsReader
 Trainer::Trainer(config::TrainerConfig config, TrainerOptions options) : s_(std::make_unique<State>()) {
   s_->cfg = std::move(config);
   s_->opt = std::move(options);
+  const std::string& resume = s_->opt.resume;
   if (!s_->opt.run_dir.empty()) {
     s_->run_dir = s_->opt.run_dir;
+  } else if (!resume.empty() && resume != "latest") {
+    // A checkpoint folder <run>/checkpoints/<tag>: continue in its run.
+    s_->run_dir = fs::path(resume).lexically_normal().parent_path().parent_path().string();
+  } else if (resume == "latest" && s_->cfg.logging.run_name.empty()) {
+    throw Error(ErrorKind::config, "--resume latest needs the run: pass --run-dir DIR (or set logging.run_name)");
   } else {
     const std::string name = s_->cfg.logging.run_name.empty() ? default_run_name(s_->opt.name_hint) : s_->cfg.logging.run_name;
     s_->run_dir = (fs::path(s_->cfg.logging.runs_root) / name).string();
@@ -201,7 +207,11 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     // Model.
     const std::string model_dir = (root / "model").string();
     if (resuming) {
-      s.model = models::DiffusionModel::load_folder(model_dir);
+      // Resuming into another run directory takes the model description from the checkpoint's run.
+      const std::string ckpt_model = (fs::path(ckpt->path).parent_path().parent_path() / "model").string();
+      const bool here = fs::exists(fs::path(model_dir) / "unet" / "config.json");
+      s.model = models::DiffusionModel::load_folder(here ? model_dir : ckpt_model);
+      if (!here) s.model.save_folder(model_dir);
     } else if (!cfg.model.path.empty()) {
       throw Error(ErrorKind::config, "model.path: starting from pretrained weights is not supported yet (it comes "
                                      "with Stable Diffusion model support); leave it empty to train model.preset");

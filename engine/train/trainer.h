@@ -16,7 +16,8 @@ namespace zs::train {
 
 /// How a run is started.
 struct TrainerOptions {
-  std::string run_dir;      ///< empty: logging.runs_root / (logging.run_name or name_hint-<time>)
+  std::string run_dir;      ///< empty: the resumed checkpoint's run, else logging.runs_root /
+                            ///< (logging.run_name or name_hint-<time>)
   std::string name_hint = "run";  ///< used in the automatic run name (e.g. the config file's stem)
   std::string resume;       ///< "" (fresh), "latest", or a checkpoint folder
   /// Every event written to events.jsonl, as a value (called on the training thread).
@@ -35,7 +36,8 @@ struct RunSummary {
 
 class Trainer {
  public:
-  /// Resolves the run directory (does not create it yet).
+  /// Resolves the run directory (does not create it yet); throws zs::Error(config) for
+  /// `--resume latest` without a run directory or run name.
   Trainer(config::TrainerConfig config, TrainerOptions options);
   ~Trainer();
   Trainer(const Trainer&) = delete;

@@ -154,7 +154,12 @@ class TestTrainE2E : public QObject {
       QVERIFY2(QString(e.what()).contains("training.seed: checkpoint 42, config 7"), e.what());
     }
 
-    train::Trainer(cfg, bad).run(commands);
+    // Resuming from the checkpoint folder alone finds its run directory.
+    train::TrainerOptions by_path;
+    by_path.resume = first.run_dir + "/checkpoints/step_8";
+    train::Trainer by_path_trainer(cfg, by_path);
+    QCOMPARE(QString::fromStdString(by_path_trainer.run_dir()), QString::fromStdString(first.run_dir));
+    by_path_trainer.run(commands);
     const auto got = losses(read_events(first.run_dir));
     QCOMPARE(got.size(), want.size());
     for (std::size_t i = 0; i < want.size(); ++i)
@@ -206,6 +211,24 @@ class TestTrainE2E : public QObject {
     commands.set_paused(false);
     runner.join();
     QCOMPARE(seen.load(), std::int64_t{6});
+  }
+
+  void resumeIntoAnotherRunDirectory() {
+    QTemporaryDir dir;
+    train::TrainerCommands commands;
+    train::TrainerOptions first;
+    first.run_dir = (dir.path() + "/a").toStdString();
+    const auto cfg = small_config({"sampling.every_n_steps=0", "checkpointing.every_n_steps=4", "training.max_steps=4"});
+    train::Trainer(cfg, first).run(commands);
+    train::TrainerOptions second;
+    second.run_dir = (dir.path() + "/b").toStdString();
+    second.resume = first.run_dir + "/checkpoints/step_4";
+    auto longer = cfg;
+    longer.training.max_steps = 6;  // run length may change on resume
+    const auto summary = train::Trainer(longer, second).run(commands);
+    QCOMPARE(summary.step, std::int64_t{6});
+    QVERIFY(fs::exists(second.run_dir + "/model/tokenizer/tokenizer.json"));
+    QVERIFY_THROWS_EXCEPTION(Error, train::Trainer(cfg, train::TrainerOptions{"", "x", "latest", {}, {}}));
   }
 
   void missingDatasetFailsBeforeTraining() {

@@ -91,9 +91,15 @@ class TestConfig : public QObject {
     const TrainerConfig& c = loaded.config;
     QCOMPARE(c.model.preset, std::string("tiny"));
     QCOMPARE(c.data.generate, std::string("shapes"));
-    QCOMPARE(c.data.resolution, 32);
+    QCOMPARE(c.data.resolution, 16);
+    QCOMPARE(c.model.prediction_type, std::string("v_prediction"));
     QCOMPARE(c.sampling.every_n_steps, 250);
     QCOMPARE(c.sampling.prompts.size(), size_t(8));
+    // The prompts cover every shape and every palette colour (as the shape's colour).
+    std::string all;
+    for (const auto& p : c.sampling.prompts) all += p.substr(0, p.find(" on ")) + "|";
+    for (const char* w : {"circle", "square", "triangle", "red", "green", "blue", "yellow", "purple", "orange", "white", "black"})
+      QVERIFY2(all.find(w) != std::string::npos, w);
     QCOMPARE(c.scheduler.type, std::string("cosine"));
     QVERIFY(c.launch.use_cpu);
     QVERIFY(loaded.is_set("training.max_steps"));
