@@ -1,0 +1,213 @@
+#include "dist/communicator.h"
+
+#include <cstdlib>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef ZS_WITH_CUDA
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "core/error.h"
+
+namespace zs::dist {
+
+namespace {
+
+int env_int(const char* name, int fallback, bool* present = nullptr) {
+  const char* v = std::getenv(name);
+  if (present) *present = v != nullptr && *v != '\0';
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > 1000000)
+    throw Error(ErrorKind::distributed, std::string("environment variable ") + name + "=" + v +
+                                            " is not a non-negative whole number");
+  return static_cast<int>(n);
+}
+
+class SingleCommunicator final : public Communicator {
+ public:
+  SingleCommunicator() : Communicator(0, 1, std::chrono::milliseconds(0)) {}
+  std::string backend() const override { return "single"; }
+  bool native_reduce_scatter() const override { return true; }
+  void all_reduce(at::Tensor&) override {}
+  void all_gather(const at::Tensor& shard, at::Tensor& flat) override { flat.copy_(shard); }
+  void reduce_scatter(const at::Tensor& flat, at::Tensor& shard) override { shard.copy_(flat); }
+  void broadcast(at::Tensor&, int) override {}
+  void barrier() override {}
+};
+
+/// One implementation for Gloo and NCCL: both process-group classes have the same collective
+/// methods, in LibTorch 1.13 (derived from ProcessGroup) and 2.x (derived from Backend).
+template <class Group>
+class GroupCommunicator final : public Communicator {
+ public:
+  GroupCommunicator(c10::intrusive_ptr<Group> group, c10::intrusive_ptr<c10d::Store> store, std::string name,
+                    bool native_rs, int rank, int world, std::chrono::milliseconds timeout)
+      : Communicator(rank, world, timeout), group_(std::move(group)), store_(std::move(store)),
+        name_(std::move(name)), native_rs_(native_rs) {}
+
+  std::string backend() const override { return name_; }
+  bool native_reduce_scatter() const override { return native_rs_; }
+
+  void all_reduce(at::Tensor& t) override {
+    std::vector<at::Tensor> v{t};
+    run("all_reduce", [&] { return group_->allreduce(v); });
+  }
+
+  void all_gather(const at::Tensor& shard, at::Tensor& flat) override {
+    check_sizes("all_gather", shard, flat);
+    std::vector<at::Tensor> in{shard};
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (const auto& chunk : flat.chunk(world_size_)) out[0].push_back(chunk);
+    run("all_gather", [&] { return group_->allgather(out, in); });
+  }
+
+  void reduce_scatter(const at::Tensor& flat, at::Tensor& shard) override {
+    check_sizes("reduce_scatter", shard, flat);
+    if (native_rs_) {
+      std::vector<at::Tensor> out{shard};
+      std::vector<std::vector<at::Tensor>> in(1);
+      for (const auto& chunk : flat.chunk(world_size_)) in[0].push_back(chunk.contiguous());
+      run("reduce_scatter", [&] { return group_->reduce_scatter(out, in); });
+      return;
+    }
+    // Gloo in LibTorch 1.13 has no reduce_scatter: all-reduce a copy and keep this rank's chunk.
+    std::vector<at::Tensor> v{flat.clone()};
+    run("reduce_scatter", [&] { return group_->allreduce(v); });
+    shard.copy_(v[0].chunk(world_size_)[static_cast<std::size_t>(rank_)]);
+  }
+
+  void broadcast(at::Tensor& t, int root) override {
+    std::vector<at::Tensor> v{t};
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    run("broadcast", [&] { return group_->broadcast(v, o); });
+  }
+
+  void barrier() override {
+    // A barrier is an all-reduce of one number: same timeout and error path as the rest.
+    at::Tensor one = at::ones({1});
+    all_reduce(one);
+  }
+
+ private:
+  void check_sizes(const char* op, const at::Tensor& shard, const at::Tensor& flat) const {
+    if (flat.numel() != shard.numel() * world_size_ || !flat.is_contiguous() || !shard.is_contiguous())
+      throw Error(ErrorKind::distributed, std::string(op) + ": the flat buffer must hold world_size × the shard, "
+                                                            "both contiguous (a bug in the caller)");
+  }
+
+  template <class Start>
+  void run(const char* op, Start start) {
+    try {
+      auto work = start();
+      if (!work->wait(timeout_))
+        throw std::runtime_error("timed out");
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);  // drop C++ stack traces
+      throw Error(ErrorKind::distributed,
+                  "rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + ": " + op + " failed (" +
+                      name_ + ", timeout " + std::to_string(timeout_.count() / 1000) + " s): " + what +
+                      ". Another rank has probably stopped or died; see logs/rank*.log of the run and the launcher's "
+                      "report.");
+    }
+  }
+
+  c10::intrusive_ptr<Group> group_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string name_;
+  bool native_rs_;
+};
+
+}  // namespace
+
+Communicator::~Communicator() = default;
+
+std::optional<RendezvousInfo> rendezvous_from_env() {
+  bool has_rank = false, has_world = false;
+  RendezvousInfo info;
+  info.rank = env_int("RANK", 0, &has_rank);
+  info.world_size = env_int("WORLD_SIZE", 1, &has_world);
+  if (!has_rank || !has_world) return std::nullopt;
+  if (info.world_size < 1 || info.rank >= info.world_size)
+    throw Error(ErrorKind::distributed, "RANK=" + std::to_string(info.rank) + " is not below WORLD_SIZE=" +
+                                            std::to_string(info.world_size));
+  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) info.master_addr = a;
+  info.master_port = env_int("MASTER_PORT", 29500);
+  if (info.master_port < 1 || info.master_port > 65535)
+    throw Error(ErrorKind::distributed, "MASTER_PORT=" + std::to_string(info.master_port) + " is not a TCP port");
+  info.local_rank = env_int("LOCAL_RANK", info.rank);
+  info.local_world_size = env_int("LOCAL_WORLD_SIZE", info.world_size);
+  return info;
+}
+
+std::unique_ptr<Communicator> Communicator::single() { return std::make_unique<SingleCommunicator>(); }
+
+std::unique_ptr<Communicator> Communicator::connect(const RendezvousInfo& info, std::chrono::milliseconds timeout,
+                                                    bool cuda) {
+  if (info.world_size == 1) return single();
+  const std::string where = info.master_addr + ":" + std::to_string(info.master_port);
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<std::uint16_t>(info.master_port);
+    o.isServer = info.rank == 0;
+    o.numWorkers = info.world_size;
+    o.waitWorkers = false;
+    o.timeout = timeout;
+    store = c10::make_intrusive<c10d::TCPStore>(info.master_addr, o);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    throw Error(ErrorKind::distributed,
+                "rank " + std::to_string(info.rank) + ": cannot " + (info.rank == 0 ? "host" : "reach") +
+                    " the rendezvous store at " + where + " within " + std::to_string(timeout.count() / 1000) +
+                    " s (" + what + "); check MASTER_ADDR/MASTER_PORT (--main_process_ip/--main_process_port) and "
+                    "that rank 0 is running");
+  }
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("zerostudio", store);
+  try {
+#ifdef ZS_WITH_CUDA
+    if (cuda) {
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = timeout;
+      auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, info.rank, info.world_size, opts);
+      return std::make_unique<GroupCommunicator<c10d::ProcessGroupNCCL>>(group, store, "nccl", true, info.rank,
+                                                                          info.world_size, timeout);
+    }
+#else
+    if (cuda) throw Error(ErrorKind::distributed, "this build has no CUDA; NCCL is not available");
+#endif
+    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+    // One machine: loopback. Several: GLOO_SOCKET_IFNAME, else the interface of this host's name.
+    if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    } else if (info.local_world_size == info.world_size) {
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else {
+      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, info.rank, info.world_size, opts);
+    return std::make_unique<GroupCommunicator<c10d::ProcessGroupGloo>>(group, store, "gloo", false, info.rank,
+                                                                        info.world_size, timeout);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);
+    throw Error(ErrorKind::distributed,
+                "rank " + std::to_string(info.rank) + ": the " + std::to_string(info.world_size) +
+                    " ranks did not all meet at " + where + " within " + std::to_string(timeout.count() / 1000) +
+                    " s (" + what + "); a rank is missing or was started with another WORLD_SIZE/MASTER_PORT");
+  }
+}
+
+}  // namespace zs::dist

@@ -1,0 +1,67 @@
+#pragma once
+// Collectives between ranks over a c10d process group: Gloo for CPU tensors, NCCL for CUDA
+// tensors (builds with CUDA). Every call waits at most the communicator's timeout and then
+// throws zs::Error(distributed) naming this rank and the operation, so no rank ever hangs.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+namespace zs::dist {
+
+/// Where this process sits, as torchrun describes it in the environment.
+struct RendezvousInfo {
+  std::string master_addr = "127.0.0.1";  ///< MASTER_ADDR: host of rank 0's TCPStore
+  int master_port = 29500;                ///< MASTER_PORT
+  int rank = 0;                           ///< RANK: global rank
+  int world_size = 1;                     ///< WORLD_SIZE
+  int local_rank = 0;                     ///< LOCAL_RANK: rank on this machine
+  int local_world_size = 1;               ///< LOCAL_WORLD_SIZE: ranks on this machine
+};
+
+/// Reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE. nullopt when
+/// RANK and WORLD_SIZE are not both set; throws zs::Error(distributed) naming a malformed variable.
+std::optional<RendezvousInfo> rendezvous_from_env();
+
+class Communicator {
+ public:
+  /// A world of one: every collective is a no-op (or a copy).
+  static std::unique_ptr<Communicator> single();
+  /// Meets the other ranks through a c10d TCPStore hosted by rank 0 and builds the process group
+  /// (NCCL when `cuda`, else Gloo). Throws zs::Error(distributed) within `timeout` when a rank is
+  /// missing or the store cannot be reached, saying which.
+  static std::unique_ptr<Communicator> connect(const RendezvousInfo& info, std::chrono::milliseconds timeout,
+                                               bool cuda = false);
+  virtual ~Communicator();
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  /// "gloo", "nccl" or "single".
+  virtual std::string backend() const = 0;
+  /// True when reduce_scatter runs as the backend's own collective (NCCL), false for the fallback.
+  virtual bool native_reduce_scatter() const = 0;
+
+  /// Sums `t` over all ranks, in place.
+  virtual void all_reduce(at::Tensor& t) = 0;
+  /// flat [world_size · n] = every rank's `shard` [n] in rank order. Both contiguous, same dtype.
+  virtual void all_gather(const at::Tensor& shard, at::Tensor& flat) = 0;
+  /// shard [n] = sum over ranks of their `flat` [world_size · n] chunk number rank().
+  virtual void reduce_scatter(const at::Tensor& flat, at::Tensor& shard) = 0;
+  /// Copies rank `root`'s `t` to every rank.
+  virtual void broadcast(at::Tensor& t, int root) = 0;
+  virtual void barrier() = 0;
+
+ protected:
+  Communicator(int rank, int world_size, std::chrono::milliseconds timeout)
+      : rank_(rank), world_size_(world_size), timeout_(timeout) {}
+  int rank_;
+  int world_size_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace zs::dist

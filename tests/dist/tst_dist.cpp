@@ -1,0 +1,137 @@
+// Communicator across real processes (Gloo on CPU): every collective at world sizes 2 and 3,
+// a dead or stalled rank, and rendezvous failures — each must end within the timeout.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <QElapsedTimer>
+#include <QProcess>
+#include <QtTest>
+
+#include "test_support.h"
+
+namespace {
+
+/// A TCP port that is free right now.
+int free_port() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+struct World {
+  std::vector<std::unique_ptr<QProcess>> procs;
+  /// Starts `ranks` of a world of `world` ranks (ranks may be fewer: a missing rank).
+  World(const QString& scenario, int world, std::vector<int> ranks, int port, double timeout_s,
+        std::function<int(int)> port_of = {}) {
+    for (int r : ranks) {
+      auto p = std::make_unique<QProcess>();
+      QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+      env.insert("MASTER_ADDR", "127.0.0.1");
+      env.insert("MASTER_PORT", QString::number(port_of ? port_of(r) : port));
+      env.insert("RANK", QString::number(r));
+      env.insert("WORLD_SIZE", QString::number(world));
+      env.insert("LOCAL_RANK", QString::number(r));
+      env.insert("LOCAL_WORLD_SIZE", QString::number(world));
+      env.insert("OMP_NUM_THREADS", "1");
+      p->setProcessEnvironment(env);
+      p->setProcessChannelMode(QProcess::MergedChannels);
+      p->start(ZS_DIST_WORKER, {scenario, QString::number(timeout_s)});
+      procs.push_back(std::move(p));
+    }
+  }
+  ~World() {
+    for (auto& p : procs)
+      if (p->state() != QProcess::NotRunning) {
+        p->kill();
+        p->waitForFinished(5000);
+      }
+  }
+  bool wait(int index, int ms) { return procs[static_cast<std::size_t>(index)]->waitForFinished(ms); }
+  int code(int index) { return procs[static_cast<std::size_t>(index)]->exitCode(); }
+  QString out(int index) { return QString::fromUtf8(procs[static_cast<std::size_t>(index)]->readAll()); }
+};
+
+}  // namespace
+
+class TestDist : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void collectives_data() {
+    QTest::addColumn<int>("world");
+    QTest::newRow("2 ranks") << 2;
+    QTest::newRow("3 ranks") << 3;
+  }
+
+  void collectives() {
+    QFETCH(int, world);
+    std::vector<int> ranks(static_cast<std::size_t>(world));
+    std::iota(ranks.begin(), ranks.end(), 0);
+    World w("collectives", world, ranks, free_port(), 30);
+    for (int r = 0; r < world; ++r) {
+      QVERIFY(w.wait(r, 60000));
+      const QString out = w.out(r);
+      QVERIFY2(w.code(r) == 0, qPrintable(out));
+      QVERIFY2(out.contains(QString("ok collectives rank %1 of %2 (gloo, native reduce_scatter 0)").arg(r).arg(world)),
+               qPrintable(out));
+    }
+  }
+
+  void deadOrStalledRankFailsTheOthersWithinTheTimeout_data() {
+    QTest::addColumn<QString>("scenario");
+    QTest::newRow("killed") << "die";
+    QTest::newRow("stalled") << "stall";
+  }
+
+  void deadOrStalledRankFailsTheOthersWithinTheTimeout() {
+    QFETCH(QString, scenario);
+    const double timeout = 4;
+    QElapsedTimer clock;
+    clock.start();
+    World w(scenario, 3, {0, 1, 2}, free_port(), timeout);
+    for (int r : {0, 2}) {
+      QVERIFY2(w.wait(r, 30000), "a rank hung");
+      const QString out = w.out(r);
+      QCOMPARE(w.code(r), 3);
+      QVERIFY2(out.contains(QString("rank %1 of 3: all_reduce failed").arg(r)), qPrintable(out));
+      QVERIFY2(out.contains("Another rank has probably stopped or died"), qPrintable(out));
+    }
+    // Within the timeout (plus start-up), never a hang.
+    QVERIFY2(clock.elapsed() < 20000, qPrintable(QString::number(clock.elapsed())));
+  }
+
+  void rendezvousFailuresAreClear() {
+    // Rank 1 looks for the store on the wrong port.
+    const int port = free_port(), wrong = free_port();
+    {
+      World w("collectives", 2, {0, 1}, port, 3, [&](int r) { return r == 1 ? wrong : port; });
+      QVERIFY(w.wait(1, 30000));
+      const QString out = w.out(1);
+      QCOMPARE(w.code(1), 3);
+      QVERIFY2(out.contains("rank 1: cannot reach the rendezvous store at 127.0.0.1:" + QString::number(wrong)), qPrintable(out));
+      QVERIFY(w.wait(0, 30000));
+      QCOMPARE(w.code(0), 3);
+    }
+    // A world of 3 with rank 2 never started.
+    {
+      World w("collectives", 3, {0, 1}, free_port(), 3);
+      for (int r : {0, 1}) {
+        QVERIFY2(w.wait(r, 30000), "a rank hung");
+        const QString out = w.out(r);
+        QCOMPARE(w.code(r), 3);
+        QVERIFY2(out.contains("ranks did not all meet") || out.contains("failed"), qPrintable(out));
+      }
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(TestDist)
+#include "tst_dist.moc"
