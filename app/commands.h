@@ -13,6 +13,9 @@ int run_config_command(const std::vector<std::string>& args);
 /// `zerostudio train FILE [--set ...] [--run-dir DIR] [--resume latest|PATH]`.
 int run_train_command(const std::vector<std::string>& args);
 
+/// `zerostudio launch [--num_processes N ...] FILE [train options]`.
+int run_launch_command(const std::vector<std::string>& args);
+
 /// `zerostudio make-dataset shapes --out DIR ...`.
 int run_make_dataset_command(const std::vector<std::string>& args);
 

@@ -24,6 +24,7 @@ const char* kHelp =
     "\n"
     "Commands:\n"
     "  train FILE                 train headless (--set, --run-dir, --resume latest|CHECKPOINT)\n"
+    "  launch --num_processes N FILE   start this machine's ranks of a multi-process run\n"
     "  make-dataset shapes --out DIR   generate the demo dataset of coloured shapes\n"
     "  config validate FILE       check a trainer config, listing every problem\n"
     "  config import ...          accelerate YAML / DeepSpeed JSON -> trainer config\n"
@@ -63,6 +64,7 @@ int dispatch(int argc, char** argv) {
   }
   if (first == "config") return zs::cli::run_config_command(rest);
   if (first == "train") return zs::cli::run_train_command(rest);
+  if (first == "launch") return zs::cli::run_launch_command(rest);
   if (first == "make-dataset") return zs::cli::run_make_dataset_command(rest);
   if (first[0] == '-') throw zs::cli::UsageError("unknown option '" + first + "'");
   const bool looks_like_config = first.ends_with(".yaml") || first.ends_with(".yml");

@@ -10,7 +10,9 @@
 #include "arg_parser.h"
 #include "commands.h"
 #include "config/config_loader.h"
+#include "core/build_info.h"
 #include "data/shapes.h"
+#include "dist/communicator.h"
 #include "train/trainer.h"
 
 namespace zs::cli {
@@ -112,9 +114,23 @@ int run_train_command(const std::vector<std::string>& args) {
   ProgressBar bar;
   train::TrainerOptions options;
   options.run_dir = a.get("run_dir");
+  // Started by `zerostudio launch`, torchrun or srun: join the world as the rank they describe.
+  bool main_rank = true;
+  if (const auto info = dist::rendezvous_from_env(); info && info->world_size > 1) {
+    if (options.run_dir.empty() && loaded.config.logging.run_name.empty() &&
+        (a.get("resume").empty() || a.get("resume") == "latest"))
+      throw UsageError("with several ranks, every rank needs the same run directory: pass --run-dir DIR "
+                       "(zerostudio launch picks one for you) or set logging.run_name");
+    const auto& c = loaded.config;
+    const bool cuda = !c.launch.use_cpu && build_info().cuda_available;
+    options.comm = dist::Communicator::connect(*info, std::chrono::seconds(c.launch.timeout_s), cuda);
+    main_rank = info->rank == 0;
+  }
   options.resume = a.get("resume");
   options.name_hint = std::filesystem::path(file).stem().string();
-  options.on_step = [&bar](std::int64_t step, std::int64_t total, double loss, double sps) { bar.update(step, total, loss, sps); };
+  options.on_step = [&bar, main_rank](std::int64_t step, std::int64_t total, double loss, double sps) {
+    if (main_rank) bar.update(step, total, loss, sps);
+  };
   options.on_event = [&bar](const nlohmann::json& e) {
     const std::string type = e.value("type", "");
     if (type == "warning") bar.message("warning: " + e.value("message", ""));
@@ -140,8 +156,9 @@ int run_train_command(const std::vector<std::string>& args) {
   } restore;
   const train::RunSummary summary = trainer.run(commands);
   bar.finish();
-  std::cout << (summary.reason == "stopped" ? "stopped" : "finished") << " at step " << summary.step << " (loss "
-            << summary.last_loss << "); run directory: " << summary.run_dir << "\n";
+  if (main_rank)
+    std::cout << (summary.reason == "stopped" ? "stopped" : "finished") << " at step " << summary.step << " (loss "
+              << summary.last_loss << "); run directory: " << summary.run_dir << "\n";
   return 0;
 }
 

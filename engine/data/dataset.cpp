@@ -215,7 +215,8 @@ std::vector<std::int64_t> DataLoader::permutation(std::int64_t epoch) const {
   return order;
 }
 
-Batch DataLoader::make_batch(std::int64_t k) {
+Batch DataLoader::make_batch(std::int64_t local_k) {
+  const std::int64_t k = local_k * std::max<std::int64_t>(options_.num_shards, 1) + options_.shard;
   Batch b;
   b.index = k;
   b.epoch = k / batches_per_epoch_;

@@ -66,9 +66,15 @@ struct LoaderOptions {
   std::uint64_t seed = 0;           ///< fixes order, flips and dropout
   int num_workers = 2;              ///< decoding threads; 0 decodes in the caller's thread
   int prefetch = 4;                 ///< batches decoded ahead
+  std::int64_t shard = 0;           ///< this rank: it gets global batches k·num_shards + shard
+  std::int64_t num_shards = 1;      ///< ranks sharing the data
 };
 
 /// Deterministic batches: batch k depends only on (items, options, k), so a resumed run gets the
+/// same batches as an uninterrupted one. With num_shards ranks, rank `shard`'s k-th batch is global
+/// batch k·num_shards + shard, so the ranks together see what one process would, in order.
+/// (Below: "batch k" means the global batch number.)
+///
 /// same batches as an uninterrupted one. Every epoch is a fresh permutation of the items; the
 /// last incomplete batch of an epoch is dropped. A broken image is replaced by the next item in
 /// the permutation and reported once through `on_warning` (from a worker thread).
@@ -85,6 +91,7 @@ class DataLoader {
   /// The next batch in order; blocks until it is decoded. Throws zs::Error(data) when every
   /// image of the dataset is unreadable.
   Batch next();
+  /// Global batches per epoch (over all shards).
   std::int64_t batches_per_epoch() const { return batches_per_epoch_; }
   std::size_t size() const { return items_.size(); }
 

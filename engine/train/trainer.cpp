@@ -21,6 +21,7 @@
 #include "data/dataset.h"
 #include "data/shapes.h"
 #include "diffusion/noise_schedule.h"
+#include "dist/communicator.h"
 #include "io/safetensors.h"
 #include "models/diffusion_model.h"
 #include "models/weights.h"
@@ -51,7 +52,9 @@ struct Trainer::State {
   config::TrainerConfig cfg;
   TrainerOptions opt;
   std::string run_dir;
-  std::unique_ptr<EventLog> events;
+  std::unique_ptr<EventLog> events;  // rank 0 only
+  std::shared_ptr<dist::Communicator> comm;
+  int rank = 0, world = 1;
   std::ofstream rank_log;
   at::Device device{at::kCPU};
   models::DiffusionModel model;
@@ -72,7 +75,7 @@ struct Trainer::State {
 };
 
 void Trainer::State::emit(const std::string& type, const json& fields) {
-  events->write(type, step, fields);
+  if (events) events->write(type, step, fields);
   if (rank_log.is_open() && (type == "log" || type == "warning" || type == "error" || type == "checkpoint" ||
                              type == "run_start" || type == "run_end")) {
     rank_log << "[step " << step << "] " << type << ": " << fields.dump() << "\n";
@@ -93,10 +96,6 @@ std::string default_run_name(const std::string& hint) {
 
 std::string resolve_data_path(const config::TrainerConfig& cfg, const std::string& run_dir) {
   return cfg.data.path.empty() ? run_dir + "/data" : cfg.data.path;
-}
-
-json model_state_json(const ModelStateBytes& b) {
-  return {{"parameters", b.parameters}, {"gradients", b.gradients}, {"optimizer_states", b.optimizer_states}};
 }
 
 data::MetadataOptions metadata_options(const config::DataMetadataConfig& m) {
@@ -148,19 +147,64 @@ RunSummary Trainer::run(TrainerCommands& commands) {
   const auto& cfg = s.cfg;
   const bool resuming = !s.opt.resume.empty();
   const fs::path root(s.run_dir);
-  if (!resuming && fs::exists(root / "events.jsonl"))
-    throw Error(ErrorKind::io, s.run_dir + ": already holds a run; continue it with --resume latest or choose "
-                                           "another --run-dir");
+  s.comm = s.opt.comm ? s.opt.comm : std::shared_ptr<dist::Communicator>(dist::Communicator::single());
+  s.rank = s.comm->rank();
+  s.world = s.comm->world_size();
+  const bool main_rank = s.rank == 0;
+  // Every rank reports whether its part of a setup phase worked, so a failure on one rank stops
+  // all of them at once instead of leaving the others waiting for a collective.
+  auto agree = [&](const char* phase, std::exception_ptr error) {
+    if (s.world > 1) {
+      at::Tensor flag = at::full({1}, error ? 1.0 : 0.0);
+      s.comm->all_reduce(flag);
+      if (!error && flag.item<double>() > 0)
+        throw Error(ErrorKind::distributed, "rank " + std::to_string(s.rank) + ": another rank failed during " + phase +
+                                                "; its error is in logs/rank*.log (rank 0's also in events.jsonl)");
+    }
+    if (error) std::rethrow_exception(error);
+  };
   std::error_code ec;
-  for (const char* sub : {"", "model", "samples", "checkpoints", "logs", "exports"}) fs::create_directories(root / sub, ec);
-  if (ec) throw Error(ErrorKind::io, s.run_dir + ": cannot create the run directory: " + ec.message());
-  s.events = std::make_unique<EventLog>((root / "events.jsonl").string(), s.opt.on_event);
-  s.rank_log.open(root / "logs" / "rank0.log", std::ios::app);
-  config::save_config(cfg, (root / "config.yaml").string());
+  fs::create_directories(root / "logs", ec);
+  s.rank_log.open(root / "logs" / ("rank" + std::to_string(s.rank) + ".log"), std::ios::app);
+  std::exception_ptr prepare_error;
+  if (main_rank) {
+    try {
+      if (!resuming && fs::exists(root / "events.jsonl"))
+        throw Error(ErrorKind::io, s.run_dir + ": already holds a run; continue it with --resume latest or choose "
+                                               "another --run-dir");
+      for (const char* sub : {"", "model", "samples", "checkpoints", "logs", "exports"})
+        fs::create_directories(root / sub, ec);
+      if (ec) throw Error(ErrorKind::io, s.run_dir + ": cannot create the run directory: " + ec.message());
+      s.events = std::make_unique<EventLog>((root / "events.jsonl").string(), s.opt.on_event);
+      config::save_config(cfg, (root / "config.yaml").string());
+      // Demo data is generated once, by rank 0, before the others look for it.
+      const std::string data_path = resolve_data_path(cfg, s.run_dir);
+      if (cfg.data.generate == "shapes" && !fs::exists(data_path)) {
+        s.log("generating " + std::to_string(cfg.data.generate_count) + " shape images into " + data_path);
+        const auto t0 = std::chrono::steady_clock::now();
+        data::generate_shapes_dataset(data_path, static_cast<int>(cfg.data.generate_count),
+                                      static_cast<int>(cfg.data.resolution), static_cast<std::uint64_t>(cfg.training.seed));
+        s.log("dataset generated in " +
+              std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s");
+      }
+    } catch (...) {
+      prepare_error = std::current_exception();
+      if (s.events) {
+        try {
+          std::rethrow_exception(prepare_error);
+        } catch (const std::exception& e) {
+          s.emit("error", {{"message", e.what()}});
+          s.emit("run_end", {{"reason", "error"}});
+        }
+      }
+    }
+  }
+  agree("preparing the run directory", prepare_error);
 
+  std::exception_ptr setup_error;
+  std::optional<checkpoint::CheckpointInfo> ckpt;
   try {
     // Resume: the checkpoint decides the step, and its config must agree on what defines the run.
-    std::optional<checkpoint::CheckpointInfo> ckpt;
     if (resuming) {
       if (s.opt.resume == "latest") {
         const auto all = checkpoint::list_checkpoints(s.checkpoints_dir());
@@ -186,22 +230,14 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     if (cfg.precision != "fp32")
       s.warn("precision " + cfg.precision + " is not implemented in the single-process trainer yet; training in fp32");
     if (cfg.zero.stage > 0 || cfg.zero.offload_optimizer.device != "none" || cfg.zero.offload_param.device != "none")
-      s.warn("zero settings take effect with sharded training (launch.num_processes > 1); this run keeps "
-             "everything on one process");
+      s.warn("zero.stage " + std::to_string(cfg.zero.stage) + " and offload are not implemented yet; every rank keeps "
+             "full parameters, gradients and optimizer states (stage 0)");
 
     // Data.
     const std::string data_path = resolve_data_path(cfg, s.run_dir);
     if (cfg.data.path.empty() && cfg.data.generate == "none")
       throw Error(ErrorKind::config, "data.path is empty and data.generate is none: set data.path to your dataset "
                                      "folder (or data.generate: shapes for the demo data)");
-    if (cfg.data.generate == "shapes" && !fs::exists(data_path)) {
-      s.log("generating " + std::to_string(cfg.data.generate_count) + " shape images into " + data_path);
-      const auto t0 = std::chrono::steady_clock::now();
-      data::generate_shapes_dataset(data_path, static_cast<int>(cfg.data.generate_count),
-                                    static_cast<int>(cfg.data.resolution), static_cast<std::uint64_t>(cfg.training.seed));
-      s.log("dataset generated in " +
-            std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s");
-    }
     auto items = data::scan_dataset(data_path, metadata_options(cfg.data.metadata));
 
     // Model.
@@ -223,7 +259,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       for (const auto& it : items) captions.push_back(it.caption);
       s.model = models::DiffusionModel::build_tiny(captions, cfg.model.prediction_type,
                                                    static_cast<std::uint64_t>(cfg.training.seed));
-      s.model.save_folder(model_dir);
+      if (main_rank) s.model.save_folder(model_dir);
     }
     s.model.to(s.device);
     s.model.train(true);
@@ -235,7 +271,9 @@ RunSummary Trainer::run(TrainerCommands& commands) {
                                           cfg.optimizer.eps, cfg.optimizer.weight_decay);
     if (cfg.ema.enabled) s.ema = std::make_unique<Ema>(params, cfg.ema.decay);
     s.lr = std::make_unique<LrSchedule>(cfg);
-    s.gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(cfg.training.seed) + 1);
+    // Each rank draws its own noise and timesteps.
+    s.gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(cfg.training.seed) + 1 +
+                                           static_cast<std::uint64_t>(s.rank) * 7919);
 
     if (ckpt) {
       const io::SafetensorsReader weights(ckpt->path + "/model.safetensors");
@@ -243,7 +281,10 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       models::load_weights(*s.model.text_encoder, weights, "text_encoder.");
       const io::SafetensorsReader opt_state(ckpt->path + "/optimizer.safetensors");
       s.optimizer->load_state(getter(opt_state));
-      s.gen.set_state(opt_state.tensor("rng.cpu"));
+      const std::string rng_key = "rng.cpu." + std::to_string(s.rank);
+      if (opt_state.contains(rng_key)) s.gen.set_state(opt_state.tensor(rng_key));
+      else if (s.rank == 0) s.gen.set_state(opt_state.tensor("rng.cpu"));
+      else s.warn("the checkpoint has no random state for rank " + std::to_string(s.rank) + "; its noise starts afresh");
       if (s.ema) {
         if (!fs::exists(ckpt->path + "/ema.safetensors")) {
           s.warn("the checkpoint has no EMA weights; the EMA starts from the current weights");
@@ -265,6 +306,8 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     lo.tag_separator = cfg.data.metadata.tag_separator;
     lo.seed = static_cast<std::uint64_t>(cfg.training.seed);
     lo.num_workers = static_cast<int>(cfg.data.num_workers);
+    lo.shard = s.rank;
+    lo.num_shards = s.world;
     s.loader = std::make_unique<data::DataLoader>(std::move(items), lo, [&s](const std::string& w) { s.warn(w); });
     s.loader->start(s.batches_consumed);
 
@@ -272,32 +315,71 @@ RunSummary Trainer::run(TrainerCommands& commands) {
                          {"resumed_from", ckpt ? json(ckpt->path) : json(nullptr)},
                          {"max_steps", cfg.training.max_steps},
                          {"parameters", n_params},
-                         {"world_size", 1},
+                         {"world_size", s.world},
                          {"device", s.device.str()},
                          {"dataset", data_path},
                          {"dataset_size", s.loader->size()}});
+  } catch (...) {
+    setup_error = std::current_exception();
+  }
+  try {
+    agree("setup", setup_error);
+    if (s.world > 1) {
+      // One set of weights: rank 0's.
+      c10::NoGradGuard no_grad;
+      for (auto& [name, p] : s.model.named_parameters()) {
+        at::Tensor t = p.detach();
+        s.comm->broadcast(t, 0);
+      }
+    }
   } catch (const std::exception& e) {
     s.emit("error", {{"message", e.what()}});
     s.emit("run_end", {{"reason", "error"}});
     throw;
   }
 
+  // Every rank's model-state bytes and memory, gathered for the metrics event (a collective).
+  auto gather_ranks = [&]() {
+    const auto gpu = gpu_memory(s.device.is_cuda() ? s.device.index() : -1);
+    const auto b = s.optimizer->model_state();
+    const std::vector<std::int64_t> mine = {process_rss_bytes(), gpu.allocated, gpu.reserved, gpu.peak,
+                                            b.parameters, b.gradients, b.optimizer_states};
+    at::Tensor shard = at::tensor(mine, at::kLong);
+    at::Tensor all = at::zeros({static_cast<std::int64_t>(mine.size()) * s.world}, at::kLong);
+    s.comm->all_gather(shard, all);
+    json ranks = json::array();
+    for (int r = 0; r < s.world; ++r) {
+      const auto v = [&](int i) { return all[r * static_cast<std::int64_t>(mine.size()) + i].item<std::int64_t>(); };
+      ranks.push_back({{"rank", r}, {"rss_bytes", v(0)}, {"gpu_allocated_bytes", v(1)}, {"gpu_reserved_bytes", v(2)},
+                       {"gpu_peak_bytes", v(3)},
+                       {"model_state", {{"parameters", v(4)}, {"gradients", v(5)}, {"optimizer_states", v(6)}}}});
+    }
+    return ranks;
+  };
+
   auto save = [&](const std::string& reason) {
     const auto named = s.model.named_parameters();
     std::map<std::string, checkpoint::NamedTensors> files;
     files["model.safetensors"] = named;
     auto opt_state = s.optimizer->state();
-    opt_state.emplace_back("rng.cpu", s.gen.get_state());
+    const at::Tensor rng = s.gen.get_state();
+    if (s.world > 1 && reason != "on_exception") {
+      at::Tensor all = at::zeros({rng.numel() * s.world}, rng.options());
+      s.comm->all_gather(rng.contiguous(), all);
+      for (int r = 0; r < s.world; ++r) opt_state.emplace_back("rng.cpu." + std::to_string(r), all.chunk(s.world)[r].clone());
+    }
+    opt_state.emplace_back("rng.cpu", rng);
+    if (!main_rank) return;  // stage 0: rank 0 holds everything the checkpoint needs
     files["optimizer.safetensors"] = opt_state;
     if (s.ema) files["ema.safetensors"] = s.ema->tensors();
     json meta = {{"step", s.step},
                  {"batches_consumed", s.batches_consumed},
-                 {"epoch", static_cast<double>(s.batches_consumed) / s.loader->batches_per_epoch()},
+                 {"epoch", static_cast<double>(s.batches_consumed * s.world) / s.loader->batches_per_epoch()},
                  {"loss", s.last_loss},
                  {"lr", s.lr->lr(std::max<std::int64_t>(s.step - 1, 0))},
                  {"time", unix_time()},
                  {"reason", reason},
-                 {"world_size", 1},
+                 {"world_size", s.world},
                  {"config", config::to_yaml(cfg)}};
     const auto info = checkpoint::save_checkpoint(s.checkpoints_dir(), "step_" + std::to_string(s.step), files, meta);
     s.emit("checkpoint", {{"path", info.path}, {"bytes", info.bytes}, {"reason", reason}});
@@ -305,7 +387,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       s.log("deleted checkpoint " + tag + " (checkpointing.keep_last " + std::to_string(cfg.checkpointing.keep_last) + ")");
   };
   auto sample = [&]() {
-    if (cfg.sampling.prompts.empty()) return;
+    if (cfg.sampling.prompts.empty() || !main_rank) return;
     NamedTensors live;
     if (cfg.sampling.use_ema && s.ema) {
       live = s.model.named_parameters();
@@ -326,7 +408,17 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     const std::int64_t accum = cfg.training.gradient_accumulation_steps;
     while (s.step < cfg.training.max_steps) {
       while (commands.paused() && !commands.stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (commands.stop_requested()) {
+      // Requests are agreed between ranks, so all stop, sample or save at the same step.
+      bool stop = commands.stop_requested(), want_sample = commands.take_sample_request(),
+           want_save = commands.take_save_request();
+      if (s.world > 1) {
+        at::Tensor flags = at::tensor(std::vector<float>{float(stop), float(want_sample), float(want_save)});
+        s.comm->all_reduce(flags);
+        stop = flags[0].item<float>() > 0;
+        want_sample = flags[1].item<float>() > 0;
+        want_save = flags[2].item<float>() > 0;
+      }
+      if (stop) {
         reason = "stopped";
         break;
       }
@@ -348,6 +440,23 @@ RunSummary Trainer::run(TrainerCommands& commands) {
         (loss / static_cast<double>(accum)).backward();
         step_loss += loss.item<double>() / static_cast<double>(accum);
       }
+      if (s.world > 1) {
+        // Stage 0: average the gradients (one flat bucket) and the loss over the ranks.
+        std::vector<at::Tensor> grads;
+        for (const auto& [name, p] : s.model.named_parameters())
+          if (p.grad().defined()) grads.push_back(p.grad().reshape({-1}));
+        at::Tensor flat = at::cat(grads);
+        s.comm->all_reduce(flat);
+        flat.div_(static_cast<double>(s.world));
+        std::int64_t offset = 0;
+        for (auto& g : grads) {
+          g.copy_(flat.slice(0, offset, offset + g.numel()));
+          offset += g.numel();
+        }
+        at::Tensor l = at::full({1}, step_loss, at::kDouble);
+        s.comm->all_reduce(l);
+        step_loss = l.item<double>() / s.world;
+      }
       if (!std::isfinite(step_loss))
         throw Error(ErrorKind::data, "the loss became " + std::to_string(step_loss) + " at step " +
                                          std::to_string(s.step + 1) + "; lower optimizer.lr or enable gradient clipping");
@@ -365,29 +474,23 @@ RunSummary Trainer::run(TrainerCommands& commands) {
 
       if (s.step % cfg.logging.every_n_steps == 0 || s.step == cfg.training.max_steps) {
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - interval_start).count();
-        const auto gpu = gpu_memory(s.device.is_cuda() ? s.device.index() : -1);
-        const json rank = {{"rank", 0},
-                           {"rss_bytes", process_rss_bytes()},
-                           {"gpu_allocated_bytes", gpu.allocated},
-                           {"gpu_reserved_bytes", gpu.reserved},
-                           {"gpu_peak_bytes", gpu.peak},
-                           {"model_state", model_state_json(s.optimizer->model_state())}};
+        const json ranks = gather_ranks();
         s.emit("metrics", {{"loss", interval_loss / interval_steps},
                            {"lr", lr},
                            {"grad_norm", interval_norm / interval_steps},
-                           {"samples_per_s", secs > 0 ? interval_steps * accum * cfg.training.batch_size / secs : 0.0},
+                           {"samples_per_s", secs > 0 ? interval_steps * accum * cfg.training.batch_size * s.world / secs : 0.0},
                            {"s_per_step", secs / interval_steps},
-                           {"epoch", static_cast<double>(s.batches_consumed) / s.loader->batches_per_epoch()},
-                           {"ranks", json::array({rank})}});
+                           {"epoch", static_cast<double>(s.batches_consumed * s.world) / s.loader->batches_per_epoch()},
+                           {"ranks", ranks}});
         interval_start = std::chrono::steady_clock::now();
         interval_loss = interval_norm = 0;
         interval_steps = 0;
       }
       const bool sample_due = cfg.sampling.every_n_steps > 0 && s.step % cfg.sampling.every_n_steps == 0;
-      if (commands.take_sample_request() || sample_due || s.step == cfg.training.max_steps) sample();
+      if (want_sample || sample_due || s.step == cfg.training.max_steps) sample();
       const bool save_due = cfg.checkpointing.every_n_steps > 0 && s.step % cfg.checkpointing.every_n_steps == 0;
       if (save_due) save("periodic");
-      else if (commands.take_save_request()) save("requested");
+      else if (want_save) save("requested");
       if (interval_steps == 0) interval_start = std::chrono::steady_clock::now();  // keep sampling/saving out of throughput
     }
     if (reason == "stopped" && steps_done_here > 0) save("stopped");

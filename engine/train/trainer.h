@@ -12,6 +12,10 @@
 #include "config/trainer_config.h"
 #include "train/commands.h"
 
+namespace zs::dist {
+class Communicator;
+}
+
 namespace zs::train {
 
 /// How a run is started.
@@ -24,6 +28,10 @@ struct TrainerOptions {
   std::function<void(const nlohmann::json&)> on_event;
   /// Called after every optimizer step: (step, max_steps, loss, seconds per step).
   std::function<void(std::int64_t, std::int64_t, double, double)> on_step;
+  /// The ranks of a multi-process run (null: one process). Rank 0 writes the run directory;
+  /// every rank writes logs/rank<R>.log. Until the ZeRO stages land, ranks train data-parallel
+  /// with everything replicated (stage 0, gradients all-reduced in one bucket after backward).
+  std::shared_ptr<dist::Communicator> comm;
 };
 
 /// What a finished run reports.

@@ -1,0 +1,175 @@
+// `zerostudio launch`: two ranks train the quickstart model together (rank 0 writes the run,
+// every rank its log, metrics carry both ranks), and a killed rank ends the launch with its
+// exit status within the timeout.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include <QElapsedTimer>
+#include <QFile>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "test_support.h"
+
+namespace {
+
+int free_port() {
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+QStringList small_run(const QString& run_dir, int steps) {
+  return {"--set", "data.generate_count=64", "--set", "training.batch_size=4", "--set",
+          "training.max_steps=" + QString::number(steps), "--set", "sampling.every_n_steps=4", "--set",
+          "sampling.ddim_steps=4", "--set", "checkpointing.every_n_steps=0", "--set", "logging.every_n_steps=2",
+          "--set", "launch.timeout_s=5", "--run-dir", run_dir};
+}
+
+std::vector<nlohmann::json> events(const QString& run_dir) {
+  std::ifstream in((run_dir + "/events.jsonl").toStdString());
+  std::vector<nlohmann::json> out;
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+}  // namespace
+
+class TestLaunch : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void twoRanksTrainTogether() {
+    QTemporaryDir dir;
+    const QString run = dir.path() + "/run";
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    p.start(ZS_CLI_PATH, QStringList{"launch", "--num_processes", "2", "--main_process_port", QString::number(free_port()),
+                                     zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "zero.stage=3"} +
+                             small_run(run, 8));
+    QVERIFY(p.waitForFinished(120000));
+    const QString out = QString::fromUtf8(p.readAll());
+    QVERIFY2(p.exitCode() == 0, qPrintable(out));
+    QVERIFY2(out.contains("[rank 0] finished at step 8"), qPrintable(out));
+    QVERIFY2(out.contains("[launcher] all ranks finished"), qPrintable(out));
+    QVERIFY(QFile::exists(run + "/logs/rank0.log"));
+    QVERIFY(QFile::exists(run + "/logs/rank1.log"));
+    QVERIFY(QFile::exists(run + "/samples/step_8/grid.png"));
+    int metrics = 0;
+    for (const auto& e : events(run)) {
+      if (e["type"] == "run_start") QCOMPARE(e["world_size"].get<int>(), 2);
+      if (e["type"] != "metrics") continue;
+      ++metrics;
+      QCOMPARE(e["ranks"].size(), std::size_t{2});
+      QCOMPARE(e["ranks"][1]["rank"].get<int>(), 1);
+      QVERIFY(e["ranks"][1]["rss_bytes"].get<std::int64_t>() > 0);
+    }
+    QCOMPARE(metrics, 4);
+  }
+
+  void twoRankResumeEqualsAStraightRun() {
+    QTemporaryDir dir;
+    auto launch = [&](const QString& run, int steps, bool resume) {
+      QProcess p;
+      p.setProcessChannelMode(QProcess::MergedChannels);
+      QStringList args{"launch", "--num_processes", "2", "--main_process_port", QString::number(free_port()),
+                       zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "scheduler.total_steps=8",
+                       "--set", "logging.every_n_steps=1"};
+      args += small_run(run, steps);
+      if (resume) args += QStringList{"--resume", "latest"};
+      p.start(ZS_CLI_PATH, args);
+      p.waitForFinished(120000);
+      return p.exitCode() == 0 ? QString() : QString::fromUtf8(p.readAll());
+    };
+    auto losses = [&](const QString& run) {
+      std::vector<double> out;
+      for (const auto& e : events(run))
+        if (e["type"] == "metrics") out.push_back(e["loss"].get<double>());
+      return out;
+    };
+    const QString straight = dir.path() + "/straight", resumed = dir.path() + "/resumed";
+    QString err = launch(straight, 8, false);
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+    err = launch(resumed, 4, false);
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+    err = launch(resumed, 8, true);
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+    const auto want = losses(straight), got = losses(resumed);
+    QCOMPARE(got.size(), want.size());
+    for (std::size_t i = 0; i < want.size(); ++i)
+      QVERIFY2(std::abs(got[i] - want[i]) <= 1e-5 * std::abs(want[i]),
+               qPrintable(QString("step %1: %2 vs %3").arg(i + 1).arg(got[i]).arg(want[i])));
+  }
+
+  void ctrlCStopsEveryRankAtTheSameStep() {
+    QTemporaryDir dir;
+    const QString run = dir.path() + "/run";
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    p.start(ZS_CLI_PATH, QStringList{"launch", "--num_processes", "2", "--main_process_port", QString::number(free_port()),
+                                     zs::test::sourceDir() + "/configs/quickstart.yaml"} +
+                             small_run(run, 100000));
+    QVERIFY(p.waitForStarted());
+    auto trained = [&] {
+      QFile f(run + "/events.jsonl");
+      return f.open(QIODevice::ReadOnly) && f.readAll().contains("\"metrics\"");
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(trained(), 60000);
+    ::kill(static_cast<pid_t>(p.processId()), SIGINT);
+    QVERIFY2(p.waitForFinished(60000), "the launch hung");
+    const QString out = QString::fromUtf8(p.readAll());
+    QVERIFY2(p.exitCode() == 0, qPrintable(out));
+    QVERIFY2(out.contains("[rank 0] stopped at step"), qPrintable(out));
+    const auto all = events(run);
+    QCOMPARE(all.back()["reason"].get<std::string>(), std::string("stopped"));
+    bool saved = false;
+    for (const auto& e : all) saved |= e["type"] == "checkpoint" && e["reason"] == "stopped";
+    QVERIFY(saved);
+  }
+
+  void aKilledRankEndsTheLaunch() {
+    QTemporaryDir dir;
+    const QString run = dir.path() + "/run";
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    p.start(ZS_CLI_PATH, QStringList{"launch", "--num_processes", "2", "--main_process_port", QString::number(free_port()),
+                                     zs::test::sourceDir() + "/configs/quickstart.yaml"} +
+                             small_run(run, 100000));
+    QVERIFY(p.waitForStarted());
+    auto trained = [&] {
+      QFile f(run + "/events.jsonl");
+      return f.open(QIODevice::ReadOnly) && f.readAll().contains("\"metrics\"");
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(trained(), 60000);
+    // The launcher's children, in the order it started them: rank 0, rank 1.
+    QFile children(QString("/proc/%1/task/%1/children").arg(p.processId()));
+    QVERIFY(children.open(QIODevice::ReadOnly));
+    const QStringList pids = QString::fromUtf8(children.readAll()).split(' ', Qt::SkipEmptyParts);
+    QCOMPARE(pids.size(), 2);
+    QElapsedTimer clock;
+    clock.start();
+    ::kill(pids[1].toInt(), SIGKILL);
+    QVERIFY2(p.waitForFinished(60000), "the launch hung");
+    const QString out = QString::fromUtf8(p.readAll());
+    QCOMPARE(p.exitCode(), 128 + SIGKILL);
+    QVERIFY2(out.contains("[launcher] rank 1 was killed by signal 9"), qPrintable(out));
+    QVERIFY2(out.contains("[rank 0] error: rank 0 of 2:"), qPrintable(out));
+    QVERIFY2(clock.elapsed() < 30000, qPrintable(QString::number(clock.elapsed())));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestLaunch)
+#include "tst_launch.moc"
