@@ -378,8 +378,10 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
   enter(0);
   at::Tensor t = timesteps.dim() == 0 ? timesteps.reshape({1}) : timesteps;
   t = t.expand({sample.size(0)});
-  const at::Tensor temb = p.time_embedding(timestep_embedding(t, c.block_out_channels[0], c.flip_sin_to_cos,
-                                                               static_cast<double>(c.freq_shift)));
+  // As diffusers: the sinusoids are computed in float32, then cast to the sample's dtype.
+  const at::Tensor temb = p.time_embedding(
+      timestep_embedding(t, c.block_out_channels[0], c.flip_sin_to_cos, static_cast<double>(c.freq_shift))
+          .to(sample.scalar_type()));
   at::Tensor h = p.conv_in(sample);
 
   auto run_layer = [&](Block& block, std::size_t j, at::Tensor x) {

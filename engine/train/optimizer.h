@@ -26,6 +26,9 @@ class Optimizer {
   virtual ~Optimizer() = default;
   /// Clears the gradients of every trained parameter.
   virtual void zero_grad() = 0;
+  /// Combines the gradients of all ranks (after the last micro-batch's backward of a step);
+  /// a no-op in one process.
+  virtual void reduce_gradients() {}
   /// Global L2 norm of the gradients before clipping; scales them to `max_norm` when above it
   /// (max_norm <= 0: no clipping).
   virtual double clip_grad_norm(double max_norm) = 0;

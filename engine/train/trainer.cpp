@@ -30,6 +30,7 @@
 #include "train/image_logger.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
+#include "zero/zero_optimizer.h"
 
 namespace zs::train {
 
@@ -229,9 +230,8 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     if (!cfg.launch.use_cpu && torch::cuda::is_available()) s.device = at::Device(at::kCUDA, 0);
     if (cfg.precision != "fp32")
       s.warn("precision " + cfg.precision + " is not implemented in the single-process trainer yet; training in fp32");
-    if (cfg.zero.stage > 0 || cfg.zero.offload_optimizer.device != "none" || cfg.zero.offload_param.device != "none")
-      s.warn("zero.stage " + std::to_string(cfg.zero.stage) + " and offload are not implemented yet; every rank keeps "
-             "full parameters, gradients and optimizer states (stage 0)");
+    if (cfg.zero.offload_optimizer.device != "none" || cfg.zero.offload_param.device != "none")
+      s.warn("offload is not implemented yet; optimizer states and parameters stay on the compute device");
 
     // Data.
     const std::string data_path = resolve_data_path(cfg, s.run_dir);
@@ -267,8 +267,29 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     auto params = s.model.named_parameters();
     std::int64_t n_params = 0;
     for (const auto& [n, p] : params) n_params += p.numel();
-    s.optimizer = std::make_unique<AdamW>(params, cfg.optimizer.betas.at(0), cfg.optimizer.betas.at(1),
-                                          cfg.optimizer.eps, cfg.optimizer.weight_decay);
+    if (s.world == 1 && cfg.zero.stage == 0) {
+      s.optimizer = std::make_unique<AdamW>(params, cfg.optimizer.betas.at(0), cfg.optimizer.betas.at(1),
+                                            cfg.optimizer.eps, cfg.optimizer.weight_decay);
+    } else {
+      // ZeRO over the UNet's units plus the text encoder as one more unit.
+      std::vector<models::ParamUnit> units = s.model.unet->units();
+      for (auto& u : units)
+        for (auto& [name, p] : u.parameters) name = "unet." + name;
+      models::ParamUnit text{"text_encoder", {}};
+      for (const auto& p : s.model.text_encoder->named_parameters()) text.parameters.emplace_back("text_encoder." + p.key(), p.value());
+      units.push_back(std::move(text));
+      zero::ZeroOptions zo;
+      zo.stage = static_cast<int>(std::min<std::int64_t>(cfg.zero.stage, 2));
+      if (cfg.zero.stage == 3)
+        s.warn("zero.stage 3 (sharded parameters) is not implemented yet; running stage 2 (sharded gradients and "
+               "optimizer states)");
+      zo.reduce_bucket_size = cfg.zero.reduce_bucket_size;
+      zo.beta1 = cfg.optimizer.betas.at(0);
+      zo.beta2 = cfg.optimizer.betas.at(1);
+      zo.eps = cfg.optimizer.eps;
+      zo.weight_decay = cfg.optimizer.weight_decay;
+      s.optimizer = std::make_unique<zero::ZeroOptimizer>(std::move(units), *s.comm, zo);
+    }
     if (cfg.ema.enabled) s.ema = std::make_unique<Ema>(params, cfg.ema.decay);
     s.lr = std::make_unique<LrSchedule>(cfg);
     // Each rank draws its own noise and timesteps.
@@ -440,19 +461,9 @@ RunSummary Trainer::run(TrainerCommands& commands) {
         (loss / static_cast<double>(accum)).backward();
         step_loss += loss.item<double>() / static_cast<double>(accum);
       }
+      // Gradients meet only after the last micro-batch (ZeRO: all-reduce or reduce-scatter).
+      s.optimizer->reduce_gradients();
       if (s.world > 1) {
-        // Stage 0: average the gradients (one flat bucket) and the loss over the ranks.
-        std::vector<at::Tensor> grads;
-        for (const auto& [name, p] : s.model.named_parameters())
-          if (p.grad().defined()) grads.push_back(p.grad().reshape({-1}));
-        at::Tensor flat = at::cat(grads);
-        s.comm->all_reduce(flat);
-        flat.div_(static_cast<double>(s.world));
-        std::int64_t offset = 0;
-        for (auto& g : grads) {
-          g.copy_(flat.slice(0, offset, offset + g.numel()));
-          offset += g.numel();
-        }
         at::Tensor l = at::full({1}, step_loss, at::kDouble);
         s.comm->all_reduce(l);
         step_loss = l.item<double>() / s.world;
@@ -498,7 +509,9 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       save("final");
   } catch (const std::exception& e) {
     s.emit("error", {{"message", e.what()}});
-    if (cfg.checkpointing.on_exception && steps_done_here > 0) {
+    // With several ranks the optimizer state is spread over them and a rank may be gone, so
+    // there is no on-exception checkpoint (the last periodic one stands).
+    if (cfg.checkpointing.on_exception && steps_done_here > 0 && s.world == 1) {
       try {
         save("on_exception");
       } catch (const std::exception& e2) {

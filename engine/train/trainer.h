@@ -29,8 +29,8 @@ struct TrainerOptions {
   /// Called after every optimizer step: (step, max_steps, loss, seconds per step).
   std::function<void(std::int64_t, std::int64_t, double, double)> on_step;
   /// The ranks of a multi-process run (null: one process). Rank 0 writes the run directory;
-  /// every rank writes logs/rank<R>.log. Until the ZeRO stages land, ranks train data-parallel
-  /// with everything replicated (stage 0, gradients all-reduced in one bucket after backward).
+  /// every rank writes logs/rank<R>.log. Ranks train with zero::ZeroOptimizer (zero.stage 0-2;
+  /// stage 3 runs as 2 until sharded parameters land).
   std::shared_ptr<dist::Communicator> comm;
 };
 

@@ -2,15 +2,22 @@
 // and runs one scenario. Prints "ok" and exits 0 on success; prints the error and exits 3 on a
 // zs::Error (so the test can read the message), 1 on a wrong result.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
+#include <c10/core/GradMode.h>
+
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "models/unet_2d_condition.h"
+#include "train/optimizer.h"
+#include "zero/zero_optimizer.h"
 
 using namespace zs;
 
@@ -42,6 +49,85 @@ int collectives(dist::Communicator& c) {
   return ok ? 0 : 1;
 }
 
+models::UNet2DConditionModel small_unet() {
+  at::manual_seed(11);
+  models::UNetConfig c;
+  c.in_channels = 3;
+  c.out_channels = 3;
+  c.block_out_channels = {16, 32};
+  c.down_block_types = {"CrossAttnDownBlock2D", "DownBlock2D"};
+  c.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D"};
+  c.layers_per_block = 1;
+  c.cross_attention_dim = 16;
+  c.num_attention_heads = {2, 4};
+  c.transformer_layers_per_block = {1, 1};
+  c.norm_num_groups = 8;
+  return models::UNet2DConditionModel(c);
+}
+
+/// 5 AdamW steps under ZeRO `stage` against one process training the whole batch; prints the
+/// model-state bytes for the memory test.
+int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, bool f64) {
+  const int rank = c.rank(), world = c.world_size();
+  auto unet = small_unet();
+  auto ref = small_unet();  // same seed, same initial weights
+  const auto dtype = f64 ? at::kDouble : at::kFloat;
+  unet->to(dtype);
+  ref->to(dtype);
+  zero::ZeroOptions o;
+  o.stage = stage;
+  o.weight_decay = 0.01;
+  // At step 1 Adam is sign descent: in float32, a gradient element that rounding moves across
+  // zero (summed in another order over ranks) moves by a whole lr. eps 1e-6 damps such elements;
+  // float64 removes the rounding and shows the sharding itself is exact.
+  o.eps = 1e-6;
+  o.reduce_bucket_size = 3000;  // several buckets on this small model
+  zero::ZeroOptimizer opt(unet->units(), c, o);
+  std::vector<std::pair<std::string, at::Tensor>> ref_params;
+  for (const auto& p : ref->named_parameters()) ref_params.emplace_back(p.key(), p.value());
+  train::AdamW ref_opt(ref_params, 0.9, 0.999, 1e-6, 0.01);
+  const std::int64_t G = 12, per_rank = G / world, micro = per_rank / accum;
+  for (int step = 0; step < 5; ++step) {
+    at::Generator gen = at::detail::createCPUGenerator(100 + step);
+    const at::Tensor x = at::randn({G, 3, 8, 8}, gen).to(dtype), target = at::randn({G, 3, 8, 8}, gen).to(dtype);
+    const at::Tensor t = at::randint(0, 1000, {G}, gen, at::kLong), ctx = at::randn({G, 4, 16}, gen).to(dtype);
+    opt.zero_grad();
+    for (int k = 0; k < accum; ++k) {
+      const std::int64_t from = rank * per_rank + k * micro;
+      const at::Tensor out = unet->forward(x.narrow(0, from, micro), t.narrow(0, from, micro), ctx.narrow(0, from, micro));
+      ((out - target.narrow(0, from, micro)).pow(2).mean() / accum).backward();
+    }
+    opt.reduce_gradients();
+    const double norm = opt.clip_grad_norm(clip);
+    opt.step(1e-3);
+    ref_opt.zero_grad();
+    (ref->forward(x, t, ctx) - target).pow(2).mean().backward();
+    const double ref_norm = ref_opt.clip_grad_norm(clip);
+    ref_opt.step(1e-3);
+    if (std::abs(norm - ref_norm) > 1e-5 * ref_norm) {
+      std::fprintf(stderr, "grad norm %g vs reference %g at step %d\n", norm, ref_norm, step);
+      return 1;
+    }
+  }
+  double worst = 0;
+  std::string worst_name;
+  const auto mine = unet->named_parameters();
+  for (const auto& [name, p] : ref_params) {
+    const double scale = std::max(p.abs().max().item<double>(), 1e-12);
+    const double rel = (mine[name] - p).abs().max().item<double>() / scale;
+    if (rel > worst) {
+      worst = rel;
+      worst_name = name;
+    }
+  }
+  const auto b = opt.model_state();
+  std::printf("state %lld %lld %lld psi %lld padded %lld units %zu worst %.3g %s\n", static_cast<long long>(b.parameters),
+              static_cast<long long>(b.gradients), static_cast<long long>(b.optimizer_states),
+              static_cast<long long>(opt.numel()), static_cast<long long>(opt.padded_numel()), unet->units().size(),
+              worst, worst_name.c_str());
+  return check(worst <= (f64 ? 1e-10 : 1e-4), "weights differ from the single-process reference") ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -57,6 +143,9 @@ int main(int argc, char** argv) {
     int rc = 0;
     if (scenario == "collectives") {
       rc = collectives(*comm);
+    } else if (scenario == "zero") {
+      rc = zero_exactness(*comm, std::stoi(argv[3]), std::stoi(argv[4]), std::stod(argv[5]),
+                          argc > 6 && std::string(argv[6]) == "f64");
     } else if (scenario == "die" || scenario == "stall") {
       at::Tensor t = at::ones({1});
       comm->all_reduce(t);  // everyone is up

@@ -30,7 +30,7 @@ struct World {
   std::vector<std::unique_ptr<QProcess>> procs;
   /// Starts `ranks` of a world of `world` ranks (ranks may be fewer: a missing rank).
   World(const QString& scenario, int world, std::vector<int> ranks, int port, double timeout_s,
-        std::function<int(int)> port_of = {}) {
+        std::function<int(int)> port_of = {}, QStringList extra = {}) {
     for (int r : ranks) {
       auto p = std::make_unique<QProcess>();
       QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
@@ -43,7 +43,7 @@ struct World {
       env.insert("OMP_NUM_THREADS", "1");
       p->setProcessEnvironment(env);
       p->setProcessChannelMode(QProcess::MergedChannels);
-      p->start(ZS_DIST_WORKER, {scenario, QString::number(timeout_s)});
+      p->start(ZS_DIST_WORKER, QStringList{scenario, QString::number(timeout_s)} + extra);
       procs.push_back(std::move(p));
     }
   }
@@ -82,6 +82,73 @@ class TestDist : public QObject {
       QVERIFY2(w.code(r) == 0, qPrintable(out));
       QVERIFY2(out.contains(QString("ok collectives rank %1 of %2 (gloo, native reduce_scatter 0)").arg(r).arg(world)),
                qPrintable(out));
+    }
+  }
+
+  void zeroStagesMatchOneProcess_data() {
+    QTest::addColumn<int>("stage");
+    QTest::addColumn<int>("world");
+    QTest::addColumn<int>("accum");
+    QTest::addColumn<double>("clip");
+    QTest::addColumn<QString>("dtype");
+    for (int stage : {0, 1, 2})
+      for (int world : {1, 2, 3})
+        QTest::addRow("stage %d, %d ranks, f64", stage, world) << stage << world << 1 << 0.0 << "f64";
+    QTest::newRow("stage 1, 3 ranks, accumulation 2, clipping, f64") << 1 << 3 << 2 << 0.05 << "f64";
+    QTest::newRow("stage 2, 2 ranks, accumulation 2, clipping, f64") << 2 << 2 << 2 << 0.05 << "f64";
+    QTest::newRow("stage 2, 3 ranks, accumulation 2, clipping, f32") << 2 << 3 << 2 << 0.05 << "f32";
+    QTest::newRow("stage 0, 2 ranks, f32") << 0 << 2 << 1 << 0.0 << "f32";
+  }
+
+  // After 5 AdamW steps the weights equal one process training the whole batch: to 1e-10 in
+  // float64 (the sharding is exact), to 1e-4 in float32 (rounding, amplified by Adam's first steps).
+  void zeroStagesMatchOneProcess() {
+    QFETCH(int, stage);
+    QFETCH(int, world);
+    QFETCH(int, accum);
+    QFETCH(double, clip);
+    QFETCH(QString, dtype);
+    std::vector<int> ranks(static_cast<std::size_t>(world));
+    std::iota(ranks.begin(), ranks.end(), 0);
+    World w("zero", world, ranks, free_port(), 60, {},
+            {QString::number(stage), QString::number(accum), QString::number(clip), dtype});
+    for (int r = 0; r < world; ++r) {
+      QVERIFY(w.wait(r, 120000));
+      const QString out = w.out(r);
+      QVERIFY2(w.code(r) == 0, qPrintable(out));
+    }
+  }
+
+  // Model-state bytes per rank follow ZeRO's fp32 formulas: stage 0 16Ψ, stage 1 8Ψ + 8Ψ/N,
+  // stage 2 4Ψ + 12Ψ/N, with Ψ the padded size (each unit padded to a multiple of N).
+  void zeroMemoryFollowsTheFormulas_data() {
+    QTest::addColumn<int>("stage");
+    QTest::addColumn<int>("world");
+    for (int stage : {0, 1, 2})
+      for (int world : {1, 2, 4}) QTest::addRow("stage %d, N=%d", stage, world) << stage << world;
+  }
+
+  void zeroMemoryFollowsTheFormulas() {
+    QFETCH(int, stage);
+    QFETCH(int, world);
+    std::vector<int> ranks(static_cast<std::size_t>(world));
+    std::iota(ranks.begin(), ranks.end(), 0);
+    World w("zero", world, ranks, free_port(), 60, {}, {QString::number(stage), "1", "0", "f32"});
+    for (int r = 0; r < world; ++r) {
+      QVERIFY(w.wait(r, 120000));
+      const QString out = w.out(r);
+      QVERIFY2(w.code(r) == 0, qPrintable(out));
+      const QStringList f = out.section("state ", 1).split(' ');
+      const qint64 params = f[0].toLongLong(), grads = f[1].toLongLong(), states = f[2].toLongLong();
+      const qint64 psi = f[4].toLongLong(), padded = f[6].toLongLong(), units = f[8].toLongLong();
+      QVERIFY(padded >= psi && padded <= psi + units * (world - 1));
+      const qint64 total = params + grads + states;
+      const qint64 want = stage == 0 ? 16 * padded : stage == 1 ? 8 * padded + 8 * padded / world : 4 * padded + 12 * padded / world;
+      QVERIFY2(total == want, qPrintable(QString("%1 bytes, formula %2: %3").arg(total).arg(want).arg(out)));
+      // Within padding of the formula on the real parameter count too.
+      const double ratio = static_cast<double>(total) / (stage == 0 ? 16.0 * psi : stage == 1 ? 8.0 * psi + 8.0 * psi / world
+                                                                                        : 4.0 * psi + 12.0 * psi / world);
+      QVERIFY(ratio >= 1.0 && ratio < 1.001);
     }
   }
 

@@ -76,6 +76,11 @@ class TestLaunch : public QObject {
       QCOMPARE(e["ranks"].size(), std::size_t{2});
       QCOMPARE(e["ranks"][1]["rank"].get<int>(), 1);
       QVERIFY(e["ranks"][1]["rss_bytes"].get<std::int64_t>() > 0);
+      // Stage 3 runs as stage 2 for now: each rank holds half the gradients and Adam moments.
+      const auto& ms = e["ranks"][1]["model_state"];
+      const double params = ms["parameters"].get<double>();
+      QVERIFY(std::abs(ms["gradients"].get<double>() / params - 0.5) < 1e-3);
+      QVERIFY(std::abs(ms["optimizer_states"].get<double>() / params - 1.0) < 1e-3);
     }
     QCOMPARE(metrics, 4);
   }
@@ -87,6 +92,7 @@ class TestLaunch : public QObject {
       p.setProcessChannelMode(QProcess::MergedChannels);
       QStringList args{"launch", "--num_processes", "2", "--main_process_port", QString::number(free_port()),
                        zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "scheduler.total_steps=8",
+                       "--set", "zero.stage=2",
                        "--set", "logging.every_n_steps=1"};
       args += small_run(run, steps);
       if (resume) args += QStringList{"--resume", "latest"};

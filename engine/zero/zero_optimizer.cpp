@@ -1,0 +1,248 @@
+#include "zero/zero_optimizer.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include "core/error.h"
+#include "dist/communicator.h"
+
+namespace zs::zero {
+
+struct ZeroOptimizer::Unit {
+  std::string name;
+  std::vector<std::pair<std::string, at::Tensor>> params;  // views into flat_param
+  std::vector<std::int64_t> offsets;
+  std::int64_t numel = 0;    // real elements
+  std::int64_t padded = 0;   // multiple of world size
+  std::int64_t shard = 0;    // padded / world
+  at::Tensor flat_param;     // [padded]
+  at::Tensor flat_grad;      // [padded] full gradients (undefined between reduce and zero_grad at stage 2)
+  at::Tensor shard_grad;     // [shard] stage 2: this rank's averaged gradient
+  at::Tensor exp_avg, exp_avg_sq;  // [padded] at stage 0, [shard] at stages 1-2
+};
+
+namespace {
+
+std::int64_t bytes(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<std::int64_t>(t.element_size()) : 0; }
+
+}  // namespace
+
+ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communicator& comm, ZeroOptions options)
+    : comm_(comm), o_(options) {
+  if (o_.stage < 0 || o_.stage > 2)
+    throw Error(ErrorKind::config, "zero.stage " + std::to_string(o_.stage) + " is not implemented yet (stages 0-2 are)");
+  const int world = comm_.world_size();
+  c10::NoGradGuard no_grad;
+  for (auto& pu : units) {
+    auto u = std::make_unique<Unit>();
+    u->name = pu.name;
+    for (const auto& [name, p] : pu.parameters) {
+      u->offsets.push_back(u->numel);
+      u->numel += p.numel();
+    }
+    u->padded = (u->numel + world - 1) / world * world;
+    u->shard = u->padded / world;
+    // fp32 training: the flat buffer has the parameters' dtype (float64 in precision tests).
+    const auto opts = pu.parameters.empty() ? at::TensorOptions().dtype(at::kFloat)
+                                            : pu.parameters.front().second.options();
+    u->flat_param = at::zeros({u->padded}, opts);
+    for (std::size_t i = 0; i < pu.parameters.size(); ++i) {
+      at::Tensor p = pu.parameters[i].second;
+      at::Tensor view = u->flat_param.narrow(0, u->offsets[i], p.numel()).view(p.sizes());
+      view.copy_(p.detach());
+      p.set_data(view);
+      u->params.emplace_back(pu.parameters[i].first, p);
+    }
+    const std::int64_t moments = o_.stage == 0 ? u->padded : u->shard;
+    u->exp_avg = at::zeros({moments}, opts);
+    u->exp_avg_sq = at::zeros({moments}, opts);
+    units_.push_back(std::move(u));
+  }
+  ensure_grads();
+}
+
+ZeroOptimizer::~ZeroOptimizer() = default;
+
+void ZeroOptimizer::ensure_grads() {
+  for (auto& u : units_) {
+    if (u->flat_grad.defined()) continue;
+    u->flat_grad = at::zeros({u->padded}, u->flat_param.options());
+    for (std::size_t i = 0; i < u->params.size(); ++i) {
+      at::Tensor& p = u->params[i].second;
+      // Backward accumulates into these views in place, so gradients land in the flat buffer.
+      p.mutable_grad() = u->flat_grad.narrow(0, u->offsets[i], p.numel()).view(p.sizes());
+    }
+  }
+}
+
+void ZeroOptimizer::zero_grad() {
+  ensure_grads();
+  for (auto& u : units_) u->flat_grad.zero_();
+  grads_reduced_ = false;
+}
+
+void ZeroOptimizer::reduce_gradients() {
+  const int world = comm_.world_size();
+  c10::NoGradGuard no_grad;
+  if (o_.stage == 2) {
+    for (auto& u : units_) {
+      if (!u->shard_grad.defined()) u->shard_grad = at::zeros({u->shard}, u->flat_param.options());
+      comm_.reduce_scatter(u->flat_grad, u->shard_grad);
+      u->shard_grad.div_(world);
+      // Only the shard is kept: the full gradient buffer goes until the next backward.
+      for (auto& [name, p] : u->params) p.mutable_grad() = at::Tensor();
+      u->flat_grad = at::Tensor();
+    }
+    grads_reduced_ = true;
+    return;
+  }
+  // Stages 0 and 1: all-reduce in buckets of about reduce_bucket_size elements.
+  std::vector<Unit*> bucket;
+  std::int64_t in_bucket = 0;
+  auto flush = [&] {
+    if (bucket.empty()) return;
+    if (bucket.size() == 1) {
+      comm_.all_reduce(bucket[0]->flat_grad);
+    } else {
+      std::vector<at::Tensor> parts;
+      for (auto* u : bucket) parts.push_back(u->flat_grad);
+      at::Tensor flat = at::cat(parts);
+      comm_.all_reduce(flat);
+      std::int64_t off = 0;
+      for (auto* u : bucket) {
+        u->flat_grad.copy_(flat.narrow(0, off, u->padded));
+        off += u->padded;
+      }
+    }
+    for (auto* u : bucket) u->flat_grad.div_(world);
+    bucket.clear();
+    in_bucket = 0;
+  };
+  for (auto& u : units_) {
+    bucket.push_back(u.get());
+    in_bucket += u->padded;
+    if (in_bucket >= o_.reduce_bucket_size) flush();
+  }
+  flush();
+  grads_reduced_ = true;
+}
+
+double ZeroOptimizer::clip_grad_norm(double max_norm) {
+  c10::NoGradGuard no_grad;
+  double sq = 0;
+  if (o_.stage == 2) {
+    at::Tensor local = at::zeros({1}, at::kDouble);
+    for (auto& u : units_) local += u->shard_grad.to(at::kDouble).pow(2).sum();
+    comm_.all_reduce(local);
+    sq = local.item<double>();
+  } else {
+    for (auto& u : units_) sq += u->flat_grad.to(at::kDouble).pow(2).sum().item<double>();
+  }
+  const double total = std::sqrt(sq);
+  if (max_norm > 0 && total > max_norm) {
+    const double scale = max_norm / (total + 1e-6);
+    for (auto& u : units_) (o_.stage == 2 ? u->shard_grad : u->flat_grad).mul_(scale);
+  }
+  return total;
+}
+
+void ZeroOptimizer::step(double lr) {
+  if (!grads_reduced_) reduce_gradients();
+  c10::NoGradGuard no_grad;
+  ++step_;
+  const double c1 = 1.0 - std::pow(o_.beta1, static_cast<double>(step_));
+  const double c2 = 1.0 - std::pow(o_.beta2, static_cast<double>(step_));
+  const double step_size = lr / c1, sqrt_c2 = std::sqrt(c2);
+  const int rank = comm_.rank();
+  for (auto& u : units_) {
+    // The slice this rank updates: everything at stage 0, its shard otherwise.
+    at::Tensor p = o_.stage == 0 ? u->flat_param : u->flat_param.narrow(0, rank * u->shard, u->shard);
+    at::Tensor g = o_.stage == 0   ? u->flat_grad
+                   : o_.stage == 1 ? u->flat_grad.narrow(0, rank * u->shard, u->shard)
+                                   : u->shard_grad;
+    // Same arithmetic, in the same order, as train::AdamW.
+    if (o_.weight_decay > 0) p.mul_(1.0 - lr * o_.weight_decay);
+    u->exp_avg.mul_(o_.beta1).add_(g, 1.0 - o_.beta1);
+    u->exp_avg_sq.mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
+    const at::Tensor denom = u->exp_avg_sq.sqrt().div_(sqrt_c2).add_(o_.eps);
+    p.addcdiv_(u->exp_avg, denom, -step_size);
+    if (o_.stage > 0) {
+      const at::Tensor mine = p.clone();  // the gather writes into the buffer the shard lives in
+      comm_.all_gather(mine, u->flat_param);
+    }
+  }
+  if (o_.stage == 2)
+    for (auto& u : units_) u->shard_grad.zero_();
+  grads_reduced_ = false;
+}
+
+train::NamedTensors ZeroOptimizer::state() const {
+  train::NamedTensors out;
+  for (const auto& u : units_) {
+    at::Tensor m = u->exp_avg, v = u->exp_avg_sq;
+    if (o_.stage > 0) {
+      at::Tensor fm = at::zeros({u->padded}, m.options()), fv = at::zeros({u->padded}, v.options());
+      comm_.all_gather(m.contiguous(), fm);
+      comm_.all_gather(v.contiguous(), fv);
+      m = fm;
+      v = fv;
+    }
+    for (std::size_t i = 0; i < u->params.size(); ++i) {
+      const auto& [name, p] = u->params[i];
+      out.emplace_back("exp_avg." + name, m.narrow(0, u->offsets[i], p.numel()).view(p.sizes()).clone());
+      out.emplace_back("exp_avg_sq." + name, v.narrow(0, u->offsets[i], p.numel()).view(p.sizes()).clone());
+    }
+  }
+  out.emplace_back("step", at::full({1}, step_, at::kLong));
+  return out;
+}
+
+void ZeroOptimizer::load_state(const std::function<at::Tensor(const std::string&)>& get) {
+  c10::NoGradGuard no_grad;
+  const int rank = comm_.rank();
+  for (auto& u : units_) {
+    at::Tensor fm = at::zeros({u->padded}, u->flat_param.options()), fv = at::zeros({u->padded}, u->flat_param.options());
+    for (std::size_t i = 0; i < u->params.size(); ++i) {
+      const auto& [name, p] = u->params[i];
+      const at::Tensor m = get("exp_avg." + name), v = get("exp_avg_sq." + name);
+      if (m.numel() != p.numel() || v.numel() != p.numel())
+        throw Error(ErrorKind::checkpoint, "optimizer state for " + name + " has the wrong shape");
+      fm.narrow(0, u->offsets[i], p.numel()).copy_(m.reshape({-1}));
+      fv.narrow(0, u->offsets[i], p.numel()).copy_(v.reshape({-1}));
+    }
+    if (o_.stage == 0) {
+      u->exp_avg.copy_(fm);
+      u->exp_avg_sq.copy_(fv);
+    } else {
+      u->exp_avg.copy_(fm.narrow(0, rank * u->shard, u->shard));
+      u->exp_avg_sq.copy_(fv.narrow(0, rank * u->shard, u->shard));
+    }
+  }
+  step_ = get("step").item<std::int64_t>();
+}
+
+train::ModelStateBytes ZeroOptimizer::model_state() const {
+  train::ModelStateBytes b;
+  for (const auto& u : units_) {
+    b.parameters += bytes(u->flat_param);
+    b.gradients += o_.stage == 2 ? u->shard * static_cast<std::int64_t>(u->flat_param.element_size()) : bytes(u->flat_grad);
+    b.optimizer_states += bytes(u->exp_avg) + bytes(u->exp_avg_sq);
+  }
+  return b;
+}
+
+std::int64_t ZeroOptimizer::padded_numel() const {
+  std::int64_t n = 0;
+  for (const auto& u : units_) n += u->padded;
+  return n;
+}
+
+std::int64_t ZeroOptimizer::numel() const {
+  std::int64_t n = 0;
+  for (const auto& u : units_) n += u->numel;
+  return n;
+}
+
+}  // namespace zs::zero
