@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -21,5 +22,16 @@ struct ParamUnit {
 
 /// Called with a unit's index (into the model's units()) just before that unit's forward runs.
 using UnitHook = std::function<void(std::size_t unit)>;
+
+/// Hooks around each unit's forward that may wrap the unit's main input and output (ZeRO
+/// stage 3 gathers parameters there and attaches autograd nodes that re-gather them before the
+/// unit's backward and reduce its gradients after it). Index 0 (the io unit) is reported only
+/// for the whole forward: before(0, sample) at the start, after(0, prediction) at the end.
+class UnitHooks {
+ public:
+  virtual ~UnitHooks() = default;
+  virtual at::Tensor before(std::size_t unit, const at::Tensor& input) = 0;
+  virtual at::Tensor after(std::size_t unit, const at::Tensor& output) = 0;
+};
 
 }  // namespace zs::models

@@ -375,21 +375,29 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
   const Enter enter = [this](std::size_t id) {
     if (hook_) hook_(id);
   };
+  // Runs one unit (resnet, transformer or sampler) on x between the hooks.
+  auto unit = [&](std::size_t id, at::Tensor x, const std::function<at::Tensor(const at::Tensor&)>& fn) {
+    enter(id);
+    if (hooks_) x = hooks_->before(id, x);
+    at::Tensor y = fn(x);
+    return hooks_ ? hooks_->after(id, y) : y;
+  };
   enter(0);
+  const at::Tensor input = hooks_ ? hooks_->before(0, sample) : sample;
   at::Tensor t = timesteps.dim() == 0 ? timesteps.reshape({1}) : timesteps;
   t = t.expand({sample.size(0)});
   // As diffusers: the sinusoids are computed in float32, then cast to the sample's dtype.
   const at::Tensor temb = p.time_embedding(
       timestep_embedding(t, c.block_out_channels[0], c.flip_sin_to_cos, static_cast<double>(c.freq_shift))
           .to(sample.scalar_type()));
-  at::Tensor h = p.conv_in(sample);
+  at::Tensor h = p.conv_in(input);
 
   auto run_layer = [&](Block& block, std::size_t j, at::Tensor x) {
-    enter(block->resnets[j]->unit);
-    x = block->resnets[j](x, temb);
+    auto& resnet = block->resnets[j];
+    x = unit(resnet->unit, x, [&](const at::Tensor& in) { return resnet(in, temb); });
     if (!block->attentions.empty()) {
-      enter(block->attentions[j]->unit);
-      x = block->attentions[j](x, encoder_hidden_states);
+      auto& attention = block->attentions[j];
+      x = unit(attention->unit, x, [&](const at::Tensor& in) { return attention(in, encoder_hidden_states); });
     }
     return x;
   };
@@ -401,18 +409,14 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
       skips.push_back(h);
     }
     if (block->sampler) {
-      enter(block->sampler->unit);
-      h = block->sampler(h);
+      h = unit(block->sampler->unit, h, [&](const at::Tensor& in) { return block->sampler(in); });
       skips.push_back(h);
     }
   }
   if (p.mid) {
-    enter(p.mid->resnets[0]->unit);
-    h = p.mid->resnets[0](h, temb);
-    enter(p.mid->attentions[0]->unit);
-    h = p.mid->attentions[0](h, encoder_hidden_states);
-    enter(p.mid->resnets[1]->unit);
-    h = p.mid->resnets[1](h, temb);
+    h = run_layer(p.mid, 0, h);
+    auto& last = p.mid->resnets[1];
+    h = unit(last->unit, h, [&](const at::Tensor& in) { return last(in, temb); });
   }
   for (auto& block : p.up) {
     for (std::size_t j = 0; j < block->resnets.size(); ++j) {
@@ -420,13 +424,11 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
       skips.pop_back();
       h = run_layer(block, j, h);
     }
-    if (block->sampler) {
-      enter(block->sampler->unit);
-      h = block->sampler(h);
-    }
+    if (block->sampler) h = unit(block->sampler->unit, h, [&](const at::Tensor& in) { return block->sampler(in); });
   }
   enter(0);
-  return p.conv_out(at::silu(p.conv_norm_out(h)));
+  const at::Tensor out = p.conv_out(at::silu(p.conv_norm_out(h)));
+  return hooks_ ? hooks_->after(0, out) : out;
 }
 
 std::vector<ParamUnit> UNet2DConditionModelImpl::units() const {

@@ -35,12 +35,15 @@ class UNet2DConditionModelImpl : public torch::nn::Module {
   std::vector<ParamUnit> units() const;
   /// Installs a hook called before each unit runs (ZeRO stage 3 gathers there); {} removes it.
   void set_unit_hook(UnitHook hook) { hook_ = std::move(hook); }
+  /// Installs (or with nullptr removes) hooks that wrap each unit's input and output.
+  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) { hooks_ = std::move(hooks); }
 
  private:
   UNetConfig config_;
   std::unique_ptr<detail::UNetParts> parts_;
   std::vector<std::string> unit_prefixes_;  // index -> module prefix ("" for io)
   UnitHook hook_;
+  std::shared_ptr<UnitHooks> hooks_;
 };
 TORCH_MODULE(UNet2DConditionModel);
 

@@ -85,10 +85,11 @@ io::Image make_grid(const std::vector<io::Image>& images, int columns) {
 
 SampleFolder write_samples(models::DiffusionModel& model, const config::SamplingConfig& sampling,
                            std::int64_t resolution, const at::Device& device, const std::string& samples_root,
-                           std::int64_t step) {
+                           std::int64_t step, bool write_files) {
   if (sampling.prompts.empty()) return {};
   const at::Tensor images = sample_images(model, sampling.prompts, sampling.images_per_prompt, resolution,
                                           sampling.ddim_steps, sampling.guidance_scale, sampling.seed, device);
+  if (!write_files) return {};
   const fs::path final_dir = fs::path(samples_root) / ("step_" + std::to_string(step));
   const fs::path tmp_dir = fs::path(samples_root) / (".step_" + std::to_string(step) + ".tmp");
   std::error_code ec;

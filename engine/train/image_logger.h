@@ -32,8 +32,10 @@ struct SampleFolder {
   std::string dir;
   std::int64_t count = 0;
 };
+/// With `write_files` false the images are only computed (other ranks under ZeRO stage 3,
+/// whose collectives the sampler's forward passes take part in).
 SampleFolder write_samples(models::DiffusionModel& model, const config::SamplingConfig& sampling,
                            std::int64_t resolution, const at::Device& device, const std::string& samples_root,
-                           std::int64_t step);
+                           std::int64_t step, bool write_files = true);
 
 }  // namespace zs::train

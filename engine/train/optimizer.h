@@ -41,6 +41,9 @@ class Optimizer {
   virtual ModelStateBytes model_state() const = 0;
   /// Updates done so far.
   virtual std::int64_t steps() const = 0;
+  /// Every trained parameter whole, for checkpoints and the EMA, when the model's own tensors
+  /// are not (ZeRO stage 3: a collective). Empty: use the model's parameters.
+  virtual NamedTensors full_parameters() { return {}; }
 };
 
 /// AdamW with decoupled weight decay (Loshchilov & Hutter), bias-corrected, fp32 state.

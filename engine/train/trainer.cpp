@@ -264,59 +264,21 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     s.model.to(s.device);
     s.model.train(true);
     s.schedule = std::make_unique<diffusion::NoiseSchedule>(s.model.schedule);
-    auto params = s.model.named_parameters();
     std::int64_t n_params = 0;
-    for (const auto& [n, p] : params) n_params += p.numel();
-    if (s.world == 1 && cfg.zero.stage == 0) {
-      s.optimizer = std::make_unique<AdamW>(params, cfg.optimizer.betas.at(0), cfg.optimizer.betas.at(1),
-                                            cfg.optimizer.eps, cfg.optimizer.weight_decay);
-    } else {
-      // ZeRO over the UNet's units plus the text encoder as one more unit.
-      std::vector<models::ParamUnit> units = s.model.unet->units();
-      for (auto& u : units)
-        for (auto& [name, p] : u.parameters) name = "unet." + name;
-      models::ParamUnit text{"text_encoder", {}};
-      for (const auto& p : s.model.text_encoder->named_parameters()) text.parameters.emplace_back("text_encoder." + p.key(), p.value());
-      units.push_back(std::move(text));
-      zero::ZeroOptions zo;
-      zo.stage = static_cast<int>(std::min<std::int64_t>(cfg.zero.stage, 2));
-      if (cfg.zero.stage == 3)
-        s.warn("zero.stage 3 (sharded parameters) is not implemented yet; running stage 2 (sharded gradients and "
-               "optimizer states)");
-      zo.reduce_bucket_size = cfg.zero.reduce_bucket_size;
-      zo.beta1 = cfg.optimizer.betas.at(0);
-      zo.beta2 = cfg.optimizer.betas.at(1);
-      zo.eps = cfg.optimizer.eps;
-      zo.weight_decay = cfg.optimizer.weight_decay;
-      s.optimizer = std::make_unique<zero::ZeroOptimizer>(std::move(units), *s.comm, zo);
-    }
-    if (cfg.ema.enabled) s.ema = std::make_unique<Ema>(params, cfg.ema.decay);
-    s.lr = std::make_unique<LrSchedule>(cfg);
-    // Each rank draws its own noise and timesteps.
-    s.gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(cfg.training.seed) + 1 +
-                                           static_cast<std::uint64_t>(s.rank) * 7919);
-
+    for (const auto& [n, p] : s.model.named_parameters()) n_params += p.numel();
     if (ckpt) {
       const io::SafetensorsReader weights(ckpt->path + "/model.safetensors");
       models::load_weights(*s.model.unet, weights, "unet.");
       models::load_weights(*s.model.text_encoder, weights, "text_encoder.");
-      const io::SafetensorsReader opt_state(ckpt->path + "/optimizer.safetensors");
-      s.optimizer->load_state(getter(opt_state));
-      const std::string rng_key = "rng.cpu." + std::to_string(s.rank);
-      if (opt_state.contains(rng_key)) s.gen.set_state(opt_state.tensor(rng_key));
-      else if (s.rank == 0) s.gen.set_state(opt_state.tensor("rng.cpu"));
-      else s.warn("the checkpoint has no random state for rank " + std::to_string(s.rank) + "; its noise starts afresh");
-      if (s.ema) {
-        if (!fs::exists(ckpt->path + "/ema.safetensors")) {
-          s.warn("the checkpoint has no EMA weights; the EMA starts from the current weights");
-        } else {
-          const io::SafetensorsReader ema_state(ckpt->path + "/ema.safetensors");
-          s.ema->load(getter(ema_state));
-        }
-      }
       s.batches_consumed = ckpt->meta.value("batches_consumed", std::int64_t{0});
       s.last_loss = ckpt->meta.value("loss", 0.0);
     }
+    s.lr = std::make_unique<LrSchedule>(cfg);
+    // Each rank draws its own noise and timesteps.
+    s.gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(cfg.training.seed) + 1 +
+                                           static_cast<std::uint64_t>(s.rank) * 7919);
+    if (cfg.ema.enabled && cfg.zero.stage == 3 && cfg.sampling.use_ema)
+      s.warn("sampling.use_ema is not supported with zero.stage 3 yet; samples use the live weights");
 
     data::LoaderOptions lo;
     lo.batch_size = cfg.training.batch_size;
@@ -353,6 +315,51 @@ RunSummary Trainer::run(TrainerCommands& commands) {
         s.comm->broadcast(t, 0);
       }
     }
+    // The optimizer (ZeRO flattens, and at stage 3 shards, the parameters it is given).
+    auto params = s.model.named_parameters();
+    if (s.world == 1 && cfg.zero.stage == 0) {
+      s.optimizer = std::make_unique<AdamW>(params, cfg.optimizer.betas.at(0), cfg.optimizer.betas.at(1),
+                                            cfg.optimizer.eps, cfg.optimizer.weight_decay);
+    } else {
+      // ZeRO over the UNet's units plus the text encoder as one more unit.
+      std::vector<models::ParamUnit> units = s.model.unet->units();
+      for (auto& u : units)
+        for (auto& [name, p] : u.parameters) name = "unet." + name;
+      models::ParamUnit text{"text_encoder", {}};
+      for (const auto& p : s.model.text_encoder->named_parameters()) text.parameters.emplace_back("text_encoder." + p.key(), p.value());
+      units.push_back(std::move(text));
+      zero::ZeroOptions zo;
+      zo.stage = static_cast<int>(cfg.zero.stage);
+      zo.reduce_bucket_size = cfg.zero.reduce_bucket_size;
+      zo.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
+      zo.beta1 = cfg.optimizer.betas.at(0);
+      zo.beta2 = cfg.optimizer.betas.at(1);
+      zo.eps = cfg.optimizer.eps;
+      zo.weight_decay = cfg.optimizer.weight_decay;
+      auto zero_opt = std::make_unique<zero::ZeroOptimizer>(std::move(units), *s.comm, zo);
+      if (cfg.zero.stage == 3) s.model.unet->set_unit_hooks(zero_opt->unit_hooks());
+      s.optimizer = std::move(zero_opt);
+    }
+    if (cfg.ema.enabled) {
+      const auto full = s.optimizer->full_parameters();
+      s.ema = std::make_unique<Ema>(full.empty() ? params : full, cfg.ema.decay);
+    }
+    if (ckpt) {
+      const io::SafetensorsReader opt_state(ckpt->path + "/optimizer.safetensors");
+      s.optimizer->load_state(getter(opt_state));
+      const std::string rng_key = "rng.cpu." + std::to_string(s.rank);
+      if (opt_state.contains(rng_key)) s.gen.set_state(opt_state.tensor(rng_key));
+      else if (s.rank == 0) s.gen.set_state(opt_state.tensor("rng.cpu"));
+      else s.warn("the checkpoint has no random state for rank " + std::to_string(s.rank) + "; its noise starts afresh");
+      if (s.ema) {
+        if (!fs::exists(ckpt->path + "/ema.safetensors")) {
+          s.warn("the checkpoint has no EMA weights; the EMA starts from the current weights");
+        } else {
+          const io::SafetensorsReader ema_state(ckpt->path + "/ema.safetensors");
+          s.ema->load(getter(ema_state));
+        }
+      }
+    }
   } catch (const std::exception& e) {
     s.emit("error", {{"message", e.what()}});
     s.emit("run_end", {{"reason", "error"}});
@@ -378,8 +385,16 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     return ranks;
   };
 
+  // Whole parameters: the model's own, or gathered from the shards at stage 3 (a collective).
+  auto whole_parameters = [&]() {
+    auto full = s.optimizer->full_parameters();
+    return full.empty() ? s.model.named_parameters() : full;
+  };
+  const bool sharded_params = cfg.zero.stage == 3 && s.world > 1;
+
   auto save = [&](const std::string& reason) {
-    const auto named = s.model.named_parameters();
+    if (reason == "on_exception" && sharded_params) return;
+    const auto named = whole_parameters();
     std::map<std::string, checkpoint::NamedTensors> files;
     files["model.safetensors"] = named;
     auto opt_state = s.optimizer->state();
@@ -408,15 +423,17 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       s.log("deleted checkpoint " + tag + " (checkpointing.keep_last " + std::to_string(cfg.checkpointing.keep_last) + ")");
   };
   auto sample = [&]() {
-    if (cfg.sampling.prompts.empty() || !main_rank) return;
+    // Under stage 3 every rank runs the sampler (each unit is gathered as it runs); rank 0 writes.
+    if (cfg.sampling.prompts.empty() || (!main_rank && !sharded_params)) return;
     NamedTensors live;
-    if (cfg.sampling.use_ema && s.ema) {
+    if (cfg.sampling.use_ema && s.ema && cfg.zero.stage != 3) {
       live = s.model.named_parameters();
       s.ema->swap_into(live);
     }
-    const auto folder = write_samples(s.model, cfg.sampling, cfg.data.resolution, s.device, s.samples_dir(), s.step);
+    const auto folder =
+        write_samples(s.model, cfg.sampling, cfg.data.resolution, s.device, s.samples_dir(), s.step, main_rank);
     if (!live.empty()) s.ema->swap_into(live);
-    s.emit("samples", {{"dir", folder.dir}, {"count", folder.count}});
+    if (main_rank) s.emit("samples", {{"dir", folder.dir}, {"count", folder.count}});
   };
 
   std::string reason = "finished";
@@ -476,7 +493,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       ++s.step;
       ++steps_done_here;
       s.last_loss = step_loss;
-      if (s.ema && s.step % cfg.ema.every_n_steps == 0) s.ema->update(s.model.named_parameters());
+      if (s.ema && s.step % cfg.ema.every_n_steps == 0) s.ema->update(whole_parameters());
       interval_loss += step_loss;
       interval_norm += norm;
       ++interval_steps;

@@ -1,9 +1,11 @@
 #include "zero/zero_optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include "core/error.h"
 #include "dist/communicator.h"
@@ -12,12 +14,16 @@ namespace zs::zero {
 
 struct ZeroOptimizer::Unit {
   std::string name;
+  bool sharded = false;      // stage 3 and not persistent: only shard_param is kept
   std::vector<std::pair<std::string, at::Tensor>> params;  // views into flat_param
   std::vector<std::int64_t> offsets;
+  std::vector<std::int64_t> sizes;                   // elements per parameter
+  std::vector<std::vector<std::int64_t>> shapes;     // shapes (stage 3 empties the tensors)
   std::int64_t numel = 0;    // real elements
   std::int64_t padded = 0;   // multiple of world size
   std::int64_t shard = 0;    // padded / world
-  at::Tensor flat_param;     // [padded]
+  at::Tensor flat_param;     // [padded] (stage 3 sharded units: only while gathered)
+  at::Tensor shard_param;    // [shard] stage 3 sharded units: this rank's parameters
   at::Tensor flat_grad;      // [padded] full gradients (undefined between reduce and zero_grad at stage 2)
   at::Tensor shard_grad;     // [shard] stage 2: this rank's averaged gradient
   at::Tensor exp_avg, exp_avg_sq;  // [padded] at stage 0, [shard] at stages 1-2
@@ -31,8 +37,8 @@ std::int64_t bytes(const at::Tensor& t) { return t.defined() ? t.numel() * stati
 
 ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communicator& comm, ZeroOptions options)
     : comm_(comm), o_(options) {
-  if (o_.stage < 0 || o_.stage > 2)
-    throw Error(ErrorKind::config, "zero.stage " + std::to_string(o_.stage) + " is not implemented yet (stages 0-2 are)");
+  if (o_.stage < 0 || o_.stage > 3)
+    throw Error(ErrorKind::config, "zero.stage " + std::to_string(o_.stage) + " does not exist (0-3)");
   const int world = comm_.world_size();
   c10::NoGradGuard no_grad;
   for (auto& pu : units) {
@@ -40,6 +46,8 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communi
     u->name = pu.name;
     for (const auto& [name, p] : pu.parameters) {
       u->offsets.push_back(u->numel);
+      u->sizes.push_back(p.numel());
+      u->shapes.push_back(p.sizes().vec());
       u->numel += p.numel();
     }
     u->padded = (u->numel + world - 1) / world * world;
@@ -58,16 +66,77 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communi
     const std::int64_t moments = o_.stage == 0 ? u->padded : u->shard;
     u->exp_avg = at::zeros({moments}, opts);
     u->exp_avg_sq = at::zeros({moments}, opts);
+    const bool persistent = std::find(o_.persistent_units.begin(), o_.persistent_units.end(), u->name) !=
+                                o_.persistent_units.end() || u->numel < o_.persistence_threshold;
+    u->sharded = o_.stage == 3 && !persistent;
     units_.push_back(std::move(u));
   }
+  for (std::size_t i = 0; i < units_.size(); ++i) {
+    Unit& u = *units_[i];
+    if (!u.sharded) continue;
+    u.shard_param = u.flat_param.narrow(0, comm_.rank() * u.shard, u.shard).clone();
+    u.shard_grad = at::zeros({u.shard}, u.shard_param.options());
+    release(i);
+  }
   ensure_grads();
+}
+
+bool ZeroOptimizer::is_sharded(std::size_t unit) const { return units_[unit]->sharded; }
+
+std::size_t ZeroOptimizer::sharded_units() const {
+  std::size_t n = 0;
+  for (const auto& u : units_) n += u->sharded;
+  return n;
+}
+
+void ZeroOptimizer::gather(std::size_t unit) {
+  Unit& u = *units_[unit];
+  if (!u.sharded || u.flat_param.defined()) return;
+  c10::NoGradGuard no_grad;
+  u.flat_param = at::empty({u.padded}, u.shard_param.options());
+  comm_.all_gather(u.shard_param, u.flat_param);
+  for (std::size_t i = 0; i < u.params.size(); ++i) {
+    at::Tensor& p = u.params[i].second;
+    const auto& shape = u.shapes[i];
+    p.set_data(u.flat_param.narrow(0, u.offsets[i], u.sizes[i]).view(shape));
+  }
+}
+
+void ZeroOptimizer::release(std::size_t unit) {
+  Unit& u = *units_[unit];
+  if (!u.sharded) return;
+  for (auto& [name, p] : u.params) p.set_data(at::empty({0}, u.shard_param.options()));
+  u.flat_param = at::Tensor();
+}
+
+void ZeroOptimizer::reduce_scatter_into_shard(Unit& u, const at::Tensor& full_grad) {
+  at::Tensor part = at::empty({u.shard}, full_grad.options());
+  comm_.reduce_scatter(full_grad, part);
+  u.shard_grad.add_(part, 1.0 / comm_.world_size());
+}
+
+void ZeroOptimizer::reduce_unit(std::size_t unit) {
+  Unit& u = *units_[unit];
+  if (!u.sharded) return;
+  c10::NoGradGuard no_grad;
+  bool any = false;
+  at::Tensor full = at::zeros({u.padded}, u.shard_param.options());
+  for (std::size_t i = 0; i < u.params.size(); ++i) {
+    at::Tensor& p = u.params[i].second;
+    if (!p.grad().defined()) continue;
+    full.narrow(0, u.offsets[i], u.sizes[i]).copy_(p.grad().reshape({-1}));
+    p.mutable_grad() = at::Tensor();
+    any = true;
+  }
+  if (any) reduce_scatter_into_shard(u, full);
+  release(unit);
 }
 
 ZeroOptimizer::~ZeroOptimizer() = default;
 
 void ZeroOptimizer::ensure_grads() {
   for (auto& u : units_) {
-    if (u->flat_grad.defined()) continue;
+    if (u->sharded || u->flat_grad.defined()) continue;
     u->flat_grad = at::zeros({u->padded}, u->flat_param.options());
     for (std::size_t i = 0; i < u->params.size(); ++i) {
       at::Tensor& p = u->params[i].second;
@@ -79,22 +148,35 @@ void ZeroOptimizer::ensure_grads() {
 
 void ZeroOptimizer::zero_grad() {
   ensure_grads();
-  for (auto& u : units_) u->flat_grad.zero_();
+  for (auto& u : units_) {
+    if (u->sharded) {
+      u->shard_grad.zero_();
+      for (auto& [name, p] : u->params) p.mutable_grad() = at::Tensor();
+    } else {
+      u->flat_grad.zero_();
+    }
+  }
   grads_reduced_ = false;
 }
 
 void ZeroOptimizer::reduce_gradients() {
   const int world = comm_.world_size();
   c10::NoGradGuard no_grad;
-  if (o_.stage == 2) {
-    for (auto& u : units_) {
-      if (!u->shard_grad.defined()) u->shard_grad = at::zeros({u->shard}, u->flat_param.options());
-      comm_.reduce_scatter(u->flat_grad, u->shard_grad);
-      u->shard_grad.div_(world);
+  if (o_.stage >= 2) {
+    for (std::size_t i = 0; i < units_.size(); ++i) {
+      Unit& u = *units_[i];
+      if (u.sharded) {
+        reduce_unit(i);  // normally done by its backward hook already; catches units it missed
+        continue;
+      }
+      if (!u.shard_grad.defined()) u.shard_grad = at::zeros({u.shard}, u.flat_param.options());
+      u.shard_grad.zero_();
+      reduce_scatter_into_shard(u, u.flat_grad);
       // Only the shard is kept: the full gradient buffer goes until the next backward.
-      for (auto& [name, p] : u->params) p.mutable_grad() = at::Tensor();
-      u->flat_grad = at::Tensor();
+      for (auto& [name, p] : u.params) p.mutable_grad() = at::Tensor();
+      u.flat_grad = at::Tensor();
     }
+    (void)world;
     grads_reduced_ = true;
     return;
   }
@@ -132,7 +214,7 @@ void ZeroOptimizer::reduce_gradients() {
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
   c10::NoGradGuard no_grad;
   double sq = 0;
-  if (o_.stage == 2) {
+  if (o_.stage >= 2) {
     at::Tensor local = at::zeros({1}, at::kDouble);
     for (auto& u : units_) local += u->shard_grad.to(at::kDouble).pow(2).sum();
     comm_.all_reduce(local);
@@ -143,7 +225,7 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
   const double total = std::sqrt(sq);
   if (max_norm > 0 && total > max_norm) {
     const double scale = max_norm / (total + 1e-6);
-    for (auto& u : units_) (o_.stage == 2 ? u->shard_grad : u->flat_grad).mul_(scale);
+    for (auto& u : units_) (o_.stage >= 2 ? u->shard_grad : u->flat_grad).mul_(scale);
   }
   return total;
 }
@@ -158,7 +240,9 @@ void ZeroOptimizer::step(double lr) {
   const int rank = comm_.rank();
   for (auto& u : units_) {
     // The slice this rank updates: everything at stage 0, its shard otherwise.
-    at::Tensor p = o_.stage == 0 ? u->flat_param : u->flat_param.narrow(0, rank * u->shard, u->shard);
+    at::Tensor p = o_.stage == 0 ? u->flat_param
+                   : u->sharded  ? u->shard_param
+                                 : u->flat_param.narrow(0, rank * u->shard, u->shard);
     at::Tensor g = o_.stage == 0   ? u->flat_grad
                    : o_.stage == 1 ? u->flat_grad.narrow(0, rank * u->shard, u->shard)
                                    : u->shard_grad;
@@ -168,12 +252,12 @@ void ZeroOptimizer::step(double lr) {
     u->exp_avg_sq.mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
     const at::Tensor denom = u->exp_avg_sq.sqrt().div_(sqrt_c2).add_(o_.eps);
     p.addcdiv_(u->exp_avg, denom, -step_size);
-    if (o_.stage > 0) {
+    if (o_.stage > 0 && !u->sharded) {
       const at::Tensor mine = p.clone();  // the gather writes into the buffer the shard lives in
       comm_.all_gather(mine, u->flat_param);
     }
   }
-  if (o_.stage == 2)
+  if (o_.stage >= 2)
     for (auto& u : units_) u->shard_grad.zero_();
   grads_reduced_ = false;
 }
@@ -190,9 +274,9 @@ train::NamedTensors ZeroOptimizer::state() const {
       v = fv;
     }
     for (std::size_t i = 0; i < u->params.size(); ++i) {
-      const auto& [name, p] = u->params[i];
-      out.emplace_back("exp_avg." + name, m.narrow(0, u->offsets[i], p.numel()).view(p.sizes()).clone());
-      out.emplace_back("exp_avg_sq." + name, v.narrow(0, u->offsets[i], p.numel()).view(p.sizes()).clone());
+      const std::string& name = u->params[i].first;
+      out.emplace_back("exp_avg." + name, m.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]).clone());
+      out.emplace_back("exp_avg_sq." + name, v.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]).clone());
     }
   }
   out.emplace_back("step", at::full({1}, step_, at::kLong));
@@ -203,14 +287,15 @@ void ZeroOptimizer::load_state(const std::function<at::Tensor(const std::string&
   c10::NoGradGuard no_grad;
   const int rank = comm_.rank();
   for (auto& u : units_) {
-    at::Tensor fm = at::zeros({u->padded}, u->flat_param.options()), fv = at::zeros({u->padded}, u->flat_param.options());
+    const auto opts = u->exp_avg.options();
+    at::Tensor fm = at::zeros({u->padded}, opts), fv = at::zeros({u->padded}, opts);
     for (std::size_t i = 0; i < u->params.size(); ++i) {
-      const auto& [name, p] = u->params[i];
+      const std::string& name = u->params[i].first;
       const at::Tensor m = get("exp_avg." + name), v = get("exp_avg_sq." + name);
-      if (m.numel() != p.numel() || v.numel() != p.numel())
+      if (m.numel() != u->sizes[i] || v.numel() != u->sizes[i])
         throw Error(ErrorKind::checkpoint, "optimizer state for " + name + " has the wrong shape");
-      fm.narrow(0, u->offsets[i], p.numel()).copy_(m.reshape({-1}));
-      fv.narrow(0, u->offsets[i], p.numel()).copy_(v.reshape({-1}));
+      fm.narrow(0, u->offsets[i], u->sizes[i]).copy_(m.reshape({-1}));
+      fv.narrow(0, u->offsets[i], u->sizes[i]).copy_(v.reshape({-1}));
     }
     if (o_.stage == 0) {
       u->exp_avg.copy_(fm);
@@ -226,16 +311,100 @@ void ZeroOptimizer::load_state(const std::function<at::Tensor(const std::string&
 train::ModelStateBytes ZeroOptimizer::model_state() const {
   train::ModelStateBytes b;
   for (const auto& u : units_) {
-    b.parameters += bytes(u->flat_param);
-    b.gradients += o_.stage == 2 ? u->shard * static_cast<std::int64_t>(u->flat_param.element_size()) : bytes(u->flat_grad);
+    const auto elem = static_cast<std::int64_t>(u->exp_avg.element_size());
+    b.parameters += u->sharded ? bytes(u->shard_param) : bytes(u->flat_param);
+    b.gradients += o_.stage >= 2 ? u->shard * elem : bytes(u->flat_grad);
     b.optimizer_states += bytes(u->exp_avg) + bytes(u->exp_avg_sq);
   }
   return b;
 }
 
+train::NamedTensors ZeroOptimizer::full_parameters() {
+  if (o_.stage < 3) return {};
+  c10::NoGradGuard no_grad;
+  train::NamedTensors out;
+  for (auto& u : units_) {
+    at::Tensor flat = u->flat_param;
+    if (u->sharded && !flat.defined()) {
+      flat = at::empty({u->padded}, u->shard_param.options());
+      comm_.all_gather(u->shard_param, flat);
+    }
+    for (std::size_t i = 0; i < u->params.size(); ++i)
+      out.emplace_back(u->params[i].first, flat.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]).clone());
+  }
+  return out;
+}
+
+namespace {
+
+/// Identity in forward; in backward, gathers the unit's parameters before the unit's own
+/// backward runs (attached to the unit's output).
+struct RegatherBeforeBackward : public torch::autograd::Function<RegatherBeforeBackward> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, std::int64_t owner,
+                            std::int64_t unit) {
+    ctx->saved_data["owner"] = owner;
+    ctx->saved_data["unit"] = unit;
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* self = reinterpret_cast<ZeroOptimizer*>(ctx->saved_data["owner"].toInt());
+    self->gather(static_cast<std::size_t>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], at::Tensor(), at::Tensor()};
+  }
+};
+
+/// Identity in forward; in backward (after the unit's backward, attached to its input),
+/// reduce-scatters the unit's gradients and releases its parameters.
+struct ReduceAfterBackward : public torch::autograd::Function<ReduceAfterBackward> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, std::int64_t owner,
+                            std::int64_t unit) {
+    ctx->saved_data["owner"] = owner;
+    ctx->saved_data["unit"] = unit;
+    return x.view_as(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* self = reinterpret_cast<ZeroOptimizer*>(ctx->saved_data["owner"].toInt());
+    self->reduce_unit(static_cast<std::size_t>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], at::Tensor(), at::Tensor()};
+  }
+};
+
+class Stage3Hooks final : public models::UnitHooks {
+ public:
+  explicit Stage3Hooks(ZeroOptimizer& owner) : owner_(owner) {}
+  at::Tensor before(std::size_t unit, const at::Tensor& input) override {
+    if (!owner_.is_sharded(unit)) return input;
+    owner_.gather(unit);
+    if (!c10::GradMode::is_enabled() || !input.requires_grad()) return input;
+    return ReduceAfterBackward::apply(input, reinterpret_cast<std::int64_t>(&owner_), static_cast<std::int64_t>(unit));
+  }
+  at::Tensor after(std::size_t unit, const at::Tensor& output) override {
+    if (!owner_.is_sharded(unit)) return output;
+    owner_.release(unit);
+    if (!c10::GradMode::is_enabled() || !output.requires_grad()) return output;
+    return RegatherBeforeBackward::apply(output, reinterpret_cast<std::int64_t>(&owner_), static_cast<std::int64_t>(unit));
+  }
+
+ private:
+  ZeroOptimizer& owner_;
+};
+
+}  // namespace
+
+std::shared_ptr<models::UnitHooks> ZeroOptimizer::unit_hooks() { return std::make_shared<Stage3Hooks>(*this); }
+
 std::int64_t ZeroOptimizer::padded_numel() const {
   std::int64_t n = 0;
   for (const auto& u : units_) n += u->padded;
+  return n;
+}
+
+std::int64_t ZeroOptimizer::persistent_numel() const {
+  std::int64_t n = 0;
+  for (const auto& u : units_)
+    if (!u->sharded) n += u->padded;
   return n;
 }
 

@@ -1,11 +1,15 @@
 #pragma once
-// ZeRO stages 0-2 over parameter units: each unit's parameters become views into one flat,
-// padded fp32 buffer split into one shard per rank.
+// ZeRO stages 0-3 over parameter units: each unit's parameters live in one flat, padded buffer
+// split into one shard per rank.
 //   stage 0: full gradients all-reduced (averaged) in buckets; every rank updates everything.
 //   stage 1: gradients all-reduced; each rank updates only its shard and keeps Adam moments
 //            for it; parameters are all-gathered after the step.
 //   stage 2: gradients reduce-scattered: only the rank's gradient shard is kept for the step.
-// Stage 3 (sharded parameters, gathered per unit around forward and backward) is not here yet.
+//   stage 3: parameters sharded too: through the model's UnitHooks a unit is gathered just before
+//            its forward, released after it, gathered again before its backward and its
+//            gradients reduce-scattered and released right after. "Persistent" units (the io
+//            unit, the text encoder, units below the persistence threshold) stay whole as in
+//            stage 2.
 
 #include <cstdint>
 #include <memory>
@@ -22,22 +26,25 @@ class Communicator;
 namespace zs::zero {
 
 struct ZeroOptions {
-  int stage = 0;                                   ///< 0, 1 or 2
-  std::int64_t reduce_bucket_size = 500'000'000;   ///< elements per gradient collective
+  int stage = 0;                                   ///< 0-3
+  std::int64_t reduce_bucket_size = 500'000'000;   ///< elements per gradient collective (stages 0-1)
+  std::int64_t persistence_threshold = 0;          ///< stage 3: units with fewer elements stay whole
+  std::vector<std::string> persistent_units = {"io", "text_encoder"};  ///< stage 3: always whole
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
 };
 
 class ZeroOptimizer final : public train::Optimizer {
  public:
   /// Flattens every unit's parameters (their names must be unique; they name the state).
-  /// Parameters keep their identity: the module still trains them, now as views.
+  /// Parameters keep their identity: the module still trains them, as views (or, at stage 3,
+  /// as empty tensors between gathers). Unit i must be the model's unit i for the hooks.
   ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communicator& comm, ZeroOptions options);
   ~ZeroOptimizer() override;
 
   void zero_grad() override;
-  /// Averages the gradients over the ranks (stage 0/1: all-reduce; stage 2: reduce-scatter into
-  /// this rank's shard and release the full gradients). Call once per optimizer step, after the
-  /// last micro-batch's backward.
+  /// Averages the gradients over the ranks (stage 0/1: all-reduce; stage 2/3: reduce-scatter
+  /// into this rank's shard and release the full gradients). Call once per optimizer step,
+  /// after the last micro-batch's backward.
   void reduce_gradients() override;
   double clip_grad_norm(double max_norm) override;
   void step(double lr) override;
@@ -47,14 +54,30 @@ class ZeroOptimizer final : public train::Optimizer {
   void load_state(const std::function<at::Tensor(const std::string&)>& get) override;
   train::ModelStateBytes model_state() const override;
   std::int64_t steps() const override { return step_; }
+  /// Stage 3: every parameter gathered whole (a collective). Other stages: empty.
+  train::NamedTensors full_parameters() override;
+
+  /// Stage 3: the hooks to install on the model (UNet2DConditionModel::set_unit_hooks).
+  std::shared_ptr<models::UnitHooks> unit_hooks();
 
   /// Padded elements over all units (Σ units' flat sizes) and real ones (Ψ).
   std::int64_t padded_numel() const;
   std::int64_t numel() const;
+  /// Units whose parameters are sharded (stage 3).
+  std::size_t sharded_units() const;
+  /// Padded elements of the units kept whole (all of them below stage 3).
+  std::int64_t persistent_numel() const;
+
+  // Used by the stage-3 hooks and their autograd nodes.
+  void gather(std::size_t unit);
+  void release(std::size_t unit);
+  void reduce_unit(std::size_t unit);
+  bool is_sharded(std::size_t unit) const;
 
  private:
   struct Unit;
   void ensure_grads();
+  void reduce_scatter_into_shard(Unit& u, const at::Tensor& full_grad);
   std::vector<std::unique_ptr<Unit>> units_;
   dist::Communicator& comm_;
   ZeroOptions o_;

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -83,6 +84,10 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, boo
   o.eps = 1e-6;
   o.reduce_bucket_size = 3000;  // several buckets on this small model
   zero::ZeroOptimizer opt(unet->units(), c, o);
+  if (stage == 3) {
+    unet->set_unit_hooks(opt.unit_hooks());
+    if (!check(opt.sharded_units() + 1 == unet->units().size(), "every unit but io is sharded")) return 1;
+  }
   std::vector<std::pair<std::string, at::Tensor>> ref_params;
   for (const auto& p : ref->named_parameters()) ref_params.emplace_back(p.key(), p.value());
   train::AdamW ref_opt(ref_params, 0.9, 0.999, 1e-6, 0.01);
@@ -111,20 +116,24 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, boo
   }
   double worst = 0;
   std::string worst_name;
-  const auto mine = unet->named_parameters();
+  std::map<std::string, at::Tensor> mine;
+  for (const auto& [name, p] : opt.full_parameters()) mine[name] = p;
+  if (mine.empty())
+    for (const auto& p : unet->named_parameters()) mine[p.key()] = p.value();
   for (const auto& [name, p] : ref_params) {
     const double scale = std::max(p.abs().max().item<double>(), 1e-12);
-    const double rel = (mine[name] - p).abs().max().item<double>() / scale;
+    const double rel = (mine.at(name) - p).abs().max().item<double>() / scale;
     if (rel > worst) {
       worst = rel;
       worst_name = name;
     }
   }
   const auto b = opt.model_state();
-  std::printf("state %lld %lld %lld psi %lld padded %lld units %zu worst %.3g %s\n", static_cast<long long>(b.parameters),
-              static_cast<long long>(b.gradients), static_cast<long long>(b.optimizer_states),
-              static_cast<long long>(opt.numel()), static_cast<long long>(opt.padded_numel()), unet->units().size(),
-              worst, worst_name.c_str());
+  std::printf("state %lld %lld %lld psi %lld padded %lld units %zu persistent %lld worst %.3g %s\n",
+              static_cast<long long>(b.parameters), static_cast<long long>(b.gradients),
+              static_cast<long long>(b.optimizer_states), static_cast<long long>(opt.numel()),
+              static_cast<long long>(opt.padded_numel()), unet->units().size(),
+              static_cast<long long>(opt.persistent_numel()), worst, worst_name.c_str());
   return check(worst <= (f64 ? 1e-10 : 1e-4), "weights differ from the single-process reference") ? 0 : 1;
 }
 
