@@ -75,7 +75,7 @@ int child(const ModelSpec& m, int stage, int steps) {
   o.stage = stage;
   o.reduce_bucket_size = 50'000'000;
   zero::ZeroOptimizer opt(unet->units(), *comm, o);
-  if (stage == 3) unet->set_unit_hooks(opt.unit_hooks());
+  unet->set_unit_hooks(opt.unit_hooks());
   const at::Tensor x = at::randn({m.batch, m.cin, m.res, m.res}), t = at::randint(0, 1000, {m.batch});
   const at::Tensor ctx = at::randn({m.batch, 8, m.cross});
   double total = 0;

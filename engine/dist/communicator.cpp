@@ -1,6 +1,7 @@
 #include "dist/communicator.h"
 
 #include <cstdlib>
+#include <functional>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -29,6 +30,11 @@ int env_int(const char* name, int fallback, bool* present = nullptr) {
   return static_cast<int>(n);
 }
 
+class DonePending final : public PendingCollective {
+ public:
+  void wait() override {}
+};
+
 class SingleCommunicator final : public Communicator {
  public:
   SingleCommunicator() : Communicator(0, 1, std::chrono::milliseconds(0)) {}
@@ -37,6 +43,11 @@ class SingleCommunicator final : public Communicator {
   void all_reduce(at::Tensor&) override {}
   void all_gather(const at::Tensor& shard, at::Tensor& flat) override { flat.copy_(shard); }
   void reduce_scatter(const at::Tensor& flat, at::Tensor& shard) override { shard.copy_(flat); }
+  std::unique_ptr<PendingCollective> all_reduce_async(at::Tensor&) override { return std::make_unique<DonePending>(); }
+  std::unique_ptr<PendingCollective> reduce_scatter_async(const at::Tensor& flat, at::Tensor& shard) override {
+    shard.copy_(flat);
+    return std::make_unique<DonePending>();
+  }
   void broadcast(at::Tensor&, int) override {}
   void barrier() override {}
 };
@@ -57,6 +68,51 @@ class GroupCommunicator final : public Communicator {
   void all_reduce(at::Tensor& t) override {
     std::vector<at::Tensor> v{t};
     run("all_reduce", [&] { return group_->allreduce(v); });
+  }
+
+  /// A started Work plus what to do once it is done.
+  class Pending final : public PendingCollective {
+   public:
+    Pending(GroupCommunicator& owner, const char* op, c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish,
+            std::vector<at::Tensor> keep)
+        : owner_(owner), op_(op), work_(std::move(work)), finish_(std::move(finish)), keep_(std::move(keep)) {}
+    void wait() override {
+      owner_.run(op_, [&] { return work_; });
+      if (finish_) finish_();
+    }
+
+   private:
+    GroupCommunicator& owner_;
+    const char* op_;
+    c10::intrusive_ptr<c10d::Work> work_;
+    std::function<void()> finish_;
+    std::vector<at::Tensor> keep_;  // buffers the work reads and writes
+  };
+
+  std::unique_ptr<PendingCollective> all_reduce_async(at::Tensor& t) override {
+    std::vector<at::Tensor> v{t};
+    c10::intrusive_ptr<c10d::Work> work;
+    run("all_reduce", [&] { return work = group_->allreduce(v); }, /*wait=*/false);
+    return std::make_unique<Pending>(*this, "all_reduce", work, nullptr, v);
+  }
+
+  std::unique_ptr<PendingCollective> reduce_scatter_async(const at::Tensor& flat, at::Tensor& shard) override {
+    check_sizes("reduce_scatter", shard, flat);
+    c10::intrusive_ptr<c10d::Work> work;
+    if (native_rs_) {
+      std::vector<at::Tensor> out{shard};
+      std::vector<std::vector<at::Tensor>> in(1);
+      for (const auto& chunk : flat.chunk(world_size_)) in[0].push_back(chunk.contiguous());
+      run("reduce_scatter", [&] { return work = group_->reduce_scatter(out, in); }, false);
+      return std::make_unique<Pending>(*this, "reduce_scatter", work, nullptr, std::vector<at::Tensor>{shard});
+    }
+    std::vector<at::Tensor> v{flat.clone()};
+    run("reduce_scatter", [&] { return work = group_->allreduce(v); }, false);
+    at::Tensor full = v[0], out = shard;
+    const int rank = rank_, world = world_size_;
+    return std::make_unique<Pending>(*this, "reduce_scatter", work,
+                                     [full, out, rank, world]() mutable { out.copy_(full.chunk(world)[static_cast<std::size_t>(rank)]); },
+                                     v);
   }
 
   void all_gather(const at::Tensor& shard, at::Tensor& flat) override {
@@ -103,10 +159,10 @@ class GroupCommunicator final : public Communicator {
   }
 
   template <class Start>
-  void run(const char* op, Start start) {
+  void run(const char* op, Start start, bool wait = true) {
     try {
       auto work = start();
-      if (!work->wait(timeout_))
+      if (wait && !work->wait(timeout_))
         throw std::runtime_error("timed out");
     } catch (const Error&) {
       throw;

@@ -27,6 +27,13 @@ struct RendezvousInfo {
 /// RANK and WORLD_SIZE are not both set; throws zs::Error(distributed) naming a malformed variable.
 std::optional<RendezvousInfo> rendezvous_from_env();
 
+/// A collective started in the background; wait() finishes it (or throws like the blocking call).
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual void wait() = 0;
+};
+
 class Communicator {
  public:
   /// A world of one: every collective is a no-op (or a copy).
@@ -52,6 +59,10 @@ class Communicator {
   virtual void all_gather(const at::Tensor& shard, at::Tensor& flat) = 0;
   /// shard [n] = sum over ranks of their `flat` [world_size · n] chunk number rank().
   virtual void reduce_scatter(const at::Tensor& flat, at::Tensor& shard) = 0;
+  /// all_reduce / reduce_scatter started in the background (Gloo runs them on its own threads, so
+  /// backward can go on). The tensors must stay alive and untouched until wait() returns.
+  virtual std::unique_ptr<PendingCollective> all_reduce_async(at::Tensor& t) = 0;
+  virtual std::unique_ptr<PendingCollective> reduce_scatter_async(const at::Tensor& flat, at::Tensor& shard) = 0;
   /// Copies rank `root`'s `t` to every rank.
   virtual void broadcast(at::Tensor& t, int root) = 0;
   virtual void barrier() = 0;

@@ -29,6 +29,9 @@ class Optimizer {
   /// Combines the gradients of all ranks (after the last micro-batch's backward of a step);
   /// a no-op in one process.
   virtual void reduce_gradients() {}
+  /// Tells the optimizer whether the coming backward is the step's last micro-batch (gradients
+  /// are communicated only then, overlapped with that backward).
+  virtual void set_last_micro_step(bool last) { (void)last; }
   /// Global L2 norm of the gradients before clipping; scales them to `max_norm` when above it
   /// (max_norm <= 0: no clipping).
   virtual double clip_grad_norm(double max_norm) = 0;

@@ -332,12 +332,13 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       zo.stage = static_cast<int>(cfg.zero.stage);
       zo.reduce_bucket_size = cfg.zero.reduce_bucket_size;
       zo.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
+      zo.overlap_comm = cfg.zero.overlap_comm.value_or(true);  // explicit false turns it off
       zo.beta1 = cfg.optimizer.betas.at(0);
       zo.beta2 = cfg.optimizer.betas.at(1);
       zo.eps = cfg.optimizer.eps;
       zo.weight_decay = cfg.optimizer.weight_decay;
       auto zero_opt = std::make_unique<zero::ZeroOptimizer>(std::move(units), *s.comm, zo);
-      if (cfg.zero.stage == 3) s.model.unet->set_unit_hooks(zero_opt->unit_hooks());
+      s.model.unet->set_unit_hooks(zero_opt->unit_hooks());
       s.optimizer = std::move(zero_opt);
     }
     if (cfg.ema.enabled) {
@@ -465,6 +466,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       s.optimizer->zero_grad();
       double step_loss = 0;
       for (std::int64_t micro = 0; micro < accum; ++micro) {
+        s.optimizer->set_last_micro_step(micro == accum - 1);
         const data::Batch batch = s.loader->next();
         ++s.batches_consumed;
         const at::Tensor x0 = batch.images.to(s.device);

@@ -27,6 +27,8 @@ struct ZeroOptimizer::Unit {
   at::Tensor flat_grad;      // [padded] full gradients (undefined between reduce and zero_grad at stage 2)
   at::Tensor shard_grad;     // [shard] stage 2: this rank's averaged gradient
   at::Tensor exp_avg, exp_avg_sq;  // [padded] at stage 0, [shard] at stages 1-2
+  std::unique_ptr<dist::PendingCollective> pending;  // a gradient reduction under way
+  at::Tensor part;                                    // its reduce-scatter output (stage 2/3)
 };
 
 namespace {
@@ -115,9 +117,44 @@ void ZeroOptimizer::reduce_scatter_into_shard(Unit& u, const at::Tensor& full_gr
   u.shard_grad.add_(part, 1.0 / comm_.world_size());
 }
 
+bool ZeroOptimizer::wants_backward_hook(std::size_t unit) const {
+  const Unit& u = *units_[unit];
+  // The io unit runs at both ends of the forward: it is reduced with the rest after backward.
+  return u.sharded || (unit != 0 && o_.overlap_comm && last_micro_ && comm_.world_size() > 1);
+}
+
+void ZeroOptimizer::launch_reduce(Unit& u) {
+  if (u.pending || !u.flat_grad.defined()) return;
+  if (o_.stage <= 1) {
+    u.pending = comm_.all_reduce_async(u.flat_grad);
+  } else {
+    u.part = at::empty({u.shard}, u.flat_grad.options());
+    u.pending = comm_.reduce_scatter_async(u.flat_grad, u.part);
+  }
+}
+
+void ZeroOptimizer::finish_reduce(Unit& u) {
+  if (!u.pending) return;
+  u.pending->wait();
+  u.pending.reset();
+  if (o_.stage <= 1) {
+    u.flat_grad.div_(comm_.world_size());
+    return;
+  }
+  if (!u.shard_grad.defined()) u.shard_grad = at::zeros({u.shard}, u.flat_param.options());
+  u.shard_grad.copy_(u.part).div_(comm_.world_size());
+  u.part = at::Tensor();
+  // Only the shard is kept: the full gradient buffer goes until the next backward.
+  for (auto& [name, p] : u.params) p.mutable_grad() = at::Tensor();
+  u.flat_grad = at::Tensor();
+}
+
 void ZeroOptimizer::reduce_unit(std::size_t unit) {
   Unit& u = *units_[unit];
-  if (!u.sharded) return;
+  if (!u.sharded) {
+    if (o_.overlap_comm && last_micro_ && comm_.world_size() > 1) launch_reduce(u);
+    return;
+  }
   c10::NoGradGuard no_grad;
   bool any = false;
   at::Tensor full = at::zeros({u.padded}, u.shard_param.options());
@@ -162,52 +199,49 @@ void ZeroOptimizer::zero_grad() {
 void ZeroOptimizer::reduce_gradients() {
   const int world = comm_.world_size();
   c10::NoGradGuard no_grad;
-  if (o_.stage >= 2) {
-    for (std::size_t i = 0; i < units_.size(); ++i) {
-      Unit& u = *units_[i];
-      if (u.sharded) {
-        reduce_unit(i);  // normally done by its backward hook already; catches units it missed
-        continue;
+  bool launched = false;
+  for (auto& u : units_) launched |= u->pending != nullptr;
+  if (o_.stage <= 1 && !launched && world > 1) {
+    // Nothing started during backward: all-reduce in buckets of about reduce_bucket_size elements.
+    std::vector<Unit*> bucket;
+    std::int64_t in_bucket = 0;
+    auto flush = [&] {
+      if (bucket.empty()) return;
+      if (bucket.size() == 1) {
+        comm_.all_reduce(bucket[0]->flat_grad);
+      } else {
+        std::vector<at::Tensor> parts;
+        for (auto* u : bucket) parts.push_back(u->flat_grad);
+        at::Tensor flat = at::cat(parts);
+        comm_.all_reduce(flat);
+        std::int64_t off = 0;
+        for (auto* u : bucket) {
+          u->flat_grad.copy_(flat.narrow(0, off, u->padded));
+          off += u->padded;
+        }
       }
-      if (!u.shard_grad.defined()) u.shard_grad = at::zeros({u.shard}, u.flat_param.options());
-      u.shard_grad.zero_();
-      reduce_scatter_into_shard(u, u.flat_grad);
-      // Only the shard is kept: the full gradient buffer goes until the next backward.
-      for (auto& [name, p] : u.params) p.mutable_grad() = at::Tensor();
-      u.flat_grad = at::Tensor();
+      for (auto* u : bucket) u->flat_grad.div_(world);
+      bucket.clear();
+      in_bucket = 0;
+    };
+    for (auto& u : units_) {
+      bucket.push_back(u.get());
+      in_bucket += u->padded;
+      if (in_bucket >= o_.reduce_bucket_size) flush();
     }
-    (void)world;
+    flush();
     grads_reduced_ = true;
     return;
   }
-  // Stages 0 and 1: all-reduce in buckets of about reduce_bucket_size elements.
-  std::vector<Unit*> bucket;
-  std::int64_t in_bucket = 0;
-  auto flush = [&] {
-    if (bucket.empty()) return;
-    if (bucket.size() == 1) {
-      comm_.all_reduce(bucket[0]->flat_grad);
-    } else {
-      std::vector<at::Tensor> parts;
-      for (auto* u : bucket) parts.push_back(u->flat_grad);
-      at::Tensor flat = at::cat(parts);
-      comm_.all_reduce(flat);
-      std::int64_t off = 0;
-      for (auto* u : bucket) {
-        u->flat_grad.copy_(flat.narrow(0, off, u->padded));
-        off += u->padded;
-      }
-    }
-    for (auto* u : bucket) u->flat_grad.div_(world);
-    bucket.clear();
-    in_bucket = 0;
-  };
-  for (auto& u : units_) {
-    bucket.push_back(u.get());
-    in_bucket += u->padded;
-    if (in_bucket >= o_.reduce_bucket_size) flush();
+  // Units whose backward hook already started their reduction are finished here; the rest
+  // (io, text encoder, anything the hooks missed) are reduced now.
+  for (std::size_t i = 0; i < units_.size(); ++i) {
+    Unit& u = *units_[i];
+    if (u.sharded) reduce_unit(i);  // normally done by its backward hook already
+    else launch_reduce(u);
   }
-  flush();
+  for (auto& u : units_)
+    if (!u->sharded) finish_reduce(*u);
   grads_reduced_ = true;
 }
 
@@ -371,13 +405,12 @@ struct ReduceAfterBackward : public torch::autograd::Function<ReduceAfterBackwar
   }
 };
 
-class Stage3Hooks final : public models::UnitHooks {
+class ZeroHooks final : public models::UnitHooks {
  public:
-  explicit Stage3Hooks(ZeroOptimizer& owner) : owner_(owner) {}
+  explicit ZeroHooks(ZeroOptimizer& owner) : owner_(owner) {}
   at::Tensor before(std::size_t unit, const at::Tensor& input) override {
-    if (!owner_.is_sharded(unit)) return input;
-    owner_.gather(unit);
-    if (!c10::GradMode::is_enabled() || !input.requires_grad()) return input;
+    owner_.gather(unit);  // no-op unless the unit is sharded
+    if (!c10::GradMode::is_enabled() || !input.requires_grad() || !owner_.wants_backward_hook(unit)) return input;
     return ReduceAfterBackward::apply(input, reinterpret_cast<std::int64_t>(&owner_), static_cast<std::int64_t>(unit));
   }
   at::Tensor after(std::size_t unit, const at::Tensor& output) override {
@@ -393,7 +426,7 @@ class Stage3Hooks final : public models::UnitHooks {
 
 }  // namespace
 
-std::shared_ptr<models::UnitHooks> ZeroOptimizer::unit_hooks() { return std::make_shared<Stage3Hooks>(*this); }
+std::shared_ptr<models::UnitHooks> ZeroOptimizer::unit_hooks() { return std::make_shared<ZeroHooks>(*this); }
 
 std::int64_t ZeroOptimizer::padded_numel() const {
   std::int64_t n = 0;

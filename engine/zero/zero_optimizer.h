@@ -30,6 +30,7 @@ struct ZeroOptions {
   std::int64_t reduce_bucket_size = 500'000'000;   ///< elements per gradient collective (stages 0-1)
   std::int64_t persistence_threshold = 0;          ///< stage 3: units with fewer elements stay whole
   std::vector<std::string> persistent_units = {"io", "text_encoder"};  ///< stage 3: always whole
+  bool overlap_comm = true;  ///< reduce a unit's gradients as soon as its backward is done (needs the hooks)
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
 };
 
@@ -57,7 +58,10 @@ class ZeroOptimizer final : public train::Optimizer {
   /// Stage 3: every parameter gathered whole (a collective). Other stages: empty.
   train::NamedTensors full_parameters() override;
 
-  /// Stage 3: the hooks to install on the model (UNet2DConditionModel::set_unit_hooks).
+  void set_last_micro_step(bool last) override { last_micro_ = last; }
+  /// The hooks to install on the model (UNet2DConditionModel::set_unit_hooks): stage 3 gathers
+  /// and releases there; every stage starts a unit's gradient reduction right after the unit's
+  /// backward (overlap_comm), so communication runs while backward goes on.
   std::shared_ptr<models::UnitHooks> unit_hooks();
 
   /// Padded elements over all units (Σ units' flat sizes) and real ones (Ψ).
@@ -73,11 +77,16 @@ class ZeroOptimizer final : public train::Optimizer {
   void release(std::size_t unit);
   void reduce_unit(std::size_t unit);
   bool is_sharded(std::size_t unit) const;
+  /// Whether the hooks should watch this unit's backward now.
+  bool wants_backward_hook(std::size_t unit) const;
 
  private:
   struct Unit;
   void ensure_grads();
   void reduce_scatter_into_shard(Unit& u, const at::Tensor& full_grad);
+  void launch_reduce(Unit& u);
+  void finish_reduce(Unit& u);
+  bool last_micro_ = true;
   std::vector<std::unique_ptr<Unit>> units_;
   dist::Communicator& comm_;
   ZeroOptions o_;

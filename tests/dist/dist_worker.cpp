@@ -84,10 +84,8 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, boo
   o.eps = 1e-6;
   o.reduce_bucket_size = 3000;  // several buckets on this small model
   zero::ZeroOptimizer opt(unet->units(), c, o);
-  if (stage == 3) {
-    unet->set_unit_hooks(opt.unit_hooks());
-    if (!check(opt.sharded_units() + 1 == unet->units().size(), "every unit but io is sharded")) return 1;
-  }
+  unet->set_unit_hooks(opt.unit_hooks());  // stage 3 gathers there; every stage overlaps its reduction
+  if (stage == 3 && !check(opt.sharded_units() + 1 == unet->units().size(), "every unit but io is sharded")) return 1;
   std::vector<std::pair<std::string, at::Tensor>> ref_params;
   for (const auto& p : ref->named_parameters()) ref_params.emplace_back(p.key(), p.value());
   train::AdamW ref_opt(ref_params, 0.9, 0.999, 1e-6, 0.01);
@@ -98,6 +96,7 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, boo
     const at::Tensor t = at::randint(0, 1000, {G}, gen, at::kLong), ctx = at::randn({G, 4, 16}, gen).to(dtype);
     opt.zero_grad();
     for (int k = 0; k < accum; ++k) {
+      opt.set_last_micro_step(k == accum - 1);
       const std::int64_t from = rank * per_rank + k * micro;
       const at::Tensor out = unet->forward(x.narrow(0, from, micro), t.narrow(0, from, micro), ctx.narrow(0, from, micro));
       ((out - target.narrow(0, from, micro)).pow(2).mean() / accum).backward();
