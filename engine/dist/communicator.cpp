@@ -77,7 +77,7 @@ class GroupCommunicator final : public Communicator {
             std::vector<at::Tensor> keep)
         : owner_(owner), op_(op), work_(std::move(work)), finish_(std::move(finish)), keep_(std::move(keep)) {}
     void wait() override {
-      owner_.run(op_, [&] { return work_; });
+      owner_.run(op_, [&] { return work_; }, true, false);
       if (finish_) finish_();
     }
 
@@ -158,8 +158,41 @@ class GroupCommunicator final : public Communicator {
                                                             "both contiguous (a bug in the caller)");
   }
 
+  /// Which ranks are behind: every collective is numbered in the store ("zs_seq/<rank>"), so
+  /// after a failure the ranks that never reached this one can be named.
+  std::string blame() const {
+    std::string behind;
+    try {
+      for (int r = 0; r < world_size_; ++r) {
+        if (r == rank_) continue;
+        const std::string key = "zs_seq/" + std::to_string(r);
+        if (!store_->check({key})) {
+          behind += (behind.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " (never started one)");
+          continue;
+        }
+        const auto bytes = store_->get(key);
+        const long long seq = std::stoll(std::string(bytes.begin(), bytes.end()));
+        if (seq < static_cast<long long>(seq_))
+          behind += (behind.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " (last at #" + std::to_string(seq) + ")");
+      }
+    } catch (const std::exception&) {
+      return "rank 0 is gone (the rendezvous store it hosts does not answer)";
+    }
+    if (behind.empty()) return "";
+    return "not reached by " + behind + ": that rank stopped, died or hangs";
+  }
+
   template <class Start>
-  void run(const char* op, Start start, bool wait = true) {
+  void run(const char* op, Start start, bool wait = true, bool count = true) {
+    if (count) {
+      ++seq_;
+      try {
+        const std::string v = std::to_string(seq_);
+        store_->set("zs_seq/" + std::to_string(rank_), std::vector<uint8_t>(v.begin(), v.end()));
+      } catch (const std::exception&) {
+        // the store is only for naming a culprit; the collective itself will report the failure
+      }
+    }
     try {
       auto work = start();
       if (wait && !work->wait(timeout_))
@@ -169,11 +202,14 @@ class GroupCommunicator final : public Communicator {
     } catch (const std::exception& e) {
       std::string what = e.what();
       if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);  // drop C++ stack traces
+      const std::string culprit = blame();
       throw Error(ErrorKind::distributed,
-                  "rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + ": " + op + " failed (" +
-                      name_ + ", timeout " + std::to_string(timeout_.count() / 1000) + " s): " + what +
-                      ". Another rank has probably stopped or died; see logs/rank*.log of the run and the launcher's "
-                      "report.");
+                  "rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + ": " + op + " #" +
+                      std::to_string(seq_) + " failed (" + name_ + ", timeout " +
+                      std::to_string(timeout_.count() / 1000) + " s): " +
+                      (culprit.empty() ? what + ". Another rank has probably stopped or died"
+                                       : culprit + " [" + what + "]") +
+                      "; see logs/rank*.log of the run and the launcher's report.");
     }
   }
 
@@ -181,6 +217,7 @@ class GroupCommunicator final : public Communicator {
   c10::intrusive_ptr<c10d::Store> store_;
   std::string name_;
   bool native_rs_;
+  std::uint64_t seq_ = 0;  // collectives started by this rank
 };
 
 }  // namespace

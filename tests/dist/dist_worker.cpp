@@ -154,10 +154,11 @@ int main(int argc, char** argv) {
     } else if (scenario == "zero") {
       rc = zero_exactness(*comm, std::stoi(argv[3]), std::stoi(argv[4]), std::stod(argv[5]),
                           argc > 6 && std::string(argv[6]) == "f64");
-    } else if (scenario == "die" || scenario == "stall") {
+    } else if (scenario == "die" || scenario == "stall" || scenario == "die0") {
       at::Tensor t = at::ones({1});
       comm->all_reduce(t);  // everyone is up
-      if (comm->rank() == 1) {
+      if (scenario == "die0" && comm->rank() == 0) std::raise(SIGKILL);
+      if (comm->rank() == 1 && scenario != "die0") {
         if (scenario == "die") std::raise(SIGKILL);
         std::this_thread::sleep_for(std::chrono::hours(1));
       }
