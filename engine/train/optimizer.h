@@ -47,6 +47,17 @@ class Optimizer {
   /// Every trained parameter whole, for checkpoints and the EMA, when the model's own tensors
   /// are not (ZeRO stage 3: a collective). Empty: use the model's parameters.
   virtual NamedTensors full_parameters() { return {}; }
+
+  // An EMA kept by the optimizer itself (ZeRO: each rank averages only its shard, on the CPU).
+  // Optimizers without one return false from enable_ema and the trainer keeps a train::Ema.
+  virtual bool enable_ema(double decay) { (void)decay; return false; }
+  /// ema = decay·ema + (1−decay)·param on this rank's part.
+  virtual void update_ema() {}
+  /// The whole EMA under the parameters' names (a collective under ZeRO).
+  virtual NamedTensors ema_state() { return {}; }
+  virtual void load_ema(const std::function<at::Tensor(const std::string&)>& get) { (void)get; }
+  /// Exchanges the live weights and the EMA (call again to undo); a collective under ZeRO.
+  virtual void swap_ema() {}
 };
 
 /// AdamW with decoupled weight decay (Loshchilov & Hutter), bias-corrected, fp32 state.

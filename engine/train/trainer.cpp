@@ -277,8 +277,6 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     // Each rank draws its own noise and timesteps.
     s.gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(cfg.training.seed) + 1 +
                                            static_cast<std::uint64_t>(s.rank) * 7919);
-    if (cfg.ema.enabled && cfg.zero.stage == 3 && cfg.sampling.use_ema)
-      s.warn("sampling.use_ema is not supported with zero.stage 3 yet; samples use the live weights");
 
     data::LoaderOptions lo;
     lo.batch_size = cfg.training.batch_size;
@@ -341,10 +339,8 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       s.model.unet->set_unit_hooks(zero_opt->unit_hooks());
       s.optimizer = std::move(zero_opt);
     }
-    if (cfg.ema.enabled) {
-      const auto full = s.optimizer->full_parameters();
-      s.ema = std::make_unique<Ema>(full.empty() ? params : full, cfg.ema.decay);
-    }
+    // The EMA: kept by the ZeRO optimizer per shard, else a whole copy on the CPU.
+    if (cfg.ema.enabled && !s.optimizer->enable_ema(cfg.ema.decay)) s.ema = std::make_unique<Ema>(params, cfg.ema.decay);
     if (ckpt) {
       const io::SafetensorsReader opt_state(ckpt->path + "/optimizer.safetensors");
       s.optimizer->load_state(getter(opt_state));
@@ -352,12 +348,13 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       if (opt_state.contains(rng_key)) s.gen.set_state(opt_state.tensor(rng_key));
       else if (s.rank == 0) s.gen.set_state(opt_state.tensor("rng.cpu"));
       else s.warn("the checkpoint has no random state for rank " + std::to_string(s.rank) + "; its noise starts afresh");
-      if (s.ema) {
+      if (cfg.ema.enabled) {
         if (!fs::exists(ckpt->path + "/ema.safetensors")) {
           s.warn("the checkpoint has no EMA weights; the EMA starts from the current weights");
         } else {
           const io::SafetensorsReader ema_state(ckpt->path + "/ema.safetensors");
-          s.ema->load(getter(ema_state));
+          if (s.ema) s.ema->load(getter(ema_state));
+          else s.optimizer->load_ema(getter(ema_state));
         }
       }
     }
@@ -406,9 +403,12 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       for (int r = 0; r < s.world; ++r) opt_state.emplace_back("rng.cpu." + std::to_string(r), all.chunk(s.world)[r].clone());
     }
     opt_state.emplace_back("rng.cpu", rng);
-    if (!main_rank) return;  // stage 0: rank 0 holds everything the checkpoint needs
+    NamedTensors ema;
+    if (s.ema) ema = s.ema->tensors();
+    else if (cfg.ema.enabled) ema = s.optimizer->ema_state();  // gathered: a collective, so on every rank
+    if (!main_rank) return;  // everything is gathered: rank 0 writes the checkpoint
     files["optimizer.safetensors"] = opt_state;
-    if (s.ema) files["ema.safetensors"] = s.ema->tensors();
+    if (!ema.empty()) files["ema.safetensors"] = ema;
     json meta = {{"step", s.step},
                  {"batches_consumed", s.batches_consumed},
                  {"epoch", static_cast<double>(s.batches_consumed * s.world) / s.loader->batches_per_epoch()},
@@ -425,15 +425,24 @@ RunSummary Trainer::run(TrainerCommands& commands) {
   };
   auto sample = [&]() {
     // Under stage 3 every rank runs the sampler (each unit is gathered as it runs); rank 0 writes.
-    if (cfg.sampling.prompts.empty() || (!main_rank && !sharded_params)) return;
+    // Swapping in a sharded EMA is a collective too, so then every rank takes part in the swaps.
+    if (cfg.sampling.prompts.empty()) return;
+    const bool swap = cfg.sampling.use_ema && cfg.ema.enabled;
+    const bool sharded_swap = swap && !s.ema;
+    const bool compute = main_rank || sharded_params;
+    if (!compute && !(sharded_swap && s.world > 1)) return;
     NamedTensors live;
-    if (cfg.sampling.use_ema && s.ema && cfg.zero.stage != 3) {
+    if (swap && s.ema) {
       live = s.model.named_parameters();
       s.ema->swap_into(live);
+    } else if (sharded_swap) {
+      s.optimizer->swap_ema();
     }
-    const auto folder =
-        write_samples(s.model, cfg.sampling, cfg.data.resolution, s.device, s.samples_dir(), s.step, main_rank);
-    if (!live.empty()) s.ema->swap_into(live);
+    SampleFolder folder;
+    if (compute)
+      folder = write_samples(s.model, cfg.sampling, cfg.data.resolution, s.device, s.samples_dir(), s.step, main_rank);
+    if (swap && s.ema) s.ema->swap_into(live);
+    else if (sharded_swap) s.optimizer->swap_ema();
     if (main_rank) s.emit("samples", {{"dir", folder.dir}, {"count", folder.count}});
   };
 
@@ -495,7 +504,10 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       ++s.step;
       ++steps_done_here;
       s.last_loss = step_loss;
-      if (s.ema && s.step % cfg.ema.every_n_steps == 0) s.ema->update(whole_parameters());
+      if (cfg.ema.enabled && s.step % cfg.ema.every_n_steps == 0) {
+        if (s.ema) s.ema->update(s.model.named_parameters());
+        else s.optimizer->update_ema();
+      }
       interval_loss += step_loss;
       interval_norm += norm;
       ++interval_steps;

@@ -29,6 +29,7 @@ struct ZeroOptimizer::Unit {
   at::Tensor exp_avg, exp_avg_sq;  // [padded] at stage 0, [shard] at stages 1-2
   std::unique_ptr<dist::PendingCollective> pending;  // a gradient reduction under way
   at::Tensor part;                                    // its reduce-scatter output (stage 2/3)
+  at::Tensor ema;                                     // CPU, float32: EMA of the owned slice
 };
 
 namespace {
@@ -427,6 +428,74 @@ class ZeroHooks final : public models::UnitHooks {
 }  // namespace
 
 std::shared_ptr<models::UnitHooks> ZeroOptimizer::unit_hooks() { return std::make_shared<ZeroHooks>(*this); }
+
+at::Tensor ZeroOptimizer::owned_slice(Unit& u) const {
+  if (o_.stage == 0) return u.flat_param;
+  if (u.sharded) return u.shard_param;
+  return u.flat_param.narrow(0, comm_.rank() * u.shard, u.shard);
+}
+
+bool ZeroOptimizer::enable_ema(double decay) {
+  ema_decay_ = decay;
+  for (auto& u : units_) u->ema = owned_slice(*u).detach().to(at::kCPU, at::kFloat, false, true);
+  return true;
+}
+
+void ZeroOptimizer::update_ema() {
+  if (ema_decay_ < 0) return;
+  c10::NoGradGuard no_grad;
+  for (auto& u : units_) u->ema.lerp_(owned_slice(*u).detach().to(at::kCPU, at::kFloat), 1.0 - ema_decay_);
+}
+
+train::NamedTensors ZeroOptimizer::ema_state() {
+  train::NamedTensors out;
+  if (ema_decay_ < 0) return out;
+  for (auto& u : units_) {
+    at::Tensor full = u->ema;
+    if (o_.stage > 0) {
+      full = at::zeros({u->padded}, u->ema.options());
+      comm_.all_gather(u->ema, full);
+    }
+    for (std::size_t i = 0; i < u->params.size(); ++i)
+      out.emplace_back(u->params[i].first, full.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]).clone());
+  }
+  return out;
+}
+
+void ZeroOptimizer::load_ema(const std::function<at::Tensor(const std::string&)>& get) {
+  if (ema_decay_ < 0) return;
+  c10::NoGradGuard no_grad;
+  for (auto& u : units_) {
+    at::Tensor full = at::zeros({u->padded}, u->ema.options());
+    for (std::size_t i = 0; i < u->params.size(); ++i) {
+      const at::Tensor t = get(u->params[i].first);
+      if (t.numel() != u->sizes[i]) throw Error(ErrorKind::checkpoint, "EMA tensor " + u->params[i].first + " has the wrong shape");
+      full.narrow(0, u->offsets[i], u->sizes[i]).copy_(t.reshape({-1}));
+    }
+    u->ema.copy_(o_.stage == 0 ? full : full.narrow(0, comm_.rank() * u->shard, u->shard));
+  }
+}
+
+void ZeroOptimizer::swap_ema() {
+  if (ema_decay_ < 0) return;
+  c10::NoGradGuard no_grad;
+  for (auto& u : units_) {
+    at::Tensor live = owned_slice(*u);
+    const at::Tensor kept = live.detach().to(at::kCPU, at::kFloat, false, true);
+    live.copy_(u->ema);
+    u->ema.copy_(kept);
+    if (o_.stage > 0 && !u->sharded) {  // the whole parameters must follow the swapped shards
+      const at::Tensor mine = live.clone();
+      comm_.all_gather(mine, u->flat_param);
+    }
+  }
+}
+
+std::int64_t ZeroOptimizer::ema_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& u : units_) n += bytes(u->ema);
+  return n;
+}
 
 std::int64_t ZeroOptimizer::padded_numel() const {
   std::int64_t n = 0;

@@ -59,6 +59,13 @@ class ZeroOptimizer final : public train::Optimizer {
   train::NamedTensors full_parameters() override;
 
   void set_last_micro_step(bool last) override { last_micro_ = last; }
+  bool enable_ema(double decay) override;
+  void update_ema() override;
+  train::NamedTensors ema_state() override;
+  void load_ema(const std::function<at::Tensor(const std::string&)>& get) override;
+  void swap_ema() override;
+  /// Bytes of EMA this rank holds (in CPU memory; not model state).
+  std::int64_t ema_bytes() const;
   /// The hooks to install on the model (UNet2DConditionModel::set_unit_hooks): stage 3 gathers
   /// and releases there; every stage starts a unit's gradient reduction right after the unit's
   /// backward (overlap_comm), so communication runs while backward goes on.
@@ -87,6 +94,8 @@ class ZeroOptimizer final : public train::Optimizer {
   void launch_reduce(Unit& u);
   void finish_reduce(Unit& u);
   bool last_micro_ = true;
+  double ema_decay_ = -1;  // < 0: no EMA
+  at::Tensor owned_slice(Unit& u) const;  // the part of the parameters this rank updates
   std::vector<std::unique_ptr<Unit>> units_;
   dist::Communicator& comm_;
   ZeroOptions o_;

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "models/unet_2d_condition.h"
+#include "train/ema.h"
 #include "train/optimizer.h"
 #include "zero/zero_optimizer.h"
 
@@ -89,6 +90,8 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, boo
   std::vector<std::pair<std::string, at::Tensor>> ref_params;
   for (const auto& p : ref->named_parameters()) ref_params.emplace_back(p.key(), p.value());
   train::AdamW ref_opt(ref_params, 0.9, 0.999, 1e-6, 0.01);
+  opt.enable_ema(0.8);
+  train::Ema ref_ema(ref_params, 0.8);
   const std::int64_t G = 12, per_rank = G / world, micro = per_rank / accum;
   for (int step = 0; step < 5; ++step) {
     at::Generator gen = at::detail::createCPUGenerator(100 + step);
@@ -108,6 +111,8 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, boo
     (ref->forward(x, t, ctx) - target).pow(2).mean().backward();
     const double ref_norm = ref_opt.clip_grad_norm(clip);
     ref_opt.step(1e-3);
+    opt.update_ema();
+    ref_ema.update(ref_params);
     if (std::abs(norm - ref_norm) > 1e-5 * ref_norm) {
       std::fprintf(stderr, "grad norm %g vs reference %g at step %d\n", norm, ref_norm, step);
       return 1;
@@ -127,7 +132,16 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, boo
       worst_name = name;
     }
   }
+  // The EMA, kept per shard, gathers to the single-process EMA (float32 on the CPU).
+  std::map<std::string, at::Tensor> ema;
+  for (const auto& [name, t] : opt.ema_state()) ema[name] = t;
+  for (const auto& [name, t] : ref_ema.tensors()) {
+    const double scale = std::max(t.abs().max().item<double>(), 1e-12);
+    const double rel = (ema.at(name) - t).abs().max().item<double>() / scale;
+    if (!check(rel <= 1e-4, ("EMA differs: " + name).c_str())) return 1;
+  }
   const auto b = opt.model_state();
+  std::printf("ema_bytes %lld\n", static_cast<long long>(opt.ema_bytes()));
   std::printf("state %lld %lld %lld psi %lld padded %lld units %zu persistent %lld worst %.3g %s\n",
               static_cast<long long>(b.parameters), static_cast<long long>(b.gradients),
               static_cast<long long>(b.optimizer_states), static_cast<long long>(opt.numel()),

@@ -153,6 +153,9 @@ class TestDist : public QObject {
                                        : 16 * padded / world + 4 * persistent - 4 * persistent / world;
       QVERIFY2(total == want, qPrintable(QString("%1 bytes, formula %2: %3").arg(total).arg(want).arg(out)));
       // Within padding of the formula on the real parameter count too.
+      // The EMA (CPU, not model state) is sharded like the optimizer states: 4Ψ/N from stage 1 on.
+      const qint64 ema = out.section("ema_bytes ", 1).section('\n', 0, 0).toLongLong();
+      QCOMPARE(ema, stage == 0 ? 4 * padded : 4 * padded / world);
       if (stage < 3) {
         const double ratio = static_cast<double>(total) / (stage == 0 ? 16.0 * psi : stage == 1 ? 8.0 * psi + 8.0 * psi / world
                                                                                           : 4.0 * psi + 12.0 * psi / world);

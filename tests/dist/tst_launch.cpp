@@ -121,7 +121,7 @@ class TestLaunch : public QObject {
       p.setProcessChannelMode(QProcess::MergedChannels);
       QStringList args{"launch", "--num_processes", "2", "--main_process_port", QString::number(free_port()),
                        zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "scheduler.total_steps=8",
-                       "--set", "zero.stage=" + stage, "--set", "ema.enabled=true",
+                       "--set", "zero.stage=" + stage, "--set", "ema.enabled=true", "--set", "sampling.use_ema=true",
                        "--set", "logging.every_n_steps=1"};
       args += small_run(run, steps);
       if (resume) args += QStringList{"--resume", "latest"};
