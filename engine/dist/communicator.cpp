@@ -48,6 +48,10 @@ class SingleCommunicator final : public Communicator {
     shard.copy_(flat);
     return std::make_unique<DonePending>();
   }
+  std::unique_ptr<PendingCollective> all_gather_async(const at::Tensor& shard, at::Tensor& flat) override {
+    flat.copy_(shard);
+    return std::make_unique<DonePending>();
+  }
   void broadcast(at::Tensor&, int) override {}
   void barrier() override {}
 };
@@ -94,6 +98,19 @@ class GroupCommunicator final : public Communicator {
     c10::intrusive_ptr<c10d::Work> work;
     run("all_reduce", [&] { return work = group_->allreduce(v); }, /*wait=*/false);
     return std::make_unique<Pending>(*this, "all_reduce", work, nullptr, v);
+  }
+
+  std::unique_ptr<PendingCollective> all_gather_async(const at::Tensor& shard, at::Tensor& flat) override {
+    check_sizes("all_gather", shard, flat);
+    std::vector<at::Tensor> in{shard};
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (const auto& chunk : flat.chunk(world_size_)) out[0].push_back(chunk);
+    c10::intrusive_ptr<c10d::Work> work;
+    run("all_gather", [&] { return work = group_->allgather(out, in); }, false);
+    std::vector<at::Tensor> keep = out[0];
+    keep.push_back(shard);
+    keep.push_back(flat);
+    return std::make_unique<Pending>(*this, "all_gather", work, nullptr, keep);
   }
 
   std::unique_ptr<PendingCollective> reduce_scatter_async(const at::Tensor& flat, at::Tensor& shard) override {

@@ -63,6 +63,7 @@ class Communicator {
   /// backward can go on). The tensors must stay alive and untouched until wait() returns.
   virtual std::unique_ptr<PendingCollective> all_reduce_async(at::Tensor& t) = 0;
   virtual std::unique_ptr<PendingCollective> reduce_scatter_async(const at::Tensor& flat, at::Tensor& shard) = 0;
+  virtual std::unique_ptr<PendingCollective> all_gather_async(const at::Tensor& shard, at::Tensor& flat) = 0;
   /// Copies rank `root`'s `t` to every rank.
   virtual void broadcast(at::Tensor& t, int root) = 0;
   virtual void barrier() = 0;

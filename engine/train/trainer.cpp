@@ -331,6 +331,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       zo.reduce_bucket_size = cfg.zero.reduce_bucket_size;
       zo.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
       zo.overlap_comm = cfg.zero.overlap_comm.value_or(true);  // explicit false turns it off
+      zo.prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size;
       zo.beta1 = cfg.optimizer.betas.at(0);
       zo.beta2 = cfg.optimizer.betas.at(1);
       zo.eps = cfg.optimizer.eps;

@@ -30,6 +30,7 @@ struct ZeroOptimizer::Unit {
   std::unique_ptr<dist::PendingCollective> pending;  // a gradient reduction under way
   at::Tensor part;                                    // its reduce-scatter output (stage 2/3)
   at::Tensor ema;                                     // CPU, float32: EMA of the owned slice
+  std::unique_ptr<dist::PendingCollective> gathering; // stage 3: a prefetch under way into flat_param
 };
 
 namespace {
@@ -92,12 +93,29 @@ std::size_t ZeroOptimizer::sharded_units() const {
   return n;
 }
 
+void ZeroOptimizer::prefetch(std::size_t unit) {
+  if (unit >= units_.size()) return;
+  Unit& u = *units_[unit];
+  if (!u.sharded || u.flat_param.defined() || u.padded > o_.prefetch_bucket_size) return;
+  u.flat_param = at::empty({u.padded}, u.shard_param.options());
+  u.gathering = comm_.all_gather_async(u.shard_param, u.flat_param);
+}
+
 void ZeroOptimizer::gather(std::size_t unit) {
   Unit& u = *units_[unit];
-  if (!u.sharded || u.flat_param.defined()) return;
+  if (!u.sharded) return;
   c10::NoGradGuard no_grad;
-  u.flat_param = at::empty({u.padded}, u.shard_param.options());
-  comm_.all_gather(u.shard_param, u.flat_param);
+  if (u.gathering) {
+    u.gathering->wait();
+    u.gathering.reset();
+  } else if (!u.flat_param.defined() || u.params.empty() || u.params[0].second.numel() != u.sizes[0]) {
+    if (!u.flat_param.defined()) {
+      u.flat_param = at::empty({u.padded}, u.shard_param.options());
+      comm_.all_gather(u.shard_param, u.flat_param);
+    }
+  } else {
+    return;  // already gathered and in place
+  }
   for (std::size_t i = 0; i < u.params.size(); ++i) {
     at::Tensor& p = u.params[i].second;
     const auto& shape = u.shapes[i];
@@ -108,6 +126,10 @@ void ZeroOptimizer::gather(std::size_t unit) {
 void ZeroOptimizer::release(std::size_t unit) {
   Unit& u = *units_[unit];
   if (!u.sharded) return;
+  if (u.gathering) {  // never drop a buffer a collective is still writing
+    u.gathering->wait();
+    u.gathering.reset();
+  }
   for (auto& [name, p] : u.params) p.set_data(at::empty({0}, u.shard_param.options()));
   u.flat_param = at::Tensor();
 }
@@ -384,7 +406,9 @@ struct RegatherBeforeBackward : public torch::autograd::Function<RegatherBeforeB
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* self = reinterpret_cast<ZeroOptimizer*>(ctx->saved_data["owner"].toInt());
-    self->gather(static_cast<std::size_t>(ctx->saved_data["unit"].toInt()));
+    const auto unit = static_cast<std::size_t>(ctx->saved_data["unit"].toInt());
+    self->gather(unit);
+    if (unit > 1) self->prefetch(unit - 1);  // backward runs the units in reverse
     return {grads[0], at::Tensor(), at::Tensor()};
   }
 };
@@ -411,6 +435,7 @@ class ZeroHooks final : public models::UnitHooks {
   explicit ZeroHooks(ZeroOptimizer& owner) : owner_(owner) {}
   at::Tensor before(std::size_t unit, const at::Tensor& input) override {
     owner_.gather(unit);  // no-op unless the unit is sharded
+    owner_.prefetch(unit + 1);  // forward runs the units in order
     if (!c10::GradMode::is_enabled() || !input.requires_grad() || !owner_.wants_backward_hook(unit)) return input;
     return ReduceAfterBackward::apply(input, reinterpret_cast<std::int64_t>(&owner_), static_cast<std::int64_t>(unit));
   }

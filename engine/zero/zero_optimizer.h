@@ -6,8 +6,8 @@
 //            for it; parameters are all-gathered after the step.
 //   stage 2: gradients reduce-scattered: only the rank's gradient shard is kept for the step.
 //   stage 3: parameters sharded too: through the model's UnitHooks a unit is gathered just before
-//            its forward, released after it, gathered again before its backward and its
-//            gradients reduce-scattered and released right after. "Persistent" units (the io
+//            its forward (the next one prefetched), released after it, gathered again before its
+//            backward and its gradients reduce-scattered and released right after. "Persistent" units (the io
 //            unit, the text encoder, units below the persistence threshold) stay whole as in
 //            stage 2.
 
@@ -31,6 +31,7 @@ struct ZeroOptions {
   std::int64_t persistence_threshold = 0;          ///< stage 3: units with fewer elements stay whole
   std::vector<std::string> persistent_units = {"io", "text_encoder"};  ///< stage 3: always whole
   bool overlap_comm = true;  ///< reduce a unit's gradients as soon as its backward is done (needs the hooks)
+  std::int64_t prefetch_bucket_size = 50'000'000;  ///< stage 3: prefetch the next unit when it has at most this many elements
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
 };
 
@@ -81,6 +82,8 @@ class ZeroOptimizer final : public train::Optimizer {
 
   // Used by the stage-3 hooks and their autograd nodes.
   void gather(std::size_t unit);
+  /// Stage 3: starts gathering a sharded unit in the background (the next one to run).
+  void prefetch(std::size_t unit);
   void release(std::size_t unit);
   void reduce_unit(std::size_t unit);
   bool is_sharded(std::size_t unit) const;
