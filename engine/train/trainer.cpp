@@ -329,6 +329,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       zero::ZeroOptions zo;
       zo.stage = static_cast<int>(cfg.zero.stage);
       zo.reduce_bucket_size = cfg.zero.reduce_bucket_size;
+      zo.allgather_bucket_size = cfg.zero.allgather_bucket_size;
       zo.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
       zo.overlap_comm = cfg.zero.overlap_comm.value_or(true);  // explicit false turns it off
       zo.prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size;

@@ -309,11 +309,8 @@ void ZeroOptimizer::step(double lr) {
     u->exp_avg_sq.mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
     const at::Tensor denom = u->exp_avg_sq.sqrt().div_(sqrt_c2).add_(o_.eps);
     p.addcdiv_(u->exp_avg, denom, -step_size);
-    if (o_.stage > 0 && !u->sharded) {
-      const at::Tensor mine = p.clone();  // the gather writes into the buffer the shard lives in
-      comm_.all_gather(mine, u->flat_param);
-    }
   }
+  if (o_.stage > 0) gather_whole_units();
   if (o_.stage >= 2)
     for (auto& u : units_) u->shard_grad.zero_();
   grads_reduced_ = false;
@@ -509,11 +506,41 @@ void ZeroOptimizer::swap_ema() {
     const at::Tensor kept = live.detach().to(at::kCPU, at::kFloat, false, true);
     live.copy_(u->ema);
     u->ema.copy_(kept);
-    if (o_.stage > 0 && !u->sharded) {  // the whole parameters must follow the swapped shards
-      const at::Tensor mine = live.clone();
-      comm_.all_gather(mine, u->flat_param);
-    }
   }
+  if (o_.stage > 0) gather_whole_units();  // the whole parameters follow the swapped shards
+}
+
+void ZeroOptimizer::gather_whole_units() {
+  // Stages 1-3: every rank updated its shard of the units kept whole; all-gather them in buckets
+  // of about allgather_bucket_size elements (one collective per bucket, rank-major layout).
+  c10::NoGradGuard no_grad;
+  const int world = comm_.world_size(), rank = comm_.rank();
+  std::vector<Unit*> bucket;
+  std::int64_t shards = 0;
+  auto flush = [&] {
+    if (bucket.empty()) return;
+    std::vector<at::Tensor> mine;
+    for (auto* u : bucket) mine.push_back(u->flat_param.narrow(0, rank * u->shard, u->shard));
+    const at::Tensor send = at::cat(mine);  // a copy: the gather writes where the shards live
+    at::Tensor all = at::empty({shards * world}, send.options());
+    comm_.all_gather(send, all);
+    for (int r = 0; r < world; ++r) {
+      std::int64_t off = 0;
+      for (auto* u : bucket) {
+        u->flat_param.narrow(0, r * u->shard, u->shard).copy_(all.narrow(0, r * shards + off, u->shard));
+        off += u->shard;
+      }
+    }
+    bucket.clear();
+    shards = 0;
+  };
+  for (auto& u : units_) {
+    if (u->sharded) continue;
+    bucket.push_back(u.get());
+    shards += u->shard;
+    if (shards * world >= o_.allgather_bucket_size) flush();
+  }
+  flush();
 }
 
 std::int64_t ZeroOptimizer::ema_bytes() const {

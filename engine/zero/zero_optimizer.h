@@ -28,6 +28,7 @@ namespace zs::zero {
 struct ZeroOptions {
   int stage = 0;                                   ///< 0-3
   std::int64_t reduce_bucket_size = 500'000'000;   ///< elements per gradient collective (stages 0-1)
+  std::int64_t allgather_bucket_size = 500'000'000;  ///< elements per parameter all-gather after the step
   std::int64_t persistence_threshold = 0;          ///< stage 3: units with fewer elements stay whole
   std::vector<std::string> persistent_units = {"io", "text_encoder"};  ///< stage 3: always whole
   bool overlap_comm = true;  ///< reduce a unit's gradients as soon as its backward is done (needs the hooks)
@@ -95,6 +96,7 @@ class ZeroOptimizer final : public train::Optimizer {
   void ensure_grads();
   void reduce_scatter_into_shard(Unit& u, const at::Tensor& full_grad);
   void launch_reduce(Unit& u);
+  void gather_whole_units();
   void finish_reduce(Unit& u);
   bool last_micro_ = true;
   double ema_decay_ = -1;  // < 0: no EMA

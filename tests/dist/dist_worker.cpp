@@ -84,6 +84,7 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, boo
   // float64 removes the rounding and shows the sharding itself is exact.
   o.eps = 1e-6;
   o.reduce_bucket_size = 3000;  // several buckets on this small model
+  o.allgather_bucket_size = 20000;
   zero::ZeroOptimizer opt(unet->units(), c, o);
   unet->set_unit_hooks(opt.unit_hooks());  // stage 3 gathers there; every stage overlaps its reduction
   if (stage == 3 && !check(opt.sharded_units() + 1 == unet->units().size(), "every unit but io is sharded")) return 1;
