@@ -98,12 +98,14 @@ class TestDist : public QObject {
     QTest::newRow("stage 3, 3 ranks, accumulation 2, clipping, f64") << 3 << 3 << 2 << 0.05 << "f64";
     QTest::newRow("stage 3, 2 ranks, accumulation 2, clipping, f32") << 3 << 2 << 2 << 0.05 << "f32";
     QTest::newRow("stage 2, 2 ranks, accumulation 2, clipping, f64") << 2 << 2 << 2 << 0.05 << "f64";
-    QTest::newRow("stage 2, 3 ranks, accumulation 2, clipping, f32") << 2 << 3 << 2 << 0.05 << "f32";
+    for (int stage : {0, 1, 2, 3})
+      QTest::addRow("stage %d, 3 ranks, accumulation 2, clipping, f32", stage) << stage << 3 << 2 << 0.05 << "f32";
     QTest::newRow("stage 0, 2 ranks, f32") << 0 << 2 << 1 << 0.0 << "f32";
   }
 
-  // After 5 AdamW steps the weights equal one process training the whole batch: to 1e-10 in
-  // float64 (the sharding is exact), to 1e-4 in float32 (rounding, amplified by Adam's first steps).
+  // After 5 AdamW steps the weights equal one process training the same samples in the same
+  // micro-batches: to 1e-10 in float64 (the sharding is exact), to 2e-5 in float32 (last-bit
+  // differences amplified by Adam's first steps; measured 4.6e-6 to 1.14e-5).
   void zeroStagesMatchOneProcess() {
     QFETCH(int, stage);
     QFETCH(int, world);
