@@ -2,7 +2,6 @@
 // Parameter units: the groups of parameters that ZeRO shards and gathers one at a time.
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -19,9 +18,6 @@ struct ParamUnit {
   /// Number of elements over all parameters.
   std::int64_t numel() const;
 };
-
-/// Called with a unit's index (into the model's units()) just before that unit's forward runs.
-using UnitHook = std::function<void(std::size_t unit)>;
 
 /// Hooks around each unit's forward that may wrap the unit's main input and output (ZeRO
 /// stage 3 gathers parameters there and attaches autograd nodes that re-gather them before the

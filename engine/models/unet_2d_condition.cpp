@@ -26,9 +26,6 @@ using torch::nn::Linear;
 using torch::nn::LinearOptions;
 using torch::nn::ModuleList;
 
-/// Runs before a unit's forward; `id` indexes the model's units().
-using Enter = std::function<void(std::size_t id)>;
-
 std::int64_t ParamUnit::numel() const {
   std::int64_t n = 0;
   for (const auto& [name, t] : parameters) n += t.numel();
@@ -372,17 +369,12 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
   if (sample.dim() != 4 || sample.size(1) != c.in_channels || sample.size(2) % factor != 0 || sample.size(3) % factor != 0)
     throw Error(ErrorKind::config, "UNet input must be [B, " + std::to_string(c.in_channels) +
                                        ", H, W] with H and W divisible by " + std::to_string(factor));
-  const Enter enter = [this](std::size_t id) {
-    if (hook_) hook_(id);
-  };
   // Runs one unit (resnet, transformer or sampler) on x between the hooks.
   auto unit = [&](std::size_t id, at::Tensor x, const std::function<at::Tensor(const at::Tensor&)>& fn) {
-    enter(id);
     if (hooks_) x = hooks_->before(id, x);
     at::Tensor y = fn(x);
     return hooks_ ? hooks_->after(id, y) : y;
   };
-  enter(0);
   const at::Tensor input = hooks_ ? hooks_->before(0, sample) : sample;
   at::Tensor t = timesteps.dim() == 0 ? timesteps.reshape({1}) : timesteps;
   t = t.expand({sample.size(0)});
@@ -426,7 +418,6 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
     }
     if (block->sampler) h = unit(block->sampler->unit, h, [&](const at::Tensor& in) { return block->sampler(in); });
   }
-  enter(0);
   const at::Tensor out = p.conv_out(at::silu(p.conv_norm_out(h)));
   return hooks_ ? hooks_->after(0, out) : out;
 }

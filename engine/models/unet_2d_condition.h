@@ -33,8 +33,6 @@ class UNet2DConditionModelImpl : public torch::nn::Module {
   /// The parameter units in forward order: "io" (conv_in, time_embedding, conv_norm_out,
   /// conv_out) first, then every resnet, transformer and sampler in the order forward runs them.
   std::vector<ParamUnit> units() const;
-  /// Installs a hook called before each unit runs (ZeRO stage 3 gathers there); {} removes it.
-  void set_unit_hook(UnitHook hook) { hook_ = std::move(hook); }
   /// Installs (or with nullptr removes) hooks that wrap each unit's input and output.
   void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) { hooks_ = std::move(hooks); }
 
@@ -42,7 +40,6 @@ class UNet2DConditionModelImpl : public torch::nn::Module {
   UNetConfig config_;
   std::unique_ptr<detail::UNetParts> parts_;
   std::vector<std::string> unit_prefixes_;  // index -> module prefix ("" for io)
-  UnitHook hook_;
   std::shared_ptr<UnitHooks> hooks_;
 };
 TORCH_MODULE(UNet2DConditionModel);

@@ -129,15 +129,29 @@ class TestUNet : public QObject {
   void hookSeesUnitsInForwardOrder() {
     ZS_REQUIRE_SHARED();
     UNet2DConditionModel unet(UNetConfig::from_file(fixture("sd15-tiny/unet/config.json")));
-    std::vector<std::size_t> order;
-    unet->set_unit_hook([&](std::size_t u) { order.push_back(u); });
+    // Records the hooks' calls; the io unit (0) opens and closes the forward.
+    struct Recorder : UnitHooks {
+      std::vector<std::size_t> before_calls, after_calls;
+      at::Tensor before(std::size_t u, const at::Tensor& x) override {
+        before_calls.push_back(u);
+        return x;
+      }
+      at::Tensor after(std::size_t u, const at::Tensor& y) override {
+        after_calls.push_back(u);
+        return y;
+      }
+    };
+    auto recorder = std::make_shared<Recorder>();
+    unet->set_unit_hooks(recorder);
     c10::NoGradGuard no_grad;
     unet->forward(at::randn({1, 4, 16, 16}), at::tensor({5}), at::randn({1, 3, 32}));
     const std::size_t n = unet->units().size();
-    std::vector<std::size_t> want{0};
-    for (std::size_t i = 1; i < n; ++i) want.push_back(i);
-    want.push_back(0);
-    QCOMPARE(order, want);
+    std::vector<std::size_t> want_before, want_after;
+    for (std::size_t i = 0; i < n; ++i) want_before.push_back(i);
+    for (std::size_t i = 1; i < n; ++i) want_after.push_back(i);
+    want_after.push_back(0);
+    QCOMPARE(recorder->before_calls, want_before);
+    QCOMPARE(recorder->after_calls, want_after);
   }
 
   void linearProjectionAndListHeads() {
