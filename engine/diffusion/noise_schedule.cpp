@@ -1,13 +1,12 @@
 #include "diffusion/noise_schedule.h"
 
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_file.h"
 
 namespace zs::diffusion {
 
@@ -44,15 +43,7 @@ ScheduleConfig ScheduleConfig::from_json(const json& j, const std::string& sourc
 }
 
 ScheduleConfig ScheduleConfig::from_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(ErrorKind::io, path + ": cannot open the scheduler config");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return from_json(json::parse(ss.str()), path);
-  } catch (const json::parse_error& e) {
-    throw Error(ErrorKind::config, path + ": not valid JSON: " + e.what());
-  }
+  return from_json(io::read_json_file(path, "scheduler config"), path);
 }
 
 json ScheduleConfig::to_json() const {

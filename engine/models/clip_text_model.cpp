@@ -1,7 +1,5 @@
 #include "models/clip_text_model.h"
 
-#include <fstream>
-#include <sstream>
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -11,6 +9,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include "core/error.h"
+#include "io/json_file.h"
 #include "models/attention.h"
 
 namespace zs::models {
@@ -51,15 +50,7 @@ ClipTextConfig ClipTextConfig::from_json(const json& j, const std::string& sourc
 }
 
 ClipTextConfig ClipTextConfig::from_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(ErrorKind::io, path + ": cannot open the text encoder config");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return from_json(json::parse(ss.str()), path);
-  } catch (const json::parse_error& e) {
-    throw Error(ErrorKind::config, path + ": not valid JSON: " + e.what());
-  }
+  return from_json(io::read_json_file(path, "text encoder config"), path);
 }
 
 json ClipTextConfig::to_json() const {

@@ -1,11 +1,10 @@
 #include "models/unet_config.h"
 
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_file.h"
 
 namespace zs::models {
 namespace {
@@ -108,16 +107,7 @@ UNetConfig UNetConfig::from_json(const json& j, const std::string& source) {
 }
 
 UNetConfig UNetConfig::from_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(ErrorKind::io, path + ": cannot open the UNet config (expected diffusers' unet/config.json)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    throw Error(ErrorKind::config, path + ": not valid JSON: " + e.what());
-  }
+  const json j = io::read_json_file(path, "UNet config (expected diffusers' unet/config.json)");
   try {
     return from_json(j, path);
   } catch (const json::exception& e) {
