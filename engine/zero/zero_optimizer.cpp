@@ -391,39 +391,29 @@ train::NamedTensors ZeroOptimizer::full_parameters() {
 
 namespace {
 
-/// Identity in forward; in backward, gathers the unit's parameters before the unit's own
-/// backward runs (attached to the unit's output).
-struct RegatherBeforeBackward : public torch::autograd::Function<RegatherBeforeBackward> {
+/// Identity in forward; its backward acts on a unit. At the unit's output (kRegather) it runs
+/// before the unit's own backward and gathers its parameters; at the unit's input (kReduce) it
+/// runs after, and reduces the unit's gradients (stage 3: and releases its parameters).
+struct UnitBoundary : public torch::autograd::Function<UnitBoundary> {
+  enum Action : std::int64_t { kRegather = 0, kReduce = 1 };
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, std::int64_t owner,
-                            std::int64_t unit) {
+                            std::int64_t unit, std::int64_t action) {
     ctx->saved_data["owner"] = owner;
     ctx->saved_data["unit"] = unit;
+    ctx->saved_data["action"] = action;
     return x.view_as(x);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* self = reinterpret_cast<ZeroOptimizer*>(ctx->saved_data["owner"].toInt());
     const auto unit = static_cast<std::size_t>(ctx->saved_data["unit"].toInt());
-    self->gather(unit);
-    if (unit > 1) self->prefetch(unit - 1);  // backward runs the units in reverse
-    return {grads[0], at::Tensor(), at::Tensor()};
-  }
-};
-
-/// Identity in forward; in backward (after the unit's backward, attached to its input),
-/// reduce-scatters the unit's gradients and releases its parameters.
-struct ReduceAfterBackward : public torch::autograd::Function<ReduceAfterBackward> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, std::int64_t owner,
-                            std::int64_t unit) {
-    ctx->saved_data["owner"] = owner;
-    ctx->saved_data["unit"] = unit;
-    return x.view_as(x);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    auto* self = reinterpret_cast<ZeroOptimizer*>(ctx->saved_data["owner"].toInt());
-    self->reduce_unit(static_cast<std::size_t>(ctx->saved_data["unit"].toInt()));
-    return {grads[0], at::Tensor(), at::Tensor()};
+    if (ctx->saved_data["action"].toInt() == kReduce) {
+      self->reduce_unit(unit);
+    } else {
+      self->gather(unit);
+      if (unit > 1) self->prefetch(unit - 1);  // backward runs the units in reverse
+    }
+    return {grads[0], at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -434,13 +424,15 @@ class ZeroHooks final : public models::UnitHooks {
     owner_.gather(unit);  // no-op unless the unit is sharded
     owner_.prefetch(unit + 1);  // forward runs the units in order
     if (!c10::GradMode::is_enabled() || !input.requires_grad() || !owner_.wants_backward_hook(unit)) return input;
-    return ReduceAfterBackward::apply(input, reinterpret_cast<std::int64_t>(&owner_), static_cast<std::int64_t>(unit));
+    return UnitBoundary::apply(input, reinterpret_cast<std::int64_t>(&owner_), static_cast<std::int64_t>(unit),
+                               std::int64_t{UnitBoundary::kReduce});
   }
   at::Tensor after(std::size_t unit, const at::Tensor& output) override {
     if (!owner_.is_sharded(unit)) return output;
     owner_.release(unit);
     if (!c10::GradMode::is_enabled() || !output.requires_grad()) return output;
-    return RegatherBeforeBackward::apply(output, reinterpret_cast<std::int64_t>(&owner_), static_cast<std::int64_t>(unit));
+    return UnitBoundary::apply(output, reinterpret_cast<std::int64_t>(&owner_), static_cast<std::int64_t>(unit),
+                               std::int64_t{UnitBoundary::kRegather});
   }
 
  private:
