@@ -9,7 +9,6 @@
 #include <chrono>
 #include <csignal>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -18,6 +17,7 @@
 #include "arg_parser.h"
 #include "commands.h"
 #include "config/config_loader.h"
+#include "train/trainer.h"
 
 namespace zs::cli {
 
@@ -117,15 +117,8 @@ int run_launch_command(const std::vector<std::string>& args) {
   for (const auto& s : a.all("set")) train_args.insert(train_args.end(), {"--set", s});
   // Every rank must agree on the run directory: name it here when neither flag nor config does.
   std::string run_dir = a.get("run_dir");
-  if (run_dir.empty() && loaded.config.logging.run_name.empty() && !a.has("resume")) {
-    const std::time_t now = std::time(nullptr);
-    std::tm tm{};
-    localtime_r(&now, &tm);
-    char stamp[32];
-    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-    run_dir = (std::filesystem::path(loaded.config.logging.runs_root) /
-               (std::filesystem::path(file).stem().string() + "-" + stamp)).string();
-  }
+  if (run_dir.empty() && loaded.config.logging.run_name.empty() && !a.has("resume"))
+    run_dir = train::default_run_dir(loaded.config, std::filesystem::path(file).stem().string());
   if (!run_dir.empty()) train_args.insert(train_args.end(), {"--run-dir", run_dir});
   if (a.has("resume")) train_args.insert(train_args.end(), {"--resume", a.get("resume")});
 

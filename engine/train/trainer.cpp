@@ -84,16 +84,20 @@ void Trainer::State::emit(const std::string& type, const json& fields) {
   }
 }
 
-namespace {
-
-std::string default_run_name(const std::string& hint) {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  localtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
-  return hint + "-" + buf;
+std::string default_run_dir(const config::TrainerConfig& cfg, const std::string& name_hint) {
+  std::string name = cfg.logging.run_name;
+  if (name.empty()) {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&now, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", &tm);
+    name = name_hint + "-" + buf;
+  }
+  return (fs::path(cfg.logging.runs_root) / name).string();
 }
+
+namespace {
 
 std::string resolve_data_path(const config::TrainerConfig& cfg, const std::string& run_dir) {
   return cfg.data.path.empty() ? run_dir + "/data" : cfg.data.path;
@@ -134,8 +138,7 @@ Trainer::Trainer(config::TrainerConfig config, TrainerOptions options) : s_(std:
   } else if (resume == "latest" && s_->cfg.logging.run_name.empty()) {
     throw Error(ErrorKind::config, "--resume latest needs the run: pass --run-dir DIR (or set logging.run_name)");
   } else {
-    const std::string name = s_->cfg.logging.run_name.empty() ? default_run_name(s_->opt.name_hint) : s_->cfg.logging.run_name;
-    s_->run_dir = (fs::path(s_->cfg.logging.runs_root) / name).string();
+    s_->run_dir = default_run_dir(s_->cfg, s_->opt.name_hint);
   }
 }
 

@@ -61,6 +61,9 @@ class Trainer {
   std::unique_ptr<State> s_;
 };
 
+/// logging.runs_root / (logging.run_name, or NAME_HINT-YYYYmmdd-HHMMSS when that is empty).
+std::string default_run_dir(const config::TrainerConfig& config, const std::string& name_hint);
+
 /// Keys that must match between a checkpoint's config and the resuming config; returns one
 /// line per differing key ("model.preset: checkpoint tiny, config sd15").
 std::vector<std::string> resume_mismatches(const config::TrainerConfig& checkpoint, const config::TrainerConfig& now);
