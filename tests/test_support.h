@@ -18,6 +18,8 @@ QString testDataDir();
 QString sourceDir();
 /// The build folder (screenshots and scratch output go here).
 QString binaryDir();
+/// A loopback TCP port that is free right now (for rendezvous in multi-process tests).
+int freePort();
 
 }  // namespace zs::test
 

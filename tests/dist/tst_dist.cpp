@@ -1,9 +1,5 @@
 // Communicator across real processes (Gloo on CPU): every collective at world sizes 2 and 3,
 // a dead or stalled rank, and rendezvous failures — each must end within the timeout.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <QElapsedTimer>
 #include <QProcess>
 #include <QtTest>
@@ -11,20 +7,6 @@
 #include "test_support.h"
 
 namespace {
-
-/// A TCP port that is free right now.
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
 
 struct World {
   std::vector<std::unique_ptr<QProcess>> procs;
@@ -75,7 +57,7 @@ class TestDist : public QObject {
     QFETCH(int, world);
     std::vector<int> ranks(static_cast<std::size_t>(world));
     std::iota(ranks.begin(), ranks.end(), 0);
-    World w("collectives", world, ranks, free_port(), 30);
+    World w("collectives", world, ranks, zs::test::freePort(), 30);
     for (int r = 0; r < world; ++r) {
       QVERIFY(w.wait(r, 60000));
       const QString out = w.out(r);
@@ -114,7 +96,7 @@ class TestDist : public QObject {
     QFETCH(QString, dtype);
     std::vector<int> ranks(static_cast<std::size_t>(world));
     std::iota(ranks.begin(), ranks.end(), 0);
-    World w("zero", world, ranks, free_port(), 60, {},
+    World w("zero", world, ranks, zs::test::freePort(), 60, {},
             {QString::number(stage), QString::number(accum), QString::number(clip), dtype});
     for (int r = 0; r < world; ++r) {
       QVERIFY(w.wait(r, 120000));
@@ -138,7 +120,7 @@ class TestDist : public QObject {
     QFETCH(int, world);
     std::vector<int> ranks(static_cast<std::size_t>(world));
     std::iota(ranks.begin(), ranks.end(), 0);
-    World w("zero", world, ranks, free_port(), 60, {}, {QString::number(stage), "1", "0", "f32"});
+    World w("zero", world, ranks, zs::test::freePort(), 60, {}, {QString::number(stage), "1", "0", "f32"});
     for (int r = 0; r < world; ++r) {
       QVERIFY(w.wait(r, 120000));
       const QString out = w.out(r);
@@ -184,7 +166,7 @@ class TestDist : public QObject {
     const double timeout = 4;
     QElapsedTimer clock;
     clock.start();
-    World w(scenario, 3, {0, 1, 2}, free_port(), timeout);
+    World w(scenario, 3, {0, 1, 2}, zs::test::freePort(), timeout);
     for (int r : {0, 1, 2}) {
       if (r == culprit) continue;
       QVERIFY2(w.wait(r, 30000), "a rank hung");
@@ -200,7 +182,7 @@ class TestDist : public QObject {
 
   void rendezvousFailuresAreClear() {
     // Rank 1 looks for the store on the wrong port.
-    const int port = free_port(), wrong = free_port();
+    const int port = zs::test::freePort(), wrong = zs::test::freePort();
     {
       World w("collectives", 2, {0, 1}, port, 3, [&](int r) { return r == 1 ? wrong : port; });
       QVERIFY(w.wait(1, 30000));
@@ -212,7 +194,7 @@ class TestDist : public QObject {
     }
     // A world of 3 with rank 2 never started.
     {
-      World w("collectives", 3, {0, 1}, free_port(), 3);
+      World w("collectives", 3, {0, 1}, zs::test::freePort(), 3);
       for (int r : {0, 1}) {
         QVERIFY2(w.wait(r, 30000), "a rank hung");
         const QString out = w.out(r);

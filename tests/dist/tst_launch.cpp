@@ -1,10 +1,6 @@
 // `zerostudio launch`: two ranks train the quickstart model together (rank 0 writes the run,
 // every rank its log, metrics carry both ranks), and a killed rank ends the launch with its
 // exit status within the timeout.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <csignal>
 #include <fstream>
 
@@ -20,23 +16,29 @@
 
 namespace {
 
-int free_port() {
-  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
-
 QStringList small_run(const QString& run_dir, int steps) {
   return {"--set", "data.generate_count=64", "--set", "training.batch_size=4", "--set",
           "training.max_steps=" + QString::number(steps), "--set", "sampling.every_n_steps=4", "--set",
           "sampling.ddim_steps=4", "--set", "checkpointing.every_n_steps=0", "--set", "logging.every_n_steps=2",
           "--set", "launch.timeout_s=5", "--run-dir", run_dir};
+}
+
+/// Starts two ranks on a practically endless run into `run_dir` and waits until they have
+/// trained a step (a metrics event).
+bool start_long_launch(QProcess& p, const QString& run_dir) {
+  p.setProcessChannelMode(QProcess::MergedChannels);
+  p.start(ZS_CLI_PATH, QStringList{"launch", "--num_processes", "2", "--main_process_port",
+                                   QString::number(zs::test::freePort()), zs::test::sourceDir() + "/configs/quickstart.yaml"} +
+                           small_run(run_dir, 100000));
+  if (!p.waitForStarted()) return false;
+  QElapsedTimer clock;
+  clock.start();
+  while (clock.elapsed() < 60000) {
+    QFile f(run_dir + "/events.jsonl");
+    if (f.open(QIODevice::ReadOnly) && f.readAll().contains("\"metrics\"")) return true;
+    QTest::qWait(100);
+  }
+  return false;
 }
 
 std::vector<nlohmann::json> events(const QString& run_dir) {
@@ -57,7 +59,7 @@ class TestLaunch : public QObject {
     const QString run = dir.path() + "/run";
     QProcess p;
     p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(ZS_CLI_PATH, QStringList{"launch", "--num_processes", "2", "--main_process_port", QString::number(free_port()),
+    p.start(ZS_CLI_PATH, QStringList{"launch", "--num_processes", "2", "--main_process_port", QString::number(zs::test::freePort()),
                                      zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "zero.stage=3"} +
                              small_run(run, 8));
     QVERIFY(p.waitForFinished(120000));
@@ -97,7 +99,7 @@ class TestLaunch : public QObject {
     const QString run = dir.path() + "/run";
     QProcess p;
     p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(ZS_CLI_PATH, {"launch", "--num_processes", "2", "--main_process_port", QString::number(free_port()),
+    p.start(ZS_CLI_PATH, {"launch", "--num_processes", "2", "--main_process_port", QString::number(zs::test::freePort()),
                           zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "zero.stage=3", "--set",
                           "training.max_steps=20", "--set", "checkpointing.every_n_steps=0", "--run-dir", run});
     QVERIFY(p.waitForFinished(180000));
@@ -119,7 +121,7 @@ class TestLaunch : public QObject {
     auto launch = [&](const QString& run, int steps, bool resume) {
       QProcess p;
       p.setProcessChannelMode(QProcess::MergedChannels);
-      QStringList args{"launch", "--num_processes", "2", "--main_process_port", QString::number(free_port()),
+      QStringList args{"launch", "--num_processes", "2", "--main_process_port", QString::number(zs::test::freePort()),
                        zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "scheduler.total_steps=8",
                        "--set", "zero.stage=" + stage, "--set", "ema.enabled=true", "--set", "sampling.use_ema=true",
                        "--set", "logging.every_n_steps=1"};
@@ -153,16 +155,7 @@ class TestLaunch : public QObject {
     QTemporaryDir dir;
     const QString run = dir.path() + "/run";
     QProcess p;
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(ZS_CLI_PATH, QStringList{"launch", "--num_processes", "2", "--main_process_port", QString::number(free_port()),
-                                     zs::test::sourceDir() + "/configs/quickstart.yaml"} +
-                             small_run(run, 100000));
-    QVERIFY(p.waitForStarted());
-    auto trained = [&] {
-      QFile f(run + "/events.jsonl");
-      return f.open(QIODevice::ReadOnly) && f.readAll().contains("\"metrics\"");
-    };
-    QTRY_VERIFY_WITH_TIMEOUT(trained(), 60000);
+    QVERIFY2(start_long_launch(p, run), "the launch did not train a step within 60 s");
     ::kill(static_cast<pid_t>(p.processId()), SIGINT);
     QVERIFY2(p.waitForFinished(60000), "the launch hung");
     const QString out = QString::fromUtf8(p.readAll());
@@ -179,16 +172,7 @@ class TestLaunch : public QObject {
     QTemporaryDir dir;
     const QString run = dir.path() + "/run";
     QProcess p;
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(ZS_CLI_PATH, QStringList{"launch", "--num_processes", "2", "--main_process_port", QString::number(free_port()),
-                                     zs::test::sourceDir() + "/configs/quickstart.yaml"} +
-                             small_run(run, 100000));
-    QVERIFY(p.waitForStarted());
-    auto trained = [&] {
-      QFile f(run + "/events.jsonl");
-      return f.open(QIODevice::ReadOnly) && f.readAll().contains("\"metrics\"");
-    };
-    QTRY_VERIFY_WITH_TIMEOUT(trained(), 60000);
+    QVERIFY2(start_long_launch(p, run), "the launch did not train a step within 60 s");
     // The launcher's children, in the order it started them: rank 0, rank 1.
     QFile children(QString("/proc/%1/task/%1/children").arg(p.processId()));
     QVERIFY(children.open(QIODevice::ReadOnly));
