@@ -15,6 +15,18 @@ std::string ParsedArgs::get(const std::string& name, const std::string& fallback
   return it == values_.end() || it->second.empty() ? fallback : it->second.back();
 }
 
+long ParsedArgs::get_int(const std::string& name, long fallback, long min) const {
+  const std::string v = get(name);
+  if (v.empty()) return fallback;
+  try {
+    std::size_t used = 0;
+    const long n = std::stol(v, &used);
+    if (used == v.size() && n >= min) return n;
+  } catch (const std::exception&) {
+  }
+  throw UsageError("--" + name + " needs a whole number, got '" + v + "'");
+}
+
 std::vector<std::string> ParsedArgs::all(const std::string& name) const {
   auto it = values_.find(name);
   return it == values_.end() ? std::vector<std::string>{} : it->second;

@@ -3,6 +3,7 @@
 // underscores (--num-processes = --num_processes, as accelerate spells them), as
 // "--flag value" or "--flag=value".
 
+#include <limits>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -45,6 +46,9 @@ class ParsedArgs {
   bool has(const std::string& name) const { return values_.count(name) != 0; }
   std::string get(const std::string& name, const std::string& fallback = "") const;
   std::vector<std::string> all(const std::string& name) const;
+  /// The flag as a whole number (fallback when absent); UsageError "--NAME needs a whole number,
+  /// got 'V'" when it is not one or is below `min`.
+  long get_int(const std::string& name, long fallback, long min = std::numeric_limits<long>::min()) const;
   const std::vector<std::string>& positional() const { return positional_; }
   bool help = false;  ///< --help / -h was given
 

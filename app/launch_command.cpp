@@ -61,19 +61,6 @@ struct Child {
   int code = 0;           // exit code, or 128 + signal
 };
 
-int parse_int(const ParsedArgs& a, const char* name, std::int64_t fallback) {
-  const std::string v = a.get(name);
-  if (v.empty()) return static_cast<int>(fallback);
-  try {
-    std::size_t used = 0;
-    const int n = std::stoi(v, &used);
-    if (used != v.size() || n < 0) throw std::invalid_argument(v);
-    return n;
-  } catch (const std::exception&) {
-    throw UsageError(std::string("--") + name + " needs a whole number, got '" + v + "'");
-  }
-}
-
 void flush_lines(Child& c, bool all) {
   for (std::size_t nl; (nl = c.pending.find_first_of("\n\r")) != std::string::npos;) {
     const std::string line = c.pending.substr(0, nl);
@@ -98,10 +85,10 @@ int run_launch_command(const std::vector<std::string>& args) {
   const std::string file = a.positional()[0];
   const auto loaded = config::load_config_file(file, a.all("set"));
   const auto& l = loaded.config.launch;
-  const int total = parse_int(a, "num_processes", l.num_processes);
-  const int machines = parse_int(a, "num_machines", l.num_machines);
-  const int machine_rank = parse_int(a, "machine_rank", l.machine_rank);
-  const int port = parse_int(a, "main_process_port", l.main_process_port);
+  const int total = static_cast<int>(a.get_int("num_processes", l.num_processes, 0));
+  const int machines = static_cast<int>(a.get_int("num_machines", l.num_machines, 0));
+  const int machine_rank = static_cast<int>(a.get_int("machine_rank", l.machine_rank, 0));
+  const int port = static_cast<int>(a.get_int("main_process_port", l.main_process_port, 0));
   const std::string ip = a.has("main_process_ip") ? a.get("main_process_ip") : l.main_process_ip;
   if (total < 1 || machines < 1 || total % machines != 0)
     throw UsageError("--num_processes " + std::to_string(total) + " must be a positive multiple of --num_machines " +

@@ -171,19 +171,7 @@ int run_make_dataset_command(const std::vector<std::string>& args) {
   if (a.positional()[0] != "shapes")
     throw UsageError("make-dataset: unknown kind '" + a.positional()[0] + "' (the one kind is 'shapes')");
   if (!a.has("out")) throw UsageError("make-dataset needs --out DIR");
-  auto number = [&](const char* name, long fallback) {
-    const std::string v = a.get(name);
-    if (v.empty()) return fallback;
-    try {
-      std::size_t used = 0;
-      const long n = std::stol(v, &used);
-      if (used != v.size()) throw std::invalid_argument(v);
-      return n;
-    } catch (const std::exception&) {
-      throw UsageError(std::string("--") + name + " needs a whole number, got '" + v + "'");
-    }
-  };
-  const long count = number("count", 2048), size = number("size", 32), seed = number("seed", 0);
+  const long count = a.get_int("count", 2048), size = a.get_int("size", 32), seed = a.get_int("seed", 0);
   ProgressBar bar;
   data::generate_shapes_dataset(a.get("out"), static_cast<int>(count), static_cast<int>(size),
                                 static_cast<std::uint64_t>(seed),

@@ -85,6 +85,8 @@ class TestCli : public QObject {
                                   << "zerostudio: make-dataset: unknown kind 'faces'";
     QTest::newRow("dataset count") << QStringList{"make-dataset", "shapes", "--out", "x", "--count", "many"}
                                    << "zerostudio: --count needs a whole number, got 'many'";
+    QTest::newRow("launch processes") << QStringList{"launch", "--num_processes", "two", quickstart()}
+                                      << "zerostudio: --num_processes needs a whole number, got 'two'";
   }
 
   void badUsageExitsTwo() {
