@@ -11,6 +11,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include "core/error.h"
+#include "models/activation_checkpoint.h"
 #include "models/attention.h"
 
 namespace zs::models {
@@ -235,6 +236,10 @@ struct BlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(Block);
 
+CheckpointedFn sampler_fn(Sampler sampler) {
+  return [sampler](const at::Tensor& in, const at::Tensor&) mutable { return sampler(in); };
+}
+
 struct TimestepEmbeddingImpl : torch::nn::Module {
   TimestepEmbeddingImpl(int64_t in, int64_t dim)
       : linear_1(register_module("linear_1", Linear(in, dim))), linear_2(register_module("linear_2", Linear(dim, dim))) {}
@@ -369,10 +374,12 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
   if (sample.dim() != 4 || sample.size(1) != c.in_channels || sample.size(2) % factor != 0 || sample.size(3) % factor != 0)
     throw Error(ErrorKind::config, "UNet input must be [B, " + std::to_string(c.in_channels) +
                                        ", H, W] with H and W divisible by " + std::to_string(factor));
-  // Runs one unit (resnet, transformer or sampler) on x between the hooks.
-  auto unit = [&](std::size_t id, at::Tensor x, const std::function<at::Tensor(const at::Tensor&)>& fn) {
+  // Runs one unit (resnet, transformer or sampler) on x between the hooks; `fn` owns what it
+  // uses, since with gradient checkpointing it runs again during backward.
+  auto unit = [&](std::size_t id, at::Tensor x, const at::Tensor& aux, CheckpointedFn fn) {
     if (hooks_) x = hooks_->before(id, x);
-    at::Tensor y = fn(x);
+    const bool recompute = gradient_checkpointing_ && (x.requires_grad() || (aux.defined() && aux.requires_grad()));
+    at::Tensor y = recompute ? checkpoint(std::move(fn), x, aux) : fn(x, aux);
     return hooks_ ? hooks_->after(id, y) : y;
   };
   const at::Tensor input = hooks_ ? hooks_->before(0, sample) : sample;
@@ -385,11 +392,12 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
   at::Tensor h = p.conv_in(input);
 
   auto run_layer = [&](Block& block, std::size_t j, at::Tensor x) {
-    auto& resnet = block->resnets[j];
-    x = unit(resnet->unit, x, [&](const at::Tensor& in) { return resnet(in, temb); });
+    auto resnet = block->resnets[j];
+    x = unit(resnet->unit, x, temb, [resnet](const at::Tensor& in, const at::Tensor& e) mutable { return resnet(in, e); });
     if (!block->attentions.empty()) {
-      auto& attention = block->attentions[j];
-      x = unit(attention->unit, x, [&](const at::Tensor& in) { return attention(in, encoder_hidden_states); });
+      auto attention = block->attentions[j];
+      x = unit(attention->unit, x, encoder_hidden_states,
+               [attention](const at::Tensor& in, const at::Tensor& ctx) mutable { return attention(in, ctx); });
     }
     return x;
   };
@@ -401,14 +409,14 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
       skips.push_back(h);
     }
     if (block->sampler) {
-      h = unit(block->sampler->unit, h, [&](const at::Tensor& in) { return block->sampler(in); });
+      h = unit(block->sampler->unit, h, at::Tensor(), sampler_fn(block->sampler));
       skips.push_back(h);
     }
   }
   if (p.mid) {
     h = run_layer(p.mid, 0, h);
-    auto& last = p.mid->resnets[1];
-    h = unit(last->unit, h, [&](const at::Tensor& in) { return last(in, temb); });
+    auto last = p.mid->resnets[1];
+    h = unit(last->unit, h, temb, [last](const at::Tensor& in, const at::Tensor& e) mutable { return last(in, e); });
   }
   for (auto& block : p.up) {
     for (std::size_t j = 0; j < block->resnets.size(); ++j) {
@@ -416,7 +424,7 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
       skips.pop_back();
       h = run_layer(block, j, h);
     }
-    if (block->sampler) h = unit(block->sampler->unit, h, [&](const at::Tensor& in) { return block->sampler(in); });
+    if (block->sampler) h = unit(block->sampler->unit, h, at::Tensor(), sampler_fn(block->sampler));
   }
   const at::Tensor out = p.conv_out(at::silu(p.conv_norm_out(h)));
   return hooks_ ? hooks_->after(0, out) : out;

@@ -35,12 +35,18 @@ class UNet2DConditionModelImpl : public torch::nn::Module {
   std::vector<ParamUnit> units() const;
   /// Installs (or with nullptr removes) hooks that wrap each unit's input and output.
   void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) { hooks_ = std::move(hooks); }
+  /// Activation checkpointing: every unit (resnet, transformer, sampler) keeps only its input
+  /// in forward and runs again in backward (models/activation_checkpoint.h). The hooks stay
+  /// outside the recomputed part, so ZeRO stage 3 gathers the unit again before the rerun.
+  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  bool gradient_checkpointing() const { return gradient_checkpointing_; }
 
  private:
   UNetConfig config_;
   std::unique_ptr<detail::UNetParts> parts_;
   std::vector<std::string> unit_prefixes_;  // index -> module prefix ("" for io)
   std::shared_ptr<UnitHooks> hooks_;
+  bool gradient_checkpointing_ = false;
 };
 TORCH_MODULE(UNet2DConditionModel);
 

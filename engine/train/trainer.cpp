@@ -266,6 +266,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     }
     s.model.to(s.device);
     s.model.train(true);
+    s.model.unet->set_gradient_checkpointing(cfg.training.gradient_checkpointing);
     s.schedule = std::make_unique<diffusion::NoiseSchedule>(s.model.schedule);
     std::int64_t n_params = 0;
     for (const auto& [n, p] : s.model.named_parameters()) n_params += p.numel();

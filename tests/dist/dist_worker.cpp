@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -67,9 +68,24 @@ models::UNet2DConditionModel small_unet() {
   return models::UNet2DConditionModel(c);
 }
 
+/// Variations of the ZeRO run, from a comma-separated list: f64 (float64 instead of float32),
+/// ckpt (activation checkpointing on the sharded model only).
+struct Variant {
+  bool f64 = false, ckpt = false;
+  explicit Variant(const std::string& list) {
+    std::stringstream ss(list);
+    for (std::string f; std::getline(ss, f, ',');) {
+      if (f == "f64") f64 = true;
+      else if (f == "ckpt") ckpt = true;
+      else if (!f.empty() && f != "f32") throw Error(ErrorKind::config, "dist_worker: unknown variant " + f);
+    }
+  }
+};
+
 /// 5 AdamW steps under ZeRO `stage` against one process training the whole batch; prints the
 /// model-state bytes for the memory test.
-int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, bool f64) {
+int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, const Variant& v) {
+  const bool f64 = v.f64;
   const int rank = c.rank(), world = c.world_size();
   auto unet = small_unet();
   auto ref = small_unet();  // same seed, same initial weights
@@ -87,6 +103,7 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, boo
   o.allgather_bucket_size = 20000;
   zero::ZeroOptimizer opt(unet->units(), c, o);
   unet->set_unit_hooks(opt.unit_hooks());  // stage 3 gathers there; every stage overlaps its reduction
+  unet->set_gradient_checkpointing(v.ckpt);  // stage 3 must gather a unit again for its rerun
   if (stage == 3 && !check(opt.sharded_units() + 1 == unet->units().size(), "every unit but io is sharded")) return 1;
   std::vector<std::pair<std::string, at::Tensor>> ref_params;
   for (const auto& p : ref->named_parameters()) ref_params.emplace_back(p.key(), p.value());
@@ -187,7 +204,7 @@ int main(int argc, char** argv) {
       rc = collectives(*comm);
     } else if (scenario == "zero") {
       rc = zero_exactness(*comm, std::stoi(argv[3]), std::stoi(argv[4]), std::stod(argv[5]),
-                          argc > 6 && std::string(argv[6]) == "f64");
+                          Variant(argc > 6 ? argv[6] : ""));
     } else if (scenario == "die" || scenario == "stall" || scenario == "die0") {
       at::Tensor t = at::ones({1});
       comm->all_reduce(t);  // everyone is up

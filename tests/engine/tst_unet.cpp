@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/cpu_allocation_counter.h"
 #include "io/safetensors.h"
 #include "models/unet_2d_condition.h"
 #include "models/weights.h"
@@ -96,6 +97,41 @@ class TestUNet : public QObject {
       ++checked;
     }
     QCOMPARE(checked, 9);
+  }
+
+  // Activation checkpointing: the same gradients (parameters and inputs), less peak memory.
+  void gradientCheckpointingKeepsGradientsAndSavesMemory() {
+    ZS_REQUIRE_SHARED();
+    const zs::io::SafetensorsReader ref(fixture("sd15-tiny-reference/unet_grad.safetensors"));
+    const at::Tensor sample = ref.tensor("sample").repeat({4, 1, 1, 1});
+    const at::Tensor context = ref.tensor("encoder_hidden_states").repeat({4, 1, 1});
+    const at::Tensor timestep = ref.tensor("timestep").repeat({4}), target = ref.tensor("target").repeat({4, 1, 1, 1});
+    std::map<std::string, at::Tensor> grads[2];
+    std::int64_t peak[2] = {0, 0};
+    for (int ckpt : {0, 1}) {
+      UNet2DConditionModel unet = load_tiny_unet();
+      unet->set_gradient_checkpointing(ckpt == 1);
+      const at::Tensor x = sample.clone().requires_grad_(true), c = context.clone().requires_grad_(true);
+      {
+        zs::CpuAllocationCounter counter;
+        const at::Tensor loss = (unet->forward(x, timestep, c) - target).pow(2).mean();
+        loss.backward();
+        peak[ckpt] = counter.peak();
+      }
+      for (const auto& p : unet->named_parameters()) grads[ckpt][p.key()] = p.value().grad().clone();
+      grads[ckpt]["input.sample"] = x.grad();
+      grads[ckpt]["input.context"] = c.grad();
+    }
+    double worst = 0;
+    for (const auto& [name, g] : grads[0]) {
+      QVERIFY2(grads[1].at(name).defined(), name.c_str());
+      worst = std::max(worst, max_abs_diff(grads[1].at(name), g) / std::max(g.abs().max().item<double>(), 1e-20));
+    }
+    qInfo("gradient checkpointing: worst relative gradient difference %.3g; peak CPU bytes during forward+backward "
+          "%lld without, %lld with (%.0f %%)", worst, static_cast<long long>(peak[0]), static_cast<long long>(peak[1]),
+          100.0 * static_cast<double>(peak[1]) / static_cast<double>(peak[0]));
+    QVERIFY(worst <= 1e-6);
+    QVERIFY2(peak[1] < peak[0] * 8 / 10, "checkpointing should cut the peak by more than 20 %");
   }
 
   void unitsCoverEveryParameterOnce() {
