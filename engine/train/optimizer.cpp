@@ -80,6 +80,18 @@ void AdamW::load_state(const std::function<at::Tensor(const std::string&)>& get)
   step_ = get("step").item<std::int64_t>();
 }
 
+bool AdamW::unscale_and_check_overflow(double inv_scale) {
+  c10::NoGradGuard no_grad;
+  bool overflow = false;
+  for (auto& [name, p] : params_) {
+    at::Tensor& g = p.mutable_grad();
+    if (!g.defined()) continue;
+    if (inv_scale != 1.0) g.mul_(inv_scale);
+    overflow |= !at::isfinite(g).all().item<bool>();
+  }
+  return overflow;
+}
+
 ModelStateBytes AdamW::model_state() const {
   ModelStateBytes b;
   for (std::size_t i = 0; i < params_.size(); ++i) {

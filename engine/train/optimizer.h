@@ -18,6 +18,14 @@ struct ModelStateBytes {
   std::int64_t optimizer_states = 0;
 };
 
+/// Bytes of model state one rank keeps off the compute device (ZeRO offload).
+struct OffloadedBytes {
+  std::int64_t parameters = 0;        ///< CPU memory
+  std::int64_t gradients = 0;         ///< CPU memory (the fp32 gradients the CPU step reads)
+  std::int64_t optimizer_states = 0;  ///< CPU memory (fp32 masters and Adam moments)
+  std::int64_t nvme_bytes = 0;        ///< files under nvme_path
+};
+
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
 /// What the trainer needs from an optimizer: gradients in, updated parameters out.
@@ -41,7 +49,15 @@ class Optimizer {
   virtual NamedTensors state() const = 0;
   /// Restores state(); `get(name)` returns the stored tensor or throws.
   virtual void load_state(const std::function<at::Tensor(const std::string&)>& get) = 0;
+  /// Model state on the compute device.
   virtual ModelStateBytes model_state() const = 0;
+  /// Model state kept in CPU memory or NVMe files instead.
+  virtual OffloadedBytes offloaded() const { return {}; }
+  /// Loss scaling: multiplies the reduced gradients by `inv_scale` and reports whether any of
+  /// them, on any rank, is inf or NaN (a collective under ZeRO). Call after reduce_gradients.
+  virtual bool unscale_and_check_overflow(double inv_scale) = 0;
+  /// Drops this step's gradients without updating (after an overflow).
+  virtual void skip_step() = 0;
   /// Updates done so far.
   virtual std::int64_t steps() const = 0;
   /// Every trained parameter whole, for checkpoints and the EMA, when the model's own tensors
@@ -70,6 +86,8 @@ class AdamW final : public Optimizer {
   NamedTensors state() const override;
   void load_state(const std::function<at::Tensor(const std::string&)>& get) override;
   ModelStateBytes model_state() const override;
+  bool unscale_and_check_overflow(double inv_scale) override;
+  void skip_step() override { zero_grad(); }
   std::int64_t steps() const override { return step_; }
 
  private:

@@ -9,42 +9,36 @@
 
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "zero/zero_unit.h"
 
 namespace zs::zero {
 
-struct ZeroOptimizer::Unit {
-  std::string name;
-  bool sharded = false;      // stage 3 and not persistent: only shard_param is kept
-  std::vector<std::pair<std::string, at::Tensor>> params;  // views into flat_param
-  std::vector<std::int64_t> offsets;
-  std::vector<std::int64_t> sizes;                   // elements per parameter
-  std::vector<std::vector<std::int64_t>> shapes;     // shapes (stage 3 empties the tensors)
-  std::int64_t numel = 0;    // real elements
-  std::int64_t padded = 0;   // multiple of world size
-  std::int64_t shard = 0;    // padded / world
-  at::Tensor flat_param;     // [padded] (stage 3 sharded units: only while gathered)
-  at::Tensor shard_param;    // [shard] stage 3 sharded units: this rank's parameters
-  at::Tensor flat_grad;      // [padded] full gradients (undefined between reduce and zero_grad at stage 2)
-  at::Tensor shard_grad;     // [shard] stage 2: this rank's averaged gradient
-  at::Tensor exp_avg, exp_avg_sq;  // [padded] at stage 0, [shard] at stages 1-2
-  std::unique_ptr<dist::PendingCollective> pending;  // a gradient reduction under way
-  at::Tensor part;                                    // its reduce-scatter output (stage 2/3)
-  at::Tensor ema;                                     // CPU, float32: EMA of the owned slice
-  std::unique_ptr<dist::PendingCollective> gathering; // stage 3: a prefetch under way into flat_param
-};
-
-namespace {
-
-std::int64_t bytes(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<std::int64_t>(t.element_size()) : 0; }
-
-}  // namespace
-
 ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communicator& comm, ZeroOptions options)
-    : comm_(comm), o_(options) {
+    : comm_(comm), o_(std::move(options)) {
   if (o_.stage < 0 || o_.stage > 3)
     throw Error(ErrorKind::config, "zero.stage " + std::to_string(o_.stage) + " does not exist (0-3)");
+  if (o_.offload_param != ZeroOptions::Offload::none && o_.stage != 3)
+    throw Error(ErrorKind::config, "zero.offload_param needs zero.stage 3 (parameters are sharded only there)");
   const int world = comm_.world_size();
   c10::NoGradGuard no_grad;
+  // Precisions: the parameters arrive in their training precision (fp32, or fp64 in tests); the
+  // model computes in compute_dtype; separate masters exist when those differ or when offloading.
+  at::TensorOptions given = at::TensorOptions().dtype(at::kFloat);
+  for (const auto& pu : units)
+    if (!pu.parameters.empty()) {
+      given = pu.parameters.front().second.options();
+      break;
+    }
+  const at::ScalarType given_type = given.dtype().toScalarType();
+  master_dtype_ = given_type == at::kHalf || given_type == at::kBFloat16 ? at::kFloat : given_type;
+  const at::ScalarType compute = o_.compute_dtype.value_or(given.dtype().toScalarType());
+  masters_ = compute != master_dtype_ || o_.offload_optimizer != ZeroOptions::Offload::none;
+  compute_opts_ = given.dtype(compute);
+  state_opts_ = o_.offload_optimizer != ZeroOptions::Offload::none ? at::TensorOptions().dtype(master_dtype_)
+                                                                    : given.dtype(master_dtype_);
+  const bool owned_grads = o_.stage >= 2 || o_.offload_optimizer != ZeroOptions::Offload::none;
+  const at::TensorOptions moment_opts = masters_ ? state_opts_ : compute_opts_;
+  const bool nvme_optimizer = o_.offload_optimizer == ZeroOptions::Offload::nvme;
   for (auto& pu : units) {
     auto u = std::make_unique<Unit>();
     u->name = pu.name;
@@ -56,32 +50,47 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communi
     }
     u->padded = (u->numel + world - 1) / world * world;
     u->shard = u->padded / world;
-    // fp32 training: the flat buffer has the parameters' dtype (float64 in precision tests).
-    const auto opts = pu.parameters.empty() ? at::TensorOptions().dtype(at::kFloat)
-                                            : pu.parameters.front().second.options();
-    u->flat_param = at::zeros({u->padded}, opts);
+    u->owned = o_.stage == 0 ? u->padded : u->shard;
+    u->owned_offset = o_.stage == 0 ? 0 : comm_.rank() * u->shard;
+    at::Tensor full = at::zeros({u->padded}, given.dtype(master_dtype_));  // the weights at full precision
+    for (std::size_t i = 0; i < pu.parameters.size(); ++i)
+      full.narrow(0, u->offsets[i], u->sizes[i]).copy_(pu.parameters[i].second.detach().reshape({-1}));
+    u->flat_param = full.to(compute_opts_.dtype());
     for (std::size_t i = 0; i < pu.parameters.size(); ++i) {
       at::Tensor p = pu.parameters[i].second;
-      at::Tensor view = u->flat_param.narrow(0, u->offsets[i], p.numel()).view(p.sizes());
-      view.copy_(p.detach());
-      p.set_data(view);
+      p.set_data(u->flat_param.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]));
       u->params.emplace_back(pu.parameters[i].first, p);
     }
-    const std::int64_t moments = o_.stage == 0 ? u->padded : u->shard;
-    u->exp_avg = at::zeros({moments}, opts);
-    u->exp_avg_sq = at::zeros({moments}, opts);
+    if (masters_) {
+      at::Tensor mine = full.narrow(0, u->owned_offset, u->owned);
+      if (nvme_optimizer) u->init_master = mine.to(at::kCPU).clone();
+      else u->master = mine.to(state_opts_).clone();
+    }
+    if (!nvme_optimizer) {
+      u->exp_avg = at::zeros({u->owned}, moment_opts);
+      u->exp_avg_sq = at::zeros({u->owned}, moment_opts);
+    }
+    if (owned_grads) u->shard_grad = at::zeros({u->owned}, masters_ ? state_opts_ : compute_opts_);
     const bool persistent = std::find(o_.persistent_units.begin(), o_.persistent_units.end(), u->name) !=
                                 o_.persistent_units.end() || u->numel < o_.persistence_threshold;
     u->sharded = o_.stage == 3 && !persistent;
     units_.push_back(std::move(u));
   }
-  for (std::size_t i = 0; i < units_.size(); ++i) {
-    Unit& u = *units_[i];
-    if (!u.sharded) continue;
-    u.shard_param = u.flat_param.narrow(0, comm_.rank() * u.shard, u.shard).clone();
-    u.shard_grad = at::zeros({u.shard}, u.shard_param.options());
-    release(i);
+  const bool pin = o_.pin_memory && at::globalContext().hasCUDA();
+  for (auto& u : units_) {
+    if (!u->sharded) continue;
+    u->shard_param = u->flat_param.narrow(0, u->owned_offset, u->shard).clone();
+    if (o_.offload_param == ZeroOptions::Offload::cpu) {
+      u->shard_param = u->shard_param.to(at::kCPU);
+      if (pin) u->shard_param = u->shard_param.pin_memory();
+    }
   }
+  if (pin && o_.offload_optimizer == ZeroOptions::Offload::cpu)
+    for (auto& u : units_)
+      for (at::Tensor* t : {&u->master, &u->exp_avg, &u->exp_avg_sq, &u->shard_grad})
+        if (t->defined()) *t = t->pin_memory();
+  init_offload();  // NVMe files (moves the shards and the initial optimizer state there)
+  for (std::size_t i = 0; i < units_.size(); ++i) release(i);
   ensure_grads();
 }
 
@@ -96,9 +105,16 @@ std::size_t ZeroOptimizer::sharded_units() const {
 void ZeroOptimizer::prefetch(std::size_t unit) {
   if (unit >= units_.size()) return;
   Unit& u = *units_[unit];
-  if (!u.sharded || u.flat_param.defined() || u.padded > o_.prefetch_bucket_size) return;
-  u.flat_param = at::empty({u.padded}, u.shard_param.options());
-  u.gathering = comm_.all_gather_async(u.shard_param, u.flat_param);
+  if (!u.sharded || u.flat_param.defined() || u.gathering || u.padded > o_.prefetch_bucket_size) return;
+  c10::NoGradGuard no_grad;
+  if (u.region_param >= 0) {
+    // NVMe: start reading the shard; the all-gather runs when the unit is needed.
+    if (u.param_read == 0) u.param_read = offload_->param_store->read(u.region_param, 0, u.shard, u.param_staging.data_ptr());
+    return;
+  }
+  u.gather_source = u.shard_param.to(compute_opts_.device(), /*non_blocking=*/true);
+  u.flat_param = at::empty({u.padded}, compute_opts_);
+  u.gathering = comm_.all_gather_async(u.gather_source, u.flat_param);
 }
 
 void ZeroOptimizer::gather(std::size_t unit) {
@@ -108,12 +124,13 @@ void ZeroOptimizer::gather(std::size_t unit) {
   if (u.gathering) {
     u.gathering->wait();
     u.gathering.reset();
-  } else if (!u.flat_param.defined() || u.params.empty() || u.params[0].second.numel() != u.sizes[0]) {
-    if (!u.flat_param.defined()) {
-      u.flat_param = at::empty({u.padded}, u.shard_param.options());
-      comm_.all_gather(u.shard_param, u.flat_param);
-    }
-  } else {
+    u.gather_source = at::Tensor();
+  } else if (!u.flat_param.defined()) {
+    // The shard from wherever it lives (device, CPU, or the NVMe file: a prefetched read).
+    const at::Tensor source = owned_params(u).to(compute_opts_.device());
+    u.flat_param = at::empty({u.padded}, compute_opts_);
+    comm_.all_gather(source, u.flat_param);
+  } else if (!u.params.empty() && u.params[0].second.numel() == u.sizes[0]) {
     return;  // already gathered and in place
   }
   for (std::size_t i = 0; i < u.params.size(); ++i) {
@@ -129,15 +146,17 @@ void ZeroOptimizer::release(std::size_t unit) {
   if (u.gathering) {  // never drop a buffer a collective is still writing
     u.gathering->wait();
     u.gathering.reset();
+    u.gather_source = at::Tensor();
   }
-  for (auto& [name, p] : u.params) p.set_data(at::empty({0}, u.shard_param.options()));
+  for (auto& [name, p] : u.params) p.set_data(at::empty({0}, compute_opts_));
   u.flat_param = at::Tensor();
 }
 
 void ZeroOptimizer::reduce_scatter_into_shard(Unit& u, const at::Tensor& full_grad) {
   at::Tensor part = at::empty({u.shard}, full_grad.options());
   comm_.reduce_scatter(full_grad, part);
-  u.shard_grad.add_(part, 1.0 / comm_.world_size());
+  // Offload: the gradient leaves the device here, into the fp32 CPU copy the step reads.
+  u.shard_grad.add_(part.to(u.shard_grad.options()), 1.0 / comm_.world_size());
 }
 
 bool ZeroOptimizer::wants_backward_hook(std::size_t unit) const {
@@ -154,17 +173,24 @@ void ZeroOptimizer::launch_reduce(Unit& u) {
     u.part = at::empty({u.shard}, u.flat_grad.options());
     u.pending = comm_.reduce_scatter_async(u.flat_grad, u.part);
   }
+  in_flight_.push_back(&u);
+}
+
+void ZeroOptimizer::stage_owned_grad(Unit& u) {
+  if (o_.stage <= 1 && o_.offload_optimizer != ZeroOptions::Offload::none && u.flat_grad.defined())
+    u.shard_grad.copy_(u.flat_grad.narrow(0, u.owned_offset, u.owned));
 }
 
 void ZeroOptimizer::finish_reduce(Unit& u) {
   if (!u.pending) return;
   u.pending->wait();
   u.pending.reset();
+  in_flight_.erase(std::remove(in_flight_.begin(), in_flight_.end(), &u), in_flight_.end());
   if (o_.stage <= 1) {
     u.flat_grad.div_(comm_.world_size());
+    stage_owned_grad(u);
     return;
   }
-  if (!u.shard_grad.defined()) u.shard_grad = at::zeros({u.shard}, u.flat_param.options());
   u.shard_grad.copy_(u.part).div_(comm_.world_size());
   u.part = at::Tensor();
   // Only the shard is kept: the full gradient buffer goes until the next backward.
@@ -172,15 +198,25 @@ void ZeroOptimizer::finish_reduce(Unit& u) {
   u.flat_grad = at::Tensor();
 }
 
+void ZeroOptimizer::drain_reductions(const Unit* keep) {
+  // Called from a unit's backward hook right after it started its own reduction: the earlier
+  // ones have had a whole unit's backward to finish, so waiting for them costs little, and
+  // their gradients move on (offload: to the CPU) while backward continues.
+  while (!in_flight_.empty() && in_flight_.front() != keep) finish_reduce(*in_flight_.front());
+}
+
 void ZeroOptimizer::reduce_unit(std::size_t unit) {
   Unit& u = *units_[unit];
   if (!u.sharded) {
-    if (o_.overlap_comm && last_micro_ && comm_.world_size() > 1) launch_reduce(u);
+    if (o_.overlap_comm && last_micro_ && comm_.world_size() > 1) {
+      launch_reduce(u);
+      if (o_.offload_optimizer != ZeroOptions::Offload::none) drain_reductions(&u);
+    }
     return;
   }
   c10::NoGradGuard no_grad;
   bool any = false;
-  at::Tensor full = at::zeros({u.padded}, u.shard_param.options());
+  at::Tensor full = at::zeros({u.padded}, compute_opts_);
   for (std::size_t i = 0; i < u.params.size(); ++i) {
     at::Tensor& p = u.params[i].second;
     if (!p.grad().defined()) continue;
@@ -192,12 +228,22 @@ void ZeroOptimizer::reduce_unit(std::size_t unit) {
   release(unit);
 }
 
-ZeroOptimizer::~ZeroOptimizer() = default;
+ZeroOptimizer::~ZeroOptimizer() {
+  // Reductions still in flight write into buffers that are about to go.
+  for (auto& u : units_) {
+    try {
+      if (u->pending) u->pending->wait();
+      if (u->gathering) u->gathering->wait();
+    } catch (...) {
+      // the communicator already reported the failure to whoever waited first
+    }
+  }
+}
 
 void ZeroOptimizer::ensure_grads() {
   for (auto& u : units_) {
     if (u->sharded || u->flat_grad.defined()) continue;
-    u->flat_grad = at::zeros({u->padded}, u->flat_param.options());
+    u->flat_grad = at::zeros({u->padded}, compute_opts_);
     for (std::size_t i = 0; i < u->params.size(); ++i) {
       at::Tensor& p = u->params[i].second;
       // Backward accumulates into these views in place, so gradients land in the flat buffer.
@@ -209,8 +255,8 @@ void ZeroOptimizer::ensure_grads() {
 void ZeroOptimizer::zero_grad() {
   ensure_grads();
   for (auto& u : units_) {
+    if (u->shard_grad.defined()) u->shard_grad.zero_();
     if (u->sharded) {
-      u->shard_grad.zero_();
       for (auto& [name, p] : u->params) p.mutable_grad() = at::Tensor();
     } else {
       u->flat_grad.zero_();
@@ -218,6 +264,8 @@ void ZeroOptimizer::zero_grad() {
   }
   grads_reduced_ = false;
 }
+
+void ZeroOptimizer::skip_step() { zero_grad(); }
 
 void ZeroOptimizer::reduce_gradients() {
   const int world = comm_.world_size();
@@ -253,6 +301,7 @@ void ZeroOptimizer::reduce_gradients() {
       if (in_bucket >= o_.reduce_bucket_size) flush();
     }
     flush();
+    for (auto& u : units_) stage_owned_grad(*u);
     grads_reduced_ = true;
     return;
   }
@@ -266,127 +315,6 @@ void ZeroOptimizer::reduce_gradients() {
   for (auto& u : units_)
     if (!u->sharded) finish_reduce(*u);
   grads_reduced_ = true;
-}
-
-double ZeroOptimizer::clip_grad_norm(double max_norm) {
-  c10::NoGradGuard no_grad;
-  double sq = 0;
-  if (o_.stage >= 2) {
-    at::Tensor local = at::zeros({1}, at::kDouble);
-    for (auto& u : units_) local += u->shard_grad.to(at::kDouble).pow(2).sum();
-    comm_.all_reduce(local);
-    sq = local.item<double>();
-  } else {
-    for (auto& u : units_) sq += u->flat_grad.to(at::kDouble).pow(2).sum().item<double>();
-  }
-  const double total = std::sqrt(sq);
-  if (max_norm > 0 && total > max_norm) {
-    const double scale = max_norm / (total + 1e-6);
-    for (auto& u : units_) (o_.stage >= 2 ? u->shard_grad : u->flat_grad).mul_(scale);
-  }
-  return total;
-}
-
-void ZeroOptimizer::step(double lr) {
-  if (!grads_reduced_) reduce_gradients();
-  c10::NoGradGuard no_grad;
-  ++step_;
-  const double c1 = 1.0 - std::pow(o_.beta1, static_cast<double>(step_));
-  const double c2 = 1.0 - std::pow(o_.beta2, static_cast<double>(step_));
-  const double step_size = lr / c1, sqrt_c2 = std::sqrt(c2);
-  const int rank = comm_.rank();
-  for (auto& u : units_) {
-    // The slice this rank updates: everything at stage 0, its shard otherwise.
-    at::Tensor p = o_.stage == 0 ? u->flat_param
-                   : u->sharded  ? u->shard_param
-                                 : u->flat_param.narrow(0, rank * u->shard, u->shard);
-    at::Tensor g = o_.stage == 0   ? u->flat_grad
-                   : o_.stage == 1 ? u->flat_grad.narrow(0, rank * u->shard, u->shard)
-                                   : u->shard_grad;
-    // Same arithmetic, in the same order, as train::AdamW.
-    if (o_.weight_decay > 0) p.mul_(1.0 - lr * o_.weight_decay);
-    u->exp_avg.mul_(o_.beta1).add_(g, 1.0 - o_.beta1);
-    u->exp_avg_sq.mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
-    const at::Tensor denom = u->exp_avg_sq.sqrt().div_(sqrt_c2).add_(o_.eps);
-    p.addcdiv_(u->exp_avg, denom, -step_size);
-  }
-  if (o_.stage > 0) gather_whole_units();
-  if (o_.stage >= 2)
-    for (auto& u : units_) u->shard_grad.zero_();
-  grads_reduced_ = false;
-}
-
-train::NamedTensors ZeroOptimizer::state() const {
-  train::NamedTensors out;
-  for (const auto& u : units_) {
-    at::Tensor m = u->exp_avg, v = u->exp_avg_sq;
-    if (o_.stage > 0) {
-      at::Tensor fm = at::zeros({u->padded}, m.options()), fv = at::zeros({u->padded}, v.options());
-      comm_.all_gather(m.contiguous(), fm);
-      comm_.all_gather(v.contiguous(), fv);
-      m = fm;
-      v = fv;
-    }
-    for (std::size_t i = 0; i < u->params.size(); ++i) {
-      const std::string& name = u->params[i].first;
-      out.emplace_back("exp_avg." + name, m.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]).clone());
-      out.emplace_back("exp_avg_sq." + name, v.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]).clone());
-    }
-  }
-  out.emplace_back("step", at::full({1}, step_, at::kLong));
-  return out;
-}
-
-void ZeroOptimizer::load_state(const std::function<at::Tensor(const std::string&)>& get) {
-  c10::NoGradGuard no_grad;
-  const int rank = comm_.rank();
-  for (auto& u : units_) {
-    const auto opts = u->exp_avg.options();
-    at::Tensor fm = at::zeros({u->padded}, opts), fv = at::zeros({u->padded}, opts);
-    for (std::size_t i = 0; i < u->params.size(); ++i) {
-      const std::string& name = u->params[i].first;
-      const at::Tensor m = get("exp_avg." + name), v = get("exp_avg_sq." + name);
-      if (m.numel() != u->sizes[i] || v.numel() != u->sizes[i])
-        throw Error(ErrorKind::checkpoint, "optimizer state for " + name + " has the wrong shape");
-      fm.narrow(0, u->offsets[i], u->sizes[i]).copy_(m.reshape({-1}));
-      fv.narrow(0, u->offsets[i], u->sizes[i]).copy_(v.reshape({-1}));
-    }
-    if (o_.stage == 0) {
-      u->exp_avg.copy_(fm);
-      u->exp_avg_sq.copy_(fv);
-    } else {
-      u->exp_avg.copy_(fm.narrow(0, rank * u->shard, u->shard));
-      u->exp_avg_sq.copy_(fv.narrow(0, rank * u->shard, u->shard));
-    }
-  }
-  step_ = get("step").item<std::int64_t>();
-}
-
-train::ModelStateBytes ZeroOptimizer::model_state() const {
-  train::ModelStateBytes b;
-  for (const auto& u : units_) {
-    const auto elem = static_cast<std::int64_t>(u->exp_avg.element_size());
-    b.parameters += u->sharded ? bytes(u->shard_param) : bytes(u->flat_param);
-    b.gradients += o_.stage >= 2 ? u->shard * elem : bytes(u->flat_grad);
-    b.optimizer_states += bytes(u->exp_avg) + bytes(u->exp_avg_sq);
-  }
-  return b;
-}
-
-train::NamedTensors ZeroOptimizer::full_parameters() {
-  if (o_.stage < 3) return {};
-  c10::NoGradGuard no_grad;
-  train::NamedTensors out;
-  for (auto& u : units_) {
-    at::Tensor flat = u->flat_param;
-    if (u->sharded && !flat.defined()) {
-      flat = at::empty({u->padded}, u->shard_param.options());
-      comm_.all_gather(u->shard_param, flat);
-    }
-    for (std::size_t i = 0; i < u->params.size(); ++i)
-      out.emplace_back(u->params[i].first, flat.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]).clone());
-  }
-  return out;
 }
 
 namespace {
@@ -443,65 +371,6 @@ class ZeroHooks final : public models::UnitHooks {
 
 std::shared_ptr<models::UnitHooks> ZeroOptimizer::unit_hooks() { return std::make_shared<ZeroHooks>(*this); }
 
-at::Tensor ZeroOptimizer::owned_slice(Unit& u) const {
-  if (o_.stage == 0) return u.flat_param;
-  if (u.sharded) return u.shard_param;
-  return u.flat_param.narrow(0, comm_.rank() * u.shard, u.shard);
-}
-
-bool ZeroOptimizer::enable_ema(double decay) {
-  ema_decay_ = decay;
-  for (auto& u : units_) u->ema = owned_slice(*u).detach().to(at::kCPU, at::kFloat, false, true);
-  return true;
-}
-
-void ZeroOptimizer::update_ema() {
-  if (ema_decay_ < 0) return;
-  c10::NoGradGuard no_grad;
-  for (auto& u : units_) u->ema.lerp_(owned_slice(*u).detach().to(at::kCPU, at::kFloat), 1.0 - ema_decay_);
-}
-
-train::NamedTensors ZeroOptimizer::ema_state() {
-  train::NamedTensors out;
-  if (ema_decay_ < 0) return out;
-  for (auto& u : units_) {
-    at::Tensor full = u->ema;
-    if (o_.stage > 0) {
-      full = at::zeros({u->padded}, u->ema.options());
-      comm_.all_gather(u->ema, full);
-    }
-    for (std::size_t i = 0; i < u->params.size(); ++i)
-      out.emplace_back(u->params[i].first, full.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]).clone());
-  }
-  return out;
-}
-
-void ZeroOptimizer::load_ema(const std::function<at::Tensor(const std::string&)>& get) {
-  if (ema_decay_ < 0) return;
-  c10::NoGradGuard no_grad;
-  for (auto& u : units_) {
-    at::Tensor full = at::zeros({u->padded}, u->ema.options());
-    for (std::size_t i = 0; i < u->params.size(); ++i) {
-      const at::Tensor t = get(u->params[i].first);
-      if (t.numel() != u->sizes[i]) throw Error(ErrorKind::checkpoint, "EMA tensor " + u->params[i].first + " has the wrong shape");
-      full.narrow(0, u->offsets[i], u->sizes[i]).copy_(t.reshape({-1}));
-    }
-    u->ema.copy_(o_.stage == 0 ? full : full.narrow(0, comm_.rank() * u->shard, u->shard));
-  }
-}
-
-void ZeroOptimizer::swap_ema() {
-  if (ema_decay_ < 0) return;
-  c10::NoGradGuard no_grad;
-  for (auto& u : units_) {
-    at::Tensor live = owned_slice(*u);
-    const at::Tensor kept = live.detach().to(at::kCPU, at::kFloat, false, true);
-    live.copy_(u->ema);
-    u->ema.copy_(kept);
-  }
-  if (o_.stage > 0) gather_whole_units();  // the whole parameters follow the swapped shards
-}
-
 void ZeroOptimizer::gather_whole_units() {
   // Stages 1-3: every rank updated its shard of the units kept whole; all-gather them in buckets
   // of about allgather_bucket_size elements (one collective per bucket, rank-major layout).
@@ -533,12 +402,6 @@ void ZeroOptimizer::gather_whole_units() {
     if (shards * world >= o_.allgather_bucket_size) flush();
   }
   flush();
-}
-
-std::int64_t ZeroOptimizer::ema_bytes() const {
-  std::int64_t n = 0;
-  for (const auto& u : units_) n += bytes(u->ema);
-  return n;
 }
 
 std::int64_t ZeroOptimizer::padded_numel() const {

@@ -10,12 +10,23 @@
 //            backward and its gradients reduce-scattered and released right after. "Persistent" units (the io
 //            unit, the text encoder, units below the persistence threshold) stay whole as in
 //            stage 2.
+// Mixed precision and offload: the parameters the model computes with may be bf16/fp16
+// (compute_dtype); the rank's part is then also kept as fp32 master weights next to the Adam
+// moments. With offload_optimizer the masters, moments and the rank's fp32 gradients live in
+// CPU memory (the step runs there, with the fused cpu_adamw) or in files under an NVMe folder
+// (processed in sub-groups with reads, compute and writes overlapped). With offload_param
+// (stage 3) the parameter shards live in CPU memory or NVMe files between gathers.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <c10/core/ScalarType.h>
+
+#include "io/async_file_io.h"
 #include "models/param_unit.h"
 #include "train/optimizer.h"
 
@@ -34,6 +45,20 @@ struct ZeroOptions {
   bool overlap_comm = true;  ///< reduce a unit's gradients as soon as its backward is done (needs the hooks)
   std::int64_t prefetch_bucket_size = 50'000'000;  ///< stage 3: prefetch the next unit when it has at most this many elements
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+
+  /// The dtype the model computes in (bf16/fp16: mixed precision with fp32 masters); unset: the
+  /// parameters' own dtype.
+  std::optional<at::ScalarType> compute_dtype;
+  enum class Offload { none, cpu, nvme };
+  Offload offload_optimizer = Offload::none;  ///< stages 1-3: masters, moments, fp32 gradients
+  Offload offload_param = Offload::none;      ///< stage 3: parameter shards
+  std::string optimizer_nvme_path, param_nvme_path;  ///< folders for the NVMe files
+  std::string run_tag = "run";                ///< names the NVMe folders (with rank, host, pid)
+  std::int64_t sub_group_size = 1'000'000'000;  ///< NVMe: optimizer elements per sub-group
+  int buffer_count = 4;                       ///< NVMe: staging buffers for the sub-group pipeline (>= 3)
+  bool pin_memory = true;                     ///< pin CPU copies when CUDA is present
+  io::AsyncIoOptions aio;
+  std::function<void(const std::string&)> log;  ///< where to say which I/O backend was chosen
 };
 
 class ZeroOptimizer final : public train::Optimizer {
@@ -56,6 +81,9 @@ class ZeroOptimizer final : public train::Optimizer {
   train::NamedTensors state() const override;
   void load_state(const std::function<at::Tensor(const std::string&)>& get) override;
   train::ModelStateBytes model_state() const override;
+  train::OffloadedBytes offloaded() const override;
+  bool unscale_and_check_overflow(double inv_scale) override;
+  void skip_step() override;
   std::int64_t steps() const override { return step_; }
   /// Stage 3: every parameter gathered whole (a collective). Other stages: empty.
   train::NamedTensors full_parameters() override;
@@ -72,6 +100,9 @@ class ZeroOptimizer final : public train::Optimizer {
   /// and releases there; every stage starts a unit's gradient reduction right after the unit's
   /// backward (overlap_comm), so communication runs while backward goes on.
   std::shared_ptr<models::UnitHooks> unit_hooks();
+
+  /// The NVMe folders in use (empty without NVMe offload).
+  std::vector<std::string> nvme_dirs() const;
 
   /// Padded elements over all units (Σ units' flat sizes) and real ones (Ψ).
   std::int64_t padded_numel() const;
@@ -93,17 +124,41 @@ class ZeroOptimizer final : public train::Optimizer {
 
  private:
   struct Unit;
+  struct Offload;  // NVMe stores, staging buffers and the sub-group plan (zero_offload.cpp)
   void ensure_grads();
   void reduce_scatter_into_shard(Unit& u, const at::Tensor& full_grad);
   void launch_reduce(Unit& u);
   void gather_whole_units();
   void finish_reduce(Unit& u);
+  /// Moves finished reductions' gradients along (offload: into the CPU copy) while backward runs.
+  void drain_reductions(const Unit* keep);
+  /// Stage 1 with offload: copies the rank's part of the reduced gradients to the CPU.
+  void stage_owned_grad(Unit& u);
+  /// The gradient the step uses for the rank's part of a unit (owned elements).
+  at::Tensor step_grad(Unit& u) const;
+  /// The rank's part of a unit's compute parameters (stage 3 NVMe: read into a buffer).
+  at::Tensor owned_params(Unit& u);
+  /// Writes owned_params() back where it lives (only stage 3 NVMe shards need it).
+  void store_owned_params(Unit& u, const at::Tensor& values);
+  /// The rank's part of the weights in the best precision held in memory (masters, else params).
+  at::Tensor owned_weights(Unit& u);
+  void init_offload();
+  void step_in_memory(Unit& u, double lr);
+  void step_nvme(double lr);
+  /// Master / moments of a unit, whole (NVMe: read synchronously). kind: 0 master, 1 m, 2 v.
+  at::Tensor read_state(Unit& u, int kind);
+  void write_state(Unit& u, int kind, const at::Tensor& values);
   bool last_micro_ = true;
   double ema_decay_ = -1;  // < 0: no EMA
-  at::Tensor owned_slice(Unit& u) const;  // the part of the parameters this rank updates
+  bool ema_swapped_ = false;
   std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<Unit*> in_flight_;  // reductions started by the hooks, oldest first
   dist::Communicator& comm_;
   ZeroOptions o_;
+  at::ScalarType master_dtype_ = at::kFloat;
+  bool masters_ = false;  // separate master weights (mixed precision or optimizer offload)
+  at::TensorOptions compute_opts_, state_opts_;  // where/what the model computes; where the optimizer state lives
+  std::unique_ptr<Offload> offload_;
   std::int64_t step_ = 0;
   bool grads_reduced_ = false;
 };

@@ -1,0 +1,466 @@
+// ZeroOptimizer's step and state: the Adam update on the rank's part (in memory, with fp32
+// masters, on the CPU with the fused kernel, or streamed through NVMe files in sub-groups),
+// clipping and loss-scale checks, checkpoints' gathers, the EMA and the memory accounting.
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include "core/error.h"
+#include "zero/cpu_adam.h"
+#include "zero/zero_unit.h"
+
+namespace zs::zero {
+
+namespace {
+
+std::int64_t bytes(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<std::int64_t>(t.element_size()) : 0; }
+
+std::int64_t round_up(std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; }
+
+/// The reference arithmetic, in the same order as train::AdamW (every other path is tested
+/// against it): p, m, v updated in place with gradient g.
+void adam_reference(at::Tensor p, at::Tensor m, at::Tensor v, const at::Tensor& g, const ZeroOptions& o, double lr,
+                    std::int64_t step) {
+  const double c1 = 1.0 - std::pow(o.beta1, static_cast<double>(step));
+  const double c2 = 1.0 - std::pow(o.beta2, static_cast<double>(step));
+  if (o.weight_decay > 0) p.mul_(1.0 - lr * o.weight_decay);
+  m.mul_(o.beta1).add_(g, 1.0 - o.beta1);
+  v.mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
+  const at::Tensor denom = v.sqrt().div_(std::sqrt(c2)).add_(o.eps);
+  p.addcdiv_(m, denom, -lr / c1);
+}
+
+/// Adam on fp32 masters: the fused kernel when everything is float32 in CPU memory (writing the
+/// bf16/fp16 copy of the result in the same pass when `out` is such a CPU tensor), else the
+/// reference arithmetic. `out`, when defined, receives the updated weights.
+void adam_master(at::Tensor master, at::Tensor m, at::Tensor v, const at::Tensor& g, const ZeroOptions& o, double lr,
+                 std::int64_t step, at::Tensor out) {
+  const bool fused = master.device().is_cpu() && master.scalar_type() == at::kFloat && g.device().is_cpu() &&
+                     g.scalar_type() == at::kFloat && master.is_contiguous() && g.is_contiguous() && m.is_contiguous() &&
+                     v.is_contiguous();
+  if (fused) {
+    const AdamHyper h{lr, o.beta1, o.beta2, o.eps, o.weight_decay, step};
+    const bool half_out = out.defined() && out.device().is_cpu() && out.is_contiguous() &&
+                          (out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kHalf);
+    cpu_adamw(master, g, m, v, h, half_out ? out : at::Tensor());
+    if (out.defined() && !half_out) out.copy_(master);
+    return;
+  }
+  adam_reference(master, m, v, g.to(master.options()), o, lr, step);
+  if (out.defined()) out.copy_(master);
+}
+
+}  // namespace
+
+void ZeroOptimizer::init_offload() {
+  using O = ZeroOptions::Offload;
+  if (o_.offload_optimizer != O::nvme && o_.offload_param != O::nvme) return;
+  offload_ = std::make_unique<Offload>();
+  const auto say = [&](NvmeStore& store, const char* what) {
+    if (!o_.log) return;
+    std::string line = std::string("NVMe offload of ") + what + ": " + store.dir() + ", " + store.io().backend() +
+                       (store.direct() ? ", O_DIRECT" : ", buffered (no O_DIRECT on this file system)");
+    if (!store.io().fallback_reason().empty()) line += "; io_uring not used: " + store.io().fallback_reason();
+    o_.log(line);
+  };
+  if (o_.offload_optimizer == O::nvme) {
+    const std::int64_t elem = static_cast<std::int64_t>(c10::elementSize(master_dtype_));
+    std::int64_t need = 0;
+    for (const auto& u : units_) need += 3 * round_up(std::max<std::int64_t>(u->owned, 1) * elem, kIoAlignment);
+    NvmeStore::check_space(o_.optimizer_nvme_path, need, "zero.offload_optimizer.nvme_path");
+    offload_->optimizer_store = std::make_unique<NvmeStore>(o_.optimizer_nvme_path, o_.run_tag + "-optimizer",
+                                                            comm_.rank(), o_.aio);
+    auto& store = *offload_->optimizer_store;
+    for (auto& u : units_) {
+      u->region_master = store.add_region("master.swp", u->owned, master_dtype_);
+      u->region_exp_avg = store.add_region("exp_avg.swp", u->owned, master_dtype_);
+      u->region_exp_avg_sq = store.add_region("exp_avg_sq.swp", u->owned, master_dtype_);
+      write_state(*u, 0, u->init_master);
+      const at::Tensor zeros = at::zeros({u->owned}, at::TensorOptions().dtype(master_dtype_));
+      write_state(*u, 1, zeros);
+      write_state(*u, 2, zeros);
+      u->init_master = at::Tensor();
+    }
+    // The sub-group plan: pieces of at most sub_group_size elements, starting on I/O blocks,
+    // grouped in unit order until a group holds sub_group_size elements.
+    const std::int64_t block = kIoAlignment / elem;
+    const std::int64_t group = std::max(block, o_.sub_group_size / block * block);
+    std::vector<Offload::Piece> current;
+    std::int64_t in_group = 0, buffer_elems = 0;
+    auto close = [&] {
+      if (current.empty()) return;
+      const auto& last = current.back();
+      buffer_elems = std::max(buffer_elems, last.buffer_offset + round_up(last.count, block));
+      offload_->sub_groups.push_back(std::move(current));
+      current.clear();
+      in_group = 0;
+    };
+    for (auto& u : units_) {
+      for (std::int64_t first = 0; first < u->owned; first += group) {
+        const std::int64_t count = std::min(group, u->owned - first);
+        if (in_group > 0 && in_group + count > group) close();
+        const std::int64_t offset = current.empty() ? 0 : round_up(current.back().buffer_offset + current.back().count, block);
+        current.push_back({u.get(), first, count, offset});
+        in_group += count;
+      }
+    }
+    close();
+    const std::size_t slots = std::min<std::size_t>(std::max(o_.buffer_count, 3), std::max<std::size_t>(offload_->sub_groups.size(), 1));
+    for (std::size_t i = 0; i < slots; ++i)
+      offload_->buffers.push_back({aligned_buffer(buffer_elems, master_dtype_), aligned_buffer(buffer_elems, master_dtype_),
+                                   aligned_buffer(buffer_elems, master_dtype_)});
+    say(store, "optimizer states");
+  }
+  if (o_.offload_param == O::nvme) {
+    const std::int64_t elem = static_cast<std::int64_t>(compute_opts_.dtype().itemsize());
+    std::int64_t need = 0;
+    for (const auto& u : units_)
+      if (u->sharded) need += round_up(std::max<std::int64_t>(u->shard, 1) * elem, kIoAlignment);
+    NvmeStore::check_space(o_.param_nvme_path, need, "zero.offload_param.nvme_path");
+    offload_->param_store = std::make_unique<NvmeStore>(o_.param_nvme_path, o_.run_tag + "-params", comm_.rank(), o_.aio);
+    auto& store = *offload_->param_store;
+    for (auto& u : units_) {
+      if (!u->sharded) continue;
+      u->region_param = store.add_region("params.swp", u->shard, compute_opts_.dtype().toScalarType());
+      u->param_staging = aligned_buffer(u->shard, compute_opts_.dtype().toScalarType());
+      u->param_staging.copy_(u->shard_param);
+      store.wait(store.write(u->region_param, 0, u->shard, u->param_staging.data_ptr()));
+      u->shard_param = at::Tensor();  // from now on the shard lives in the file
+    }
+    say(store, "parameters");
+  }
+}
+
+std::vector<std::string> ZeroOptimizer::nvme_dirs() const {
+  std::vector<std::string> out;
+  if (!offload_) return out;
+  if (offload_->optimizer_store) out.push_back(offload_->optimizer_store->dir());
+  if (offload_->param_store) out.push_back(offload_->param_store->dir());
+  return out;
+}
+
+at::Tensor ZeroOptimizer::read_state(Unit& u, int kind) {
+  const int region = kind == 0 ? u.region_master : kind == 1 ? u.region_exp_avg : u.region_exp_avg_sq;
+  if (region < 0) {
+    if (kind == 1) return u.exp_avg;
+    if (kind == 2) return u.exp_avg_sq;
+    return masters_ ? u.master : owned_params(u);
+  }
+  auto& store = *offload_->optimizer_store;
+  at::Tensor buf = aligned_buffer(u.owned, master_dtype_);
+  store.wait(store.read(region, 0, u.owned, buf.data_ptr()));
+  return buf;
+}
+
+void ZeroOptimizer::write_state(Unit& u, int kind, const at::Tensor& values) {
+  const int region = kind == 0 ? u.region_master : kind == 1 ? u.region_exp_avg : u.region_exp_avg_sq;
+  c10::NoGradGuard no_grad;
+  if (region < 0) {
+    (kind == 1 ? u.exp_avg : kind == 2 ? u.exp_avg_sq : masters_ ? u.master : owned_params(u)).copy_(values);
+    return;
+  }
+  auto& store = *offload_->optimizer_store;
+  at::Tensor buf = aligned_buffer(u.owned, master_dtype_);
+  buf.copy_(values.reshape({-1}));
+  store.wait(store.write(region, 0, u.owned, buf.data_ptr()));
+}
+
+at::Tensor ZeroOptimizer::step_grad(Unit& u) const {
+  if (u.shard_grad.defined()) return u.shard_grad;
+  return o_.stage == 0 ? u.flat_grad : u.flat_grad.narrow(0, u.owned_offset, u.owned);
+}
+
+at::Tensor ZeroOptimizer::owned_params(Unit& u) {
+  if (!u.sharded) return u.flat_param.narrow(0, u.owned_offset, u.owned);
+  if (u.region_param < 0) return u.shard_param;
+  auto& store = *offload_->param_store;
+  if (u.param_read == 0) u.param_read = store.read(u.region_param, 0, u.shard, u.param_staging.data_ptr());
+  store.wait(u.param_read);
+  u.param_read = 0;
+  return u.param_staging;
+}
+
+void ZeroOptimizer::store_owned_params(Unit& u, const at::Tensor& values) {
+  if (u.region_param < 0) return;
+  if (values.data_ptr() != u.param_staging.data_ptr()) u.param_staging.copy_(values);
+  auto& store = *offload_->param_store;
+  store.wait(store.write(u.region_param, 0, u.shard, u.param_staging.data_ptr()));
+}
+
+at::Tensor ZeroOptimizer::owned_weights(Unit& u) {
+  if (masters_ && u.master.defined()) return u.master;
+  return owned_params(u);
+}
+
+double ZeroOptimizer::clip_grad_norm(double max_norm) {
+  c10::NoGradGuard no_grad;
+  // Each rank holds the reduced gradients of its own part (stage 0: all of them, the same on
+  // every rank), so the squares are summed over the ranks from stage 1 on.
+  at::Tensor local = at::zeros({1}, at::kDouble);
+  for (auto& u : units_) local += step_grad(*u).to(at::kDouble).pow(2).sum().cpu();
+  if (o_.stage >= 1) comm_.all_reduce(local);
+  const double total = std::sqrt(local.item<double>());
+  if (max_norm > 0 && total > max_norm) {
+    const double scale = max_norm / (total + 1e-6);
+    for (auto& u : units_) step_grad(*u).mul_(scale);
+  }
+  return total;
+}
+
+bool ZeroOptimizer::unscale_and_check_overflow(double inv_scale) {
+  if (!grads_reduced_) reduce_gradients();
+  c10::NoGradGuard no_grad;
+  bool bad = false;
+  for (auto& u : units_) {
+    at::Tensor g = step_grad(*u);
+    if (inv_scale != 1.0) g.mul_(inv_scale);
+    bad |= !at::isfinite(g).all().item<bool>();
+  }
+  if (comm_.world_size() > 1) {
+    // One rank's overflow stops every rank's step.
+    at::Tensor flag = at::full({1}, bad ? 1.0 : 0.0);
+    comm_.all_reduce(flag);
+    bad = flag.item<double>() > 0;
+  }
+  return bad;
+}
+
+void ZeroOptimizer::step_in_memory(Unit& u, double lr) {
+  at::Tensor p = owned_params(u);
+  const at::Tensor g = step_grad(u);
+  if (!masters_) adam_reference(p, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_);
+  else adam_master(u.master, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_, p);
+  store_owned_params(u, p);
+}
+
+void ZeroOptimizer::step_nvme(double lr) {
+  // Sub-group k: read (master, m, v) into a slot, update, write back. With at least three slots
+  // the read of k+1, the update of k and the write of k-1 run at the same time.
+  auto& store = *offload_->optimizer_store;
+  auto& groups = offload_->sub_groups;
+  const std::size_t slots = offload_->buffers.size(), n = groups.size();
+  std::vector<std::vector<NvmeStore::Ticket>> reads(n), writes(n);
+  auto transfer = [&](std::size_t k, bool write) {
+    std::vector<NvmeStore::Ticket> tickets;
+    auto& buf = offload_->buffers[k % slots];
+    for (const auto& piece : groups[k]) {
+      const int regions[3] = {piece.unit->region_master, piece.unit->region_exp_avg, piece.unit->region_exp_avg_sq};
+      for (int kind = 0; kind < 3; ++kind) {
+        auto* ptr = static_cast<char*>(buf[kind].data_ptr()) + piece.buffer_offset * buf[kind].element_size();
+        tickets.push_back(write ? store.write(regions[kind], piece.first, piece.count, ptr)
+                                : store.read(regions[kind], piece.first, piece.count, ptr));
+      }
+    }
+    return tickets;
+  };
+  auto wait_all = [&](std::vector<NvmeStore::Ticket>& tickets) {
+    for (auto t : tickets) store.wait(t);
+    tickets.clear();
+  };
+  std::vector<Unit*> touched_params;
+  if (n > 0) reads[0] = transfer(0, false);
+  for (std::size_t k = 0; k < n; ++k) {
+    if (k + 1 < n) {
+      if (k + 1 >= slots) wait_all(writes[k + 1 - slots]);  // that slot's last write
+      reads[k + 1] = transfer(k + 1, false);
+    }
+    wait_all(reads[k]);
+    auto& buf = offload_->buffers[k % slots];
+    for (const auto& piece : groups[k]) {
+      Unit& u = *piece.unit;
+      // Stage 3 NVMe shards: read once per step, written back after the loop.
+      const bool seen = std::find(touched_params.begin(), touched_params.end(), &u) != touched_params.end();
+      at::Tensor p = seen ? u.param_staging : owned_params(u);
+      if (u.region_param >= 0 && !seen) touched_params.push_back(&u);
+      adam_master(buf[0].narrow(0, piece.buffer_offset, piece.count), buf[1].narrow(0, piece.buffer_offset, piece.count),
+                  buf[2].narrow(0, piece.buffer_offset, piece.count), step_grad(u).narrow(0, piece.first, piece.count),
+                  o_, lr, step_, p.narrow(0, piece.first, piece.count));
+    }
+    writes[k] = transfer(k, true);
+  }
+  for (auto& w : writes) wait_all(w);
+  for (Unit* u : touched_params) store_owned_params(*u, u->param_staging);
+}
+
+void ZeroOptimizer::step(double lr) {
+  if (!grads_reduced_) reduce_gradients();
+  c10::NoGradGuard no_grad;
+  ++step_;
+  if (o_.offload_optimizer == ZeroOptions::Offload::nvme) step_nvme(lr);
+  else
+    for (auto& u : units_) step_in_memory(*u, lr);
+  if (o_.stage > 0) gather_whole_units();
+  for (auto& u : units_)
+    if (u->shard_grad.defined()) u->shard_grad.zero_();
+  grads_reduced_ = false;
+}
+
+train::NamedTensors ZeroOptimizer::state() const {
+  auto& self = const_cast<ZeroOptimizer&>(*this);  // NVMe reads change no logical state
+  train::NamedTensors out;
+  for (const auto& u : units_) {
+    at::Tensor m = self.read_state(*u, 1).contiguous(), v = self.read_state(*u, 2).contiguous();
+    if (o_.stage > 0) {
+      at::Tensor fm = at::zeros({u->padded}, m.options()), fv = at::zeros({u->padded}, v.options());
+      comm_.all_gather(m, fm);
+      comm_.all_gather(v, fv);
+      m = fm;
+      v = fv;
+    }
+    for (std::size_t i = 0; i < u->params.size(); ++i) {
+      const std::string& name = u->params[i].first;
+      out.emplace_back("exp_avg." + name, m.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]).clone());
+      out.emplace_back("exp_avg_sq." + name, v.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]).clone());
+    }
+  }
+  out.emplace_back("step", at::full({1}, step_, at::kLong));
+  return out;
+}
+
+void ZeroOptimizer::load_state(const std::function<at::Tensor(const std::string&)>& get) {
+  c10::NoGradGuard no_grad;
+  for (auto& u : units_) {
+    const auto opts = at::TensorOptions().dtype(masters_ ? master_dtype_ : compute_opts_.dtype().toScalarType());
+    at::Tensor fm = at::zeros({u->padded}, opts), fv = at::zeros({u->padded}, opts);
+    for (std::size_t i = 0; i < u->params.size(); ++i) {
+      const std::string& name = u->params[i].first;
+      const at::Tensor m = get("exp_avg." + name), v = get("exp_avg_sq." + name);
+      if (m.numel() != u->sizes[i] || v.numel() != u->sizes[i])
+        throw Error(ErrorKind::checkpoint, "optimizer state for " + name + " has the wrong shape");
+      fm.narrow(0, u->offsets[i], u->sizes[i]).copy_(m.reshape({-1}));
+      fv.narrow(0, u->offsets[i], u->sizes[i]).copy_(v.reshape({-1}));
+    }
+    write_state(*u, 1, fm.narrow(0, u->owned_offset, u->owned));
+    write_state(*u, 2, fv.narrow(0, u->owned_offset, u->owned));
+  }
+  step_ = get("step").item<std::int64_t>();
+}
+
+train::ModelStateBytes ZeroOptimizer::model_state() const {
+  const bool on_device = o_.offload_optimizer == ZeroOptions::Offload::none;
+  train::ModelStateBytes b;
+  for (const auto& u : units_) {
+    b.parameters += u->sharded ? (o_.offload_param == ZeroOptions::Offload::none ? bytes(u->shard_param) : 0)
+                               : bytes(u->flat_param);
+    if (o_.stage >= 2) b.gradients += on_device ? bytes(u->shard_grad) : 0;
+    else b.gradients += bytes(u->flat_grad);
+    if (on_device) b.optimizer_states += bytes(u->master) + bytes(u->exp_avg) + bytes(u->exp_avg_sq);
+  }
+  return b;
+}
+
+train::OffloadedBytes ZeroOptimizer::offloaded() const {
+  train::OffloadedBytes b;
+  if (o_.offload_optimizer != ZeroOptions::Offload::none)
+    for (const auto& u : units_) {
+      b.gradients += bytes(u->shard_grad);
+      b.optimizer_states += bytes(u->master) + bytes(u->exp_avg) + bytes(u->exp_avg_sq);
+    }
+  if (o_.offload_param == ZeroOptions::Offload::cpu)
+    for (const auto& u : units_) b.parameters += u->sharded ? bytes(u->shard_param) : 0;
+  if (offload_) {
+    if (offload_->optimizer_store) b.nvme_bytes += offload_->optimizer_store->bytes();
+    if (offload_->param_store) b.nvme_bytes += offload_->param_store->bytes();
+  }
+  return b;
+}
+
+train::NamedTensors ZeroOptimizer::full_parameters() {
+  if (o_.stage < 3 && !masters_) return {};
+  c10::NoGradGuard no_grad;
+  train::NamedTensors out;
+  for (auto& u : units_) {
+    at::Tensor flat;
+    if (masters_) {
+      // The fp32 masters, not the compute copy: checkpoints keep full precision.
+      const at::Tensor mine = read_state(*u, 0).contiguous();
+      flat = mine;
+      if (o_.stage > 0) {
+        flat = at::empty({u->padded}, mine.options());
+        comm_.all_gather(mine, flat);
+      }
+    } else {
+      flat = u->flat_param;
+      if (u->sharded && !flat.defined()) {
+        flat = at::empty({u->padded}, compute_opts_);
+        comm_.all_gather(owned_params(*u).to(compute_opts_.device()), flat);
+      }
+    }
+    for (std::size_t i = 0; i < u->params.size(); ++i)
+      out.emplace_back(u->params[i].first, flat.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]).cpu().clone());
+  }
+  return out;
+}
+
+bool ZeroOptimizer::enable_ema(double decay) {
+  ema_decay_ = decay;
+  c10::NoGradGuard no_grad;
+  for (auto& u : units_) u->ema = owned_weights(*u).detach().to(at::kCPU, at::kFloat, false, true);
+  return true;
+}
+
+void ZeroOptimizer::update_ema() {
+  if (ema_decay_ < 0) return;
+  c10::NoGradGuard no_grad;
+  for (auto& u : units_) u->ema.lerp_(owned_weights(*u).detach().to(at::kCPU, at::kFloat), 1.0 - ema_decay_);
+}
+
+train::NamedTensors ZeroOptimizer::ema_state() {
+  train::NamedTensors out;
+  if (ema_decay_ < 0) return out;
+  for (auto& u : units_) {
+    at::Tensor full = u->ema;
+    if (o_.stage > 0) {
+      full = at::zeros({u->padded}, u->ema.options());
+      comm_.all_gather(u->ema, full);
+    }
+    for (std::size_t i = 0; i < u->params.size(); ++i)
+      out.emplace_back(u->params[i].first, full.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]).clone());
+  }
+  return out;
+}
+
+void ZeroOptimizer::load_ema(const std::function<at::Tensor(const std::string&)>& get) {
+  if (ema_decay_ < 0) return;
+  c10::NoGradGuard no_grad;
+  for (auto& u : units_) {
+    at::Tensor full = at::zeros({u->padded}, u->ema.options());
+    for (std::size_t i = 0; i < u->params.size(); ++i) {
+      const at::Tensor t = get(u->params[i].first);
+      if (t.numel() != u->sizes[i]) throw Error(ErrorKind::checkpoint, "EMA tensor " + u->params[i].first + " has the wrong shape");
+      full.narrow(0, u->offsets[i], u->sizes[i]).copy_(t.reshape({-1}));
+    }
+    u->ema.copy_(full.narrow(0, u->owned_offset, u->owned));
+  }
+}
+
+void ZeroOptimizer::swap_ema() {
+  if (ema_decay_ < 0) return;
+  c10::NoGradGuard no_grad;
+  // The live weights are put aside (not exchanged with the EMA), so swapping back restores them
+  // exactly even when they are bf16 and the EMA fp32. The masters are left alone.
+  for (auto& u : units_) {
+    at::Tensor live = owned_params(*u);
+    if (!ema_swapped_) {
+      u->ema_saved = live.clone();
+      live.copy_(u->ema);
+    } else {
+      live.copy_(u->ema_saved);
+      u->ema_saved = at::Tensor();
+    }
+    store_owned_params(*u, live);
+  }
+  ema_swapped_ = !ema_swapped_;
+  if (o_.stage > 0) gather_whole_units();  // the whole parameters follow the swapped shards
+}
+
+std::int64_t ZeroOptimizer::ema_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& u : units_) n += bytes(u->ema);
+  return n;
+}
+
+}  // namespace zs::zero

@@ -1,0 +1,65 @@
+#pragma once
+// ZeroOptimizer's per-unit bookkeeping, shared by zero_optimizer.cpp (flattening, collectives,
+// hooks) and zero_offload.cpp (the step, masters, offload, state). Not a public header.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "dist/communicator.h"
+#include "zero/nvme_store.h"
+#include "zero/zero_optimizer.h"
+
+namespace zs::zero {
+
+struct ZeroOptimizer::Unit {
+  std::string name;
+  bool sharded = false;      // stage 3 and not persistent: only the shard is kept between gathers
+  std::vector<std::pair<std::string, at::Tensor>> params;  // views into flat_param
+  std::vector<std::int64_t> offsets;
+  std::vector<std::int64_t> sizes;                   // elements per parameter
+  std::vector<std::vector<std::int64_t>> shapes;     // shapes (stage 3 empties the tensors)
+  std::int64_t numel = 0;    // real elements
+  std::int64_t padded = 0;   // multiple of world size
+  std::int64_t shard = 0;    // padded / world
+  std::int64_t owned = 0;         // elements this rank updates: padded at stage 0, shard otherwise
+  std::int64_t owned_offset = 0;  // where they start in the unit's flat buffer
+  at::Tensor flat_param;     // [padded] compute dtype (stage 3 sharded units: only while gathered)
+  at::Tensor shard_param;    // [shard] stage 3 sharded units: this rank's parameters (CPU with
+                             // param offload; undefined with NVMe, where they live in a file)
+  at::Tensor flat_grad;      // [padded] full gradients, compute dtype (freed after a stage 2 reduction)
+  at::Tensor shard_grad;     // [owned] the rank's reduced gradients, where the step reads them
+                             // (stages 2-3, and every stage with optimizer offload: fp32 on the CPU)
+  at::Tensor master;         // [owned] fp32 master weights (mixed precision / offload; not NVMe)
+  at::Tensor exp_avg, exp_avg_sq;  // [owned] (not NVMe)
+  std::unique_ptr<dist::PendingCollective> pending;  // a gradient reduction under way
+  at::Tensor part;                                    // its reduce-scatter output (stage 2/3)
+  at::Tensor ema;                                     // CPU, float32: EMA of the owned slice
+  at::Tensor ema_saved;                               // live owned params while the EMA is swapped in
+  std::unique_ptr<dist::PendingCollective> gathering; // stage 3: a prefetch under way into flat_param
+  at::Tensor gather_source;                           // what that prefetch sends (kept alive)
+  // NVMe regions (-1: none) and, for parameter shards, a read under way.
+  int region_master = -1, region_exp_avg = -1, region_exp_avg_sq = -1, region_param = -1;
+  at::Tensor param_staging;
+  NvmeStore::Ticket param_read = 0;
+  at::Tensor init_master;  // construction only: the owned weights in master precision
+};
+
+/// The NVMe side: one store per kind of data, the sub-group plan and its staging buffers.
+struct ZeroOptimizer::Offload {
+  std::unique_ptr<NvmeStore> optimizer_store, param_store;
+  struct Piece {
+    Unit* unit;
+    std::int64_t first, count;  // owned elements [first, first + count) of the unit
+    std::int64_t buffer_offset; // where they sit in a staging buffer (aligned)
+  };
+  std::vector<std::vector<Piece>> sub_groups;
+  std::vector<std::array<at::Tensor, 3>> buffers;  // per pipeline slot: master, exp_avg, exp_avg_sq
+};
+
+}  // namespace zs::zero
