@@ -70,9 +70,33 @@ class GroupCommunicator final : public Communicator {
   bool native_reduce_scatter() const override { return native_rs_; }
 
   void all_reduce(at::Tensor& t) override {
+    if (needs_float(t)) {
+      at::Tensor f = t.to(at::kFloat);
+      all_reduce(f);
+      t.copy_(f);
+      return;
+    }
     std::vector<at::Tensor> v{t};
     run("all_reduce", [&] { return group_->allreduce(v); });
   }
+
+  /// Gloo has no bf16: such collectives run on float32 copies (sums in fp32 are better anyway).
+  bool needs_float(const at::Tensor& t) const { return name_ == "gloo" && t.scalar_type() == at::kBFloat16; }
+
+  /// An asynchronous collective on float32 copies, copied back when it is waited for.
+  class ConvertedPending final : public PendingCollective {
+   public:
+    ConvertedPending(std::unique_ptr<PendingCollective> inner, std::function<void()> after)
+        : inner_(std::move(inner)), after_(std::move(after)) {}
+    void wait() override {
+      inner_->wait();
+      after_();
+    }
+
+   private:
+    std::unique_ptr<PendingCollective> inner_;
+    std::function<void()> after_;
+  };
 
   /// A started Work plus what to do once it is done.
   class Pending final : public PendingCollective {
@@ -94,6 +118,11 @@ class GroupCommunicator final : public Communicator {
   };
 
   std::unique_ptr<PendingCollective> all_reduce_async(at::Tensor& t) override {
+    if (needs_float(t)) {
+      at::Tensor f = t.to(at::kFloat), out = t;
+      auto inner = all_reduce_async(f);
+      return std::make_unique<ConvertedPending>(std::move(inner), [f, out]() mutable { out.copy_(f); });
+    }
     std::vector<at::Tensor> v{t};
     c10::intrusive_ptr<c10d::Work> work;
     run("all_reduce", [&] { return work = group_->allreduce(v); }, /*wait=*/false);
@@ -102,6 +131,11 @@ class GroupCommunicator final : public Communicator {
 
   std::unique_ptr<PendingCollective> all_gather_async(const at::Tensor& shard, at::Tensor& flat) override {
     check_sizes("all_gather", shard, flat);
+    if (needs_float(shard)) {
+      at::Tensor fs = shard.to(at::kFloat), ff = at::empty(flat.sizes(), flat.options().dtype(at::kFloat)), out = flat;
+      auto inner = all_gather_async(fs, ff);
+      return std::make_unique<ConvertedPending>(std::move(inner), [fs, ff, out]() mutable { out.copy_(ff); });
+    }
     std::vector<at::Tensor> in{shard};
     std::vector<std::vector<at::Tensor>> out(1);
     for (const auto& chunk : flat.chunk(world_size_)) out[0].push_back(chunk);
@@ -115,6 +149,11 @@ class GroupCommunicator final : public Communicator {
 
   std::unique_ptr<PendingCollective> reduce_scatter_async(const at::Tensor& flat, at::Tensor& shard) override {
     check_sizes("reduce_scatter", shard, flat);
+    if (needs_float(flat)) {
+      at::Tensor ff = flat.to(at::kFloat), fs = at::empty(shard.sizes(), shard.options().dtype(at::kFloat)), out = shard;
+      auto inner = reduce_scatter_async(ff, fs);
+      return std::make_unique<ConvertedPending>(std::move(inner), [ff, fs, out]() mutable { out.copy_(fs); });
+    }
     c10::intrusive_ptr<c10d::Work> work;
     if (native_rs_) {
       std::vector<at::Tensor> out{shard};
@@ -134,6 +173,12 @@ class GroupCommunicator final : public Communicator {
 
   void all_gather(const at::Tensor& shard, at::Tensor& flat) override {
     check_sizes("all_gather", shard, flat);
+    if (needs_float(shard)) {
+      at::Tensor ff = at::empty(flat.sizes(), flat.options().dtype(at::kFloat));
+      all_gather(shard.to(at::kFloat), ff);
+      flat.copy_(ff);
+      return;
+    }
     std::vector<at::Tensor> in{shard};
     std::vector<std::vector<at::Tensor>> out(1);
     for (const auto& chunk : flat.chunk(world_size_)) out[0].push_back(chunk);
@@ -142,6 +187,12 @@ class GroupCommunicator final : public Communicator {
 
   void reduce_scatter(const at::Tensor& flat, at::Tensor& shard) override {
     check_sizes("reduce_scatter", shard, flat);
+    if (needs_float(flat)) {
+      at::Tensor fs = at::empty(shard.sizes(), shard.options().dtype(at::kFloat));
+      reduce_scatter(flat.to(at::kFloat), fs);
+      shard.copy_(fs);
+      return;
+    }
     if (native_rs_) {
       std::vector<at::Tensor> out{shard};
       std::vector<std::vector<at::Tensor>> in(1);
@@ -156,6 +207,12 @@ class GroupCommunicator final : public Communicator {
   }
 
   void broadcast(at::Tensor& t, int root) override {
+    if (needs_float(t)) {
+      at::Tensor f = t.to(at::kFloat);
+      broadcast(f, root);
+      t.copy_(f);
+      return;
+    }
     std::vector<at::Tensor> v{t};
     c10d::BroadcastOptions o;
     o.rootRank = root;

@@ -382,13 +382,16 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
     at::Tensor y = recompute ? checkpoint(std::move(fn), x, aux) : fn(x, aux);
     return hooks_ ? hooks_->after(id, y) : y;
   };
-  const at::Tensor input = hooks_ ? hooks_->before(0, sample) : sample;
+  // Mixed precision: the weights may be bf16/fp16 while callers pass fp32; inputs are cast to
+  // the weights' dtype and the prediction back to the sample's.
+  const at::ScalarType dtype = p.conv_in->weight.scalar_type();
+  const at::Tensor input = (hooks_ ? hooks_->before(0, sample) : sample).to(dtype);
+  const at::Tensor context = encoder_hidden_states.to(dtype);
   at::Tensor t = timesteps.dim() == 0 ? timesteps.reshape({1}) : timesteps;
   t = t.expand({sample.size(0)});
-  // As diffusers: the sinusoids are computed in float32, then cast to the sample's dtype.
+  // As diffusers: the sinusoids are computed in float32, then cast to the model's dtype.
   const at::Tensor temb = p.time_embedding(
-      timestep_embedding(t, c.block_out_channels[0], c.flip_sin_to_cos, static_cast<double>(c.freq_shift))
-          .to(sample.scalar_type()));
+      timestep_embedding(t, c.block_out_channels[0], c.flip_sin_to_cos, static_cast<double>(c.freq_shift)).to(dtype));
   at::Tensor h = p.conv_in(input);
 
   auto run_layer = [&](Block& block, std::size_t j, at::Tensor x) {
@@ -396,7 +399,7 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
     x = unit(resnet->unit, x, temb, [resnet](const at::Tensor& in, const at::Tensor& e) mutable { return resnet(in, e); });
     if (!block->attentions.empty()) {
       auto attention = block->attentions[j];
-      x = unit(attention->unit, x, encoder_hidden_states,
+      x = unit(attention->unit, x, context,
                [attention](const at::Tensor& in, const at::Tensor& ctx) mutable { return attention(in, ctx); });
     }
     return x;
@@ -426,7 +429,7 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
     }
     if (block->sampler) h = unit(block->sampler->unit, h, at::Tensor(), sampler_fn(block->sampler));
   }
-  const at::Tensor out = p.conv_out(at::silu(p.conv_norm_out(h)));
+  const at::Tensor out = p.conv_out(at::silu(p.conv_norm_out(h))).to(sample.scalar_type());
   return hooks_ ? hooks_->after(0, out) : out;
 }
 
