@@ -29,8 +29,9 @@
 #include "train/events.h"
 #include "train/image_logger.h"
 #include "train/lr_schedule.h"
+#include "train/loss_scaler.h"
 #include "train/optimizer.h"
-#include "zero/zero_optimizer.h"
+#include "train/optimizer_setup.h"
 
 namespace zs::train {
 
@@ -61,6 +62,8 @@ struct Trainer::State {
   models::DiffusionModel model;
   std::unique_ptr<diffusion::NoiseSchedule> schedule;
   std::unique_ptr<Optimizer> optimizer;
+  at::ScalarType compute = at::kFloat;  // the dtype the model computes in
+  std::unique_ptr<LossScaler> scaler;   // fp16 (or when asked for)
   std::unique_ptr<Ema> ema;
   std::unique_ptr<data::DataLoader> loader;
   std::unique_ptr<LrSchedule> lr;
@@ -231,10 +234,9 @@ RunSummary Trainer::run(TrainerCommands& commands) {
 
     // Device.
     if (!cfg.launch.use_cpu && torch::cuda::is_available()) s.device = at::Device(at::kCUDA, 0);
-    if (cfg.precision != "fp32")
-      s.warn("precision " + cfg.precision + " is not implemented in the single-process trainer yet; training in fp32");
-    if (cfg.zero.offload_optimizer.device != "none" || cfg.zero.offload_param.device != "none")
-      s.warn("offload is not implemented yet; optimizer states and parameters stay on the compute device");
+    s.compute = compute_dtype(cfg.precision, s.device);  // fp16 without CUDA fails here, naming bf16
+    if (s.opt.loss_scaling.value_or(cfg.precision == "fp16"))
+      s.scaler = std::make_unique<LossScaler>(loss_scaler_options(cfg.loss_scaling));
 
     // Data.
     const std::string data_path = resolve_data_path(cfg, s.run_dir);
@@ -276,6 +278,12 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       models::load_weights(*s.model.text_encoder, weights, "text_encoder.");
       s.batches_consumed = ckpt->meta.value("batches_consumed", std::int64_t{0});
       s.last_loss = ckpt->meta.value("loss", 0.0);
+      if (s.scaler && ckpt->meta.contains("loss_scaler")) {
+        const json& ls = ckpt->meta["loss_scaler"];
+        s.scaler->load({ls.value("scale", s.scaler->scale()), ls.value("iter", std::int64_t{0}),
+                        ls.value("last_overflow", std::int64_t{-1}), ls.value("hysteresis", 1),
+                        ls.value("skipped", std::int64_t{0})});
+      }
     }
     s.lr = std::make_unique<LrSchedule>(cfg);
     // Each rank draws its own noise and timesteps.
@@ -317,34 +325,18 @@ RunSummary Trainer::run(TrainerCommands& commands) {
         s.comm->broadcast(t, 0);
       }
     }
-    // The optimizer (ZeRO flattens, and at stage 3 shards, the parameters it is given).
+    // The optimizer (ZeRO flattens, and at stage 3 shards, the parameters it is given; with
+    // mixed precision it keeps fp32 masters and turns the model's weights to the compute dtype).
+    // Every rank says whether it could build its own (NVMe space, memory) before going on.
     auto params = s.model.named_parameters();
-    if (s.world == 1 && cfg.zero.stage == 0) {
-      s.optimizer = std::make_unique<AdamW>(params, cfg.optimizer.betas.at(0), cfg.optimizer.betas.at(1),
-                                            cfg.optimizer.eps, cfg.optimizer.weight_decay);
-    } else {
-      // ZeRO over the UNet's units plus the text encoder as one more unit.
-      std::vector<models::ParamUnit> units = s.model.unet->units();
-      for (auto& u : units)
-        for (auto& [name, p] : u.parameters) name = "unet." + name;
-      models::ParamUnit text{"text_encoder", {}};
-      for (const auto& p : s.model.text_encoder->named_parameters()) text.parameters.emplace_back("text_encoder." + p.key(), p.value());
-      units.push_back(std::move(text));
-      zero::ZeroOptions zo;
-      zo.stage = static_cast<int>(cfg.zero.stage);
-      zo.reduce_bucket_size = cfg.zero.reduce_bucket_size;
-      zo.allgather_bucket_size = cfg.zero.allgather_bucket_size;
-      zo.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
-      zo.overlap_comm = cfg.zero.overlap_comm.value_or(true);  // explicit false turns it off
-      zo.prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size;
-      zo.beta1 = cfg.optimizer.betas.at(0);
-      zo.beta2 = cfg.optimizer.betas.at(1);
-      zo.eps = cfg.optimizer.eps;
-      zo.weight_decay = cfg.optimizer.weight_decay;
-      auto zero_opt = std::make_unique<zero::ZeroOptimizer>(std::move(units), *s.comm, zo);
-      s.model.unet->set_unit_hooks(zero_opt->unit_hooks());
-      s.optimizer = std::move(zero_opt);
+    std::exception_ptr optimizer_error;
+    try {
+      s.optimizer = make_optimizer(cfg, s.model, *s.comm, s.compute, root.filename().string(),
+                                   [&s](const std::string& line) { s.log(line); });
+    } catch (...) {
+      optimizer_error = std::current_exception();
     }
+    agree("building the optimizer", optimizer_error);
     // The EMA: kept by the ZeRO optimizer per shard, else a whole copy on the CPU.
     if (cfg.ema.enabled && !s.optimizer->enable_ema(cfg.ema.decay)) s.ema = std::make_unique<Ema>(params, cfg.ema.decay);
     if (ckpt) {
@@ -374,8 +366,10 @@ RunSummary Trainer::run(TrainerCommands& commands) {
   auto gather_ranks = [&]() {
     const auto gpu = gpu_memory(s.device.is_cuda() ? s.device.index() : -1);
     const auto b = s.optimizer->model_state();
+    const auto off = s.optimizer->offloaded();
     const std::vector<std::int64_t> mine = {process_rss_bytes(), gpu.allocated, gpu.reserved, gpu.peak,
-                                            b.parameters, b.gradients, b.optimizer_states};
+                                            b.parameters, b.gradients, b.optimizer_states, off.parameters,
+                                            off.gradients, off.optimizer_states, off.nvme_bytes};
     at::Tensor shard = at::tensor(mine, at::kLong);
     at::Tensor all = at::zeros({static_cast<std::int64_t>(mine.size()) * s.world}, at::kLong);
     s.comm->all_gather(shard, all);
@@ -384,7 +378,9 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       const auto v = [&](int i) { return all[r * static_cast<std::int64_t>(mine.size()) + i].item<std::int64_t>(); };
       ranks.push_back({{"rank", r}, {"rss_bytes", v(0)}, {"gpu_allocated_bytes", v(1)}, {"gpu_reserved_bytes", v(2)},
                        {"gpu_peak_bytes", v(3)},
-                       {"model_state", {{"parameters", v(4)}, {"gradients", v(5)}, {"optimizer_states", v(6)}}}});
+                       {"model_state", {{"parameters", v(4)}, {"gradients", v(5)}, {"optimizer_states", v(6)}}},
+                       {"offloaded", {{"parameters", v(7)}, {"gradients", v(8)}, {"optimizer_states", v(9)},
+                                      {"nvme_bytes", v(10)}}}});
     }
     return ranks;
   };
@@ -424,6 +420,11 @@ RunSummary Trainer::run(TrainerCommands& commands) {
                  {"reason", reason},
                  {"world_size", s.world},
                  {"config", config::to_yaml(cfg)}};
+    if (s.scaler) {
+      const auto st = s.scaler->state();
+      meta["loss_scaler"] = {{"scale", st.scale}, {"iter", st.iter}, {"last_overflow", st.last_overflow},
+                             {"hysteresis", st.hysteresis}, {"skipped", st.skipped}};
+    }
     const auto info = checkpoint::save_checkpoint(s.checkpoints_dir(), "step_" + std::to_string(s.step), files, meta);
     s.emit("checkpoint", {{"path", info.path}, {"bytes", info.bytes}, {"reason", reason}});
     for (const auto& tag : checkpoint::prune_checkpoints(s.checkpoints_dir(), cfg.checkpointing.keep_last))
@@ -458,7 +459,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     if (cfg.sampling.at_start && s.step == 0) sample();
     auto interval_start = std::chrono::steady_clock::now();
     double interval_loss = 0, interval_norm = 0;
-    std::int64_t interval_steps = 0;
+    std::int64_t interval_steps = 0, interval_good_steps = 0;  // steps, and those not skipped by an overflow
     const std::int64_t accum = cfg.training.gradient_accumulation_steps;
     while (s.step < cfg.training.max_steps) {
       while (commands.paused() && !commands.stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -492,7 +493,9 @@ RunSummary Trainer::run(TrainerCommands& commands) {
         const at::Tensor pred = s.model.unet->forward(s.schedule->add_noise(x0, noise, t), t, context);
         const at::Tensor per_sample = (pred - s.schedule->target(x0, noise, t)).pow(2).mean({1, 2, 3});  // [B]
         const at::Tensor loss = (per_sample * s.schedule->min_snr_weights(t, cfg.training.min_snr_gamma)).mean();
-        (loss / static_cast<double>(accum)).backward();
+        const double scale = s.scaler ? s.scaler->scale() : 1.0;
+        (loss * (scale / static_cast<double>(accum))).backward();
+        if (s.opt.after_backward) s.opt.after_backward(s.step + 1, s.rank, s.model.named_parameters());
         step_loss += loss.item<double>() / static_cast<double>(accum);
       }
       // Gradients meet only after the last micro-batch (ZeRO: all-reduce or reduce-scatter).
@@ -502,11 +505,30 @@ RunSummary Trainer::run(TrainerCommands& commands) {
         s.comm->all_reduce(l);
         step_loss = l.item<double>() / s.world;
       }
-      if (!std::isfinite(step_loss))
+      double norm = 0;
+      bool skipped = false;
+      if (s.scaler) {
+        // Loss scaling: an inf/NaN gradient on any rank skips the step on every rank.
+        const double scale = s.scaler->scale();
+        skipped = s.optimizer->unscale_and_check_overflow(1.0 / scale) || !std::isfinite(step_loss);
+        s.scaler->update(skipped);
+        if (skipped) {
+          s.optimizer->skip_step();
+          s.emit("overflow", {{"loss_scale", scale}, {"next_loss_scale", s.scaler->scale()},
+                              {"skipped_steps", s.scaler->skipped()}});
+          if (s.scaler->stuck())
+            throw Error(ErrorKind::data, "gradients overflow at the lowest loss scale (" + std::to_string(scale) +
+                                             ", loss_scaling.min_loss_scale) at step " + std::to_string(s.step + 1) +
+                                             "; lower optimizer.lr, enable gradient clipping or use precision: bf16");
+        }
+      } else if (!std::isfinite(step_loss)) {
         throw Error(ErrorKind::data, "the loss became " + std::to_string(step_loss) + " at step " +
                                          std::to_string(s.step + 1) + "; lower optimizer.lr or enable gradient clipping");
-      const double norm = s.optimizer->clip_grad_norm(cfg.training.gradient_clipping);
-      s.optimizer->step(lr);
+      }
+      if (!skipped) {
+        norm = s.optimizer->clip_grad_norm(cfg.training.gradient_clipping);
+        s.optimizer->step(lr);
+      }
       ++s.step;
       ++steps_done_here;
       s.last_loss = step_loss;
@@ -514,8 +536,11 @@ RunSummary Trainer::run(TrainerCommands& commands) {
         if (s.ema) s.ema->update(s.model.named_parameters());
         else s.optimizer->update_ema();
       }
-      interval_loss += step_loss;
-      interval_norm += norm;
+      if (!skipped) {
+        interval_loss += step_loss;
+        interval_norm += norm;
+        ++interval_good_steps;
+      }
       ++interval_steps;
       const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
       if (s.opt.on_step) s.opt.on_step(s.step, cfg.training.max_steps, step_loss, step_s);
@@ -523,16 +548,21 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       if (s.step % cfg.logging.every_n_steps == 0 || s.step == cfg.training.max_steps) {
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - interval_start).count();
         const json ranks = gather_ranks();
-        s.emit("metrics", {{"loss", interval_loss / interval_steps},
+        json metrics = {{"loss", interval_good_steps > 0 ? interval_loss / interval_good_steps : step_loss},
                            {"lr", lr},
-                           {"grad_norm", interval_norm / interval_steps},
+                           {"grad_norm", interval_good_steps > 0 ? interval_norm / interval_good_steps : 0.0},
                            {"samples_per_s", secs > 0 ? interval_steps * accum * cfg.training.batch_size * s.world / secs : 0.0},
                            {"s_per_step", secs / interval_steps},
                            {"epoch", static_cast<double>(s.batches_consumed * s.world) / s.loader->batches_per_epoch()},
-                           {"ranks", ranks}});
+                           {"ranks", ranks}};
+        if (s.scaler) {
+          metrics["loss_scale"] = s.scaler->scale();
+          metrics["skipped_steps"] = s.scaler->skipped();
+        }
+        s.emit("metrics", metrics);
         interval_start = std::chrono::steady_clock::now();
         interval_loss = interval_norm = 0;
-        interval_steps = 0;
+        interval_steps = interval_good_steps = 0;
       }
       const bool sample_due = cfg.sampling.every_n_steps > 0 && s.step % cfg.sampling.every_n_steps == 0;
       if (want_sample || sample_due || s.step == cfg.training.max_steps) sample();

@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
 #include "config/trainer_config.h"
@@ -29,9 +31,15 @@ struct TrainerOptions {
   /// Called after every optimizer step: (step, max_steps, loss, seconds per step).
   std::function<void(std::int64_t, std::int64_t, double, double)> on_step;
   /// The ranks of a multi-process run (null: one process). Rank 0 writes the run directory;
-  /// every rank writes logs/rank<R>.log. Ranks train with zero::ZeroOptimizer (zero.stage 0-2;
-  /// stage 3 runs as 2 until sharded parameters land).
+  /// every rank writes logs/rank<R>.log. Ranks train with zero::ZeroOptimizer.
   std::shared_ptr<dist::Communicator> comm;
+  /// Loss scaling on or off regardless of precision (unset: on for fp16 only, as DeepSpeed).
+  /// Tests turn it on for fp32/bf16 runs on the CPU.
+  std::optional<bool> loss_scaling;
+  /// Called after each micro-batch's backward with (step about to be taken, 1-based; rank; the
+  /// model's parameters, whose .grad() hold this rank's gradients), before the gradients are
+  /// combined. Tests inject inf/NaN here.
+  std::function<void(std::int64_t, int, const std::vector<std::pair<std::string, at::Tensor>>&)> after_backward;
 };
 
 /// What a finished run reports.

@@ -20,6 +20,7 @@
 #include "dist/communicator.h"
 #include "models/unet_2d_condition.h"
 #include "train/ema.h"
+#include "train/loss_scaler.h"
 #include "train/optimizer.h"
 #include "zero/zero_optimizer.h"
 
@@ -249,6 +250,62 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, con
   return check(worst <= tolerance, "weights differ from the single-process reference") ? 0 : 1;
 }
 
+/// Loss scaling across ranks: rank 1 alone sees an inf gradient; every rank must report the
+/// overflow and skip (weights unchanged everywhere); the next, clean step updates everywhere.
+int overflow_skips_everywhere(dist::Communicator& c, int stage) {
+  auto unet = small_unet();
+  zero::ZeroOptions o;
+  o.stage = stage;
+  zero::ZeroOptimizer opt(unet->units(), c, o);
+  unet->set_unit_hooks(opt.unit_hooks());
+  train::LossScaler scaler({0, 3, 1000, 1, 1});  // dynamic, starts at 8, no hysteresis
+  auto snapshot = [&] {
+    std::vector<at::Tensor> out;
+    for (const auto& [name, p] : opt.full_parameters()) out.push_back(p.clone());
+    if (out.empty())
+      for (const auto& p : unet->parameters()) out.push_back(p.detach().clone());
+    return out;
+  };
+  auto same = [](const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (!at::equal(a[i], b[i])) return false;
+    return true;
+  };
+  bool ok = true;
+  for (int step = 0; step < 2; ++step) {
+    const auto before = snapshot();
+    opt.zero_grad();
+    at::Generator gen = at::detail::createCPUGenerator(7 + c.rank());
+    const at::Tensor x = at::randn({2, 3, 8, 8}, gen), ctx = at::randn({2, 4, 16}, gen);
+    const at::Tensor out = unet->forward(x, at::full({2}, 10, at::kLong), ctx);
+    (out.pow(2).mean() * scaler.scale()).backward();
+    if (step == 0 && c.rank() == 1) {
+      // After backward, before the reduction: this rank's gradient of some parameter is inf.
+      c10::NoGradGuard no_grad;
+      for (const auto& p : unet->parameters())
+        if (p.grad().defined()) {
+          p.grad().view({-1})[0] = std::numeric_limits<float>::infinity();
+          break;
+        }
+    }
+    opt.reduce_gradients();
+    const bool overflow = opt.unscale_and_check_overflow(1.0 / scaler.scale());
+    scaler.update(overflow);
+    if (overflow) opt.skip_step();
+    else opt.step(1e-2);
+    const auto after = snapshot();
+    if (step == 0) {
+      ok &= check(overflow, "every rank sees the overflow of rank 1");
+      ok &= check(same(before, after), "no rank stepped on the overflowed step");
+      ok &= check(scaler.scale() == 4, "the scale halved");
+    } else {
+      ok &= check(!overflow, "the clean step is not an overflow");
+      ok &= check(!same(before, after), "the clean step updated the weights");
+    }
+  }
+  return ok ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -271,6 +328,8 @@ int main(int argc, char** argv) {
       // The optimizer is gone: so are its NVMe folders.
       for (const auto& d : nvme_dirs)
         if (!check(count_files(d) == -1, ("NVMe folder left behind: " + d).c_str())) rc = 1;
+    } else if (scenario == "overflow") {
+      rc = overflow_skips_everywhere(*comm, std::stoi(argv[3]));
     } else if (scenario == "die" || scenario == "stall" || scenario == "die0") {
       at::Tensor t = at::ones({1});
       comm->all_reduce(t);  // everyone is up

@@ -121,6 +121,21 @@ class TestDist : public QObject {
     QVERIFY2(QDir(nvme.path()).isEmpty(), "NVMe files were left behind");
   }
 
+  // fp16 loss scaling's overflow rule across ranks: one rank's inf stops every rank's step.
+  void overflowOnOneRankSkipsTheStepOnAll_data() {
+    QTest::addColumn<int>("stage");
+    for (int stage : {0, 2, 3}) QTest::addRow("stage %d", stage) << stage;
+  }
+
+  void overflowOnOneRankSkipsTheStepOnAll() {
+    QFETCH(int, stage);
+    World w("overflow", 2, {0, 1}, zs::test::freePort(), 60, {}, {QString::number(stage)});
+    for (int r = 0; r < 2; ++r) {
+      QVERIFY(w.wait(r, 60000));
+      QVERIFY2(w.code(r) == 0, qPrintable(w.out(r)));
+    }
+  }
+
   // Offload: the same weights after 5 steps as one process in memory (float64 to 1e-10; the
   // float32 rows run the fused CPU AdamW, whose rounding differs from LibTorch's in the last
   // bit: 2e-5 as for the in-memory float32 rows), at world sizes 1 and 2.

@@ -14,8 +14,10 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/image.h"
+#include "io/safetensors.h"
 #include "train/trainer.h"
 
+#include <QDir>
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -47,6 +49,14 @@ std::vector<json> read_events(const std::string& run_dir) {
   std::ifstream in(run_dir + "/events.jsonl");
   std::vector<json> out;
   for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+  return out;
+}
+
+/// The last checkpoint an event names.
+std::string checkpoint_dir(const std::vector<json>& events) {
+  std::string out;
+  for (const auto& e : events)
+    if (e["type"] == "checkpoint") out = e["path"].get<std::string>();
   return out;
 }
 
@@ -119,6 +129,132 @@ class TestTrainE2E : public QObject {
       QVERIFY2(fs::exists(opt.run_dir + "/" + f), f);
     // A second fresh run into the same folder is refused.
     QVERIFY_THROWS_EXCEPTION(Error, train::Trainer(small_config(), opt).run(commands));
+  }
+
+
+  // Mixed precision, offload and activation checkpointing in a real training run: losses stay
+  // finite and fall, the metrics say where the model state is, NVMe files exist while training
+  // and are gone afterwards, and checkpoints keep fp32 master weights.
+  void precisionAndOffloadTrain_data() {
+    QTest::addColumn<QStringList>("sets");
+    QTest::newRow("bf16") << QStringList{"precision=bf16"};
+    QTest::newRow("fp32, stage 1, optimizer to cpu") << QStringList{"zero.stage=1", "zero.offload_optimizer.device=cpu"};
+    QTest::newRow("bf16, stage 2, optimizer to nvme, gradient checkpointing")
+        << QStringList{"precision=bf16", "zero.stage=2", "zero.offload_optimizer.device=nvme",
+                       "zero.offload_optimizer.nvme_path=@", "zero.sub_group_size=200000",
+                       "training.gradient_checkpointing=true"};
+    QTest::newRow("fp32, stage 3, parameters and optimizer to nvme")
+        << QStringList{"zero.stage=3", "zero.offload_optimizer.device=nvme", "zero.offload_optimizer.nvme_path=@",
+                       "zero.offload_param.device=nvme", "zero.offload_param.nvme_path=@"};
+  }
+
+  void precisionAndOffloadTrain() {
+    QFETCH(QStringList, sets);
+    QTemporaryDir dir, nvme;
+    std::vector<std::string> extra = {"training.max_steps=12", "sampling.every_n_steps=0", "checkpointing.every_n_steps=0"};
+    for (QString set : sets) extra.push_back(set.replace("@", nvme.path()).toStdString());
+    const bool uses_nvme = sets.join(' ').contains("nvme");
+    train::TrainerOptions opt;
+    opt.run_dir = (dir.path() + "/run").toStdString();
+    long files_during = -1;
+    opt.on_step = [&](std::int64_t step, std::int64_t, double, double) {
+      if (step != 3) return;
+      files_during = 0;
+      for (const auto& e : fs::recursive_directory_iterator(nvme.path().toStdString())) files_during += e.is_regular_file();
+    };
+    train::TrainerCommands commands;
+    const auto summary = train::Trainer(small_config(extra), opt).run(commands);
+    QCOMPARE(summary.step, std::int64_t{12});
+    const auto events = read_events(opt.run_dir);
+    const auto l = losses(events);
+    QCOMPARE(l.size(), std::size_t{12});
+    for (double x : l) QVERIFY(std::isfinite(x));
+    QVERIFY2(l[9] + l[10] + l[11] < l[0] + l[1] + l[2], "the loss should fall over 12 steps");
+    json last;
+    for (const auto& e : events)
+      if (e["type"] == "metrics") last = e["ranks"][0];
+    const bool offloading = sets.join(' ').contains("offload");
+    if (offloading) QCOMPARE(last["model_state"]["optimizer_states"].get<std::int64_t>(), std::int64_t{0});
+    const auto& off = last["offloaded"];
+    QVERIFY2(off.contains("nvme_bytes") && off.contains("optimizer_states") && off.contains("parameters"), off.dump().c_str());
+    if (uses_nvme) {
+      QVERIFY(off["nvme_bytes"].get<std::int64_t>() > 0);
+      QVERIFY2(files_during >= 3, qPrintable(QString::number(files_during)));
+      QVERIFY2(QDir(nvme.path()).isEmpty(), "NVMe files left behind after the run");
+    } else if (offloading) {
+      QVERIFY(off["optimizer_states"].get<std::int64_t>() > 0);
+    }
+    // Checkpoints keep the fp32 masters, also when the model computes in bf16.
+    const auto ckpt = checkpoint_dir(events);
+    const io::SafetensorsReader weights(ckpt + "/model.safetensors");
+    for (const auto& e : weights.entries()) QCOMPARE(e.dtype, std::string("F32"));
+  }
+
+  void nvmeFilesGoAfterAFailure() {
+    QTemporaryDir dir, nvme;
+    train::TrainerOptions opt;
+    opt.run_dir = (dir.path() + "/run").toStdString();
+    opt.after_backward = [](std::int64_t step, int, const auto&) {
+      if (step == 3) throw Error(ErrorKind::data, "injected failure");
+    };
+    train::TrainerCommands commands;
+    const auto cfg = small_config({"training.max_steps=6", "zero.stage=2", "zero.offload_optimizer.device=nvme",
+                                   "zero.offload_optimizer.nvme_path=" + nvme.path().toStdString(),
+                                   "checkpointing.on_exception=false"});
+    QVERIFY_THROWS_EXCEPTION(Error, train::Trainer(cfg, opt).run(commands));
+    QVERIFY2(QDir(nvme.path()).isEmpty(), "NVMe files left behind after a failed run");
+  }
+
+  void fp16WithoutCudaSaysUseBf16() {
+    if (at::hasCUDA()) QSKIP("this machine has CUDA: fp16 is allowed");
+    QTemporaryDir dir;
+    train::TrainerOptions opt;
+    opt.run_dir = (dir.path() + "/run").toStdString();
+    train::TrainerCommands commands;
+    try {
+      train::Trainer(small_config({"precision=fp16"}), opt).run(commands);
+      QFAIL("fp16 started without CUDA");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("precision: fp16 needs a CUDA GPU") != std::string::npos, e.what());
+      QVERIFY2(std::string(e.what()).find("bf16") != std::string::npos, e.what());
+    }
+  }
+
+  // Dynamic loss scaling on the CPU (forced on for fp32): an injected inf skips the step, the
+  // scale halves (hysteresis 1), an event says so, the scale grows again after the window.
+  void overflowSkipsTheStepAndTheScaleRecovers() {
+    QTemporaryDir dir;
+    train::TrainerOptions opt;
+    opt.run_dir = (dir.path() + "/run").toStdString();
+    opt.loss_scaling = true;
+    opt.after_backward = [](std::int64_t step, int, const std::vector<std::pair<std::string, at::Tensor>>& params) {
+      if (step == 4) params.front().second.mutable_grad().view({-1})[0] = std::numeric_limits<float>::infinity();
+    };
+    train::TrainerCommands commands;
+    const auto cfg = small_config({"training.max_steps=10", "loss_scaling.initial_scale_power=4",
+                                   "loss_scaling.hysteresis=1", "loss_scaling.loss_scale_window=3",
+                                   "sampling.every_n_steps=0", "checkpointing.every_n_steps=0"});
+    const auto summary = train::Trainer(cfg, opt).run(commands);
+    QCOMPARE(summary.step, std::int64_t{10});
+    const auto events = read_events(opt.run_dir);
+    std::vector<double> scale;  // after each step
+    int overflows = 0;
+    for (const auto& e : events) {
+      if (e["type"] == "metrics") scale.push_back(e["loss_scale"].get<double>());
+      if (e["type"] == "overflow") {
+        ++overflows;
+        QCOMPARE(e["step"].get<std::int64_t>(), std::int64_t{3});  // written before the step counter moves
+        QCOMPARE(e["next_loss_scale"].get<double>(), e["loss_scale"].get<double>() / 2);
+      }
+    }
+    QCOMPARE(overflows, 1);
+    QCOMPARE(scale.size(), std::size_t{10});
+    // DeepSpeed's rule with window 3: doubles after steps 3 (16 -> 32), halves at the overflow
+    // on step 4 (-> 16), doubles again 3 clean steps later (step 7, -> 32) and at step 10.
+    const std::vector<double> want = {16, 16, 32, 16, 16, 16, 32, 32, 32, 64};
+    for (std::size_t i = 0; i < want.size(); ++i)
+      QVERIFY2(scale[i] == want[i], qPrintable(QString("step %1: scale %2, want %3").arg(i + 1).arg(scale[i]).arg(want[i])));
+    QCOMPARE(events.back()["type"].get<std::string>(), std::string("run_end"));
   }
 
   void stopAndResumeEqualsAnUninterruptedRun() {

@@ -10,6 +10,7 @@
 #include "io/atomic_file.h"
 #include "train/ema.h"
 #include "train/events.h"
+#include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -55,6 +56,42 @@ class TestTrain : public QObject {
     c.training.max_steps = 500;
     QCOMPARE(train::LrSchedule(c).total_steps(), std::int64_t{2000});
     QVERIFY(train::LrSchedule(c).lr(499) > 0.009);
+  }
+
+  // DeepSpeed's DynamicLossScaler rules (deepspeed/runtime/fp16/loss_scaler.py).
+  void lossScalerFollowsDeepSpeed() {
+    train::LossScaler s({0, 16, 2, 2, 1});  // dynamic from 2^16, window 2, hysteresis 2
+    QCOMPARE(s.scale(), 65536.0);
+    s.update(true);  // the first overflow only uses up the hysteresis
+    QCOMPARE(s.scale(), 65536.0);
+    s.update(true);  // the second lowers the scale
+    QCOMPARE(s.scale(), 32768.0);
+    s.update(false);  // one clean step since the overflow: (2 - 1) % 2 != 0
+    QCOMPARE(s.scale(), 32768.0);
+    s.update(false);  // two: doubles, hysteresis restored
+    QCOMPARE(s.scale(), 65536.0);
+    s.update(true);
+    QCOMPARE(s.scale(), 65536.0);  // hysteresis again
+    QCOMPARE(s.skipped(), std::int64_t{3});
+    // The state survives a checkpoint.
+    train::LossScaler copy({0, 16, 2, 2, 1});
+    copy.load(s.state());
+    s.update(true);
+    copy.update(true);
+    QCOMPARE(copy.scale(), s.scale());
+    // At the lowest scale an overflow means training cannot go on.
+    train::LossScaler low({0, 1, 1000, 1, 1});
+    low.update(true);
+    QCOMPARE(low.scale(), 1.0);
+    QVERIFY(!low.stuck());
+    low.update(true);
+    QVERIFY(low.stuck());
+    // A static scale never moves, but overflowed steps still count as skipped.
+    train::LossScaler fixed({128, 16, 1, 1, 1});
+    fixed.update(true);
+    fixed.update(false);
+    QCOMPARE(fixed.scale(), 128.0);
+    QCOMPARE(fixed.skipped(), std::int64_t{1});
   }
 
   void adamwMatchesLibTorch() {

@@ -3,10 +3,19 @@
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+
 #include "core/error.h"
+#include "io/async_file_io.h"
+#include "zero/nvme_store.h"
 #include "train/optimizer.h"
 #include "zero/cpu_adam.h"
 
+#include <QDir>
+#include <QTemporaryDir>
 #include <QtTest>
 
 #include "test_support.h"
@@ -92,6 +101,90 @@ class TestZero : public QObject {
         // Bit-equal to LibTorch's round-to-nearest-even conversion of the fp32 result.
         QVERIFY2(at::equal(out, p.to(dtype)), (zero::simd_name(level) + " " + c10::toString(dtype)).c_str());
       }
+    }
+  }
+
+  // Both I/O backends move the same bytes, split into blocks, with many transfers in flight.
+  void asyncFileIoRoundTrips_data() {
+    QTest::addColumn<QString>("backend");
+    QTest::newRow("io_uring") << "io_uring";
+    QTest::newRow("threads") << "threads";
+  }
+
+  void asyncFileIoRoundTrips() {
+    QFETCH(QString, backend);
+    QTemporaryDir dir;
+    io::AsyncIoOptions o;
+    o.backend = backend.toStdString();
+    o.block_size = 8192;  // several requests per transfer
+    o.queue_depth = 4;
+    o.threads = 2;
+    std::unique_ptr<zero::NvmeStore> store;
+    try {
+      store = std::make_unique<zero::NvmeStore>(dir.path().toStdString(), "t", 0, o);
+    } catch (const Error& e) {
+      QSKIP(qPrintable(QString("backend not available here: %1").arg(e.what())));
+    }
+    QCOMPARE(QString::fromStdString(store->io().backend()), backend);
+    const std::int64_t n = 300'001;
+    const int a = store->add_region("a.swp", n, at::kFloat), b = store->add_region("a.swp", 77, at::kBFloat16);
+    at::Tensor src = zero::aligned_buffer(n, at::kFloat);
+    src.copy_(at::randn({n}));
+    at::Tensor small = zero::aligned_buffer(77, at::kBFloat16);
+    small.copy_(at::randn({77}));
+    std::vector<zero::NvmeStore::Ticket> t;
+    // Write in pieces that start on blocks, read back in other pieces.
+    const std::int64_t block = store->block_elements(a);
+    for (std::int64_t first = 0; first < n; first += 50 * block) {
+      const std::int64_t count = std::min(50 * block, n - first);
+      t.push_back(store->write(a, first, count, src.data_ptr<float>() + first));
+    }
+    t.push_back(store->write(b, 0, 77, small.data_ptr()));
+    for (auto x : t) store->wait(x);
+    at::Tensor back = zero::aligned_buffer(n, at::kFloat), back_small = zero::aligned_buffer(77, at::kBFloat16);
+    const auto r1 = store->read(a, 0, n, back.data_ptr()), r2 = store->read(b, 0, 77, back_small.data_ptr());
+    store->wait(r2);
+    store->wait(r1);
+    QVERIFY(at::equal(back, src));
+    QVERIFY(at::equal(back_small, small));
+    QVERIFY(store->bytes() >= n * 4 + 77 * 2);
+    const std::string folder = store->dir();
+    QVERIFY(QDir(QString::fromStdString(folder)).exists());
+    store.reset();
+    QVERIFY2(!QDir(QString::fromStdString(folder)).exists(), "the store's folder must go with it");
+  }
+
+  void asyncFileIoNamesTheFileOnErrors() {
+    QTemporaryDir dir;
+    const std::string path = (dir.path() + "/short.bin").toStdString();
+    { std::ofstream(path) << "0123"; }
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    QVERIFY(fd >= 0);
+    io::AsyncFileIo aio({});
+    char buf[4096];
+    try {
+      aio.wait(aio.read(fd, buf, sizeof buf, 0, path));
+      QFAIL("a read past the end was accepted");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find(path + ": read at byte 4 failed: the file ended early") != std::string::npos, e.what());
+    }
+    try {
+      aio.wait(aio.write(fd, buf, sizeof buf, 0, path));
+      QFAIL("a write to a read-only file was accepted");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find(path + ": write at byte 0 failed") != std::string::npos, e.what());
+    }
+    ::close(fd);
+  }
+
+  void nvmeSpaceCheckSaysWhatIsMissing() {
+    try {
+      zero::NvmeStore::check_space("/tmp", std::int64_t{1} << 60, "zero.offload_optimizer.nvme_path");
+      QFAIL("an exabyte fit");
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      QVERIFY2(m.find("zero.offload_optimizer.nvme_path: /tmp has ") != std::string::npos, m.c_str());
+      QVERIFY2(m.find("free space there or choose another folder") != std::string::npos, m.c_str());
     }
   }
 

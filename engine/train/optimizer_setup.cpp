@@ -1,0 +1,88 @@
+#include "train/optimizer_setup.h"
+
+#include "core/error.h"
+#include "dist/communicator.h"
+#include "models/diffusion_model.h"
+#include "zero/zero_optimizer.h"
+
+namespace zs::train {
+
+at::ScalarType compute_dtype(const std::string& precision, const c10::Device& device) {
+  if (precision == "bf16") return at::kBFloat16;
+  if (precision == "fp16") {
+    if (!device.is_cuda())
+      throw Error(ErrorKind::config, "precision: fp16 needs a CUDA GPU: LibTorch has no fp16 convolution or group "
+                                     "norm on the CPU. Use precision: bf16 (it runs on the CPU) or fp32.");
+    return at::kHalf;
+  }
+  return at::kFloat;
+}
+
+namespace {
+
+zero::ZeroOptions::Offload offload_of(const std::string& device) {
+  if (device == "cpu") return zero::ZeroOptions::Offload::cpu;
+  if (device == "nvme") return zero::ZeroOptions::Offload::nvme;
+  return zero::ZeroOptions::Offload::none;
+}
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
+                                          dist::Communicator& comm, at::ScalarType compute, const std::string& run_tag,
+                                          std::function<void(const std::string&)> log) {
+  const auto& z = cfg.zero;
+  const double beta1 = cfg.optimizer.betas.at(0), beta2 = cfg.optimizer.betas.at(1);
+  const bool offload = z.offload_optimizer.device != "none" || z.offload_param.device != "none";
+  if (comm.world_size() == 1 && z.stage == 0 && compute == at::kFloat && !offload)
+    return std::make_unique<AdamW>(model.named_parameters(), beta1, beta2, cfg.optimizer.eps, cfg.optimizer.weight_decay);
+  std::vector<models::ParamUnit> units = model.unet->units();
+  for (auto& u : units)
+    for (auto& [name, p] : u.parameters) name = "unet." + name;
+  models::ParamUnit text{"text_encoder", {}};
+  for (const auto& p : model.text_encoder->named_parameters()) text.parameters.emplace_back("text_encoder." + p.key(), p.value());
+  units.push_back(std::move(text));
+  zero::ZeroOptions zo;
+  zo.stage = static_cast<int>(z.stage);
+  zo.reduce_bucket_size = z.reduce_bucket_size;
+  zo.allgather_bucket_size = z.allgather_bucket_size;
+  zo.persistence_threshold = z.stage3_param_persistence_threshold;
+  zo.overlap_comm = z.overlap_comm.value_or(true);  // explicit false turns it off
+  zo.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
+  zo.beta1 = beta1;
+  zo.beta2 = beta2;
+  zo.eps = cfg.optimizer.eps;
+  zo.weight_decay = cfg.optimizer.weight_decay;
+  zo.compute_dtype = compute;
+  zo.offload_optimizer = offload_of(z.offload_optimizer.device);
+  zo.offload_param = offload_of(z.offload_param.device);
+  zo.optimizer_nvme_path = z.offload_optimizer.nvme_path;
+  zo.param_nvme_path = z.offload_param.nvme_path;
+  zo.run_tag = run_tag;
+  zo.sub_group_size = z.sub_group_size;
+  zo.buffer_count = static_cast<int>(z.offload_optimizer.buffer_count);
+  // CPU copies are pinned whenever CUDA is present (the pin_memory keys are read for DeepSpeed
+  // compatibility; unpinned copies would only make the transfers slower).
+  zo.pin_memory = true;
+  zo.aio.block_size = z.aio.block_size;
+  zo.aio.queue_depth = static_cast<int>(z.aio.queue_depth);
+  zo.aio.threads = static_cast<int>(z.aio.intra_op_parallelism);
+  zo.aio.single_submit = z.aio.single_submit;
+  zo.aio.overlap_events = z.aio.overlap_events;
+  zo.log = std::move(log);
+  auto zero_opt = std::make_unique<zero::ZeroOptimizer>(std::move(units), comm, std::move(zo));
+  model.unet->set_unit_hooks(zero_opt->unit_hooks());
+  return zero_opt;
+}
+
+LossScalerOptions loss_scaler_options(const config::LossScalingConfig& c) {
+  LossScalerOptions o;
+  o.static_scale = c.loss_scale;
+  o.initial_scale_power = static_cast<int>(c.initial_scale_power);
+  o.window = c.loss_scale_window;
+  o.hysteresis = static_cast<int>(c.hysteresis);
+  o.min_scale = c.min_loss_scale;
+  return o;
+}
+
+}  // namespace zs::train

@@ -1,0 +1,40 @@
+#pragma once
+// Builds the optimizer a config asks for, and the precision it computes in.
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include "config/trainer_config.h"
+#include "train/loss_scaler.h"
+#include "train/optimizer.h"
+
+namespace zs::dist {
+class Communicator;
+}
+namespace zs::models {
+struct DiffusionModel;
+}
+
+namespace zs::train {
+
+/// The dtype the model computes in for `precision` (fp32 | bf16 | fp16) on `device`. fp16 needs
+/// CUDA (LibTorch has no fp16 convolution or group norm on the CPU): throws zs::Error(config)
+/// saying so and suggesting bf16.
+at::ScalarType compute_dtype(const std::string& precision, const c10::Device& device);
+
+/// Plain AdamW for fp32 in one process at stage 0 without offload; otherwise a ZeroOptimizer
+/// over the UNet's units plus the text encoder as one more unit, with the config's stage,
+/// buckets, offload (NVMe folders named after `run_tag`) and compute precision, its hooks
+/// installed on the UNet. `log` receives one-line notes (which I/O backend NVMe uses).
+std::unique_ptr<Optimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
+                                          dist::Communicator& comm, at::ScalarType compute, const std::string& run_tag,
+                                          std::function<void(const std::string&)> log);
+
+/// DeepSpeed's fp16 loss-scaling options from the config's `loss_scaling` section.
+LossScalerOptions loss_scaler_options(const config::LossScalingConfig& c);
+
+}  // namespace zs::train
