@@ -1,6 +1,7 @@
 #include "zero/nvme_store.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -111,6 +112,29 @@ std::int64_t NvmeStore::bytes() const {
   std::int64_t n = 0;
   for (const auto& f : files_) n += f.size;
   return n;
+}
+
+std::vector<std::string> NvmeStore::remove_stale(const std::string& nvme_path) {
+  std::vector<std::string> removed;
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  const std::string marker = "-" + sanitized(host) + "-";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(nvme_path, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("zerostudio-", 0) != 0 || !entry.is_directory()) continue;
+    const auto dash = name.rfind('-');
+    if (dash == std::string::npos || dash < marker.size() ||
+        name.compare(dash - marker.size() + 1, marker.size(), marker) != 0)
+      continue;  // another machine's folder (a shared disk): not ours to judge
+    const std::string pid_text = name.substr(dash + 1);
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    if (pid == getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    fs::remove_all(entry.path(), ec);
+    if (!ec) removed.push_back(entry.path().string());
+  }
+  return removed;
 }
 
 void NvmeStore::check_space(const std::string& path, std::int64_t bytes, const std::string& key) {

@@ -50,6 +50,10 @@ class NvmeStore {
   /// Bytes the files take.
   std::int64_t bytes() const;
 
+  /// Removes folders under `nvme_path` that a killed run of this machine left behind (named
+  /// for this host and a process that no longer exists); returns their paths.
+  static std::vector<std::string> remove_stale(const std::string& nvme_path);
+
   /// Throws zs::Error when `bytes` do not fit in the free space of `path`'s file system; `key`
   /// names the config key in the message.
   static void check_space(const std::string& path, std::int64_t bytes, const std::string& key);

@@ -59,6 +59,12 @@ void ZeroOptimizer::init_offload() {
   using O = ZeroOptions::Offload;
   if (o_.offload_optimizer != O::nvme && o_.offload_param != O::nvme) return;
   offload_ = std::make_unique<Offload>();
+  // Folders of runs that were killed (no chance to clean up) are removed before space is counted.
+  for (const auto& path : {o_.optimizer_nvme_path, o_.param_nvme_path}) {
+    if (path.empty()) continue;
+    for (const auto& stale : NvmeStore::remove_stale(path))
+      if (o_.log) o_.log("removed " + stale + ", left behind by a run that was killed");
+  }
   const auto say = [&](NvmeStore& store, const char* what) {
     if (!o_.log) return;
     std::string line = std::string("NVMe offload of ") + what + ": " + store.dir() + ", " + store.io().backend() +

@@ -177,6 +177,24 @@ class TestZero : public QObject {
     ::close(fd);
   }
 
+  void staleFoldersOfKilledRunsAreRemoved() {
+    QTemporaryDir dir;
+    char host[256] = {0};
+    gethostname(host, sizeof host - 1);
+    std::string h;
+    for (char c : std::string(host)) h += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';
+    const QString dead = dir.path() + "/zerostudio-run-optimizer-rank0-" + QString::fromStdString(h) + "-999999999";
+    const QString alive = dir.path() + "/zerostudio-run-optimizer-rank1-" + QString::fromStdString(h) + "-" +
+                          QString::number(getpid());
+    const QString other = dir.path() + "/zerostudio-run-optimizer-rank0-otherhost-999999999";
+    for (const QString& d : {dead, alive, other}) QVERIFY(QDir().mkpath(d));
+    const auto removed = zero::NvmeStore::remove_stale(dir.path().toStdString());
+    QCOMPARE(removed.size(), std::size_t{1});
+    QVERIFY(!QDir(dead).exists());
+    QVERIFY(QDir(alive).exists());
+    QVERIFY(QDir(other).exists());
+  }
+
   void nvmeSpaceCheckSaysWhatIsMissing() {
     try {
       zero::NvmeStore::check_space("/tmp", std::int64_t{1} << 60, "zero.offload_optimizer.nvme_path");
