@@ -120,6 +120,8 @@ AsyncFileIo::Ticket AsyncFileIo::submit(bool write, int fd, char* buf, std::size
 void AsyncFileIo::pump_locked() {
 #ifdef ZS_WITH_IO_URING
   int added = 0;
+  // Without overlap_events a new batch goes in only once the previous one has completed.
+  if (!o_.overlap_events && in_flight_ > 0) return;
   while (!queued_.empty() && in_flight_ < o_.queue_depth) {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
     if (!sqe) break;

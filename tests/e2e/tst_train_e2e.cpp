@@ -222,18 +222,28 @@ class TestTrainE2E : public QObject {
 
   // Dynamic loss scaling on the CPU (forced on for fp32): an injected inf skips the step, the
   // scale halves (hysteresis 1), an event says so, the scale grows again after the window.
+  void overflowSkipsTheStepAndTheScaleRecovers_data() {
+    QTest::addColumn<QString>("precision");
+    QTest::addColumn<double>("bad");
+    QTest::newRow("fp32, inf") << "fp32" << std::numeric_limits<double>::infinity();
+    QTest::newRow("bf16, NaN") << "bf16" << std::numeric_limits<double>::quiet_NaN();
+  }
+
   void overflowSkipsTheStepAndTheScaleRecovers() {
+    QFETCH(QString, precision);
+    QFETCH(double, bad);
     QTemporaryDir dir;
     train::TrainerOptions opt;
     opt.run_dir = (dir.path() + "/run").toStdString();
     opt.loss_scaling = true;
-    opt.after_backward = [](std::int64_t step, int, const std::vector<std::pair<std::string, at::Tensor>>& params) {
-      if (step == 4) params.front().second.mutable_grad().view({-1})[0] = std::numeric_limits<float>::infinity();
+    opt.after_backward = [bad](std::int64_t step, int, const std::vector<std::pair<std::string, at::Tensor>>& params) {
+      if (step == 4) params.front().second.mutable_grad().view({-1})[0] = bad;
     };
     train::TrainerCommands commands;
     const auto cfg = small_config({"training.max_steps=10", "loss_scaling.initial_scale_power=4",
                                    "loss_scaling.hysteresis=1", "loss_scaling.loss_scale_window=3",
-                                   "sampling.every_n_steps=0", "checkpointing.every_n_steps=0"});
+                                   "sampling.every_n_steps=0", "checkpointing.every_n_steps=0",
+                                   "precision=" + precision.toStdString()});
     const auto summary = train::Trainer(cfg, opt).run(commands);
     QCOMPARE(summary.step, std::int64_t{10});
     const auto events = read_events(opt.run_dir);
