@@ -45,6 +45,21 @@ struct World {
 
 }  // namespace
 
+/// The worker's "state P G O psi Ψ padded Ψp units U persistent Ψs ..." line (model-state bytes).
+struct StateLine {
+  qint64 params, grads, states, psi, padded, units, persistent;
+  explicit StateLine(const QString& out) {
+    const QStringList f = out.section("state ", 1).split(' ');
+    params = f[0].toLongLong();
+    grads = f[1].toLongLong();
+    states = f[2].toLongLong();
+    psi = f[4].toLongLong();
+    padded = f[6].toLongLong();
+    units = f[8].toLongLong();
+    persistent = f[10].toLongLong();
+  }
+};
+
 class TestDist : public QObject {
   Q_OBJECT
 
@@ -191,9 +206,8 @@ class TestDist : public QObject {
       QVERIFY(w.wait(r, 120000));
       const QString out = w.out(r);
       QVERIFY2(w.code(r) == 0, qPrintable(out));
-      const QStringList f = out.section("state ", 1).split(' ');
-      const qint64 params = f[0].toLongLong(), grads = f[1].toLongLong(), states = f[2].toLongLong();
-      const qint64 padded = f[6].toLongLong();
+      const StateLine st(out);
+      const qint64 params = st.params, grads = st.grads, states = st.states, padded = st.padded;
       const QStringList o = out.section("offloaded ", 1).section('\n', 0, 0).split(' ');
       const qint64 cpu_grads = o[1].toLongLong(), cpu_states = o[2].toLongLong(), nvme_bytes = o[3].toLongLong();
       QCOMPARE(params, 4 * padded);  // fp32 compute parameters, whole
@@ -231,10 +245,9 @@ class TestDist : public QObject {
       QVERIFY(w.wait(r, 120000));
       const QString out = w.out(r);
       QVERIFY2(w.code(r) == 0, qPrintable(out));
-      const QStringList f = out.section("state ", 1).split(' ');
-      const qint64 params = f[0].toLongLong(), grads = f[1].toLongLong(), states = f[2].toLongLong();
-      const qint64 psi = f[4].toLongLong(), padded = f[6].toLongLong(), units = f[8].toLongLong();
-      const qint64 persistent = f[10].toLongLong();
+      const StateLine st(out);
+      const qint64 params = st.params, grads = st.grads, states = st.states, psi = st.psi, padded = st.padded;
+      const qint64 units = st.units, persistent = st.persistent;
       QVERIFY(padded >= psi && padded <= psi + units * (world - 1));
       const qint64 total = params + grads + states;
       const qint64 want = stage == 0   ? 16 * padded
