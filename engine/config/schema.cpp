@@ -150,7 +150,8 @@ SchemaBuilder build() {
         "Seed for weights, data order, noise and dropout; the same seed gives the same run.")
       .range(0, {});
   s.add("training.gradient_checkpointing", T::boolean, false, ZS_REF(training.gradient_checkpointing),
-        "Recompute each UNet block in backward instead of keeping its activations (less memory, ~30% slower).");
+        "Recompute each UNet unit (resnet, transformer, sampler) in backward instead of keeping its "
+        "activations: the same gradients, about half the activation memory, one more forward's time.");
   s.add("training.min_snr_gamma", T::number, 0.0, ZS_REF(training.min_snr_gamma),
         "Min-SNR-γ loss weighting (5 is typical); 0 turns it off.")
       .range(0, {});
@@ -199,30 +200,33 @@ SchemaBuilder build() {
       .range(0, 3);
   s.section("zero.offload_optimizer", "Where the rank's fp32 master weights and Adam moments live (stages 1–3).");
   s.add("zero.offload_optimizer.device", T::choice, std::string("none"), ZS_REF(zero.offload_optimizer.device),
-        "`none` (compute device), `cpu` (optimizer step on the CPU) or `nvme` (files under `nvme_path`).",
+        "`none` (compute device), `cpu` (optimizer step on the CPU, fused AdamW) or `nvme` (files under "
+        "`nvme_path`, streamed in `sub_group_size` pieces; stages 1–3, where DeepSpeed allows only 3).",
         {"none", "cpu", "nvme"});
   s.add("zero.offload_optimizer.nvme_path", T::path, std::string(""), ZS_REF(zero.offload_optimizer.nvme_path),
         "Folder for optimizer-state files when `device` is `nvme`; must exist and be writable.");
   s.add("zero.offload_optimizer.pin_memory", T::boolean, false, ZS_REF(zero.offload_optimizer.pin_memory),
-        "Page-lock the CPU buffers (faster copies with CUDA).");
+        "Read for DeepSpeed compatibility: ZeroStudio page-locks the CPU copies whenever CUDA is present.");
   s.add("zero.offload_optimizer.buffer_count", T::integer, I{4}, ZS_REF(zero.offload_optimizer.buffer_count),
-        "Buffers used for NVMe optimizer-state transfers.")
+        "Staging buffers of the NVMe sub-group pipeline (at least 3 are used: the read of the next "
+        "sub-group, the update of this one and the write of the previous one overlap).")
       .range(1, {});
   s.section("zero.offload_param", "Where parameter shards live (stage 3 only).");
   s.add("zero.offload_param.device", T::choice, std::string("none"), ZS_REF(zero.offload_param.device),
-        "`none`, `cpu` or `nvme`. Only with stage 3.", {"none", "cpu", "nvme"});
+        "`none`, `cpu` or `nvme`. Only with stage 3; each unit's shard is brought in when the unit "
+        "is gathered, the next one prefetched.", {"none", "cpu", "nvme"});
   s.add("zero.offload_param.nvme_path", T::path, std::string(""), ZS_REF(zero.offload_param.nvme_path),
         "Folder for parameter files when `device` is `nvme`; must exist and be writable.");
   s.add("zero.offload_param.pin_memory", T::boolean, false, ZS_REF(zero.offload_param.pin_memory),
-        "Page-lock the CPU buffers (faster copies with CUDA).");
+        "Read for DeepSpeed compatibility: ZeroStudio page-locks the CPU copies whenever CUDA is present.");
   s.add("zero.offload_param.buffer_count", T::integer, I{5}, ZS_REF(zero.offload_param.buffer_count),
-        "Buffers used for NVMe parameter transfers.")
+        "Read for DeepSpeed compatibility; not used (each unit's shard has its own aligned buffer).")
       .range(1, {});
   s.add("zero.offload_param.buffer_size", T::integer, I{100000000}, ZS_REF(zero.offload_param.buffer_size),
-        "Size of each NVMe parameter buffer, in elements.")
+        "Read for DeepSpeed compatibility; not used (buffers are sized per unit).")
       .range(1, {});
   s.add("zero.offload_param.max_in_cpu", T::integer, I{1000000000}, ZS_REF(zero.offload_param.max_in_cpu),
-        "Parameter elements kept in CPU memory when offloading to NVMe.")
+        "Read for DeepSpeed compatibility; not used (with NVMe every shard lives in the file).")
       .range(0, {});
   s.add("zero.reduce_bucket_size", T::integer, I{500000000}, ZS_REF(zero.reduce_bucket_size),
         "Elements reduced (stage 0–1) or reduce-scattered (stage 2–3) at a time during backward.")
