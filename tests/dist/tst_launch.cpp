@@ -10,6 +10,7 @@
 #include <QFile>
 #include <QProcess>
 #include <QTemporaryDir>
+#include <QDir>
 #include <QtTest>
 
 #include "test_support.h"
@@ -91,6 +92,43 @@ class TestLaunch : public QObject {
       QVERIFY2(params > 0.5 && params < 0.9, qPrintable(QString::number(params)));
     }
     QCOMPARE(metrics, 4);
+  }
+
+  // Two ranks, bf16, stage 3 with the optimizer on NVMe and the parameters in CPU memory, and
+  // gradient checkpointing: trains, says where the state is, and cleans its NVMe folders up.
+  void twoRanksTrainInBf16WithEverythingOffloaded() {
+    QTemporaryDir dir, nvme;
+    const QString run = dir.path() + "/run";
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    p.start(ZS_CLI_PATH, QStringList{"launch", "--num_processes", "2", "--main_process_port", QString::number(zs::test::freePort()),
+                                     zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "zero.stage=3", "--set",
+                                     "precision=bf16", "--set", "zero.offload_optimizer.device=nvme", "--set",
+                                     "zero.offload_optimizer.nvme_path=" + nvme.path(), "--set",
+                                     "zero.offload_param.device=cpu", "--set", "training.gradient_checkpointing=true"} +
+                             small_run(run, 6));
+    QVERIFY(p.waitForFinished(120000));
+    const QString out = QString::fromUtf8(p.readAll());
+    QVERIFY2(p.exitCode() == 0, qPrintable(out));
+    int metrics = 0;
+    bool said_backend = false;
+    for (const auto& e : events(run)) {
+      if (e["type"] == "log" && e["message"].get<std::string>().find("NVMe offload of optimizer states") != std::string::npos)
+        said_backend = true;
+      if (e["type"] != "metrics") continue;
+      ++metrics;
+      QVERIFY(std::isfinite(e["loss"].get<double>()));
+      for (int r = 0; r < 2; ++r) {
+        const auto& rank = e["ranks"][r];
+        QCOMPARE(rank["model_state"]["optimizer_states"].get<std::int64_t>(), std::int64_t{0});
+        QVERIFY(rank["offloaded"]["nvme_bytes"].get<std::int64_t>() > 0);
+        QVERIFY(rank["offloaded"]["parameters"].get<std::int64_t>() > 0);
+        QVERIFY(rank["offloaded"]["gradients"].get<std::int64_t>() > 0);
+      }
+    }
+    QCOMPARE(metrics, 3);
+    QVERIFY2(said_backend, "the log should say how NVMe offload does its I/O");
+    QVERIFY2(QDir(nvme.path()).isEmpty(), "NVMe folders left behind");
   }
 
   // The issue's own command line, on the full quickstart config.
