@@ -1,7 +1,9 @@
 #include "dist/communicator.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -249,11 +251,44 @@ class GroupCommunicator final : public Communicator {
         if (seq < static_cast<long long>(seq_))
           behind += (behind.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " (last at #" + std::to_string(seq) + ")");
       }
+      if (behind.empty()) return silent_in_failure();
     } catch (const std::exception&) {
       return "rank 0 is gone (the rendezvous store it hosts does not answer)";
     }
     if (behind.empty()) return "";
     return "not reached by " + behind + ": that rank stopped, died or hangs";
+  }
+
+  /// Every rank reached this collective, so one died inside it: the living ranks fail too (their
+  /// connections break, or at the latest their own timeout expires) and each says so in the
+  /// store; the ranks still silent after the timeout and a second (10 s at most) are the ones gone.
+  std::string silent_in_failure() const {
+    const std::string prefix = "zs_failed/" + std::to_string(seq_) + "/";
+    store_->set(prefix + std::to_string(rank_), std::vector<uint8_t>{1});
+    std::vector<char> reported(static_cast<std::size_t>(world_size_), 0);
+    reported[static_cast<std::size_t>(rank_)] = 1;
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::min<std::chrono::milliseconds>(timeout_ + std::chrono::seconds(1), std::chrono::seconds(10));
+    try {
+      for (;;) {
+        bool all = true;
+        for (int r = 0; r < world_size_; ++r) {
+          char& seen = reported[static_cast<std::size_t>(r)];
+          if (!seen) seen = store_->check({prefix + std::to_string(r)}) ? 1 : 0;
+          all = all && seen;
+        }
+        if (all || std::chrono::steady_clock::now() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    } catch (const std::exception&) {
+      // Rank 0 left after its own report (the store went with it): it was alive; judge the rest.
+      reported[0] = 1;
+    }
+    std::string silent;
+    for (int r = 0; r < world_size_; ++r)
+      if (!reported[static_cast<std::size_t>(r)]) silent += (silent.empty() ? "" : ", ") + ("rank " + std::to_string(r));
+    if (silent.empty()) return "";
+    return "abandoned by " + silent + " (started it, then went silent): that rank died or hangs";
   }
 
   template <class Start>

@@ -1,4 +1,5 @@
 #include "train/trainer.h"
+#include "train/trainer_state.h"
 
 #include <chrono>
 #include <ctime>
@@ -7,24 +8,19 @@
 #include <thread>
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
-#include <torch/cuda.h>
 
 #include "checkpoint/checkpoint.h"
-#include "config/config_loader.h"
 #include "config/config_writer.h"
 #include "config/schema.h"
 #include "config/value.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "data/dataset.h"
-#include "data/shapes.h"
 #include "diffusion/noise_schedule.h"
 #include "dist/communicator.h"
 #include "io/safetensors.h"
 #include "models/diffusion_model.h"
-#include "models/weights.h"
 #include "train/ema.h"
 #include "train/events.h"
 #include "train/image_logger.h"
@@ -50,34 +46,6 @@ std::vector<std::string> resume_mismatches(const config::TrainerConfig& ckpt, co
   return out;
 }
 
-struct Trainer::State {
-  config::TrainerConfig cfg;
-  TrainerOptions opt;
-  std::string run_dir;
-  std::unique_ptr<EventLog> events;  // rank 0 only
-  std::shared_ptr<dist::Communicator> comm;
-  int rank = 0, world = 1;
-  std::ofstream rank_log;
-  at::Device device{at::kCPU};
-  models::DiffusionModel model;
-  std::unique_ptr<diffusion::NoiseSchedule> schedule;
-  std::unique_ptr<Optimizer> optimizer;
-  at::ScalarType compute = at::kFloat;  // the dtype the model computes in
-  std::unique_ptr<LossScaler> scaler;   // fp16 (or when asked for)
-  std::unique_ptr<Ema> ema;
-  std::unique_ptr<data::DataLoader> loader;
-  std::unique_ptr<LrSchedule> lr;
-  at::Generator gen;
-  std::int64_t step = 0;              // optimizer steps done
-  std::int64_t batches_consumed = 0;  // micro batches taken from the loader
-  double last_loss = 0;
-  std::string samples_dir() const { return run_dir + "/samples"; }
-  std::string checkpoints_dir() const { return run_dir + "/checkpoints"; }
-  void emit(const std::string& type, const json& fields = json::object());
-  void log(const std::string& message) { emit("log", {{"message", message}}); }
-  void warn(const std::string& message) { emit("warning", {{"message", message}}); }
-};
-
 void Trainer::State::emit(const std::string& type, const json& fields) {
   if (events) events->write(type, step, fields);
   if (rank_log.is_open() && (type == "log" || type == "warning" || type == "error" || type == "checkpoint" ||
@@ -101,24 +69,6 @@ std::string default_run_dir(const config::TrainerConfig& cfg, const std::string&
 }
 
 namespace {
-
-std::string resolve_data_path(const config::TrainerConfig& cfg, const std::string& run_dir) {
-  return cfg.data.path.empty() ? run_dir + "/data" : cfg.data.path;
-}
-
-data::MetadataOptions metadata_options(const config::DataMetadataConfig& m) {
-  data::MetadataOptions o;
-  o.consider_every_nth = m.consider_every_nth;
-  o.blacklist_tags = m.blacklist_tags;
-  o.non_caption_tags = m.non_caption_tags;
-  o.replacements = m.replacements;
-  o.tag_separator = m.tag_separator;
-  o.abs_min_score = m.abs_min_score;
-  o.min_score = m.min_score;
-  o.score_tags = m.score_tags;
-  for (const auto& [tag, value] : m.tag_bonus_scores) o.tag_bonus_scores.emplace_back(tag, std::stod(value));
-  return o;
-}
 
 std::function<at::Tensor(const std::string&)> getter(const io::SafetensorsReader& r) {
   return [&r](const std::string& name) {
@@ -176,24 +126,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
   std::exception_ptr prepare_error;
   if (main_rank) {
     try {
-      if (!resuming && fs::exists(root / "events.jsonl"))
-        throw Error(ErrorKind::io, s.run_dir + ": already holds a run; continue it with --resume latest or choose "
-                                               "another --run-dir");
-      for (const char* sub : {"", "model", "samples", "checkpoints", "logs", "exports"})
-        fs::create_directories(root / sub, ec);
-      if (ec) throw Error(ErrorKind::io, s.run_dir + ": cannot create the run directory: " + ec.message());
-      s.events = std::make_unique<EventLog>((root / "events.jsonl").string(), s.opt.on_event);
-      config::save_config(cfg, (root / "config.yaml").string());
-      // Demo data is generated once, by rank 0, before the others look for it.
-      const std::string data_path = resolve_data_path(cfg, s.run_dir);
-      if (cfg.data.generate == "shapes" && !fs::exists(data_path)) {
-        s.log("generating " + std::to_string(cfg.data.generate_count) + " shape images into " + data_path);
-        const auto t0 = std::chrono::steady_clock::now();
-        data::generate_shapes_dataset(data_path, static_cast<int>(cfg.data.generate_count),
-                                      static_cast<int>(cfg.data.resolution), static_cast<std::uint64_t>(cfg.training.seed));
-        s.log("dataset generated in " +
-              std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s");
-      }
+      s.prepare_run_directory(resuming);
     } catch (...) {
       prepare_error = std::current_exception();
       if (s.events) {
@@ -211,107 +144,8 @@ RunSummary Trainer::run(TrainerCommands& commands) {
   std::exception_ptr setup_error;
   std::optional<checkpoint::CheckpointInfo> ckpt;
   try {
-    // Resume: the checkpoint decides the step, and its config must agree on what defines the run.
-    if (resuming) {
-      if (s.opt.resume == "latest") {
-        const auto all = checkpoint::list_checkpoints(s.checkpoints_dir());
-        if (all.empty())
-          throw Error(ErrorKind::checkpoint, s.checkpoints_dir() + ": no checkpoint to resume from; start without --resume");
-        ckpt = all.back();
-      } else {
-        ckpt = checkpoint::open_checkpoint(s.opt.resume);
-      }
-      const auto saved = config::load_config_string(ckpt->meta.value("config", ""), ckpt->path + "/meta.json");
-      const auto diffs = resume_mismatches(saved.config, cfg);
-      if (!diffs.empty()) {
-        std::string msg = ckpt->path + ": the config differs from the checkpoint's in keys that define the run:";
-        for (const auto& d : diffs) msg += "\n  " + d;
-        msg += "\nChange them back, or start a new run.";
-        throw Error(ErrorKind::checkpoint, msg);
-      }
-      s.step = ckpt->step;
-    }
-
-    // Device.
-    if (!cfg.launch.use_cpu && torch::cuda::is_available()) s.device = at::Device(at::kCUDA, 0);
-    s.compute = compute_dtype(cfg.precision, s.device);  // fp16 without CUDA fails here, naming bf16
-    if (s.opt.loss_scaling.value_or(cfg.precision == "fp16"))
-      s.scaler = std::make_unique<LossScaler>(loss_scaler_options(cfg.loss_scaling));
-
-    // Data.
-    const std::string data_path = resolve_data_path(cfg, s.run_dir);
-    if (cfg.data.path.empty() && cfg.data.generate == "none")
-      throw Error(ErrorKind::config, "data.path is empty and data.generate is none: set data.path to your dataset "
-                                     "folder (or data.generate: shapes for the demo data)");
-    auto items = data::scan_dataset(data_path, metadata_options(cfg.data.metadata));
-
-    // Model.
-    const std::string model_dir = (root / "model").string();
-    if (resuming) {
-      // Resuming into another run directory takes the model description from the checkpoint's run.
-      const std::string ckpt_model = (fs::path(ckpt->path).parent_path().parent_path() / "model").string();
-      const bool here = fs::exists(fs::path(model_dir) / "unet" / "config.json");
-      s.model = models::DiffusionModel::load_folder(here ? model_dir : ckpt_model);
-      if (!here) s.model.save_folder(model_dir);
-    } else if (!cfg.model.path.empty()) {
-      throw Error(ErrorKind::config, "model.path: starting from pretrained weights is not supported yet (it comes "
-                                     "with Stable Diffusion model support); leave it empty to train model.preset");
-    } else if (cfg.model.preset != "tiny") {
-      throw Error(ErrorKind::config, "model.preset: " + cfg.model.preset +
-                                         " can be estimated but not trained yet; use tiny");
-    } else {
-      std::vector<std::string> captions;
-      for (const auto& it : items) captions.push_back(it.caption);
-      s.model = models::DiffusionModel::build_tiny(captions, cfg.model.prediction_type,
-                                                   static_cast<std::uint64_t>(cfg.training.seed));
-      if (main_rank) s.model.save_folder(model_dir);
-    }
-    s.model.to(s.device);
-    s.model.train(true);
-    s.model.unet->set_gradient_checkpointing(cfg.training.gradient_checkpointing);
-    s.schedule = std::make_unique<diffusion::NoiseSchedule>(s.model.schedule);
-    std::int64_t n_params = 0;
-    for (const auto& [n, p] : s.model.named_parameters()) n_params += p.numel();
-    if (ckpt) {
-      const io::SafetensorsReader weights(ckpt->path + "/model.safetensors");
-      models::load_weights(*s.model.unet, weights, "unet.");
-      models::load_weights(*s.model.text_encoder, weights, "text_encoder.");
-      s.batches_consumed = ckpt->meta.value("batches_consumed", std::int64_t{0});
-      s.last_loss = ckpt->meta.value("loss", 0.0);
-      if (s.scaler && ckpt->meta.contains("loss_scaler")) {
-        const json& ls = ckpt->meta["loss_scaler"];
-        s.scaler->load({ls.value("scale", s.scaler->scale()), ls.value("iter", std::int64_t{0}),
-                        ls.value("last_overflow", std::int64_t{-1}), ls.value("hysteresis", 1),
-                        ls.value("skipped", std::int64_t{0})});
-      }
-    }
-    s.lr = std::make_unique<LrSchedule>(cfg);
-    // Each rank draws its own noise and timesteps.
-    s.gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(cfg.training.seed) + 1 +
-                                           static_cast<std::uint64_t>(s.rank) * 7919);
-
-    data::LoaderOptions lo;
-    lo.batch_size = cfg.training.batch_size;
-    lo.resolution = cfg.data.resolution;
-    lo.flip_p = cfg.data.flip_p;
-    lo.caption_dropout = cfg.data.caption_dropout;
-    lo.shuffle_tag_p = cfg.data.metadata.shuffle_tag_p;
-    lo.tag_separator = cfg.data.metadata.tag_separator;
-    lo.seed = static_cast<std::uint64_t>(cfg.training.seed);
-    lo.num_workers = static_cast<int>(cfg.data.num_workers);
-    lo.shard = s.rank;
-    lo.num_shards = s.world;
-    s.loader = std::make_unique<data::DataLoader>(std::move(items), lo, [&s](const std::string& w) { s.warn(w); });
-    s.loader->start(s.batches_consumed);
-
-    s.emit("run_start", {{"run_dir", s.run_dir},
-                         {"resumed_from", ckpt ? json(ckpt->path) : json(nullptr)},
-                         {"max_steps", cfg.training.max_steps},
-                         {"parameters", n_params},
-                         {"world_size", s.world},
-                         {"device", s.device.str()},
-                         {"dataset", data_path},
-                         {"dataset_size", s.loader->size()}});
+    if (resuming) ckpt = s.open_resume_checkpoint();
+    s.build_model_and_data(ckpt);
   } catch (...) {
     setup_error = std::current_exception();
   }

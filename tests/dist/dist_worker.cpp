@@ -330,10 +330,19 @@ int main(int argc, char** argv) {
         if (!check(count_files(d) == -1, ("NVMe folder left behind: " + d).c_str())) rc = 1;
     } else if (scenario == "overflow") {
       rc = overflow_skips_everywhere(*comm, std::stoi(argv[3]));
-    } else if (scenario == "die" || scenario == "stall" || scenario == "die0") {
+    } else if (scenario == "die" || scenario == "stall" || scenario == "die0" || scenario == "die_inside") {
       at::Tensor t = at::ones({1});
+      // die_inside: a collective long enough (200 MB) that rank 1 dies in the middle of it,
+      // allocated before everyone is known to be up.
+      at::Tensor big = scenario == "die_inside" ? at::ones({50'000'000}) : at::Tensor();
       comm->all_reduce(t);  // everyone is up
       if (scenario == "die0" && comm->rank() == 0) std::raise(SIGKILL);
+      if (scenario == "die_inside") t = big;
+      if (scenario == "die_inside" && comm->rank() == 1) {
+        auto started = comm->all_reduce_async(t);  // counted as reached, never finished
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        std::raise(SIGKILL);
+      }
       if (comm->rank() == 1 && scenario != "die0") {
         if (scenario == "die") std::raise(SIGKILL);
         std::this_thread::sleep_for(std::chrono::hours(1));

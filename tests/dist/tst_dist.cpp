@@ -275,6 +275,8 @@ class TestDist : public QObject {
     QTest::addColumn<QString>("named");
     QTest::newRow("killed") << "die" << 1 << "not reached by rank 1 (last at #1): that rank stopped, died or hangs";
     QTest::newRow("stalled") << "stall" << 1 << "not reached by rank 1 (last at #1): that rank stopped, died or hangs";
+    QTest::newRow("killed inside a collective")
+        << "die_inside" << 1 << "abandoned by rank 1 (started it, then went silent): that rank died or hangs";
     QTest::newRow("store host killed") << "die0" << 0 << "rank 0 is gone (the rendezvous store it hosts does not answer)";
   }
 

@@ -224,7 +224,8 @@ class TestLaunch : public QObject {
     QCOMPARE(p.exitCode(), 128 + SIGKILL);
     QVERIFY2(out.contains("[launcher] rank 1 was killed by signal 9"), qPrintable(out));
     QVERIFY2(out.contains("[rank 0] error: rank 0 of 2:"), qPrintable(out));
-    QVERIFY2(out.contains("not reached by rank 1"), qPrintable(out));
+    // Killed between collectives or inside one: either way the error names rank 1.
+    QVERIFY2(out.contains("not reached by rank 1") || out.contains("abandoned by rank 1"), qPrintable(out));
     QVERIFY2(clock.elapsed() < 30000, qPrintable(QString::number(clock.elapsed())));
   }
 };

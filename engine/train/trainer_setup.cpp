@@ -1,0 +1,170 @@
+#include <chrono>
+#include <filesystem>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/cuda.h>
+
+#include "config/config_loader.h"
+#include "config/config_writer.h"
+#include "core/error.h"
+#include "data/shapes.h"
+#include "io/safetensors.h"
+#include "models/weights.h"
+#include "train/optimizer_setup.h"
+#include "train/trainer_state.h"
+
+namespace zs::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+data::MetadataOptions metadata_options(const config::DataMetadataConfig& m) {
+  data::MetadataOptions o;
+  o.consider_every_nth = m.consider_every_nth;
+  o.blacklist_tags = m.blacklist_tags;
+  o.non_caption_tags = m.non_caption_tags;
+  o.replacements = m.replacements;
+  o.tag_separator = m.tag_separator;
+  o.abs_min_score = m.abs_min_score;
+  o.min_score = m.min_score;
+  o.score_tags = m.score_tags;
+  for (const auto& [tag, value] : m.tag_bonus_scores) o.tag_bonus_scores.emplace_back(tag, std::stod(value));
+  return o;
+}
+
+}  // namespace
+
+std::string resolve_data_path(const config::TrainerConfig& cfg, const std::string& run_dir) {
+  return cfg.data.path.empty() ? run_dir + "/data" : cfg.data.path;
+}
+
+void Trainer::State::prepare_run_directory(bool resuming) {
+  std::error_code ec;
+  if (!resuming && fs::exists(fs::path(run_dir) / "events.jsonl"))
+    throw Error(ErrorKind::io, run_dir + ": already holds a run; continue it with --resume latest or choose "
+                                           "another --run-dir");
+  for (const char* sub : {"", "model", "samples", "checkpoints", "logs", "exports"})
+    fs::create_directories(fs::path(run_dir) / sub, ec);
+  if (ec) throw Error(ErrorKind::io, run_dir + ": cannot create the run directory: " + ec.message());
+  events = std::make_unique<EventLog>((fs::path(run_dir) / "events.jsonl").string(), opt.on_event);
+  config::save_config(cfg, (fs::path(run_dir) / "config.yaml").string());
+  // Demo data is generated once, by rank 0, before the others look for it.
+  const std::string data_path = resolve_data_path(cfg, run_dir);
+  if (cfg.data.generate == "shapes" && !fs::exists(data_path)) {
+    log("generating " + std::to_string(cfg.data.generate_count) + " shape images into " + data_path);
+    const auto t0 = std::chrono::steady_clock::now();
+    data::generate_shapes_dataset(data_path, static_cast<int>(cfg.data.generate_count),
+                                  static_cast<int>(cfg.data.resolution), static_cast<std::uint64_t>(cfg.training.seed));
+    log("dataset generated in " +
+          std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) + " s");
+  }
+}
+
+checkpoint::CheckpointInfo Trainer::State::open_resume_checkpoint() {
+  // The checkpoint decides the step, and its config must agree on what defines the run.
+  checkpoint::CheckpointInfo info;
+  if (opt.resume == "latest") {
+    const auto all = checkpoint::list_checkpoints(checkpoints_dir());
+    if (all.empty())
+      throw Error(ErrorKind::checkpoint, checkpoints_dir() + ": no checkpoint to resume from; start without --resume");
+    info = all.back();
+  } else {
+    info = checkpoint::open_checkpoint(opt.resume);
+  }
+  const auto saved = config::load_config_string(info.meta.value("config", ""), info.path + "/meta.json");
+  const auto diffs = resume_mismatches(saved.config, cfg);
+  if (!diffs.empty()) {
+    std::string msg = info.path + ": the config differs from the checkpoint's in keys that define the run:";
+    for (const auto& d : diffs) msg += "\n  " + d;
+    msg += "\nChange them back, or start a new run.";
+    throw Error(ErrorKind::checkpoint, msg);
+  }
+  step = info.step;
+  return info;
+}
+
+void Trainer::State::build_model_and_data(const std::optional<checkpoint::CheckpointInfo>& ckpt) {
+  // Device.
+  if (!cfg.launch.use_cpu && torch::cuda::is_available()) device = at::Device(at::kCUDA, 0);
+  compute = compute_dtype(cfg.precision, device);  // fp16 without CUDA fails here, naming bf16
+  if (opt.loss_scaling.value_or(cfg.precision == "fp16"))
+    scaler = std::make_unique<LossScaler>(loss_scaler_options(cfg.loss_scaling));
+
+  // Data.
+  const std::string data_path = resolve_data_path(cfg, run_dir);
+  if (cfg.data.path.empty() && cfg.data.generate == "none")
+    throw Error(ErrorKind::config, "data.path is empty and data.generate is none: set data.path to your dataset "
+                                   "folder (or data.generate: shapes for the demo data)");
+  auto items = data::scan_dataset(data_path, metadata_options(cfg.data.metadata));
+
+  // Model.
+  const std::string model_dir = (fs::path(run_dir) / "model").string();
+  if (ckpt) {
+    // Resuming into another run directory takes the model description from the checkpoint's run.
+    const std::string ckpt_model = (fs::path(ckpt->path).parent_path().parent_path() / "model").string();
+    const bool here = fs::exists(fs::path(model_dir) / "unet" / "config.json");
+    model = models::DiffusionModel::load_folder(here ? model_dir : ckpt_model);
+    if (!here) model.save_folder(model_dir);
+  } else if (!cfg.model.path.empty()) {
+    throw Error(ErrorKind::config, "model.path: starting from pretrained weights is not supported yet (it comes "
+                                   "with Stable Diffusion model support); leave it empty to train model.preset");
+  } else if (cfg.model.preset != "tiny") {
+    throw Error(ErrorKind::config, "model.preset: " + cfg.model.preset +
+                                       " can be estimated but not trained yet; use tiny");
+  } else {
+    std::vector<std::string> captions;
+    for (const auto& it : items) captions.push_back(it.caption);
+    model = models::DiffusionModel::build_tiny(captions, cfg.model.prediction_type,
+                                                 static_cast<std::uint64_t>(cfg.training.seed));
+    if (rank == 0) model.save_folder(model_dir);
+  }
+  model.to(device);
+  model.train(true);
+  model.unet->set_gradient_checkpointing(cfg.training.gradient_checkpointing);
+  schedule = std::make_unique<diffusion::NoiseSchedule>(model.schedule);
+  std::int64_t n_params = 0;
+  for (const auto& [n, p] : model.named_parameters()) n_params += p.numel();
+  if (ckpt) {
+    const io::SafetensorsReader weights(ckpt->path + "/model.safetensors");
+    models::load_weights(*model.unet, weights, "unet.");
+    models::load_weights(*model.text_encoder, weights, "text_encoder.");
+    batches_consumed = ckpt->meta.value("batches_consumed", std::int64_t{0});
+    last_loss = ckpt->meta.value("loss", 0.0);
+    if (scaler && ckpt->meta.contains("loss_scaler")) {
+      const json& ls = ckpt->meta["loss_scaler"];
+      scaler->load({ls.value("scale", scaler->scale()), ls.value("iter", std::int64_t{0}),
+                      ls.value("last_overflow", std::int64_t{-1}), ls.value("hysteresis", 1),
+                      ls.value("skipped", std::int64_t{0})});
+    }
+  }
+  lr = std::make_unique<LrSchedule>(cfg);
+  // Each rank draws its own noise and timestep
+  gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(cfg.training.seed) + 1 +
+                                         static_cast<std::uint64_t>(rank) * 7919);
+
+  data::LoaderOptions lo;
+  lo.batch_size = cfg.training.batch_size;
+  lo.resolution = cfg.data.resolution;
+  lo.flip_p = cfg.data.flip_p;
+  lo.caption_dropout = cfg.data.caption_dropout;
+  lo.shuffle_tag_p = cfg.data.metadata.shuffle_tag_p;
+  lo.tag_separator = cfg.data.metadata.tag_separator;
+  lo.seed = static_cast<std::uint64_t>(cfg.training.seed);
+  lo.num_workers = static_cast<int>(cfg.data.num_workers);
+  lo.shard = rank;
+  lo.num_shards = world;
+  loader = std::make_unique<data::DataLoader>(std::move(items), lo, [this](const std::string& w) { warn(w); });
+  loader->start(batches_consumed);
+
+  emit("run_start", {{"run_dir", run_dir},
+                       {"resumed_from", ckpt ? json(ckpt->path) : json(nullptr)},
+                       {"max_steps", cfg.training.max_steps},
+                       {"parameters", n_params},
+                       {"world_size", world},
+                       {"device", device.str()},
+                       {"dataset", data_path},
+                       {"dataset_size", loader->size()}});
+}
+
+}  // namespace zs::train
