@@ -26,6 +26,7 @@
 
 #include <c10/core/ScalarType.h>
 
+#include "checkpoint/sharded_state.h"
 #include "io/async_file_io.h"
 #include "models/param_unit.h"
 #include "train/optimizer.h"
@@ -100,6 +101,21 @@ class ZeroOptimizer final : public train::Optimizer {
   /// and releases there; every stage starts a unit's gradient reduction right after the unit's
   /// backward (overlap_comm), so communication runs while backward goes on.
   std::shared_ptr<models::UnitHooks> unit_hooks();
+
+  // Sharded checkpoints (checkpoint/sharded_state.h).
+  /// The flat layout of the units (the same on every rank).
+  std::vector<checkpoint::UnitLayout> layout() const;
+  /// This rank's part of the model state as "<unit>/<kind>" tensors (kinds: weights — the
+  /// masters, or the parameters in their training precision —, exp_avg, exp_avg_sq, and ema when
+  /// kept). At stage 0 every rank holds everything, so only rank 0 returns anything.
+  train::NamedTensors shard_state();
+  /// Source of a unit's elements [first, first + count) of one kind, from shards saved under
+  /// any world size and stage.
+  using ShardSource = std::function<at::Tensor(const std::string& unit, const std::string& kind, std::int64_t first,
+                                               std::int64_t count)>;
+  /// Restores weights, moments, the EMA (when `with_ema`) and the step count from `read`; a
+  /// collective from stage 1 on (the units kept whole are gathered again).
+  void load_shards(const ShardSource& read, std::int64_t steps, bool with_ema);
 
   /// The NVMe folders in use (empty without NVMe offload).
   std::vector<std::string> nvme_dirs() const;

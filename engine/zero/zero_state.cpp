@@ -463,6 +463,49 @@ void ZeroOptimizer::swap_ema() {
   if (o_.stage > 0) gather_whole_units();  // the whole parameters follow the swapped shards
 }
 
+std::vector<checkpoint::UnitLayout> ZeroOptimizer::layout() const {
+  std::vector<checkpoint::UnitLayout> out;
+  for (const auto& u : units_) {
+    checkpoint::UnitLayout l;
+    l.name = u->name;
+    l.numel = u->numel;
+    l.padded = u->padded;
+    for (std::size_t i = 0; i < u->params.size(); ++i) l.params.push_back({u->params[i].first, u->offsets[i], u->shapes[i]});
+    out.push_back(std::move(l));
+  }
+  return out;
+}
+
+train::NamedTensors ZeroOptimizer::shard_state() {
+  train::NamedTensors out;
+  if (o_.stage == 0 && comm_.rank() != 0) return out;
+  c10::NoGradGuard no_grad;
+  const auto opts = at::TensorOptions().dtype(master_dtype_);
+  for (auto& u : units_) {
+    out.emplace_back(u->name + "/weights", read_state(*u, 0).to(at::kCPU).to(opts).contiguous().clone());
+    out.emplace_back(u->name + "/exp_avg", read_state(*u, 1).to(at::kCPU).to(opts).contiguous().clone());
+    out.emplace_back(u->name + "/exp_avg_sq", read_state(*u, 2).to(at::kCPU).to(opts).contiguous().clone());
+    if (ema_decay_ >= 0) out.emplace_back(u->name + "/ema", u->ema.clone());
+  }
+  return out;
+}
+
+void ZeroOptimizer::load_shards(const ShardSource& read, std::int64_t steps, bool with_ema) {
+  c10::NoGradGuard no_grad;
+  for (auto& u : units_) {
+    const at::Tensor w = read(u->name, "weights", u->owned_offset, u->owned);
+    at::Tensor live = owned_params(*u);
+    live.copy_(w);
+    store_owned_params(*u, live);
+    if (masters_) write_state(*u, 0, w.to(at::TensorOptions().dtype(master_dtype_)));
+    write_state(*u, 1, read(u->name, "exp_avg", u->owned_offset, u->owned));
+    write_state(*u, 2, read(u->name, "exp_avg_sq", u->owned_offset, u->owned));
+    if (with_ema && ema_decay_ >= 0) u->ema.copy_(read(u->name, "ema", u->owned_offset, u->owned));
+  }
+  step_ = steps;
+  if (o_.stage > 0) gather_whole_units();
+}
+
 std::int64_t ZeroOptimizer::ema_bytes() const {
   std::int64_t n = 0;
   for (const auto& u : units_) n += bytes(u->ema);

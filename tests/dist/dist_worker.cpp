@@ -9,15 +9,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
 #include <thread>
 
 #include <c10/core/GradMode.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "checkpoint/sharded_state.h"
 #include "dist/communicator.h"
+#include "io/safetensors.h"
 #include "models/unet_2d_condition.h"
 #include "train/ema.h"
 #include "train/loss_scaler.h"
@@ -250,6 +254,93 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, con
   return check(worst <= tolerance, "weights differ from the single-process reference") ? 0 : 1;
 }
 
+/// One step of the reshard scenario: rank r trains on its slice of global batch `step` (12
+/// samples, the same data whatever the world size), float64.
+void reshard_step(dist::Communicator& c, models::UNet2DConditionModel& unet, zero::ZeroOptimizer& opt, int step) {
+  const std::int64_t G = 12, per_rank = G / c.world_size(), from = c.rank() * per_rank;
+  at::Generator gen = at::detail::createCPUGenerator(500 + step);
+  const at::Tensor x = at::randn({G, 3, 8, 8}, gen).to(at::kDouble), target = at::randn({G, 3, 8, 8}, gen).to(at::kDouble);
+  const at::Tensor t = at::randint(0, 1000, {G}, gen, at::kLong), ctx = at::randn({G, 4, 16}, gen).to(at::kDouble);
+  opt.zero_grad();
+  opt.set_last_micro_step(true);
+  const at::Tensor out = unet->forward(x.narrow(0, from, per_rank), t.narrow(0, from, per_rank), ctx.narrow(0, from, per_rank));
+  (out - target.narrow(0, from, per_rank)).pow(2).mean().backward();
+  opt.reduce_gradients();
+  opt.clip_grad_norm(0.05);
+  opt.step(1e-3);
+  opt.update_ema();
+}
+
+/// Sharded checkpoints across layouts. "save": 3 steps at this stage and world size, each rank
+/// writes its shard (rank 0 the index), then 3 more steps; rank 0 keeps the final weights,
+/// moments and EMA as the reference. "load": another stage / world size / offload loads the
+/// shards, takes the same 3 steps and must end where the reference did.
+int reshard(dist::Communicator& c, const std::string& phase, int stage, const std::string& dir, const Variant& v) {
+  auto unet = small_unet();
+  unet->to(at::kDouble);
+  zero::ZeroOptions o;
+  o.stage = stage;
+  o.weight_decay = 0.01;
+  o.offload_optimizer = v.opt;
+  o.offload_param = v.param;
+  o.optimizer_nvme_path = o.param_nvme_path = v.nvme;
+  zero::ZeroOptimizer opt(unet->units(), c, o);
+  unet->set_unit_hooks(opt.unit_hooks());
+  opt.enable_ema(0.8);
+  auto whole = [&] {
+    std::map<std::string, at::Tensor> out;
+    for (const auto& [name, t] : opt.full_parameters()) out["w." + name] = t;
+    if (out.empty())
+      for (const auto& p : unet->named_parameters()) out["w." + p.key()] = p.value().detach().clone();
+    for (const auto& [name, t] : opt.state()) out["s." + name] = t;
+    for (const auto& [name, t] : opt.ema_state()) out["e." + name] = t;
+    return out;
+  };
+  if (phase == "save") {
+    for (int step = 0; step < 3; ++step) reshard_step(c, unet, opt, step);
+    const auto mine = opt.shard_state();
+    if (!mine.empty()) io::write_safetensors(dir + "/" + checkpoint::shard_file_name(c.rank()), mine);
+    if (c.rank() == 0) {
+      const nlohmann::json meta = {{"step", 3}, {"sharding", checkpoint::sharding_json(opt.layout(), c.world_size(), stage)}};
+      std::ofstream(dir + "/meta.json") << meta.dump(2);
+    }
+    c.barrier();
+    for (int step = 3; step < 6; ++step) reshard_step(c, unet, opt, step);
+    const auto ref = whole();
+    if (c.rank() == 0) {
+      train::NamedTensors flat(ref.begin(), ref.end());
+      io::write_safetensors(dir + "/reference.safetensors", flat);
+    }
+    return 0;
+  }
+  std::ifstream in(dir + "/meta.json");
+  const nlohmann::json meta = nlohmann::json::parse(in);
+  const checkpoint::ShardReader reader(dir, meta.at("sharding"));
+  opt.load_shards([&](const std::string& unit, const std::string& kind, std::int64_t first, std::int64_t count) {
+    return reader.read(unit, kind, first, count);
+  }, meta.at("step").get<std::int64_t>(), reader.has("ema"));
+  for (int step = 3; step < 6; ++step) reshard_step(c, unet, opt, step);
+  const auto mine = whole();
+  const io::SafetensorsReader ref(dir + "/reference.safetensors");
+  double worst = 0;
+  std::string worst_name;
+  for (const auto& e : ref.entries()) {
+    const at::Tensor want = ref.tensor(e.name);
+    if (!mine.count(e.name)) {
+      std::fprintf(stderr, "missing %s\n", e.name.c_str());
+      return 1;
+    }
+    const double scale = std::max(want.abs().max().item<double>(), 1e-30);
+    const double rel = (mine.at(e.name).to(at::kDouble) - want.to(at::kDouble)).abs().max().item<double>() / scale;
+    if (rel > worst) {
+      worst = rel;
+      worst_name = e.name;
+    }
+  }
+  std::printf("reshard worst %.3g %s\n", worst, worst_name.c_str());
+  return check(worst <= 1e-10, "the resharded continuation differs from the original one") ? 0 : 1;
+}
+
 /// Loss scaling across ranks: rank 1 alone sees an inf gradient; every rank must report the
 /// overflow and skip (weights unchanged everywhere); the next, clean step updates everywhere.
 int overflow_skips_everywhere(dist::Communicator& c, int stage) {
@@ -328,6 +419,8 @@ int main(int argc, char** argv) {
       // The optimizer is gone: so are its NVMe folders.
       for (const auto& d : nvme_dirs)
         if (!check(count_files(d) == -1, ("NVMe folder left behind: " + d).c_str())) rc = 1;
+    } else if (scenario == "reshard") {
+      rc = reshard(*comm, argv[3], std::stoi(argv[4]), argv[5], Variant(argc > 6 ? argv[6] : ""));
     } else if (scenario == "overflow") {
       rc = overflow_skips_everywhere(*comm, std::stoi(argv[3]));
     } else if (scenario == "die" || scenario == "stall" || scenario == "die0" || scenario == "die_inside") {

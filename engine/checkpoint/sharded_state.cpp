@@ -1,0 +1,97 @@
+#include "checkpoint/sharded_state.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <ATen/ATen.h>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace zs::checkpoint {
+
+namespace fs = std::filesystem;
+
+nlohmann::json sharding_json(const std::vector<UnitLayout>& units, int world_size, int stage) {
+  nlohmann::json out = {{"world_size", world_size}, {"stage", stage}, {"units", nlohmann::json::array()}};
+  for (const auto& u : units) {
+    nlohmann::json params = nlohmann::json::array();
+    for (const auto& p : u.params) params.push_back({{"name", p.name}, {"offset", p.offset}, {"shape", p.shape}});
+    out["units"].push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}, {"params", params}});
+  }
+  return out;
+}
+
+std::pair<std::int64_t, std::int64_t> saved_range(const UnitLayout& u, int rank, int world_size, int stage) {
+  if (stage == 0) return {0, rank == 0 ? u.padded : 0};
+  const std::int64_t shard = u.padded / world_size;
+  return {rank * shard, shard};
+}
+
+std::string shard_file_name(int rank) { return "rank" + std::to_string(rank) + ".safetensors"; }
+
+ShardReader::ShardReader(const std::string& dir, const nlohmann::json& sharding) : dir_(dir) {
+  try {
+    world_ = sharding.at("world_size").get<int>();
+    stage_ = sharding.at("stage").get<int>();
+    for (const auto& ju : sharding.at("units")) {
+      UnitLayout u;
+      u.name = ju.at("name").get<std::string>();
+      u.numel = ju.at("numel").get<std::int64_t>();
+      u.padded = ju.at("padded").get<std::int64_t>();
+      for (const auto& jp : ju.at("params"))
+        u.params.push_back({jp.at("name").get<std::string>(), jp.at("offset").get<std::int64_t>(),
+                            jp.at("shape").get<std::vector<std::int64_t>>()});
+      by_name_[u.name] = units_.size();
+      units_.push_back(std::move(u));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::checkpoint, dir + "/meta.json: the sharding index is damaged: " + e.what());
+  }
+  for (int r = 0; r < world_; ++r) {
+    const std::string path = (fs::path(dir) / shard_file_name(r)).string();
+    const bool writes = stage_ != 0 || r == 0;
+    if (!writes) {
+      files_.push_back(nullptr);
+      continue;
+    }
+    if (!fs::exists(path))
+      throw Error(ErrorKind::checkpoint, path + ": missing (the checkpoint was saved by " + std::to_string(world_) +
+                                             " ranks and each wrote one file)");
+    files_.push_back(std::make_unique<io::SafetensorsReader>(path));
+  }
+}
+
+ShardReader::~ShardReader() = default;
+
+bool ShardReader::has(const std::string& kind) const {
+  return !units_.empty() && files_.front() && files_.front()->contains(units_.front().name + "/" + kind);
+}
+
+at::Tensor ShardReader::read(const std::string& unit, const std::string& kind, std::int64_t first,
+                             std::int64_t count) const {
+  const auto it = by_name_.find(unit);
+  if (it == by_name_.end())
+    throw Error(ErrorKind::checkpoint, dir_ + ": the checkpoint has no unit " + unit + " (another model?)");
+  const UnitLayout& u = units_[it->second];
+  at::Tensor out;
+  for (int r = 0; r < world_; ++r) {
+    if (!files_[static_cast<std::size_t>(r)]) continue;
+    const auto [begin, len] = saved_range(u, r, world_, stage_);
+    const std::int64_t lo = std::max(first, begin), hi = std::min({first + count, begin + len, u.numel});
+    if (lo >= hi) continue;
+    const auto& file = *files_[static_cast<std::size_t>(r)];
+    const std::string name = unit + "/" + kind;
+    if (!file.contains(name)) throw Error(ErrorKind::checkpoint, file.path() + ": missing tensor " + name);
+    const at::Tensor stored = file.tensor(name);
+    if (stored.numel() != len)
+      throw Error(ErrorKind::checkpoint, file.path() + ": " + name + " holds " + std::to_string(stored.numel()) +
+                                             " elements, the index says " + std::to_string(len));
+    if (!out.defined()) out = at::zeros({count}, stored.options());
+    out.narrow(0, lo - first, hi - lo).copy_(stored.narrow(0, lo - begin, hi - lo));
+  }
+  if (!out.defined()) out = at::zeros({count}, at::kFloat);  // all padding
+  return out;
+}
+
+}  // namespace zs::checkpoint

@@ -1,0 +1,70 @@
+#pragma once
+// Sharded model state in a checkpoint: every rank writes the part of each parameter unit it
+// owns (rank<R>.safetensors, tensors "<unit>/<kind>"), and meta.json's "sharding" object records
+// the layout (world size, stage, and per unit its parameters' names, offsets and shapes), which
+// is all a reader needs to cut the same units differently: another world size, another stage.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <nlohmann/json.hpp>
+
+namespace zs::io {
+class SafetensorsReader;
+}
+
+namespace zs::checkpoint {
+
+/// A parameter's place inside its unit's flat buffer.
+struct ParamSlot {
+  std::string name;
+  std::int64_t offset = 0;
+  std::vector<std::int64_t> shape;
+};
+
+/// One unit of the flat layout (the same on every rank).
+struct UnitLayout {
+  std::string name;
+  std::int64_t numel = 0;   ///< real elements
+  std::int64_t padded = 0;  ///< padded to a multiple of the world size it was saved with
+  std::vector<ParamSlot> params;
+};
+
+/// The "sharding" object of meta.json.
+nlohmann::json sharding_json(const std::vector<UnitLayout>& units, int world_size, int stage);
+
+/// The elements [first, first + count) of unit `u` that `rank` held when saved with `world_size`
+/// ranks at `stage` (stage 0: every rank holds all; rank 0 writes them).
+std::pair<std::int64_t, std::int64_t> saved_range(const UnitLayout& u, int rank, int world_size, int stage);
+
+/// Name of a rank's shard file.
+std::string shard_file_name(int rank);
+
+/// Reads shards saved under any layout.
+class ShardReader {
+ public:
+  /// `dir` holds meta.json's shard files; `sharding` is its "sharding" object. Throws
+  /// zs::Error(checkpoint) naming a missing or unreadable rank file.
+  ShardReader(const std::string& dir, const nlohmann::json& sharding);
+  ~ShardReader();
+  const std::vector<UnitLayout>& units() const { return units_; }
+  /// Elements [first, first + count) of unit `unit`'s flat `kind` ("weights", "exp_avg",
+  /// "exp_avg_sq", "ema"), float64 or float32 as stored; zeros past the unit's real elements.
+  at::Tensor read(const std::string& unit, const std::string& kind, std::int64_t first, std::int64_t count) const;
+  /// Whether the shards hold `kind` (the EMA only when the run kept one).
+  bool has(const std::string& kind) const;
+
+ private:
+  std::string dir_;
+  int world_ = 1, stage_ = 0;
+  std::vector<UnitLayout> units_;
+  std::map<std::string, std::size_t> by_name_;
+  std::vector<std::unique_ptr<io::SafetensorsReader>> files_;  // per saved rank (null: wrote nothing)
+};
+
+}  // namespace zs::checkpoint
