@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/sharded_state.h"
 #include "config/config_loader.h"
 #include "data/dataset.h"
 #include "data/shapes.h"
@@ -127,9 +128,12 @@ int main(int argc, char** argv) {
     if (score_only) last_step = ckpts.back().step;
     auto model = models::DiffusionModel::load_folder(run_dir + "/model");
     Score untrained = score_model(model, loaded.config, per_prompt);
-    const io::SafetensorsReader weights(ckpts.back().path + "/model.safetensors");
-    models::load_weights(*model.unet, weights, "unet.");
-    models::load_weights(*model.text_encoder, weights, "text_encoder.");
+    {
+      // The trained weights, consolidated from the checkpoint's shards.
+      const checkpoint::ShardReader shards(ckpts.back().path, ckpts.back().meta.at("sharding"));
+      c10::NoGradGuard no_grad;
+      for (auto& [name, p] : model.named_parameters()) p.copy_(shards.parameter(name, "weights"));
+    }
     const Score trained = score_model(model, loaded.config, per_prompt);
 
     Score ceiling;

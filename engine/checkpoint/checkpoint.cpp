@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+
+#include <zlib.h>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -13,7 +16,7 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr const char* kFormat = "zerostudio-checkpoint";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;  // 2: files with sizes and CRC-32s, sharded model state
 
 std::int64_t folder_bytes(const fs::path& dir) {
   std::int64_t n = 0;
@@ -24,15 +27,34 @@ std::int64_t folder_bytes(const fs::path& dir) {
 }
 }  // namespace
 
-CheckpointInfo save_checkpoint(const std::string& root, const std::string& tag,
-                               const std::map<std::string, NamedTensors>& files, nlohmann::json meta) {
+std::string staging_dir(const std::string& root, const std::string& tag) {
+  return (fs::path(root) / ("." + tag + ".tmp")).string();
+}
+
+std::uint32_t file_crc32(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::checkpoint, path + ": cannot read");
+  std::vector<char> buf(1 << 20);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (in) {
+    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+    const auto n = in.gcount();
+    if (n > 0) crc = crc32(crc, reinterpret_cast<const Bytef*>(buf.data()), static_cast<uInt>(n));
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+CheckpointInfo finalize_checkpoint(const std::string& root, const std::string& tag, nlohmann::json meta) {
   const fs::path final_dir = fs::path(root) / tag;
-  const fs::path tmp_dir = fs::path(root) / ("." + tag + ".tmp");
+  const fs::path tmp_dir = staging_dir(root, tag);
   std::error_code ec;
-  fs::remove_all(tmp_dir, ec);
-  fs::create_directories(tmp_dir, ec);
-  if (ec) throw Error(ErrorKind::io, tmp_dir.string() + ": cannot create the checkpoint folder: " + ec.message());
-  for (const auto& [name, tensors] : files) io::write_safetensors((tmp_dir / name).string(), tensors, {{"format", "pt"}});
+  nlohmann::json files = nlohmann::json::object();
+  for (const auto& e : fs::directory_iterator(tmp_dir, ec)) {
+    if (!e.is_regular_file() || e.path().filename() == "meta.json") continue;
+    files[e.path().filename().string()] = {{"bytes", static_cast<std::int64_t>(e.file_size())},
+                                           {"crc32", file_crc32(e.path().string())}};
+  }
+  meta["files"] = files;
   meta["format"] = kFormat;
   meta["version"] = kVersion;
   meta["tag"] = tag;
@@ -44,7 +66,47 @@ CheckpointInfo save_checkpoint(const std::string& root, const std::string& tag,
   fs::rename(tmp_dir, final_dir, ec);
   if (ec) throw Error(ErrorKind::io, final_dir.string() + ": cannot move the checkpoint into place: " + ec.message());
   fs::remove_all(old_dir, ec);
+  // `latest` names the newest complete checkpoint; it is written last.
+  io::write_file_atomic((fs::path(root) / "latest").string(), tag + "\n");
   return open_checkpoint(final_dir.string());
+}
+
+CheckpointInfo save_checkpoint(const std::string& root, const std::string& tag,
+                               const std::map<std::string, NamedTensors>& files, nlohmann::json meta) {
+  const fs::path tmp_dir = staging_dir(root, tag);
+  std::error_code ec;
+  fs::remove_all(tmp_dir, ec);
+  fs::create_directories(tmp_dir, ec);
+  if (ec) throw Error(ErrorKind::io, tmp_dir.string() + ": cannot create the checkpoint folder: " + ec.message());
+  for (const auto& [name, tensors] : files) io::write_safetensors((tmp_dir / name).string(), tensors, {{"format", "pt"}});
+  return finalize_checkpoint(root, tag, std::move(meta));
+}
+
+std::vector<std::string> verify_checkpoint(const CheckpointInfo& info) {
+  std::vector<std::string> problems;
+  if (!info.meta.contains("files")) return problems;  // version 1: no checksums recorded
+  for (const auto& [name, want] : info.meta["files"].items()) {
+    const std::string path = (fs::path(info.path) / name).string();
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec) {
+      problems.push_back(path + ": missing");
+      continue;
+    }
+    if (static_cast<std::int64_t>(size) != want.value("bytes", std::int64_t{-1})) {
+      problems.push_back(path + ": " + std::to_string(size) + " bytes, the checkpoint recorded " +
+                         std::to_string(want.value("bytes", std::int64_t{-1})) + " (truncated?)");
+      continue;
+    }
+    if (file_crc32(path) != want.value("crc32", std::uint32_t{0})) problems.push_back(path + ": checksum mismatch (corrupt)");
+  }
+  return problems;
+}
+
+std::int64_t free_bytes(const std::string& path) {
+  std::error_code ec;
+  const auto space = fs::space(path, ec);
+  return ec ? -1 : static_cast<std::int64_t>(space.available);
 }
 
 CheckpointInfo open_checkpoint(const std::string& path) {
@@ -60,10 +122,11 @@ CheckpointInfo open_checkpoint(const std::string& path) {
   }
   if (info.meta.value("format", "") != kFormat)
     throw Error(ErrorKind::checkpoint, meta_path.string() + ": not a ZeroStudio checkpoint");
-  if (info.meta.value("version", 0) != kVersion)
+  const int version = info.meta.value("version", 0);
+  if (version < 1 || version > kVersion)
     throw Error(ErrorKind::checkpoint, meta_path.string() + ": checkpoint version " +
                                            info.meta.value("version", nlohmann::json()).dump() +
-                                           " is not supported by this build (it reads version 1)");
+                                           " is not supported by this build (it reads versions 1 and 2)");
   info.path = path;
   info.tag = info.meta.value("tag", fs::path(path).filename().string());
   info.step = info.meta.value("step", std::int64_t{0});

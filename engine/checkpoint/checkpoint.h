@@ -29,6 +29,24 @@ struct CheckpointInfo {
 CheckpointInfo save_checkpoint(const std::string& root, const std::string& tag,
                                const std::map<std::string, NamedTensors>& files, nlohmann::json meta);
 
+/// The hidden folder a checkpoint is written into (by every rank) before it is complete.
+std::string staging_dir(const std::string& root, const std::string& tag);
+
+/// Once everything is in staging_dir(root, tag): records each file's size and CRC-32 in `meta`,
+/// writes meta.json, moves the folder into place (an older checkpoint of that tag is replaced
+/// only once the new one is complete) and updates `root`/latest last.
+CheckpointInfo finalize_checkpoint(const std::string& root, const std::string& tag, nlohmann::json meta);
+
+/// Checks every file meta.json lists: present, the recorded size, the recorded CRC-32. Returns
+/// one line per problem, naming the file.
+std::vector<std::string> verify_checkpoint(const CheckpointInfo& info);
+
+/// CRC-32 (zlib's) of a file.
+std::uint32_t file_crc32(const std::string& path);
+
+/// Bytes free for an unprivileged user on `path`'s file system (-1 when unknown).
+std::int64_t free_bytes(const std::string& path);
+
 /// Complete checkpoints under `root`, oldest step first (temporary folders are ignored).
 std::vector<CheckpointInfo> list_checkpoints(const std::string& root);
 

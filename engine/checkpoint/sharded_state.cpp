@@ -64,6 +64,24 @@ ShardReader::ShardReader(const std::string& dir, const nlohmann::json& sharding)
 
 ShardReader::~ShardReader() = default;
 
+at::Tensor ShardReader::parameter(const std::string& name, const std::string& kind) const {
+  for (const auto& u : units_)
+    for (const auto& p : u.params)
+      if (p.name == name) {
+        std::int64_t n = 1;
+        for (auto d : p.shape) n *= d;
+        return read(u.name, kind, p.offset, n).view(p.shape);
+      }
+  throw Error(ErrorKind::checkpoint, dir_ + ": the checkpoint has no parameter " + name);
+}
+
+std::vector<std::string> ShardReader::parameter_names() const {
+  std::vector<std::string> out;
+  for (const auto& u : units_)
+    for (const auto& p : u.params) out.push_back(p.name);
+  return out;
+}
+
 bool ShardReader::has(const std::string& kind) const {
   return !units_.empty() && files_.front() && files_.front()->contains(units_.front().name + "/" + kind);
 }

@@ -56,6 +56,11 @@ class ShardReader {
   /// Elements [first, first + count) of unit `unit`'s flat `kind` ("weights", "exp_avg",
   /// "exp_avg_sq", "ema"), float64 or float32 as stored; zeros past the unit's real elements.
   at::Tensor read(const std::string& unit, const std::string& kind, std::int64_t first, std::int64_t count) const;
+  /// One parameter whole, of one kind, in its shape: consolidated from the shards one tensor at
+  /// a time (what export streams).
+  at::Tensor parameter(const std::string& name, const std::string& kind) const;
+  /// Every parameter's name, in layout order.
+  std::vector<std::string> parameter_names() const;
   /// Whether the shards hold `kind` (the EMA only when the run kept one).
   bool has(const std::string& kind) const;
 

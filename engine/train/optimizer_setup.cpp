@@ -28,14 +28,11 @@ zero::ZeroOptions::Offload offload_of(const std::string& device) {
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
+std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
                                           dist::Communicator& comm, at::ScalarType compute, const std::string& run_tag,
                                           std::function<void(const std::string&)> log) {
   const auto& z = cfg.zero;
   const double beta1 = cfg.optimizer.betas.at(0), beta2 = cfg.optimizer.betas.at(1);
-  const bool offload = z.offload_optimizer.device != "none" || z.offload_param.device != "none";
-  if (comm.world_size() == 1 && z.stage == 0 && compute == at::kFloat && !offload)
-    return std::make_unique<AdamW>(model.named_parameters(), beta1, beta2, cfg.optimizer.eps, cfg.optimizer.weight_decay);
   std::vector<models::ParamUnit> units = model.unet->units();
   for (auto& u : units)
     for (auto& [name, p] : u.parameters) name = "unet." + name;

@@ -18,6 +18,9 @@ class Communicator;
 namespace zs::models {
 struct DiffusionModel;
 }
+namespace zs::zero {
+class ZeroOptimizer;
+}
 
 namespace zs::train {
 
@@ -26,11 +29,12 @@ namespace zs::train {
 /// saying so and suggesting bf16.
 at::ScalarType compute_dtype(const std::string& precision, const c10::Device& device);
 
-/// Plain AdamW for fp32 in one process at stage 0 without offload; otherwise a ZeroOptimizer
-/// over the UNet's units plus the text encoder as one more unit, with the config's stage,
-/// buckets, offload (NVMe folders named after `run_tag`) and compute precision, its hooks
-/// installed on the UNet. `log` receives one-line notes (which I/O backend NVMe uses).
-std::unique_ptr<Optimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
+/// A ZeroOptimizer over the UNet's units plus the text encoder as one more unit (also in one
+/// process at stage 0, where it does AdamW's arithmetic: one optimizer, one checkpoint format),
+/// with the config's stage, buckets, offload (NVMe folders named after `run_tag`) and compute
+/// precision, its hooks installed on the UNet. `log` receives one-line notes (which I/O backend
+/// NVMe uses).
+std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
                                           dist::Communicator& comm, at::ScalarType compute, const std::string& run_tag,
                                           std::function<void(const std::string&)> log);
 

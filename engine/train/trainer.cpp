@@ -1,6 +1,8 @@
 #include "train/trainer.h"
 #include "train/trainer_state.h"
 
+#include <zlib.h>
+
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -11,6 +13,7 @@
 #include <c10/core/GradMode.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/sharded_state.h"
 #include "config/config_writer.h"
 #include "config/schema.h"
 #include "config/value.h"
@@ -70,11 +73,12 @@ std::string default_run_dir(const config::TrainerConfig& cfg, const std::string&
 
 namespace {
 
-std::function<at::Tensor(const std::string&)> getter(const io::SafetensorsReader& r) {
-  return [&r](const std::string& name) {
-    if (!r.contains(name)) throw Error(ErrorKind::checkpoint, r.path() + ": missing tensor " + name);
-    return r.tensor(name);
-  };
+/// CRC-32 of the config's YAML: tells whether two checkpoints were made by the same config.
+std::string config_hash(const config::TrainerConfig& cfg) {
+  const std::string yaml = config::to_yaml(cfg);
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08lx", crc32(0L, reinterpret_cast<const Bytef*>(yaml.data()), static_cast<uInt>(yaml.size())));
+  return buf;
 }
 
 }  // namespace
@@ -171,24 +175,31 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       optimizer_error = std::current_exception();
     }
     agree("building the optimizer", optimizer_error);
-    // The EMA: kept by the ZeRO optimizer per shard, else a whole copy on the CPU.
-    if (cfg.ema.enabled && !s.optimizer->enable_ema(cfg.ema.decay)) s.ema = std::make_unique<Ema>(params, cfg.ema.decay);
+    // The EMA: kept by the ZeRO optimizer, per shard, on the CPU.
+    if (cfg.ema.enabled) s.optimizer->enable_ema(cfg.ema.decay);
     if (ckpt) {
-      const io::SafetensorsReader opt_state(ckpt->path + "/optimizer.safetensors");
-      s.optimizer->load_state(getter(opt_state));
-      const std::string rng_key = "rng.cpu." + std::to_string(s.rank);
-      if (opt_state.contains(rng_key)) s.gen.set_state(opt_state.tensor(rng_key));
-      else if (s.rank == 0) s.gen.set_state(opt_state.tensor("rng.cpu"));
-      else s.warn("the checkpoint has no random state for rank " + std::to_string(s.rank) + "; its noise starts afresh");
-      if (cfg.ema.enabled) {
-        if (!fs::exists(ckpt->path + "/ema.safetensors")) {
-          s.warn("the checkpoint has no EMA weights; the EMA starts from the current weights");
-        } else {
-          const io::SafetensorsReader ema_state(ckpt->path + "/ema.safetensors");
-          if (s.ema) s.ema->load(getter(ema_state));
-          else s.optimizer->load_ema(getter(ema_state));
-        }
+      // Shards saved under any world size, stage or offload: each rank reads the parts it owns now.
+      std::exception_ptr load_error;
+      try {
+        const checkpoint::ShardReader reader(ckpt->path, ckpt->meta.at("sharding"));
+        const bool with_ema = cfg.ema.enabled && reader.has("ema");
+        if (cfg.ema.enabled && !with_ema) s.warn("the checkpoint has no EMA weights; the EMA starts from the current weights");
+        s.optimizer->load_shards([&reader](const std::string& unit, const std::string& kind, std::int64_t first,
+                                           std::int64_t count) { return reader.read(unit, kind, first, count); },
+                                 ckpt->meta.value("optimizer_steps", ckpt->step), with_ema);
+        // Every rank's noise generator is in rank 0's file.
+        const io::SafetensorsReader first(ckpt->path + "/" + checkpoint::shard_file_name(0));
+        const std::string rng_key = "rng.cpu." + std::to_string(s.rank);
+        if (first.contains(rng_key)) s.gen.set_state(first.tensor(rng_key));
+        else s.warn("the checkpoint has no random state for rank " + std::to_string(s.rank) + "; its noise starts afresh");
+      } catch (...) {
+        load_error = std::current_exception();
       }
+      agree("loading the checkpoint", load_error);
+      if (main_rank && ckpt->meta.value("world_size", s.world) != s.world)
+        s.log("resumed a checkpoint of " + std::to_string(ckpt->meta.value("world_size", 0)) + " ranks at stage " +
+              std::to_string(ckpt->meta.value("stage", 0)) + " on " + std::to_string(s.world) + " ranks at stage " +
+              std::to_string(cfg.zero.stage));
     }
   } catch (const std::exception& e) {
     s.emit("error", {{"message", e.what()}});
@@ -219,51 +230,97 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     return ranks;
   };
 
-  // Whole parameters: the model's own, or gathered from the shards at stage 3 (a collective).
-  auto whole_parameters = [&]() {
-    auto full = s.optimizer->full_parameters();
-    return full.empty() ? s.model.named_parameters() : full;
-  };
   const bool sharded_params = cfg.zero.stage == 3 && s.world > 1;
 
+  // A sharded checkpoint: every rank writes its part into a hidden folder, rank 0 the index;
+  // the folder becomes the checkpoint only when every rank succeeded. A failed save (a full
+  // disk, a dead rank) is reported and training goes on; older checkpoints are untouched.
+  auto all_ok = [&](bool ok) {
+    if (s.world == 1) return ok;
+    at::Tensor flag = at::full({1}, ok ? 0.0 : 1.0);
+    s.comm->all_reduce(flag);
+    return flag.item<double>() == 0;
+  };
   auto save = [&](const std::string& reason) {
-    if (reason == "on_exception" && sharded_params) return;
-    const auto named = whole_parameters();
-    std::map<std::string, checkpoint::NamedTensors> files;
-    files["model.safetensors"] = named;
-    auto opt_state = s.optimizer->state();
+    if (reason == "on_exception" && s.world > 1) return;  // the other ranks may be gone
+    const std::string tag = "step_" + std::to_string(s.step);
+    const std::string staging = checkpoint::staging_dir(s.checkpoints_dir(), tag);
+    auto mine = s.optimizer->shard_state();
+    std::int64_t my_bytes = 0;
+    for (const auto& [n, t] : mine) my_bytes += t.numel() * static_cast<std::int64_t>(t.element_size());
+    // Every rank's noise generator goes into rank 0's file (so any world size can resume it).
     const at::Tensor rng = s.gen.get_state();
-    if (s.world > 1 && reason != "on_exception") {
-      at::Tensor all = at::zeros({rng.numel() * s.world}, rng.options());
-      s.comm->all_gather(rng.contiguous(), all);
-      for (int r = 0; r < s.world; ++r) opt_state.emplace_back("rng.cpu." + std::to_string(r), all.chunk(s.world)[r].clone());
+    at::Tensor rngs = at::zeros({rng.numel() * s.world}, rng.options());
+    if (s.world > 1) s.comm->all_gather(rng.contiguous(), rngs);
+    else rngs.copy_(rng);
+    std::string problem;
+    if (main_rank) {
+      for (int r = 0; r < s.world; ++r) mine.emplace_back("rng.cpu." + std::to_string(r), rngs.chunk(s.world)[r].clone());
+      std::error_code ec;
+      fs::remove_all(staging, ec);
+      fs::create_directories(staging, ec);
+      if (ec) problem = staging + ": cannot create: " + ec.message();
     }
-    opt_state.emplace_back("rng.cpu", rng);
-    NamedTensors ema;
-    if (s.ema) ema = s.ema->tensors();
-    else if (cfg.ema.enabled) ema = s.optimizer->ema_state();  // gathered: a collective, so on every rank
-    if (!main_rank) return;  // everything is gathered: rank 0 writes the checkpoint
-    files["optimizer.safetensors"] = opt_state;
-    if (!ema.empty()) files["ema.safetensors"] = ema;
+    if (!all_ok(problem.empty())) {
+      s.emit("error", {{"message", "checkpoint " + tag + " not saved: " +
+                                       (problem.empty() ? "another rank failed to prepare it" : problem)}});
+      return;
+    }
+    // Refuse, with a clear event, when the shards cannot fit (estimated from this rank's part).
+    const std::int64_t free = checkpoint::free_bytes(staging);
+    if (free >= 0 && free < my_bytes * (s.world > 1 ? 2 : 1))
+      problem = staging + ": " + std::to_string(free >> 20) + " MiB free, this rank's shard needs " +
+                std::to_string(my_bytes >> 20) + " MiB; free space on that disk";
+    if (problem.empty()) {
+      try {
+        if (!mine.empty())
+          io::write_safetensors(staging + "/" + checkpoint::shard_file_name(s.rank), mine, {{"format", "pt"}});
+      } catch (const std::exception& e) {
+        problem = e.what();
+      }
+    }
+    if (!all_ok(problem.empty())) {
+      if (main_rank) {
+        std::error_code ec;
+        fs::remove_all(staging, ec);
+      }
+      s.emit("error", {{"message", "checkpoint " + tag + " not saved (older checkpoints are kept): " +
+                                       (problem.empty() ? "another rank could not write its shard" : problem)}});
+      if (!problem.empty() && !main_rank) s.rank_log << "checkpoint " << tag << ": " << problem << "\n";
+      return;
+    }
+    if (!main_rank) return;
     json meta = {{"step", s.step},
+                 {"optimizer_steps", s.optimizer->steps()},
                  {"batches_consumed", s.batches_consumed},
+                 {"samples_seen", s.batches_consumed * s.world * cfg.training.batch_size},
                  {"epoch", static_cast<double>(s.batches_consumed * s.world) / s.loader->batches_per_epoch()},
                  {"loss", s.last_loss},
                  {"lr", s.lr->lr(std::max<std::int64_t>(s.step - 1, 0))},
                  {"time", unix_time()},
                  {"reason", reason},
                  {"world_size", s.world},
+                 {"stage", cfg.zero.stage},
+                 {"precision", cfg.precision},
+                 {"config_hash", config_hash(cfg)},
+                 {"sharding", checkpoint::sharding_json(s.optimizer->layout(), s.world, static_cast<int>(cfg.zero.stage))},
                  {"config", config::to_yaml(cfg)}};
     if (s.scaler) {
       const auto st = s.scaler->state();
       meta["loss_scaler"] = {{"scale", st.scale}, {"iter", st.iter}, {"last_overflow", st.last_overflow},
                              {"hysteresis", st.hysteresis}, {"skipped", st.skipped}};
     }
-    const auto info = checkpoint::save_checkpoint(s.checkpoints_dir(), "step_" + std::to_string(s.step), files, meta);
-    s.emit("checkpoint", {{"path", info.path}, {"bytes", info.bytes}, {"reason", reason}});
-    for (const auto& tag : checkpoint::prune_checkpoints(s.checkpoints_dir(), cfg.checkpointing.keep_last))
-      s.log("deleted checkpoint " + tag + " (checkpointing.keep_last " + std::to_string(cfg.checkpointing.keep_last) + ")");
+    try {
+      const auto info = checkpoint::finalize_checkpoint(s.checkpoints_dir(), tag, meta);
+      s.emit("checkpoint", {{"path", info.path}, {"bytes", info.bytes}, {"reason", reason}});
+    } catch (const std::exception& e) {
+      s.emit("error", {{"message", "checkpoint " + tag + " not saved (older checkpoints are kept): " + e.what()}});
+      return;
+    }
+    for (const auto& old_tag : checkpoint::prune_checkpoints(s.checkpoints_dir(), cfg.checkpointing.keep_last))
+      s.log("deleted checkpoint " + old_tag + " (checkpointing.keep_last " + std::to_string(cfg.checkpointing.keep_last) + ")");
   };
+
   auto sample = [&]() {
     // Under stage 3 every rank runs the sampler (each unit is gathered as it runs); rank 0 writes.
     // Swapping in a sharded EMA is a collective too, so then every rank takes part in the swaps.

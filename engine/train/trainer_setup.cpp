@@ -9,7 +9,6 @@
 #include "core/error.h"
 #include "data/shapes.h"
 #include "io/safetensors.h"
-#include "models/weights.h"
 #include "train/optimizer_setup.h"
 #include "train/trainer_state.h"
 
@@ -126,10 +125,14 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   std::int64_t n_params = 0;
   for (const auto& [n, p] : model.named_parameters()) n_params += p.numel();
   if (ckpt) {
-    const io::SafetensorsReader weights(ckpt->path + "/model.safetensors");
-    models::load_weights(*model.unet, weights, "unet.");
-    models::load_weights(*model.text_encoder, weights, "text_encoder.");
+    // Weights, moments and EMA come from the shards once the optimizer exists (trainer.cpp).
+    if (!ckpt->meta.contains("sharding"))
+      throw Error(ErrorKind::checkpoint, ckpt->path + ": saved by an older ZeroStudio (checkpoint version 1, "
+                                                      "unsharded); this build resumes version 2 checkpoints only");
     batches_consumed = ckpt->meta.value("batches_consumed", std::int64_t{0});
+    // Another world size splits each global batch differently: carry on after the samples seen.
+    if (ckpt->meta.value("world_size", world) != world && ckpt->meta.contains("samples_seen"))
+      batches_consumed = ckpt->meta["samples_seen"].get<std::int64_t>() / (world * cfg.training.batch_size);
     last_loss = ckpt->meta.value("loss", 0.0);
     if (scaler && ckpt->meta.contains("loss_scaler")) {
       const json& ls = ckpt->meta["loss_scaler"];

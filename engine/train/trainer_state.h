@@ -21,6 +21,7 @@
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
+#include "zero/zero_optimizer.h"
 
 namespace zs::train {
 
@@ -37,7 +38,7 @@ struct Trainer::State {
   at::Device device{at::kCPU};
   models::DiffusionModel model;
   std::unique_ptr<diffusion::NoiseSchedule> schedule;
-  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<zero::ZeroOptimizer> optimizer;
   at::ScalarType compute = at::kFloat;  // the dtype the model computes in
   std::unique_ptr<LossScaler> scaler;   // fp16 (or when asked for)
   std::unique_ptr<Ema> ema;

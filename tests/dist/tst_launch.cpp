@@ -147,6 +147,50 @@ class TestLaunch : public QObject {
     QVERIFY(QFile::exists(run + "/samples/step_20/007.png"));
   }
 
+  // A checkpoint of 2 ranks at stage 2 resumes in one process at stage 0, and then on 3 ranks at
+  // stage 3 (the exact-continuation check across layouts is tst_dist's
+  // shardsResumeUnderAnotherLayout; here the per-rank data split changes with the world size).
+  void resumeAtAnotherWorldSizeAndStage() {
+    QTemporaryDir dir;
+    const QString run = dir.path() + "/run";
+    auto go = [&](const QStringList& head, int stage, int steps, bool resume) {
+      QProcess p;
+      p.setProcessChannelMode(QProcess::MergedChannels);
+      QStringList args = head + QStringList{zs::test::sourceDir() + "/configs/quickstart.yaml", "--set",
+                                            "zero.stage=" + QString::number(stage), "--set", "ema.enabled=true"} +
+                         small_run(run, steps);
+      if (resume) args += QStringList{"--resume", "latest"};
+      p.start(ZS_CLI_PATH, args);
+      p.waitForFinished(120000);
+      return p.exitCode() == 0 ? QString() : QString::fromUtf8(p.readAll());
+    };
+    auto launch = [&](int n) {
+      return QStringList{"launch", "--num_processes", QString::number(n), "--main_process_port",
+                         QString::number(zs::test::freePort())};
+    };
+    QString err = go(launch(2), 2, 4, false);
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+    err = go({"train"}, 0, 6, true);
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+    err = go(launch(3), 3, 8, true);
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+    std::vector<std::string> notes;
+    std::vector<std::int64_t> steps;
+    for (const auto& e : events(run)) {
+      if (e["type"] == "log" && e["message"].get<std::string>().rfind("resumed a checkpoint", 0) == 0)
+        notes.push_back(e["message"].get<std::string>());
+      if (e["type"] == "metrics") {
+        steps.push_back(e["step"].get<std::int64_t>());
+        QVERIFY(std::isfinite(e["loss"].get<double>()));
+      }
+    }
+    QCOMPARE(notes.size(), std::size_t{2});
+    QCOMPARE(notes[0], std::string("resumed a checkpoint of 2 ranks at stage 2 on 1 ranks at stage 0"));
+    QCOMPARE(notes[1], std::string("resumed a checkpoint of 1 ranks at stage 0 on 3 ranks at stage 3"));
+    QCOMPARE(steps, (std::vector<std::int64_t>{2, 4, 6, 8}));
+    QVERIFY(QFile::exists(run + "/checkpoints/step_8/rank2.safetensors"));
+  }
+
   void twoRankResumeEqualsAStraightRun_data() {
     QTest::addColumn<QString>("stage");
     QTest::newRow("stage 2") << "2";

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint.h"
 #include "config/config_loader.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -111,8 +112,16 @@ class TestTrainE2E : public QObject {
       if (e["type"] == "checkpoint") {
         ++checkpoints;
         QVERIFY(e["bytes"].get<std::int64_t>() > 0);
-        QVERIFY(fs::exists(e["path"].get<std::string>() + "/model.safetensors"));
-        QVERIFY(fs::exists(e["path"].get<std::string>() + "/ema.safetensors"));
+        // One shard per rank (here one), every file listed with its size and checksum, the EMA
+        // inside the shard, and the layout index that lets another world size read it.
+        const std::string path = e["path"].get<std::string>();
+        const auto info = checkpoint::open_checkpoint(path);
+        QVERIFY(fs::exists(path + "/rank0.safetensors"));
+        QVERIFY(info.meta["files"].contains("rank0.safetensors"));
+        QVERIFY(checkpoint::verify_checkpoint(info).empty());
+        QVERIFY(info.meta.contains("sharding") && info.meta.contains("config_hash") && info.meta.contains("samples_seen"));
+        const io::SafetensorsReader shard(path + "/rank0.safetensors");
+        QVERIFY(shard.contains("io/ema") && shard.contains("text_encoder/exp_avg") && shard.contains("rng.cpu.0"));
       }
     }
     QCOMPARE(samples, 2);
@@ -186,8 +195,9 @@ class TestTrainE2E : public QObject {
     }
     // Checkpoints keep the fp32 masters, also when the model computes in bf16.
     const auto ckpt = checkpoint_dir(events);
-    const io::SafetensorsReader weights(ckpt + "/model.safetensors");
-    for (const auto& e : weights.entries()) QCOMPARE(e.dtype, std::string("F32"));
+    const io::SafetensorsReader weights(ckpt + "/rank0.safetensors");
+    for (const auto& e : weights.entries())
+      if (e.name.ends_with("/weights")) QCOMPARE(e.dtype, std::string("F32"));
   }
 
   void nvmeFilesGoAfterAFailure() {
