@@ -19,6 +19,12 @@ int run_launch_command(const std::vector<std::string>& args);
 /// `zerostudio make-dataset shapes --out DIR ...`.
 int run_make_dataset_command(const std::vector<std::string>& args);
 
+/// `zerostudio checkpoints RUN_DIR [--verify] [--json]`.
+int run_checkpoints_command(const std::vector<std::string>& args);
+
+/// `zerostudio export CHECKPOINT --format diffusers|safetensors [--dtype] [--ema] -o OUT`.
+int run_export_command(const std::vector<std::string>& args);
+
 /// Prints warnings to stderr as "warning: ...".
 void print_warnings(const std::vector<std::string>& warnings);
 

@@ -26,6 +26,8 @@ const char* kHelp =
     "  train FILE                 train headless (--set, --run-dir, --resume latest|CHECKPOINT)\n"
     "  launch --num_processes N FILE   start this machine's ranks of a multi-process run\n"
     "  make-dataset shapes --out DIR   generate the demo dataset of coloured shapes\n"
+    "  checkpoints RUN_DIR        list a run's checkpoints (--verify checks their files)\n"
+    "  export CHECKPOINT ...      consolidate a checkpoint as diffusers or safetensors\n"
     "  config validate FILE       check a trainer config, listing every problem\n"
     "  config import ...          accelerate YAML / DeepSpeed JSON -> trainer config\n"
     "  config export FILE ...     trainer config -> accelerate YAML / DeepSpeed JSON\n"
@@ -66,6 +68,8 @@ int dispatch(int argc, char** argv) {
   if (first == "train") return zs::cli::run_train_command(rest);
   if (first == "launch") return zs::cli::run_launch_command(rest);
   if (first == "make-dataset") return zs::cli::run_make_dataset_command(rest);
+  if (first == "checkpoints") return zs::cli::run_checkpoints_command(rest);
+  if (first == "export") return zs::cli::run_export_command(rest);
   if (first[0] == '-') throw zs::cli::UsageError("unknown option '" + first + "'");
   const bool looks_like_config = first.ends_with(".yaml") || first.ends_with(".yml");
   if (looks_like_config && args.size() == 1) {

@@ -101,12 +101,10 @@ at::Tensor ShardReader::read(const std::string& unit, const std::string& kind, s
     const auto& file = *files_[static_cast<std::size_t>(r)];
     const std::string name = unit + "/" + kind;
     if (!file.contains(name)) throw Error(ErrorKind::checkpoint, file.path() + ": missing tensor " + name);
-    const at::Tensor stored = file.tensor(name);
-    if (stored.numel() != len)
-      throw Error(ErrorKind::checkpoint, file.path() + ": " + name + " holds " + std::to_string(stored.numel()) +
-                                             " elements, the index says " + std::to_string(len));
-    if (!out.defined()) out = at::zeros({count}, stored.options());
-    out.narrow(0, lo - first, hi - lo).copy_(stored.narrow(0, lo - begin, hi - lo));
+    // Only the overlapping elements are read from the mapping (export streams through here).
+    const at::Tensor part = file.slice(name, lo - begin, hi - lo);
+    if (!out.defined()) out = at::zeros({count}, part.options());
+    out.narrow(0, lo - first, hi - lo).copy_(part);
   }
   if (!out.defined()) out = at::zeros({count}, at::kFloat);  // all padding
   return out;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cerrno>
 #include <cstring>
 #include <set>
@@ -185,6 +186,82 @@ at::Tensor SafetensorsReader::tensor(const std::string& name) const {
   at::Tensor out = at::empty(it->shape, at::TensorOptions().dtype(d->type));
   if (it->end > it->begin) std::memcpy(out.data_ptr(), data_ + data_start_ + it->begin, it->end - it->begin);
   return out;
+}
+
+at::Tensor SafetensorsReader::slice(const std::string& name, std::int64_t first, std::int64_t count) const {
+  const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.name == name; });
+  if (it == entries_.end()) throw Error(ErrorKind::io, path_ + ": no tensor named '" + name + "'");
+  const DType* d = find_dtype(it->dtype);
+  if (d->type == at::ScalarType::Undefined)
+    throw Error(ErrorKind::io, path_ + ": tensor '" + name + "' has dtype " + it->dtype + ", which LibTorch cannot hold");
+  const std::uint64_t elem = safetensors_dtype_size(it->dtype);
+  if (first < 0 || count < 0 || (static_cast<std::uint64_t>(first + count)) * elem > it->end - it->begin)
+    throw Error(ErrorKind::io, path_ + ": tensor '" + name + "' has no elements [" + std::to_string(first) + ", " +
+                                   std::to_string(first + count) + ")");
+  at::Tensor out = at::empty({count}, at::TensorOptions().dtype(d->type));
+  if (count > 0) std::memcpy(out.data_ptr(), data_ + data_start_ + it->begin + first * elem, count * elem);
+  return out;
+}
+
+SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path, std::vector<Entry> entries,
+                                                 const std::map<std::string, std::string>& metadata)
+    : path_(std::move(path)), entries_(std::move(entries)) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::uint64_t offset = 0;
+  std::set<std::string> names;
+  for (const auto& e : entries_) {
+    const char* dt = dtype_name(e.dtype);
+    if (!dt) throw Error(ErrorKind::io, path_ + ": tensor '" + e.name + "' has a dtype safetensors cannot store");
+    if (e.name == "__metadata__" || !names.insert(e.name).second)
+      throw Error(ErrorKind::io, path_ + ": tensor name '" + e.name + "' is reserved or given twice");
+    std::uint64_t n = 1;
+    for (auto d : e.shape) n *= static_cast<std::uint64_t>(d);
+    const std::uint64_t bytes = n * c10::elementSize(e.dtype);
+    header[e.name] = {{"dtype", dt}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string prefix(8, '\0');
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((static_cast<std::uint64_t>(text.size()) >> (8 * i)) & 0xff);
+  const std::filesystem::path p(path_);
+  tmp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp")).string();
+  file_ = std::fopen(tmp_.c_str(), "wb");
+  if (!file_) throw Error(ErrorKind::io, tmp_ + ": cannot create: " + std::strerror(errno));
+  if (std::fwrite(prefix.data(), 1, 8, file_) != 8 || std::fwrite(text.data(), 1, text.size(), file_) != text.size())
+    throw Error(ErrorKind::io, tmp_ + ": write failed (is the disk full?)");
+}
+
+SafetensorsStreamWriter::~SafetensorsStreamWriter() {
+  if (file_) {
+    std::fclose(file_);
+    std::remove(tmp_.c_str());
+  }
+}
+
+void SafetensorsStreamWriter::write(const at::Tensor& tensor) {
+  if (next_ >= entries_.size()) throw Error(ErrorKind::io, path_ + ": more tensors written than declared");
+  const Entry& e = entries_[next_];
+  if (tensor.sizes().vec() != e.shape)
+    throw Error(ErrorKind::io, path_ + ": tensor '" + e.name + "' has the wrong shape for its header entry");
+  const at::Tensor t = tensor.detach().to(at::kCPU).to(e.dtype).contiguous();
+  const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
+  if (bytes > 0 && std::fwrite(t.data_ptr(), 1, bytes, file_) != bytes)
+    throw Error(ErrorKind::io, tmp_ + ": write failed (is the disk full?)");
+  ++next_;
+}
+
+void SafetensorsStreamWriter::finish() {
+  if (next_ != entries_.size())
+    throw Error(ErrorKind::io, path_ + ": " + std::to_string(entries_.size() - next_) + " declared tensors were not written");
+  const bool ok = std::fflush(file_) == 0 && ::fsync(fileno(file_)) == 0;
+  std::fclose(file_);
+  file_ = nullptr;
+  if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    std::remove(tmp_.c_str());
+    throw Error(ErrorKind::io, path_ + ": cannot finish writing: " + std::strerror(errno));
+  }
 }
 
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,

@@ -5,6 +5,7 @@
 // bytes, string metadata, no duplicate names. Every failure names the file and the tensor.
 
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,6 +41,9 @@ class SafetensorsReader {
   bool contains(const std::string& name) const;
   /// The named tensor, copied out of the mapping (CPU, its stored dtype).
   at::Tensor tensor(const std::string& name) const;
+  /// Elements [first, first + count) of the named tensor, flattened, copied out of the mapping
+  /// (only those bytes are read).
+  at::Tensor slice(const std::string& name, std::int64_t first, std::int64_t count) const;
 
  private:
   std::string path_;
@@ -54,6 +58,29 @@ class SafetensorsReader {
 /// with spaces to a multiple of 8, tensors ordered by dtype alignment then name.
 void write_safetensors(const std::string& path, const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+/// Writes a safetensors file one tensor at a time, so memory holds at most one tensor: the
+/// header (names, dtypes, shapes) is fixed up front, tensors are then written in that order,
+/// and finish() moves the file into place (until then it is a hidden temporary file).
+class SafetensorsStreamWriter {
+ public:
+  struct Entry {
+    std::string name;
+    at::ScalarType dtype;
+    std::vector<std::int64_t> shape;
+  };
+  SafetensorsStreamWriter(std::string path, std::vector<Entry> entries, const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsStreamWriter();  ///< removes the temporary file when finish() was not reached
+  /// The next tensor in header order (converted to its declared dtype; shape checked).
+  void write(const at::Tensor& tensor);
+  void finish();
+
+ private:
+  std::string path_, tmp_;
+  std::vector<Entry> entries_;
+  std::size_t next_ = 0;
+  std::FILE* file_ = nullptr;
+};
 
 /// Bytes per element of a safetensors dtype string; 0 when unknown.
 std::size_t safetensors_dtype_size(const std::string& dtype);

@@ -64,12 +64,27 @@ checkpoint::CheckpointInfo Trainer::State::open_resume_checkpoint() {
   // The checkpoint decides the step, and its config must agree on what defines the run.
   checkpoint::CheckpointInfo info;
   if (opt.resume == "latest") {
+    // The newest checkpoint whose files are all there and intact; damaged ones are named.
     const auto all = checkpoint::list_checkpoints(checkpoints_dir());
     if (all.empty())
       throw Error(ErrorKind::checkpoint, checkpoints_dir() + ": no checkpoint to resume from; start without --resume");
-    info = all.back();
+    std::vector<std::string> skipped;
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      const auto problems = checkpoint::verify_checkpoint(*it);
+      if (problems.empty()) {
+        info = *it;
+        break;
+      }
+      skipped.push_back(it->tag + " (" + problems.front() + ")");
+    }
+    if (info.path.empty())
+      throw Error(ErrorKind::checkpoint, checkpoints_dir() + ": every checkpoint is damaged, the newest: " + skipped.front());
+    for (const auto& s : skipped) warn("checkpoint " + s + " is damaged; resuming from " + info.tag + " instead");
   } else {
     info = checkpoint::open_checkpoint(opt.resume);
+    const auto problems = checkpoint::verify_checkpoint(info);
+    if (!problems.empty())
+      throw Error(ErrorKind::checkpoint, problems.front() + "; resume from another checkpoint (or --resume latest)");
   }
   const auto saved = config::load_config_string(info.meta.value("config", ""), info.path + "/meta.json");
   const auto diffs = resume_mismatches(saved.config, cfg);

@@ -55,6 +55,14 @@ class TestCli : public QObject {
     QTest::newRow("schema") << QStringList{"config", "schema", "--help"} << "Usage: zerostudio config schema";
     QTest::newRow("train") << QStringList{"train", "--help"} << "Usage: zerostudio train FILE";
     QTest::newRow("make-dataset") << QStringList{"make-dataset", "--help"} << "Usage: zerostudio make-dataset shapes";
+    QTest::newRow("checkpoints") << QStringList{"checkpoints", "--help"} << "Usage: zerostudio checkpoints RUN_DIR";
+    QTest::newRow("export checkpoint") << QStringList{"export", "--help"} << "Usage: zerostudio export CHECKPOINT";
+  }
+
+  // export's --help says that it streams (the memory a user must plan for).
+  void exportHelpSaysItStreams() {
+    const Result r = run({"export", "--help"});
+    QVERIFY2(r.out.contains("memory stays near the\nlargest tensor"), qPrintable(r.out));
   }
 
   void everyCommandHasHelp() {
@@ -85,6 +93,10 @@ class TestCli : public QObject {
                                   << "zerostudio: make-dataset: unknown kind 'faces'";
     QTest::newRow("dataset count") << QStringList{"make-dataset", "shapes", "--out", "x", "--count", "many"}
                                    << "zerostudio: --count needs a whole number, got 'many'";
+    QTest::newRow("export format") << QStringList{"export", "ckpt", "--format", "ckpt", "-o", "x"}
+                                   << "zerostudio: --format ckpt is not one of diffusers, safetensors";
+    QTest::newRow("export without output") << QStringList{"export", "ckpt", "--format", "diffusers"}
+                                           << "zerostudio: export needs -o OUT";
     QTest::newRow("launch processes") << QStringList{"launch", "--num_processes", "two", quickstart()}
                                       << "zerostudio: --num_processes needs a whole number, got 'two'";
   }
@@ -95,6 +107,16 @@ class TestCli : public QObject {
     const Result r = run(args);
     QCOMPARE(r.code, 2);
     QVERIFY2(r.err.startsWith(message), qPrintable(r.err));
+  }
+
+  void checkpointCommandsNameWhatIsWrong() {
+    QTemporaryDir dir;
+    const Result none = run({"checkpoints", dir.path() + "/nowhere"});
+    QCOMPARE(none.code, 1);
+    QVERIFY2(none.err.contains("/nowhere/checkpoints: no checkpoints folder; pass a run directory"), qPrintable(none.err));
+    const Result not_ckpt = run({"export", dir.path(), "--format", "diffusers", "-o", dir.path() + "/out"});
+    QCOMPARE(not_ckpt.code, 1);
+    QVERIFY2(not_ckpt.err.contains("not a checkpoint folder (no meta.json)"), qPrintable(not_ckpt.err));
   }
 
   void makeDatasetAndTrainErrors() {

@@ -277,6 +277,54 @@ class TestTrainE2E : public QObject {
     QCOMPARE(events.back()["type"].get<std::string>(), std::string("run_end"));
   }
 
+  // A damaged newest checkpoint: `checkpoints --verify` names it, `--resume latest` falls back
+  // to the newest intact one and says so, and `export` turns a checkpoint into diffusers files.
+  void damagedCheckpointsAreFoundAndSkipped() {
+    QTemporaryDir dir;
+    train::TrainerOptions opt;
+    opt.run_dir = (dir.path() + "/run").toStdString();
+    train::TrainerCommands commands;
+    train::Trainer(small_config({"training.max_steps=6", "checkpointing.every_n_steps=2", "sampling.every_n_steps=0"}), opt)
+        .run(commands);
+    const std::string bad = opt.run_dir + "/checkpoints/step_6/rank0.safetensors";
+    fs::resize_file(bad, fs::file_size(bad) - 64);
+    QProcess p;
+    p.start(ZS_CLI_PATH, {"checkpoints", QString::fromStdString(opt.run_dir), "--verify", "--json"});
+    QVERIFY(p.waitForFinished(60000));
+    QCOMPARE(p.exitCode(), 1);
+    const json listing = json::parse(p.readAllStandardOutput().toStdString());
+    QCOMPARE(listing["checkpoints"].size(), std::size_t{3});
+    QCOMPARE(listing["checkpoints"][1]["ok"].get<bool>(), true);
+    QCOMPARE(listing["checkpoints"][2]["ok"].get<bool>(), false);
+    QVERIFY(listing["checkpoints"][2]["problems"][0].get<std::string>().find(bad) == 0);
+    // Resume: step_6 is skipped, step_4 continues to step 8.
+    train::TrainerOptions again = opt;
+    again.resume = "latest";
+    const auto summary = train::Trainer(small_config({"training.max_steps=8", "checkpointing.every_n_steps=2",
+                                                      "sampling.every_n_steps=0"}), again).run(commands);
+    QCOMPARE(summary.step, std::int64_t{8});
+    bool warned = false;
+    std::int64_t resumed_at = -1;
+    for (const auto& e : read_events(opt.run_dir)) {
+      if (e["type"] == "warning" && e["message"].get<std::string>().find("checkpoint step_6 (" + bad) == 0 &&
+          e["message"].get<std::string>().find("is damaged; resuming from step_4 instead") != std::string::npos)
+        warned = true;
+      if (e["type"] == "run_start" && !e["resumed_from"].is_null()) resumed_at = e["step"].get<std::int64_t>();
+    }
+    QVERIFY(warned);
+    QCOMPARE(resumed_at, std::int64_t{4});
+    // Export of the last checkpoint for diffusers, in fp16.
+    const QString out = dir.path() + "/export";
+    p.start(ZS_CLI_PATH, {"export", QString::fromStdString(opt.run_dir + "/checkpoints/step_8"), "--format", "diffusers",
+                          "--dtype", "fp16", "-o", out});
+    QVERIFY(p.waitForFinished(60000));
+    QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+    const io::SafetensorsReader unet((out + "/unet/diffusion_pytorch_model.safetensors").toStdString());
+    QVERIFY(unet.contains("conv_in.weight"));
+    QCOMPARE(unet.entries().front().dtype, std::string("F16"));
+    QVERIFY(QFile::exists(out + "/unet/config.json"));
+  }
+
   void stopAndResumeEqualsAnUninterruptedRun() {
     QTemporaryDir dir;
     train::TrainerCommands commands;

@@ -1,0 +1,138 @@
+// `zerostudio checkpoints` (list and verify a run's checkpoints) and `zerostudio export`.
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "arg_parser.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/export.h"
+#include "commands.h"
+#include "core/error.h"
+
+namespace zs::cli {
+
+namespace {
+
+const CommandSpec kCheckpoints{
+    "checkpoints", "RUN_DIR [--verify] [--json]",
+    "List a run's checkpoints: step, time, loss, size, ZeRO stage and ranks.",
+    "--verify checks that every file a checkpoint lists is there with its recorded size and CRC-32\n"
+    "and names each bad file; the exit code is 1 when any checkpoint is damaged.",
+    {{"verify", "", "Check sizes and checksums of every file"}, {"json", "", "One JSON object instead of the table"}},
+    1, 1};
+
+const CommandSpec kExport{
+    "export", "CHECKPOINT --format diffusers|safetensors [--dtype fp16|bf16|fp32] [--ema] -o OUT",
+    "Consolidate a sharded checkpoint for other tools.",
+    "The shards are read one tensor at a time and written as they come, so memory stays near the\n"
+    "largest tensor (plus the checkpoint's index), whatever the model's size or the number of\n"
+    "ranks that saved it. No training world is started.\n"
+    "  safetensors  OUT is a file: the UNet under diffusers' names, with __metadata__ (step,\n"
+    "               config hash, which weights).\n"
+    "  diffusers    OUT is a new folder: unet/ (config.json, diffusion_pytorch_model.safetensors),\n"
+    "               text_encoder/, and the run's scheduler/ and tokenizer/.",
+    {{"format", "FORMAT", "diffusers or safetensors"},
+     {"dtype", "DTYPE", "fp16, bf16 or fp32 (default fp32, as stored)"},
+     {"ema", "", "Export the EMA weights"},
+     {"output", "OUT", "Output file (safetensors) or folder (diffusers)", false, "o"}},
+    1, 1};
+
+std::string local_time(double unix_seconds) {
+  const std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+}  // namespace
+
+int run_checkpoints_command(const std::vector<std::string>& args) {
+  const ParsedArgs a = parse_args(kCheckpoints, args);
+  if (a.help) {
+    std::cout << kCheckpoints.help();
+    return 0;
+  }
+  const std::filesystem::path run(a.positional()[0]);
+  const std::string root = (run / "checkpoints").string();
+  if (!std::filesystem::is_directory(root))
+    throw Error(ErrorKind::io, root + ": no checkpoints folder; pass a run directory (runs/<name>)");
+  const auto all = checkpoint::list_checkpoints(root);
+  const bool verify = a.has("verify");
+  nlohmann::json out = {{"run_dir", run.string()}, {"checkpoints", nlohmann::json::array()}};
+  bool damaged = false;
+  for (const auto& c : all) {
+    nlohmann::json row = {{"tag", c.tag},
+                          {"path", c.path},
+                          {"step", c.step},
+                          {"time", c.meta.value("time", 0.0)},
+                          {"loss", c.meta.value("loss", 0.0)},
+                          {"bytes", c.bytes},
+                          {"stage", c.meta.value("stage", 0)},
+                          {"world_size", c.meta.value("world_size", 1)},
+                          {"reason", c.meta.value("reason", "")}};
+    if (verify) {
+      const auto problems = checkpoint::verify_checkpoint(c);
+      row["ok"] = problems.empty();
+      row["problems"] = problems;
+      damaged |= !problems.empty();
+    }
+    out["checkpoints"].push_back(row);
+  }
+  if (a.has("json")) {
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::printf("%-14s %8s  %-19s  %9s  %10s  %5s  %5s  %s\n", "checkpoint", "step", "time", "loss", "size", "stage",
+                "ranks", verify ? "verified" : "reason");
+    for (const auto& r : out["checkpoints"]) {
+      std::string last = r["reason"].get<std::string>();
+      if (verify) last = r["ok"].get<bool>() ? "ok" : "DAMAGED";
+      std::printf("%-14s %8lld  %-19s  %9.4f  %7.1f MB  %5d  %5d  %s\n", r["tag"].get<std::string>().c_str(),
+                  static_cast<long long>(r["step"].get<std::int64_t>()), local_time(r["time"].get<double>()).c_str(),
+                  r["loss"].get<double>(), static_cast<double>(r["bytes"].get<std::int64_t>()) / 1e6, r["stage"].get<int>(),
+                  r["world_size"].get<int>(), last.c_str());
+      if (verify)
+        for (const auto& p : r["problems"]) std::printf("    %s\n", p.get<std::string>().c_str());
+    }
+    if (all.empty()) std::printf("(no complete checkpoint in %s)\n", root.c_str());
+  }
+  return damaged ? 1 : 0;
+}
+
+int run_export_command(const std::vector<std::string>& args) {
+  const ParsedArgs a = parse_args(kExport, args);
+  if (a.help) {
+    std::cout << kExport.help();
+    return 0;
+  }
+  if (!a.has("format")) throw UsageError("export needs --format diffusers|safetensors");
+  if (!a.has("output")) throw UsageError("export needs -o OUT (a file for safetensors, a new folder for diffusers)");
+  checkpoint::ExportOptions o;
+  o.format = a.get("format");
+  if (o.format != "diffusers" && o.format != "safetensors")
+    throw UsageError("--format " + o.format + " is not one of diffusers, safetensors");
+  const std::string dtype = a.get("dtype", "fp32");
+  if (dtype == "fp16") o.dtype = at::kHalf;
+  else if (dtype == "bf16") o.dtype = at::kBFloat16;
+  else if (dtype == "fp32") o.dtype = at::kFloat;
+  else throw UsageError("--dtype " + dtype + " is not one of fp16, bf16, fp32");
+  o.ema = a.has("ema");
+  long last_bucket = -1;
+  o.progress = [&](std::size_t done, std::size_t total) {
+    const long bucket = static_cast<long>(done * 10 / std::max<std::size_t>(total, 1));
+    if (bucket != last_bucket || done == total) {
+      last_bucket = bucket;
+      std::fprintf(stderr, "exporting: %zu/%zu tensors\n", done, total);
+    }
+  };
+  const auto r = checkpoint::export_checkpoint(a.positional()[0], a.get("output"), o);
+  for (const auto& f : r.files) std::printf("wrote %s\n", f.c_str());
+  std::printf("%zu tensors, %.1f MB\n", r.tensors, static_cast<double>(r.bytes) / 1e6);
+  return 0;
+}
+
+}  // namespace zs::cli

@@ -1,0 +1,39 @@
+#pragma once
+// Export of a sharded checkpoint for other tools, consolidated one tensor at a time: memory
+// holds the largest tensor (and its converted copy), never the whole model.
+//   safetensors: one file with the UNet under diffusers' names and __metadata__ (format, step,
+//                config hash, which weights).
+//   diffusers:   a folder diffusers reads: unet/config.json + unet/diffusion_pytorch_model.safetensors,
+//                text_encoder/config.json + text_encoder/model.safetensors, and the run's
+//                scheduler/ and tokenizer/ folders copied.
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <c10/core/ScalarType.h>
+
+namespace zs::checkpoint {
+
+struct ExportOptions {
+  std::string format = "safetensors";      ///< safetensors | diffusers
+  std::optional<at::ScalarType> dtype;     ///< fp16 / bf16 / fp32; unset: as stored (fp32)
+  bool ema = false;                        ///< the EMA weights instead of the trained ones
+  /// Called after each tensor: (tensors written, tensors in all).
+  std::function<void(std::size_t, std::size_t)> progress;
+};
+
+struct ExportResult {
+  std::vector<std::string> files;  ///< what was written
+  std::size_t tensors = 0;
+  std::int64_t bytes = 0;
+};
+
+/// Exports checkpoint folder `checkpoint` to `out` (a file for safetensors, a folder for
+/// diffusers). Throws zs::Error naming the checkpoint or the output on any problem (no EMA in
+/// the checkpoint, an unknown format, an existing output folder that is not empty).
+ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out, const ExportOptions& options);
+
+}  // namespace zs::checkpoint

@@ -1,0 +1,215 @@
+// engine/checkpoint: sharded state read under another layout, file verification, and export
+// (round trips back into the engine, streaming memory) on a checkpoint split into many shards.
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/export.h"
+#include "checkpoint/sharded_state.h"
+#include "core/cpu_allocation_counter.h"
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "models/diffusion_model.h"
+#include "models/weights.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "test_support.h"
+
+using namespace zs;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kRanks = 6;  // the checkpoint below is split over six ranks at stage 2
+
+/// A run folder with the quickstart model and a checkpoint "step_7" saved as if by `kRanks`
+/// ranks at stage 2: each parameter unit's flat weights (and stand-in moments and EMA) cut into
+/// kRanks shards. Returns the checkpoint folder; `model` gets the weights it holds.
+std::string make_sharded_checkpoint(const std::string& run, models::DiffusionModel& model) {
+  model = models::DiffusionModel::build_tiny({"a red circle", "a blue square"}, "v_prediction", 3);
+  model.save_folder(run + "/model");
+  // One unit per top-level block of parameters (enough units to exercise the index).
+  std::vector<checkpoint::UnitLayout> units;
+  std::map<std::string, at::Tensor> flat;
+  auto add_unit = [&](const std::string& name, const std::vector<std::pair<std::string, at::Tensor>>& params) {
+    checkpoint::UnitLayout u;
+    u.name = name;
+    std::vector<at::Tensor> parts;
+    for (const auto& [pname, p] : params) {
+      u.params.push_back({pname, u.numel, p.sizes().vec()});
+      u.numel += p.numel();
+      parts.push_back(p.detach().reshape({-1}));
+    }
+    u.padded = (u.numel + kRanks - 1) / kRanks * kRanks;
+    at::Tensor f = at::zeros({u.padded});
+    f.narrow(0, 0, u.numel).copy_(at::cat(parts));
+    flat[name] = f;
+    units.push_back(u);
+  };
+  std::map<std::string, std::vector<std::pair<std::string, at::Tensor>>> groups;
+  for (const auto& [name, p] : model.named_parameters()) {
+    // unet.down_blocks.0.… -> "unet.down_blocks.0", text_encoder.… -> "text_encoder"
+    std::string unit = name.rfind("text_encoder.", 0) == 0 ? "text_encoder" : name.substr(0, name.find('.', 5));
+    if (name.rfind("unet.down_blocks", 0) == 0 || name.rfind("unet.up_blocks", 0) == 0)
+      unit = name.substr(0, name.find('.', name.find('.', 5) + 1));
+    groups[unit].emplace_back(name, p);
+  }
+  for (const auto& [unit, params] : groups) add_unit(unit, params);
+  const std::string root = run + "/checkpoints";
+  const std::string staging = checkpoint::staging_dir(root, "step_7");
+  fs::create_directories(staging);
+  for (int r = 0; r < kRanks; ++r) {
+    std::vector<std::pair<std::string, at::Tensor>> mine;
+    for (const auto& u : units) {
+      const auto [first, count] = checkpoint::saved_range(u, r, kRanks, 2);
+      const at::Tensor part = flat[u.name].narrow(0, first, count).clone();
+      mine.emplace_back(u.name + "/weights", part);
+      mine.emplace_back(u.name + "/exp_avg", part * 0.5);
+      mine.emplace_back(u.name + "/exp_avg_sq", part * part);
+      mine.emplace_back(u.name + "/ema", part + 1);
+    }
+    io::write_safetensors(staging + "/" + checkpoint::shard_file_name(r), mine);
+  }
+  nlohmann::json meta = {{"step", 7}, {"config_hash", "abcd1234"}, {"sharding", checkpoint::sharding_json(units, kRanks, 2)}};
+  return checkpoint::finalize_checkpoint(root, "step_7", meta).path;
+}
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+}  // namespace
+
+class TestCheckpoint : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void streamWriterAndSlicesRoundTrip() {
+    QTemporaryDir dir;
+    const std::string path = (dir.path() + "/s.safetensors").toStdString();
+    const at::Tensor a = at::randn({3, 5}), b = at::arange(10, at::kLong);
+    {
+      io::SafetensorsStreamWriter w(path, {{"a", at::kBFloat16, {3, 5}}, {"b", at::kLong, {10}}}, {{"k", "v"}});
+      w.write(a);
+      w.write(b);
+      w.finish();
+    }
+    const io::SafetensorsReader r(path);
+    QVERIFY(at::equal(r.tensor("a"), a.to(at::kBFloat16)));
+    QVERIFY(at::equal(r.slice("b", 3, 4), at::arange(3, 7, at::kLong)));
+    QCOMPARE(r.metadata().at("k"), std::string("v"));
+    // An unfinished writer leaves nothing behind.
+    {
+      io::SafetensorsStreamWriter w((dir.path() + "/t.safetensors").toStdString(), {{"a", at::kFloat, {2}}});
+    }
+    QVERIFY(!fs::exists((dir.path() + "/t.safetensors").toStdString()));
+    QCOMPARE(std::distance(fs::directory_iterator(dir.path().toStdString()), fs::directory_iterator{}), 1L);
+  }
+
+  void exportRoundTripsIntoTheEngine() {
+    QTemporaryDir dir;
+    const std::string run = (dir.path() + "/run").toStdString();
+    models::DiffusionModel model;
+    const std::string ckpt = make_sharded_checkpoint(run, model);
+    // diffusers, fp32: loads back into a fresh model with identical weights.
+    const std::string out = (dir.path() + "/diffusers").toStdString();
+    checkpoint::ExportOptions o;
+    o.format = "diffusers";
+    const auto r = checkpoint::export_checkpoint(ckpt, out, o);
+    QCOMPARE(r.tensors, model.named_parameters().size());
+    auto back = models::DiffusionModel::load_folder(run + "/model");
+    models::load_weights(*back.unet, io::SafetensorsReader(out + "/unet/diffusion_pytorch_model.safetensors"));
+    models::load_weights(*back.text_encoder, io::SafetensorsReader(out + "/text_encoder/model.safetensors"));
+    const auto want = model.named_parameters(), got = back.named_parameters();
+    for (std::size_t i = 0; i < want.size(); ++i) QVERIFY2(at::equal(got[i].second, want[i].second), want[i].first.c_str());
+    QVERIFY(fs::exists(out + "/unet/config.json") && fs::exists(out + "/scheduler/scheduler_config.json"));
+    // safetensors, bf16, EMA: exactly the stored EMA rounded to bf16, with the metadata.
+    const std::string file = (dir.path() + "/unet-ema-bf16.safetensors").toStdString();
+    o.format = "safetensors";
+    o.dtype = at::kBFloat16;
+    o.ema = true;
+    checkpoint::export_checkpoint(ckpt, file, o);
+    const io::SafetensorsReader st(file);
+    QCOMPARE(st.metadata().at("step"), std::string("7"));
+    QCOMPARE(st.metadata().at("config_hash"), std::string("abcd1234"));
+    QCOMPARE(st.metadata().at("weights"), std::string("ema"));
+    std::size_t checked = 0;
+    for (const auto& [name, p] : model.named_parameters()) {
+      if (name.rfind("unet.", 0) != 0) continue;
+      QVERIFY2(at::equal(st.tensor(name.substr(5)), (p.detach() + 1).to(at::kBFloat16)), name.c_str());
+      ++checked;
+    }
+    QCOMPARE(st.entries().size(), checked);
+  }
+
+  // Streaming: the export's peak CPU memory stays near the largest tensor, far below the model.
+  void exportStreamsTensorByTensor() {
+    QTemporaryDir dir;
+    const std::string run = (dir.path() + "/run").toStdString();
+    models::DiffusionModel model;
+    const std::string ckpt = make_sharded_checkpoint(run, model);
+    std::int64_t total = 0, largest = 0;
+    for (const auto& [name, p] : model.named_parameters()) {
+      total += p.numel() * 4;
+      largest = std::max<std::int64_t>(largest, p.numel() * 4);
+    }
+    model = models::DiffusionModel();  // nothing of the model stays in memory during the export
+    checkpoint::ExportOptions o;
+    o.format = "safetensors";
+    std::int64_t peak = 0;
+    {
+      CpuAllocationCounter counter;
+      checkpoint::export_checkpoint(ckpt, (dir.path() + "/unet.safetensors").toStdString(), o);
+      peak = counter.peak();
+    }
+    qInfo("export of a %d-shard checkpoint: peak %lld bytes; largest tensor %lld, model %lld bytes", kRanks,
+          static_cast<long long>(peak), static_cast<long long>(largest), static_cast<long long>(total));
+    QVERIFY2(peak <= 3 * largest + (1 << 20), "more than the largest tensor (read, converted) plus 1 MiB");
+    QVERIFY(peak < total / 4);
+  }
+
+  void verifyNamesDamagedFiles() {
+    QTemporaryDir dir;
+    const std::string run = (dir.path() + "/run").toStdString();
+    models::DiffusionModel model;
+    const std::string ckpt = make_sharded_checkpoint(run, model);
+    const auto info = checkpoint::open_checkpoint(ckpt);
+    QVERIFY(checkpoint::verify_checkpoint(info).empty());
+    QCOMPARE(io::read_file(run + "/checkpoints/latest"), std::string("step_7\n"));
+    // A flipped byte, a truncated file, a missing rank file: each named.
+    const std::string r1 = ckpt + "/rank1.safetensors", r2 = ckpt + "/rank2.safetensors", r3 = ckpt + "/rank3.safetensors";
+    {
+      std::fstream f(r1, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(-5, std::ios::end);
+      f.put('\x7f');
+    }
+    fs::resize_file(r2, fs::file_size(r2) - 100);
+    fs::remove(r3);
+    const auto problems = checkpoint::verify_checkpoint(info);
+    QCOMPARE(problems.size(), std::size_t{3});
+    QString all;
+    for (const auto& p : problems) all += QString::fromStdString(p) + "\n";
+    QVERIFY2(all.contains(QString::fromStdString(r1 + ": checksum mismatch (corrupt)")), qPrintable(all));
+    QVERIFY2(all.contains(QString::fromStdString(r2)) && all.contains("(truncated?)"), qPrintable(all));
+    QVERIFY2(all.contains(QString::fromStdString(r3 + ": missing")), qPrintable(all));
+    // Reading names the first bad file: the truncated one, then (once it is gone too) a missing one.
+    for (const std::string& want : {r2 + ": not a valid safetensors file", r2 + ": missing (the checkpoint was saved by 6 ranks"}) {
+      try {
+        checkpoint::ShardReader(ckpt, info.meta["sharding"]);
+        QFAIL("a damaged checkpoint was read");
+      } catch (const Error& e) {
+        QVERIFY2(std::string(e.what()).find(want) != std::string::npos, e.what());
+      }
+      fs::remove(r2);
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(TestCheckpoint)
+#include "tst_checkpoint.moc"
