@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <zlib.h>
 
@@ -152,18 +153,29 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& root) {
   return out;
 }
 
-std::vector<std::string> prune_checkpoints(const std::string& root, std::int64_t keep_last) {
+std::vector<std::string> prune_checkpoints(const std::string& root, std::int64_t keep_last, std::int64_t keep_best) {
   std::vector<std::string> deleted;
   if (keep_last <= 0) return deleted;
-  auto all = list_checkpoints(root);
-  std::vector<CheckpointInfo> periodic;
-  for (auto& c : all)
-    if (c.meta.value("reason", "") == "periodic") periodic.push_back(c);
-  const auto excess = static_cast<std::int64_t>(periodic.size()) - keep_last;
-  for (std::int64_t i = 0; i < excess; ++i) {
+  std::vector<CheckpointInfo> pool;  // oldest first
+  for (auto& c : list_checkpoints(root)) {
+    const std::string reason = c.meta.value("reason", "");
+    if (reason == "periodic" || reason == "timed") pool.push_back(c);
+  }
+  std::set<std::string> keep;
+  for (std::size_t i = pool.size() > static_cast<std::size_t>(keep_last) ? pool.size() - static_cast<std::size_t>(keep_last) : 0;
+       i < pool.size(); ++i)
+    keep.insert(pool[i].tag);
+  std::vector<CheckpointInfo> by_loss = pool;
+  std::stable_sort(by_loss.begin(), by_loss.end(), [](const auto& a, const auto& b) {
+    return a.meta.value("smoothed_loss", 1e300) < b.meta.value("smoothed_loss", 1e300);
+  });
+  for (std::size_t i = 0; i < by_loss.size() && i < static_cast<std::size_t>(std::max<std::int64_t>(keep_best, 0)); ++i)
+    keep.insert(by_loss[i].tag);
+  for (const auto& c : pool) {
+    if (keep.count(c.tag)) continue;
     std::error_code ec;
-    fs::remove_all(periodic[static_cast<std::size_t>(i)].path, ec);
-    if (!ec) deleted.push_back(periodic[static_cast<std::size_t>(i)].tag);
+    fs::remove_all(c.path, ec);
+    if (!ec) deleted.push_back(c.tag);
   }
   return deleted;
 }

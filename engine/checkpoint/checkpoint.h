@@ -54,8 +54,10 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& root);
 /// unreadable or of another format/version.
 CheckpointInfo open_checkpoint(const std::string& path);
 
-/// Deletes all but the newest `keep_last` checkpoints whose meta has "reason": "periodic"
-/// (keep_last <= 0 keeps all). Returns the deleted tags.
-std::vector<std::string> prune_checkpoints(const std::string& root, std::int64_t keep_last);
+/// Among the checkpoints whose meta has "reason" "periodic" or "timed", deletes all but the
+/// newest `keep_last` and the `keep_best` with the lowest meta["smoothed_loss"] (keep_last <= 0
+/// keeps all). Checkpoints saved for other reasons (final, stopped, requested, overwrite, on an
+/// exception) are never deleted. Returns the deleted tags.
+std::vector<std::string> prune_checkpoints(const std::string& root, std::int64_t keep_last, std::int64_t keep_best = 0);
 
 }  // namespace zs::checkpoint

@@ -327,10 +327,24 @@ SchemaBuilder build() {
         "Save every N optimizer steps; 0 turns periodic saving off.")
       .range(0, {});
   s.add("checkpointing.keep_last", T::integer, I{0}, ZS_REF(checkpointing.keep_last),
-        "Keep only the newest K periodic checkpoints; 0 keeps all.")
+        "Keep only the newest K periodic and timed checkpoints (with the `keep_best` ones); 0 keeps all.")
+      .range(0, {});
+  s.add("checkpointing.keep_best", T::integer, I{0}, ZS_REF(checkpointing.keep_best),
+        "With `keep_last`: also keep the K periodic and timed checkpoints with the best `monitor` value.")
+      .range(0, {});
+  s.add("checkpointing.monitor", T::choice, std::string("loss"), ZS_REF(checkpointing.monitor),
+        "Metric for `keep_best`: `loss`, the smoothed training loss (lower is better) until there is a "
+        "validation set.", {"loss"});
+  s.add("checkpointing.overwrite_every_n_steps", T::integer, I{0}, ZS_REF(checkpointing.overwrite_every_n_steps),
+        "Also save every N steps into one checkpoint, `overwrite`, that each such save replaces (a "
+        "frequent one to resume from after a crash, without filling the disk); 0 turns it off.")
+      .range(0, {});
+  s.add("checkpointing.every_n_minutes", T::number, 0.0, ZS_REF(checkpointing.every_n_minutes),
+        "Also save when this many minutes have passed since the last save; 0 turns it off.")
       .range(0, {});
   s.add("checkpointing.on_exception", T::boolean, true, ZS_REF(checkpointing.on_exception),
-        "Save when training stops on an error or a stop request.");
+        "Save when training stops on an error or a stop request (one process; with several ranks "
+        "the last complete checkpoint stands after an error).");
 
   s.section("logging", "Metrics and where runs go.");
   s.add("logging.every_n_steps", T::integer, I{10}, ZS_REF(logging.every_n_steps),

@@ -146,6 +146,10 @@ struct SamplingConfig {
 struct CheckpointingConfig {
   std::int64_t every_n_steps{};  ///< 0 = no periodic saves
   std::int64_t keep_last{};      ///< 0 = keep all
+  std::int64_t keep_best{};      ///< with keep_last: also the best K by monitor
+  std::string monitor;           ///< loss
+  std::int64_t overwrite_every_n_steps{};  ///< 0 = off; tag "overwrite"
+  double every_n_minutes{};      ///< 0 = off
   bool on_exception{};
 };
 

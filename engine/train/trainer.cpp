@@ -235,6 +235,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
   // A sharded checkpoint: every rank writes its part into a hidden folder, rank 0 the index;
   // the folder becomes the checkpoint only when every rank succeeded. A failed save (a full
   // disk, a dead rank) is reported and training goes on; older checkpoints are untouched.
+  auto last_save = std::chrono::steady_clock::now();  // for checkpointing.every_n_minutes
   auto all_ok = [&](bool ok) {
     if (s.world == 1) return ok;
     at::Tensor flag = at::full({1}, ok ? 0.0 : 1.0);
@@ -243,7 +244,8 @@ RunSummary Trainer::run(TrainerCommands& commands) {
   };
   auto save = [&](const std::string& reason) {
     if (reason == "on_exception" && s.world > 1) return;  // the other ranks may be gone
-    const std::string tag = "step_" + std::to_string(s.step);
+    // The frequent overwrite checkpoint always has the same tag; the others are named by step.
+    const std::string tag = reason == "overwrite" ? "overwrite" : "step_" + std::to_string(s.step);
     const std::string staging = checkpoint::staging_dir(s.checkpoints_dir(), tag);
     auto mine = s.optimizer->shard_state();
     std::int64_t my_bytes = 0;
@@ -296,6 +298,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
                  {"samples_seen", s.batches_consumed * s.world * cfg.training.batch_size},
                  {"epoch", static_cast<double>(s.batches_consumed * s.world) / s.loader->batches_per_epoch()},
                  {"loss", s.last_loss},
+                 {"smoothed_loss", s.smoothed_loss},
                  {"lr", s.lr->lr(std::max<std::int64_t>(s.step - 1, 0))},
                  {"time", unix_time()},
                  {"reason", reason},
@@ -317,8 +320,11 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       s.emit("error", {{"message", "checkpoint " + tag + " not saved (older checkpoints are kept): " + e.what()}});
       return;
     }
-    for (const auto& old_tag : checkpoint::prune_checkpoints(s.checkpoints_dir(), cfg.checkpointing.keep_last))
-      s.log("deleted checkpoint " + old_tag + " (checkpointing.keep_last " + std::to_string(cfg.checkpointing.keep_last) + ")");
+    last_save = std::chrono::steady_clock::now();
+    for (const auto& old_tag :
+         checkpoint::prune_checkpoints(s.checkpoints_dir(), cfg.checkpointing.keep_last, cfg.checkpointing.keep_best))
+      s.log("deleted checkpoint " + old_tag + " (checkpointing.keep_last " + std::to_string(cfg.checkpointing.keep_last) +
+            ", keep_best " + std::to_string(cfg.checkpointing.keep_best) + ")");
   };
 
   auto sample = [&]() {
@@ -357,12 +363,16 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       // Requests are agreed between ranks, so all stop, sample or save at the same step.
       bool stop = commands.stop_requested(), want_sample = commands.take_sample_request(),
            want_save = commands.take_save_request();
+      const double minutes = cfg.checkpointing.every_n_minutes;
+      bool timed = minutes > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save).count() >=
+                                      minutes * 60;
       if (s.world > 1) {
-        at::Tensor flags = at::tensor(std::vector<float>{float(stop), float(want_sample), float(want_save)});
+        at::Tensor flags = at::tensor(std::vector<float>{float(stop), float(want_sample), float(want_save), float(timed)});
         s.comm->all_reduce(flags);
         stop = flags[0].item<float>() > 0;
         want_sample = flags[1].item<float>() > 0;
         want_save = flags[2].item<float>() > 0;
+        timed = flags[3].item<float>() > 0;
       }
       if (stop) {
         reason = "stopped";
@@ -423,6 +433,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       ++s.step;
       ++steps_done_here;
       s.last_loss = step_loss;
+      if (!skipped) s.smoothed_loss = s.smoothed_loss == 0 ? step_loss : 0.9 * s.smoothed_loss + 0.1 * step_loss;
       if (cfg.ema.enabled && s.step % cfg.ema.every_n_steps == 0) {
         if (s.ema) s.ema->update(s.model.named_parameters());
         else s.optimizer->update_ema();
@@ -457,9 +468,13 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       }
       const bool sample_due = cfg.sampling.every_n_steps > 0 && s.step % cfg.sampling.every_n_steps == 0;
       if (want_sample || sample_due || s.step == cfg.training.max_steps) sample();
-      const bool save_due = cfg.checkpointing.every_n_steps > 0 && s.step % cfg.checkpointing.every_n_steps == 0;
+      const auto& cp = cfg.checkpointing;
+      const bool save_due = cp.every_n_steps > 0 && s.step % cp.every_n_steps == 0;
+      const bool overwrite_due = cp.overwrite_every_n_steps > 0 && s.step % cp.overwrite_every_n_steps == 0;
       if (save_due) save("periodic");
       else if (want_save) save("requested");
+      else if (timed && s.step != cfg.training.max_steps) save("timed");  // the final save follows
+      else if (overwrite_due && s.step != cfg.training.max_steps) save("overwrite");
       if (interval_steps == 0) interval_start = std::chrono::steady_clock::now();  // keep sampling/saving out of throughput
     }
     if (reason == "stopped" && steps_done_here > 0) save("stopped");

@@ -149,6 +149,7 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
     if (ckpt->meta.value("world_size", world) != world && ckpt->meta.contains("samples_seen"))
       batches_consumed = ckpt->meta["samples_seen"].get<std::int64_t>() / (world * cfg.training.batch_size);
     last_loss = ckpt->meta.value("loss", 0.0);
+    smoothed_loss = ckpt->meta.value("smoothed_loss", 0.0);
     if (scaler && ckpt->meta.contains("loss_scaler")) {
       const json& ls = ckpt->meta["loss_scaler"];
       scaler->load({ls.value("scale", scaler->scale()), ls.value("iter", std::int64_t{0}),

@@ -48,6 +48,7 @@ struct Trainer::State {
   std::int64_t step = 0;              // optimizer steps done
   std::int64_t batches_consumed = 0;  // micro batches taken from the loader
   double last_loss = 0;
+  double smoothed_loss = 0;           // EMA (0.9) of the step losses: checkpointing.keep_best's monitor
   std::string samples_dir() const { return run_dir + "/samples"; }
   std::string checkpoints_dir() const { return run_dir + "/checkpoints"; }
   void emit(const std::string& type, const json& fields = json::object());

@@ -170,6 +170,20 @@ class TestTrain : public QObject {
     const auto left = checkpoint::list_checkpoints(root);
     QCOMPARE(left.size(), std::size_t{3});
     QCOMPARE(left.back().tag, std::string("step_30"));
+    // keep_last 1 + keep_best 1: the newest and the lowest smoothed loss survive; other reasons
+    // (stopped, overwrite) are never pruned.
+    const std::vector<std::pair<int, double>> saves = {{40, 0.5}, {50, 0.2}, {60, 0.4}, {70, 0.3}};
+    for (const auto& [step, loss] : saves)
+      checkpoint::save_checkpoint(root, "step_" + std::to_string(step), {{"model.safetensors", {{"w", at::zeros({1})}}}},
+                                  {{"step", step}, {"reason", step == 60 ? "timed" : "periodic"}, {"smoothed_loss", loss}});
+    checkpoint::save_checkpoint(root, "overwrite", {{"model.safetensors", {{"w", at::zeros({1})}}}},
+                                {{"step", 65}, {"reason", "overwrite"}});
+    auto gone = checkpoint::prune_checkpoints(root, 1, 1);
+    std::sort(gone.begin(), gone.end());
+    QCOMPARE(gone, (std::vector<std::string>{"step_20", "step_30", "step_40", "step_60"}));
+    std::vector<std::string> tags;
+    for (const auto& c : checkpoint::list_checkpoints(root)) tags.push_back(c.tag);
+    QCOMPARE(tags, (std::vector<std::string>{"step_25", "step_50", "overwrite", "step_70"}));
     try {
       checkpoint::open_checkpoint(root + "/notes");
       QFAIL("opened a folder without meta.json");
