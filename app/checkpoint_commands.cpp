@@ -25,7 +25,7 @@ const CommandSpec kCheckpoints{
     1, 1};
 
 const CommandSpec kExport{
-    "export", "CHECKPOINT --format diffusers|safetensors [--dtype fp16|bf16|fp32] [--ema] -o OUT",
+    "export", "CHECKPOINT --format diffusers|single-file|safetensors [--dtype fp16|bf16|fp32] [--ema] -o OUT",
     "Consolidate a sharded checkpoint for other tools.",
     "The shards are read one tensor at a time and written as they come, so memory stays near the\n"
     "largest tensor (plus the checkpoint's index), whatever the model's size or the number of\n"
@@ -33,8 +33,10 @@ const CommandSpec kExport{
     "  safetensors  OUT is a file: the UNet under diffusers' names, with __metadata__ (step,\n"
     "               config hash, which weights).\n"
     "  diffusers    OUT is a new folder: unet/ (config.json, diffusion_pytorch_model.safetensors),\n"
-    "               text_encoder/, and the run's scheduler/ and tokenizer/.",
-    {{"format", "FORMAT", "diffusers or safetensors"},
+    "               text_encoder/, and the run's scheduler/ and tokenizer/.\n"
+    "  single-file  OUT is a file in the original Stable Diffusion layout (model.diffusion_model.*,\n"
+    "               cond_stage_model.transformer.*), as A1111 and ComfyUI load it.",
+    {{"format", "FORMAT", "diffusers, single-file or safetensors"},
      {"dtype", "DTYPE", "fp16, bf16 or fp32 (default fp32, as stored)"},
      {"ema", "", "Export the EMA weights"},
      {"output", "OUT", "Output file (safetensors) or folder (diffusers)", false, "o"}},
@@ -109,12 +111,12 @@ int run_export_command(const std::vector<std::string>& args) {
     std::cout << kExport.help();
     return 0;
   }
-  if (!a.has("format")) throw UsageError("export needs --format diffusers|safetensors");
+  if (!a.has("format")) throw UsageError("export needs --format diffusers|single-file|safetensors");
   if (!a.has("output")) throw UsageError("export needs -o OUT (a file for safetensors, a new folder for diffusers)");
   checkpoint::ExportOptions o;
   o.format = a.get("format");
-  if (o.format != "diffusers" && o.format != "safetensors")
-    throw UsageError("--format " + o.format + " is not one of diffusers, safetensors");
+  if (o.format != "diffusers" && o.format != "safetensors" && o.format != "single-file")
+    throw UsageError("--format " + o.format + " is not one of diffusers, single-file, safetensors");
   const std::string dtype = a.get("dtype", "fp32");
   if (dtype == "fp16") o.dtype = at::kHalf;
   else if (dtype == "bf16") o.dtype = at::kBFloat16;

@@ -27,7 +27,7 @@ const char* kHelp =
     "  launch --num_processes N FILE   start this machine's ranks of a multi-process run\n"
     "  make-dataset shapes --out DIR   generate the demo dataset of coloured shapes\n"
     "  checkpoints RUN_DIR        list a run's checkpoints (--verify checks their files)\n"
-    "  export CHECKPOINT ...      consolidate a checkpoint as diffusers or safetensors\n"
+    "  export CHECKPOINT ...      consolidate a checkpoint (diffusers, single-file, safetensors)\n"
     "  config validate FILE       check a trainer config, listing every problem\n"
     "  config import ...          accelerate YAML / DeepSpeed JSON -> trainer config\n"
     "  config export FILE ...     trainer config -> accelerate YAML / DeepSpeed JSON\n"

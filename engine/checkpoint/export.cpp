@@ -6,8 +6,10 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/sharded_state.h"
+#include "checkpoint/single_file_names.h"
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/unet_config.h"
 
 namespace zs::checkpoint {
 
@@ -15,22 +17,29 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// Streams the parameters whose names start with `prefix` (prefix removed) into `path`.
-std::int64_t stream_component(const ShardReader& shards, const std::string& prefix, const std::string& kind,
-                              const std::string& path, const ExportOptions& o,
-                              const std::map<std::string, std::string>& metadata, std::size_t& done, std::size_t total) {
-  std::vector<io::SafetensorsStreamWriter::Entry> entries;
-  std::vector<std::string> sources;
+/// (name in the checkpoint, name in the output file) for the parameters starting with `prefix`.
+using Renames = std::vector<std::pair<std::string, std::string>>;
+
+Renames strip_prefix(const ShardReader& shards, const std::string& prefix, const std::string& new_prefix = "") {
+  Renames out;
+  for (const auto& name : shards.parameter_names())
+    if (name.rfind(prefix, 0) == 0) out.emplace_back(name, new_prefix + name.substr(prefix.size()));
+  return out;
+}
+
+/// Streams `renames` into `path`, one consolidated tensor at a time.
+std::int64_t stream_tensors(const ShardReader& shards, const Renames& renames, const std::string& kind,
+                            const std::string& path, const ExportOptions& o,
+                            const std::map<std::string, std::string>& metadata, std::size_t& done, std::size_t total) {
+  if (renames.empty()) throw Error(ErrorKind::checkpoint, path + ": nothing to export");
+  std::map<std::string, std::vector<std::int64_t>> shapes;
   for (const auto& u : shards.units())
-    for (const auto& p : u.params)
-      if (p.name.rfind(prefix, 0) == 0) {
-        entries.push_back({p.name.substr(prefix.size()), o.dtype.value_or(at::kFloat), p.shape});
-        sources.push_back(p.name);
-      }
-  if (entries.empty()) throw Error(ErrorKind::checkpoint, "the checkpoint has no parameters named " + prefix + "*");
+    for (const auto& p : u.params) shapes[p.name] = p.shape;
+  std::vector<io::SafetensorsStreamWriter::Entry> entries;
+  for (const auto& [from, to] : renames) entries.push_back({to, o.dtype.value_or(at::kFloat), shapes.at(from)});
   io::SafetensorsStreamWriter writer(path, entries, metadata);
-  for (const auto& name : sources) {
-    writer.write(shards.parameter(name, kind));
+  for (const auto& [from, to] : renames) {
+    writer.write(shards.parameter(from, kind));
     ++done;
     if (o.progress) o.progress(done, total);
   }
@@ -65,12 +74,22 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
                                                       {"weights", kind}};
   ExportResult r;
   const fs::path model_dir = fs::path(checkpoint).parent_path().parent_path() / "model";
-  if (o.format == "safetensors") {
+  if (o.format == "safetensors" || o.format == "single-file") {
     if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
-    std::size_t unet_total = 0;
-    for (const auto& u : shards.units())
-      for (const auto& p : u.params) unet_total += p.name.rfind("unet.", 0) == 0;
-    r.bytes += stream_component(shards, "unet.", kind, out, o, metadata, done, unet_total);
+    Renames renames;
+    if (o.format == "safetensors") {
+      renames = strip_prefix(shards, "unet.");
+    } else {
+      // The original SD layout: UNet blocks renumbered, the text encoder under cond_stage_model.
+      const auto unet_config = models::UNetConfig::from_file((model_dir / "unet" / "config.json").string());
+      const Renames unet = strip_prefix(shards, "unet.");
+      std::vector<std::string> names;
+      for (const auto& [from, to] : unet) names.push_back(to);
+      const auto ldm = single_file_unet_names(names, static_cast<int>(unet_config.layers_per_block));
+      for (std::size_t i = 0; i < unet.size(); ++i) renames.emplace_back(unet[i].first, kSingleFileUNet + ldm[i].second);
+      for (auto& r : strip_prefix(shards, "text_encoder.", kSingleFileTextEncoder)) renames.push_back(r);
+    }
+    r.bytes += stream_tensors(shards, renames, kind, out, o, metadata, done, renames.size());
     r.files.push_back(out);
   } else if (o.format == "diffusers") {
     std::error_code ec;
@@ -85,13 +104,13 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
                   fs::copy_options::overwrite_existing, ec);
     const std::string unet_file = (root / "unet" / "diffusion_pytorch_model.safetensors").string();
     const std::string text_file = (root / "text_encoder" / "model.safetensors").string();
-    r.bytes += stream_component(shards, "unet.", kind, unet_file, o, metadata, done, total);
-    r.bytes += stream_component(shards, "text_encoder.", kind, text_file, o, metadata, done, total);
+    r.bytes += stream_tensors(shards, strip_prefix(shards, "unet."), kind, unet_file, o, metadata, done, total);
+    r.bytes += stream_tensors(shards, strip_prefix(shards, "text_encoder."), kind, text_file, o, metadata, done, total);
     copy_folder(model_dir / "scheduler", root / "scheduler");
     copy_folder(model_dir / "tokenizer", root / "tokenizer");
     r.files = {unet_file, text_file};
   } else {
-    throw Error(ErrorKind::config, "export format '" + o.format + "' does not exist (safetensors, diffusers)");
+    throw Error(ErrorKind::config, "export format '" + o.format + "' does not exist (diffusers, single-file, safetensors)");
   }
   r.tensors = done;
   return r;

@@ -3,6 +3,9 @@
 // holds the largest tensor (and its converted copy), never the whole model.
 //   safetensors: one file with the UNet under diffusers' names and __metadata__ (format, step,
 //                config hash, which weights).
+//   single-file: the original Stable Diffusion layout in one file (model.diffusion_model.* with
+//                the LDM block numbering, cond_stage_model.transformer.* for the text encoder),
+//                as A1111 and ComfyUI load it.
 //   diffusers:   a folder diffusers reads: unet/config.json + unet/diffusion_pytorch_model.safetensors,
 //                text_encoder/config.json + text_encoder/model.safetensors, and the run's
 //                scheduler/ and tokenizer/ folders copied.
@@ -18,7 +21,7 @@
 namespace zs::checkpoint {
 
 struct ExportOptions {
-  std::string format = "safetensors";      ///< safetensors | diffusers
+  std::string format = "safetensors";      ///< safetensors | single-file | diffusers
   std::optional<at::ScalarType> dtype;     ///< fp16 / bf16 / fp32; unset: as stored (fp32)
   bool ema = false;                        ///< the EMA weights instead of the trained ones
   /// Called after each tensor: (tensors written, tensors in all).

@@ -94,7 +94,7 @@ class TestCli : public QObject {
     QTest::newRow("dataset count") << QStringList{"make-dataset", "shapes", "--out", "x", "--count", "many"}
                                    << "zerostudio: --count needs a whole number, got 'many'";
     QTest::newRow("export format") << QStringList{"export", "ckpt", "--format", "ckpt", "-o", "x"}
-                                   << "zerostudio: --format ckpt is not one of diffusers, safetensors";
+                                   << "zerostudio: --format ckpt is not one of diffusers, single-file, safetensors";
     QTest::newRow("export without output") << QStringList{"export", "ckpt", "--format", "diffusers"}
                                            << "zerostudio: export needs -o OUT";
     QTest::newRow("launch processes") << QStringList{"launch", "--num_processes", "two", quickstart()}

@@ -5,15 +5,18 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/export.h"
 #include "checkpoint/sharded_state.h"
+#include "checkpoint/single_file_names.h"
 #include "core/cpu_allocation_counter.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "models/diffusion_model.h"
+#include "models/unet_2d_condition.h"
 #include "models/weights.h"
 
 #include <QTemporaryDir>
@@ -172,6 +175,80 @@ class TestCheckpoint : public QObject {
           static_cast<long long>(peak), static_cast<long long>(largest), static_cast<long long>(total));
     QVERIFY2(peak <= 3 * largest + (1 << 20), "more than the largest tensor (read, converted) plus 1 MiB");
     QVERIFY(peak < total / 4);
+  }
+
+  // The single-file names: one LDM name per diffusers name, none twice, for the SD 1.5 layout
+  // (two resnets per block, the well-known keys) and the quickstart's (one per block).
+  void singleFileNamesAreBijective() {
+    models::UNetConfig sd15;
+    sd15.block_out_channels = {32, 64, 64, 64};
+    sd15.down_block_types = {"CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"};
+    sd15.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"};
+    sd15.layers_per_block = 2;
+    sd15.num_attention_heads = {2, 2, 2, 2};
+    sd15.transformer_layers_per_block = {1, 1, 1, 1};
+    sd15.cross_attention_dim = 32;
+    sd15.norm_num_groups = 8;
+    models::UNet2DConditionModel unet(sd15);
+    std::vector<std::string> names;
+    for (const auto& p : unet->named_parameters()) names.push_back(p.key());
+    const auto pairs = checkpoint::single_file_unet_names(names, 2);
+    std::map<std::string, std::string> to_ldm;
+    std::set<std::string> ldm_names;
+    for (const auto& [d, l] : pairs) {
+      to_ldm[d] = l;
+      QVERIFY2(ldm_names.insert(l).second, l.c_str());
+    }
+    QCOMPARE(ldm_names.size(), names.size());
+    const std::vector<std::pair<std::string, std::string>> known = {
+        {"conv_in.weight", "input_blocks.0.0.weight"},
+        {"time_embedding.linear_2.bias", "time_embed.2.bias"},
+        {"down_blocks.0.resnets.1.norm1.weight", "input_blocks.2.0.in_layers.0.weight"},
+        {"down_blocks.1.attentions.1.proj_in.weight", "input_blocks.5.1.proj_in.weight"},
+        {"down_blocks.2.downsamplers.0.conv.weight", "input_blocks.9.0.op.weight"},
+        {"down_blocks.3.resnets.1.conv2.bias", "input_blocks.11.0.out_layers.3.bias"},
+        {"down_blocks.1.resnets.0.conv_shortcut.weight", "input_blocks.4.0.skip_connection.weight"},
+        {"mid_block.attentions.0.transformer_blocks.0.attn2.to_k.weight", "middle_block.1.transformer_blocks.0.attn2.to_k.weight"},
+        {"mid_block.resnets.1.time_emb_proj.weight", "middle_block.2.emb_layers.1.weight"},
+        {"up_blocks.0.resnets.2.conv1.weight", "output_blocks.2.0.in_layers.2.weight"},
+        {"up_blocks.0.upsamplers.0.conv.weight", "output_blocks.2.1.conv.weight"},
+        {"up_blocks.1.upsamplers.0.conv.bias", "output_blocks.5.2.conv.bias"},
+        {"up_blocks.3.attentions.2.proj_out.weight", "output_blocks.11.1.proj_out.weight"},
+        {"conv_norm_out.weight", "out.0.weight"},
+        {"conv_out.bias", "out.2.bias"}};
+    for (const auto& [d, l] : known) QCOMPARE(to_ldm.at(d), l);
+    // The quickstart's UNet: one resnet per block.
+    models::DiffusionModel tiny = models::DiffusionModel::build_tiny({"a red circle"}, "v_prediction", 0);
+    names.clear();
+    for (const auto& p : tiny.unet->named_parameters()) names.push_back(p.key());
+    std::set<std::string> tiny_ldm;
+    for (const auto& [d, l] : checkpoint::single_file_unet_names(names, 1)) QVERIFY2(tiny_ldm.insert(l).second, l.c_str());
+    QCOMPARE(tiny_ldm.size(), names.size());
+    QVERIFY(tiny_ldm.count("input_blocks.2.0.op.weight") && tiny_ldm.count("output_blocks.1.2.conv.weight"));
+  }
+
+  void singleFileExportRoundTrips() {
+    QTemporaryDir dir;
+    const std::string run = (dir.path() + "/run").toStdString();
+    models::DiffusionModel model;
+    const std::string ckpt = make_sharded_checkpoint(run, model);
+    const std::string file = (dir.path() + "/model.safetensors").toStdString();
+    checkpoint::ExportOptions o;
+    o.format = "single-file";
+    checkpoint::export_checkpoint(ckpt, file, o);
+    const io::SafetensorsReader st(file);
+    std::vector<std::string> unet_names;
+    for (const auto& p : model.unet->named_parameters()) unet_names.push_back(p.key());
+    std::size_t checked = 0;
+    for (const auto& [d, l] : checkpoint::single_file_unet_names(unet_names, 1)) {
+      QVERIFY2(at::equal(st.tensor(std::string(checkpoint::kSingleFileUNet) + l), model.unet->named_parameters()[d]), l.c_str());
+      ++checked;
+    }
+    for (const auto& p : model.text_encoder->named_parameters()) {
+      QVERIFY(at::equal(st.tensor(std::string(checkpoint::kSingleFileTextEncoder) + p.key()), p.value()));
+      ++checked;
+    }
+    QCOMPARE(st.entries().size(), checked);
   }
 
   void verifyNamesDamagedFiles() {
