@@ -2,6 +2,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -114,6 +115,11 @@ int run_train_command(const std::vector<std::string>& args) {
   ProgressBar bar;
   train::TrainerOptions options;
   options.run_dir = a.get("run_dir");
+  // Tests make one rank's checkpoint write fail: ZEROSTUDIO_FAIL_SAVE=RANK:STEP.
+  if (const char* f = std::getenv("ZEROSTUDIO_FAIL_SAVE"); f && std::string(f).find(':') != std::string::npos) {
+    const std::string v = f;
+    options.fail_save = std::make_pair(std::stoi(v.substr(0, v.find(':'))), std::stoll(v.substr(v.find(':') + 1)));
+  }
   // Started by `zerostudio launch`, torchrun or srun: join the world as the rank they describe.
   bool main_rank = true;
   if (const auto info = dist::rendezvous_from_env(); info && info->world_size > 1) {

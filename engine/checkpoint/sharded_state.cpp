@@ -17,7 +17,8 @@ nlohmann::json sharding_json(const std::vector<UnitLayout>& units, int world_siz
   for (const auto& u : units) {
     nlohmann::json params = nlohmann::json::array();
     for (const auto& p : u.params) params.push_back({{"name", p.name}, {"offset", p.offset}, {"shape", p.shape}});
-    out["units"].push_back({{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}, {"params", params}});
+    out["units"].push_back(
+        {{"name", u.name}, {"numel", u.numel}, {"padded", u.padded}, {"dtype", u.dtype}, {"params", params}});
   }
   return out;
 }
@@ -39,6 +40,7 @@ ShardReader::ShardReader(const std::string& dir, const nlohmann::json& sharding)
       u.name = ju.at("name").get<std::string>();
       u.numel = ju.at("numel").get<std::int64_t>();
       u.padded = ju.at("padded").get<std::int64_t>();
+      u.dtype = ju.value("dtype", std::string("F32"));
       for (const auto& jp : ju.at("params"))
         u.params.push_back({jp.at("name").get<std::string>(), jp.at("offset").get<std::int64_t>(),
                             jp.at("shape").get<std::vector<std::int64_t>>()});

@@ -32,6 +32,7 @@ struct UnitLayout {
   std::string name;
   std::int64_t numel = 0;   ///< real elements
   std::int64_t padded = 0;  ///< padded to a multiple of the world size it was saved with
+  std::string dtype = "F32";  ///< of the saved weights and moments (safetensors spelling)
   std::vector<ParamSlot> params;
 };
 

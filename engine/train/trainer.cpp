@@ -273,6 +273,8 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     if (free >= 0 && free < my_bytes * (s.world > 1 ? 2 : 1))
       problem = staging + ": " + std::to_string(free >> 20) + " MiB free, this rank's shard needs " +
                 std::to_string(my_bytes >> 20) + " MiB; free space on that disk";
+    if (s.opt.fail_save && s.opt.fail_save->first == s.rank && s.opt.fail_save->second == s.step)
+      problem = staging + "/" + checkpoint::shard_file_name(s.rank) + ": write failed (injected by ZEROSTUDIO_FAIL_SAVE)";
     if (problem.empty()) {
       try {
         if (!mine.empty())

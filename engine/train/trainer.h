@@ -40,6 +40,9 @@ struct TrainerOptions {
   /// model's parameters, whose .grad() hold this rank's gradients), before the gradients are
   /// combined. Tests inject inf/NaN here.
   std::function<void(std::int64_t, int, const std::vector<std::pair<std::string, at::Tensor>>&)> after_backward;
+  /// Fault injection for tests: this rank's shard write fails at this step ({rank, step}; the
+  /// CLI sets it from ZEROSTUDIO_FAIL_SAVE=RANK:STEP), as a full disk would.
+  std::optional<std::pair<int, std::int64_t>> fail_save;
 };
 
 /// What a finished run reports.

@@ -470,6 +470,7 @@ std::vector<checkpoint::UnitLayout> ZeroOptimizer::layout() const {
     l.name = u->name;
     l.numel = u->numel;
     l.padded = u->padded;
+    l.dtype = master_dtype_ == at::kDouble ? "F64" : "F32";
     for (std::size_t i = 0; i < u->params.size(); ++i) l.params.push_back({u->params[i].first, u->offsets[i], u->shapes[i]});
     out.push_back(std::move(l));
   }

@@ -191,6 +191,33 @@ class TestLaunch : public QObject {
     QVERIFY(QFile::exists(run + "/checkpoints/step_8/rank2.safetensors"));
   }
 
+  // A rank that cannot write its shard makes that save fail on every rank: an error event, no
+  // folder (not even a hidden one), training goes on, the checkpoints before and after are whole.
+  void aFailedShardWriteFailsTheSaveEverywhere() {
+    QTemporaryDir dir;
+    const QString run = dir.path() + "/run";
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("ZEROSTUDIO_FAIL_SAVE", "1:4");
+    p.setProcessEnvironment(env);
+    p.start(ZS_CLI_PATH, QStringList{"launch", "--num_processes", "2", "--main_process_port", QString::number(zs::test::freePort()),
+                                     zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "zero.stage=2"} +
+                             small_run(run, 6) + QStringList{"--set", "checkpointing.every_n_steps=2"});
+    QVERIFY(p.waitForFinished(120000));
+    const QString out = QString::fromUtf8(p.readAll());
+    QVERIFY2(p.exitCode() == 0, qPrintable(out));
+    QStringList tags = QDir(run + "/checkpoints").entryList(QDir::Dirs | QDir::NoDotAndDotDot | QDir::Hidden);
+    tags.sort();
+    QCOMPARE(tags, (QStringList{"step_2", "step_6"}));
+    bool reported = false;
+    for (const auto& e : events(run))
+      reported |= e["type"] == "error" &&
+                  e["message"].get<std::string>().rfind("checkpoint step_4 not saved (older checkpoints are kept): another rank", 0) == 0;
+    QVERIFY2(reported, "rank 0 should report that rank 1 could not write its shard");
+    QVERIFY(QFile(run + "/logs/rank1.log").open(QIODevice::ReadOnly));
+  }
+
   void twoRankResumeEqualsAStraightRun_data() {
     QTest::addColumn<QString>("stage");
     QTest::newRow("stage 2") << "2";
