@@ -24,7 +24,6 @@
 #include "dist/communicator.h"
 #include "io/safetensors.h"
 #include "models/diffusion_model.h"
-#include "train/ema.h"
 #include "train/events.h"
 #include "train/image_logger.h"
 #include "train/lr_schedule.h"
@@ -333,22 +332,15 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     // Under stage 3 every rank runs the sampler (each unit is gathered as it runs); rank 0 writes.
     // Swapping in a sharded EMA is a collective too, so then every rank takes part in the swaps.
     if (cfg.sampling.prompts.empty()) return;
+    // The EMA lives in the optimizer, per shard: swapping it in is a collective (every rank joins).
     const bool swap = cfg.sampling.use_ema && cfg.ema.enabled;
-    const bool sharded_swap = swap && !s.ema;
     const bool compute = main_rank || sharded_params;
-    if (!compute && !(sharded_swap && s.world > 1)) return;
-    NamedTensors live;
-    if (swap && s.ema) {
-      live = s.model.named_parameters();
-      s.ema->swap_into(live);
-    } else if (sharded_swap) {
-      s.optimizer->swap_ema();
-    }
+    if (!compute && !(swap && s.world > 1)) return;
+    if (swap) s.optimizer->swap_ema();
     SampleFolder folder;
     if (compute)
       folder = write_samples(s.model, cfg.sampling, cfg.data.resolution, s.device, s.samples_dir(), s.step, main_rank);
-    if (swap && s.ema) s.ema->swap_into(live);
-    else if (sharded_swap) s.optimizer->swap_ema();
+    if (swap) s.optimizer->swap_ema();
     if (main_rank) s.emit("samples", {{"dir", folder.dir}, {"count", folder.count}});
   };
 
@@ -436,10 +428,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       ++steps_done_here;
       s.last_loss = step_loss;
       if (!skipped) s.smoothed_loss = s.smoothed_loss == 0 ? step_loss : 0.9 * s.smoothed_loss + 0.1 * step_loss;
-      if (cfg.ema.enabled && s.step % cfg.ema.every_n_steps == 0) {
-        if (s.ema) s.ema->update(s.model.named_parameters());
-        else s.optimizer->update_ema();
-      }
+      if (cfg.ema.enabled && s.step % cfg.ema.every_n_steps == 0) s.optimizer->update_ema();
       if (!skipped) {
         interval_loss += step_loss;
         interval_norm += norm;

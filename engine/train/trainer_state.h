@@ -15,7 +15,6 @@
 #include "data/dataset.h"
 #include "diffusion/noise_schedule.h"
 #include "models/diffusion_model.h"
-#include "train/ema.h"
 #include "train/events.h"
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
@@ -41,7 +40,6 @@ struct Trainer::State {
   std::unique_ptr<zero::ZeroOptimizer> optimizer;
   at::ScalarType compute = at::kFloat;  // the dtype the model computes in
   std::unique_ptr<LossScaler> scaler;   // fp16 (or when asked for)
-  std::unique_ptr<Ema> ema;
   std::unique_ptr<data::DataLoader> loader;
   std::unique_ptr<LrSchedule> lr;
   at::Generator gen;
