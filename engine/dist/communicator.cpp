@@ -71,16 +71,9 @@ class GroupCommunicator final : public Communicator {
   std::string backend() const override { return name_; }
   bool native_reduce_scatter() const override { return native_rs_; }
 
-  void all_reduce(at::Tensor& t) override {
-    if (needs_float(t)) {
-      at::Tensor f = t.to(at::kFloat);
-      all_reduce(f);
-      t.copy_(f);
-      return;
-    }
-    std::vector<at::Tensor> v{t};
-    run("all_reduce", [&] { return group_->allreduce(v); });
-  }
+  // The blocking collectives are the asynchronous ones waited for: one place for each
+  // collective's layout, its bf16 conversion, its timeout and its error message.
+  void all_reduce(at::Tensor& t) override { all_reduce_async(t)->wait(); }
 
   /// Gloo has no bf16: such collectives run on float32 copies (sums in fp32 are better anyway).
   bool needs_float(const at::Tensor& t) const { return name_ == "gloo" && t.scalar_type() == at::kBFloat16; }
@@ -173,40 +166,8 @@ class GroupCommunicator final : public Communicator {
                                      v);
   }
 
-  void all_gather(const at::Tensor& shard, at::Tensor& flat) override {
-    check_sizes("all_gather", shard, flat);
-    if (needs_float(shard)) {
-      at::Tensor ff = at::empty(flat.sizes(), flat.options().dtype(at::kFloat));
-      all_gather(shard.to(at::kFloat), ff);
-      flat.copy_(ff);
-      return;
-    }
-    std::vector<at::Tensor> in{shard};
-    std::vector<std::vector<at::Tensor>> out(1);
-    for (const auto& chunk : flat.chunk(world_size_)) out[0].push_back(chunk);
-    run("all_gather", [&] { return group_->allgather(out, in); });
-  }
-
-  void reduce_scatter(const at::Tensor& flat, at::Tensor& shard) override {
-    check_sizes("reduce_scatter", shard, flat);
-    if (needs_float(flat)) {
-      at::Tensor fs = at::empty(shard.sizes(), shard.options().dtype(at::kFloat));
-      reduce_scatter(flat.to(at::kFloat), fs);
-      shard.copy_(fs);
-      return;
-    }
-    if (native_rs_) {
-      std::vector<at::Tensor> out{shard};
-      std::vector<std::vector<at::Tensor>> in(1);
-      for (const auto& chunk : flat.chunk(world_size_)) in[0].push_back(chunk.contiguous());
-      run("reduce_scatter", [&] { return group_->reduce_scatter(out, in); });
-      return;
-    }
-    // Gloo in LibTorch 1.13 has no reduce_scatter: all-reduce a copy and keep this rank's chunk.
-    std::vector<at::Tensor> v{flat.clone()};
-    run("reduce_scatter", [&] { return group_->allreduce(v); });
-    shard.copy_(v[0].chunk(world_size_)[static_cast<std::size_t>(rank_)]);
-  }
+  void all_gather(const at::Tensor& shard, at::Tensor& flat) override { all_gather_async(shard, flat)->wait(); }
+  void reduce_scatter(const at::Tensor& flat, at::Tensor& shard) override { reduce_scatter_async(flat, shard)->wait(); }
 
   void broadcast(at::Tensor& t, int root) override {
     if (needs_float(t)) {
