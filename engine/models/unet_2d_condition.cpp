@@ -274,6 +274,9 @@ at::Tensor timestep_embedding(const at::Tensor& timesteps, std::int64_t dim, boo
 UNet2DConditionModelImpl::UNet2DConditionModelImpl(UNetConfig config)
     : config_(std::move(config)), parts_(std::make_unique<detail::UNetParts>()) {
   config_.validate("UNet config");
+  if (!config_.addition_embed_type.empty())
+    throw Error(ErrorKind::config, "UNet config: addition_embed_type \"" + config_.addition_embed_type +
+                                       "\" (SDXL's added embeddings) cannot be built yet; only estimated");
   const auto& c = config_;
   auto& p = *parts_;
   const int64_t c0 = c.block_out_channels[0];

@@ -70,10 +70,14 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communi
       u->exp_avg = at::zeros({u->owned}, moment_opts);
       u->exp_avg_sq = at::zeros({u->owned}, moment_opts);
     }
-    if (owned_grads) u->shard_grad = at::zeros({u->owned}, masters_ ? state_opts_ : compute_opts_);
+    // On the device the reduced gradients stay in the compute dtype (ZeRO's 2Ψ/N at stage 2-3; the
+    // step upcasts one unit at a time); the offloaded copy is fp32, as DeepSpeed's.
+    const bool offloaded = o_.offload_optimizer != ZeroOptions::Offload::none;
+    if (owned_grads) u->shard_grad = at::zeros({u->owned}, offloaded ? state_opts_ : compute_opts_);
     const bool persistent = std::find(o_.persistent_units.begin(), o_.persistent_units.end(), u->name) !=
                                 o_.persistent_units.end() || u->numel < o_.persistence_threshold;
     u->sharded = o_.stage == 3 && !persistent;
+    u->hook_grads = o_.stage >= 2 && !persistent;
     units_.push_back(std::move(u));
   }
   const bool pin = o_.pin_memory && at::globalContext().hasCUDA();
@@ -162,7 +166,7 @@ void ZeroOptimizer::reduce_scatter_into_shard(Unit& u, const at::Tensor& full_gr
 bool ZeroOptimizer::wants_backward_hook(std::size_t unit) const {
   const Unit& u = *units_[unit];
   // The io unit runs at both ends of the forward: it is reduced with the rest after backward.
-  return u.sharded || (unit != 0 && o_.overlap_comm && last_micro_ && comm_.world_size() > 1);
+  return u.hook_grads || (unit != 0 && o_.overlap_comm && last_micro_ && comm_.world_size() > 1);
 }
 
 void ZeroOptimizer::launch_reduce(Unit& u) {
@@ -191,7 +195,7 @@ void ZeroOptimizer::finish_reduce(Unit& u) {
     stage_owned_grad(u);
     return;
   }
-  u.shard_grad.copy_(u.part).div_(comm_.world_size());
+  u.shard_grad.add_(u.part.to(u.shard_grad.options()), 1.0 / comm_.world_size());  // every micro-step adds
   u.part = at::Tensor();
   // Only the shard is kept: the full gradient buffer goes until the next backward.
   for (auto& [name, p] : u.params) p.mutable_grad() = at::Tensor();
@@ -207,7 +211,7 @@ void ZeroOptimizer::drain_reductions(const Unit* keep) {
 
 void ZeroOptimizer::reduce_unit(std::size_t unit) {
   Unit& u = *units_[unit];
-  if (!u.sharded) {
+  if (!u.hook_grads) {
     if (o_.overlap_comm && last_micro_ && comm_.world_size() > 1) {
       launch_reduce(u);
       if (o_.offload_optimizer != ZeroOptions::Offload::none) drain_reductions(&u);
@@ -215,6 +219,9 @@ void ZeroOptimizer::reduce_unit(std::size_t unit) {
     return;
   }
   c10::NoGradGuard no_grad;
+  // Stages 2-3: the unit's gradients exist only from its backward to here; they are flattened,
+  // reduce-scattered into the shard (every micro-step) and dropped, so at most about two units'
+  // full gradients are alive at once.
   bool any = false;
   at::Tensor full = at::zeros({u.padded}, compute_opts_);
   for (std::size_t i = 0; i < u.params.size(); ++i) {
@@ -224,7 +231,16 @@ void ZeroOptimizer::reduce_unit(std::size_t unit) {
     p.mutable_grad() = at::Tensor();
     any = true;
   }
-  if (any) reduce_scatter_into_shard(u, full);
+  if (any) {
+    if (u.sharded || !o_.overlap_comm) {
+      reduce_scatter_into_shard(u, full);
+    } else {
+      finish_reduce(u);  // a reduction of this unit from an earlier backward pass
+      u.flat_grad = full;
+      launch_reduce(u);
+      drain_reductions(&u);
+    }
+  }
   release(unit);
 }
 
@@ -234,7 +250,7 @@ ZeroOptimizer::~ZeroOptimizer() = default;
 
 void ZeroOptimizer::ensure_grads() {
   for (auto& u : units_) {
-    if (u->sharded || u->flat_grad.defined()) continue;
+    if (u->hook_grads || u->flat_grad.defined()) continue;
     u->flat_grad = at::zeros({u->padded}, compute_opts_);
     for (std::size_t i = 0; i < u->params.size(); ++i) {
       at::Tensor& p = u->params[i].second;
@@ -248,7 +264,7 @@ void ZeroOptimizer::zero_grad() {
   ensure_grads();
   for (auto& u : units_) {
     if (u->shard_grad.defined()) u->shard_grad.zero_();
-    if (u->sharded) {
+    if (u->hook_grads) {
       for (auto& [name, p] : u->params) p.mutable_grad() = at::Tensor();
     } else {
       u->flat_grad.zero_();
@@ -301,11 +317,10 @@ void ZeroOptimizer::reduce_gradients() {
   // (io, text encoder, anything the hooks missed) are reduced now.
   for (std::size_t i = 0; i < units_.size(); ++i) {
     Unit& u = *units_[i];
-    if (u.sharded) reduce_unit(i);  // normally done by its backward hook already
+    if (u.hook_grads) reduce_unit(i);  // normally done by its backward hook already
     else launch_reduce(u);
   }
-  for (auto& u : units_)
-    if (!u->sharded) finish_reduce(*u);
+  for (auto& u : units_) finish_reduce(*u);
   grads_reduced_ = true;
 }
 

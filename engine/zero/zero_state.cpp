@@ -36,8 +36,10 @@ void adam_reference(at::Tensor p, at::Tensor m, at::Tensor v, const at::Tensor& 
 /// Adam on fp32 masters: the fused kernel when everything is float32 in CPU memory (writing the
 /// bf16/fp16 copy of the result in the same pass when `out` is such a CPU tensor), else the
 /// reference arithmetic. `out`, when defined, receives the updated weights.
-void adam_master(at::Tensor master, at::Tensor m, at::Tensor v, const at::Tensor& g, const ZeroOptions& o, double lr,
-                 std::int64_t step, at::Tensor out) {
+void adam_master(at::Tensor master, at::Tensor m, at::Tensor v, const at::Tensor& grad, const ZeroOptions& o,
+                 double lr, std::int64_t step, at::Tensor out) {
+  // Gradient shards in the compute dtype are upcast one unit at a time (the step's only temporary).
+  const at::Tensor g = grad.scalar_type() == master.scalar_type() ? grad : grad.to(master.scalar_type());
   const bool fused = master.device().is_cpu() && master.scalar_type() == at::kFloat && g.device().is_cpu() &&
                      g.scalar_type() == at::kFloat && master.is_contiguous() && g.is_contiguous() && m.is_contiguous() &&
                      v.is_contiguous();
@@ -351,8 +353,11 @@ train::ModelStateBytes ZeroOptimizer::model_state() const {
   for (const auto& u : units_) {
     b.parameters += u->sharded ? (o_.offload_param == ZeroOptions::Offload::none ? bytes(u->shard_param) : 0)
                                : bytes(u->flat_param);
-    if (o_.stage >= 2) b.gradients += on_device ? bytes(u->shard_grad) : 0;
-    else b.gradients += bytes(u->flat_grad);
+    // The full buffer backward accumulates into (units whose hook does not take the gradients;
+    // at stages 2-3 it is freed after each reduction and comes back at zero_grad, so it counts),
+    // then the rank's reduced part when it lives on the device.
+    if (!u->hook_grads) b.gradients += u->padded * static_cast<std::int64_t>(c10::elementSize(compute_opts_.dtype().toScalarType()));
+    if (on_device && u->shard_grad.defined()) b.gradients += bytes(u->shard_grad);
     if (on_device) b.optimizer_states += bytes(u->master) + bytes(u->exp_avg) + bytes(u->exp_avg_sq);
   }
   return b;

@@ -20,6 +20,8 @@ namespace zs::zero {
 struct ZeroOptimizer::Unit {
   std::string name;
   bool sharded = false;      // stage 3 and not persistent: only the shard is kept between gathers
+  bool hook_grads = false;   // stages 2-3 and not persistent: no gradient buffer between backwards;
+                             // the unit's backward hook reduce-scatters its fresh gradients
   std::vector<std::pair<std::string, at::Tensor>> params;  // views into flat_param
   std::vector<std::int64_t> offsets;
   std::vector<std::int64_t> sizes;                   // elements per parameter
@@ -34,7 +36,8 @@ struct ZeroOptimizer::Unit {
                              // param offload; undefined with NVMe, where they live in a file)
   at::Tensor flat_grad;      // [padded] full gradients, compute dtype (freed after a stage 2 reduction)
   at::Tensor shard_grad;     // [owned] the rank's reduced gradients, where the step reads them
-                             // (stages 2-3, and every stage with optimizer offload: fp32 on the CPU)
+                             // (stages 2-3: compute dtype, as ZeRO counts them; with optimizer
+                             // offload, every stage: fp32 on the CPU)
   at::Tensor master;         // [owned] fp32 master weights (mixed precision / offload; not NVMe)
   at::Tensor exp_avg, exp_avg_sq;  // [owned] (not NVMe)
   std::unique_ptr<dist::PendingCollective> pending;  // a gradient reduction under way

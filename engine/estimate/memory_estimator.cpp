@@ -1,0 +1,394 @@
+#include "estimate/memory_estimator.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "config/trainer_config.h"
+#include "core/error.h"
+
+namespace zs::estimate {
+namespace {
+
+using std::int64_t;
+
+/// Measured activation bytes of the tiny model on the CPU divided by this file's element counts:
+/// 0.95-1.01 over 16-64 px, batch 2-8, with and without checkpointing (tst_estimate measures
+/// it on every run and requires 10 %), so the counts are used as they are.
+constexpr double kActivationCalibration = 1.0;
+
+constexpr int64_t kIoAlignment = 4096;
+int64_t align_up(int64_t n) { return (n + kIoAlignment - 1) / kIoAlignment * kIoAlignment; }
+
+int compute_bytes(const std::string& precision) { return precision == "fp32" ? 4 : 2; }
+
+bool persistent(const UnitShape& u, const EstimateOptions& o) {
+  return u.kind == UnitKind::io || u.kind == UnitKind::text_encoder || u.parameters < o.persistence_threshold;
+}
+
+struct UnitActivation {
+  double saved = 0;      // elements kept from forward to backward (per sample)
+  double output = 0;     // elements of the unit's output (what checkpointing keeps)
+  double transient = 0;  // elements backward allocates on top while it runs this unit
+  /// Highest (still saved + allocated) while backward runs through the unit: it frees the
+  /// unit's later parts before it reaches the earlier ones.
+  double backward_peak() const { return peak > 0 ? peak : saved + transient; }
+  double peak = 0;
+};
+
+/// Element counts of what autograd keeps for one unit and one sample, from the ops the engine's
+/// modules run (models/unet_2d_condition.cpp, attention.cpp, clip_text_model.cpp).
+UnitActivation unit_activation(const UnitShape& u, const ModelShape& m, int64_t side) {
+  UnitActivation a;
+  const double s = std::pow(static_cast<double>(std::max<int64_t>(side >> u.level, 1)), 2);
+  const double cin = static_cast<double>(u.in_channels), cout = static_cast<double>(u.out_channels);
+  switch (u.kind) {
+    case UnitKind::io:  // conv_in output; norm, SiLU and conv_out at the end; the loss terms
+      a.output = cout * s;
+      a.saved = (3 * cout + 4 * static_cast<double>(m.out_channels) + cin) * s;
+      a.transient = 2 * cout * s;
+      break;
+    case UnitKind::resnet:  // norm1/SiLU/conv1 inputs, norm2/SiLU/conv2 inputs, the sum
+      a.output = cout * s;
+      a.saved = (2 * cin + 4 * cout + (u.concat_input ? cin : 0)) * s;
+      a.transient = 2 * std::max(cin, cout) * s;
+      break;
+    case UnitKind::transformer: {
+      // Per block: LayerNorm outputs, q/k/v split into heads, merged heads, residual sums and
+      // the GEGLU feed-forward (8C projection, 4C gelu and product), plus the attention
+      // probabilities [heads, S, S] and [heads, S, T]. Around the blocks: norm, proj in/out.
+      const double t = static_cast<double>(m.context_tokens), h = static_cast<double>(u.heads);
+      const double d = static_cast<double>(u.depth);
+      a.output = cout * s;
+      a.saved = cout * s * (4 + 28 * d) + d * h * (s * s + s * t);
+      a.transient = 2 * h * s * s;  // softmax backward: the gradients of probabilities and scores
+      // The feed-forward's backward runs with everything saved; the self-attention's (the
+      // largest temporaries) after the block's later parts were freed.
+      a.peak = std::max(a.saved + 8 * cout * s,
+                        a.saved - cout * s * 22 - h * s * t + a.transient);
+      break;
+    }
+    case UnitKind::downsampler:
+      a.output = cout * s / 4;
+      a.saved = a.output;
+      a.transient = 2 * cin * s;
+      break;
+    case UnitKind::upsampler:  // the nearest-upsampled input and the conv output, both 4S
+      a.output = 4 * cout * s;
+      a.saved = 8 * cout * s;
+      a.transient = 8 * cout * s;
+      break;
+    case UnitKind::text_encoder: {
+      const double t = static_cast<double>(m.context_tokens), dim = cin, h = static_cast<double>(u.heads);
+      a.output = dim * t;
+      a.saved = static_cast<double>(u.depth) * (16 * dim * t + 2 * h * t * t) + 2 * dim * t;
+      a.transient = 2 * h * t * t;
+      break;
+    }
+  }
+  return a;
+}
+
+struct UnitLayout {
+  int64_t padded, shard, owned;
+  bool whole, hook_grads;
+};
+
+UnitLayout layout(const UnitShape& u, const EstimateOptions& o) {
+  const int64_t n = o.world_size;
+  UnitLayout l{};
+  l.padded = (u.parameters + n - 1) / n * n;
+  l.shard = l.padded / n;
+  l.owned = o.stage == 0 ? l.padded : l.shard;
+  l.whole = o.stage < 3 || persistent(u, o);
+  l.hook_grads = o.stage >= 2 && !persistent(u, o);
+  return l;
+}
+
+}  // namespace
+
+int64_t activation_bytes(const ModelShape& model, const EstimateOptions& o) {
+  const int64_t side = std::max<int64_t>(o.resolution / std::max(model.latent_factor, 1), 1);
+  // Forward order: the text encoder runs first, then io's input layers and the UNet units.
+  // Backward walks it in reverse and frees each unit's saved tensors as it goes, so the peak is
+  // the largest (everything saved up to unit k) + (what unit k's backward allocates).
+  std::vector<const UnitShape*> order;
+  for (const auto& u : model.units)
+    if (u.kind == UnitKind::text_encoder) order.push_back(&u);
+  for (const auto& u : model.units)
+    if (u.kind != UnitKind::text_encoder) order.push_back(&u);
+  double kept = 0, peak = 0;
+  for (const UnitShape* u : order) {
+    const UnitActivation a = unit_activation(*u, model, side);
+    if (o.gradient_checkpointing && u->kind != UnitKind::io && u->kind != UnitKind::text_encoder) {
+      // Only the unit's input is kept (the previous output, or a fresh concatenation); backward
+      // runs the unit again and holds its full set for a moment.
+      const double s = std::pow(static_cast<double>(std::max<int64_t>(side >> u->level, 1)), 2);
+      kept += a.output + (u->concat_input ? static_cast<double>(u->in_channels) * s : 0);
+      peak = std::max(peak, kept + a.backward_peak());
+    } else {
+      peak = std::max(peak, kept + a.backward_peak());
+      kept += a.saved;
+    }
+  }
+  const double elements = peak * static_cast<double>(o.batch_size);
+  return static_cast<int64_t>(elements * compute_bytes(o.precision) * kActivationCalibration);
+}
+
+MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& options) {
+  EstimateOptions o = options;
+  o.world_size = std::max(o.world_size, 1);
+  if (o.stage != 3) o.offload_param = Offload::none;  // DeepSpeed ignores it below stage 3; so do we
+  MemoryEstimate e;
+  e.options = o;
+  e.parameters = model.trainable_parameters();
+  const int64_t c = compute_bytes(o.precision);
+  const bool masters = c < 4 || o.offload_optimizer != Offload::none;
+  const int64_t state_per_element = masters ? 12 : 2 * c;  // fp32 master + two moments, or the moments
+  int64_t max_hook_padded = 0, max_owned = 0, gathered = 0, whole_total = 0, param_staging = 0, owned_total = 0;
+  std::vector<int64_t> sharded_padded;
+  for (const auto& u : model.units) {
+    const UnitLayout l = layout(u, o);
+    owned_total += l.owned;
+    max_owned = std::max(max_owned, l.owned);
+    // Parameters (compute dtype): whole units everywhere; stage 3 keeps the rank's shard.
+    if (l.whole) {
+      e.gpu.parameters += c * l.padded;
+      whole_total += l.padded;
+    } else {
+      sharded_padded.push_back(l.padded);
+      if (o.offload_param == Offload::none) e.gpu.parameters += c * l.shard;
+      else if (o.offload_param == Offload::cpu) e.cpu.parameters += c * l.shard;
+      else {
+        e.nvme += align_up(c * l.shard);
+        param_staging += align_up(c * l.shard);
+      }
+    }
+    // Gradients: the full buffer where backward accumulates (stages 0-1, units kept whole), and
+    // the rank's reduced part (stages 2-3; with optimizer offload an fp32 copy in CPU memory).
+    if (!l.hook_grads) e.gpu.gradients += c * l.padded;
+    else max_hook_padded = std::max(max_hook_padded, l.padded);
+    if (o.offload_optimizer != Offload::none) e.cpu.gradients += 4 * l.owned;
+    else if (o.stage >= 2) e.gpu.gradients += c * l.owned;
+    // Optimizer states.
+    const int64_t state = state_per_element * l.owned;
+    if (o.offload_optimizer == Offload::none) e.gpu.optimizer_states += state;
+    else if (o.offload_optimizer == Offload::cpu) e.cpu.optimizer_states += state;
+    else e.nvme += 3 * align_up(4 * l.owned);
+    if (o.ema) e.cpu.parameters += 4 * l.owned;
+  }
+  // Stage 3: the unit being used plus the one prefetched (in forward the next, in backward the
+  // previous), each gathered whole in the compute dtype.
+  for (std::size_t i = 0; i < sharded_padded.size(); ++i) {
+    const int64_t next = i + 1 < sharded_padded.size() && sharded_padded[i + 1] <= o.prefetch_bucket_size
+                             ? sharded_padded[i + 1] : 0;
+    gathered = std::max(gathered, c * (sharded_padded[i] + next));
+  }
+  // Stages 2-3: a unit's fresh gradients, their flat copy and the previous unit's reduction in flight.
+  const int64_t in_flight = 3 * c * max_hook_padded;
+  // Stages 1-3: the all-gather of the whole units' updated shards after the step.
+  const int64_t allgather = o.stage >= 1 ? c * std::min(o.allgather_bucket_size, whole_total) * (o.world_size + 1) /
+                                                o.world_size
+                                         : 0;
+  // Stages 0-1 without overlap: gradients all-reduced in buckets of concatenated units.
+  const int64_t reduce = o.stage <= 1 && o.world_size > 1 ? c * std::min(o.reduce_bucket_size, e.parameters) : 0;
+  // Mixed precision without offload: the step upcasts one unit's gradient part.
+  const int64_t upcast = masters && o.offload_optimizer == Offload::none && c < 4 ? 4 * max_owned : 0;
+  e.gpu.buffers = gathered + std::max({in_flight, allgather, reduce, upcast});
+  if (o.offload_optimizer == Offload::nvme) {
+    const int64_t slot = align_up(4 * std::min(o.sub_group_size, owned_total));
+    e.cpu.buffers += std::max(o.buffer_count, 3) * 3 * slot;
+  }
+  e.cpu.buffers += param_staging;
+  e.gpu.activations = activation_bytes(model, o);
+  if (o.gpu_memory > 0) {
+    e.fits = e.gpu.total() <= o.gpu_memory;
+    e.suggestion = lowest_fitting(model, o);
+  }
+  if (o.cpu_memory > 0) e.cpu_fits = e.cpu.total() * std::max(o.processes_per_machine, 1) <= o.cpu_memory;
+  return e;
+}
+
+Suggestion lowest_fitting(const ModelShape& model, EstimateOptions o) {
+  struct Step {
+    int stage;
+    Offload optimizer, param;
+  };
+  const Step ladder[] = {{0, Offload::none, Offload::none}, {1, Offload::none, Offload::none},
+                         {2, Offload::none, Offload::none}, {2, Offload::cpu, Offload::none},
+                         {3, Offload::none, Offload::none}, {3, Offload::cpu, Offload::none},
+                         {3, Offload::cpu, Offload::cpu},   {3, Offload::nvme, Offload::cpu},
+                         {3, Offload::nvme, Offload::nvme}};
+  const int64_t budget = o.gpu_memory;
+  o.gpu_memory = 0;  // no recursion
+  for (const auto& s : ladder) {
+    o.stage = s.stage;
+    o.offload_optimizer = s.optimizer;
+    o.offload_param = s.param;
+    if (estimate_memory(model, o).gpu.total() <= budget) return {true, s.stage, s.optimizer, s.param};
+  }
+  return {};
+}
+
+int64_t zero_paper_bytes(int64_t psi, int world_size, int stage) {
+  const int64_t n = world_size;
+  switch (stage) {
+    case 0: return 16 * psi;
+    case 1: return 4 * psi + 12 * psi / n;
+    case 2: return 2 * psi + 14 * psi / n;
+    default: return 16 * psi / n;
+  }
+}
+
+EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
+  EstimateOptions o;
+  o.world_size = static_cast<int>(cfg.launch.num_processes);
+  o.processes_per_machine = static_cast<int>(std::max<int64_t>(cfg.launch.num_processes / std::max<int64_t>(cfg.launch.num_machines, 1), 1));
+  o.stage = static_cast<int>(cfg.zero.stage);
+  o.precision = cfg.precision;
+  o.offload_optimizer = offload_from_name(cfg.zero.offload_optimizer.device);
+  o.offload_param = offload_from_name(cfg.zero.offload_param.device);
+  o.batch_size = cfg.training.batch_size;
+  o.resolution = cfg.data.resolution;
+  o.gradient_checkpointing = cfg.training.gradient_checkpointing;
+  o.ema = cfg.ema.enabled;
+  o.overlap_comm = cfg.zero.overlap_comm.value_or(true);
+  o.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
+  o.prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size;
+  o.reduce_bucket_size = cfg.zero.reduce_bucket_size;
+  o.allgather_bucket_size = cfg.zero.allgather_bucket_size;
+  o.sub_group_size = cfg.zero.sub_group_size;
+  o.buffer_count = static_cast<int>(cfg.zero.offload_optimizer.buffer_count);
+  return o;
+}
+
+const char* offload_name(Offload o) {
+  switch (o) {
+    case Offload::cpu: return "cpu";
+    case Offload::nvme: return "nvme";
+    default: return "none";
+  }
+}
+
+Offload offload_from_name(const std::string& name) {
+  if (name == "cpu") return Offload::cpu;
+  if (name == "nvme") return Offload::nvme;
+  return Offload::none;
+}
+
+int64_t parse_bytes(const std::string& text) {
+  std::string t;
+  for (char ch : text)
+    if (!std::isspace(static_cast<unsigned char>(ch))) t += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(t, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = t.substr(used);
+  double scale = 0;
+  if (unit.empty() || unit == "b") scale = 1;
+  else if (unit == "k" || unit == "kib") scale = 1024.0;
+  else if (unit == "kb") scale = 1e3;
+  else if (unit == "m" || unit == "mib") scale = 1024.0 * 1024;
+  else if (unit == "mb") scale = 1e6;
+  else if (unit == "g" || unit == "gib") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "gb") scale = 1e9;
+  else if (unit == "t" || unit == "tib") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "tb") scale = 1e12;
+  if (used == 0 || scale == 0 || value < 0)
+    throw Error(ErrorKind::config, "\"" + text + "\" is not a memory size: write e.g. 24GiB, 24GB, 16G or 25769803776");
+  return static_cast<int64_t>(std::llround(value * scale));
+}
+
+std::string format_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int i = 0;
+  while (std::abs(v) >= 1024 && i < 4) {
+    v /= 1024;
+    ++i;
+  }
+  char buf[32];
+  if (i == 0) std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[i]);
+  return buf;
+}
+
+namespace {
+nlohmann::json breakdown_json(const MemoryBreakdown& b) {
+  return {{"parameters", b.parameters}, {"gradients", b.gradients}, {"optimizer_states", b.optimizer_states},
+          {"activations", b.activations}, {"buffers", b.buffers}, {"total", b.total()}};
+}
+}  // namespace
+
+nlohmann::json to_json(const MemoryEstimate& e) {
+  nlohmann::json j;
+  j["parameters"] = e.parameters;
+  j["world_size"] = e.options.world_size;
+  j["stage"] = e.options.stage;
+  j["precision"] = e.options.precision;
+  j["offload_optimizer"] = offload_name(e.options.offload_optimizer);
+  j["offload_param"] = offload_name(e.options.offload_param);
+  j["gpu"] = breakdown_json(e.gpu);
+  j["cpu"] = breakdown_json(e.cpu);
+  j["nvme"] = {{"total", e.nvme}};
+  j["gpu_memory"] = e.options.gpu_memory;
+  j["fits"] = e.fits;
+  j["cpu_fits"] = e.cpu_fits;
+  if (e.suggestion.found)
+    j["suggestion"] = {{"stage", e.suggestion.stage},
+                       {"offload_optimizer", offload_name(e.suggestion.offload_optimizer)},
+                       {"offload_param", offload_name(e.suggestion.offload_param)}};
+  else
+    j["suggestion"] = nullptr;
+  return j;
+}
+
+std::string to_table(const MemoryEstimate& e, const ModelShape& model) {
+  std::ostringstream out;
+  const auto& o = e.options;
+  char line[160];
+  out << "Model " << model.name << ": " << e.parameters << " trainable parameters";
+  if (model.frozen_parameters > 0) out << " (+" << model.frozen_parameters << " frozen, not resident while training)";
+  out << "\nZeRO stage " << o.stage << ", " << o.world_size << " process(es), " << o.precision
+      << ", optimizer offload " << offload_name(o.offload_optimizer) << ", parameter offload "
+      << offload_name(o.offload_param) << "\nBatch " << o.batch_size << " at " << o.resolution << " px"
+      << (o.gradient_checkpointing ? ", gradient checkpointing" : "") << "\n\nPer process:\n";
+  std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", "", "device", "cpu");
+  out << line;
+  const std::pair<const char*, std::pair<int64_t, int64_t>> rows[] = {
+      {"parameters", {e.gpu.parameters, e.cpu.parameters}},
+      {"gradients", {e.gpu.gradients, e.cpu.gradients}},
+      {"optimizer states", {e.gpu.optimizer_states, e.cpu.optimizer_states}},
+      {"activations", {e.gpu.activations, e.cpu.activations}},
+      {"buffers", {e.gpu.buffers, e.cpu.buffers}},
+      {"total", {e.gpu.total(), e.cpu.total()}}};
+  for (const auto& [name, v] : rows) {
+    std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", name, format_bytes(v.first).c_str(),
+                  format_bytes(v.second).c_str());
+    out << line;
+  }
+  if (e.nvme > 0) out << "  nvme files         " << format_bytes(e.nvme) << "\n";
+  if (o.gpu_memory > 0) {
+    out << "\nDevice memory " << format_bytes(o.gpu_memory) << ": " << (e.fits ? "fits" : "does NOT fit") << "\n";
+    if (e.suggestion.found)
+      out << "Lowest setting that fits: stage " << e.suggestion.stage << ", optimizer offload "
+          << offload_name(e.suggestion.offload_optimizer) << ", parameter offload "
+          << offload_name(e.suggestion.offload_param) << "\n";
+    else
+      out << "No stage or offload fits: lower the batch size or resolution, or turn on gradient checkpointing\n";
+  }
+  if (o.cpu_memory > 0 && !e.cpu_fits)
+    out << "CPU memory " << format_bytes(o.cpu_memory) << " is not enough for " << o.processes_per_machine
+        << " process(es) on this machine\n";
+  return out.str();
+}
+
+}  // namespace zs::estimate

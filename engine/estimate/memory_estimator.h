@@ -1,0 +1,106 @@
+#pragma once
+// Memory per process for a training setup: ZeRO's model-state split for the chosen stage,
+// offload and precision (exactly as ZeroOptimizer lays it out), activations from the
+// architecture at the chosen resolution and batch (calibrated against measured forward/backward
+// passes of the tiny model), communication and offload buffers, and NVMe bytes. Also the lowest
+// stage and offload that fit a given device memory.
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "estimate/model_shape.h"
+
+namespace zs::config {
+struct TrainerConfig;
+}
+
+namespace zs::estimate {
+
+enum class Offload { none, cpu, nvme };
+
+/// Everything the estimate depends on (the config's values, or the wizard's current answers).
+struct EstimateOptions {
+  int world_size = 1;                  ///< processes (ranks) in all
+  int processes_per_machine = 1;       ///< ranks sharing this machine's CPU memory
+  int stage = 0;                       ///< ZeRO stage 0-3
+  std::string precision = "fp32";      ///< fp32 | bf16 | fp16 (compute dtype; masters are fp32)
+  Offload offload_optimizer = Offload::none;
+  Offload offload_param = Offload::none;  ///< stage 3 only (ignored otherwise, as DeepSpeed does)
+  std::int64_t batch_size = 1;         ///< micro batch per process
+  std::int64_t resolution = 512;       ///< image side in pixels
+  bool gradient_checkpointing = false;
+  bool ema = false;                    ///< EMA of the rank's part, fp32 in CPU memory
+  bool overlap_comm = true;
+  std::int64_t persistence_threshold = 100'000;  ///< stage 3: smaller units stay whole
+  std::int64_t prefetch_bucket_size = 50'000'000; ///< stage 3: units up to this size are prefetched
+  std::int64_t reduce_bucket_size = 500'000'000;  ///< stages 0-1: elements per gradient all-reduce
+  std::int64_t allgather_bucket_size = 500'000'000;
+  std::int64_t sub_group_size = 1'000'000'000;    ///< NVMe optimizer: elements per sub-group
+  int buffer_count = 4;                ///< NVMe optimizer: staging slots (at least 3 are used)
+  std::int64_t gpu_memory = 0;         ///< bytes of the compute device (0: unknown, "fits" is true)
+  std::int64_t cpu_memory = 0;         ///< bytes of this machine's RAM (0: unknown)
+};
+
+/// Bytes in one place (the compute device or CPU memory), per process.
+struct MemoryBreakdown {
+  std::int64_t parameters = 0;        ///< compute-dtype weights (CPU: offloaded shards and the EMA)
+  std::int64_t gradients = 0;         ///< gradients kept between backward and step
+  std::int64_t optimizer_states = 0;  ///< fp32 masters and Adam moments
+  std::int64_t activations = 0;       ///< saved activations and backward's temporaries at the peak
+  std::int64_t buffers = 0;           ///< gathered units, gradients in flight, staging buffers
+  std::int64_t total() const { return parameters + gradients + optimizer_states + activations + buffers; }
+};
+
+/// The lowest setting that fits (the seeds' advice: the lowest DeepSpeed level that works).
+struct Suggestion {
+  bool found = false;
+  int stage = 0;
+  Offload offload_optimizer = Offload::none;
+  Offload offload_param = Offload::none;
+};
+
+struct MemoryEstimate {
+  std::int64_t parameters = 0;  ///< Ψ: trainable parameters
+  EstimateOptions options;
+  MemoryBreakdown gpu;          ///< the compute device (the CPU itself in a CPU-only run)
+  MemoryBreakdown cpu;          ///< host memory of this process (offloaded state, EMA)
+  std::int64_t nvme = 0;        ///< bytes in this process's NVMe files
+  bool fits = true;             ///< gpu.total() <= gpu_memory (when known)
+  bool cpu_fits = true;         ///< cpu bytes of every rank on the machine <= cpu_memory (when known)
+  Suggestion suggestion;        ///< lowest stage/offload that fits gpu_memory
+};
+
+/// The estimate for `model` under `options` (suggestion included when gpu_memory is set).
+MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& options);
+
+/// The options a trainer config implies (world size from launch.num_processes; the device
+/// memory is left 0).
+EstimateOptions options_from_config(const config::TrainerConfig& config);
+
+/// The lowest of: stage 0, 1, 2, 2 + CPU optimizer offload, 3, 3 + CPU optimizer offload,
+/// 3 + CPU optimizer and parameter offload, 3 + NVMe optimizer offload (parameters on CPU),
+/// 3 + NVMe for both, whose device total fits options.gpu_memory. (found = false: none does.)
+Suggestion lowest_fitting(const ModelShape& model, EstimateOptions options);
+
+/// Activation bytes per process at the peak of forward + backward (see estimate_memory).
+std::int64_t activation_bytes(const ModelShape& model, const EstimateOptions& options);
+
+/// ZeRO's model-state bytes per rank for Ψ parameters (mixed-precision Adam, K = 12):
+/// 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N for stages 0-3 (N must divide Ψ for exact values).
+std::int64_t zero_paper_bytes(std::int64_t psi, int world_size, int stage);
+
+const char* offload_name(Offload o);
+Offload offload_from_name(const std::string& name);
+/// "24GiB", "24 GB", "24G", "80e9", "25769803776": bytes; throws zs::Error(config) otherwise.
+std::int64_t parse_bytes(const std::string& text);
+/// "13.1 GiB", "512.0 MiB", "0 B".
+std::string format_bytes(std::int64_t bytes);
+
+/// The JSON object `zerostudio estimate --json` prints (sizes in bytes per process).
+nlohmann::json to_json(const MemoryEstimate& estimate);
+/// The table `zerostudio estimate` prints.
+std::string to_table(const MemoryEstimate& estimate, const ModelShape& model);
+
+}  // namespace zs::estimate

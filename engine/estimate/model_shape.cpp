@@ -1,0 +1,177 @@
+#include "estimate/model_shape.h"
+
+#include <filesystem>
+
+#include "config/trainer_config.h"
+#include "core/error.h"
+#include "data/shapes.h"
+#include "models/diffusion_model.h"
+
+namespace zs::estimate {
+namespace {
+
+using std::int64_t;
+
+int64_t conv_params(int64_t in, int64_t out, int64_t k) { return in * out * k * k + out; }
+int64_t linear_params(int64_t in, int64_t out, bool bias = true) { return in * out + (bias ? out : 0); }
+
+int64_t resnet_params(int64_t in, int64_t out, int64_t temb) {
+  int64_t n = 2 * in + conv_params(in, out, 3) + linear_params(temb, out) + 2 * out + conv_params(out, out, 3);
+  if (in != out) n += conv_params(in, out, 1);
+  return n;
+}
+
+int64_t transformer_params(int64_t c, int64_t depth, int64_t cross) {
+  const int64_t block = 2 * c + 3 * c * c + linear_params(c, c)               // norm1, attn1
+                        + 2 * c + c * c + 2 * cross * c + linear_params(c, c)  // norm2, attn2
+                        + 2 * c + linear_params(c, 8 * c) + linear_params(4 * c, c);  // norm3, GEGLU ff
+  return 2 * c + linear_params(c, c) + depth * block + linear_params(c, c);  // norm, proj_in/out (1x1 conv = linear)
+}
+
+}  // namespace
+
+int64_t ModelShape::trainable_parameters() const {
+  int64_t n = 0;
+  for (const auto& u : units) n += u.parameters;
+  return n;
+}
+
+ModelShape unet_shape(const models::UNetConfig& c) {
+  ModelShape m;
+  const int64_t c0 = c.block_out_channels[0], temb = 4 * c0;
+  const std::size_t n = c.block_out_channels.size();
+  m.sample_channels = c.in_channels;
+  m.out_channels = c.out_channels;
+  m.context_dim = c.cross_attention_dim;
+  m.time_embed_dim = temb;
+  UnitShape io{"io", UnitKind::io};
+  io.parameters = conv_params(c.in_channels, c0, 3) + linear_params(c0, temb) + linear_params(temb, temb) + 2 * c0 +
+                  conv_params(c0, c.out_channels, 3);
+  if (c.addition_embed_type == "text_time")
+    io.parameters += linear_params(c.projection_class_embeddings_input_dim, temb) + linear_params(temb, temb);
+  io.in_channels = c.in_channels;
+  io.out_channels = c0;
+  m.units.push_back(io);
+  auto resnet = [&](std::string name, int64_t in, int64_t out, int level, bool concat) {
+    UnitShape u{std::move(name), UnitKind::resnet, resnet_params(in, out, temb), in, out, level};
+    u.concat_input = concat;
+    m.units.push_back(u);
+  };
+  auto transformer = [&](std::string name, int64_t ch, std::size_t block, int level) {
+    const int64_t depth = c.transformer_layers_per_block[block];
+    UnitShape u{std::move(name), UnitKind::transformer, transformer_params(ch, depth, c.cross_attention_dim), ch, ch, level};
+    u.heads = c.num_attention_heads[block];
+    u.depth = depth;
+    m.units.push_back(u);
+  };
+  auto sampler = [&](std::string name, int64_t ch, int level, bool down) {
+    m.units.push_back({std::move(name), down ? UnitKind::downsampler : UnitKind::upsampler, conv_params(ch, ch, 3), ch, ch,
+                       level});
+  };
+  int64_t out_ch = c0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const int64_t in_ch = out_ch;
+    out_ch = c.block_out_channels[i];
+    const std::string prefix = "down_blocks." + std::to_string(i) + ".";
+    const int level = static_cast<int>(i);
+    for (int64_t j = 0; j < c.layers_per_block; ++j) {
+      resnet(prefix + "resnets." + std::to_string(j), j == 0 ? in_ch : out_ch, out_ch, level, false);
+      if (c.down_block_types[i] == "CrossAttnDownBlock2D")
+        transformer(prefix + "attentions." + std::to_string(j), out_ch, i, level);
+    }
+    if (i + 1 < n) sampler(prefix + "downsamplers.0", out_ch, level, true);
+  }
+  const int bottom = static_cast<int>(n) - 1;
+  if (!c.mid_block_type.empty()) {
+    const int64_t ch = c.block_out_channels.back();
+    resnet("mid_block.resnets.0", ch, ch, bottom, false);
+    transformer("mid_block.attentions.0", ch, n - 1, bottom);
+    resnet("mid_block.resnets.1", ch, ch, bottom, false);
+  }
+  const std::vector<int64_t> rev(c.block_out_channels.rbegin(), c.block_out_channels.rend());
+  out_ch = rev[0];
+  for (std::size_t i = 0; i < n; ++i) {
+    const int64_t prev_out = out_ch;
+    out_ch = rev[i];
+    const int64_t in_ch = rev[std::min(i + 1, n - 1)];
+    const std::size_t down_index = n - 1 - i;
+    const std::string prefix = "up_blocks." + std::to_string(i) + ".";
+    const int level = bottom - static_cast<int>(i);
+    const int64_t layers = c.layers_per_block + 1;
+    for (int64_t j = 0; j < layers; ++j) {
+      const int64_t skip = j == layers - 1 ? in_ch : out_ch;
+      resnet(prefix + "resnets." + std::to_string(j), (j == 0 ? prev_out : out_ch) + skip, out_ch, level, true);
+      if (c.up_block_types[i] == "CrossAttnUpBlock2D")
+        transformer(prefix + "attentions." + std::to_string(j), out_ch, down_index, level);
+    }
+    if (i + 1 < n) sampler(prefix + "upsamplers.0", out_ch, level, false);
+  }
+  return m;
+}
+
+int64_t unet_parameter_count(const models::UNetConfig& config) { return unet_shape(config).trainable_parameters(); }
+
+models::UNetConfig sd15_unet_config() { return models::UNetConfig{}; }  // the defaults are SD 1.5's
+
+models::UNetConfig sdxl_unet_config() {
+  models::UNetConfig c;
+  c.sample_size = 128;
+  c.block_out_channels = {320, 640, 1280};
+  c.down_block_types = {"DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"};
+  c.up_block_types = {"CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"};
+  c.num_attention_heads = {5, 10, 20};
+  c.transformer_layers_per_block = {1, 2, 10};
+  c.cross_attention_dim = 2048;
+  c.use_linear_projection = true;
+  c.addition_embed_type = "text_time";
+  c.addition_time_embed_dim = 256;
+  c.projection_class_embeddings_input_dim = 2816;
+  return c;
+}
+
+ModelShape model_shape(const config::TrainerConfig& cfg) {
+  if (!cfg.model.path.empty()) {
+    const std::filesystem::path unet = std::filesystem::path(cfg.model.path) / "unet" / "config.json";
+    if (!std::filesystem::exists(unet))
+      throw Error(ErrorKind::config, "model.path: " + unet.string() +
+                                         " not found (the estimate needs a diffusers folder's unet/config.json)");
+    ModelShape m = unet_shape(models::UNetConfig::from_file(unet.string()));
+    m.name = cfg.model.path;
+    return m;
+  }
+  if (cfg.model.preset == "sd15") {
+    ModelShape m = unet_shape(sd15_unet_config());
+    m.name = "sd15";
+    m.frozen_parameters = 123'060'480 + 83'653'863;  // CLIP ViT-L/14 text encoder, VAE
+    return m;
+  }
+  if (cfg.model.preset == "sdxl") {
+    ModelShape m = unet_shape(sdxl_unet_config());
+    m.name = "sdxl";
+    m.context_dim = 2048;
+    m.frozen_parameters = 123'060'480 + 694'659'840 + 83'653'863;  // CLIP-L, OpenCLIP bigG with projection, VAE
+    return m;
+  }
+  // The tiny preset, built for real (it has about a million parameters) with the demo dataset's
+  // words, so the text encoder (trained with it) is counted as the trainer builds it.
+  std::vector<std::string> captions;
+  for (const auto& shape : data::shape_kinds())
+    for (const auto& colour : data::shape_palette())
+      for (const auto& back : data::shape_palette())
+        if (std::string(colour.name) != back.name) captions.push_back(data::shape_caption({shape, colour.name, back.name}));
+  const auto tiny = models::DiffusionModel::build_tiny(captions, "epsilon", 0);
+  ModelShape m = unet_shape(tiny.unet->config());
+  m.name = "tiny";
+  m.latent_factor = 1;
+  UnitShape text{"text_encoder", UnitKind::text_encoder};
+  for (const auto& p : tiny.text_encoder->parameters()) text.parameters += p.numel();
+  const auto& tc = tiny.text_encoder->config();
+  text.in_channels = text.out_channels = tc.hidden_size;
+  text.heads = tc.num_attention_heads;
+  text.depth = tc.num_hidden_layers;
+  m.context_tokens = tc.max_position_embeddings;
+  m.units.push_back(text);
+  return m;
+}
+
+}  // namespace zs::estimate

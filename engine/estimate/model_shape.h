@@ -1,0 +1,63 @@
+#pragma once
+// What the memory estimator needs to know about a model: its ZeRO units in the optimizer's order
+// with their parameter counts and the shapes their activations take, computed from the
+// architecture's config alone (no weights are allocated, so SDXL costs nothing to describe).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/unet_config.h"
+
+namespace zs::config {
+struct TrainerConfig;
+}
+
+namespace zs::estimate {
+
+enum class UnitKind { io, resnet, transformer, downsampler, upsampler, text_encoder };
+
+/// One ZeRO unit (a resnet, transformer or sampler; `io` holds the small in/out layers).
+struct UnitShape {
+  std::string name;                  ///< the unit's name in the optimizer ("io", "down_blocks.0.resnets.0", …)
+  UnitKind kind = UnitKind::io;
+  std::int64_t parameters = 0;       ///< elements
+  std::int64_t in_channels = 0;      ///< channels entering the unit (resnets: after the skip concat)
+  std::int64_t out_channels = 0;
+  int level = 0;                     ///< spatial size is the sample's divided by 2^level (at the input)
+  std::int64_t heads = 0;            ///< transformer: attention heads
+  std::int64_t depth = 0;            ///< transformer: blocks; text encoder: layers
+  bool concat_input = false;         ///< up-block resnets: the input is a fresh concatenation
+};
+
+/// A model as the estimator sees it.
+struct ModelShape {
+  std::string name;                  ///< "tiny", "sd15", "sdxl" or the folder
+  std::vector<UnitShape> units;      ///< trainable units, io first, as the optimizer flattens them
+  std::int64_t sample_channels = 4;  ///< channels the UNet reads (4 latents, 3 pixels)
+  int latent_factor = 8;             ///< image pixels per sample pixel (8 with a VAE, 1 in pixel space)
+  std::int64_t out_channels = 4;
+  std::int64_t context_tokens = 77;  ///< text conditioning length
+  std::int64_t context_dim = 768;
+  std::int64_t time_embed_dim = 1280;
+  std::int64_t frozen_parameters = 0;  ///< VAE and frozen text encoders (not trained, not sharded)
+  std::int64_t trainable_parameters() const;
+};
+
+/// The UNet's units, in the order UNet2DConditionModel::units() gives them, with parameter
+/// counts from the config (diffusers' module tree; SDXL's text_time embedding included).
+ModelShape unet_shape(const models::UNetConfig& config);
+/// Parameters of a UNet with this config (the sum over unet_shape's units).
+std::int64_t unet_parameter_count(const models::UNetConfig& config);
+
+/// Standard architectures: Stable Diffusion 1.5's UNet (859,520,964 parameters) and SDXL's
+/// (2,567,463,684), as in their diffusers unet/config.json.
+models::UNetConfig sd15_unet_config();
+models::UNetConfig sdxl_unet_config();
+
+/// The model a trainer config trains: the tiny preset (UNet and its text encoder, both trained),
+/// sd15 / sdxl (UNet trained; VAE and text encoders frozen) or the UNet of a diffusers folder at
+/// model.path. Throws zs::Error naming the file when the folder's config cannot be read.
+ModelShape model_shape(const config::TrainerConfig& config);
+
+}  // namespace zs::estimate

@@ -1,0 +1,320 @@
+// The memory estimator: parameter counts from configs, ZeRO's model-state formulas, activations
+// against measured forward/backward passes of the tiny model, suggestions, the JSON the CLI prints.
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include <nlohmann/json.hpp>
+
+#include "config/config_loader.h"
+#include "core/cpu_allocation_counter.h"
+#include "core/error.h"
+#include "data/shapes.h"
+#include "estimate/memory_estimator.h"
+#include "estimate/model_shape.h"
+#include "dist/communicator.h"
+#include "models/diffusion_model.h"
+#include "train/optimizer_setup.h"
+#include "zero/zero_optimizer.h"
+
+#include <QtTest>
+
+#include "test_support.h"
+
+using namespace zs;
+using namespace zs::estimate;
+
+namespace {
+
+std::vector<std::string> shape_captions() {
+  std::vector<std::string> out;
+  for (const auto& shape : data::shape_kinds())
+    for (const auto& colour : data::shape_palette())
+      for (const auto& back : data::shape_palette())
+        if (std::string(colour.name) != back.name) out.push_back(data::shape_caption({shape, colour.name, back.name}));
+  return out;
+}
+
+/// A model of `units` equal units of `each` parameters and no io parameters: ZeRO's formulas
+/// apply to it exactly.
+ModelShape uniform_model(int units, std::int64_t each) {
+  ModelShape m;
+  m.units.push_back({"io", UnitKind::io, 0, 4, 32});
+  for (int i = 0; i < units; ++i) m.units.push_back({"u" + std::to_string(i), UnitKind::resnet, each, 32, 32});
+  return m;
+}
+
+std::int64_t model_state(const MemoryBreakdown& b) { return b.parameters + b.gradients + b.optimizer_states; }
+
+/// Peak CPU bytes of one training forward + backward of `model` beyond what exists before it
+/// (weights and their gradient buffers, created by a first pass).
+std::int64_t measured_activations(models::DiffusionModel& model, int resolution, int batch, bool checkpointing) {
+  model.unet->set_gradient_checkpointing(checkpointing);
+  const std::vector<std::string> captions(batch, "a red circle on a blue background");
+  const at::Tensor x = at::randn({batch, 3, resolution, resolution});
+  const at::Tensor target = at::randn_like(x);
+  const at::Tensor t = at::randint(0, 1000, {batch}, at::kLong);
+  auto pass = [&] {
+    const at::Tensor context = model.encode_text(captions, at::kCPU);
+    const at::Tensor pred = model.unet->forward(x, t, context);
+    at::mse_loss(pred.to(at::kFloat), target).backward();
+  };
+  pass();  // allocates every .grad
+  CpuAllocationCounter counter;
+  pass();
+  return counter.peak();
+}
+
+}  // namespace
+
+class TestEstimate : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // unet_shape's arithmetic gives the module's own units, names and counts.
+  void unitCountsMatchTheModules_data() {
+    QTest::addColumn<int>("variant");
+    QTest::newRow("tiny") << 0;
+    QTest::newRow("sd15-shaped, small") << 1;
+    QTest::newRow("linear projections, deeper transformers") << 2;
+  }
+  void unitCountsMatchTheModules() {
+    QFETCH(int, variant);
+    models::UNetConfig c = models::DiffusionModel::build_tiny({"a b"}, "epsilon", 0).unet->config();
+    if (variant >= 1) {
+      c = sd15_unet_config();
+      c.block_out_channels = {32, 64, 64, 64};
+      c.num_attention_heads = {2, 2, 4, 4};
+      c.norm_num_groups = 8;
+      c.cross_attention_dim = 24;
+    }
+    if (variant == 2) {
+      c.use_linear_projection = true;
+      c.transformer_layers_per_block = {1, 2, 3, 1};
+      c.layers_per_block = 1;
+    }
+    models::UNet2DConditionModel unet(c);
+    const auto units = unet->units();
+    const ModelShape shape = unet_shape(c);
+    QCOMPARE(shape.units.size(), units.size());
+    std::int64_t total = 0;
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      std::int64_t n = 0;
+      for (const auto& [name, p] : units[i].parameters) n += p.numel();
+      QCOMPARE(QString::fromStdString(shape.units[i].name), QString::fromStdString(units[i].name));
+      QCOMPARE(shape.units[i].parameters, n);
+      total += n;
+    }
+    QCOMPARE(unet_parameter_count(c), total);
+  }
+
+  // The standard UNets, without allocating them.
+  void standardParameterCounts() {
+    QCOMPARE(unet_parameter_count(sd15_unet_config()), std::int64_t{859'520'964});
+    QCOMPARE(unet_parameter_count(sdxl_unet_config()), std::int64_t{2'567'463'684});
+  }
+
+  // Model-state bytes are ZeRO's formulas exactly (bf16 mixed precision, K = 12), with the
+  // per-stage split, for N = 1, 2, 8, with and without offload.
+  void modelStatesFollowZeroFormulas_data() {
+    QTest::addColumn<int>("stage");
+    QTest::addColumn<int>("world");
+    for (int stage = 0; stage <= 3; ++stage)
+      for (int world : {1, 2, 8}) QTest::addRow("stage %d, N=%d", stage, world) << stage << world;
+  }
+  void modelStatesFollowZeroFormulas() {
+    QFETCH(int, stage);
+    QFETCH(int, world);
+    const ModelShape m = uniform_model(8, 1'000'000);
+    const std::int64_t psi = 8'000'000, n = world;
+    EstimateOptions o;
+    o.world_size = world;
+    o.stage = stage;
+    o.precision = "bf16";
+    o.persistence_threshold = 0;
+    MemoryEstimate e = estimate_memory(m, o);
+    QCOMPARE(e.parameters, psi);
+    QCOMPARE(model_state(e.gpu), zero_paper_bytes(psi, world, stage));
+    const std::int64_t params[] = {2 * psi, 2 * psi, 2 * psi, 2 * psi / n};
+    const std::int64_t grads[] = {2 * psi, 2 * psi, 2 * psi / n, 2 * psi / n};
+    const std::int64_t states[] = {12 * psi, 12 * psi / n, 12 * psi / n, 12 * psi / n};
+    QCOMPARE(e.gpu.parameters, params[stage]);
+    QCOMPARE(e.gpu.gradients, grads[stage]);
+    QCOMPARE(e.gpu.optimizer_states, states[stage]);
+    QCOMPARE(model_state(e.cpu), std::int64_t{0});
+    // fp32 compute: no separate masters (the weights are the masters), fp32 everything.
+    o.precision = "fp32";
+    e = estimate_memory(m, o);
+    const std::int64_t fp32[] = {16 * psi, 8 * psi + 8 * psi / n, 4 * psi + 12 * psi / n, 16 * psi / n};
+    QCOMPARE(model_state(e.gpu), fp32[stage]);
+    o.precision = "bf16";
+    if (stage == 0) return;
+    // Optimizer offload: masters, moments and an fp32 gradient part in CPU memory (as
+    // DeepSpeed's CPU offload); the device keeps only the compute-dtype weights (and at stage 1
+    // the full gradient buffer).
+    o.offload_optimizer = Offload::cpu;
+    e = estimate_memory(m, o);
+    const std::int64_t device[] = {0, 4 * psi, 2 * psi, 2 * psi / n};
+    QCOMPARE(model_state(e.gpu), device[stage]);
+    QCOMPARE(e.cpu.optimizer_states, 12 * psi / n);
+    QCOMPARE(e.cpu.gradients, 4 * psi / n);
+    QCOMPARE(e.nvme, std::int64_t{0});
+    o.offload_optimizer = Offload::nvme;
+    e = estimate_memory(m, o);
+    QCOMPARE(model_state(e.gpu), device[stage]);
+    QCOMPARE(e.cpu.optimizer_states, std::int64_t{0});
+    QVERIFY(e.nvme >= 12 * psi / n && e.nvme < 12 * psi / n + 3 * 9 * 4096);  // 4 KiB aligned regions
+    if (stage != 3) {
+      o.offload_param = Offload::cpu;  // ignored below stage 3, as DeepSpeed does
+      QCOMPARE(estimate_memory(m, o).cpu.parameters, std::int64_t{0});
+      return;
+    }
+    o.offload_optimizer = Offload::cpu;
+    o.offload_param = Offload::cpu;
+    e = estimate_memory(m, o);
+    QCOMPARE(model_state(e.gpu), std::int64_t{0});
+    QCOMPARE(model_state(e.cpu), 2 * psi / n + 4 * psi / n + 12 * psi / n);
+    // Stage 3's working set: the gathered unit and the prefetched next one.
+    QCOMPARE(e.gpu.buffers >= 2 * 2 * 1'000'000, true);
+  }
+
+  // The engine's own accounting (one process) equals the estimate for the same config.
+  void engineAccountingMatches_data() {
+    QTest::addColumn<QString>("sets");
+    QTest::newRow("fp32 stage 0") << "precision=fp32,zero.stage=0";
+    QTest::newRow("bf16 stage 1") << "precision=bf16,zero.stage=1";
+    QTest::newRow("bf16 stage 2") << "precision=bf16,zero.stage=2";
+    QTest::newRow("bf16 stage 2, cpu optimizer") << "precision=bf16,zero.stage=2,zero.offload_optimizer.device=cpu";
+    QTest::newRow("fp32 stage 3, cpu optimizer and parameters")
+        << "precision=fp32,zero.stage=3,zero.offload_optimizer.device=cpu,zero.offload_param.device=cpu";
+  }
+  void engineAccountingMatches() {
+    QFETCH(QString, sets);
+    std::vector<std::string> overrides;
+    for (const auto& s : sets.split(',')) overrides.push_back(s.toStdString());
+    const auto cfg = config::load_config_file((test::sourceDir() + "/configs/quickstart.yaml").toStdString(), overrides).config;
+    auto model = models::DiffusionModel::build_tiny(shape_captions(), "epsilon", 1);
+    auto comm = dist::Communicator::single();
+    auto opt = train::make_optimizer(cfg, model, *comm, train::compute_dtype(cfg.precision, at::kCPU), "estimate", {});
+    const auto e = estimate_memory(model_shape(cfg), options_from_config(cfg));
+    const auto ms = opt->model_state();
+    const auto off = opt->offloaded();
+    QCOMPARE(ms.parameters, e.gpu.parameters);
+    QCOMPARE(ms.gradients, e.gpu.gradients);
+    QCOMPARE(ms.optimizer_states, e.gpu.optimizer_states);
+    QCOMPARE(off.parameters, e.cpu.parameters);
+    QCOMPARE(off.gradients, e.cpu.gradients);
+    QCOMPARE(off.optimizer_states, e.cpu.optimizer_states);
+  }
+
+  // Activations of the tiny model, estimated from its architecture, against forward + backward
+  // measured by counting LibTorch's CPU allocations: within 10 %.
+  void activationsMatchMeasuredPasses_data() {
+    QTest::addColumn<int>("resolution");
+    QTest::addColumn<int>("batch");
+    QTest::addColumn<bool>("checkpointing");
+    QTest::newRow("16 px, batch 8") << 16 << 8 << false;
+    QTest::newRow("32 px, batch 4") << 32 << 4 << false;
+    QTest::newRow("64 px, batch 2") << 64 << 2 << false;
+    QTest::newRow("32 px, batch 4, checkpointing") << 32 << 4 << true;
+    QTest::newRow("64 px, batch 2, checkpointing") << 64 << 2 << true;
+  }
+  void activationsMatchMeasuredPasses() {
+    QFETCH(int, resolution);
+    QFETCH(int, batch);
+    QFETCH(bool, checkpointing);
+    auto model = models::DiffusionModel::build_tiny(shape_captions(), "epsilon", 1);
+    model.train(true);
+    const std::int64_t measured = measured_activations(model, resolution, batch, checkpointing);
+    config::TrainerConfig cfg = config::load_config_string("version: 1\n", "defaults").config;
+    const ModelShape shape = model_shape(cfg);
+    EstimateOptions o;
+    o.resolution = resolution;
+    o.batch_size = batch;
+    o.gradient_checkpointing = checkpointing;
+    const std::int64_t estimated = activation_bytes(shape, o);
+    const double ratio = static_cast<double>(measured) / static_cast<double>(estimated);
+    qInfo("measured %lld, estimated %lld bytes: ratio %.3f", static_cast<long long>(measured),
+          static_cast<long long>(estimated), ratio);
+    QVERIFY2(std::abs(ratio - 1) <= 0.10, qPrintable(QString("measured/estimated = %1").arg(ratio)));
+  }
+
+  // The lowest setting that fits, and what a user can check by hand for SD 1.5 and SDXL.
+  void standardModelsAndSuggestions() {
+    config::TrainerConfig cfg = config::load_config_string("version: 1\nmodel: {preset: sd15}\n", "sd15").config;
+    const ModelShape sd15 = model_shape(cfg);
+    QCOMPARE(sd15.trainable_parameters(), std::int64_t{859'520'964});
+    EstimateOptions o = options_from_config(cfg);
+    o.precision = "bf16";
+    o.resolution = 512;
+    o.batch_size = 1;
+    o.stage = 0;
+    o.world_size = 1;
+    MemoryEstimate e = estimate_memory(sd15, o);
+    QCOMPARE(model_state(e.gpu), 16 * std::int64_t{859'520'964});  // 13.75 GB of model states in DDP
+    // 8 GiB does not hold 16Ψ; the lowest fitting rung must actually fit and the rung below not.
+    o.gpu_memory = parse_bytes("8GiB");
+    e = estimate_memory(sd15, o);
+    QVERIFY(!e.fits);
+    QVERIFY(e.suggestion.found);
+    EstimateOptions s = o;
+    s.stage = e.suggestion.stage;
+    s.offload_optimizer = e.suggestion.offload_optimizer;
+    s.offload_param = e.suggestion.offload_param;
+    QVERIFY(estimate_memory(sd15, s).fits);
+    QVERIFY(e.suggestion.stage >= 2);
+    // SDXL on a 24 GB card in bf16 at 1024 px (seed 000's setting): ZeRO-2 alone cannot hold
+    // 2Ψ + 14Ψ + activations; the suggestion offloads.
+    cfg = config::load_config_string("version: 1\nmodel: {preset: sdxl}\n", "sdxl").config;
+    const ModelShape sdxl = model_shape(cfg);
+    QCOMPARE(sdxl.trainable_parameters(), std::int64_t{2'567'463'684});
+    o.stage = 2;
+    o.resolution = 1024;
+    o.gradient_checkpointing = true;
+    o.gpu_memory = parse_bytes("24GiB");
+    e = estimate_memory(sdxl, o);
+    QVERIFY(!e.fits);
+    QVERIFY(e.suggestion.found);
+    QVERIFY(e.suggestion.offload_optimizer != Offload::none);
+  }
+
+  void jsonHasTheDocumentedKeys() {
+    const ModelShape m = uniform_model(4, 1000);
+    EstimateOptions o;
+    o.stage = 2;
+    o.world_size = 2;
+    o.resolution = 64;
+    o.gpu_memory = std::int64_t{1} << 30;
+    const nlohmann::json j = to_json(estimate_memory(m, o));
+    for (const char* key : {"parameters", "world_size", "stage", "precision", "gpu", "cpu", "nvme", "gpu_memory", "fits",
+                            "suggestion"})
+      QVERIFY2(j.contains(key), key);
+    for (const char* key : {"parameters", "gradients", "optimizer_states", "activations", "buffers", "total"}) {
+      QVERIFY2(j["gpu"].contains(key), key);
+      QVERIFY2(j["cpu"].contains(key), key);
+    }
+    QVERIFY(j["nvme"].contains("total"));
+    QCOMPARE(j["gpu"]["total"].get<std::int64_t>(),
+             j["gpu"]["parameters"].get<std::int64_t>() + j["gpu"]["gradients"].get<std::int64_t>() +
+                 j["gpu"]["optimizer_states"].get<std::int64_t>() + j["gpu"]["activations"].get<std::int64_t>() +
+                 j["gpu"]["buffers"].get<std::int64_t>());
+    QCOMPARE(j["suggestion"]["stage"].get<int>(), 0);
+  }
+
+  void memorySizes() {
+    QCOMPARE(parse_bytes("24GiB"), std::int64_t{24} << 30);
+    QCOMPARE(parse_bytes("24 GB"), std::int64_t{24'000'000'000});
+    QCOMPARE(parse_bytes("16G"), std::int64_t{16} << 30);
+    QCOMPARE(parse_bytes("512MiB"), std::int64_t{512} << 20);
+    QCOMPARE(parse_bytes("1000"), std::int64_t{1000});
+    try {
+      parse_bytes("lots");
+      QFAIL("accepted \"lots\"");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).contains("24GiB"), e.what());
+    }
+    QCOMPARE(QString::fromStdString(format_bytes(std::int64_t{3} << 29)), QString("1.5 GiB"));
+  }
+};
+
+QTEST_MAIN(TestEstimate)
+#include "tst_estimate.moc"
