@@ -25,6 +25,9 @@ int run_checkpoints_command(const std::vector<std::string>& args);
 /// `zerostudio export CHECKPOINT --format diffusers|safetensors [--dtype] [--ema] -o OUT`.
 int run_export_command(const std::vector<std::string>& args);
 
+/// `zerostudio estimate FILE [--num_processes N] [--gpu-memory SIZE] [--json]`.
+int run_estimate_command(const std::vector<std::string>& args);
+
 /// Prints warnings to stderr as "warning: ...".
 void print_warnings(const std::vector<std::string>& warnings);
 

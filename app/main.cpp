@@ -28,6 +28,7 @@ const char* kHelp =
     "  make-dataset shapes --out DIR   generate the demo dataset of coloured shapes\n"
     "  checkpoints RUN_DIR        list a run's checkpoints (--verify checks their files)\n"
     "  export CHECKPOINT ...      consolidate a checkpoint (diffusers, single-file, safetensors)\n"
+    "  estimate FILE              memory per process and the lowest ZeRO setting that fits\n"
     "  config validate FILE       check a trainer config, listing every problem\n"
     "  config import ...          accelerate YAML / DeepSpeed JSON -> trainer config\n"
     "  config export FILE ...     trainer config -> accelerate YAML / DeepSpeed JSON\n"
@@ -70,6 +71,7 @@ int dispatch(int argc, char** argv) {
   if (first == "make-dataset") return zs::cli::run_make_dataset_command(rest);
   if (first == "checkpoints") return zs::cli::run_checkpoints_command(rest);
   if (first == "export") return zs::cli::run_export_command(rest);
+  if (first == "estimate") return zs::cli::run_estimate_command(rest);
   if (first[0] == '-') throw zs::cli::UsageError("unknown option '" + first + "'");
   const bool looks_like_config = first.ends_with(".yaml") || first.ends_with(".yml");
   if (looks_like_config && args.size() == 1) {

@@ -6,6 +6,8 @@
 
 #ifdef ZS_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
 #endif
 
 namespace zs {
@@ -33,6 +35,23 @@ GpuMemory gpu_memory(int device_index) {
   (void)device_index;
 #endif
   return m;
+}
+
+std::int64_t gpu_total_bytes(int device_index) {
+#ifdef ZS_WITH_CUDA
+  if (device_index < 0 || device_index >= static_cast<int>(c10::cuda::device_count())) return 0;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device_index) != cudaSuccess) return 0;
+  return static_cast<std::int64_t>(prop.totalGlobalMem);
+#else
+  (void)device_index;
+  return 0;
+#endif
+}
+
+std::int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : 0;
 }
 
 }  // namespace zs

@@ -16,4 +16,10 @@ struct GpuMemory {
 };
 GpuMemory gpu_memory(int device_index);
 
+/// Total memory of CUDA device `device_index` in bytes; 0 without CUDA or such a device.
+std::int64_t gpu_total_bytes(int device_index);
+
+/// Physical memory of this machine in bytes (0 where it cannot be read).
+std::int64_t physical_memory_bytes();
+
 }  // namespace zs

@@ -195,16 +195,21 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
                                                 o.world_size
                                          : 0;
   // Stages 0-1 without overlap: gradients all-reduced in buckets of concatenated units.
-  const int64_t reduce = o.stage <= 1 && o.world_size > 1 ? c * std::min(o.reduce_bucket_size, e.parameters) : 0;
+  const int64_t reduce =
+      o.stage <= 1 && o.world_size > 1 && !o.overlap_comm ? c * std::min(o.reduce_bucket_size, e.parameters) : 0;
   // Mixed precision without offload: the step upcasts one unit's gradient part.
   const int64_t upcast = masters && o.offload_optimizer == Offload::none && c < 4 ? 4 * max_owned : 0;
-  e.gpu.buffers = gathered + std::max({in_flight, allgather, reduce, upcast});
+  e.gpu.activations = activation_bytes(model, o);
+  // Backward's buffers come on top of the activations; the step's (all-reduce before it,
+  // all-gather after it) only once the activations are gone, so they add only their excess.
+  const int64_t backward = gathered + in_flight;
+  const int64_t step = gathered + std::max({allgather, reduce, upcast});
+  e.gpu.buffers = std::max(backward, step - e.gpu.activations);
   if (o.offload_optimizer == Offload::nvme) {
     const int64_t slot = align_up(4 * std::min(o.sub_group_size, owned_total));
     e.cpu.buffers += std::max(o.buffer_count, 3) * 3 * slot;
   }
   e.cpu.buffers += param_staging;
-  e.gpu.activations = activation_bytes(model, o);
   if (o.gpu_memory > 0) {
     e.fits = e.gpu.total() <= o.gpu_memory;
     e.suggestion = lowest_fitting(model, o);

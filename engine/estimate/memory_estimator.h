@@ -49,7 +49,8 @@ struct MemoryBreakdown {
   std::int64_t gradients = 0;         ///< gradients kept between backward and step
   std::int64_t optimizer_states = 0;  ///< fp32 masters and Adam moments
   std::int64_t activations = 0;       ///< saved activations and backward's temporaries at the peak
-  std::int64_t buffers = 0;           ///< gathered units, gradients in flight, staging buffers
+  std::int64_t buffers = 0;           ///< gathered units, gradients in flight, collective and staging
+                                      ///< buffers: what they add to the peak beyond the activations
   std::int64_t total() const { return parameters + gradients + optimizer_states + activations + buffers; }
 };
 

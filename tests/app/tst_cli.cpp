@@ -2,6 +2,8 @@
 // and the config commands end to end.
 #include <QDir>
 #include <QFile>
+#include <nlohmann/json.hpp>
+
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -57,6 +59,40 @@ class TestCli : public QObject {
     QTest::newRow("make-dataset") << QStringList{"make-dataset", "--help"} << "Usage: zerostudio make-dataset shapes";
     QTest::newRow("checkpoints") << QStringList{"checkpoints", "--help"} << "Usage: zerostudio checkpoints RUN_DIR";
     QTest::newRow("export checkpoint") << QStringList{"export", "--help"} << "Usage: zerostudio export CHECKPOINT";
+    QTest::newRow("estimate") << QStringList{"estimate", "--help"} << "Usage: zerostudio estimate FILE";
+  }
+
+  // `estimate --json`: the documented object, ZeRO's figures for SD 1.5 a user can check by hand
+  // (bf16, stage 2, N = 8: 2Ψ + 14Ψ/8 on the device), and the suggestion for a small card.
+  void estimatePrintsTheDocumentedJson() {
+    const Result r = run({"estimate", quickstart(), "--set", "model.preset=sd15", "--set", "precision=bf16", "--set",
+                          "zero.stage=2", "--set", "data.resolution=512", "--set", "training.batch_size=1",
+                          "--num_processes", "8", "--gpu-memory", "8GiB", "--json"});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    const auto j = nlohmann::json::parse(r.out.toStdString());
+    const std::int64_t psi = 859'520'964;
+    QCOMPARE(j["parameters"].get<std::int64_t>(), psi);
+    QCOMPARE(j["world_size"].get<int>(), 8);
+    QCOMPARE(j["stage"].get<int>(), 2);
+    QCOMPARE(j["precision"].get<std::string>(), std::string("bf16"));
+    const auto& gpu = j["gpu"];
+    const std::int64_t states = gpu["parameters"].get<std::int64_t>() + gpu["gradients"].get<std::int64_t>() +
+                                gpu["optimizer_states"].get<std::int64_t>();
+    // 2Ψ + 14Ψ/8, but for the io unit (2.07 M parameters: conv_in, time embedding, conv_out),
+    // whose gradients stay whole because it runs at both ends of the forward: 0.13 % more.
+    const double ratio = static_cast<double>(states) / static_cast<double>(2 * psi + 14 * psi / 8);
+    QVERIFY2(ratio >= 1 && ratio < 1.002, qPrintable(QString::number(ratio, 'f', 5)));
+    QVERIFY(gpu["activations"].get<std::int64_t>() > 0);
+    QCOMPARE(j["gpu_memory"].get<std::int64_t>(), std::int64_t{8} << 30);
+    QCOMPARE(j["fits"].get<bool>(), gpu["total"].get<std::int64_t>() <= (std::int64_t{8} << 30));
+    QVERIFY(j["suggestion"].is_object());
+    QVERIFY(j["nvme"]["total"].is_number_integer());
+    const Result table = run({"estimate", quickstart(), "--gpu-memory", "1MiB"});
+    QCOMPARE(table.code, 0);
+    QVERIFY2(table.out.contains("does NOT fit"), qPrintable(table.out));
+    const Result bad = run({"estimate", quickstart(), "--gpu-memory", "lots"});
+    QCOMPARE(bad.code, 1);
+    QVERIFY2(bad.err.contains("\"lots\" is not a memory size"), qPrintable(bad.err));
   }
 
   // export's --help says that it streams (the memory a user must plan for).
