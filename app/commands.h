@@ -10,6 +10,9 @@ namespace zs::cli {
 /// `zerostudio config {validate,import,export,schema}`.
 int run_config_command(const std::vector<std::string>& args);
 
+/// `zerostudio config init [-o OUT] [--from FILE]` (called by run_config_command).
+int run_config_init(const std::vector<std::string>& args);
+
 /// `zerostudio train FILE [--set ...] [--run-dir DIR] [--resume latest|PATH]`.
 int run_train_command(const std::vector<std::string>& args);
 

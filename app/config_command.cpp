@@ -60,10 +60,11 @@ const CommandSpec kSchema{"config schema", "[--markdown]",
                           {{"markdown", "", "Print it as Markdown"}},
                           0, 0};
 
-const CommandSpec kConfig{"config", "{validate,import,export,schema} ...",
+const CommandSpec kConfig{"config", "{init,validate,import,export,schema} ...",
                           "Trainer config files: check them, convert from and to accelerate/DeepSpeed, "
                           "print the reference.",
                           "Subcommands:\n"
+                          "  init       ask the setup questions in the terminal, write a trainer config\n"
                           "  validate   check a trainer config\n"
                           "  import     accelerate YAML / DeepSpeed JSON -> trainer config\n"
                           "  export     trainer config -> accelerate YAML / DeepSpeed JSON\n"
@@ -101,23 +102,9 @@ int export_files(const ParsedArgs& a) {
   if (!a.has("accelerate") && !a.has("deepspeed"))
     throw UsageError("'zerostudio config export' needs --accelerate OUT.yaml, --deepspeed OUT.json or both");
   const LoadedConfig loaded = load_config_file(a.positional()[0], a.all("set"));
-  std::string json_ref;
-  if (a.has("deepspeed")) {
-    const std::string path = a.get("deepspeed");
-    io::write_file_atomic(path, to_deepspeed_json(loaded.config).dump(2) + "\n");
-    std::cout << "wrote " << path << "\n";
-    json_ref = path;
-    if (a.has("accelerate")) {
-      // Point at the JSON relative to the YAML's folder, which import also searches.
-      const fs::path yaml_dir = fs::absolute(a.get("accelerate")).parent_path();
-      json_ref = fs::relative(fs::absolute(path), yaml_dir).string();
-    }
-  }
-  if (a.has("accelerate")) {
-    const std::string path = a.get("accelerate");
-    io::write_file_atomic(path, to_accelerate_yaml(loaded.config, a.has("deepspeed") ? json_ref : ""));
-    std::cout << "wrote " << path << "\n";
-  }
+  write_launch_files(loaded.config, a.get("accelerate"), a.get("deepspeed"));
+  for (const char* flag : {"deepspeed", "accelerate"})
+    if (a.has(flag)) std::cout << "wrote " << a.get(flag) << "\n";
   return 0;
 }
 
@@ -138,6 +125,7 @@ int run_config_command(const std::vector<std::string>& args) {
     return 0;
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (args[0] == "init") return run_config_init(rest);
   struct Entry {
     const CommandSpec* spec;
     int (*run)(const ParsedArgs&);
@@ -148,7 +136,7 @@ int run_config_command(const std::vector<std::string>& args) {
                                               {"schema", {&kSchema, schema}}};
   auto it = table.find(args[0]);
   if (it == table.end())
-    throw UsageError("unknown config subcommand '" + args[0] + "' (validate, import, export, schema)");
+    throw UsageError("unknown config subcommand '" + args[0] + "' (init, validate, import, export, schema)");
   const ParsedArgs parsed = parse_args(*it->second.spec, rest);
   if (parsed.help) {
     std::cout << it->second.spec->help();

@@ -29,6 +29,7 @@ const char* kHelp =
     "  checkpoints RUN_DIR        list a run's checkpoints (--verify checks their files)\n"
     "  export CHECKPOINT ...      consolidate a checkpoint (diffusers, single-file, safetensors)\n"
     "  estimate FILE              memory per process and the lowest ZeRO setting that fits\n"
+    "  config init                the setup questions in the terminal -> trainer config\n"
     "  config validate FILE       check a trainer config, listing every problem\n"
     "  config import ...          accelerate YAML / DeepSpeed JSON -> trainer config\n"
     "  config export FILE ...     trainer config -> accelerate YAML / DeepSpeed JSON\n"

@@ -1,10 +1,12 @@
 // Trainer config -> accelerate YAML and DeepSpeed JSON.
+#include <filesystem>
 #include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "config/config_import.h"
 #include "config/config_writer.h"
+#include "io/atomic_file.h"
 
 namespace zs::config {
 
@@ -132,6 +134,18 @@ std::string to_accelerate_yaml(const TrainerConfig& c, const std::string& deepsp
     out += key + ": " + value + "\n";
   }
   return out;
+}
+
+void write_launch_files(const TrainerConfig& config, const std::string& accelerate_yaml, const std::string& deepspeed_json) {
+  namespace fs = std::filesystem;
+  std::string json_ref;
+  if (!deepspeed_json.empty()) {
+    io::write_file_atomic(deepspeed_json, to_deepspeed_json(config).dump(2) + "\n");
+    // The YAML points at the JSON relative to its own folder, which import also searches.
+    json_ref = accelerate_yaml.empty() ? deepspeed_json
+                                       : fs::relative(fs::absolute(deepspeed_json), fs::absolute(accelerate_yaml).parent_path()).string();
+  }
+  if (!accelerate_yaml.empty()) io::write_file_atomic(accelerate_yaml, to_accelerate_yaml(config, json_ref));
 }
 
 }  // namespace zs::config

@@ -46,4 +46,8 @@ nlohmann::json to_deepspeed_json(const TrainerConfig& config);
 /// that file and leaves the settings that accelerate then forbids in the YAML out.
 std::string to_accelerate_yaml(const TrainerConfig& config, const std::string& deepspeed_config_file = "");
 
+/// Writes the config's launch and ZeRO settings as accelerate YAML and/or DeepSpeed JSON (either
+/// path may be empty), atomically; with both, the YAML points at the JSON (relative path).
+void write_launch_files(const TrainerConfig& config, const std::string& accelerate_yaml, const std::string& deepspeed_json);
+
 }  // namespace zs::config

@@ -50,7 +50,7 @@ class TestCli : public QObject {
   void everyCommandHasHelp_data() {
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<QString>("usage");
-    QTest::newRow("config") << QStringList{"config", "--help"} << "Usage: zerostudio config {validate,import,export,schema}";
+    QTest::newRow("config") << QStringList{"config", "--help"} << "Usage: zerostudio config {init,validate,import,export,schema}";
     QTest::newRow("validate") << QStringList{"config", "validate", "--help"} << "Usage: zerostudio config validate FILE";
     QTest::newRow("import") << QStringList{"config", "import", "-h"} << "Usage: zerostudio config import --accelerate";
     QTest::newRow("export") << QStringList{"config", "export", "--help"} << "Usage: zerostudio config export FILE";

@@ -1,0 +1,380 @@
+#include "config/setup_questions.h"
+
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include <yaml-cpp/yaml.h>
+
+#include "config/config_import.h"
+#include "config/config_writer.h"
+#include "config/trainer_config.h"
+
+namespace zs::config {
+namespace {
+
+using Kind = SetupQuestion::Kind;
+
+std::string get(const SetupAnswers& a, const std::string& id) {
+  const auto it = a.find(id);
+  return it == a.end() ? std::string() : it->second;
+}
+long as_int(const SetupAnswers& a, const std::string& id) {
+  try {
+    return std::stol(get(a, id));
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+bool distributed(const SetupAnswers& a) { return get(a, "machine_type") != "no"; }
+bool several_machines(const SetupAnswers& a) { return distributed(a) && as_int(a, "num_machines") > 1; }
+bool single_process(const SetupAnswers& a) { return !distributed(a); }
+bool deepspeed(const SetupAnswers& a) { return get(a, "use_deepspeed") == "yes"; }
+bool zero_questions(const SetupAnswers& a) { return deepspeed(a) && get(a, "deepspeed_config_file").empty(); }
+bool offload_optimizer(const SetupAnswers& a) { return zero_questions(a) && as_int(a, "zero_stage") >= 1; }
+bool optimizer_nvme(const SetupAnswers& a) { return offload_optimizer(a) && get(a, "offload_optimizer") == "nvme"; }
+bool stage3(const SetupAnswers& a) { return zero_questions(a) && as_int(a, "zero_stage") == 3; }
+bool param_nvme(const SetupAnswers& a) { return stage3(a) && get(a, "offload_param") == "nvme"; }
+bool model_folder(const SetupAnswers& a) { return get(a, "model_source") == "folder"; }
+bool data_folder(const SetupAnswers& a) { return get(a, "data_source") == "folder"; }
+bool warmup(const SetupAnswers& a) { return get(a, "lr_scheduler") != "constant"; }
+bool sampling(const SetupAnswers& a) { return as_int(a, "sampling_every") > 0; }
+
+const std::vector<std::pair<std::string, std::string>> kOffload = {
+    {"none", "none"}, {"cpu", "cpu"}, {"nvme", "nvme"}};
+
+std::vector<SetupQuestion> make_questions() {
+  return {
+      {"compute_environment", "environment", "In which compute environment are you running?", Kind::choice,
+       {{"this_machine", "This machine"}},
+       "Training runs on this machine or on machines you start yourself (AWS SageMaker is not supported).", {}},
+      {"machine_type", "environment", "Which type of machine are you using?", Kind::choice,
+       {{"no", "No distributed training"}, {"multi_cpu", "multi-CPU"}, {"multi_gpu", "multi-GPU"}},
+       "One process, or several ranks on CPUs (Gloo) or GPUs (NCCL).", {"launch.use_cpu"}},
+      {"num_machines", "environment", "How many different machines will you use (use more than 1 for multi-node training)?",
+       Kind::integer, {}, "", {"launch.num_machines"}, distributed},
+      {"machine_rank", "environment", "What is the rank of this machine?", Kind::integer, {}, "0 for the main machine.",
+       {"launch.machine_rank"}, several_machines},
+      {"main_process_ip", "environment", "What is the IP address of the machine that will host the main process?",
+       Kind::text, {}, "", {"launch.main_process_ip"}, several_machines},
+      {"main_process_port", "environment", "What is the port you will use to communicate with the main process?",
+       Kind::integer, {}, "", {"launch.main_process_port"}, several_machines},
+      {"use_cpu", "environment", "Do you want to run your training on CPU only (even if a GPU / Apple Silicon device is available)?",
+       Kind::yes_no, {}, "", {"launch.use_cpu"}, single_process},
+      {"use_deepspeed", "deepspeed", "Do you want to use DeepSpeed?", Kind::yes_no, {},
+       "ZeroStudio's own ZeRO engine: shards optimizer states, gradients and parameters over the ranks, "
+       "and offloads them to CPU memory or NVMe.",
+       {"zero.stage"}},
+      {"deepspeed_config_file", "deepspeed", "Do you want to specify a json file to a DeepSpeed config? (path, or empty)",
+       Kind::file, {}, "An existing DeepSpeed JSON is imported; its settings replace the ZeRO questions below.", {},
+       deepspeed},
+      {"zero_stage", "deepspeed", "What should be your DeepSpeed's ZeRO optimization stage?", Kind::choice,
+       {{"0", "0"}, {"1", "1"}, {"2", "2"}, {"3", "3"}},
+       "0: replicate everything; 1: shard optimizer states; 2: also gradients; 3: also parameters. "
+       "Pick the lowest stage that fits (the memory panel suggests it).",
+       {"zero.stage"}, zero_questions},
+      {"offload_optimizer", "deepspeed", "Where to offload optimizer states?", Kind::choice, kOffload,
+       "cpu: the optimizer step runs on the CPU (fused AdamW); nvme: its states live in files on a fast disk.",
+       {"zero.offload_optimizer.device"}, offload_optimizer},
+      {"offload_optimizer_nvme_path", "deepspeed", "Nvme Path to offload optimizer states?", Kind::folder, {},
+       "A folder on a fast local disk with room for 12 bytes per parameter / processes.",
+       {"zero.offload_optimizer.nvme_path"}, optimizer_nvme},
+      {"offload_param", "deepspeed", "Where to offload parameters?", Kind::choice, kOffload,
+       "Asked for stage 3 only: parameters are sharded only there. accelerate also asks it for stage 2, "
+       "where DeepSpeed ignores the answer.",
+       {"zero.offload_param.device"}, stage3},
+      {"offload_param_nvme_path", "deepspeed", "Nvme Path to offload parameters?", Kind::folder, {}, "",
+       {"zero.offload_param.nvme_path"}, param_nvme},
+      {"gradient_accumulation_steps", "deepspeed", "How many gradient accumulation steps you're passing in your script?",
+       Kind::integer, {}, "", {"training.gradient_accumulation_steps"}, zero_questions},
+      {"gradient_clipping", "deepspeed", "What is the gradient clipping value? (0 turns clipping off)", Kind::number,
+       {}, "", {"training.gradient_clipping"}, zero_questions},
+      {"zero3_save_16bit_model", "deepspeed", "Do you want to save 16-bit model weights when using ZeRO Stage-3?",
+       Kind::yes_no, {}, "", {"zero.stage3_gather_16bit_weights_on_model_save"}, stage3},
+      {"zero3_init_flag", "deepspeed",
+       "Do you want to enable `deepspeed.zero.Init` when using ZeRO Stage-3 for constructing massive models?",
+       Kind::yes_no, {}, "", {"zero.zero3_init_flag"}, stage3},
+      {"num_processes", "processes", "How many processes should be used for distributed training?", Kind::integer, {},
+       "In all, over every machine (one per GPU).", {"launch.num_processes", "training.train_batch_size"}, distributed},
+      {"mixed_precision", "processes", "Do you wish to use mixed precision?", Kind::choice,
+       {{"no", "no"}, {"fp16", "fp16"}, {"bf16", "bf16"}},
+       "bf16 on recent GPUs and on the CPU; fp16 needs CUDA and uses dynamic loss scaling.", {"precision"}},
+      {"model_source", "model", "Which model do you want to train?", Kind::choice,
+       {{"tiny", "Tiny demo model (trains on the CPU)"},
+        {"sd15", "Stable Diffusion 1.5 architecture"},
+        {"sdxl", "SDXL architecture"},
+        {"folder", "A diffusers folder on disk"}},
+       "", {"model.preset", "model.path"}},
+      {"model_path", "model", "Model folder (diffusers layout, with model_index.json)", Kind::folder, {}, "",
+       {"model.path"}, model_folder},
+      {"prediction_type", "model", "Prediction type", Kind::choice, {{"epsilon", "epsilon"}, {"v_prediction", "v_prediction"}},
+       "What the UNet predicts: the added noise, or the velocity.", {"model.prediction_type"}},
+      {"data_source", "dataset", "Where are the training images?", Kind::choice,
+       {{"shapes", "Generate the demo dataset of coloured shapes"}, {"folder", "A folder of images with captions"}},
+       "", {"data.generate", "data.path"}},
+      {"data_path", "dataset", "Dataset folder", Kind::folder, {},
+       "images/ + captions/, image + .txt side by side, metadata.csv, or a metadata/ JSON tree.", {"data.path"},
+       data_folder},
+      {"resolution", "dataset", "Training resolution (pixels)", Kind::integer, {}, "", {"data.resolution"}},
+      {"batch_size", "training", "Batch size per process", Kind::integer, {}, "", {"training.batch_size"}},
+      {"max_steps", "training", "Training steps", Kind::integer, {}, "", {"training.max_steps"}},
+      {"learning_rate", "training", "Learning rate", Kind::number, {}, "", {"optimizer.lr"}},
+      {"lr_scheduler", "training", "Learning-rate schedule", Kind::choice,
+       {{"constant", "constant"}, {"cosine", "cosine"}, {"WarmupLR", "WarmupLR"}, {"WarmupDecayLR", "WarmupDecayLR"}},
+       "", {"scheduler"}},
+      {"warmup_steps", "training", "Warmup steps", Kind::integer, {}, "", {"scheduler.warmup_steps"}, warmup},
+      {"gradient_checkpointing", "training", "Recompute activations in backward (gradient checkpointing)?", Kind::yes_no,
+       {}, "About half the activation memory for one more forward's time.", {"training.gradient_checkpointing"}},
+      {"ema", "training", "Keep an EMA of the weights (in CPU memory)?", Kind::yes_no, {}, "", {"ema"}},
+      {"sampling_every", "sampling", "Sample images every N steps (0: never)", Kind::integer, {}, "",
+       {"sampling.every_n_steps"}},
+      {"sampling_prompts", "sampling", "Sampling prompts (one per line)", Kind::lines, {}, "", {"sampling"}, sampling},
+      {"checkpoint_every", "output", "Save a checkpoint every N steps (0: only at the end)", Kind::integer, {}, "",
+       {"checkpointing.every_n_steps"}},
+      {"keep_last", "output", "Keep the newest K checkpoints (0: all)", Kind::integer, {}, "", {"checkpointing"}},
+      {"runs_root", "output", "Output folder (runs are created inside it)", Kind::folder, {}, "", {"logging.runs_root"}},
+      {"run_name", "output", "Run name (empty: the config's name and the start time)", Kind::text, {}, "",
+       {"logging.run_name"}},
+  };
+}
+
+std::string bool_answer(bool b) { return b ? "yes" : "no"; }
+
+std::string number_text(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+/// A YAML flow sequence of double-quoted strings.
+std::string quoted_list(const std::string& lines) {
+  std::string out = "[";
+  std::istringstream in(lines);
+  std::string line;
+  bool first = true;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (!first) out += ", ";
+    first = false;
+    out += '"';
+    for (char ch : line) {
+      if (ch == '"' || ch == '\\') out += '\\';
+      if (ch != '\r') out += ch;
+    }
+    out += '"';
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+const std::vector<std::pair<std::string, std::string>>& setup_pages() {
+  static const std::vector<std::pair<std::string, std::string>> pages = {
+      {"environment", "Machines"},    {"deepspeed", "DeepSpeed / ZeRO"}, {"processes", "Processes and precision"},
+      {"model", "Model"},             {"dataset", "Dataset"},           {"training", "Training"},
+      {"sampling", "Sample images"},  {"output", "Checkpoints and output"}};
+  return pages;
+}
+
+const std::vector<SetupQuestion>& setup_questions() {
+  static const std::vector<SetupQuestion> questions = make_questions();
+  return questions;
+}
+
+const SetupQuestion& setup_question(const std::string& id) {
+  for (const auto& q : setup_questions())
+    if (q.id == id) return q;
+  throw std::out_of_range("no setup question " + id);
+}
+
+bool is_asked(const SetupQuestion& q, const SetupAnswers& answers) { return !q.asked || q.asked(answers); }
+
+SetupAnswers answers_from_config(const TrainerConfig& c) {
+  SetupAnswers a;
+  a["compute_environment"] = "this_machine";
+  const bool dist = c.launch.num_processes > 1 || c.launch.num_machines > 1;
+  a["machine_type"] = !dist ? "no" : (c.launch.use_cpu ? "multi_cpu" : "multi_gpu");
+  a["num_machines"] = std::to_string(c.launch.num_machines);
+  a["machine_rank"] = std::to_string(c.launch.machine_rank);
+  a["main_process_ip"] = c.launch.main_process_ip;
+  a["main_process_port"] = std::to_string(c.launch.main_process_port);
+  a["use_cpu"] = bool_answer(c.launch.use_cpu);
+  const bool zero = c.zero.stage > 0;
+  a["use_deepspeed"] = bool_answer(zero);
+  a["deepspeed_config_file"] = "";
+  a["zero_stage"] = std::to_string(zero ? c.zero.stage : 2);  // accelerate's default when turning it on
+  a["offload_optimizer"] = c.zero.offload_optimizer.device;
+  a["offload_optimizer_nvme_path"] = c.zero.offload_optimizer.nvme_path;
+  a["offload_param"] = c.zero.offload_param.device;
+  a["offload_param_nvme_path"] = c.zero.offload_param.nvme_path;
+  a["gradient_accumulation_steps"] = std::to_string(c.training.gradient_accumulation_steps);
+  a["gradient_clipping"] = number_text(c.training.gradient_clipping);
+  a["zero3_save_16bit_model"] = bool_answer(c.zero.stage3_gather_16bit_weights_on_model_save);
+  a["zero3_init_flag"] = bool_answer(c.zero.zero3_init_flag);
+  a["num_processes"] = std::to_string(c.launch.num_processes);
+  a["mixed_precision"] = c.precision == "fp32" ? "no" : c.precision;
+  a["model_source"] = c.model.path.empty() ? c.model.preset : "folder";
+  a["model_path"] = c.model.path;
+  a["prediction_type"] = c.model.prediction_type;
+  a["data_source"] = c.data.generate == "shapes" ? "shapes" : "folder";
+  a["data_path"] = c.data.path;
+  a["resolution"] = std::to_string(c.data.resolution);
+  a["batch_size"] = std::to_string(c.training.batch_size);
+  a["max_steps"] = std::to_string(c.training.max_steps);
+  a["learning_rate"] = number_text(c.optimizer.lr);
+  a["lr_scheduler"] = c.scheduler.type;
+  a["warmup_steps"] = std::to_string(c.scheduler.warmup_steps);
+  a["gradient_checkpointing"] = bool_answer(c.training.gradient_checkpointing);
+  a["ema"] = bool_answer(c.ema.enabled);
+  a["sampling_every"] = std::to_string(c.sampling.every_n_steps);
+  std::string prompts;
+  for (const auto& p : c.sampling.prompts) prompts += p + "\n";
+  a["sampling_prompts"] = prompts;
+  a["checkpoint_every"] = std::to_string(c.checkpointing.every_n_steps);
+  a["keep_last"] = std::to_string(c.checkpointing.keep_last);
+  a["runs_root"] = c.logging.runs_root;
+  a["run_name"] = c.logging.run_name;
+  return a;
+}
+
+std::vector<std::string> settings_from_answers(const SetupAnswers& a) {
+  std::vector<std::string> s;
+  auto set = [&](const std::string& key, const std::string& value) { s.push_back(key + "=" + value); };
+  auto text = [&](const std::string& key, const std::string& id) { set(key, yaml_scalar(get(a, id))); };
+  auto flag = [&](const std::string& key, const std::string& id) { set(key, get(a, id) == "yes" ? "true" : "false"); };
+  auto asked = [&](const std::string& id) { return is_asked(setup_question(id), a); };
+  // Machines and processes.
+  if (!distributed(a)) {
+    set("launch.num_processes", "1");
+    set("launch.num_machines", "1");
+    flag("launch.use_cpu", "use_cpu");
+  } else {
+    set("launch.use_cpu", get(a, "machine_type") == "multi_cpu" ? "true" : "false");
+    text("launch.num_machines", "num_machines");
+    text("launch.num_processes", "num_processes");
+    if (several_machines(a)) {
+      text("launch.machine_rank", "machine_rank");
+      text("launch.main_process_ip", "main_process_ip");
+      text("launch.main_process_port", "main_process_port");
+    } else {
+      set("launch.machine_rank", "0");
+    }
+  }
+  // ZeRO: without DeepSpeed, stage 0 and no offload; a DeepSpeed file is applied in apply_answers.
+  if (!deepspeed(a)) {
+    set("zero.stage", "0");
+    set("zero.offload_optimizer.device", "none");
+    set("zero.offload_param.device", "none");
+  } else if (zero_questions(a)) {
+    text("zero.stage", "zero_stage");
+    set("zero.offload_optimizer.device", asked("offload_optimizer") ? get(a, "offload_optimizer") : "none");
+    if (asked("offload_optimizer_nvme_path")) text("zero.offload_optimizer.nvme_path", "offload_optimizer_nvme_path");
+    set("zero.offload_param.device", asked("offload_param") ? get(a, "offload_param") : "none");
+    if (asked("offload_param_nvme_path")) text("zero.offload_param.nvme_path", "offload_param_nvme_path");
+    text("training.gradient_accumulation_steps", "gradient_accumulation_steps");
+    text("training.gradient_clipping", "gradient_clipping");
+    if (stage3(a)) {
+      flag("zero.stage3_gather_16bit_weights_on_model_save", "zero3_save_16bit_model");
+      flag("zero.zero3_init_flag", "zero3_init_flag");
+    }
+  }
+  set("precision", get(a, "mixed_precision") == "no" ? "fp32" : get(a, "mixed_precision"));
+  // Training questions.
+  if (model_folder(a)) {
+    text("model.path", "model_path");
+  } else {
+    set("model.path", "\"\"");
+    text("model.preset", "model_source");
+  }
+  text("model.prediction_type", "prediction_type");
+  if (data_folder(a)) {
+    set("data.generate", "none");
+    text("data.path", "data_path");
+  } else {
+    set("data.generate", "shapes");
+    set("data.path", "\"\"");
+  }
+  text("data.resolution", "resolution");
+  text("training.batch_size", "batch_size");
+  text("training.max_steps", "max_steps");
+  text("optimizer.lr", "learning_rate");
+  text("scheduler.type", "lr_scheduler");
+  if (warmup(a)) text("scheduler.warmup_steps", "warmup_steps");
+  flag("training.gradient_checkpointing", "gradient_checkpointing");
+  flag("ema.enabled", "ema");
+  text("sampling.every_n_steps", "sampling_every");
+  if (sampling(a)) set("sampling.prompts", quoted_list(get(a, "sampling_prompts")));
+  text("checkpointing.every_n_steps", "checkpoint_every");
+  text("checkpointing.keep_last", "keep_last");
+  text("logging.runs_root", "runs_root");
+  text("logging.run_name", "run_name");
+  return s;
+}
+
+SetupResult apply_answers(const SetupAnswers& answers, const std::string& base_yaml) {
+  SetupResult r;
+  try {
+    LoadedConfig loaded = load_config_string(base_yaml.empty() ? "version: 1\n" : base_yaml, "wizard",
+                                             settings_from_answers(answers));
+    const std::string ds = deepspeed(answers) ? get(answers, "deepspeed_config_file") : "";
+    if (!ds.empty()) {
+      ImportRequest request;
+      request.deepspeed_json = ds;
+      request.base = loaded;
+      ImportResult imported = import_configs(request);
+      loaded = std::move(imported.loaded);
+      r.warnings = std::move(imported.warnings);
+    }
+    r.warnings.insert(r.warnings.end(), loaded.warnings.begin(), loaded.warnings.end());
+    r.loaded = std::move(loaded);  // the loader validated it (every rule, one source of truth)
+  } catch (const ConfigError& e) {
+    r.problems = e.problems();
+  } catch (const std::exception& e) {
+    r.problems.push_back({{}, "", e.what()});
+  }
+  return r;
+}
+
+std::vector<std::string> questions_for_problem(const ConfigProblem& p, const SetupAnswers& answers) {
+  std::vector<std::string> ids;
+  auto covers = [&](const std::string& key) {
+    return p.key == key || (p.key.size() > key.size() && p.key.compare(0, key.size(), key) == 0 && p.key[key.size()] == '.');
+  };
+  for (const auto& q : setup_questions()) {
+    if (!is_asked(q, answers)) continue;
+    for (const auto& key : q.keys)
+      if (covers(key)) {
+        ids.push_back(q.id);
+        break;
+      }
+  }
+  if (!ids.empty()) return ids;
+  // Nothing asks for that key exactly: the first question on the same section.
+  const std::string section = p.key.substr(0, p.key.find('.'));
+  for (const auto& q : setup_questions())
+    if (is_asked(q, answers))
+      for (const auto& key : q.keys)
+        if (key.substr(0, key.find('.')) == section) return {q.id};
+  return {};
+}
+
+LoadedConfig load_any_config(const std::string& path) {
+  const bool json = path.size() > 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  bool accelerate = false;
+  if (!json) {
+    YAML::Node root;
+    try {
+      root = YAML::LoadFile(path);
+    } catch (const std::exception&) {
+      return load_config_file(path);  // let the loader say what is wrong, with the line
+    }
+    accelerate = root.IsMap() && (root["distributed_type"] || root["compute_environment"]);
+  }
+  if (!json && !accelerate) return load_config_file(path);
+  ImportRequest request;
+  (json ? request.deepspeed_json : request.accelerate_yaml) = path;
+  return import_configs(request).loaded;
+}
+
+}  // namespace zs::config

@@ -1,0 +1,65 @@
+#pragma once
+// The setup questions, in `accelerate config`'s order followed by the training questions: one
+// list that the GUI wizard and `zerostudio config init` both ask, the mapping of the answers to
+// trainer keys, and their validation by the config loader (one source of truth for both).
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/config_loader.h"
+#include "config/problem.h"
+
+namespace zs::config {
+
+/// Answers by question id, as text ("2", "cpu", "yes", a path; `lines` questions: one per line).
+using SetupAnswers = std::map<std::string, std::string>;
+
+struct SetupQuestion {
+  enum class Kind { choice, integer, number, text, lines, folder, file, yes_no };
+  std::string id;        ///< e.g. "zero_stage"
+  std::string page;      ///< page id: environment, deepspeed, processes, model, dataset, training, sampling, output
+  std::string prompt;    ///< the question, worded as accelerate asks it where it asks it
+  Kind kind = Kind::text;
+  std::vector<std::pair<std::string, std::string>> choices;  ///< (answer, label) for `choice`
+  std::string help;      ///< one or two sentences shown beside the question
+  std::vector<std::string> keys;  ///< trainer keys the answer sets (their problems show at this question)
+  bool (*asked)(const SetupAnswers&) = nullptr;  ///< null: always asked
+};
+
+/// Page ids in order, with their titles.
+const std::vector<std::pair<std::string, std::string>>& setup_pages();
+/// Every question, in the order they are asked.
+const std::vector<SetupQuestion>& setup_questions();
+/// The question with `id`; throws std::out_of_range for an unknown id.
+const SetupQuestion& setup_question(const std::string& id);
+/// Whether `q` is asked given the answers so far (accelerate skips some: the NVMe path only for
+/// nvme, parameter offload only for stage 3, the ZeRO questions when a DeepSpeed file is given…).
+bool is_asked(const SetupQuestion& q, const SetupAnswers& answers);
+
+/// The answers that describe `config` (every question, asked or not).
+SetupAnswers answers_from_config(const TrainerConfig& config);
+
+/// "key=value" settings (as `--set` takes them) for the questions that are asked.
+std::vector<std::string> settings_from_answers(const SetupAnswers& answers);
+
+/// The config the answers make on top of `base_yaml` (the defaults when empty): the settings,
+/// plus the DeepSpeed JSON file when the answers name one (imported as `config import` does).
+struct SetupResult {
+  std::optional<LoadedConfig> loaded;     ///< set when there is no problem
+  std::vector<ConfigProblem> problems;    ///< every problem, keyed by trainer key
+  std::vector<std::string> warnings;
+};
+SetupResult apply_answers(const SetupAnswers& answers, const std::string& base_yaml = "version: 1\n");
+
+/// The questions (ids) a problem belongs to: those whose keys include the problem's key, or a
+/// prefix of it; the first asked question of the problem's section otherwise.
+std::vector<std::string> questions_for_problem(const ConfigProblem& problem, const SetupAnswers& answers);
+
+/// Reads a trainer YAML, an accelerate YAML (it has `distributed_type` or `compute_environment`)
+/// or a DeepSpeed JSON (`.json`) into a config, as `config validate` / `config import` would.
+LoadedConfig load_any_config(const std::string& path);
+
+}  // namespace zs::config
