@@ -13,6 +13,7 @@
 
 #include "config/config_loader.h"
 #include "config/config_writer.h"
+#include "setup_wizard.h"
 
 namespace zs::ui {
 
@@ -38,6 +39,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   setCentralWidget(splitter);
 
   auto* file = menuBar()->addMenu(tr("&File"));
+  QAction* wizard = file->addAction(tr("&New Config..."), QKeySequence::New, this, &MainWindow::newConfig);
+  wizard->setObjectName(QStringLiteral("newConfig"));
   file->addAction(tr("&Open Config..."), QKeySequence::Open, this, &MainWindow::chooseConfig);
   file->addSeparator();
   file->addAction(tr("&Quit"), QKeySequence::Quit, qApp, &QApplication::quit);
@@ -66,6 +69,7 @@ bool MainWindow::openConfig(const QString& path) {
     m_status->setText(tr("%1: cannot be read").arg(QFileInfo(path).fileName()));
   }
   setWindowTitle(tr("%1 - ZeroStudio").arg(QFileInfo(path).fileName()));
+  if (valid) m_configPath = path;
   emit configOpened(path, valid);
   return valid;
 }
@@ -73,6 +77,15 @@ bool MainWindow::openConfig(const QString& path) {
 QString MainWindow::configText() const { return m_configView->toPlainText(); }
 
 QString MainWindow::statusText() const { return m_status->text(); }
+
+SetupWizard* MainWindow::newConfig() {
+  auto* wizard = new SetupWizard(this);
+  wizard->setAttribute(Qt::WA_DeleteOnClose);
+  if (!m_configPath.isEmpty()) wizard->loadConfig(m_configPath);
+  connect(wizard, &SetupWizard::configSaved, this, [this](const QString& path) { openConfig(path); });
+  wizard->show();
+  return wizard;
+}
 
 void MainWindow::chooseConfig() {
   const QString path = QFileDialog::getOpenFileName(this, tr("Open Trainer Config"), QString(),

@@ -1,5 +1,5 @@
 #pragma once
-// The main window: for now it opens and checks a trainer config and shows the
+// The main window: opens and checks a trainer config, starts the setup wizard, and shows the
 // (empty) loss chart; run control and the live panels come with the dashboard issue.
 
 #include <QMainWindow>
@@ -11,6 +11,8 @@ class QPlainTextEdit;
 
 namespace zs::ui {
 
+class SetupWizard;
+
 class MainWindow : public QMainWindow {
   Q_OBJECT
 
@@ -20,6 +22,9 @@ class MainWindow : public QMainWindow {
   /// Loads and validates a trainer config; shows its resolved YAML or its problems.
   /// Returns true when the config is valid.
   bool openConfig(const QString& path);
+
+  /// Opens the setup wizard (filled from the open config, if any); a saved config is opened.
+  SetupWizard* newConfig();
 
   /// The text shown for the config (resolved YAML, or the list of problems).
   QString configText() const;
@@ -36,6 +41,7 @@ class MainWindow : public QMainWindow {
   QPlainTextEdit* m_configView = nullptr;
   QCustomPlot* m_lossPlot = nullptr;
   QLabel* m_status = nullptr;
+  QString m_configPath;
 };
 
 }  // namespace zs::ui

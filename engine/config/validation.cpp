@@ -102,6 +102,10 @@ void check_schedule(const TrainerConfig& c, RuleSet& rules) {
 void check_data(const TrainerConfig& c, RuleSet& rules) {
   if (c.data.resolution % 8 != 0)
     rules.fail("data.resolution", "must be a multiple of 8 (got " + num(c.data.resolution) + ")");
+  std::error_code ec;
+  if (c.data.generate == "none" && !c.data.path.empty() && !fs::is_directory(c.data.path, ec))
+    rules.fail("data.path", "folder '" + c.data.path + "' does not exist; choose the dataset folder (or set "
+                            "data.generate: shapes to generate the demo dataset there)");
 }
 
 void check_launch(const TrainerConfig& c, RuleSet& rules) {

@@ -4,6 +4,10 @@
 #include <QFile>
 #include <nlohmann/json.hpp>
 
+#include "config/config_loader.h"
+#include "config/config_writer.h"
+#include "config/setup_questions.h"
+
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -95,6 +99,48 @@ class TestCli : public QObject {
     QVERIFY2(bad.err.contains("\"lots\" is not a memory size"), qPrintable(bad.err));
   }
 
+  // `config init` asks the wizard's questions in the terminal and writes the YAML the same
+  // answers make in the wizard (both go through config::apply_answers).
+  void configInitWritesWhatTheAnswersMean() {
+    QTemporaryDir dir;
+    const QString out = dir.path() + "/init.yaml";
+    QProcess p;
+    p.start(QStringLiteral(ZS_CLI_PATH), {"config", "init", "-o", out});
+    QVERIFY(p.waitForStarted());
+    // compute environment, machine type, machines, DeepSpeed, its file, stage, optimizer offload,
+    // accumulation, clipping, processes, precision; Enter keeps the rest.
+    p.write("\nmulti_cpu\n\nyes\n\n\ncpu\n2\n1.0\n2\nbf16\n");
+    for (int i = 0; i < 40; ++i) p.write("\n");
+    p.closeWriteChannel();
+    QVERIFY(p.waitForFinished(60000));
+    const QString text = QString::fromUtf8(p.readAllStandardOutput());
+    QVERIFY2(p.exitCode() == 0, qPrintable(text + p.readAllStandardError()));
+    QVERIFY(text.contains("Do you want to use DeepSpeed?"));
+    QVERIFY(text.indexOf("Which type of machine") < text.indexOf("Do you want to use DeepSpeed?"));
+    QVERIFY(text.indexOf("ZeRO optimization stage") < text.indexOf("How many processes"));
+    QVERIFY(text.contains("Memory per process: device"));
+    QVERIFY(!text.contains("Where to offload parameters?"));  // stage 2: not asked
+
+    const auto quickstart_cfg = zs::config::load_config_file(quickstart().toStdString());
+    auto answers = zs::config::answers_from_config(quickstart_cfg.config);
+    answers["machine_type"] = "multi_cpu";
+    answers["use_deepspeed"] = "yes";
+    answers["zero_stage"] = "2";
+    answers["offload_optimizer"] = "cpu";
+    answers["gradient_accumulation_steps"] = "2";
+    answers["gradient_clipping"] = "1.0";
+    answers["num_processes"] = "2";
+    answers["mixed_precision"] = "bf16";
+    const auto expected = zs::config::apply_answers(answers, zs::config::to_yaml(quickstart_cfg.config));
+    QVERIFY(expected.loaded.has_value());
+    QFile f(out);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QCOMPARE(QString::fromUtf8(f.readAll()), QString::fromStdString(zs::config::to_yaml(expected.loaded->config)));
+    const auto written = zs::config::load_config_file(out.toStdString()).config;
+    QCOMPARE(written.zero.stage, std::int64_t{2});
+    QCOMPARE(written.launch.num_processes, std::int64_t{2});
+  }
+
   // export's --help says that it streams (the memory a user must plan for).
   void exportHelpSaysItStreams() {
     const Result r = run({"export", "--help"});
@@ -170,7 +216,7 @@ class TestCli : public QObject {
     const Result missing = run({"train", quickstart(), "--run-dir", dir.path() + "/run2", "--set",
                                 "data.path=" + dir.path() + "/nothing", "--set", "data.generate=none"});
     QCOMPARE(missing.code, 1);
-    QVERIFY2(missing.err.contains(dir.path() + "/nothing: dataset folder does not exist"), qPrintable(missing.err));
+    QVERIFY2(missing.err.contains("data.path: folder '" + dir.path() + "/nothing' does not exist; choose the dataset folder"), qPrintable(missing.err));
     const Result resume = run({"train", quickstart(), "--run-dir", dir.path() + "/run3", "--resume", "latest"});
     QCOMPARE(resume.code, 1);
     QVERIFY2(resume.err.contains("no checkpoint to resume from"), qPrintable(resume.err));

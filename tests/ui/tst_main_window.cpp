@@ -6,6 +6,7 @@
 #include <QtTest>
 
 #include "main_window.h"
+#include "setup_wizard.h"
 #include "test_support.h"
 
 class TestMainWindow : public QObject {
@@ -34,6 +35,23 @@ class TestMainWindow : public QObject {
       for (int x = 0; x < shot.width() && !varied; x += 7) varied = shot.pixel(x, y) != first;
     QVERIFY(varied);
     QVERIFY(shot.save(zs::test::binaryDir() + "/screenshot_main_window.png"));
+  }
+
+  // File > New Config opens the wizard with the open config's answers; what it saves opens.
+  void newConfigGoesThroughTheWizard() {
+    QTemporaryDir dir;
+    zs::ui::MainWindow window;
+    QVERIFY(window.openConfig(zs::test::sourceDir() + "/configs/quickstart.yaml"));
+    auto* action = window.findChild<QAction*>("newConfig");
+    QVERIFY(action);
+    action->trigger();
+    auto* wizard = window.findChild<zs::ui::SetupWizard*>();
+    QVERIFY(wizard && wizard->isVisible());
+    QCOMPARE(wizard->answer("resolution"), QString("16"));
+    wizard->setAnswer("max_steps", "77");
+    QVERIFY(wizard->saveTo(dir.path() + "/new.yaml", false));
+    QCOMPARE(window.statusText(), QString("new.yaml: valid"));
+    QVERIFY(window.configText().contains("max_steps: 77"));
   }
 
   void showsEveryProblemOfABadConfig() {

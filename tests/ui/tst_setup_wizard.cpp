@@ -1,0 +1,302 @@
+// The setup wizard: a full pass writes the expected YAML (and accelerate/DeepSpeed files),
+// problems block Next with a visible message, questions follow accelerate's conditions, the seed
+// configs fill the answers, the memory panel follows stage and offload; every page is grabbed.
+#include "config/config_import.h"
+#include "config/config_loader.h"
+
+#include <QAbstractButton>
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDir>
+#include <QFile>
+#include <QImage>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "memory_panel.h"
+#include "setup_wizard.h"
+#include "test_support.h"
+
+using zs::ui::SetupWizard;
+
+namespace {
+
+bool nextEnabled(SetupWizard& w) { return w.button(QWizard::NextButton)->isEnabled(); }
+
+/// Moves to page `pageId` with Next, failing if a page on the way blocks it.
+bool goTo(SetupWizard& w, const QString& pageId) {
+  for (int i = 0; i < 20 && w.currentPageId() != pageId; ++i) {
+    if (!nextEnabled(w)) {
+      qWarning() << "blocked on" << w.currentPageId() << w.problemsOnPage(w.currentPageId());
+      return false;
+    }
+    w.next();
+  }
+  return w.currentPageId() == pageId;
+}
+
+bool drewSomething(const QImage& shot) {
+  const QRgb first = shot.pixel(0, 0);
+  for (int y = 0; y < shot.height(); y += 5)
+    for (int x = 0; x < shot.width(); x += 5)
+      if (shot.pixel(x, y) != first) return true;
+  return false;
+}
+
+}  // namespace
+
+class TestSetupWizard : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // Every page in order, answered partly by typing, ends in the YAML those answers mean.
+  void fullPassWritesTheExpectedYaml() {
+    QTemporaryDir dir;
+    SetupWizard w;
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QCOMPARE(w.currentPageId(), QString("environment"));
+    w.setAnswer("machine_type", "multi_cpu");
+    QVERIFY(w.isAsked("num_machines"));
+    QVERIFY(!w.isAsked("machine_rank"));  // one machine: no rank, IP or port
+    QVERIFY(goTo(w, "deepspeed"));
+    w.setAnswer("use_deepspeed", "yes");
+    QCOMPARE(w.answer("zero_stage"), QString("2"));  // accelerate's default
+    w.setAnswer("offload_optimizer", "cpu");
+    auto* accumulation = qobject_cast<QLineEdit*>(w.questionWidget("gradient_accumulation_steps"));
+    QVERIFY(accumulation);
+    accumulation->selectAll();
+    QTest::keyClicks(accumulation, "2");
+    QCOMPARE(w.answer("gradient_accumulation_steps"), QString("2"));
+    w.setAnswer("gradient_clipping", "1.0");
+    QVERIFY(goTo(w, "processes"));
+    w.setAnswer("num_processes", "2");
+    w.setAnswer("mixed_precision", "bf16");
+    QVERIFY(goTo(w, "training"));
+    auto* batch = qobject_cast<QLineEdit*>(w.questionWidget("batch_size"));
+    batch->selectAll();
+    QTest::keyClicks(batch, "4");
+    w.setAnswer("max_steps", "50");
+    w.setAnswer("ema", "yes");
+    QVERIFY(goTo(w, "sampling"));
+    w.setAnswer("sampling_prompts", "a red circle on a black background\na blue square on a white background\n");
+    QVERIFY(goTo(w, "output"));
+    w.setAnswer("runs_root", dir.path());
+    w.setAnswer("run_name", "wizard-run");
+    QVERIFY(goTo(w, "summary"));
+    QVERIFY(w.yamlText().contains("stage: 2"));
+    const QString path = dir.path() + "/train.yaml";
+    QString error;
+    QSignalSpy saved(&w, &SetupWizard::configSaved);
+    QVERIFY2(w.saveTo(path, true, &error), qPrintable(error));
+    QCOMPARE(saved.count(), 1);
+
+    const auto c = zs::config::load_config_file(path.toStdString()).config;
+    QCOMPARE(c.zero.stage, std::int64_t{2});
+    QCOMPARE(c.zero.offload_optimizer.device, std::string("cpu"));
+    QCOMPARE(c.zero.offload_param.device, std::string("none"));
+    QCOMPARE(c.precision, std::string("bf16"));
+    QCOMPARE(c.launch.num_processes, std::int64_t{2});
+    QCOMPARE(c.launch.use_cpu, true);
+    QCOMPARE(c.training.gradient_accumulation_steps, std::int64_t{2});
+    QCOMPARE(c.training.gradient_clipping, 1.0);
+    QCOMPARE(c.training.batch_size, std::int64_t{4});
+    QCOMPARE(c.training.max_steps, std::int64_t{50});
+    QCOMPARE(c.ema.enabled, true);
+    QCOMPARE(c.sampling.prompts.size(), std::size_t{2});
+    QCOMPARE(c.sampling.prompts[1], std::string("a blue square on a white background"));
+    QCOMPARE(c.logging.run_name, std::string("wizard-run"));
+    // Everything not asked stays as the quickstart has it.
+    QCOMPARE(c.model.preset, std::string("tiny"));
+    QCOMPARE(c.data.resolution, std::int64_t{16});
+    // The accelerate YAML + DeepSpeed JSON written beside it import back to the same ZeRO setup.
+    QVERIFY(QFile::exists(dir.path() + "/train.accelerate.yaml"));
+    QVERIFY(QFile::exists(dir.path() + "/train.deepspeed.json"));
+    zs::config::ImportRequest request;
+    request.accelerate_yaml = (dir.path() + "/train.accelerate.yaml").toStdString();
+    const auto imported = zs::config::import_configs(request).loaded.config;
+    QCOMPARE(imported.zero.stage, std::int64_t{2});
+    QCOMPARE(imported.zero.offload_optimizer.device, std::string("cpu"));
+    QCOMPARE(imported.training.gradient_accumulation_steps, std::int64_t{2});
+    QCOMPARE(imported.launch.num_processes, std::int64_t{2});
+  }
+
+  // NVMe offload into a folder that cannot be written: Next is disabled and the page says why.
+  void unwritableNvmePathBlocksNext() {
+    SetupWizard w;
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QVERIFY(goTo(w, "deepspeed"));
+    w.setAnswer("use_deepspeed", "yes");
+    w.setAnswer("zero_stage", "3");
+    w.setAnswer("offload_optimizer", "nvme");
+    QVERIFY(w.isAsked("offload_optimizer_nvme_path"));
+    w.setAnswer("offload_optimizer_nvme_path", "/proc");  // even root cannot create files there
+    QVERIFY(!nextEnabled(w));
+    const QStringList problems = w.problemsOnPage("deepspeed");
+    QCOMPARE(problems.size(), 1);
+    QVERIFY2(problems[0].contains("zero.offload_optimizer.nvme_path: folder '/proc' is not writable"),
+             qPrintable(problems[0]));
+    auto* label = w.currentPage()->findChild<QLabel*>("problems");
+    QVERIFY(label && label->isVisible());
+    QVERIFY(label->text().contains("not writable"));
+    QVERIFY(!w.saveTo(QDir::tempPath() + "/never.yaml", false));
+    // A writable folder clears it.
+    QTemporaryDir nvme;
+    w.setAnswer("offload_optimizer_nvme_path", nvme.path());
+    QVERIFY(nextEnabled(w));
+    QVERIFY(!label->isVisible());
+  }
+
+  // Parameter offload is asked at stage 3 only; the NVMe path only for nvme.
+  void parameterOffloadOnlyAtStage3() {
+    SetupWizard w;
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QVERIFY(goTo(w, "deepspeed"));
+    w.setAnswer("use_deepspeed", "yes");
+    QWidget* param = w.questionWidget("offload_param");
+    for (const char* stage : {"0", "1", "2"}) {
+      w.setAnswer("zero_stage", stage);
+      QVERIFY(!w.isAsked("offload_param"));
+      QVERIFY(!param->isVisible());
+    }
+    w.setAnswer("zero_stage", "3");
+    QVERIFY(w.isAsked("offload_param"));
+    QVERIFY(param->isVisible());
+    QVERIFY(!w.questionWidget("offload_param_nvme_path")->isVisible());
+    w.setAnswer("offload_param", "nvme");
+    QVERIFY(w.questionWidget("offload_param_nvme_path")->isVisible());
+    // Without DeepSpeed none of the ZeRO questions is asked.
+    w.setAnswer("use_deepspeed", "no");
+    QVERIFY(!w.questionWidget("zero_stage")->isVisible());
+    QVERIFY(!param->isVisible());
+  }
+
+  // The seed configs (accelerate YAML, DeepSpeed JSON) fill the answers they hold.
+  void seedConfigsFillTheAnswers() {
+    SetupWizard w;
+    QString error;
+    QVERIFY2(w.loadConfig(zs::test::testDataDir() + "/seeds/simpletuner_accelerate.yaml", &error), qPrintable(error));
+    QCOMPARE(w.answer("use_deepspeed"), QString("yes"));
+    QCOMPARE(w.answer("zero_stage"), QString("1"));
+    QCOMPARE(w.answer("gradient_accumulation_steps"), QString("4"));
+    QCOMPARE(w.answer("mixed_precision"), QString("bf16"));
+    QCOMPARE(w.answer("machine_type"), QString("no"));
+    QCOMPARE(qobject_cast<QComboBox*>(w.questionWidget("zero_stage"))->currentData().toString(), QString("1"));
+    QVERIFY2(w.loadConfig(zs::test::testDataDir() + "/seeds/zero2_offload.json", &error), qPrintable(error));
+    QCOMPARE(w.answer("zero_stage"), QString("2"));
+    QCOMPARE(w.answer("offload_optimizer"), QString("cpu"));
+    QVERIFY2(w.loadConfig(zs::test::testDataDir() + "/seeds/ds_z3_cpuoffload.json", &error), qPrintable(error));
+    QCOMPARE(w.answer("zero_stage"), QString("3"));
+    QCOMPARE(w.answer("offload_optimizer"), QString("cpu"));
+    QCOMPARE(w.answer("offload_param"), QString("cpu"));
+    QVERIFY(w.result().has_value());
+    // A file that is not a config leaves the answers alone and says why.
+    QVERIFY(!w.loadConfig(zs::test::testDataDir() + "/seeds/README.md", &error));
+    QVERIFY(!error.isEmpty());
+    QCOMPARE(w.answer("zero_stage"), QString("3"));
+  }
+
+  // The memory panel follows stage and offload, and applies its suggestion.
+  void memoryPanelFollowsStageAndOffload() {
+    SetupWizard w;
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    w.setAnswer("machine_type", "multi_gpu");
+    w.setAnswer("num_processes", "4");
+    w.setAnswer("mixed_precision", "bf16");
+    w.setAnswer("model_source", "sd15");
+    w.setAnswer("resolution", "512");
+    w.setAnswer("batch_size", "1");
+    w.setAnswer("use_deepspeed", "no");
+    QVERIFY(w.result().has_value());
+    auto* panel = w.memoryPanel();
+    panel->setCardBytes(qint64{80} << 30);
+    const qint64 ddp = panel->deviceBytes();
+    w.setAnswer("use_deepspeed", "yes");
+    w.setAnswer("zero_stage", "2");
+    const qint64 stage2 = panel->deviceBytes();
+    w.setAnswer("offload_optimizer", "cpu");
+    const qint64 offloaded = panel->deviceBytes();
+    w.setAnswer("zero_stage", "3");
+    w.setAnswer("offload_param", "cpu");
+    const qint64 everything = panel->deviceBytes();
+    qInfo("SD 1.5, bf16, 4 GPUs: DDP %lld, ZeRO-2 %lld, + CPU optimizer %lld, ZeRO-3 + CPU both %lld bytes",
+          static_cast<long long>(ddp), static_cast<long long>(stage2), static_cast<long long>(offloaded),
+          static_cast<long long>(everything));
+    QVERIFY(ddp > stage2 && stage2 > offloaded && offloaded > everything);
+    QVERIFY(panel->cpuBytes() > 0);
+    QVERIFY(panel->fitText().contains("fits"));
+    // An 8 GB card does not hold DDP; the suggestion is applied with one click.
+    w.setAnswer("use_deepspeed", "no");
+    panel->setCardBytes(qint64{8} << 30);
+    QVERIFY(panel->fitText().contains("does not fit"));
+    QVERIFY(panel->suggestionText().contains("Lowest setting that fits: ZeRO stage"));
+    panel->applySuggestionNow();
+    QCOMPARE(w.answer("use_deepspeed"), QString("yes"));
+    QVERIFY(w.answer("zero_stage").toInt() >= 1);
+    QVERIFY(panel->fitText().contains("fits") && !panel->fitText().contains("does not"));
+  }
+
+  // The model page shows the parameter count; the dataset page the layout, count and thumbnails.
+  void modelAndDatasetPagesShowWhatTheyFound() {
+    QTemporaryDir dir;
+    QDir(dir.path()).mkpath("images");
+    QDir(dir.path()).mkpath("captions");
+    QImage img(32, 32, QImage::Format_RGB32);
+    for (int i = 0; i < 3; ++i) {
+      img.fill(QColor::fromHsv(i * 100, 200, 200));
+      QVERIFY(img.save(dir.path() + QString("/images/%1.png").arg(i)));
+      QFile cap(dir.path() + QString("/captions/%1.txt").arg(i));
+      QVERIFY(cap.open(QIODevice::WriteOnly));
+      cap.write(QString("caption number %1").arg(i).toUtf8());
+    }
+    SetupWizard w;
+    w.show();
+    QVERIFY(goTo(w, "model"));
+    w.setAnswer("model_source", "sdxl");
+    auto* info = w.findChild<QLabel*>("modelInfo");
+    QVERIFY2(info->text().contains(QLocale().toString(2567463684LL)), qPrintable(info->text()));
+    w.setAnswer("model_source", "tiny");
+    QVERIFY(goTo(w, "dataset"));
+    w.setAnswer("data_source", "folder");
+    w.setAnswer("data_path", dir.path());
+    auto* data = w.findChild<QLabel*>("datasetInfo");
+    QVERIFY2(data->text().contains("images/ + captions/: 3 image(s)"), qPrintable(data->text()));
+    auto* thumbs = w.findChild<QListWidget*>("thumbnails");
+    QCOMPARE(thumbs->count(), 3);
+    QCOMPARE(thumbs->item(1)->text(), QString("caption number 1"));
+    w.setAnswer("data_path", dir.path() + "/missing");
+    QVERIFY(nextEnabled(w) == false);
+  }
+
+  // Every page grabbed to PNG in the build folder, to be looked at.
+  void grabsEveryPage() {
+    SetupWizard w;
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QDir().mkpath(zs::test::binaryDir() + "/screenshots");
+    int pages = 0;
+    for (;;) {
+      QCoreApplication::processEvents();
+      const QImage shot = w.grab().toImage();
+      QVERIFY(!shot.isNull() && drewSomething(shot));
+      const QString file = zs::test::binaryDir() + "/screenshots/wizard_" + QString::number(pages) + "_" +
+                           w.currentPageId() + ".png";
+      QVERIFY(shot.save(file));
+      ++pages;
+      if (w.currentPageId() == "summary") break;
+      QVERIFY(nextEnabled(w));
+      w.next();
+    }
+    QCOMPARE(pages, 9);  // eight question pages and the YAML
+  }
+};
+
+QTEST_MAIN(TestSetupWizard)
+#include "tst_setup_wizard.moc"

@@ -1,0 +1,62 @@
+#pragma once
+// The wizard's side panel: the memory estimate for the current answers, device and CPU bars
+// against the chosen card (or the detected GPU), "fits" or "does not fit", and the lowest
+// setting that fits with a button to apply it.
+
+#include <QString>
+#include <QWidget>
+
+#include "estimate/memory_estimator.h"
+
+class QComboBox;
+class QLabel;
+class QProgressBar;
+class QPushButton;
+
+namespace zs::ui {
+
+class MemoryPanel : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit MemoryPanel(QWidget* parent = nullptr);
+
+  /// Shows `estimate` (computed against cardBytes(); `cpu_run`: the device is the CPU itself).
+  void showEstimate(const estimate::MemoryEstimate& estimate, bool cpu_run);
+  /// Greys the figures out and says why (the answers have problems).
+  void showUnavailable(const QString& why);
+
+  /// Bytes of the card the estimate is compared with.
+  qint64 cardBytes() const;
+  /// Selects a card size in bytes (one of the listed sizes, or adds it).
+  void setCardBytes(qint64 bytes);
+  qint64 deviceBytes() const { return m_deviceBytes; }  ///< device total of the last estimate
+  qint64 cpuBytes() const { return m_cpuBytes; }        ///< CPU total of the last estimate
+  QString deviceText() const;
+  QString fitText() const;
+  QString suggestionText() const;
+  /// Presses "Apply" (tests).
+  void applySuggestionNow();
+
+ signals:
+  /// The user chose another card size.
+  void cardChanged(qint64 bytes);
+  /// "Apply" on the suggestion: the stage and offload devices ("none", "cpu", "nvme").
+  void suggestionApplied(int stage, const QString& offloadOptimizer, const QString& offloadParam);
+
+ private:
+  QComboBox* m_card = nullptr;
+  QProgressBar* m_deviceBar = nullptr;
+  QProgressBar* m_cpuBar = nullptr;
+  QLabel* m_deviceLabel = nullptr;
+  QLabel* m_cpuLabel = nullptr;
+  QLabel* m_breakdown = nullptr;
+  QLabel* m_fit = nullptr;
+  QLabel* m_suggestion = nullptr;
+  QPushButton* m_apply = nullptr;
+  qint64 m_deviceBytes = 0;
+  qint64 m_cpuBytes = 0;
+  estimate::Suggestion m_lastSuggestion;
+};
+
+}  // namespace zs::ui

@@ -1,0 +1,494 @@
+// Engine headers first (LibTorch's before Qt's macros).
+#include "config/builtin_configs.h"
+#include "config/config_import.h"
+#include "config/config_writer.h"
+#include "core/memory.h"
+#include "data/dataset.h"
+#include "estimate/memory_estimator.h"
+
+#include "setup_wizard.h"
+
+#include <QCheckBox>
+#include <QComboBox>
+#include <QDir>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QListWidget>
+#include <QMessageBox>
+#include <QPixmap>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QToolButton>
+#include <QVBoxLayout>
+#include <QWizardPage>
+
+#include "memory_panel.h"
+
+namespace zs::ui {
+
+using config::SetupQuestion;
+using Kind = SetupQuestion::Kind;
+
+/// One page of questions (a setup_pages() entry): a form whose rows follow is_asked(), and a
+/// problems label; complete when none of its asked questions has a problem.
+class QuestionPage : public QWizardPage {
+ public:
+  QuestionPage(SetupWizard* wizard, std::string id, const QString& title) : m_wizard(wizard), m_id(std::move(id)) {
+    setTitle(title);
+    auto* outer = new QVBoxLayout(this);
+    m_form = new QFormLayout;
+    m_form->setFieldGrowthPolicy(QFormLayout::ExpandingFieldsGrow);
+    m_form->setRowWrapPolicy(QFormLayout::WrapAllRows);  // accelerate's questions are long: label above
+    outer->addLayout(m_form);
+    m_extra = new QVBoxLayout;
+    outer->addLayout(m_extra);
+    outer->addStretch(1);
+    m_problems = new QLabel(this);
+    m_problems->setObjectName(QStringLiteral("problems"));
+    m_problems->setWordWrap(true);
+    m_problems->setStyleSheet(QStringLiteral("color: #c0392b;"));
+    m_problems->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    outer->addWidget(m_problems);
+  }
+  bool isComplete() const override { return m_wizard->problemsOnPage(QString::fromStdString(m_id)).isEmpty(); }
+  void updateState() {
+    const QStringList problems = m_wizard->problemsOnPage(QString::fromStdString(m_id));
+    m_problems->setText(problems.join(QLatin1Char('\n')));
+    m_problems->setVisible(!problems.isEmpty());
+    emit completeChanged();
+  }
+  QFormLayout* form() const { return m_form; }
+  QVBoxLayout* extra() const { return m_extra; }
+  const std::string& id() const { return m_id; }
+
+ private:
+  SetupWizard* m_wizard;
+  std::string m_id;
+  QFormLayout* m_form;
+  QVBoxLayout* m_extra;
+  QLabel* m_problems;
+};
+
+namespace {
+
+QString qs(const std::string& s) { return QString::fromStdString(s); }
+
+/// The widget's answer as text.
+QString widgetValue(const QWidget* w) {
+  if (auto* c = qobject_cast<const QComboBox*>(w)) return c->currentData().toString();
+  if (auto* b = qobject_cast<const QCheckBox*>(w)) return b->isChecked() ? QStringLiteral("yes") : QStringLiteral("no");
+  if (auto* e = qobject_cast<const QLineEdit*>(w)) return e->text();
+  if (auto* t = qobject_cast<const QPlainTextEdit*>(w)) return t->toPlainText();
+  return {};
+}
+
+void setWidgetValue(QWidget* w, const QString& value) {
+  if (auto* c = qobject_cast<QComboBox*>(w)) c->setCurrentIndex(std::max(0, c->findData(value)));
+  else if (auto* b = qobject_cast<QCheckBox*>(w)) b->setChecked(value == QLatin1String("yes"));
+  else if (auto* e = qobject_cast<QLineEdit*>(w)) {
+    if (e->text() != value) e->setText(value);
+  } else if (auto* t = qobject_cast<QPlainTextEdit*>(w)) {
+    if (t->toPlainText() != value) t->setPlainText(value);
+  }
+}
+
+/// What kind of dataset a folder holds, as scan_dataset reads it.
+QString datasetLayout(const QString& root) {
+  const QDir dir(root);
+  if (dir.exists(QStringLiteral("metadata"))) return QObject::tr("metadata JSON tree");
+  if (dir.exists(QStringLiteral("metadata.csv"))) return QObject::tr("metadata.csv");
+  if (dir.exists(QStringLiteral("images")) && dir.exists(QStringLiteral("captions"))) return QObject::tr("images/ + captions/");
+  return QObject::tr("images with .txt captions side by side");
+}
+
+}  // namespace
+
+SetupWizard::SetupWizard(QWidget* parent) : QWizard(parent) {
+  setWindowTitle(tr("New training setup"));
+  setWizardStyle(QWizard::ClassicStyle);
+  setOption(QWizard::HaveCustomButton1, true);
+  setButtonText(QWizard::CustomButton1, tr("Open config..."));
+  connect(this, &QWizard::customButtonClicked, this, [this](int which) {
+    if (which == QWizard::CustomButton1) openExisting();
+  });
+  const auto start = config::load_config_string(config::quickstart_yaml(), "quickstart");
+  m_base = config::to_yaml(start.config);
+  m_answers = config::answers_from_config(start.config);
+  m_memory = new MemoryPanel(this);
+  setSideWidget(m_memory);
+  connect(m_memory, &MemoryPanel::cardChanged, this, [this] { updateMemory(); });
+  connect(m_memory, &MemoryPanel::suggestionApplied, this, &SetupWizard::applySuggestion);
+  buildPages();
+  showAnswers();
+  refresh();
+  resize(980, 640);
+}
+
+SetupWizard::~SetupWizard() = default;
+
+void SetupWizard::buildPages() {
+  for (const auto& [pageId, title] : config::setup_pages()) {
+    auto* page = new QuestionPage(this, pageId, qs(title));
+    m_pages[pageId] = page;
+    for (const auto& q : config::setup_questions()) {
+      if (q.page != pageId) continue;
+      QWidget* field = nullptr;
+      QWidget* input = nullptr;
+      const std::string id = q.id;
+      auto changed = [this, id](const QString& v) { answerChanged(id, v); };
+      switch (q.kind) {
+        case Kind::choice: {
+          auto* combo = new QComboBox(page);
+          for (const auto& [value, label] : q.choices) combo->addItem(qs(label), qs(value));
+          connect(combo, &QComboBox::currentIndexChanged, this, [combo, changed] { changed(combo->currentData().toString()); });
+          field = input = combo;
+          break;
+        }
+        case Kind::yes_no: {
+          auto* box = new QCheckBox(page);
+          connect(box, &QCheckBox::toggled, this, [changed](bool on) { changed(on ? "yes" : "no"); });
+          field = input = box;
+          break;
+        }
+        case Kind::lines: {
+          auto* text = new QPlainTextEdit(page);
+          text->setMaximumHeight(140);
+          connect(text, &QPlainTextEdit::textChanged, this, [text, changed] { changed(text->toPlainText()); });
+          field = input = text;
+          break;
+        }
+        default: {
+          auto* edit = new QLineEdit(page);
+          connect(edit, &QLineEdit::textChanged, this, changed);
+          input = edit;
+          field = edit;
+          if (q.kind == Kind::folder || q.kind == Kind::file) {
+            auto* row = new QWidget(page);
+            auto* h = new QHBoxLayout(row);
+            h->setContentsMargins(0, 0, 0, 0);
+            h->addWidget(edit, 1);
+            auto* browse = new QToolButton(row);
+            browse->setText(tr("Browse..."));
+            const bool folder = q.kind == Kind::folder;
+            connect(browse, &QToolButton::clicked, this, [this, edit, folder] {
+              const QString path = folder ? QFileDialog::getExistingDirectory(this, tr("Choose a folder"), edit->text())
+                                          : QFileDialog::getOpenFileName(this, tr("Choose a DeepSpeed config"), edit->text(),
+                                                                         tr("DeepSpeed JSON (*.json)"));
+              if (!path.isEmpty()) edit->setText(path);
+            });
+            h->addWidget(browse);
+            field = row;
+          }
+        }
+      }
+      input->setObjectName(qs(q.id));
+      if (!q.help.empty()) input->setToolTip(qs(q.help));
+      auto* label = new QLabel(qs(q.prompt), page);
+      label->setWordWrap(true);
+      label->setStyleSheet(QStringLiteral("font-weight: bold;"));
+      if (!q.help.empty()) label->setToolTip(qs(q.help));
+      page->form()->addRow(label, field);
+      m_widgets[q.id] = input;
+      m_rows[q.id] = field;
+      if (!q.help.empty()) {
+        auto* help = new QLabel(qs(q.help), page);
+        help->setWordWrap(true);
+        help->setStyleSheet(QStringLiteral("color: #555; margin-bottom: 6px;"));
+        page->form()->addRow(help);
+        m_helpRows[q.id] = help;
+      }
+    }
+    if (pageId == "model") {
+      m_modelInfo = new QLabel(page);
+      m_modelInfo->setObjectName(QStringLiteral("modelInfo"));
+      m_modelInfo->setWordWrap(true);
+      page->extra()->addWidget(m_modelInfo);
+    }
+    if (pageId == "dataset") {
+      m_datasetInfo = new QLabel(page);
+      m_datasetInfo->setObjectName(QStringLiteral("datasetInfo"));
+      m_datasetInfo->setWordWrap(true);
+      page->extra()->addWidget(m_datasetInfo);
+      m_thumbnails = new QListWidget(page);
+      m_thumbnails->setObjectName(QStringLiteral("thumbnails"));
+      m_thumbnails->setViewMode(QListView::IconMode);
+      m_thumbnails->setIconSize(QSize(96, 96));
+      m_thumbnails->setGridSize(QSize(150, 140));
+      m_thumbnails->setWordWrap(true);
+      m_thumbnails->setMinimumHeight(160);
+      page->extra()->addWidget(m_thumbnails);
+    }
+    setPage(static_cast<int>(m_pages.size()) - 1, page);
+  }
+  // Last page: the YAML, and where to save it.
+  auto* summary = new QWizardPage(this);
+  summary->setTitle(tr("Trainer config"));
+  summary->setObjectName(QStringLiteral("summary"));
+  auto* v = new QVBoxLayout(summary);
+  m_yaml = new QPlainTextEdit(summary);
+  m_yaml->setReadOnly(true);
+  QFont mono(QStringLiteral("Monospace"));
+  mono.setStyleHint(QFont::TypeWriter);
+  m_yaml->setFont(mono);
+  v->addWidget(m_yaml, 1);
+  m_summaryProblems = new QLabel(summary);
+  m_summaryProblems->setWordWrap(true);
+  m_summaryProblems->setStyleSheet(QStringLiteral("color: #c0392b;"));
+  v->addWidget(m_summaryProblems);
+  auto* launchFiles = new QCheckBox(tr("Also write accelerate YAML and DeepSpeed JSON next to it"), summary);
+  launchFiles->setObjectName(QStringLiteral("launchFiles"));
+  v->addWidget(launchFiles);
+  auto* save = new QPushButton(tr("Save..."), summary);
+  save->setObjectName(QStringLiteral("save"));
+  v->addWidget(save, 0, Qt::AlignLeft);
+  connect(save, &QPushButton::clicked, this, &SetupWizard::saveInteractively);
+  setPage(static_cast<int>(m_pages.size()), summary);
+  connect(this, &QWizard::currentIdChanged, this, [this] { refresh(); });
+}
+
+void SetupWizard::answerChanged(const std::string& id, const QString& value) {
+  if (m_updating) return;
+  m_answers[id] = value.toStdString();
+  m_saved = false;
+  refresh();
+}
+
+void SetupWizard::showAnswers() {
+  m_updating = true;
+  for (const auto& [id, w] : m_widgets) {
+    const QSignalBlocker block(w);
+    setWidgetValue(w, qs(m_answers[id]));
+  }
+  m_updating = false;
+}
+
+void SetupWizard::refresh() {
+  // Visibility: a row is shown while its question is asked.
+  for (const auto& q : config::setup_questions()) {
+    const bool asked = config::is_asked(q, m_answers);
+    m_pages[q.page]->form()->setRowVisible(m_rows[q.id], asked);
+    if (const auto help = m_helpRows.find(q.id); help != m_helpRows.end())
+      m_pages[q.page]->form()->setRowVisible(help->second, asked);
+  }
+  // Validation by the engine's loader; each problem goes to the questions that set its key.
+  const config::SetupResult r = config::apply_answers(m_answers, m_base);
+  m_result = r.loaded;
+  m_problems.clear();
+  m_unplaced.clear();
+  for (const auto& p : r.problems) {
+    const QString text = p.key.empty() ? qs(p.message) : qs(p.key + ": " + p.message);
+    const auto ids = config::questions_for_problem(p, m_answers);
+    if (ids.empty()) m_unplaced << text;
+    for (const auto& id : ids) m_problems[id] << text;
+  }
+  for (auto& [id, page] : m_pages) page->updateState();
+  updateModelInfo();
+  updateDatasetInfo();
+  updateMemory();
+  if (m_result) {
+    m_yaml->setPlainText(qs(config::to_yaml(m_result->config)));
+    m_summaryProblems->clear();
+  } else {
+    QStringList all;
+    for (const auto& p : r.problems) all << qs(p.to_string());
+    m_summaryProblems->setText(tr("Fix these first:\n%1").arg(all.join(QLatin1Char('\n'))));
+  }
+}
+
+void SetupWizard::updateModelInfo() {
+  if (!m_modelInfo) return;
+  const std::string source = m_answers["model_source"];
+  const std::string key = source == "folder" ? m_answers["model_path"] : source;
+  if (key.empty()) {
+    m_modelInfo->setText(tr("Choose the model folder."));
+    return;
+  }
+  try {
+    auto it = m_shapes.find(key);
+    if (it == m_shapes.end()) {
+      config::TrainerConfig c = config::TrainerConfig::defaults();
+      if (source == "folder") c.model.path = key;
+      else c.model.preset = key;
+      it = m_shapes.emplace(key, estimate::model_shape(c)).first;
+    }
+    const auto& m = it->second;
+    QString text = tr("%1 trainable parameters (%2 units)")
+                       .arg(QLocale().toString(static_cast<qlonglong>(m.trainable_parameters())))
+                       .arg(m.units.size());
+    if (m.frozen_parameters > 0)
+      text += tr("; %1 frozen (VAE, text encoders)").arg(QLocale().toString(static_cast<qlonglong>(m.frozen_parameters)));
+    m_modelInfo->setText(text);
+  } catch (const std::exception& e) {
+    m_modelInfo->setText(tr("<span style='color:#c0392b'>%1</span>").arg(QString::fromUtf8(e.what()).toHtmlEscaped()));
+  }
+}
+
+void SetupWizard::updateDatasetInfo() {
+  if (!m_datasetInfo) return;
+  const bool folder = m_answers["data_source"] == "folder";
+  const QString path = qs(m_answers["data_path"]);
+  const QString shown = folder ? path : QStringLiteral("<shapes>");
+  if (shown == m_datasetShown) return;  // scanning a large folder is not free: only on change
+  m_datasetShown = shown;
+  m_thumbnails->clear();
+  if (!folder) {
+    m_datasetInfo->setText(tr("The demo dataset (coloured shapes with captions) is generated into the run folder."));
+    m_thumbnails->setVisible(false);
+    return;
+  }
+  m_thumbnails->setVisible(true);
+  if (path.isEmpty()) {
+    m_datasetInfo->setText(tr("Choose the dataset folder."));
+    return;
+  }
+  try {
+    const auto items = data::scan_dataset(path.toStdString());
+    m_datasetInfo->setText(tr("%1: %n image(s)", nullptr, static_cast<int>(items.size())).arg(datasetLayout(path)));
+    for (std::size_t i = 0; i < items.size() && i < 8; ++i) {
+      QString file = qs(items[i].image);
+      if (QFileInfo(file).isRelative()) file = QDir(path).filePath(file);
+      const QPixmap pix(file);
+      auto* item = new QListWidgetItem(QIcon(pix.scaled(96, 96, Qt::KeepAspectRatio, Qt::SmoothTransformation)),
+                                       qs(items[i].caption).left(60), m_thumbnails);
+      item->setToolTip(qs(items[i].caption));
+    }
+  } catch (const std::exception& e) {
+    m_datasetInfo->setText(tr("<span style='color:#c0392b'>%1</span>").arg(QString::fromUtf8(e.what()).toHtmlEscaped()));
+  }
+}
+
+void SetupWizard::updateMemory() {
+  if (!m_result) {
+    m_memory->showUnavailable(tr("The estimate waits until the answers have no problem."));
+    return;
+  }
+  const auto& cfg = m_result->config;
+  const std::string key = cfg.model.path.empty() ? cfg.model.preset : cfg.model.path;
+  try {
+    auto it = m_shapes.find(key);
+    if (it == m_shapes.end()) it = m_shapes.emplace(key, estimate::model_shape(cfg)).first;
+    estimate::EstimateOptions o = estimate::options_from_config(cfg);
+    const bool cpu_run = cfg.launch.use_cpu;
+    o.cpu_memory = physical_memory_bytes();
+    o.gpu_memory = cpu_run ? o.cpu_memory : m_memory->cardBytes();
+    m_memory->showEstimate(estimate::estimate_memory(it->second, o), cpu_run);
+  } catch (const std::exception& e) {
+    m_memory->showUnavailable(QString::fromUtf8(e.what()));
+  }
+}
+
+void SetupWizard::applySuggestion(int stage, const QString& offloadOptimizer, const QString& offloadParam) {
+  m_answers["use_deepspeed"] = stage > 0 || offloadOptimizer != QLatin1String("none") ? "yes" : "no";
+  m_answers["deepspeed_config_file"] = "";
+  m_answers["zero_stage"] = std::to_string(stage);
+  m_answers["offload_optimizer"] = offloadOptimizer.toStdString();
+  m_answers["offload_param"] = offloadParam.toStdString();
+  showAnswers();
+  refresh();
+}
+
+bool SetupWizard::loadConfig(const QString& path, QString* error) {
+  try {
+    const config::LoadedConfig loaded = config::load_any_config(path.toStdString());
+    m_base = config::to_yaml(loaded.config);
+    m_answers = config::answers_from_config(loaded.config);
+    showAnswers();
+    refresh();
+    return true;
+  } catch (const config::ConfigError& e) {
+    if (error) {
+      QStringList lines;
+      for (const auto& p : e.problems()) lines << qs(p.to_string());
+      *error = lines.join(QLatin1Char('\n'));
+    }
+  } catch (const std::exception& e) {
+    if (error) *error = QString::fromUtf8(e.what());
+  }
+  return false;
+}
+
+void SetupWizard::setAnswer(const QString& id, const QString& value) {
+  const auto it = m_widgets.find(id.toStdString());
+  if (it == m_widgets.end()) return;
+  setWidgetValue(it->second, value);  // emits the widget's change signal like a user edit
+  if (widgetValue(it->second) != value) answerChanged(id.toStdString(), value);
+}
+
+QString SetupWizard::answer(const QString& id) const {
+  const auto it = m_answers.find(id.toStdString());
+  return it == m_answers.end() ? QString() : qs(it->second);
+}
+
+QWidget* SetupWizard::questionWidget(const QString& id) const {
+  const auto it = m_widgets.find(id.toStdString());
+  return it == m_widgets.end() ? nullptr : it->second;
+}
+
+bool SetupWizard::isAsked(const QString& id) const {
+  return config::is_asked(config::setup_question(id.toStdString()), m_answers);
+}
+
+QStringList SetupWizard::problemsOnPage(const QString& pageId) const {
+  QStringList out;
+  for (const auto& q : config::setup_questions()) {
+    if (q.page != pageId.toStdString() || !config::is_asked(q, m_answers)) continue;
+    const auto it = m_problems.find(q.id);
+    if (it == m_problems.end()) continue;
+    for (const auto& p : it->second)
+      if (!out.contains(p)) out << p;
+  }
+  return out;
+}
+
+QString SetupWizard::currentPageId() const {
+  for (const auto& [id, page] : m_pages)
+    if (page == currentPage()) return qs(id);
+  return QStringLiteral("summary");
+}
+
+QString SetupWizard::yamlText() const { return m_yaml->toPlainText(); }
+
+bool SetupWizard::saveTo(const QString& path, bool launchFiles, QString* error) {
+  if (!m_result) {
+    if (error) *error = tr("The answers have problems: %1").arg(m_summaryProblems->text());
+    return false;
+  }
+  try {
+    config::save_config(m_result->config, path.toStdString());
+    if (launchFiles) {
+      const QFileInfo info(path);
+      const QString stem = info.dir().filePath(info.completeBaseName());
+      config::write_launch_files(m_result->config, (stem + QStringLiteral(".accelerate.yaml")).toStdString(),
+                                 (stem + QStringLiteral(".deepspeed.json")).toStdString());
+    }
+  } catch (const std::exception& e) {
+    if (error) *error = QString::fromUtf8(e.what());
+    return false;
+  }
+  m_saved = true;
+  emit configSaved(path);
+  return true;
+}
+
+void SetupWizard::openExisting() {
+  const QString path = QFileDialog::getOpenFileName(this, tr("Open a config"), QString(),
+                                                    tr("Configs (*.yaml *.yml *.json);;All files (*)"));
+  if (path.isEmpty()) return;
+  QString error;
+  if (!loadConfig(path, &error)) QMessageBox::warning(this, tr("Cannot open %1").arg(QFileInfo(path).fileName()), error);
+}
+
+void SetupWizard::saveInteractively() {
+  const QString path = QFileDialog::getSaveFileName(this, tr("Save trainer config"), QStringLiteral("train.yaml"),
+                                                    tr("Trainer configs (*.yaml *.yml)"));
+  if (path.isEmpty()) return;
+  auto* launch = findChild<QCheckBox*>(QStringLiteral("launchFiles"));
+  QString error;
+  if (!saveTo(path, launch && launch->isChecked(), &error)) QMessageBox::warning(this, tr("Not saved"), error);
+}
+
+}  // namespace zs::ui

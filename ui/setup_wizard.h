@@ -1,0 +1,99 @@
+#pragma once
+// The setup wizard: accelerate config's questions in its order, then the training questions
+// (the engine's setup_questions list, shared with `zerostudio config init`), a memory panel
+// beside every page, inline problems from the engine's own validation (Next stays disabled
+// while a page has one), and a last page that shows and saves the trainer YAML, optionally
+// with accelerate YAML and DeepSpeed JSON next to it.
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include <QString>
+#include <QStringList>
+#include <QWizard>
+
+#include "config/setup_questions.h"
+#include "estimate/model_shape.h"
+
+class QLabel;
+class QListWidget;
+class QPlainTextEdit;
+
+namespace zs::ui {
+
+class MemoryPanel;
+class QuestionPage;
+
+class SetupWizard : public QWizard {
+  Q_OBJECT
+
+ public:
+  /// Starts from the built-in quickstart.
+  explicit SetupWizard(QWidget* parent = nullptr);
+  ~SetupWizard() override;
+
+  /// Fills the answers from a trainer YAML, an accelerate YAML or a DeepSpeed JSON. On a file
+  /// that cannot be read, returns false and leaves the answers as they were (`error` says why).
+  bool loadConfig(const QString& path, QString* error = nullptr);
+
+  /// Sets one answer as the user would (the widget changes, then everything is recomputed).
+  void setAnswer(const QString& id, const QString& value);
+  QString answer(const QString& id) const;
+  /// The widget that asks question `id` (a QComboBox, QLineEdit, QCheckBox, QPlainTextEdit).
+  QWidget* questionWidget(const QString& id) const;
+  /// Whether the question is asked with the current answers (its row is shown).
+  bool isAsked(const QString& id) const;
+  /// The problems shown on page `pageId` (empty: none).
+  QStringList problemsOnPage(const QString& pageId) const;
+  /// Page id of the current page ("summary" for the last one).
+  QString currentPageId() const;
+
+  /// The config the answers make, when they have no problem.
+  const std::optional<config::LoadedConfig>& result() const { return m_result; }
+  /// The trainer YAML shown on the last page.
+  QString yamlText() const;
+  /// Writes the YAML (and, with `launchFiles`, STEM.accelerate.yaml and STEM.deepspeed.json
+  /// beside it). False with `error` set when the answers have problems or a file cannot be written.
+  bool saveTo(const QString& path, bool launchFiles, QString* error = nullptr);
+
+  MemoryPanel* memoryPanel() const { return m_memory; }
+
+ signals:
+  void configSaved(const QString& path);
+
+ private:
+  friend class QuestionPage;
+  void buildPages();
+  void answerChanged(const std::string& id, const QString& value);
+  void showAnswers();  // answers -> widgets (signals blocked)
+  void refresh();      // validation, visibility, problems, model/dataset info, memory panel
+  void updateModelInfo();
+  void updateDatasetInfo();
+  void updateMemory();
+  void applySuggestion(int stage, const QString& offloadOptimizer, const QString& offloadParam);
+  void openExisting();
+  void saveInteractively();
+
+  config::SetupAnswers m_answers;
+  std::string m_base;  ///< YAML the answers are applied on
+  std::optional<config::LoadedConfig> m_result;
+  std::map<std::string, QStringList> m_problems;  ///< by question id
+  QStringList m_unplaced;                          ///< problems no question owns
+  std::map<std::string, QWidget*> m_widgets;       ///< by question id: the input
+  std::map<std::string, QWidget*> m_rows;          ///< by question id: the form row's field
+  std::map<std::string, QWidget*> m_helpRows;      ///< by question id: its help line
+  std::map<std::string, QuestionPage*> m_pages;    ///< by page id
+  std::map<std::string, estimate::ModelShape> m_shapes;  ///< model shapes by preset or folder
+  MemoryPanel* m_memory = nullptr;
+  QLabel* m_modelInfo = nullptr;
+  QLabel* m_datasetInfo = nullptr;
+  QListWidget* m_thumbnails = nullptr;
+  QString m_datasetShown;
+  QPlainTextEdit* m_yaml = nullptr;
+  QLabel* m_summaryProblems = nullptr;
+  bool m_updating = false;
+  bool m_saved = false;
+};
+
+}  // namespace zs::ui
