@@ -61,6 +61,12 @@ class QuestionPage : public QWizardPage {
     m_problems->setVisible(!problems.isEmpty());
     emit completeChanged();
   }
+  /// Registers the question's input as a QWizard field named after the question (setField and
+  /// field() then work on it: text, checked, currentIndex or plainText).
+  void addField(const QString& name, QWidget* input) {
+    if (qobject_cast<QPlainTextEdit*>(input)) registerField(name, input, "plainText", SIGNAL(textChanged()));
+    else registerField(name, input);
+  }
   QFormLayout* form() const { return m_form; }
   QVBoxLayout* extra() const { return m_extra; }
   const std::string& id() const { return m_id; }
@@ -186,6 +192,7 @@ void SetupWizard::buildPages() {
         }
       }
       input->setObjectName(qs(q.id));
+      page->addField(qs(q.id), input);
       if (!q.help.empty()) input->setToolTip(qs(q.help));
       auto* label = new QLabel(qs(q.prompt), page);
       label->setWordWrap(true);

@@ -67,8 +67,8 @@ std::vector<SetupQuestion> make_questions() {
        "and offloads them to CPU memory or NVMe.",
        {"zero.stage"}},
       {"deepspeed_config_file", "deepspeed", "Do you want to specify a json file to a DeepSpeed config? (path, or empty)",
-       Kind::file, {}, "An existing DeepSpeed JSON is imported; its settings replace the ZeRO questions below.", {},
-       deepspeed},
+       Kind::file, {}, "An existing DeepSpeed JSON is imported; its settings replace the ZeRO questions below.",
+       {"deepspeed_config_file"}, deepspeed},
       {"zero_stage", "deepspeed", "What should be your DeepSpeed's ZeRO optimization stage?", Kind::choice,
        {{"0", "0"}, {"1", "1"}, {"2", "2"}, {"3", "3"}},
        "0: replicate everything; 1: shard optimizer states; 2: also gradients; 3: also parameters. "
@@ -319,12 +319,22 @@ SetupResult apply_answers(const SetupAnswers& answers, const std::string& base_y
                                              settings_from_answers(answers));
     const std::string ds = deepspeed(answers) ? get(answers, "deepspeed_config_file") : "";
     if (!ds.empty()) {
-      ImportRequest request;
-      request.deepspeed_json = ds;
-      request.base = loaded;
-      ImportResult imported = import_configs(request);
-      loaded = std::move(imported.loaded);
-      r.warnings = std::move(imported.warnings);
+      // Whatever goes wrong in the DeepSpeed file belongs to the question that named it.
+      auto blame = [&](std::string message) { r.problems.push_back({{}, "deepspeed_config_file", std::move(message)}); };
+      try {
+        ImportRequest request;
+        request.deepspeed_json = ds;
+        request.base = loaded;
+        ImportResult imported = import_configs(request);
+        loaded = std::move(imported.loaded);
+        r.warnings = std::move(imported.warnings);
+      } catch (const ConfigError& e) {
+        for (const auto& p : e.problems()) blame(p.to_string());
+        return r;
+      } catch (const std::exception& e) {
+        blame(e.what());
+        return r;
+      }
     }
     r.warnings.insert(r.warnings.end(), loaded.warnings.begin(), loaded.warnings.end());
     r.loaded = std::move(loaded);  // the loader validated it (every rule, one source of truth)

@@ -215,7 +215,38 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
     e.suggestion = lowest_fitting(model, o);
   }
   if (o.cpu_memory > 0) e.cpu_fits = e.cpu.total() * std::max(o.processes_per_machine, 1) <= o.cpu_memory;
+  e.deepspeed = deepspeed_estimator(model, o);
   return e;
+}
+
+DeepSpeedFigures deepspeed_estimator(const ModelShape& model, const EstimateOptions& o) {
+  DeepSpeedFigures d;
+  const double psi = static_cast<double>(model.trainable_parameters()), abf = 1.5;
+  const double gpus = std::max(o.world_size, 1), per_node = std::max(o.processes_per_machine, 1);
+  const double nodes = std::max(1.0, gpus / per_node);
+  if (o.stage == 2) {
+    d.available = true;
+    if (o.offload_optimizer != Offload::none) {
+      d.gpu = static_cast<int64_t>(2 * psi);
+      d.cpu = static_cast<int64_t>(psi * std::max(4 * per_node, 16.0) * abf);
+    } else {
+      d.gpu = static_cast<int64_t>(2 * psi + 18 * psi / gpus);
+      d.cpu = static_cast<int64_t>(4 * psi * per_node * abf);
+    }
+  } else if (o.stage == 3) {
+    d.available = true;
+    const double largest_layer = 4.0 * static_cast<double>(model.largest_module());
+    if (o.offload_optimizer != Offload::none && o.offload_param != Offload::none) {
+      d.gpu = static_cast<int64_t>(largest_layer);
+      d.cpu = static_cast<int64_t>(18 * psi / nodes * abf);
+    } else if (o.offload_optimizer != Offload::none) {
+      d.gpu = static_cast<int64_t>(largest_layer + 2 * psi / gpus);
+      d.cpu = static_cast<int64_t>(16 * psi / nodes * abf);
+    } else {
+      d.gpu = static_cast<int64_t>(largest_layer + 18 * psi / gpus);
+    }
+  }
+  return d;
 }
 
 Suggestion lowest_fitting(const ModelShape& model, EstimateOptions o) {
@@ -353,6 +384,9 @@ nlohmann::json to_json(const MemoryEstimate& e) {
                        {"offload_param", offload_name(e.suggestion.offload_param)}};
   else
     j["suggestion"] = nullptr;
+  if (e.deepspeed.available)
+    j["deepspeed_estimator"] = {{"gpu", e.deepspeed.gpu},
+                                {"cpu_per_machine", e.deepspeed.cpu >= 0 ? nlohmann::json(e.deepspeed.cpu) : nlohmann::json()}};
   return j;
 }
 
@@ -381,6 +415,11 @@ std::string to_table(const MemoryEstimate& e, const ModelShape& model) {
     out << line;
   }
   if (e.nvme > 0) out << "  nvme files         " << format_bytes(e.nvme) << "\n";
+  if (e.deepspeed.available) {
+    out << "\nDeepSpeed's estimator for this setup (model states only): GPU " << format_bytes(e.deepspeed.gpu);
+    if (e.deepspeed.cpu >= 0) out << ", CPU " << format_bytes(e.deepspeed.cpu) << " per machine";
+    out << "\n";
+  }
   if (o.gpu_memory > 0) {
     out << "\nDevice memory " << format_bytes(o.gpu_memory) << ": " << (e.fits ? "fits" : "does NOT fit") << "\n";
     if (e.suggestion.found)

@@ -62,6 +62,14 @@ struct Suggestion {
   Offload offload_param = Offload::none;
 };
 
+/// DeepSpeed's own estimators (estimate_zero2/zero3_model_states_mem_needs) for the same setup,
+/// for comparison: model states only, GPU per process, CPU per machine, 1.5 buffer factor.
+struct DeepSpeedFigures {
+  bool available = false;  ///< DeepSpeed has estimators for stages 2 and 3 only
+  std::int64_t gpu = 0;
+  std::int64_t cpu = -1;   ///< -1: DeepSpeed gives no CPU figure for this case
+};
+
 struct MemoryEstimate {
   std::int64_t parameters = 0;  ///< Ψ: trainable parameters
   EstimateOptions options;
@@ -71,7 +79,11 @@ struct MemoryEstimate {
   bool fits = true;             ///< gpu.total() <= gpu_memory (when known)
   bool cpu_fits = true;         ///< cpu bytes of every rank on the machine <= cpu_memory (when known)
   Suggestion suggestion;        ///< lowest stage/offload that fits gpu_memory
+  DeepSpeedFigures deepspeed;   ///< what DeepSpeed's estimator says for this setup
 };
+
+/// DeepSpeed's estimator figures for `model` under `options` (see DeepSpeedFigures).
+DeepSpeedFigures deepspeed_estimator(const ModelShape& model, const EstimateOptions& options);
 
 /// The estimate for `model` under `options` (suggestion included when gpu_memory is set).
 MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& options);

@@ -1,5 +1,6 @@
 #include "estimate/model_shape.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "config/trainer_config.h"
@@ -30,6 +31,12 @@ int64_t transformer_params(int64_t c, int64_t depth, int64_t cross) {
 
 }  // namespace
 
+int64_t ModelShape::largest_module() const {
+  int64_t n = 0;
+  for (const auto& u : units) n = std::max(n, u.largest_module);
+  return n;
+}
+
 int64_t ModelShape::trainable_parameters() const {
   int64_t n = 0;
   for (const auto& u : units) n += u.parameters;
@@ -47,26 +54,31 @@ ModelShape unet_shape(const models::UNetConfig& c) {
   UnitShape io{"io", UnitKind::io};
   io.parameters = conv_params(c.in_channels, c0, 3) + linear_params(c0, temb) + linear_params(temb, temb) + 2 * c0 +
                   conv_params(c0, c.out_channels, 3);
-  if (c.addition_embed_type == "text_time")
+  io.largest_module = linear_params(temb, temb);
+  if (c.addition_embed_type == "text_time") {
     io.parameters += linear_params(c.projection_class_embeddings_input_dim, temb) + linear_params(temb, temb);
+    io.largest_module = std::max(io.largest_module, linear_params(c.projection_class_embeddings_input_dim, temb));
+  }
   io.in_channels = c.in_channels;
   io.out_channels = c0;
   m.units.push_back(io);
   auto resnet = [&](std::string name, int64_t in, int64_t out, int level, bool concat) {
-    UnitShape u{std::move(name), UnitKind::resnet, resnet_params(in, out, temb), in, out, level};
+    UnitShape u{std::move(name), UnitKind::resnet, resnet_params(in, out, temb), 0, in, out, level};
+    u.largest_module = std::max(conv_params(in, out, 3), conv_params(out, out, 3));
     u.concat_input = concat;
     m.units.push_back(u);
   };
   auto transformer = [&](std::string name, int64_t ch, std::size_t block, int level) {
     const int64_t depth = c.transformer_layers_per_block[block];
-    UnitShape u{std::move(name), UnitKind::transformer, transformer_params(ch, depth, c.cross_attention_dim), ch, ch, level};
+    UnitShape u{std::move(name), UnitKind::transformer, transformer_params(ch, depth, c.cross_attention_dim), 0, ch, ch, level};
+    u.largest_module = std::max({linear_params(ch, 8 * ch), linear_params(4 * ch, ch), c.cross_attention_dim * ch});
     u.heads = c.num_attention_heads[block];
     u.depth = depth;
     m.units.push_back(u);
   };
   auto sampler = [&](std::string name, int64_t ch, int level, bool down) {
-    m.units.push_back({std::move(name), down ? UnitKind::downsampler : UnitKind::upsampler, conv_params(ch, ch, 3), ch, ch,
-                       level});
+    m.units.push_back({std::move(name), down ? UnitKind::downsampler : UnitKind::upsampler, conv_params(ch, ch, 3),
+                       conv_params(ch, ch, 3), ch, ch, level});
   };
   int64_t out_ch = c0;
   for (std::size_t i = 0; i < n; ++i) {
@@ -164,7 +176,10 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
   m.name = "tiny";
   m.latent_factor = 1;
   UnitShape text{"text_encoder", UnitKind::text_encoder};
-  for (const auto& p : tiny.text_encoder->parameters()) text.parameters += p.numel();
+  for (const auto& p : tiny.text_encoder->parameters()) {
+    text.parameters += p.numel();
+    text.largest_module = std::max<int64_t>(text.largest_module, p.numel());
+  }
   const auto& tc = tiny.text_encoder->config();
   text.in_channels = text.out_channels = tc.hidden_size;
   text.heads = tc.num_attention_heads;

@@ -22,6 +22,7 @@ struct UnitShape {
   std::string name;                  ///< the unit's name in the optimizer ("io", "down_blocks.0.resnets.0", …)
   UnitKind kind = UnitKind::io;
   std::int64_t parameters = 0;       ///< elements
+  std::int64_t largest_module = 0;   ///< parameters of its largest single layer (DeepSpeed's "largest layer")
   std::int64_t in_channels = 0;      ///< channels entering the unit (resnets: after the skip concat)
   std::int64_t out_channels = 0;
   int level = 0;                     ///< spatial size is the sample's divided by 2^level (at the input)
@@ -42,6 +43,8 @@ struct ModelShape {
   std::int64_t time_embed_dim = 1280;
   std::int64_t frozen_parameters = 0;  ///< VAE and frozen text encoders (not trained, not sharded)
   std::int64_t trainable_parameters() const;
+  /// Parameters of the largest single layer of any unit (a 2560->1280 3x3 conv in SD 1.5 and SDXL).
+  std::int64_t largest_module() const;
 };
 
 /// The UNet's units, in the order UNet2DConditionModel::units() gives them, with parameter

@@ -80,8 +80,9 @@ class TestSetupWizard : public QObject {
     auto* batch = qobject_cast<QLineEdit*>(w.questionWidget("batch_size"));
     batch->selectAll();
     QTest::keyClicks(batch, "4");
-    w.setAnswer("max_steps", "50");
-    w.setAnswer("ema", "yes");
+    w.setField("max_steps", "50");  // QWizard fields are the questions' inputs
+    w.setField("ema", true);
+    QCOMPARE(w.answer("max_steps"), QString("50"));
     QVERIFY(goTo(w, "sampling"));
     w.setAnswer("sampling_prompts", "a red circle on a black background\na blue square on a white background\n");
     QVERIFY(goTo(w, "output"));
@@ -132,7 +133,8 @@ class TestSetupWizard : public QObject {
     QVERIFY(QTest::qWaitForWindowExposed(&w));
     QVERIFY(goTo(w, "deepspeed"));
     w.setAnswer("use_deepspeed", "yes");
-    w.setAnswer("zero_stage", "3");
+    w.setField("zero_stage", 3);  // the combo's index
+    QCOMPARE(w.answer("zero_stage"), QString("3"));
     w.setAnswer("offload_optimizer", "nvme");
     QVERIFY(w.isAsked("offload_optimizer_nvme_path"));
     w.setAnswer("offload_optimizer_nvme_path", "/proc");  // even root cannot create files there
@@ -175,6 +177,23 @@ class TestSetupWizard : public QObject {
     w.setAnswer("use_deepspeed", "no");
     QVERIFY(!w.questionWidget("zero_stage")->isVisible());
     QVERIFY(!param->isVisible());
+  }
+
+  // An existing DeepSpeed JSON replaces the ZeRO questions and is imported.
+  void deepspeedFileIsImported() {
+    SetupWizard w;
+    w.show();
+    QVERIFY(goTo(w, "deepspeed"));
+    w.setAnswer("use_deepspeed", "yes");
+    w.setAnswer("deepspeed_config_file", zs::test::testDataDir() + "/seeds/zero2_offload.json");
+    QVERIFY(!w.questionWidget("zero_stage")->isVisible());
+    QVERIFY(!w.questionWidget("offload_optimizer")->isVisible());
+    QVERIFY(w.result().has_value());
+    QCOMPARE(w.result()->config.zero.stage, std::int64_t{2});
+    QCOMPARE(w.result()->config.zero.offload_optimizer.device, std::string("cpu"));
+    w.setAnswer("deepspeed_config_file", zs::test::testDataDir() + "/seeds/missing.json");
+    QVERIFY(!nextEnabled(w));
+    QVERIFY(!w.problemsOnPage("deepspeed").isEmpty());
   }
 
   // The seed configs (accelerate YAML, DeepSpeed JSON) fill the answers they hold.
