@@ -24,6 +24,7 @@
 #include "dist/communicator.h"
 #include "io/safetensors.h"
 #include "models/diffusion_model.h"
+#include "train/control_file.h"
 #include "train/events.h"
 #include "train/image_logger.h"
 #include "train/lr_schedule.h"
@@ -352,25 +353,44 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     double interval_loss = 0, interval_norm = 0;
     std::int64_t interval_steps = 0, interval_good_steps = 0;  // steps, and those not skipped by an overflow
     const std::int64_t accum = cfg.training.gradient_accumulation_steps;
+    // Rank 0 follows the run directory's control.json (the GUI's Pause/Stop/Sample/Save).
+    std::unique_ptr<ControlFilePoller> control;
+    if (main_rank) control = std::make_unique<ControlFilePoller>(s.run_dir);
+    bool was_paused = false;
     while (s.step < cfg.training.max_steps) {
-      while (commands.paused() && !commands.stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      // Requests are agreed between ranks, so all stop, sample or save at the same step.
-      bool stop = commands.stop_requested(), want_sample = commands.take_sample_request(),
+      if (control) control->poll(commands);
+      // Requests are agreed between ranks, so all stop, pause, sample or save at the same step.
+      bool stop = commands.stop_requested(), paused = commands.paused(), want_sample = commands.take_sample_request(),
            want_save = commands.take_save_request();
       const double minutes = cfg.checkpointing.every_n_minutes;
       bool timed = minutes > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save).count() >=
                                       minutes * 60;
       if (s.world > 1) {
-        at::Tensor flags = at::tensor(std::vector<float>{float(stop), float(want_sample), float(want_save), float(timed)});
+        at::Tensor flags = at::tensor(
+            std::vector<float>{float(stop), float(want_sample), float(want_save), float(timed), float(paused)});
         s.comm->all_reduce(flags);
         stop = flags[0].item<float>() > 0;
         want_sample = flags[1].item<float>() > 0;
         want_save = flags[2].item<float>() > 0;
         timed = flags[3].item<float>() > 0;
+        paused = flags[4].item<float>() > 0;
       }
       if (stop) {
         reason = "stopped";
         break;
+      }
+      if (paused != was_paused) {
+        was_paused = paused;
+        if (main_rank) s.emit(paused ? "paused" : "resumed", json::object());
+      }
+      if (paused) {
+        // Every rank waits here and meets the others at the next agreement (one small
+        // all-reduce per wait, far inside the collective timeout); sample and save still work.
+        if (want_sample) sample();
+        if (want_save) save("requested");
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        interval_start = std::chrono::steady_clock::now();
+        continue;
       }
       const auto step_start = std::chrono::steady_clock::now();
       const double lr = s.lr->lr(s.step);

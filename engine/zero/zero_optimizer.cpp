@@ -424,6 +424,13 @@ std::int64_t ZeroOptimizer::persistent_numel() const {
   return n;
 }
 
+std::int64_t ZeroOptimizer::whole_gradient_numel() const {
+  std::int64_t n = 0;
+  for (const auto& u : units_)
+    if (!u->hook_grads) n += u->padded;
+  return n;
+}
+
 std::int64_t ZeroOptimizer::numel() const {
   std::int64_t n = 0;
   for (const auto& u : units_) n += u->numel;

@@ -127,6 +127,9 @@ class ZeroOptimizer final : public train::Optimizer {
   std::size_t sharded_units() const;
   /// Padded elements of the units kept whole (all of them below stage 3).
   std::int64_t persistent_numel() const;
+  /// Padded elements of the units whose full gradient buffer stays (stages 0-1: all; 2-3: the
+  /// persistent ones, e.g. io, which runs at both ends of the forward).
+  std::int64_t whole_gradient_numel() const;
 
   // Used by the stage-3 hooks and their autograd nodes.
   void gather(std::size_t unit);

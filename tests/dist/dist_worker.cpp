@@ -244,6 +244,7 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, con
               static_cast<long long>(off.gradients), static_cast<long long>(off.optimizer_states),
               static_cast<long long>(off.nvme_bytes));
   std::printf("ema_bytes %lld\n", static_cast<long long>(opt.ema_bytes()));
+  std::printf("whole_grads %lld\n", static_cast<long long>(opt.whole_gradient_numel()));
   std::printf("state %lld %lld %lld psi %lld padded %lld units %zu persistent %lld worst %.3g %s\n",
               static_cast<long long>(b.parameters), static_cast<long long>(b.gradients),
               static_cast<long long>(b.optimizer_states), static_cast<long long>(opt.numel()),

@@ -1,0 +1,50 @@
+#pragma once
+// Checkpoint browser: the run's checkpoints (step, time, loss, size, stage and ranks, a
+// thumbnail of the nearest samples) read from the run directory; resume from one, export it
+// (format, dtype, EMA, with a progress bar), verify its files, delete it (after confirmation) or
+// open its folder.
+
+#include <QString>
+#include <QStringList>
+#include <QWidget>
+
+class QTableWidget;
+class QPushButton;
+
+namespace zs::ui {
+
+class RunController;
+
+class CheckpointBrowser : public QWidget {
+  Q_OBJECT
+
+ public:
+  explicit CheckpointBrowser(QWidget* parent = nullptr);
+  void setController(RunController* controller);
+
+  /// Re-reads <run>/checkpoints.
+  void refresh();
+  int rowCount() const;
+  QString checkpointPath(int row) const;
+  QTableWidget* table() const { return m_table; }
+  /// Problems of the checkpoint's files (empty: intact); also shown in a message box unless `quiet`.
+  QStringList verify(int row, bool quiet = false);
+  /// Deletes the checkpoint folder; asks first unless `confirmed`.
+  bool remove(int row, bool confirmed = false);
+  /// Exports row's checkpoint ("diffusers", "single-file", "safetensors"; dtype "fp32"/"fp16"/"bf16")
+  /// on a worker thread with a progress dialog; with `wait`, returns when done. Error text on failure.
+  QString exportCheckpoint(int row, const QString& format, const QString& dtype, bool ema, const QString& out, bool wait);
+
+ signals:
+  /// "Resume from" on a checkpoint folder.
+  void resumeRequested(const QString& checkpointPath);
+
+ private:
+  void exportSelected();
+  int selectedRow() const;
+  RunController* m_controller = nullptr;
+  QTableWidget* m_table = nullptr;
+  QStringList m_paths;
+};
+
+}  // namespace zs::ui

@@ -1,0 +1,404 @@
+// Engine headers first (LibTorch's before Qt's macros).
+#include "config/config_loader.h"
+#include "train/commands.h"
+#include "train/control_file.h"
+#include "train/file_follower.h"
+#include "train/trainer.h"
+
+#include "run_controller.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include <QCoreApplication>
+#include <QDir>
+#include <QFileInfo>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QThread>
+#include <QTimer>
+
+namespace zs::ui {
+
+QString runStateName(RunState s) {
+  switch (s) {
+    case RunState::idle: return QObject::tr("idle");
+    case RunState::starting: return QObject::tr("starting");
+    case RunState::running: return QObject::tr("running");
+    case RunState::paused: return QObject::tr("paused");
+    case RunState::finished: return QObject::tr("finished");
+    case RunState::failed: return QObject::tr("failed");
+  }
+  return {};
+}
+
+/// The in-process trainer: its thread, the commands it polls, and how it ended.
+struct RunController::Worker {
+  QThread* thread = nullptr;
+  train::TrainerCommands commands;
+  std::mutex mutex;
+  QString error;
+};
+
+struct RunController::Followers {
+  std::unique_ptr<train::FileFollower> events;
+  std::map<int, std::unique_ptr<train::FileFollower>> logs;  // by rank
+};
+
+namespace {
+
+void changeControl(const QString& runDir, const std::function<void(train::ControlState&)>& change) {
+  if (runDir.isEmpty()) return;
+  train::ControlState s = train::read_control_file(runDir.toStdString());
+  change(s);
+  try {
+    train::write_control_file(runDir.toStdString(), s);
+  } catch (const std::exception&) {
+    // The run may be gone or read-only (a finished run on a shared disk): nothing to command.
+  }
+}
+
+double number(const QJsonObject& o, const char* key) { return o.value(QLatin1String(key)).toDouble(std::nan("")); }
+
+}  // namespace
+
+RunController::RunController(QObject* parent) : QObject(parent), m_follow(std::make_unique<Followers>()) {
+  m_executable = QCoreApplication::applicationFilePath();
+  m_timer = new QTimer(this);
+  m_timer->setInterval(200);
+  connect(m_timer, &QTimer::timeout, this, &RunController::poll);
+}
+
+RunController::~RunController() {
+  if (m_worker && m_worker->thread) {
+    m_worker->commands.request_stop();
+    m_worker->commands.set_paused(false);
+    m_worker->thread->wait();
+  }
+  if (m_process && m_process->state() != QProcess::NotRunning) {
+    changeControl(m_runDir, [](train::ControlState& s) { s.stop = true; });
+    if (!m_process->waitForFinished(60000)) m_process->kill();
+  }
+}
+
+bool RunController::ownsRun() const {
+  return isActive() && ((m_worker && m_worker->thread && m_worker->thread->isRunning()) ||
+                        (m_process && m_process->state() != QProcess::NotRunning));
+}
+
+void RunController::reset() {
+  m_timer->stop();
+  m_follow = std::make_unique<Followers>();
+  m_metrics.clear();
+  m_samples.clear();
+  m_logs.clear();
+  m_lastEvents.clear();
+  m_error.clear();
+  m_step = m_maxSteps = 0;
+  m_worldSize = 1;
+  m_smoothed = 0;
+}
+
+void RunController::open(const QString& runDir) {
+  reset();
+  m_runDir = QDir(runDir).absolutePath();
+  m_follow->events = std::make_unique<train::FileFollower>((m_runDir + QStringLiteral("/events.jsonl")).toStdString());
+  emit runOpened(m_runDir);
+  emit metricsAdded(0);
+  emit samplesAdded();
+  emit checkpointsChanged();
+  emit logsAdded(0);
+  m_timer->start();
+}
+
+bool RunController::attach(const QString& runDir, QString* error) {
+  if (ownsRun()) {
+    if (error) *error = tr("A run is still going; stop it first.");
+    return false;
+  }
+  if (!QFileInfo::exists(runDir + QStringLiteral("/events.jsonl")) && !QFileInfo::exists(runDir + QStringLiteral("/config.yaml"))) {
+    if (error) *error = tr("%1 is not a run folder (no events.jsonl)").arg(runDir);
+    return false;
+  }
+  open(runDir);
+  setState(RunState::idle);
+  poll();
+  while (m_follow->events && m_follow->events->more()) poll();
+  return true;
+}
+
+bool RunController::startInProcess(const QString& configPath, const QString& runDir, const QString& resume,
+                                   QString* error) {
+  if (ownsRun()) {
+    if (error) *error = tr("A run is still going; stop it first.");
+    return false;
+  }
+  config::TrainerConfig cfg;
+  std::vector<std::string> sets;
+  for (const auto& s : m_overrides) sets.push_back(s.toStdString());
+  train::TrainerOptions opts;
+  try {
+    cfg = config::load_config_file(configPath.toStdString(), sets).config;
+    opts.name_hint = QFileInfo(configPath).completeBaseName().toStdString();
+    opts.resume = resume.toStdString();
+    opts.run_dir = runDir.toStdString();
+    if (opts.run_dir.empty()) opts.run_dir = train::Trainer(cfg, opts).run_dir();
+  } catch (const config::ConfigError& e) {
+    if (error) {
+      QStringList lines;
+      for (const auto& p : e.problems()) lines << QString::fromStdString(p.to_string());
+      *error = lines.join(QLatin1Char('\n'));
+    }
+    return false;
+  } catch (const std::exception& e) {
+    if (error) *error = QString::fromUtf8(e.what());
+    return false;
+  }
+  QDir().mkpath(QString::fromStdString(opts.run_dir));
+  open(QString::fromStdString(opts.run_dir));
+  setState(RunState::starting);
+  m_worker = std::make_unique<Worker>();
+  Worker* w = m_worker.get();
+  w->thread = QThread::create([w, cfg = std::move(cfg), opts = std::move(opts)]() mutable {
+    try {
+      train::Trainer trainer(std::move(cfg), std::move(opts));
+      trainer.run(w->commands);
+    } catch (const std::exception& e) {
+      // The trainer wrote an error event when it got that far; keep the message either way.
+      std::lock_guard<std::mutex> lock(w->mutex);
+      w->error = QString::fromUtf8(e.what());
+    }
+  });
+  connect(w->thread, &QThread::finished, this, [this, w] {
+    poll();
+    QString message;
+    {
+      std::lock_guard<std::mutex> lock(w->mutex);
+      message = w->error;
+    }
+    if (isActive()) {
+      if (!message.isEmpty()) fail(message);
+      else setState(RunState::finished);
+    }
+    w->thread->deleteLater();
+    w->thread = nullptr;
+  });
+  w->thread->start();
+  return true;
+}
+
+bool RunController::startProcesses(const QString& configPath, int processes, const QString& runDir, QString* error) {
+  if (ownsRun()) {
+    if (error) *error = tr("A run is still going; stop it first.");
+    return false;
+  }
+  QString dir = runDir;
+  std::vector<std::string> sets;
+  for (const auto& s : m_overrides) sets.push_back(s.toStdString());
+  try {
+    const auto cfg = config::load_config_file(configPath.toStdString(), sets).config;
+    if (dir.isEmpty())
+      dir = QString::fromStdString(train::default_run_dir(cfg, QFileInfo(configPath).completeBaseName().toStdString()));
+  } catch (const config::ConfigError& e) {
+    if (error) {
+      QStringList lines;
+      for (const auto& p : e.problems()) lines << QString::fromStdString(p.to_string());
+      *error = lines.join(QLatin1Char('\n'));
+    }
+    return false;
+  }
+  QDir().mkpath(dir);
+  open(dir);
+  setState(RunState::starting);
+  delete m_process;
+  m_process = new QProcess(this);
+  m_process->setProcessChannelMode(QProcess::MergedChannels);
+  m_processOutput.clear();
+  connect(m_process, &QProcess::readyRead, this, [this] {
+    m_processOutput += QString::fromUtf8(m_process->readAll());
+    if (m_processOutput.size() > 20000) m_processOutput = m_processOutput.right(20000);
+  });
+  connect(m_process, &QProcess::finished, this, [this](int code, QProcess::ExitStatus status) {
+    poll();
+    if (!isActive()) return;
+    if (code == 0 && status == QProcess::NormalExit) setState(RunState::finished);
+    else fail(tr("zerostudio launch ended with exit code %1:\n%2").arg(code).arg(m_processOutput.right(2000)));
+  });
+  QStringList args{QStringLiteral("launch"), QStringLiteral("--num_processes"), QString::number(processes), configPath,
+                   QStringLiteral("--run-dir"), m_runDir};
+  for (const auto& s : m_overrides) args << QStringLiteral("--set") << s;
+  m_process->start(m_executable, args);
+  if (!m_process->waitForStarted(10000)) {
+    fail(tr("cannot start %1: %2").arg(m_executable, m_process->errorString()));
+    if (error) *error = m_error;
+    return false;
+  }
+  return true;
+}
+
+void RunController::setPaused(bool paused) {
+  if (m_worker && m_worker->thread) m_worker->commands.set_paused(paused);
+  changeControl(m_runDir, [paused](train::ControlState& s) { s.pause = paused; });
+}
+
+void RunController::stop() {
+  if (m_worker && m_worker->thread) {
+    m_worker->commands.set_paused(false);
+    m_worker->commands.request_stop();
+  }
+  changeControl(m_runDir, [](train::ControlState& s) {
+    s.stop = true;
+    s.pause = false;
+  });
+}
+
+void RunController::sampleNow() { changeControl(m_runDir, [](train::ControlState& s) { ++s.sample; }); }
+void RunController::saveNow() { changeControl(m_runDir, [](train::ControlState& s) { ++s.save; }); }
+
+void RunController::setState(RunState state) {
+  if (state == m_state) return;
+  m_state = state;
+  emit stateChanged(state);
+}
+
+void RunController::fail(const QString& message) {
+  if (m_error.isEmpty()) m_error = message;
+  setState(RunState::failed);
+}
+
+void RunController::poll() {
+  if (!m_follow->events) return;
+  const int firstMetric = static_cast<int>(m_metrics.size());
+  const std::size_t samplesBefore = m_samples.size();
+  bool checkpoints = false;
+  if (m_follow->events->take_restarted()) {
+    const QString dir = m_runDir;
+    open(dir);
+    return;
+  }
+  for (const auto& raw : m_follow->events->read_lines()) {
+    const QString line = QString::fromStdString(raw);
+    m_lastEvents << line;
+    if (m_lastEvents.size() > 20) m_lastEvents.removeFirst();
+    if (line.contains(QLatin1String("\"type\":\"checkpoint\""))) checkpoints = true;
+    handleEvent(line);
+  }
+  // Rank logs: logs/rank<R>.log, found as they appear.
+  const int firstLog = static_cast<int>(m_logs.size());
+  const QDir logs(m_runDir + QStringLiteral("/logs"));
+  for (const QString& name : logs.entryList({QStringLiteral("rank*.log")}, QDir::Files)) {
+    const int rank = name.mid(4, name.size() - 8).toInt();
+    auto& f = m_follow->logs[rank];
+    if (!f) f = std::make_unique<train::FileFollower>(logs.filePath(name).toStdString());
+    for (const auto& raw : f->read_lines()) {
+      const QString text = QString::fromStdString(raw);
+      m_logs.push_back({rank, text, text.contains(QLatin1String("] error:")) || text.startsWith(QLatin1String("error"))});
+    }
+  }
+  if (static_cast<int>(m_metrics.size()) > firstMetric) emit metricsAdded(firstMetric);
+  if (m_samples.size() != samplesBefore) emit samplesAdded();
+  if (checkpoints) emit checkpointsChanged();
+  if (static_cast<int>(m_logs.size()) > firstLog) emit logsAdded(firstLog);
+}
+
+void RunController::addSampleStep(qint64 step) {
+  SampleStep s;
+  s.step = step;
+  s.dir = m_runDir + QStringLiteral("/samples/step_") + QString::number(step);
+  const QDir dir(s.dir);
+  for (const QString& f : dir.entryList({QStringLiteral("[0-9][0-9][0-9].png")}, QDir::Files, QDir::Name))
+    s.images << dir.filePath(f);
+  QFile prompts(dir.filePath(QStringLiteral("prompts.json")));
+  if (prompts.open(QIODevice::ReadOnly)) {
+    const QJsonDocument doc = QJsonDocument::fromJson(prompts.readAll());
+    const QJsonArray list = doc.isArray() ? doc.array() : doc.object().value(QStringLiteral("prompts")).toArray();
+    for (const auto& p : list) s.prompts << (p.isString() ? p.toString() : p.toObject().value(QStringLiteral("prompt")).toString());
+  }
+  for (auto& existing : m_samples)
+    if (existing.step == step) {
+      existing = s;
+      return;
+    }
+  m_samples.push_back(s);
+}
+
+void RunController::handleEvent(const QString& line) {
+  const QJsonObject e = QJsonDocument::fromJson(line.toUtf8()).object();
+  const QString type = e.value(QStringLiteral("type")).toString();
+  const qint64 step = static_cast<qint64>(e.value(QStringLiteral("step")).toDouble());
+  if (type == QLatin1String("run_start")) {
+    m_maxSteps = static_cast<qint64>(e.value(QStringLiteral("max_steps")).toDouble());
+    m_worldSize = e.value(QStringLiteral("world_size")).toInt(1);
+    m_step = step;
+    m_error.clear();
+    if (m_state == RunState::starting || m_state == RunState::idle || m_state == RunState::finished)
+      setState(ownsRun() || m_state == RunState::starting ? RunState::running : RunState::running);
+  } else if (type == QLatin1String("metrics")) {
+    MetricPoint p;
+    p.step = static_cast<double>(step);
+    p.time = number(e, "time");
+    p.loss = number(e, "loss");
+    m_smoothed = m_metrics.empty() ? p.loss : 0.9 * m_smoothed + 0.1 * p.loss;
+    p.smoothed = m_smoothed;
+    p.lr = number(e, "lr");
+    p.grad_norm = number(e, "grad_norm");
+    p.samples_per_s = number(e, "samples_per_s");
+    p.s_per_step = number(e, "s_per_step");
+    p.epoch = number(e, "epoch");
+    p.has_loss_scale = e.contains(QStringLiteral("loss_scale"));
+    p.loss_scale = p.has_loss_scale ? number(e, "loss_scale") : 0;
+    for (const auto& r : e.value(QStringLiteral("ranks")).toArray()) {
+      const QJsonObject o = r.toObject();
+      p.ranks.push_back({o.value(QStringLiteral("rank")).toInt(), number(o, "rss_bytes"), number(o, "gpu_allocated_bytes"),
+                         number(o, "gpu_reserved_bytes"), number(o, "gpu_peak_bytes")});
+    }
+    m_metrics.push_back(std::move(p));
+    m_step = step;
+    emit progressChanged();
+  } else if (type == QLatin1String("samples")) {
+    addSampleStep(step);
+  } else if (type == QLatin1String("paused")) {
+    setState(RunState::paused);
+  } else if (type == QLatin1String("resumed")) {
+    setState(RunState::running);
+  } else if (type == QLatin1String("error")) {
+    m_error = e.value(QStringLiteral("message")).toString();
+  } else if (type == QLatin1String("run_end")) {
+    m_step = step;
+    if (e.value(QStringLiteral("reason")).toString() == QLatin1String("error")) fail(m_error);
+    else setState(RunState::finished);
+    emit progressChanged();
+  }
+  if (m_state == RunState::starting && type != QLatin1String("log") && !m_metrics.empty()) setState(RunState::running);
+}
+
+QString RunController::progressText() const {
+  if (m_maxSteps <= 0) return runStateName(m_state);
+  QString text = tr("step %1/%2").arg(m_step).arg(m_maxSteps);
+  if (!m_metrics.empty()) {
+    const auto& last = m_metrics.back();
+    text += tr(" · epoch %1 · %2 s/it").arg(last.epoch, 0, 'f', 2).arg(last.s_per_step, 0, 'f', 3);
+    if (isActive() && last.s_per_step > 0) {
+      const qint64 secs = static_cast<qint64>((m_maxSteps - m_step) * last.s_per_step);
+      text += tr(" · ETA %1:%2").arg(secs / 60).arg(secs % 60, 2, 10, QLatin1Char('0'));
+    }
+  }
+  return text;
+}
+
+QStringList RunController::rankStates() const {
+  QStringList out;
+  const QString state = runStateName(m_state);
+  for (int r = 0; r < m_worldSize; ++r) {
+    QString s = state;
+    if (m_state == RunState::failed && m_error.contains(QStringLiteral("rank %1").arg(r))) s = tr("failed (named in the error)");
+    out << tr("rank %1: %2").arg(r).arg(s);
+  }
+  return out;
+}
+
+}  // namespace zs::ui
