@@ -16,7 +16,7 @@
 namespace {
 
 const char* kHelp =
-    "Usage: zerostudio [CONFIG.yaml]            open the GUI (with a trainer config)\n"
+    "Usage: zerostudio [CONFIG.yaml | RUN_DIR]  open the GUI (with a trainer config or a run)\n"
     "       zerostudio COMMAND [OPTIONS]        run a command headless\n"
     "\n"
     "ZeroStudio trains diffusion models (Stable Diffusion 1.x, SDXL and small models of the\n"
@@ -79,6 +79,8 @@ int dispatch(int argc, char** argv) {
     if (!std::filesystem::exists(first)) throw zs::Error(zs::ErrorKind::io, first + ": no such config file");
     return run_gui_or_explain(argc, argv, first);
   }
+  if (args.size() == 1 && std::filesystem::exists(std::filesystem::path(first) / "events.jsonl"))
+    return run_gui_or_explain(argc, argv, first);  // a run folder: the GUI opens it
   throw zs::cli::UsageError("unknown command '" + first + "'");
 }
 

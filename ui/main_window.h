@@ -1,47 +1,104 @@
 #pragma once
-// The main window: opens and checks a trainer config, starts the setup wizard, and shows the
-// (empty) loss chart; run control and the live panels come with the dashboard issue.
+// The main window: a trainer config (open, or made with the setup wizard), run control (Start,
+// Pause, Stop, Sample now, Save now) for one rank in-process or several as child processes, and
+// the live panels of the current run: charts, samples, checkpoints, log. Any run directory can be
+// opened (live, from a terminal, or finished) and looks the same. The status bar shows step,
+// epoch, s/it, ETA and every rank's state; an engine failure shows its error and last events.
+
+#include <functional>
 
 #include <QMainWindow>
 #include <QString>
 
-class QCustomPlot;
+class QAction;
 class QLabel;
+class QMenu;
 class QPlainTextEdit;
+class QTabWidget;
 
 namespace zs::ui {
 
+class CheckpointBrowser;
+class LogView;
+class MetricsPanel;
+class RunController;
+class SampleGallery;
 class SetupWizard;
+enum class RunState;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
 
  public:
   explicit MainWindow(QWidget* parent = nullptr);
+  ~MainWindow() override;
 
   /// Loads and validates a trainer config; shows its resolved YAML or its problems.
   /// Returns true when the config is valid.
   bool openConfig(const QString& path);
-
+  /// Opens a run directory (follows it while it grows). False with a message in the status bar.
+  bool openRun(const QString& runDir);
+  /// Starts the open config: in this process for one rank, through `zerostudio launch` for more.
+  bool startRun();
   /// Opens the setup wizard (filled from the open config, if any); a saved config is opened.
   SetupWizard* newConfig();
 
   /// The text shown for the config (resolved YAML, or the list of problems).
   QString configText() const;
-  /// The status-bar message.
+  /// The status-bar message about the config.
   QString statusText() const;
+  /// The status-bar progress ("step 12/30 · epoch … · ETA …") and rank states.
+  QString progressText() const;
+  /// The error banner's text (empty when hidden).
+  QString errorText() const;
+
+  RunController* controller() const { return m_controller; }
+  MetricsPanel* metricsPanel() const { return m_metrics; }
+  SampleGallery* gallery() const { return m_gallery; }
+  CheckpointBrowser* checkpoints() const { return m_checkpoints; }
+  LogView* logView() const { return m_log; }
+  QTabWidget* tabs() const { return m_tabs; }
+  /// Recent run folders, newest first.
+  QStringList recentRuns() const;
+  /// What closing while a run goes on asks (tests replace the dialog): true = stop, save, close.
+  void setCloseQuestion(std::function<bool()> ask) { m_askClose = std::move(ask); }
 
  signals:
   void configOpened(const QString& path, bool valid);
 
+ protected:
+  void closeEvent(QCloseEvent* event) override;
+
  private:
   void chooseConfig();
+  void chooseRun();
   void showAbout();
+  void updateActions();
+  void updateStatus();
+  void runStateChanged(RunState state);
+  void addRecentRun(const QString& dir);
+  void rebuildRecentMenu();
+  void resumeFrom(const QString& checkpoint);
 
+  RunController* m_controller = nullptr;
+  QTabWidget* m_tabs = nullptr;
+  MetricsPanel* m_metrics = nullptr;
+  SampleGallery* m_gallery = nullptr;
+  CheckpointBrowser* m_checkpoints = nullptr;
+  LogView* m_log = nullptr;
   QPlainTextEdit* m_configView = nullptr;
-  QCustomPlot* m_lossPlot = nullptr;
   QLabel* m_status = nullptr;
+  QLabel* m_progress = nullptr;
+  QLabel* m_error = nullptr;
+  QMenu* m_recent = nullptr;
+  QAction* m_start = nullptr;
+  QAction* m_pause = nullptr;
+  QAction* m_stop = nullptr;
+  QAction* m_sample = nullptr;
+  QAction* m_save = nullptr;
   QString m_configPath;
+  int m_configProcesses = 1;
+  std::function<bool()> m_askClose;
 };
 
 }  // namespace zs::ui

@@ -1,0 +1,133 @@
+// End to end under xvfb-run: the main window starts the quickstart in-process with sampling and
+// checkpoints, the panels fill as it trains; a checkpoint is exported from the browser; two
+// ranks started through `zerostudio launch` obey Pause, Save now, Sample now and Stop through the
+// run directory. Screenshots of the window and every panel go to the build folder.
+#include <QDir>
+#include <QFile>
+#include <QImage>
+#include <QTableWidget>
+#include <QTabWidget>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "checkpoint_browser.h"
+#include "log_view.h"
+#include "main_window.h"
+#include "metrics_panel.h"
+#include "run_controller.h"
+#include "sample_gallery.h"
+#include "test_support.h"
+
+using namespace zs::ui;
+
+namespace {
+
+QStringList smallRun(const QString& root) {
+  return {"data.generate_count=64", "training.batch_size=8", "training.max_steps=30", "sampling.every_n_steps=10",
+          "sampling.ddim_steps=4", "checkpointing.every_n_steps=20", "logging.every_n_steps=2",
+          "logging.runs_root=" + root, "launch.timeout_s=20"};
+}
+
+void grab(QWidget* w, const QString& name) {
+  QDir().mkpath(zs::test::binaryDir() + "/screenshots");
+  const QImage shot = w->grab().toImage();
+  QVERIFY(!shot.isNull());
+  QVERIFY(shot.save(zs::test::binaryDir() + "/screenshots/" + name + ".png"));
+}
+
+}  // namespace
+
+class TestDashboardE2e : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void initTestCase() { QCoreApplication::setOrganizationName("ZeroStudioTests"); }
+
+  void quickstartInProcessFillsEveryPanel() {
+    QTemporaryDir tmp;
+    MainWindow w;
+    w.resize(1280, 820);
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QVERIFY(w.openConfig(zs::test::sourceDir() + "/configs/quickstart.yaml"));
+    w.controller()->setOverrides(smallRun(tmp.path()));
+    QVERIFY(w.startRun());
+    QVERIFY(w.controller()->ownsRun());
+    QTRY_VERIFY_WITH_TIMEOUT(w.controller()->state() == RunState::finished || w.controller()->state() == RunState::failed,
+                             240000);
+    QVERIFY2(w.controller()->state() == RunState::finished, qPrintable(w.controller()->errorMessage()));
+    w.controller()->poll();
+    QCOMPARE(w.metricsPanel()->pointCount("loss"), 15);  // every 2 steps of 30
+    QCOMPARE(w.metricsPanel()->pointCount("lr"), 15);
+    QVERIFY(w.metricsPanel()->pointCount("memory") == 15);
+    QCOMPARE(w.gallery()->stepCount(), 3);  // steps 10, 20, 30
+    QCOMPARE(w.gallery()->imageCount(), 8);
+    QCOMPARE(w.gallery()->shownPrompts().value(0), QString("a red circle on a black background"));
+    QTRY_COMPARE(w.checkpoints()->rowCount(), 2);  // step 20 (periodic) and 30 (final)
+    QVERIFY(w.logView()->shownLines() > 0);
+    QVERIFY(w.progressText().contains("step 30/30"));
+    // Export the last checkpoint from the browser (the worker thread, waited for).
+    const QString out = tmp.path() + "/unet.safetensors";
+    const QString error = w.checkpoints()->exportCheckpoint(1, "safetensors", "fp16", false, out, true);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+    QVERIFY(QFile(out).size() > 1000000);
+    // Screenshots: the window on each tab, and each panel.
+    for (int i = 0; i < w.tabs()->count(); ++i) {
+      w.tabs()->setCurrentIndex(i);
+      QCoreApplication::processEvents();
+      grab(&w, "dashboard_" + w.tabs()->tabText(i).toLower());
+      grab(w.tabs()->currentWidget(), "panel_" + w.tabs()->tabText(i).toLower());
+    }
+    // Opening the finished run again (as from Recent Runs) shows the same.
+    MainWindow again;
+    QVERIFY(again.openRun(w.controller()->runDir()));
+    QCOMPARE(again.metricsPanel()->pointCount("loss"), 15);
+    QCOMPARE(again.gallery()->stepCount(), 3);
+    QCOMPARE(again.checkpoints()->rowCount(), 2);
+    QCOMPARE(again.controller()->state(), RunState::finished);
+  }
+
+  // Two ranks in child processes: Pause, Save now, Sample now and Stop reach both through the
+  // run directory.
+  void twoRanksObeyTheCommands() {
+    QTemporaryDir tmp;
+    RunController c;
+    c.setExecutable(ZS_CLI_PATH);
+    QStringList sets = smallRun(tmp.path());
+    sets.replaceInStrings("training.max_steps=30", "training.max_steps=100000");
+    sets.replaceInStrings("sampling.every_n_steps=10", "sampling.every_n_steps=0");
+    sets.replaceInStrings("checkpointing.every_n_steps=20", "checkpointing.every_n_steps=0");
+    c.setOverrides(sets);
+    QString error;
+    QVERIFY2(c.startProcesses(zs::test::sourceDir() + "/configs/quickstart.yaml", 2, tmp.path() + "/run", &error),
+             qPrintable(error));
+    QTRY_VERIFY_WITH_TIMEOUT(!c.metrics().empty(), 120000);
+    QCOMPARE(c.worldSize(), 2);
+    QCOMPARE(c.metrics().back().ranks.size(), std::size_t{2});
+    c.setPaused(true);
+    QTRY_COMPARE_WITH_TIMEOUT(c.state(), RunState::paused, 30000);
+    const qint64 pausedAt = c.step();
+    c.saveNow();
+    QTRY_VERIFY_WITH_TIMEOUT(QDir(tmp.path() + "/run/checkpoints").entryList(QDir::Dirs | QDir::NoDotAndDotDot).size() >= 1,
+                             60000);
+    c.sampleNow();
+    QTRY_COMPARE_WITH_TIMEOUT(c.samples().size(), std::size_t{1}, 60000);
+    QTest::qWait(1500);
+    c.poll();
+    QCOMPARE(c.step(), pausedAt);  // no step while paused, on either rank
+    c.setPaused(false);
+    QTRY_COMPARE_WITH_TIMEOUT(c.state(), RunState::running, 30000);
+    QTRY_VERIFY_WITH_TIMEOUT(c.step() > pausedAt, 60000);
+    c.stop();
+    QTRY_COMPARE_WITH_TIMEOUT(c.state(), RunState::finished, 120000);
+    QVERIFY(!c.ownsRun());
+    QFile events(tmp.path() + "/run/events.jsonl");
+    QVERIFY(events.open(QIODevice::ReadOnly));
+    const QByteArray all = events.readAll();
+    QVERIFY(all.contains("\"reason\":\"requested\""));
+    QVERIFY(all.contains("\"reason\":\"stopped\""));
+  }
+};
+
+QTEST_MAIN(TestDashboardE2e)
+#include "tst_dashboard_e2e.moc"
