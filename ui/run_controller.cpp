@@ -7,6 +7,7 @@
 
 #include "run_controller.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -299,7 +300,12 @@ void RunController::poll() {
       m_logs.push_back({rank, text, text.contains(QLatin1String("] error:")) || text.startsWith(QLatin1String("error"))});
     }
   }
-  if (static_cast<int>(m_metrics.size()) > firstMetric) emit metricsAdded(firstMetric);
+  if (m_metricsReset) {
+    m_metricsReset = false;
+    emit metricsAdded(0);  // redraw from the start
+  } else if (static_cast<int>(m_metrics.size()) > firstMetric) {
+    emit metricsAdded(firstMetric);
+  }
   if (m_samples.size() != samplesBefore) emit samplesAdded();
   if (checkpoints) emit checkpointsChanged();
   if (static_cast<int>(m_logs.size()) > firstLog) emit logsAdded(firstLog);
@@ -331,6 +337,15 @@ void RunController::handleEvent(const QString& line) {
   const QString type = e.value(QStringLiteral("type")).toString();
   const qint64 step = static_cast<qint64>(e.value(QStringLiteral("step")).toDouble());
   if (type == QLatin1String("run_start")) {
+    // A resumed run continues from its checkpoint's step: what was logged after that step
+    // belongs to the abandoned part and is dropped from the charts (the file keeps it).
+    const auto later = std::find_if(m_metrics.begin(), m_metrics.end(),
+                                    [step](const MetricPoint& p) { return p.step > static_cast<double>(step); });
+    if (later != m_metrics.end()) {
+      m_metrics.erase(later, m_metrics.end());
+      m_smoothed = m_metrics.empty() ? 0 : m_metrics.back().smoothed;
+      m_metricsReset = true;
+    }
     m_maxSteps = static_cast<qint64>(e.value(QStringLiteral("max_steps")).toDouble());
     m_worldSize = e.value(QStringLiteral("world_size")).toInt(1);
     m_step = step;

@@ -124,6 +124,7 @@ class RunController : public QObject {
   qint64 m_step = 0, m_maxSteps = 0;
   int m_worldSize = 1;
   double m_smoothed = 0;
+  bool m_metricsReset = false;
   QString m_error;
   QStringList m_lastEvents;
   std::vector<MetricPoint> m_metrics;

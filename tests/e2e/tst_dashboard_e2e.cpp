@@ -5,6 +5,7 @@
 #include <QDir>
 #include <QFile>
 #include <QImage>
+#include <QPushButton>
 #include <QTableWidget>
 #include <QTabWidget>
 #include <QTemporaryDir>
@@ -78,6 +79,24 @@ class TestDashboardE2e : public QObject {
       grab(&w, "dashboard_" + w.tabs()->tabText(i).toLower());
       grab(w.tabs()->currentWidget(), "panel_" + w.tabs()->tabText(i).toLower());
     }
+    // Click to enlarge a sample.
+    QWidget* big = w.gallery()->enlarge(0);
+    QVERIFY(big && big->isVisible());
+    big->close();
+    // Resume from the step-20 checkpoint (selected row, "Resume from"): ten more steps in the same run.
+    w.tabs()->setCurrentWidget(w.checkpoints());
+    w.checkpoints()->table()->selectRow(0);
+    auto* resume = w.checkpoints()->findChild<QPushButton*>("resume");
+    QVERIFY(resume);
+    resume->click();
+    QVERIFY(w.controller()->ownsRun());
+    QTRY_VERIFY_WITH_TIMEOUT(w.controller()->state() == RunState::finished || w.controller()->state() == RunState::failed,
+                             240000);
+    QVERIFY2(w.controller()->state() == RunState::finished, qPrintable(w.controller()->errorMessage()));
+    QFile events(w.controller()->runDir() + "/events.jsonl");
+    QVERIFY(events.open(QIODevice::ReadOnly));
+    QVERIFY(events.readAll().contains("checkpoints/step_20\",\"run_dir"));
+    QVERIFY(w.progressText().contains("step 30/30"));
     // Opening the finished run again (as from Recent Runs) shows the same.
     MainWindow again;
     QVERIFY(again.openRun(w.controller()->runDir()));
@@ -85,6 +104,28 @@ class TestDashboardE2e : public QObject {
     QCOMPARE(again.gallery()->stepCount(), 3);
     QCOMPARE(again.checkpoints()->rowCount(), 2);
     QCOMPARE(again.controller()->state(), RunState::finished);
+  }
+
+  // Closing during a run asks; "no" keeps the window, "yes" stops the run (it saves) and closes.
+  void closingDuringARunAsks() {
+    QTemporaryDir tmp;
+    MainWindow w;
+    w.show();
+    QVERIFY(w.openConfig(zs::test::sourceDir() + "/configs/quickstart.yaml"));
+    QStringList sets = smallRun(tmp.path());
+    sets.replaceInStrings("training.max_steps=30", "training.max_steps=100000");
+    w.controller()->setOverrides(sets);
+    QVERIFY(w.startRun());
+    QTRY_VERIFY_WITH_TIMEOUT(!w.controller()->metrics().empty(), 120000);
+    int asked = 0;
+    w.setCloseQuestion([&] { return ++asked > 1; });
+    QVERIFY(!w.close());
+    QCOMPARE(asked, 1);
+    QVERIFY(w.isVisible());
+    const QString run = w.controller()->runDir();
+    QVERIFY(w.close());
+    QCOMPARE(asked, 2);
+    QTRY_VERIFY_WITH_TIMEOUT(QDir(run + "/checkpoints").entryList({"step_*"}, QDir::Dirs).size() == 1, 60000);
   }
 
   // Two ranks in child processes: Pause, Save now, Sample now and Stop reach both through the
