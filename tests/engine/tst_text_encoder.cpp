@@ -7,9 +7,13 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "models/clip_text_model.h"
+#include "models/clip_tokenizer.h"
 #include "models/weights.h"
 #include "models/word_tokenizer.h"
 
+#include <fstream>
+
+#include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -37,6 +41,61 @@ class TestTextEncoder : public QObject {
     QVERIFY(max_abs_diff(out.last_hidden_state, ref.tensor("last_hidden_state")) <= 1e-4);
     QVERIFY(max_abs_diff(out.penultimate_hidden_state, ref.tensor("penultimate_hidden_state")) <= 1e-4);
     QVERIFY(max_abs_diff(out.pooled, ref.tensor("pooler_output")) <= 1e-4);
+  }
+
+  // The CLIP BPE tokenizer reproduces openai's SimpleTokenizer on every fixture case (punctuation,
+  // case, contractions, digits, accents, ß, Cyrillic, Greek, CJK, emoji with ZWJ, whitespace runs,
+  // empty, 75/76/84 tokens): ids, BPE strings and the 77-id frame, exactly.
+  void clipTokenizerMatchesOpenAi() {
+    ZS_REQUIRE_SHARED();
+    const ClipTokenizer tok = ClipTokenizer::load(fixture("sd15-tiny/tokenizer"));
+    QCOMPARE(tok.vocab_size(), std::size_t{49408});
+    QCOMPARE(tok.bos_id(), std::int64_t{49406});
+    QCOMPARE(tok.eos_id(), std::int64_t{49407});
+    QCOMPARE(tok.pad_id(), std::int64_t{49407});
+    std::ifstream in(fixture("sd15-tiny-reference/tokenizer_cases.json"));
+    const auto cases = nlohmann::json::parse(in)["cases"];
+    QCOMPARE(cases.size(), std::size_t{31});
+    for (const auto& c : cases) {
+      const std::string prompt = c["prompt"].get<std::string>();
+      const auto ids = tok.encode(prompt);
+      QVERIFY2(ids == c["ids"].get<std::vector<std::int64_t>>(), prompt.c_str());
+      QVERIFY2(tok.tokens(prompt) == c["tokens"].get<std::vector<std::string>>(), prompt.c_str());
+      QVERIFY2(tok.frame(prompt) == c["input_ids"].get<std::vector<std::int64_t>>(), prompt.c_str());
+    }
+    // The text encoder fixture's ids come from the same tokenizer.
+    const zs::io::SafetensorsReader ref(fixture("sd15-tiny-reference/text_io.safetensors"));
+    const at::Tensor ids = ref.tensor("input_ids");
+    for (int b = 0; b < 2; ++b) {
+      const std::string prompt = b == 0 ? "a photo of an astronaut riding a horse on mars" : "A Caf\u00e9 at 3pm: two CATS & one dog \U0001F431!!";
+      const auto framed = tok.frame(prompt);
+      for (int i = 0; i < 77; ++i) QCOMPARE(framed[static_cast<std::size_t>(i)], ids[b][i].item<std::int64_t>());
+    }
+    QCOMPARE(tok.encode("caf&eacute; &amp; cr&#232;me"), tok.encode("caf&eacute; & crème"));
+  }
+
+  // SDXL's second tokenizer pads with "!" (id 0) where special_tokens_map.json says so; the
+  // file may hold each token as a string or as an object with "content".
+  void clipTokenizerPadsAsTheMapSays() {
+    ZS_REQUIRE_SHARED();
+    QTemporaryDir dir;
+    for (const char* f : {"vocab.json", "merges.txt", "tokenizer_config.json"})
+      QVERIFY(QFile::copy(QString::fromStdString(fixture(QString("sd15-tiny/tokenizer/") + f)), dir.path() + "/" + f));
+    zs::io::write_file_atomic((dir.path() + "/special_tokens_map.json").toStdString(),
+                              "{\"pad_token\": {\"content\": \"!\", \"lstrip\": false}, \"eos_token\": \"<|endoftext|>\"}");
+    const ClipTokenizer tok = ClipTokenizer::load(dir.path().toStdString());
+    QCOMPARE(tok.pad_id(), std::int64_t{0});
+    const auto framed = tok.frame("a cat");
+    QCOMPARE(framed[3], std::int64_t{49407});  // eos after the two ids
+    QCOMPARE(framed[4], std::int64_t{0});
+    QCOMPARE(framed[76], std::int64_t{0});
+    QFile::remove(dir.path() + "/merges.txt");
+    try {
+      ClipTokenizer::load(dir.path().toStdString());
+      QFAIL("loaded without merges.txt");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).contains("merges.txt: cannot be read"), e.what());
+    }
   }
 
   void wordTokenizerEncodes() {
