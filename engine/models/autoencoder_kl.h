@@ -1,0 +1,76 @@
+#pragma once
+// diffusers' AutoencoderKL (the Stable Diffusion VAE): encoder to a diagonal Gaussian over
+// latents, decoder back to pixels, with diffusers' module names. Loads weights whose mid-block
+// attention uses the current names (to_q/to_k/to_v/to_out.0) or the older ones many SD 1.x files
+// carry (query/key/value/proj_attn), as [C, C] or 1x1-conv [C, C, 1, 1] matrices.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+namespace zs::io {
+class SafetensorsReader;
+}
+
+namespace zs::models {
+
+struct AutoencoderKLConfig {
+  std::int64_t in_channels = 3;
+  std::int64_t out_channels = 3;
+  std::int64_t latent_channels = 4;
+  std::vector<std::int64_t> block_out_channels = {128, 256, 512, 512};
+  std::int64_t layers_per_block = 2;
+  std::int64_t norm_num_groups = 32;
+  std::int64_t sample_size = 512;
+  double scaling_factor = 0.18215;   ///< latents for the UNet are posterior samples × this
+  bool force_upcast = true;          ///< run in fp32 even when the rest is fp16 (SDXL's VAE)
+  bool mid_block_add_attention = true;
+
+  /// diffusers' vae/config.json (`source` names the file in errors); unknown block types and
+  /// activations are refused naming the key.
+  static AutoencoderKLConfig from_json(const nlohmann::json& j, const std::string& source);
+  static AutoencoderKLConfig from_file(const std::string& path);
+  /// Pixels per latent pixel (2^(blocks − 1)).
+  std::int64_t downsample_factor() const;
+};
+
+struct VaeParts;  // encoder and decoder modules (autoencoder_kl.cpp)
+
+/// The latent distribution: mean and log-variance (clamped to [−30, 20] as diffusers does).
+struct DiagonalGaussian {
+  at::Tensor mean;    ///< [B, latent, H/f, W/f]
+  at::Tensor logvar;  ///< same
+  /// mean + exp(logvar/2)·ε with ε ~ N(0, 1) from `generator` (default generator when undefined).
+  at::Tensor sample(c10::optional<at::Generator> generator = c10::nullopt) const;
+};
+
+class AutoencoderKLImpl : public torch::nn::Module {
+ public:
+  explicit AutoencoderKLImpl(AutoencoderKLConfig config);
+  ~AutoencoderKLImpl() override;
+
+  /// image [B, in_channels, H, W] in [−1, 1] → posterior over [B, latent, H/f, W/f] (raw latents,
+  /// not multiplied by scaling_factor).
+  DiagonalGaussian encode(const at::Tensor& image);
+  /// latent [B, latent, h, w] (raw) → image [B, out_channels, h·f, w·f].
+  at::Tensor decode(const at::Tensor& latent);
+
+  const AutoencoderKLConfig& config() const { return config_; }
+
+ private:
+  AutoencoderKLConfig config_;
+  std::unique_ptr<VaeParts> parts_;
+};
+TORCH_MODULE(AutoencoderKL);
+
+/// Copies the VAE's weights from `reader` (names as in vae/diffusion_pytorch_model.safetensors,
+/// behind `prefix`), accepting the older attention names. Throws zs::Error(checkpoint) naming the
+/// file and every missing or mis-shaped tensor.
+void load_vae_weights(AutoencoderKLImpl& vae, const io::SafetensorsReader& reader, const std::string& prefix = "");
+
+}  // namespace zs::models
