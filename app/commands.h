@@ -31,6 +31,9 @@ int run_export_command(const std::vector<std::string>& args);
 /// `zerostudio estimate FILE [--num_processes N] [--gpu-memory SIZE] [--json]`.
 int run_estimate_command(const std::vector<std::string>& args);
 
+/// `zerostudio model {info,eval}`: diffusers folders.
+int run_model_command(const std::vector<std::string>& args);
+
 /// Prints warnings to stderr as "warning: ...".
 void print_warnings(const std::vector<std::string>& warnings);
 

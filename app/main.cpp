@@ -29,6 +29,8 @@ const char* kHelp =
     "  checkpoints RUN_DIR        list a run's checkpoints (--verify checks their files)\n"
     "  export CHECKPOINT ...      consolidate a checkpoint (diffusers, single-file, safetensors)\n"
     "  estimate FILE              memory per process and the lowest ZeRO setting that fits\n"
+    "  model info DIR             a diffusers folder's components (class, parameters, dtype, size)\n"
+    "  model eval ...             run one component of a diffusers folder on given inputs\n"
     "  config init                the setup questions in the terminal -> trainer config\n"
     "  config validate FILE       check a trainer config, listing every problem\n"
     "  config import ...          accelerate YAML / DeepSpeed JSON -> trainer config\n"
@@ -73,6 +75,7 @@ int dispatch(int argc, char** argv) {
   if (first == "checkpoints") return zs::cli::run_checkpoints_command(rest);
   if (first == "export") return zs::cli::run_export_command(rest);
   if (first == "estimate") return zs::cli::run_estimate_command(rest);
+  if (first == "model") return zs::cli::run_model_command(rest);
   if (first[0] == '-') throw zs::cli::UsageError("unknown option '" + first + "'");
   const bool looks_like_config = first.ends_with(".yaml") || first.ends_with(".yml");
   if (looks_like_config && args.size() == 1) {

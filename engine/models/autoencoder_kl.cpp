@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
+#include "models/weights.h"
 
 namespace zs::models {
 
@@ -253,33 +254,15 @@ at::Tensor AutoencoderKLImpl::decode(const at::Tensor& latent) {
 }
 
 void load_vae_weights(AutoencoderKLImpl& vae, const io::SafetensorsReader& reader, const std::string& prefix) {
-  static const std::pair<const char*, const char*> kOldNames[] = {
+  static const std::pair<std::string, std::string> kOldNames[] = {
       {".to_q.", ".query."}, {".to_k.", ".key."}, {".to_v.", ".value."}, {".to_out.0.", ".proj_attn."}};
-  std::vector<std::pair<at::Tensor, at::Tensor>> copies;
-  std::string problems;
-  for (const auto& item : vae.named_parameters(true)) {
-    std::string name = prefix + item.key();
-    if (!reader.contains(name))
-      for (const auto& [now, old] : kOldNames)
-        if (const auto at = name.find(now); at != std::string::npos) {
-          const std::string alt = name.substr(0, at) + old + name.substr(at + std::string(now).size());
-          if (reader.contains(alt)) name = alt;
-        }
-    if (!reader.contains(name)) {
-      problems += "\n  missing " + prefix + item.key();
-      continue;
-    }
-    at::Tensor t = reader.tensor(name);
-    if (t.dim() == 4 && item.value().dim() == 2 && t.size(2) == 1 && t.size(3) == 1) t = t.flatten(1);  // 1x1 conv form
-    if (t.sizes() != item.value().sizes()) {
-      problems += "\n  " + name + ": shape " + c10::str(t.sizes()) + ", the model needs " + c10::str(item.value().sizes());
-      continue;
-    }
-    copies.emplace_back(item.value(), t);
-  }
-  if (!problems.empty()) throw Error(ErrorKind::checkpoint, reader.path() + ": does not fit this VAE:" + problems);
-  c10::NoGradGuard no_grad;
-  for (auto& [dst, src] : copies) dst.copy_(src);
+  load_weights(vae, {&reader}, prefix, [](const std::string& name) {
+    std::vector<std::string> out;
+    for (const auto& [now, old] : kOldNames)
+      if (const auto at = name.find(now); at != std::string::npos)
+        out.push_back(name.substr(0, at) + old + name.substr(at + now.size()));
+    return out;
+  });
 }
 
 }  // namespace zs::models

@@ -23,16 +23,35 @@ std::string shape_text(at::IntArrayRef s) {
 }  // namespace
 
 LoadReport load_weights(torch::nn::Module& module, const io::SafetensorsReader& reader, const std::string& prefix) {
+  return load_weights(module, std::vector<const io::SafetensorsReader*>{&reader}, prefix);
+}
+
+LoadReport load_weights(torch::nn::Module& module, const std::vector<const io::SafetensorsReader*>& readers,
+                        const std::string& prefix, const NameAliases& aliases) {
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // destination, source
   std::vector<std::string> problems;
   std::set<std::string> used;
+  auto find = [&](const std::string& key) -> const io::SafetensorsReader* {
+    for (const auto* r : readers)
+      if (r->contains(key)) return r;
+    return nullptr;
+  };
   auto visit = [&](const std::string& name, at::Tensor& dst) {
-    const std::string key = prefix + name;
-    if (!reader.contains(key)) {
-      problems.push_back("missing tensor " + key + " " + shape_text(dst.sizes()));
+    std::string key = prefix + name;
+    const io::SafetensorsReader* reader = find(key);
+    if (!reader && aliases)
+      for (const std::string& alt : aliases(key))
+        if ((reader = find(alt))) {
+          key = alt;
+          break;
+        }
+    if (!reader) {
+      problems.push_back("missing tensor " + prefix + name + " " + shape_text(dst.sizes()));
       return;
     }
-    at::Tensor src = reader.tensor(key);
+    at::Tensor src = reader->tensor(key);
+    // A linear layer stored as a 1x1 convolution ([out, in, 1, 1]), as older VAE files have it.
+    if (src.dim() == 4 && dst.dim() == 2 && src.size(2) == 1 && src.size(3) == 1) src = src.flatten(1);
     if (src.sizes() != dst.sizes()) {
       problems.push_back(key + " has shape " + shape_text(src.sizes()) + ", the model needs " + shape_text(dst.sizes()));
       return;
@@ -42,8 +61,10 @@ LoadReport load_weights(torch::nn::Module& module, const io::SafetensorsReader& 
   };
   for (auto& item : module.named_parameters(true)) visit(item.key(), item.value());
   for (auto& item : module.named_buffers(true)) visit(item.key(), item.value());
+  const std::string where = readers.size() == 1 ? readers[0]->path()
+                                                : readers.front()->path() + " (and " + std::to_string(readers.size() - 1) + " more shards)";
   if (!problems.empty()) {
-    std::string msg = reader.path() + ": does not fit the model (" + std::to_string(problems.size()) + " problem" +
+    std::string msg = where + ": does not fit the model (" + std::to_string(problems.size()) + " problem" +
                       (problems.size() == 1 ? "" : "s") + "):";
     for (std::size_t i = 0; i < problems.size() && i < 20; ++i) msg += "\n  " + problems[i];
     if (problems.size() > 20) msg += "\n  ... and " + std::to_string(problems.size() - 20) + " more";
@@ -55,8 +76,9 @@ LoadReport load_weights(torch::nn::Module& module, const io::SafetensorsReader& 
     for (auto& [dst, src] : copies) dst.copy_(src);
   }
   LoadReport report;
-  for (const auto& e : reader.entries())
-    if (e.name.rfind(prefix, 0) == 0 && !used.count(e.name)) report.unexpected.push_back(e.name);
+  for (const auto* r : readers)
+    for (const auto& e : r->entries())
+      if (e.name.rfind(prefix, 0) == 0 && !used.count(e.name)) report.unexpected.push_back(e.name);
   return report;
 }
 

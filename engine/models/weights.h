@@ -1,6 +1,7 @@
 #pragma once
 // Loading and saving a module's parameters (and buffers) by name from/to safetensors files.
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -22,6 +23,14 @@ struct LoadReport {
 /// converting dtype. A missing name or a shape mismatch throws zs::Error(checkpoint) naming the
 /// file and every offending tensor, and leaves the module unchanged.
 LoadReport load_weights(torch::nn::Module& module, const io::SafetensorsReader& reader, const std::string& prefix = "");
+
+/// Other names a tensor may have in a file (older conventions); tried when the name is absent.
+using NameAliases = std::function<std::vector<std::string>(const std::string&)>;
+
+/// The same over several files (a sharded checkpoint: each name is looked up in every file), with
+/// optional aliases. A linear weight stored as a 1x1 conv [out, in, 1, 1] is accepted.
+LoadReport load_weights(torch::nn::Module& module, const std::vector<const io::SafetensorsReader*>& readers,
+                        const std::string& prefix = "", const NameAliases& aliases = {});
 
 /// Writes the module's parameters and buffers, in their dtypes, to `path` atomically.
 void save_weights(const torch::nn::Module& module, const std::string& path, const std::string& prefix = "",

@@ -1,5 +1,9 @@
 // The zerostudio executable: exit codes, messages, --help of every command, flag spelling,
 // and the config commands end to end.
+#include <ATen/ATen.h>
+
+#include <fstream>
+
 #include <QDir>
 #include <QFile>
 #include <nlohmann/json.hpp>
@@ -7,6 +11,8 @@
 #include "config/config_loader.h"
 #include "config/config_writer.h"
 #include "config/setup_questions.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
 
 #include <QProcess>
 #include <QTemporaryDir>
@@ -64,6 +70,8 @@ class TestCli : public QObject {
     QTest::newRow("checkpoints") << QStringList{"checkpoints", "--help"} << "Usage: zerostudio checkpoints RUN_DIR";
     QTest::newRow("export checkpoint") << QStringList{"export", "--help"} << "Usage: zerostudio export CHECKPOINT";
     QTest::newRow("estimate") << QStringList{"estimate", "--help"} << "Usage: zerostudio estimate FILE";
+    QTest::newRow("model info") << QStringList{"model", "info", "--help"} << "Usage: zerostudio model info DIR";
+    QTest::newRow("model eval") << QStringList{"model", "eval", "--help"} << "Usage: zerostudio model eval --model DIR";
   }
 
   // `estimate --json`: the documented object, ZeRO's figures for SD 1.5 a user can check by hand
@@ -139,6 +147,61 @@ class TestCli : public QObject {
     const auto written = zs::config::load_config_file(out.toStdString()).config;
     QCOMPARE(written.zero.stage, std::int64_t{2});
     QCOMPARE(written.launch.num_processes, std::int64_t{2});
+  }
+
+  // `model info` and `model eval` on the sd15-tiny fixture folder reproduce the reference outputs.
+  void modelInfoAndEvalReproduceTheFixtures() {
+    ZS_REQUIRE_SHARED();
+    const QString model = zs::test::sharedDir() + "/fixtures/sd15-tiny";
+    const QString ref = zs::test::sharedDir() + "/fixtures/sd15-tiny-reference";
+    const Result info = run({"model", "info", model});
+    QVERIFY2(info.code == 0, qPrintable(info.err));
+    QVERIFY2(info.out.contains("unet  diffusers.UNet2DConditionModel  792964 parameters  F32"), qPrintable(info.out));
+    QVERIFY(info.out.contains("vae  diffusers.AutoencoderKL  658375 parameters"));
+    QVERIFY(info.out.contains("tokenizer  transformers.CLIPTokenizer  vocabulary 49408"));
+    QTemporaryDir dir;
+    struct Case {
+      const char* component;
+      const char* inputs;
+      std::vector<const char*> outputs;
+    };
+    const Case cases[] = {{"unet", "unet_io", {"out"}},
+                          {"vae-encode", "vae_io", {"posterior_mean", "posterior_logvar"}},
+                          {"vae-decode", "vae_io", {"decoded"}},
+                          {"text-encoder", "text_io", {"last_hidden_state", "penultimate_hidden_state"}}};
+    for (const auto& c : cases) {
+      const QString out = dir.path() + "/" + c.component + ".safetensors";
+      const QString in = ref + "/" + c.inputs + ".safetensors";
+      const Result r = run({"model", "eval", "--model", model, "--component", c.component, "--inputs", in, "--output", out});
+      QVERIFY2(r.code == 0, qPrintable(r.err));
+      const zs::io::SafetensorsReader got(out.toStdString()), want(in.toStdString());
+      for (const char* name : c.outputs) {
+        const double err = (got.tensor(name) - want.tensor(name)).abs().max().item<double>();
+        QVERIFY2(err <= 1e-4, qPrintable(QString("%1 %2: max abs error %3").arg(c.component, name).arg(err)));
+      }
+    }
+    // Tokenizer: the fixture's prompts in, its 77-id frames out.
+    std::ifstream cases_file((ref + "/tokenizer_cases.json").toStdString());
+    const auto tcases = nlohmann::json::parse(cases_file)["cases"];
+    nlohmann::json prompts = nlohmann::json::array();
+    for (const auto& c : tcases) prompts.push_back(c["prompt"]);
+    const QString prompts_path = dir.path() + "/prompts.json";
+    zs::io::write_file_atomic(prompts_path.toStdString(), prompts.dump());
+    const Result tok = run({"model", "eval", "--model", model, "--component", "tokenizer", "--inputs", prompts_path, "-o",
+                            dir.path() + "/ids.json"});
+    QVERIFY2(tok.code == 0, qPrintable(tok.err));
+    std::ifstream ids_file((dir.path() + "/ids.json").toStdString());
+    const auto ids = nlohmann::json::parse(ids_file)["ids"];
+    QCOMPARE(ids.size(), tcases.size());
+    for (std::size_t i = 0; i < ids.size(); ++i) QVERIFY(ids[i] == tcases[i]["input_ids"]);
+    // What is not there is named.
+    const Result missing = run({"model", "info", dir.path()});
+    QCOMPARE(missing.code, 1);
+    QVERIFY2(missing.err.contains("model_index.json: not found"), qPrintable(missing.err));
+    const Result no_tensor = run({"model", "eval", "--model", model, "--component", "unet", "--inputs",
+                                  ref + "/vae_io.safetensors", "-o", dir.path() + "/x.safetensors"});
+    QCOMPARE(no_tensor.code, 1);
+    QVERIFY2(no_tensor.err.contains("no tensor \"sample\" (unet needs it)"), qPrintable(no_tensor.err));
   }
 
   // export's --help says that it streams (the memory a user must plan for).

@@ -1,0 +1,114 @@
+#include "models/diffusers_pipeline.h"
+
+#include <filesystem>
+#include <memory>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/json_file.h"
+#include "io/safetensors.h"
+#include "models/weights.h"
+
+namespace zs::models {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// Readers for `files`, kept alive while loading.
+struct Readers {
+  explicit Readers(const std::vector<std::string>& files) {
+    for (const auto& f : files) owned.push_back(std::make_unique<io::SafetensorsReader>(f));
+    for (const auto& r : owned) view.push_back(r.get());
+  }
+  std::vector<std::unique_ptr<io::SafetensorsReader>> owned;
+  std::vector<const io::SafetensorsReader*> view;
+};
+
+}  // namespace
+
+DiffusersPipeline DiffusersPipeline::open(const std::string& root) {
+  DiffusersPipeline p;
+  p.root_ = root;
+  const std::string index = (fs::path(root) / "model_index.json").string();
+  if (!fs::exists(index))
+    throw Error(ErrorKind::config, index + ": not found; a diffusers pipeline folder has model_index.json (" + root +
+                                       " may be a single component or a single-file checkpoint)");
+  const nlohmann::json j = io::read_json_file(index, "pipeline index");
+  if (!j.is_object()) throw Error(ErrorKind::config, index + ": expected a JSON object");
+  p.class_name_ = j.value("_class_name", std::string());
+  for (const auto& [key, value] : j.items()) {
+    if (key.starts_with("_") || !value.is_array() || value.size() != 2 || !value[0].is_string() || !value[1].is_string())
+      continue;  // settings such as requires_safety_checker, and [null, null] components
+    p.components_.push_back({key, value[0].get<std::string>(), value[1].get<std::string>()});
+  }
+  return p;
+}
+
+bool DiffusersPipeline::has(const std::string& component) const {
+  for (const auto& c : components_)
+    if (c.name == component) return true;
+  return false;
+}
+
+std::string DiffusersPipeline::dir(const std::string& component) const { return (fs::path(root_) / component).string(); }
+
+std::vector<std::string> DiffusersPipeline::weight_files(const std::string& component) const {
+  const fs::path d(dir(component));
+  for (const char* base : {"diffusion_pytorch_model", "model"})
+    for (const std::string variant : {"", ".fp16"}) {
+      const fs::path single = d / (std::string(base) + variant + ".safetensors");
+      if (fs::exists(single)) return {single.string()};
+      const fs::path index = d / (std::string(base) + ".safetensors.index" + variant + ".json");
+      if (fs::exists(index)) {
+        const nlohmann::json j = io::read_json_file(index.string(), "weight index");
+        if (!j.contains("weight_map") || !j["weight_map"].is_object())
+          throw Error(ErrorKind::config, index.string() + ": weight_map: missing (expected tensor name -> shard file)");
+        std::set<std::string> files;
+        for (const auto& [name, file] : j["weight_map"].items()) files.insert((d / file.get<std::string>()).string());
+        for (const auto& f : files)
+          if (!fs::exists(f)) throw Error(ErrorKind::io, index.string() + ": names " + f + ", which is missing");
+        return {files.begin(), files.end()};
+      }
+    }
+  if (fs::exists(d / "diffusion_pytorch_model.bin") || fs::exists(d / "pytorch_model.bin"))
+    throw Error(ErrorKind::config, d.string() + ": only PyTorch .bin weights found; ZeroStudio reads .safetensors "
+                                                "(convert them, e.g. with diffusers' save_pretrained(safe_serialization=True))");
+  throw Error(ErrorKind::config, d.string() + ": no weights (diffusion_pytorch_model.safetensors or model.safetensors, "
+                                              "sharded or fp16)");
+}
+
+UNet2DConditionModel DiffusersPipeline::load_unet() const {
+  UNet2DConditionModel unet(UNetConfig::from_file((fs::path(dir("unet")) / "config.json").string()));
+  const Readers r(weight_files("unet"));
+  load_weights(*unet, r.view);
+  return unet;
+}
+
+AutoencoderKL DiffusersPipeline::load_vae() const {
+  AutoencoderKL vae(AutoencoderKLConfig::from_file((fs::path(dir("vae")) / "config.json").string()));
+  const Readers r(weight_files("vae"));
+  if (r.view.size() == 1) {
+    load_vae_weights(*vae, *r.view[0]);
+  } else {
+    load_weights(*vae, r.view);
+  }
+  return vae;
+}
+
+ClipTextModel DiffusersPipeline::load_text_encoder(const std::string& component) const {
+  ClipTextModel model(ClipTextConfig::from_file((fs::path(dir(component)) / "config.json").string()));
+  const Readers r(weight_files(component));
+  load_weights(*model, r.view);
+  return model;
+}
+
+ClipTokenizer DiffusersPipeline::load_tokenizer(const std::string& component) const { return ClipTokenizer::load(dir(component)); }
+
+diffusion::ScheduleConfig DiffusersPipeline::load_scheduler() const {
+  return diffusion::ScheduleConfig::from_file((fs::path(dir("scheduler")) / "scheduler_config.json").string());
+}
+
+}  // namespace zs::models

@@ -1,0 +1,53 @@
+#pragma once
+// A diffusers pipeline folder (model_index.json + one folder per component): which components
+// it has, where their weights are (one file, or shards listed in *.safetensors.index.json;
+// `fp16` variants when that is all there is) and loading each as ZeroStudio's module.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "diffusion/noise_schedule.h"
+#include "models/autoencoder_kl.h"
+#include "models/clip_text_model.h"
+#include "models/clip_tokenizer.h"
+#include "models/unet_2d_condition.h"
+
+namespace zs::models {
+
+struct PipelineComponent {
+  std::string name;        ///< "unet", "vae", "text_encoder", …
+  std::string library;     ///< "diffusers", "transformers"
+  std::string class_name;  ///< "UNet2DConditionModel", …
+};
+
+class DiffusersPipeline {
+ public:
+  /// Reads `root`/model_index.json. Throws zs::Error naming the file when it is missing or is not
+  /// a pipeline index.
+  static DiffusersPipeline open(const std::string& root);
+
+  const std::string& root() const { return root_; }
+  const std::string& class_name() const { return class_name_; }
+  const std::vector<PipelineComponent>& components() const { return components_; }
+  bool has(const std::string& component) const;
+  std::string dir(const std::string& component) const;
+  /// The component's safetensors files: `<base>.safetensors`, or the shards its
+  /// `<base>.safetensors.index.json` names, else the same with the `fp16` variant. Empty when the
+  /// component has no weights (tokenizer, scheduler). Throws naming the folder when weights are
+  /// expected and absent (or only in .bin form, which is not read).
+  std::vector<std::string> weight_files(const std::string& component) const;
+
+  UNet2DConditionModel load_unet() const;
+  AutoencoderKL load_vae() const;
+  ClipTextModel load_text_encoder(const std::string& component = "text_encoder") const;
+  ClipTokenizer load_tokenizer(const std::string& component = "tokenizer") const;
+  diffusion::ScheduleConfig load_scheduler() const;
+
+ private:
+  std::string root_;
+  std::string class_name_;
+  std::vector<PipelineComponent> components_;
+};
+
+}  // namespace zs::models
