@@ -8,6 +8,7 @@
 #include "checkpoint/sharded_state.h"
 #include "checkpoint/single_file_names.h"
 #include "core/error.h"
+#include "io/json_file.h"
 #include "io/safetensors.h"
 #include "models/unet_config.h"
 
@@ -91,6 +92,29 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     }
     r.bytes += stream_tensors(shards, renames, kind, out, o, metadata, done, renames.size());
     r.files.push_back(out);
+  } else if (o.format == "diffusers" && fs::exists(model_dir / "pipeline.json")) {
+    // Trained from a diffusers pipeline: every untouched component (VAE, text encoder, tokenizer,
+    // scheduler, model_index.json, …) is copied from it, the trained UNet written beside them.
+    std::error_code ec;
+    if (fs::exists(out) && !fs::is_empty(out, ec))
+      throw Error(ErrorKind::io, out + ": exists and is not empty; choose a new folder for the export");
+    const auto source = io::read_json_file((model_dir / "pipeline.json").string(), "pipeline reference");
+    const fs::path from(source.value("path", std::string()));
+    if (!fs::exists(from / "model_index.json"))
+      throw Error(ErrorKind::checkpoint, (model_dir / "pipeline.json").string() + ": the run was trained from " +
+                                             from.string() + ", which is gone; put it back to export a full pipeline");
+    const fs::path root(out);
+    fs::create_directories(root);
+    for (const auto& entry : fs::directory_iterator(from)) {
+      if (entry.path().filename() == "unet") continue;
+      if (entry.is_directory()) copy_folder(entry.path(), root / entry.path().filename());
+      else fs::copy_file(entry.path(), root / entry.path().filename(), fs::copy_options::overwrite_existing);
+    }
+    fs::create_directories(root / "unet");
+    fs::copy_file(model_dir / "unet" / "config.json", root / "unet" / "config.json", fs::copy_options::overwrite_existing);
+    const std::string unet_file = (root / "unet" / "diffusion_pytorch_model.safetensors").string();
+    r.bytes += stream_tensors(shards, strip_prefix(shards, "unet."), kind, unet_file, o, metadata, done, total);
+    r.files = {unet_file};
   } else if (o.format == "diffusers") {
     std::error_code ec;
     if (fs::exists(out) && !fs::is_empty(out, ec))

@@ -188,7 +188,9 @@ AutoencoderKLConfig AutoencoderKLConfig::from_file(const std::string& path) {
 int64_t AutoencoderKLConfig::downsample_factor() const { return int64_t{1} << (block_out_channels.size() - 1); }
 
 at::Tensor DiagonalGaussian::sample(c10::optional<at::Generator> generator) const {
-  return mean + at::exp(0.5 * logvar) * at::randn(mean.sizes(), generator, mean.options());
+  // Drawn on the CPU (the generators are CPU ones), then moved next to the mean.
+  const at::Tensor eps = at::randn(mean.sizes(), generator, mean.options().device(at::kCPU).dtype(at::kFloat));
+  return mean + at::exp(0.5 * logvar) * eps.to(mean.options());
 }
 
 AutoencoderKLImpl::AutoencoderKLImpl(AutoencoderKLConfig config)

@@ -7,6 +7,8 @@
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/json_file.h"
+#include "models/diffusers_pipeline.h"
 
 namespace zs::models {
 
@@ -58,7 +60,39 @@ DiffusionModel DiffusionModel::build_tiny(const std::vector<std::string>& captio
   return m;
 }
 
+DiffusionModel DiffusionModel::load_pipeline(const std::string& dir, const std::string& prediction_type) {
+  const DiffusersPipeline p = DiffusersPipeline::open(dir);
+  for (const char* part : {"unet", "vae", "text_encoder", "tokenizer", "scheduler"})
+    if (!p.has(part))
+      throw Error(ErrorKind::config, dir + "/model_index.json: has no " + part +
+                                         " (ZeroStudio trains Stable Diffusion 1.x-layout pipelines: unet, vae, "
+                                         "text_encoder, tokenizer, scheduler)");
+  DiffusionModel m;
+  m.unet = p.load_unet();
+  m.vae = p.load_vae();
+  m.text_encoder = p.load_text_encoder();
+  m.clip_tokenizer = std::make_shared<ClipTokenizer>(p.load_tokenizer());
+  m.schedule = p.load_scheduler();
+  m.schedule.prediction_type = prediction_type;
+  m.text_encoder_trained = false;
+  m.pipeline = fs::absolute(dir).lexically_normal().string();
+  for (auto& param : m.vae->parameters()) param.set_requires_grad(false);
+  for (auto& param : m.text_encoder->parameters()) param.set_requires_grad(false);
+  return m;
+}
+
 DiffusionModel DiffusionModel::load_folder(const std::string& dir) {
+  const std::string source = dir + "/pipeline.json";
+  if (fs::exists(source)) {
+    const auto j = io::read_json_file(source, "pipeline reference");
+    const std::string path = j.value("path", std::string());
+    if (!fs::exists(fs::path(path) / "model_index.json"))
+      throw Error(ErrorKind::checkpoint, source + ": the run was trained from " + path +
+                                             ", which is gone; put the pipeline folder back there to resume or export");
+    DiffusionModel m = load_pipeline(path, j.value("prediction_type", std::string("epsilon")));
+    m.unet = UNet2DConditionModel(UNetConfig::from_file(dir + "/unet/config.json"));
+    return m;
+  }
   DiffusionModel m;
   m.unet = UNet2DConditionModel(UNetConfig::from_file(dir + "/unet/config.json"));
   m.tokenizer = WordTokenizer::load(dir + "/tokenizer/tokenizer.json");
@@ -72,32 +106,68 @@ DiffusionModel DiffusionModel::load_folder(const std::string& dir) {
 }
 
 void DiffusionModel::save_folder(const std::string& dir) const {
-  for (const char* sub : {"unet", "text_encoder", "tokenizer", "scheduler"}) fs::create_directories(fs::path(dir) / sub);
+  for (const char* sub : {"unet", "scheduler"}) fs::create_directories(fs::path(dir) / sub);
   io::write_file_atomic(dir + "/unet/config.json", unet->config().to_json().dump(2) + "\n");
+  io::write_file_atomic(dir + "/scheduler/scheduler_config.json", schedule.to_json().dump(2) + "\n");
+  if (!pipeline.empty()) {
+    // The frozen parts stay in the pipeline folder; the run remembers where it is.
+    io::write_file_atomic(dir + "/pipeline.json",
+                          nlohmann::json{{"path", pipeline}, {"prediction_type", schedule.prediction_type}}.dump(2) + "\n");
+    return;
+  }
+  for (const char* sub : {"text_encoder", "tokenizer"}) fs::create_directories(fs::path(dir) / sub);
   io::write_file_atomic(dir + "/text_encoder/config.json", text_encoder->config().to_json().dump(2) + "\n");
   tokenizer.save(dir + "/tokenizer/tokenizer.json");
-  io::write_file_atomic(dir + "/scheduler/scheduler_config.json", schedule.to_json().dump(2) + "\n");
 }
 
 at::Tensor DiffusionModel::encode_text(const std::vector<std::string>& captions, const at::Device& device) {
-  return text_encoder->forward(tokenizer.encode_batch(captions).to(device)).last_hidden_state;
+  if (!clip_tokenizer) return text_encoder->forward(tokenizer.encode_batch(captions).to(device)).last_hidden_state;
+  std::vector<std::int64_t> ids;
+  for (const auto& c : captions) {
+    const auto framed = clip_tokenizer->frame(c);
+    ids.insert(ids.end(), framed.begin(), framed.end());
+  }
+  const at::Tensor batch = at::tensor(ids, at::kLong).view({static_cast<std::int64_t>(captions.size()), -1}).to(device);
+  if (text_encoder_trained) return text_encoder->forward(batch).last_hidden_state;
+  c10::NoGradGuard no_grad;  // frozen: SD 1.x conditioning is the last hidden state
+  return text_encoder->forward(batch).last_hidden_state;
+}
+
+at::Tensor DiffusionModel::to_model_space(const at::Tensor& images, at::Generator& generator) {
+  if (!vae) return images;
+  c10::NoGradGuard no_grad;
+  const auto posterior = vae->encode(images);
+  return posterior.sample(generator).mul(vae->config().scaling_factor).to(images.scalar_type());
+}
+
+at::Tensor DiffusionModel::to_images(const at::Tensor& samples) {
+  if (!vae) return samples;
+  c10::NoGradGuard no_grad;
+  return vae->decode(samples.to(at::kFloat) / vae->config().scaling_factor);
+}
+
+std::int64_t DiffusionModel::sample_size(std::int64_t resolution) const {
+  return vae ? resolution / vae->config().downsample_factor() : resolution;
 }
 
 std::vector<std::pair<std::string, at::Tensor>> DiffusionModel::named_parameters() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& p : unet->named_parameters()) out.emplace_back("unet." + p.key(), p.value());
-  for (const auto& p : text_encoder->named_parameters()) out.emplace_back("text_encoder." + p.key(), p.value());
+  if (text_encoder_trained)
+    for (const auto& p : text_encoder->named_parameters()) out.emplace_back("text_encoder." + p.key(), p.value());
   return out;
 }
 
 void DiffusionModel::to(const at::Device& device) {
   unet->to(device);
   text_encoder->to(device);
+  if (vae) vae->to(device);
 }
 
 void DiffusionModel::train(bool on) {
   unet->train(on);
-  text_encoder->train(on);
+  text_encoder->train(on && text_encoder_trained);
+  if (vae) vae->train(false);
 }
 
 }  // namespace zs::models

@@ -5,8 +5,12 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "diffusion/noise_schedule.h"
+#include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
+#include "models/clip_tokenizer.h"
 #include "models/unet_2d_condition.h"
 #include "models/word_tokenizer.h"
 
@@ -18,7 +22,12 @@ class DiffusionModel {
   /// built from `captions`. Weights come from `seed`.
   static DiffusionModel build_tiny(const std::vector<std::string>& captions, const std::string& prediction_type,
                                    std::uint64_t seed);
-  /// A model folder written by save_folder() (configs and tokenizer; weights are loaded separately).
+  /// A diffusers pipeline folder in the SD 1.x layout: the UNet (trained, with its weights), the
+  /// VAE and CLIP text encoder (frozen), the CLIP tokenizer and the scheduler config, whose
+  /// prediction type is replaced by `prediction_type`.
+  static DiffusionModel load_pipeline(const std::string& dir, const std::string& prediction_type);
+  /// A model folder written by save_folder() (configs and tokenizer, or the pipeline it came
+  /// from; trained weights are loaded separately).
   static DiffusionModel load_folder(const std::string& dir);
   /// Writes unet/config.json, text_encoder/config.json, tokenizer/tokenizer.json and
   /// scheduler/scheduler_config.json under `dir` (no weights).
@@ -26,15 +35,27 @@ class DiffusionModel {
 
   /// Text conditioning for `captions`: [B, T, hidden] on `device`.
   at::Tensor encode_text(const std::vector<std::string>& captions, const at::Device& device);
-  /// Every trained parameter, named "unet.<diffusers name>" and "text_encoder.<HF name>".
+  /// What the UNet learns to denoise for images [B, 3, H, W] in [−1, 1]: the images themselves
+  /// (pixel models) or VAE latents (a posterior sample × scaling_factor, without gradients).
+  at::Tensor to_model_space(const at::Tensor& images, at::Generator& generator);
+  /// Back from the UNet's space to images in [−1, 1] (the VAE decoder for latent models).
+  at::Tensor to_images(const at::Tensor& samples);
+  /// The UNet's spatial size for `resolution`-pixel images.
+  std::int64_t sample_size(std::int64_t resolution) const;
+  /// Every trained parameter, named "unet.<diffusers name>" and "text_encoder.<HF name>" (the
+  /// text encoder only when it is trained).
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
   void to(const at::Device& device);
   void train(bool on);
 
   UNet2DConditionModel unet{nullptr};
   ClipTextModel text_encoder{nullptr};
-  WordTokenizer tokenizer;
+  WordTokenizer tokenizer;                     ///< the tiny model's word tokenizer
   diffusion::ScheduleConfig schedule;
+  AutoencoderKL vae{nullptr};                  ///< latent models: frozen
+  std::shared_ptr<ClipTokenizer> clip_tokenizer;  ///< pipelines: used instead of `tokenizer`
+  bool text_encoder_trained = true;            ///< false for pipelines: frozen, not in the optimizer
+  std::string pipeline;                        ///< the diffusers folder a pipeline model came from
 };
 
 }  // namespace zs::models

@@ -31,7 +31,7 @@ at::Tensor sample_images(models::DiffusionModel& model, const std::vector<std::s
   for (const auto& p : prompts)
     for (std::int64_t i = 0; i < images_per_prompt; ++i) {
       at::Generator gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(seed + static_cast<std::int64_t>(captions.size())));
-      noise.push_back(at::randn({channels, resolution, resolution}, gen));
+      noise.push_back(at::randn({channels, model.sample_size(resolution), model.sample_size(resolution)}, gen));
       captions.push_back(p);
     }
   const auto n = static_cast<std::int64_t>(captions.size());
@@ -49,6 +49,7 @@ at::Tensor sample_images(models::DiffusionModel& model, const std::vector<std::s
     }
     x = ddim.step(out, t, x).prev_sample;
   }
+  x = model.to_images(x);  // the VAE decoder for latent models
   model.train(was_training);
   return x.clamp(-1, 1).to(at::kCPU);
 }

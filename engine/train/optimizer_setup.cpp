@@ -36,9 +36,11 @@ std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig&
   std::vector<models::ParamUnit> units = model.unet->units();
   for (auto& u : units)
     for (auto& [name, p] : u.parameters) name = "unet." + name;
-  models::ParamUnit text{"text_encoder", {}};
-  for (const auto& p : model.text_encoder->named_parameters()) text.parameters.emplace_back("text_encoder." + p.key(), p.value());
-  units.push_back(std::move(text));
+  if (model.text_encoder_trained) {  // a pipeline's text encoder is frozen: not optimized, not sharded
+    models::ParamUnit text{"text_encoder", {}};
+    for (const auto& p : model.text_encoder->named_parameters()) text.parameters.emplace_back("text_encoder." + p.key(), p.value());
+    units.push_back(std::move(text));
+  }
   zero::ZeroOptions zo;
   zo.stage = static_cast<int>(z.stage);
   zo.reduce_bucket_size = z.reduce_bucket_size;

@@ -400,7 +400,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
         s.optimizer->set_last_micro_step(micro == accum - 1);
         const data::Batch batch = s.loader->next();
         ++s.batches_consumed;
-        const at::Tensor x0 = batch.images.to(s.device);
+        const at::Tensor x0 = s.model.to_model_space(batch.images.to(s.device), s.gen);  // latents for pipelines
         const std::int64_t b = x0.size(0);
         const at::Tensor noise = at::randn(x0.sizes(), s.gen).to(s.device);
         const at::Tensor t = at::randint(0, s.schedule->num_train_timesteps(), {b}, s.gen, at::kLong).to(s.device);

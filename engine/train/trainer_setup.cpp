@@ -121,8 +121,13 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
     model = models::DiffusionModel::load_folder(here ? model_dir : ckpt_model);
     if (!here) model.save_folder(model_dir);
   } else if (!cfg.model.path.empty()) {
-    throw Error(ErrorKind::config, "model.path: starting from pretrained weights is not supported yet (it comes "
-                                   "with Stable Diffusion model support); leave it empty to train model.preset");
+    // A diffusers pipeline folder: the UNet trains from its weights; VAE and text encoder are frozen.
+    model = models::DiffusionModel::load_pipeline(cfg.model.path, cfg.model.prediction_type);
+    const std::int64_t f = model.vae->config().downsample_factor() * model.unet->config().downsample_factor();
+    if (cfg.data.resolution % f != 0)
+      throw Error(ErrorKind::config, "data.resolution: " + std::to_string(cfg.data.resolution) + " must be a multiple of " +
+                                         std::to_string(f) + " for " + cfg.model.path + " (VAE × UNet down-sampling)");
+    if (rank == 0) model.save_folder(model_dir);
   } else if (cfg.model.preset != "tiny") {
     throw Error(ErrorKind::config, "model.preset: " + cfg.model.preset +
                                        " can be estimated but not trained yet; use tiny");
