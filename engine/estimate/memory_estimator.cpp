@@ -146,6 +146,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   MemoryEstimate e;
   e.options = o;
   e.parameters = model.trainable_parameters();
+  e.frozen_parameters = model.frozen_parameters;
   const int64_t c = compute_bytes(o.precision);
   const bool masters = c < 4 || o.offload_optimizer != Offload::none;
   const int64_t state_per_element = masters ? 12 : 2 * c;  // fp32 master + two moments, or the moments
@@ -200,6 +201,9 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   // Mixed precision without offload: the step upcasts one unit's gradient part.
   const int64_t upcast = masters && o.offload_optimizer == Offload::none && c < 4 ? 4 * max_owned : 0;
   e.gpu.activations = activation_bytes(model, o);
+  // Frozen components (VAE, text encoders) stay on the device in fp32 while training (no latent
+  // cache yet), counted with the parameters.
+  e.gpu.parameters += 4 * model.frozen_parameters;
   // Backward's buffers come on top of the activations; the step's (all-reduce before it,
   // all-gather after it) only once the activations are gone, so they add only their excess.
   const int64_t backward = gathered + in_flight;
@@ -367,6 +371,7 @@ nlohmann::json breakdown_json(const MemoryBreakdown& b) {
 nlohmann::json to_json(const MemoryEstimate& e) {
   nlohmann::json j;
   j["parameters"] = e.parameters;
+  j["frozen_parameters"] = e.frozen_parameters;
   j["world_size"] = e.options.world_size;
   j["stage"] = e.options.stage;
   j["precision"] = e.options.precision;
@@ -395,7 +400,8 @@ std::string to_table(const MemoryEstimate& e, const ModelShape& model) {
   const auto& o = e.options;
   char line[160];
   out << "Model " << model.name << ": " << e.parameters << " trainable parameters";
-  if (model.frozen_parameters > 0) out << " (+" << model.frozen_parameters << " frozen, not resident while training)";
+  if (model.frozen_parameters > 0)
+    out << " (+" << model.frozen_parameters << " frozen: VAE and text encoder, on the device in fp32)";
   out << "\nZeRO stage " << o.stage << ", " << o.world_size << " process(es), " << o.precision
       << ", optimizer offload " << offload_name(o.offload_optimizer) << ", parameter offload "
       << offload_name(o.offload_param) << "\nBatch " << o.batch_size << " at " << o.resolution << " px"

@@ -6,6 +6,9 @@
 #include "config/trainer_config.h"
 #include "core/error.h"
 #include "data/shapes.h"
+#include "io/safetensors.h"
+#include "models/autoencoder_kl.h"
+#include "models/diffusers_pipeline.h"
 #include "models/diffusion_model.h"
 
 namespace zs::estimate {
@@ -149,6 +152,24 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
                                          " not found (the estimate needs a diffusers folder's unet/config.json)");
     ModelShape m = unet_shape(models::UNetConfig::from_file(unet.string()));
     m.name = cfg.model.path;
+    const auto vae = std::filesystem::path(cfg.model.path) / "vae" / "config.json";
+    if (std::filesystem::exists(vae)) m.latent_factor = static_cast<int>(models::AutoencoderKLConfig::from_file(vae.string()).downsample_factor());
+    // Frozen components: counted from their weight files' headers (nothing is loaded).
+    try {
+      const auto pipeline = models::DiffusersPipeline::open(cfg.model.path);
+      for (const char* part : {"vae", "text_encoder", "text_encoder_2"})
+        if (pipeline.has(part))
+          for (const auto& file : pipeline.weight_files(part)) {
+            const io::SafetensorsReader reader(file);
+            for (const auto& e : reader.entries()) {
+              int64_t n = 1;
+              for (auto d : e.shape) n *= d;
+              m.frozen_parameters += n;
+            }
+          }
+    } catch (const Error&) {
+      // A folder without model_index.json (a UNet alone): nothing frozen to count.
+    }
     return m;
   }
   if (cfg.model.preset == "sd15") {

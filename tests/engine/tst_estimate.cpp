@@ -284,7 +284,8 @@ class TestEstimate : public QObject {
     o.stage = 0;
     o.world_size = 1;
     MemoryEstimate e = estimate_memory(sd15, o);
-    QCOMPARE(model_state(e.gpu), 16 * std::int64_t{859'520'964});  // 13.75 GB of model states in DDP
+    // 13.75 GB of model states in DDP, plus the frozen CLIP text encoder and VAE in fp32.
+    QCOMPARE(model_state(e.gpu), 16 * std::int64_t{859'520'964} + 4 * (123'060'480 + 83'653'863));
     // 8 GiB does not hold 16Ψ; the lowest fitting rung must actually fit and the rung below not.
     o.gpu_memory = parse_bytes("8GiB");
     e = estimate_memory(sd15, o);
