@@ -69,6 +69,9 @@ DiffusionModel DiffusionModel::load_pipeline(const std::string& dir, const std::
                                          "text_encoder, tokenizer, scheduler)");
   DiffusionModel m;
   m.unet = p.load_unet();
+  if (!m.unet->config().addition_embed_type.empty())
+    throw Error(ErrorKind::config, dir + ": an SDXL pipeline (its UNet has addition_embed_type text_time); training "
+                                         "SDXL needs its second text encoder, which is not implemented yet");
   m.vae = p.load_vae();
   m.text_encoder = p.load_text_encoder();
   m.clip_tokenizer = std::make_shared<ClipTokenizer>(p.load_tokenizer());

@@ -254,6 +254,7 @@ namespace detail {
 struct UNetParts {
   Conv2d conv_in{nullptr};
   TimestepEmbedding time_embedding{nullptr};
+  TimestepEmbedding add_embedding{nullptr};
   std::vector<Block> down, up;
   Block mid{nullptr};
   GroupNorm conv_norm_out{nullptr};
@@ -274,9 +275,6 @@ at::Tensor timestep_embedding(const at::Tensor& timesteps, std::int64_t dim, boo
 UNet2DConditionModelImpl::UNet2DConditionModelImpl(UNetConfig config)
     : config_(std::move(config)), parts_(std::make_unique<detail::UNetParts>()) {
   config_.validate("UNet config");
-  if (!config_.addition_embed_type.empty())
-    throw Error(ErrorKind::config, "UNet config: addition_embed_type \"" + config_.addition_embed_type +
-                                       "\" (SDXL's added embeddings) cannot be built yet; only estimated");
   const auto& c = config_;
   auto& p = *parts_;
   const int64_t c0 = c.block_out_channels[0];
@@ -287,6 +285,8 @@ UNet2DConditionModelImpl::UNet2DConditionModelImpl(UNetConfig config)
 
   p.conv_in = register_module("conv_in", conv(c.in_channels, c0, 3));
   p.time_embedding = register_module("time_embedding", TimestepEmbedding(c0, temb));
+  if (c.addition_embed_type == "text_time")  // SDXL: pooled text + size/crop ids, added to the time embedding
+    p.add_embedding = register_module("add_embedding", TimestepEmbedding(c.projection_class_embeddings_input_dim, temb));
 
   auto make_resnet = [&](const std::string& prefix, int64_t in, int64_t out) {
     ResnetBlock2D r(in, out, temb, groups, c.norm_eps);
@@ -370,7 +370,8 @@ UNet2DConditionModelImpl::UNet2DConditionModelImpl(UNetConfig config)
 UNet2DConditionModelImpl::~UNet2DConditionModelImpl() = default;
 
 at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at::Tensor& timesteps,
-                                            const at::Tensor& encoder_hidden_states) {
+                                            const at::Tensor& encoder_hidden_states, const at::Tensor& text_embeds,
+                                            const at::Tensor& time_ids) {
   auto& p = *parts_;
   const auto& c = config_;
   const int64_t factor = c.downsample_factor();
@@ -393,8 +394,18 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
   at::Tensor t = timesteps.dim() == 0 ? timesteps.reshape({1}) : timesteps;
   t = t.expand({sample.size(0)});
   // As diffusers: the sinusoids are computed in float32, then cast to the model's dtype.
-  const at::Tensor temb = p.time_embedding(
+  at::Tensor temb = p.time_embedding(
       timestep_embedding(t, c.block_out_channels[0], c.flip_sin_to_cos, static_cast<double>(c.freq_shift)).to(dtype));
+  if (p.add_embedding) {
+    if (!text_embeds.defined() || !time_ids.defined())
+      throw Error(ErrorKind::config, "this UNet (addition_embed_type text_time, SDXL) needs text_embeds [B, pooled] and "
+                                     "time_ids [B, 6] besides the sample, timestep and encoder_hidden_states");
+    // Each of the 6 ids (original size, crop top-left, target size) gets its own sinusoids.
+    const at::Tensor ids = timestep_embedding(time_ids.flatten(), c.addition_time_embed_dim, c.flip_sin_to_cos,
+                                              static_cast<double>(c.freq_shift))
+                               .reshape({time_ids.size(0), -1});
+    temb = temb + p.add_embedding(at::cat({text_embeds.to(at::kFloat), ids}, -1).to(dtype));
+  }
   at::Tensor h = p.conv_in(input);
 
   auto run_layer = [&](Block& block, std::size_t j, at::Tensor x) {

@@ -25,8 +25,11 @@ class UNet2DConditionModelImpl : public torch::nn::Module {
 
   /// sample [B, in_channels, H, W] (H, W divisible by config().downsample_factor()),
   /// timesteps [B] or [1] (integer or float), encoder_hidden_states [B, T, cross_attention_dim]
-  /// -> predicted [B, out_channels, H, W].
-  at::Tensor forward(const at::Tensor& sample, const at::Tensor& timesteps, const at::Tensor& encoder_hidden_states);
+  /// -> predicted [B, out_channels, H, W]. SDXL-type UNets (addition_embed_type text_time) also
+  /// need text_embeds [B, pooled width] and time_ids [B, 6] (original h, w, crop top, left,
+  /// target h, w).
+  at::Tensor forward(const at::Tensor& sample, const at::Tensor& timesteps, const at::Tensor& encoder_hidden_states,
+                     const at::Tensor& text_embeds = {}, const at::Tensor& time_ids = {});
 
   const UNetConfig& config() const { return config_; }
 

@@ -55,7 +55,9 @@ std::vector<std::string> get_string_list(const json& j, const std::string& key, 
 
 /// Keys whose non-default values this UNet does not implement yet.
 void refuse_unsupported(const json& j, const std::string& source) {
-  const auto must_be_null = {"class_embed_type", "addition_embed_type", "encoder_hid_dim", "time_cond_proj_dim",
+  if (j.contains("addition_embed_type") && !j["addition_embed_type"].is_null() && j["addition_embed_type"] != "text_time")
+    fail(source, "addition_embed_type", "value " + j["addition_embed_type"].dump() + " is not supported (only SDXL's \"text_time\")");
+  const auto must_be_null = {"class_embed_type", "encoder_hid_dim", "time_cond_proj_dim",
                              "num_class_embeds", "time_embedding_dim", "timestep_post_act"};
   for (const char* key : must_be_null)
     if (j.contains(key) && !j[key].is_null())
@@ -102,6 +104,13 @@ UNetConfig UNetConfig::from_json(const json& j, const std::string& source) {
   if (j.contains("use_linear_projection")) c.use_linear_projection = j["use_linear_projection"].get<bool>();
   if (j.contains("flip_sin_to_cos")) c.flip_sin_to_cos = j["flip_sin_to_cos"].get<bool>();
   c.freq_shift = get_int(j, "freq_shift", c.freq_shift, source);
+  if (j.contains("addition_embed_type") && j["addition_embed_type"] == "text_time") {
+    c.addition_embed_type = "text_time";
+    c.addition_time_embed_dim = get_int(j, "addition_time_embed_dim", 256, source);
+    c.projection_class_embeddings_input_dim = get_int(j, "projection_class_embeddings_input_dim", 0, source);
+    if (c.projection_class_embeddings_input_dim <= 0)
+      fail(source, "projection_class_embeddings_input_dim", "needed with addition_embed_type text_time (SDXL: 2816)");
+  }
   c.validate(source);
   return c;
 }
@@ -168,6 +177,11 @@ json UNetConfig::to_json() const {
   j["transformer_layers_per_block"] = transformer_layers_per_block;
   j["up_block_types"] = up_block_types;
   j["use_linear_projection"] = use_linear_projection;
+  if (!addition_embed_type.empty()) {
+    j["addition_embed_type"] = addition_embed_type;
+    j["addition_time_embed_dim"] = addition_time_embed_dim;
+    j["projection_class_embeddings_input_dim"] = projection_class_embeddings_input_dim;
+  }
   return j;
 }
 

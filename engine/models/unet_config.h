@@ -32,13 +32,13 @@ struct UNetConfig {
   bool flip_sin_to_cos = true;
   std::int64_t freq_shift = 0;
   /// SDXL's added conditioning ("text_time": pooled text and size/crop ids through a second
-  /// TimestepEmbedding). Counted by the estimator; the module refuses it until it builds it.
+  /// TimestepEmbedding, `add_embedding`, added to the time embedding).
   std::string addition_embed_type;
   std::int64_t addition_time_embed_dim = 0;
   std::int64_t projection_class_embeddings_input_dim = 0;
 
   /// Parses diffusers' config.json; `source` names the file in errors. Throws zs::Error(config)
-  /// naming the key for anything this UNet cannot build (e.g. SDXL's added embeddings for now).
+  /// naming the key for anything this UNet cannot build (class embeddings, other added embeddings).
   static UNetConfig from_json(const nlohmann::json& j, const std::string& source);
   /// Reads and parses `path` (a unet/config.json).
   static UNetConfig from_file(const std::string& path);

@@ -76,6 +76,7 @@ class TestEstimate : public QObject {
     QTest::newRow("tiny") << 0;
     QTest::newRow("sd15-shaped, small") << 1;
     QTest::newRow("linear projections, deeper transformers") << 2;
+    QTest::newRow("SDXL-shaped with text_time") << 3;
   }
   void unitCountsMatchTheModules() {
     QFETCH(int, variant);
@@ -91,6 +92,16 @@ class TestEstimate : public QObject {
       c.use_linear_projection = true;
       c.transformer_layers_per_block = {1, 2, 3, 1};
       c.layers_per_block = 1;
+    }
+    if (variant == 3) {  // sdxl_unet_config()'s shape at small widths
+      c = sdxl_unet_config();
+      c.block_out_channels = {32, 64, 64};
+      c.num_attention_heads = {2, 2, 4};
+      c.transformer_layers_per_block = {1, 2, 3};
+      c.cross_attention_dim = 24;
+      c.norm_num_groups = 8;
+      c.addition_time_embed_dim = 8;
+      c.projection_class_embeddings_input_dim = 16 + 6 * 8;
     }
     models::UNet2DConditionModel unet(c);
     const auto units = unet->units();

@@ -1,6 +1,8 @@
 // UNet2DConditionModel: golden values from diffusers 0.25 (forward and gradients), unit grouping,
 // config parsing and weight loading errors.
 #include <ATen/ATen.h>
+
+#include <map>
 #include <torch/nn/module.h>
 
 #include <QTemporaryDir>
@@ -216,16 +218,58 @@ class TestUNet : public QObject {
 
   void refusesWhatItCannotBuild() {
     nlohmann::json j = {{"block_out_channels", {32, 64}}, {"down_block_types", {"CrossAttnDownBlock2D", "DownBlock2D"}},
-                        {"up_block_types", {"UpBlock2D", "CrossAttnUpBlock2D"}}, {"addition_embed_type", "text_time"}};
+                        {"up_block_types", {"UpBlock2D", "CrossAttnUpBlock2D"}}, {"addition_embed_type", "image"}};
     try {
       UNetConfig::from_json(j, "unet/config.json");
-      QFAIL("accepted addition_embed_type");
+      QFAIL("accepted addition_embed_type image");
     } catch (const zs::Error& e) {
       QVERIFY2(QString(e.what()).contains("unet/config.json: addition_embed_type"), e.what());
+    }
+    j["addition_embed_type"] = "text_time";  // SDXL's, but without its projection width
+    try {
+      UNetConfig::from_json(j, "unet/config.json");
+      QFAIL("accepted text_time without projection_class_embeddings_input_dim");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).contains("projection_class_embeddings_input_dim: needed"), e.what());
     }
     j.erase("addition_embed_type");
     j["norm_num_groups"] = 5;
     QVERIFY_THROWS_EXCEPTION(zs::Error, UNetConfig::from_json(j, "x"));
+  }
+
+  // SDXL's text_time conditioning: add_embedding (pooled text + 6 size/crop ids, each with its own
+  // sinusoids) added to the time embedding, on a small SDXL-shaped config from diffusers' keys.
+  void sdxlAddedConditioning() {
+    const nlohmann::json j = {{"block_out_channels", {32, 64}},
+                              {"down_block_types", {"DownBlock2D", "CrossAttnDownBlock2D"}},
+                              {"up_block_types", {"CrossAttnUpBlock2D", "UpBlock2D"}},
+                              {"attention_head_dim", {2, 4}}, {"transformer_layers_per_block", {1, 2}},
+                              {"cross_attention_dim", 24}, {"use_linear_projection", true}, {"norm_num_groups", 8},
+                              {"layers_per_block", 1}, {"in_channels", 4}, {"out_channels", 4},
+                              {"addition_embed_type", "text_time"}, {"addition_time_embed_dim", 8},
+                              {"projection_class_embeddings_input_dim", 16 + 6 * 8}};
+    const UNetConfig c = UNetConfig::from_json(j, "sdxl-small/unet/config.json");
+    UNet2DConditionModel unet(c);
+    std::map<std::string, std::vector<std::int64_t>> shapes;
+    for (const auto& p : unet->named_parameters()) shapes[p.key()] = p.value().sizes().vec();
+    QCOMPARE(shapes["add_embedding.linear_1.weight"], (std::vector<std::int64_t>{128, 64}));
+    QCOMPARE(shapes["add_embedding.linear_2.weight"], (std::vector<std::int64_t>{128, 128}));
+    c10::NoGradGuard no_grad;
+    const at::Tensor sample = at::randn({2, 4, 8, 8}), ctx = at::randn({2, 5, 24}), pooled = at::randn({2, 16});
+    const at::Tensor ids = at::tensor({64.0, 64.0, 0.0, 0.0, 64.0, 64.0, 48.0, 64.0, 8.0, 0.0, 64.0, 64.0}).view({2, 6});
+    const at::Tensor out = unet->forward(sample, at::tensor({1, 500}), ctx, pooled, ids);
+    QCOMPARE(out.sizes().vec(), (std::vector<std::int64_t>{2, 4, 8, 8}));
+    // The added conditioning matters: other crop ids, another prediction.
+    const at::Tensor other = unet->forward(sample, at::tensor({1, 500}), ctx, pooled, ids.flip({0}));
+    QVERIFY((out - other).abs().max().item<double>() > 1e-6);
+    try {
+      unet->forward(sample, at::tensor({1, 500}), ctx);
+      QFAIL("ran without text_embeds and time_ids");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).contains("needs text_embeds [B, pooled] and time_ids [B, 6]"), e.what());
+    }
+    const UNetConfig back = UNetConfig::from_json(unet->config().to_json(), "round trip");
+    QCOMPARE(back.projection_class_embeddings_input_dim, std::int64_t{64});
   }
 
   void wrongWeightsNameEveryTensor() {
