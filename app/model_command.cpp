@@ -33,15 +33,15 @@ const CommandSpec kEval{
     "Run one component of a diffusers folder on given inputs and write its outputs.",
     "Components and tensors (the names of the reference fixture files; inputs a component does not\n"
     "use are ignored; the VAE works on raw latents, without scaling_factor):\n"
-    "  unet          sample, timestep, encoder_hidden_states      -> out\n"
+    "  unet          sample, timestep, encoder_hidden_states (SDXL: + text_embeds, time_ids) -> out\n"
     "  vae-encode    image                                        -> posterior_mean, posterior_logvar\n"
     "  vae-decode    latent                                       -> decoded\n"
     "  text-encoder  input_ids                                    -> last_hidden_state, penultimate_hidden_state\n"
     "  tokenizer     a JSON list of prompts                       -> {\"ids\": [[77 ids], ...]}\n"
-    "  tokenizer-2   the same with the folder's tokenizer_2\n"
-    "text-encoder-2 (SDXL's CLIPTextModelWithProjection) is not implemented yet.",
+    "  text-encoder-2  input_ids   -> the same and text_embeds (SDXL's CLIPTextModelWithProjection)\n"
+    "  tokenizer-2   the same with the folder's tokenizer_2",
     {{"model", "DIR", "The diffusers pipeline folder"},
-     {"component", "COMPONENT", "unet, vae-encode, vae-decode, text-encoder, tokenizer, tokenizer-2"},
+     {"component", "COMPONENT", "unet, vae-encode, vae-decode, text-encoder, text-encoder-2, tokenizer, tokenizer-2"},
      {"inputs", "FILE", "Input tensors (.safetensors) or prompts (.json)"},
      {"output", "FILE", "Where to write the outputs", false, "o"}},
     0, 0};
@@ -116,7 +116,12 @@ int eval(const ParsedArgs& a) {
     auto unet = p.load_unet();
     unet->eval();
     const at::Tensor sample = input("sample"), timestep = input("timestep"), context = input("encoder_hidden_states");
-    outputs.emplace_back("out", unet->forward(sample, timestep, context));
+    at::Tensor text_embeds, time_ids;
+    if (!unet->config().addition_embed_type.empty()) {  // SDXL
+      text_embeds = input("text_embeds");
+      time_ids = input("time_ids");
+    }
+    outputs.emplace_back("out", unet->forward(sample, timestep, context, text_embeds, time_ids));
   } else if (component == "vae-encode") {
     auto vae = p.load_vae();
     const auto posterior = vae->encode(input("image"));
@@ -130,9 +135,15 @@ int eval(const ParsedArgs& a) {
     outputs.emplace_back("last_hidden_state", o.last_hidden_state);
     outputs.emplace_back("penultimate_hidden_state", o.penultimate_hidden_state);
   } else if (component == "text-encoder-2") {
-    throw Error(ErrorKind::config, "text-encoder-2 (SDXL's CLIPTextModelWithProjection) is not implemented yet");
+    if (!p.has("text_encoder_2")) throw Error(ErrorKind::config, a.get("model") + ": has no text_encoder_2 (an SDXL folder has)");
+    auto te = p.load_text_encoder("text_encoder_2");
+    const auto o = te->forward(input("input_ids"));
+    outputs.emplace_back("last_hidden_state", o.last_hidden_state);
+    outputs.emplace_back("penultimate_hidden_state", o.penultimate_hidden_state);
+    if (o.text_embeds.defined()) outputs.emplace_back("text_embeds", o.text_embeds);
   } else {
-    throw UsageError("--component " + component + " is not one of unet, vae-encode, vae-decode, text-encoder, tokenizer, tokenizer-2");
+    throw UsageError("--component " + component +
+                     " is not one of unet, vae-encode, vae-decode, text-encoder, text-encoder-2, tokenizer, tokenizer-2");
   }
   io::write_safetensors(out, outputs);
   std::cout << "wrote " << out << "\n";

@@ -180,7 +180,7 @@ std::vector<DataItem> scan_dataset(const std::string& root_text, const MetadataO
   return items;
 }
 
-at::Tensor DataLoader::load_image(const std::string& path, std::int64_t res) {
+at::Tensor DataLoader::load_image(const std::string& path, std::int64_t res, std::array<double, 6>* geometry) {
   const io::Image img = io::read_image(path);
   // [H, W, 3] uint8 -> [1, 3, H, W] float 0..255
   at::Tensor t = at::from_blob(const_cast<std::uint8_t*>(img.rgb.data()), {img.height, img.width, 3}, at::kByte)
@@ -192,6 +192,9 @@ at::Tensor DataLoader::load_image(const std::string& path, std::int64_t res) {
     t = at::_upsample_bilinear2d_aa(t, {nh, nw}, false, c10::nullopt, c10::nullopt);
   const std::int64_t top = (nh - res) / 2, left = (nw - res) / 2;
   t = t.slice(2, top, top + res).slice(3, left, left + res);
+  if (geometry)
+    *geometry = {static_cast<double>(img.height), static_cast<double>(img.width), static_cast<double>(top),
+                 static_cast<double>(left), static_cast<double>(res), static_cast<double>(res)};
   return (t.squeeze(0) / 127.5 - 1.0).clamp(-1.0, 1.0).contiguous();
 }
 
@@ -223,7 +226,9 @@ Batch DataLoader::make_batch(std::int64_t local_k) {
   const auto order = permutation(b.epoch);
   const std::int64_t first = (k % batches_per_epoch_) * options_.batch_size;
   std::vector<at::Tensor> images;
+  std::vector<double> time_ids;
   for (std::int64_t j = 0; j < options_.batch_size; ++j) {
+    std::array<double, 6> geometry{};
     // Per-sample randomness from (seed, batch, slot): independent of threads and of resume.
     std::mt19937_64 rng(options_.seed ^ (static_cast<std::uint64_t>(k) * 0x9E3779B97F4A7C15ULL + j * 7919ULL + 17));
     std::uniform_real_distribution<double> uni(0.0, 1.0);
@@ -237,7 +242,7 @@ Batch DataLoader::make_batch(std::int64_t local_k) {
         if (bad_.count(item.image)) continue;
       }
       try {
-        img = load_image(item.image, options_.resolution);
+        img = load_image(item.image, options_.resolution, &geometry);
         caption = item.caption;
         if (!item.tags.empty() && shuffle < options_.shuffle_tag_p) {
           std::vector<std::string> tags = item.tags;
@@ -259,9 +264,11 @@ Batch DataLoader::make_batch(std::int64_t local_k) {
     if (flip < options_.flip_p) img = img.flip({2});
     if (drop < options_.caption_dropout) caption.clear();
     images.push_back(img);
+    time_ids.insert(time_ids.end(), geometry.begin(), geometry.end());
     b.captions.push_back(std::move(caption));
   }
   b.images = at::stack(images);
+  b.time_ids = at::tensor(time_ids, at::kFloat).view({options_.batch_size, 6});
   return b;
 }
 

@@ -2,6 +2,7 @@
 // Datasets on disk (flat files, side-by-side files, metadata.csv) and a loader that decodes,
 // resizes, crops and flips them in background threads, deterministically from a seed.
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -51,6 +52,7 @@ std::vector<DataItem> scan_dataset(const std::string& root, const MetadataOption
 /// One batch: images [B, 3, R, R] float32 in [-1, 1], captions (after dropout: "" for dropped).
 struct Batch {
   at::Tensor images;
+  at::Tensor time_ids;  ///< [B, 6] float: original h, w, crop top, left, target h, w (SDXL's time_ids)
   std::vector<std::string> captions;
   std::int64_t epoch = 0;
   std::int64_t index = 0;  ///< batch number since the start of training
@@ -96,7 +98,9 @@ class DataLoader {
   std::size_t size() const { return items_.size(); }
 
   /// Decodes one item as the loader does ([3, R, R] in [-1, 1], no flip). Throws zs::Error(data).
-  static at::Tensor load_image(const std::string& path, std::int64_t resolution);
+  /// `geometry` (optional) receives SDXL's micro-conditioning: original height and width, the
+  /// crop's top and left in the resized image, and the target height and width.
+  static at::Tensor load_image(const std::string& path, std::int64_t resolution, std::array<double, 6>* geometry = nullptr);
 
  private:
   Batch make_batch(std::int64_t k);

@@ -37,6 +37,10 @@ ClipTextConfig ClipTextConfig::from_json(const json& j, const std::string& sourc
     // HF configs carry transformers' placeholder ids (bos 0, eos 2); the real end id is the
     // tokenizer's. Only our own configs set zerostudio_eos_token_id.
     if (j.contains("zerostudio_eos_token_id")) c.eos_token_id = j["zerostudio_eos_token_id"].get<std::int64_t>();
+    if (j.contains("architectures") && j["architectures"].is_array())
+      for (const auto& a : j["architectures"]) c.with_projection |= a == "CLIPTextModelWithProjection";
+    get("projection_dim", c.projection_dim);
+    if (c.with_projection && c.projection_dim <= 0) c.projection_dim = c.hidden_size;
   } catch (const json::exception& e) {
     throw Error(ErrorKind::config, source + ": " + e.what());
   }
@@ -54,11 +58,12 @@ ClipTextConfig ClipTextConfig::from_file(const std::string& path) {
 }
 
 json ClipTextConfig::to_json() const {
-  return json{{"architectures", {"CLIPTextModel"}}, {"model_type", "clip_text_model"},
+  return json{{"architectures", {with_projection ? "CLIPTextModelWithProjection" : "CLIPTextModel"}},
+              {"model_type", "clip_text_model"},
               {"vocab_size", vocab_size}, {"hidden_size", hidden_size}, {"intermediate_size", intermediate_size},
               {"num_attention_heads", num_attention_heads}, {"num_hidden_layers", num_hidden_layers},
               {"max_position_embeddings", max_position_embeddings}, {"hidden_act", hidden_act},
-              {"layer_norm_eps", layer_norm_eps}, {"projection_dim", hidden_size},
+              {"layer_norm_eps", layer_norm_eps}, {"projection_dim", with_projection ? projection_dim : hidden_size},
               {"zerostudio_eos_token_id", eos_token_id}, {"torch_dtype", "float32"}};
 }
 
@@ -116,6 +121,7 @@ struct ClipParts {
   Embedding token_embedding{nullptr}, position_embedding{nullptr};
   std::vector<ClipLayer> layers;
   LayerNorm final_layer_norm{nullptr};
+  Linear text_projection{nullptr};
 };
 }  // namespace detail
 
@@ -139,6 +145,8 @@ ClipTextModelImpl::ClipTextModelImpl(ClipTextConfig config)
   p.final_layer_norm = text_model->register_module(
       "final_layer_norm", LayerNorm(LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps)));
   register_module("text_model", text_model);
+  if (c.with_projection)
+    p.text_projection = register_module("text_projection", Linear(torch::nn::LinearOptions(c.hidden_size, c.projection_dim).bias(false)));
   // CLIP's initialisation: small normal embeddings (LibTorch's default N(0,1) would swamp the positions).
   c10::NoGradGuard no_grad;
   p.token_embedding->weight.normal_(0, 0.02);
@@ -166,6 +174,7 @@ ClipTextOutput ClipTextModelImpl::forward(const at::Tensor& input_ids) {
   const at::Tensor eos_pos = (input_ids == config_.eos_token_id).to(at::kFloat).argmax(1);  // [B]
   const at::Tensor rows = at::arange(b, eos_pos.options()) * t + eos_pos;
   out.pooled = out.last_hidden_state.reshape({b * t, -1}).index_select(0, rows);
+  if (p.text_projection) out.text_embeds = p.text_projection(out.pooled);
   return out;
 }
 

@@ -24,6 +24,10 @@ struct ClipTextConfig {
   std::string hidden_act = "quick_gelu";  ///< quick_gelu | gelu
   double layer_norm_eps = 1e-5;
   std::int64_t eos_token_id = 49407;      ///< the tokenizer's end id; the pooled output is taken there
+  /// CLIPTextModelWithProjection (SDXL's text_encoder_2): `text_projection` (no bias) maps the
+  /// pooled output to projection_dim `text_embeds`.
+  bool with_projection = false;
+  std::int64_t projection_dim = 0;
 
   static ClipTextConfig from_json(const nlohmann::json& j, const std::string& source);
   static ClipTextConfig from_file(const std::string& path);
@@ -35,6 +39,8 @@ struct ClipTextOutput {
   at::Tensor last_hidden_state;         ///< [B, T, hidden], after the final layer norm
   at::Tensor penultimate_hidden_state;  ///< [B, T, hidden], output of the second-to-last layer ("clip skip 2")
   at::Tensor pooled;                    ///< [B, hidden], last_hidden_state at each row's first end token
+                                        ///< (the largest id: transformers' argmax pooling)
+  at::Tensor text_embeds;               ///< [B, projection_dim] with_projection only: text_projection(pooled)
 };
 
 namespace detail {

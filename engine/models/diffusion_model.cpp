@@ -69,9 +69,18 @@ DiffusionModel DiffusionModel::load_pipeline(const std::string& dir, const std::
                                          "text_encoder, tokenizer, scheduler)");
   DiffusionModel m;
   m.unet = p.load_unet();
-  if (!m.unet->config().addition_embed_type.empty())
-    throw Error(ErrorKind::config, dir + ": an SDXL pipeline (its UNet has addition_embed_type text_time); training "
-                                         "SDXL needs its second text encoder, which is not implemented yet");
+  if (!m.unet->config().addition_embed_type.empty()) {
+    // SDXL: a second tokenizer and text encoder (with projection) give the pooled embedding.
+    for (const char* part : {"text_encoder_2", "tokenizer_2"})
+      if (!p.has(part))
+        throw Error(ErrorKind::config, dir + "/model_index.json: has no " + part + ", which an SDXL pipeline needs");
+    m.text_encoder_2 = p.load_text_encoder("text_encoder_2");
+    if (!m.text_encoder_2->config().with_projection)
+      throw Error(ErrorKind::config, dir + "/text_encoder_2/config.json: expected CLIPTextModelWithProjection (SDXL's "
+                                           "pooled text embedding comes from its text_projection)");
+    m.clip_tokenizer_2 = std::make_shared<ClipTokenizer>(p.load_tokenizer("tokenizer_2"));
+    for (auto& param : m.text_encoder_2->parameters()) param.set_requires_grad(false);
+  }
   m.vae = p.load_vae();
   m.text_encoder = p.load_text_encoder();
   m.clip_tokenizer = std::make_shared<ClipTokenizer>(p.load_tokenizer());
@@ -124,16 +133,32 @@ void DiffusionModel::save_folder(const std::string& dir) const {
 }
 
 at::Tensor DiffusionModel::encode_text(const std::vector<std::string>& captions, const at::Device& device) {
-  if (!clip_tokenizer) return text_encoder->forward(tokenizer.encode_batch(captions).to(device)).last_hidden_state;
+  return condition(captions, device).context;
+}
+
+bool DiffusionModel::added_conditioning() const { return !unet->config().addition_embed_type.empty(); }
+
+namespace {
+at::Tensor frame_batch(const ClipTokenizer& tok, const std::vector<std::string>& captions, const at::Device& device) {
   std::vector<std::int64_t> ids;
   for (const auto& c : captions) {
-    const auto framed = clip_tokenizer->frame(c);
+    const auto framed = tok.frame(c);
     ids.insert(ids.end(), framed.begin(), framed.end());
   }
-  const at::Tensor batch = at::tensor(ids, at::kLong).view({static_cast<std::int64_t>(captions.size()), -1}).to(device);
-  if (text_encoder_trained) return text_encoder->forward(batch).last_hidden_state;
-  c10::NoGradGuard no_grad;  // frozen: SD 1.x conditioning is the last hidden state
-  return text_encoder->forward(batch).last_hidden_state;
+  return at::tensor(ids, at::kLong).view({static_cast<std::int64_t>(captions.size()), -1}).to(device);
+}
+}  // namespace
+
+TextConditioning DiffusionModel::condition(const std::vector<std::string>& captions, const at::Device& device) {
+  if (!clip_tokenizer) return {text_encoder->forward(tokenizer.encode_batch(captions).to(device)).last_hidden_state, {}};
+  const at::Tensor ids = frame_batch(*clip_tokenizer, captions, device);
+  if (text_encoder_trained) return {text_encoder->forward(ids).last_hidden_state, {}};
+  c10::NoGradGuard no_grad;  // frozen encoders
+  if (!text_encoder_2) return {text_encoder->forward(ids).last_hidden_state, {}};  // SD 1.x: the last hidden state
+  // SDXL: both penultimate hidden states side by side, and encoder 2's projected pooled output.
+  const ClipTextOutput one = text_encoder->forward(ids);
+  const ClipTextOutput two = text_encoder_2->forward(frame_batch(*clip_tokenizer_2, captions, device));
+  return {at::cat({one.penultimate_hidden_state, two.penultimate_hidden_state}, -1), two.text_embeds};
 }
 
 at::Tensor DiffusionModel::to_model_space(const at::Tensor& images, at::Generator& generator) {
@@ -164,12 +189,14 @@ std::vector<std::pair<std::string, at::Tensor>> DiffusionModel::named_parameters
 void DiffusionModel::to(const at::Device& device) {
   unet->to(device);
   text_encoder->to(device);
+  if (text_encoder_2) text_encoder_2->to(device);
   if (vae) vae->to(device);
 }
 
 void DiffusionModel::train(bool on) {
   unet->train(on);
   text_encoder->train(on && text_encoder_trained);
+  if (text_encoder_2) text_encoder_2->train(false);
   if (vae) vae->train(false);
 }
 

@@ -16,6 +16,13 @@
 
 namespace zs::models {
 
+/// What the UNet is conditioned on for a batch of captions.
+struct TextConditioning {
+  at::Tensor context;  ///< [B, T, cross_attention_dim]: SD 1.x the last hidden state; SDXL both
+                       ///< encoders' penultimate hidden states, concatenated
+  at::Tensor pooled;   ///< [B, projection_dim] SDXL: text_encoder_2's text_embeds (undefined otherwise)
+};
+
 class DiffusionModel {
  public:
   /// The quickstart's tiny pixel-space model for `resolution`-pixel images, with a tokenizer
@@ -35,6 +42,10 @@ class DiffusionModel {
 
   /// Text conditioning for `captions`: [B, T, hidden] on `device`.
   at::Tensor encode_text(const std::vector<std::string>& captions, const at::Device& device);
+  /// The full conditioning (SDXL adds the pooled embedding).
+  TextConditioning condition(const std::vector<std::string>& captions, const at::Device& device);
+  /// True for SDXL-type UNets, which also take text_embeds and time_ids.
+  bool added_conditioning() const;
   /// What the UNet learns to denoise for images [B, 3, H, W] in [−1, 1]: the images themselves
   /// (pixel models) or VAE latents (a posterior sample × scaling_factor, without gradients).
   at::Tensor to_model_space(const at::Tensor& images, at::Generator& generator);
@@ -54,6 +65,8 @@ class DiffusionModel {
   diffusion::ScheduleConfig schedule;
   AutoencoderKL vae{nullptr};                  ///< latent models: frozen
   std::shared_ptr<ClipTokenizer> clip_tokenizer;  ///< pipelines: used instead of `tokenizer`
+  ClipTextModel text_encoder_2{nullptr};          ///< SDXL: CLIPTextModelWithProjection, frozen
+  std::shared_ptr<ClipTokenizer> clip_tokenizer_2;  ///< SDXL: its tokenizer (pads with "!")
   bool text_encoder_trained = true;            ///< false for pipelines: frozen, not in the optimizer
   std::string pipeline;                        ///< the diffusers folder a pipeline model came from
 };

@@ -36,13 +36,22 @@ at::Tensor sample_images(models::DiffusionModel& model, const std::vector<std::s
     }
   const auto n = static_cast<std::int64_t>(captions.size());
   at::Tensor x = at::stack(noise).to(device);
-  const at::Tensor cond = model.encode_text(captions, device);
+  const models::TextConditioning cond = model.condition(captions, device);
   const bool guided = guidance_scale != 1.0;
-  at::Tensor context = cond;
-  if (guided) context = at::cat({model.encode_text(std::vector<std::string>(captions.size(), ""), device), cond});
+  at::Tensor context = cond.context, pooled = cond.pooled, time_ids;
+  if (guided) {
+    const models::TextConditioning empty = model.condition(std::vector<std::string>(captions.size(), ""), device);
+    context = at::cat({empty.context, cond.context});
+    if (pooled.defined()) pooled = at::cat({empty.pooled, cond.pooled});
+  }
+  if (model.added_conditioning()) {
+    // SDXL: generate at the training resolution, uncropped.
+    const double r = static_cast<double>(resolution);
+    time_ids = at::tensor(std::vector<double>{r, r, 0, 0, r, r}, at::kFloat).repeat({guided ? 2 * n : n, 1}).to(device);
+  }
   for (const std::int64_t t : ddim.timesteps()) {
     const at::Tensor tt = at::full({guided ? 2 * n : n}, t, at::TensorOptions().dtype(at::kLong).device(device));
-    at::Tensor out = model.unet->forward(guided ? at::cat({x, x}) : x, tt, context);
+    at::Tensor out = model.unet->forward(guided ? at::cat({x, x}) : x, tt, context, pooled, time_ids);
     if (guided) {
       const auto parts = out.chunk(2);
       out = parts[0] + guidance_scale * (parts[1] - parts[0]);

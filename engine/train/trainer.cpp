@@ -404,8 +404,9 @@ RunSummary Trainer::run(TrainerCommands& commands) {
         const std::int64_t b = x0.size(0);
         const at::Tensor noise = at::randn(x0.sizes(), s.gen).to(s.device);
         const at::Tensor t = at::randint(0, s.schedule->num_train_timesteps(), {b}, s.gen, at::kLong).to(s.device);
-        const at::Tensor context = s.model.encode_text(batch.captions, s.device);
-        const at::Tensor pred = s.model.unet->forward(s.schedule->add_noise(x0, noise, t), t, context);
+        const models::TextConditioning cond = s.model.condition(batch.captions, s.device);
+        const at::Tensor time_ids = s.model.added_conditioning() ? batch.time_ids.to(s.device) : at::Tensor();
+        const at::Tensor pred = s.model.unet->forward(s.schedule->add_noise(x0, noise, t), t, cond.context, cond.pooled, time_ids);
         const at::Tensor per_sample = (pred - s.schedule->target(x0, noise, t)).pow(2).mean({1, 2, 3});  // [B]
         const at::Tensor loss = (per_sample * s.schedule->min_snr_weights(t, cfg.training.min_snr_gamma)).mean();
         const double scale = s.scaler ? s.scaler->scale() : 1.0;
