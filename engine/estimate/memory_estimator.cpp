@@ -147,6 +147,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   e.options = o;
   e.parameters = model.trainable_parameters();
   e.frozen_parameters = model.frozen_parameters;
+  e.frozen_fp32_parameters = model.frozen_fp32_parameters;
   const int64_t c = compute_bytes(o.precision);
   const bool masters = c < 4 || o.offload_optimizer != Offload::none;
   const int64_t state_per_element = masters ? 12 : 2 * c;  // fp32 master + two moments, or the moments
@@ -201,9 +202,9 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   // Mixed precision without offload: the step upcasts one unit's gradient part.
   const int64_t upcast = masters && o.offload_optimizer == Offload::none && c < 4 ? 4 * max_owned : 0;
   e.gpu.activations = activation_bytes(model, o);
-  // Frozen components (VAE, text encoders) stay on the device in fp32 while training (no latent
-  // cache yet), counted with the parameters.
-  e.gpu.parameters += 4 * model.frozen_parameters;
+  // Frozen components (VAE, text encoders) stay on the device while training (no latent cache
+  // yet), in the compute dtype, the VAE in fp32 when it asks for it (force_upcast).
+  e.gpu.parameters += c * (model.frozen_parameters - model.frozen_fp32_parameters) + 4 * model.frozen_fp32_parameters;
   // Backward's buffers come on top of the activations; the step's (all-reduce before it,
   // all-gather after it) only once the activations are gone, so they add only their excess.
   const int64_t backward = gathered + in_flight;
@@ -372,6 +373,7 @@ nlohmann::json to_json(const MemoryEstimate& e) {
   nlohmann::json j;
   j["parameters"] = e.parameters;
   j["frozen_parameters"] = e.frozen_parameters;
+  j["frozen_fp32_parameters"] = e.frozen_fp32_parameters;
   j["world_size"] = e.options.world_size;
   j["stage"] = e.options.stage;
   j["precision"] = e.options.precision;
@@ -401,7 +403,7 @@ std::string to_table(const MemoryEstimate& e, const ModelShape& model) {
   char line[160];
   out << "Model " << model.name << ": " << e.parameters << " trainable parameters";
   if (model.frozen_parameters > 0)
-    out << " (+" << model.frozen_parameters << " frozen: VAE and text encoder, on the device in fp32)";
+    out << " (+" << model.frozen_parameters << " frozen: VAE and text encoders, on the device)";
   out << "\nZeRO stage " << o.stage << ", " << o.world_size << " process(es), " << o.precision
       << ", optimizer offload " << offload_name(o.offload_optimizer) << ", parameter offload "
       << offload_name(o.offload_param) << "\nBatch " << o.batch_size << " at " << o.resolution << " px"

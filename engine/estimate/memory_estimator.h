@@ -72,7 +72,8 @@ struct DeepSpeedFigures {
 
 struct MemoryEstimate {
   std::int64_t parameters = 0;  ///< Ψ: trainable parameters
-  std::int64_t frozen_parameters = 0;  ///< VAE and text encoders (resident in fp32, in gpu.parameters)
+  std::int64_t frozen_parameters = 0;  ///< VAE and text encoders (resident, counted in gpu.parameters)
+  std::int64_t frozen_fp32_parameters = 0;  ///< of those, kept in fp32 (VAE with force_upcast)
   EstimateOptions options;
   MemoryBreakdown gpu;          ///< the compute device (the CPU itself in a CPU-only run)
   MemoryBreakdown cpu;          ///< host memory of this process (offloaded state, EMA)

@@ -145,7 +145,10 @@ models::UNetConfig sdxl_unet_config() {
 }
 
 ModelShape model_shape(const config::TrainerConfig& cfg) {
-  if (!cfg.model.path.empty()) {
+  // A ready config names the folder a user will fill in; until it exists, model.preset (sd15,
+  // sdxl) describes the architecture.
+  const bool placeholder = !cfg.model.path.empty() && !std::filesystem::exists(cfg.model.path) && cfg.model.preset != "tiny";
+  if (!cfg.model.path.empty() && !placeholder) {
     const std::filesystem::path unet = std::filesystem::path(cfg.model.path) / "unet" / "config.json";
     if (!std::filesystem::exists(unet))
       throw Error(ErrorKind::config, "model.path: " + unet.string() +
@@ -153,7 +156,12 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
     ModelShape m = unet_shape(models::UNetConfig::from_file(unet.string()));
     m.name = cfg.model.path;
     const auto vae = std::filesystem::path(cfg.model.path) / "vae" / "config.json";
-    if (std::filesystem::exists(vae)) m.latent_factor = static_cast<int>(models::AutoencoderKLConfig::from_file(vae.string()).downsample_factor());
+    bool upcast = true;
+    if (std::filesystem::exists(vae)) {
+      const auto vc = models::AutoencoderKLConfig::from_file(vae.string());
+      m.latent_factor = static_cast<int>(vc.downsample_factor());
+      upcast = vc.force_upcast;
+    }
     // Frozen components: counted from their weight files' headers (nothing is loaded).
     try {
       const auto pipeline = models::DiffusersPipeline::open(cfg.model.path);
@@ -165,6 +173,7 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
               int64_t n = 1;
               for (auto d : e.shape) n *= d;
               m.frozen_parameters += n;
+              if (std::string(part) == "vae" && upcast) m.frozen_fp32_parameters += n;
             }
           }
     } catch (const Error&) {
@@ -176,6 +185,7 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
     ModelShape m = unet_shape(sd15_unet_config());
     m.name = "sd15";
     m.frozen_parameters = 123'060'480 + 83'653'863;  // CLIP ViT-L/14 text encoder, VAE
+    m.frozen_fp32_parameters = 83'653'863;            // the VAE (force_upcast, diffusers' default)
     return m;
   }
   if (cfg.model.preset == "sdxl") {
@@ -183,6 +193,7 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
     m.name = "sdxl";
     m.context_dim = 2048;
     m.frozen_parameters = 123'060'480 + 694'659'840 + 83'653'863;  // CLIP-L, OpenCLIP bigG with projection, VAE
+    m.frozen_fp32_parameters = 83'653'863;
     return m;
   }
   // The tiny preset, built for real (it has about a million parameters) with the demo dataset's

@@ -42,6 +42,7 @@ struct ModelShape {
   std::int64_t context_dim = 768;
   std::int64_t time_embed_dim = 1280;
   std::int64_t frozen_parameters = 0;  ///< VAE and frozen text encoders (not trained, not sharded)
+  std::int64_t frozen_fp32_parameters = 0;  ///< of those, kept in fp32 (a VAE with force_upcast)
   std::int64_t trainable_parameters() const;
   /// Parameters of the largest single layer of any unit (a 2560->1280 3x3 conv in SD 1.5 and SDXL).
   std::int64_t largest_module() const;

@@ -193,6 +193,13 @@ void DiffusionModel::to(const at::Device& device) {
   if (vae) vae->to(device);
 }
 
+void DiffusionModel::frozen_to(at::ScalarType compute) {
+  if (pipeline.empty()) return;
+  text_encoder->to(compute);
+  if (text_encoder_2) text_encoder_2->to(compute);
+  if (vae && !vae->config().force_upcast) vae->to(compute);
+}
+
 void DiffusionModel::train(bool on) {
   unet->train(on);
   text_encoder->train(on && text_encoder_trained);

@@ -57,6 +57,9 @@ class DiffusionModel {
   /// text encoder only when it is trained).
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
   void to(const at::Device& device);
+  /// Frozen parts of a pipeline to the compute dtype (the VAE stays fp32 when its config says
+  /// force_upcast); the trained parts keep theirs (the optimizer casts them).
+  void frozen_to(at::ScalarType compute);
   void train(bool on);
 
   UNet2DConditionModel unet{nullptr};

@@ -139,6 +139,7 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
     if (rank == 0) model.save_folder(model_dir);
   }
   model.to(device);
+  model.frozen_to(compute);
   model.train(true);
   model.unet->set_gradient_checkpointing(cfg.training.gradient_checkpointing);
   schedule = std::make_unique<diffusion::NoiseSchedule>(model.schedule);

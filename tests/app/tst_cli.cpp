@@ -89,7 +89,8 @@ class TestCli : public QObject {
     QCOMPARE(j["precision"].get<std::string>(), std::string("bf16"));
     const auto& gpu = j["gpu"];
     const std::int64_t states = gpu["parameters"].get<std::int64_t>() + gpu["gradients"].get<std::int64_t>() +
-                                gpu["optimizer_states"].get<std::int64_t>() - 4 * j["frozen_parameters"].get<std::int64_t>();
+                                gpu["optimizer_states"].get<std::int64_t>() -
+                                2 * j["frozen_parameters"].get<std::int64_t>() - 2 * j["frozen_fp32_parameters"].get<std::int64_t>();
     // 2Ψ + 14Ψ/8, but for the io unit (2.07 M parameters: conv_in, time embedding, conv_out),
     // whose gradients stay whole because it runs at both ends of the forward: 0.13 % more.
     const double ratio = static_cast<double>(states) / static_cast<double>(2 * psi + 14 * psi / 8);

@@ -425,8 +425,9 @@ class TestTrainE2E : public QObject {
                                  "checkpointing.every_n_minutes=0.00001", "sampling.every_n_steps=0"}),
                    timed)
         .run(commands);
-    // Step 2 at least (step 1 may start within the interval); never step 3, whose final save follows.
-    QVERIFY(!timed_steps.empty() && timed_steps.size() <= 2 && timed_steps.back() == 2);
+    // The interval is checked when a step starts: step 1 or step 2 saves (a save at step 1 restarts
+    // the clock, so step 2 may not, under load); never step 3, whose final save follows.
+    QVERIFY(!timed_steps.empty() && timed_steps.size() <= 2 && timed_steps.back() < 3);
   }
 
   void stopAndResumeEqualsAnUninterruptedRun() {

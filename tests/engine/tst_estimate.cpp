@@ -295,8 +295,8 @@ class TestEstimate : public QObject {
     o.stage = 0;
     o.world_size = 1;
     MemoryEstimate e = estimate_memory(sd15, o);
-    // 13.75 GB of model states in DDP, plus the frozen CLIP text encoder and VAE in fp32.
-    QCOMPARE(model_state(e.gpu), 16 * std::int64_t{859'520'964} + 4 * (123'060'480 + 83'653'863));
+    // 13.75 GB of model states in DDP, plus the frozen CLIP text encoder (bf16) and VAE (fp32).
+    QCOMPARE(model_state(e.gpu), 16 * std::int64_t{859'520'964} + 2 * 123'060'480 + 4 * 83'653'863);
     // 8 GiB does not hold 16Ψ; the lowest fitting rung must actually fit and the rung below not.
     o.gpu_memory = parse_bytes("8GiB");
     e = estimate_memory(sd15, o);
@@ -321,6 +321,29 @@ class TestEstimate : public QObject {
     QVERIFY(!e.fits);
     QVERIFY(e.suggestion.found);
     QVERIFY(e.suggestion.offload_optimizer != Offload::none);
+  }
+
+  // The ready configs validate, and estimate from model.preset until model.path exists.
+  void readyConfigsValidateAndEstimate_data() {
+    QTest::addColumn<QString>("file");
+    QTest::addColumn<qint64>("parameters");
+    QTest::newRow("sd15 zero2 offload") << "sd15-finetune-zero2-offload.yaml" << qint64{859'520'964};
+    QTest::newRow("sdxl zero2 offload") << "sdxl-finetune-zero2-offload.yaml" << qint64{2'567'463'684};
+    QTest::newRow("sdxl zero3 nvme") << "sdxl-zero3-nvme.yaml" << qint64{2'567'463'684};
+  }
+  void readyConfigsValidateAndEstimate() {
+    QFETCH(QString, file);
+    QFETCH(qint64, parameters);
+    const auto cfg = config::load_config_file((test::sourceDir() + "/configs/" + file).toStdString()).config;
+    const ModelShape m = model_shape(cfg);
+    QCOMPARE(m.trainable_parameters(), parameters);
+    EstimateOptions o = options_from_config(cfg);
+    o.gpu_memory = parse_bytes("24GiB");
+    const MemoryEstimate e = estimate_memory(m, o);
+    qInfo("%s: device %.1f GiB, CPU %.1f GiB, NVMe %.1f GiB per process; fits 24 GiB: %s", qPrintable(file),
+          e.gpu.total() / 1073741824.0, e.cpu.total() / 1073741824.0, e.nvme / 1073741824.0, e.fits ? "yes" : "no");
+    QVERIFY(e.gpu.total() > 0);
+    if (cfg.zero.offload_optimizer.device != "none") QVERIFY(e.cpu.optimizer_states + e.nvme > 0);
   }
 
   void jsonHasTheDocumentedKeys() {
