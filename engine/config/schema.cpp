@@ -100,6 +100,11 @@ SchemaBuilder build() {
   s.add("data.num_workers", T::integer, I{2}, ZS_REF(data.num_workers),
         "Background threads that decode and augment images ahead of the step.")
       .range(0, 64);
+  s.add("data.cache_latents", T::boolean, true, ZS_REF(data.cache_latents),
+        "Diffusers pipelines (`model.path`): keep each image's VAE posterior on disk, keyed by the "
+        "file's content, the resolution, the flip and the VAE, and reuse it in later steps and runs.");
+  s.add("data.latent_cache_dir", T::path, std::string(""), ZS_REF(data.latent_cache_dir),
+        "Folder of the latent cache. Empty: `.latent-cache` under `logging.runs_root`.");
 
   s.section("data.metadata", "Options of the metadata-JSON layout: `metadata/**/*.json` files with "
             "`tags`, `score` and `path` (relative to the dataset folder), as in the Lightning SD trainer.");

@@ -1,4 +1,5 @@
 #include "data/dataset.h"
+#include "data/latent_cache.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -218,6 +219,17 @@ std::vector<std::int64_t> DataLoader::permutation(std::int64_t epoch) const {
   return order;
 }
 
+std::string DataLoader::content_key(const std::string& path) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (const auto it = content_keys_.find(path); it != content_keys_.end()) return it->second;
+  }
+  const std::string key = LatentCache::content_key(path);
+  std::lock_guard<std::mutex> lock(mutex_);
+  content_keys_[path] = key;
+  return key;
+}
+
 Batch DataLoader::make_batch(std::int64_t local_k) {
   const std::int64_t k = local_k * std::max<std::int64_t>(options_.num_shards, 1) + options_.shard;
   Batch b;
@@ -229,6 +241,7 @@ Batch DataLoader::make_batch(std::int64_t local_k) {
   std::vector<double> time_ids;
   for (std::int64_t j = 0; j < options_.batch_size; ++j) {
     std::array<double, 6> geometry{};
+    std::string image_path;
     // Per-sample randomness from (seed, batch, slot): independent of threads and of resume.
     std::mt19937_64 rng(options_.seed ^ (static_cast<std::uint64_t>(k) * 0x9E3779B97F4A7C15ULL + j * 7919ULL + 17));
     std::uniform_real_distribution<double> uni(0.0, 1.0);
@@ -243,6 +256,7 @@ Batch DataLoader::make_batch(std::int64_t local_k) {
       }
       try {
         img = load_image(item.image, options_.resolution, &geometry);
+        image_path = item.image;
         caption = item.caption;
         if (!item.tags.empty() && shuffle < options_.shuffle_tag_p) {
           std::vector<std::string> tags = item.tags;
@@ -262,6 +276,7 @@ Batch DataLoader::make_batch(std::int64_t local_k) {
     }
     if (!img.defined()) throw Error(ErrorKind::data, "no image of the dataset could be read (see the warnings)");
     if (flip < options_.flip_p) img = img.flip({2});
+    if (options_.content_keys) b.keys.push_back(content_key(image_path) + (flip < options_.flip_p ? "-flip" : ""));
     if (drop < options_.caption_dropout) caption.clear();
     images.push_back(img);
     time_ids.insert(time_ids.end(), geometry.begin(), geometry.end());

@@ -53,6 +53,7 @@ std::vector<DataItem> scan_dataset(const std::string& root, const MetadataOption
 struct Batch {
   at::Tensor images;
   at::Tensor time_ids;  ///< [B, 6] float: original h, w, crop top, left, target h, w (SDXL's time_ids)
+  std::vector<std::string> keys;  ///< per sample: the image file's content key, "+flip" when flipped
   std::vector<std::string> captions;
   std::int64_t epoch = 0;
   std::int64_t index = 0;  ///< batch number since the start of training
@@ -70,6 +71,7 @@ struct LoaderOptions {
   int prefetch = 4;                 ///< batches decoded ahead
   std::int64_t shard = 0;           ///< this rank: it gets global batches k·num_shards + shard
   std::int64_t num_shards = 1;      ///< ranks sharing the data
+  bool content_keys = false;        ///< fill Batch::keys (for the latent cache)
 };
 
 /// Deterministic batches: batch k depends only on (items, options, k), so a resumed run gets the
@@ -104,6 +106,7 @@ class DataLoader {
 
  private:
   Batch make_batch(std::int64_t k);
+  std::string content_key(const std::string& path);  // memoised LatentCache::content_key
   std::vector<std::int64_t> permutation(std::int64_t epoch) const;
   void stop();
   void worker();
@@ -119,6 +122,7 @@ class DataLoader {
   std::map<std::int64_t, std::string> failed_;  // batch number -> error text
   std::int64_t next_to_make_ = 0, next_to_take_ = 0;
   std::set<std::string> bad_;
+  std::map<std::string, std::string> content_keys_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/json_file.h"
+#include "data/latent_cache.h"
 #include "models/diffusers_pipeline.h"
 
 namespace zs::models {
@@ -161,10 +162,33 @@ TextConditioning DiffusionModel::condition(const std::vector<std::string>& capti
   return {at::cat({one.penultimate_hidden_state, two.penultimate_hidden_state}, -1), two.text_embeds};
 }
 
-at::Tensor DiffusionModel::to_model_space(const at::Tensor& images, at::Generator& generator) {
+at::Tensor DiffusionModel::to_model_space(const at::Tensor& images, at::Generator& generator, data::LatentCache* cache,
+                                          const std::vector<std::string>* keys) {
   if (!vae) return images;
   c10::NoGradGuard no_grad;
-  const auto posterior = vae->encode(images);
+  DiagonalGaussian posterior;
+  if (!cache || !keys || keys->size() != static_cast<std::size_t>(images.size(0))) {
+    posterior = vae->encode(images);
+  } else {
+    // Cached posteriors where there are some; the rest encoded in one batch and stored.
+    const auto n = static_cast<std::size_t>(images.size(0));
+    std::vector<at::Tensor> means(n), logvars(n);
+    std::vector<std::int64_t> missing;
+    for (std::size_t i = 0; i < n; ++i)
+      if (!cache->load((*keys)[i], means[i], logvars[i])) missing.push_back(static_cast<std::int64_t>(i));
+    if (!missing.empty()) {
+      const auto fresh = vae->encode(images.index_select(0, at::tensor(missing, at::kLong).to(images.device())));
+      for (std::size_t j = 0; j < missing.size(); ++j) {
+        const auto i = static_cast<std::size_t>(missing[j]);
+        means[i] = fresh.mean[static_cast<std::int64_t>(j)].to(at::kFloat).cpu();
+        logvars[i] = fresh.logvar[static_cast<std::int64_t>(j)].to(at::kFloat).cpu();
+        cache->store((*keys)[i], means[i], logvars[i]);
+      }
+    }
+    const auto opts = images.options().dtype(vae->parameters().front().scalar_type());
+    posterior.mean = at::stack(means).to(opts);
+    posterior.logvar = at::stack(logvars).to(opts);
+  }
   return posterior.sample(generator).mul(vae->config().scaling_factor).to(images.scalar_type());
 }
 

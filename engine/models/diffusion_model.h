@@ -14,6 +14,10 @@
 #include "models/unet_2d_condition.h"
 #include "models/word_tokenizer.h"
 
+namespace zs::data {
+class LatentCache;
+}
+
 namespace zs::models {
 
 /// What the UNet is conditioned on for a batch of captions.
@@ -48,7 +52,10 @@ class DiffusionModel {
   bool added_conditioning() const;
   /// What the UNet learns to denoise for images [B, 3, H, W] in [−1, 1]: the images themselves
   /// (pixel models) or VAE latents (a posterior sample × scaling_factor, without gradients).
-  at::Tensor to_model_space(const at::Tensor& images, at::Generator& generator);
+  /// With `cache` and one key per image, posteriors are read from and written to the cache
+  /// (the sample is drawn afresh either way, with the same random numbers).
+  at::Tensor to_model_space(const at::Tensor& images, at::Generator& generator, data::LatentCache* cache = nullptr,
+                            const std::vector<std::string>* keys = nullptr);
   /// Back from the UNet's space to images in [−1, 1] (the VAE decoder for latent models).
   at::Tensor to_images(const at::Tensor& samples);
   /// The UNet's spatial size for `resolution`-pixel images.

@@ -400,7 +400,8 @@ RunSummary Trainer::run(TrainerCommands& commands) {
         s.optimizer->set_last_micro_step(micro == accum - 1);
         const data::Batch batch = s.loader->next();
         ++s.batches_consumed;
-        const at::Tensor x0 = s.model.to_model_space(batch.images.to(s.device), s.gen);  // latents for pipelines
+        const at::Tensor x0 = s.model.to_model_space(batch.images.to(s.device), s.gen, s.latent_cache.get(),
+                                                     &batch.keys);  // latents for pipelines
         const std::int64_t b = x0.size(0);
         const at::Tensor noise = at::randn(x0.sizes(), s.gen).to(s.device);
         const at::Tensor t = at::randint(0, s.schedule->num_train_timesteps(), {b}, s.gen, at::kLong).to(s.device);
@@ -507,6 +508,9 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     s.loader.reset();
     throw;
   }
+  if (s.latent_cache)
+    s.log("latent cache: " + std::to_string(s.latent_cache->hits()) + " read, " + std::to_string(s.latent_cache->stored()) +
+          " encoded and stored");
   s.emit("run_end", {{"reason", reason}, {"loss", s.last_loss}});
   s.loader.reset();
   return {s.run_dir, s.step, reason, s.last_loss};

@@ -179,6 +179,14 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   lo.num_workers = static_cast<int>(cfg.data.num_workers);
   lo.shard = rank;
   lo.num_shards = world;
+  if (model.vae && cfg.data.cache_latents) {
+    const std::string root = cfg.data.latent_cache_dir.empty()
+                                 ? (fs::path(cfg.logging.runs_root) / ".latent-cache").string()
+                                 : cfg.data.latent_cache_dir;
+    latent_cache = std::make_unique<data::LatentCache>(root, data::LatentCache::vae_key(model.pipeline), cfg.data.resolution);
+    lo.content_keys = true;
+    log("latent cache: " + latent_cache->dir());
+  }
   loader = std::make_unique<data::DataLoader>(std::move(items), lo, [this](const std::string& w) { warn(w); });
   loader->start(batches_consumed);
 

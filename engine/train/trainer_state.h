@@ -13,6 +13,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "data/dataset.h"
+#include "data/latent_cache.h"
 #include "diffusion/noise_schedule.h"
 #include "models/diffusion_model.h"
 #include "train/events.h"
@@ -41,6 +42,7 @@ struct Trainer::State {
   at::ScalarType compute = at::kFloat;  // the dtype the model computes in
   std::unique_ptr<LossScaler> scaler;   // fp16 (or when asked for)
   std::unique_ptr<data::DataLoader> loader;
+  std::unique_ptr<data::LatentCache> latent_cache;  // pipelines with data.cache_latents
   std::unique_ptr<LrSchedule> lr;
   at::Generator gen;
   std::int64_t step = 0;              // optimizer steps done
