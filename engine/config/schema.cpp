@@ -100,6 +100,13 @@ SchemaBuilder build() {
   s.add("data.num_workers", T::integer, I{2}, ZS_REF(data.num_workers),
         "Background threads that decode and augment images ahead of the step.")
       .range(0, 64);
+  s.add("data.aspect_buckets", T::boolean, false, ZS_REF(data.aspect_buckets),
+        "Aspect-ratio buckets: sizes of about resolution² pixels in `bucket_step` steps (up to 4:1); each "
+        "image goes to the bucket nearest its aspect (resize, center crop) and every batch comes from one "
+        "bucket. Off: square center crops.");
+  s.add("data.bucket_step", T::integer, I{64}, ZS_REF(data.bucket_step),
+        "Bucket sides are multiples of this many pixels (64 for Stable Diffusion: VAE × UNet down-sampling).")
+      .range(8, 1024);
   s.add("data.cache_latents", T::boolean, true, ZS_REF(data.cache_latents),
         "Diffusers pipelines (`model.path`): keep each image's VAE posterior on disk, keyed by the "
         "file's content, the resolution, the flip and the VAE, and reuse it in later steps and runs.");

@@ -45,6 +45,8 @@ struct DataConfig {
   double flip_p{};               ///< probability of a horizontal flip
   double caption_dropout{};      ///< probability of an empty caption (classifier-free guidance)
   std::int64_t num_workers{};    ///< decoding threads
+  bool aspect_buckets{};         ///< batches of one aspect-ratio bucket instead of square crops
+  std::int64_t bucket_step{};    ///< bucket sides are multiples of this
   bool cache_latents{};          ///< pipelines: keep VAE posteriors on disk and reuse them
   std::string latent_cache_dir;  ///< where; empty: logging.runs_root/.latent-cache
   DataMetadataConfig metadata;   ///< metadata-JSON layout options

@@ -2,6 +2,8 @@
 #include "data/latent_cache.h"
 
 #include <algorithm>
+#include <tuple>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -181,21 +183,37 @@ std::vector<DataItem> scan_dataset(const std::string& root_text, const MetadataO
   return items;
 }
 
+std::vector<std::pair<std::int64_t, std::int64_t>> aspect_buckets(std::int64_t resolution, std::int64_t step) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  const std::int64_t area = resolution * resolution;
+  for (std::int64_t h = step; h <= 4 * resolution; h += step) {
+    const std::int64_t w = area / h / step * step;
+    if (w < step || std::max(w, h) > 4 * std::min(w, h)) continue;
+    if (std::find(out.begin(), out.end(), std::pair{h, w}) == out.end()) out.emplace_back(h, w);
+  }
+  return out;
+}
+
 at::Tensor DataLoader::load_image(const std::string& path, std::int64_t res, std::array<double, 6>* geometry) {
+  return load_image(path, res, res, geometry);
+}
+
+at::Tensor DataLoader::load_image(const std::string& path, std::int64_t th, std::int64_t tw, std::array<double, 6>* geometry) {
   const io::Image img = io::read_image(path);
   // [H, W, 3] uint8 -> [1, 3, H, W] float 0..255
   at::Tensor t = at::from_blob(const_cast<std::uint8_t*>(img.rgb.data()), {img.height, img.width, 3}, at::kByte)
                      .permute({2, 0, 1}).unsqueeze(0).to(at::kFloat);
-  const double scale = static_cast<double>(res) / std::min(img.width, img.height);
-  const std::int64_t nh = std::max<std::int64_t>(res, std::llround(img.height * scale));
-  const std::int64_t nw = std::max<std::int64_t>(res, std::llround(img.width * scale));
+  // Scale so the image covers the target, then cut the middle.
+  const double scale = std::max(static_cast<double>(th) / img.height, static_cast<double>(tw) / img.width);
+  const std::int64_t nh = std::max<std::int64_t>(th, std::llround(img.height * scale));
+  const std::int64_t nw = std::max<std::int64_t>(tw, std::llround(img.width * scale));
   if (nh != img.height || nw != img.width)
     t = at::_upsample_bilinear2d_aa(t, {nh, nw}, false, c10::nullopt, c10::nullopt);
-  const std::int64_t top = (nh - res) / 2, left = (nw - res) / 2;
-  t = t.slice(2, top, top + res).slice(3, left, left + res);
+  const std::int64_t top = (nh - th) / 2, left = (nw - tw) / 2;
+  t = t.slice(2, top, top + th).slice(3, left, left + tw);
   if (geometry)
     *geometry = {static_cast<double>(img.height), static_cast<double>(img.width), static_cast<double>(top),
-                 static_cast<double>(left), static_cast<double>(res), static_cast<double>(res)};
+                 static_cast<double>(left), static_cast<double>(th), static_cast<double>(tw)};
   return (t.squeeze(0) / 127.5 - 1.0).clamp(-1.0, 1.0).contiguous();
 }
 
@@ -207,6 +225,50 @@ DataLoader::DataLoader(std::vector<DataItem> items, LoaderOptions options,
     throw Error(ErrorKind::data, "the dataset has " + std::to_string(items_.size()) +
                                      " images, fewer than training.batch_size " + std::to_string(options_.batch_size));
   batches_per_epoch_ = static_cast<std::int64_t>(items_.size()) / options_.batch_size;
+  if (options_.buckets) {
+    buckets_ = aspect_buckets(options_.resolution, options_.bucket_step);
+    if (buckets_.empty())
+      throw Error(ErrorKind::config, "data.bucket_step " + std::to_string(options_.bucket_step) +
+                                         " leaves no bucket at data.resolution " + std::to_string(options_.resolution));
+    std::vector<std::int64_t> counts(buckets_.size(), 0);
+    for (const auto& item : items_) {
+      double aspect = 1.0;  // unreadable headers go to the squarest bucket and fail later as usual
+      try {
+        const auto [w, h] = io::image_size(item.image);
+        aspect = std::log(static_cast<double>(w) / h);
+      } catch (const Error&) {
+      }
+      int best = 0;
+      double dist = 1e300;
+      for (std::size_t b = 0; b < buckets_.size(); ++b) {
+        const double d = std::abs(std::log(static_cast<double>(buckets_[b].second) / buckets_[b].first) - aspect);
+        if (d < dist) {
+          dist = d;
+          best = static_cast<int>(b);
+        }
+      }
+      item_bucket_.push_back(best);
+      ++counts[static_cast<std::size_t>(best)];
+    }
+    batches_per_epoch_ = 0;
+    for (auto c : counts) batches_per_epoch_ += c / options_.batch_size;
+    if (batches_per_epoch_ == 0)
+      throw Error(ErrorKind::data, "no aspect bucket holds training.batch_size (" + std::to_string(options_.batch_size) +
+                                       ") images; lower the batch size or set data.aspect_buckets: false");
+  }
+}
+
+std::vector<std::vector<std::int64_t>> DataLoader::bucket_plan(std::int64_t epoch) const {
+  std::vector<std::vector<std::int64_t>> members(buckets_.size()), batches;
+  for (std::size_t i = 0; i < items_.size(); ++i) members[static_cast<std::size_t>(item_bucket_[i])].push_back(static_cast<std::int64_t>(i));
+  std::mt19937_64 rng(options_.seed * 1000003ULL + static_cast<std::uint64_t>(epoch) + 1);
+  for (auto& m : members) {
+    std::shuffle(m.begin(), m.end(), rng);
+    for (std::size_t s = 0; s + static_cast<std::size_t>(options_.batch_size) <= m.size(); s += static_cast<std::size_t>(options_.batch_size))
+      batches.emplace_back(m.begin() + static_cast<std::ptrdiff_t>(s), m.begin() + static_cast<std::ptrdiff_t>(s) + options_.batch_size);
+  }
+  std::shuffle(batches.begin(), batches.end(), rng);
+  return batches;
 }
 
 DataLoader::~DataLoader() { stop(); }
@@ -235,8 +297,23 @@ Batch DataLoader::make_batch(std::int64_t local_k) {
   Batch b;
   b.index = k;
   b.epoch = k / batches_per_epoch_;
-  const auto order = permutation(b.epoch);
-  const std::int64_t first = (k % batches_per_epoch_) * options_.batch_size;
+  // Without buckets: consecutive slices of the epoch's permutation. With buckets: the epoch's
+  // k-th planned batch (one bucket), a broken image replaced by another of the same bucket.
+  std::vector<std::int64_t> order;
+  std::int64_t first = 0, height = options_.resolution, width = options_.resolution;
+  if (buckets_.empty()) {
+    order = permutation(b.epoch);
+    first = (k % batches_per_epoch_) * options_.batch_size;
+  } else {
+    const auto plan = bucket_plan(b.epoch);
+    const auto& chosen = plan[static_cast<std::size_t>(k % batches_per_epoch_)];
+    const int bucket = item_bucket_[static_cast<std::size_t>(chosen.front())];
+    std::tie(height, width) = buckets_[static_cast<std::size_t>(bucket)];
+    order = chosen;
+    for (std::size_t i = 0; i < items_.size(); ++i)
+      if (item_bucket_[i] == bucket && std::find(chosen.begin(), chosen.end(), static_cast<std::int64_t>(i)) == chosen.end())
+        order.push_back(static_cast<std::int64_t>(i));
+  }
   std::vector<at::Tensor> images;
   std::vector<double> time_ids;
   for (std::int64_t j = 0; j < options_.batch_size; ++j) {
@@ -255,7 +332,7 @@ Batch DataLoader::make_batch(std::int64_t local_k) {
         if (bad_.count(item.image)) continue;
       }
       try {
-        img = load_image(item.image, options_.resolution, &geometry);
+        img = load_image(item.image, height, width, &geometry);
         image_path = item.image;
         caption = item.caption;
         if (!item.tags.empty() && shuffle < options_.shuffle_tag_p) {
@@ -276,7 +353,9 @@ Batch DataLoader::make_batch(std::int64_t local_k) {
     }
     if (!img.defined()) throw Error(ErrorKind::data, "no image of the dataset could be read (see the warnings)");
     if (flip < options_.flip_p) img = img.flip({2});
-    if (options_.content_keys) b.keys.push_back(content_key(image_path) + (flip < options_.flip_p ? "-flip" : ""));
+    if (options_.content_keys)
+      b.keys.push_back(content_key(image_path) + (flip < options_.flip_p ? "-flip" : "") +
+                       (buckets_.empty() ? "" : "-" + std::to_string(height) + "x" + std::to_string(width)));
     if (drop < options_.caption_dropout) caption.clear();
     images.push_back(img);
     time_ids.insert(time_ids.end(), geometry.begin(), geometry.end());

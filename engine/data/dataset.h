@@ -72,7 +72,17 @@ struct LoaderOptions {
   std::int64_t shard = 0;           ///< this rank: it gets global batches k·num_shards + shard
   std::int64_t num_shards = 1;      ///< ranks sharing the data
   bool content_keys = false;        ///< fill Batch::keys (for the latent cache)
+  /// Aspect-ratio buckets: sizes of about resolution² pixels in `bucket_step` steps (aspect up to
+  /// 4:1); each image goes to the bucket nearest its aspect (resize, center crop), every batch
+  /// comes from one bucket.
+  bool buckets = false;
+  std::int64_t bucket_step = 64;
 };
+
+/// The bucket sizes (height, width) for `resolution` and `step`: h in step increments, w the
+/// largest multiple of step with h·w <= resolution², aspect at most 4:1; square included when
+/// resolution is a multiple of step.
+std::vector<std::pair<std::int64_t, std::int64_t>> aspect_buckets(std::int64_t resolution, std::int64_t step);
 
 /// Deterministic batches: batch k depends only on (items, options, k), so a resumed run gets the
 /// same batches as an uninterrupted one. With num_shards ranks, rank `shard`'s k-th batch is global
@@ -103,11 +113,19 @@ class DataLoader {
   /// `geometry` (optional) receives SDXL's micro-conditioning: original height and width, the
   /// crop's top and left in the resized image, and the target height and width.
   static at::Tensor load_image(const std::string& path, std::int64_t resolution, std::array<double, 6>* geometry = nullptr);
+  /// The same to a height × width target (resize to cover it, center crop).
+  static at::Tensor load_image(const std::string& path, std::int64_t height, std::int64_t width,
+                               std::array<double, 6>* geometry);
+  /// Buckets in use ((height, width)) and each item's bucket index (empty without buckets).
+  const std::vector<std::pair<std::int64_t, std::int64_t>>& buckets() const { return buckets_; }
+  const std::vector<int>& item_buckets() const { return item_bucket_; }
 
  private:
   Batch make_batch(std::int64_t k);
   std::string content_key(const std::string& path);  // memoised LatentCache::content_key
   std::vector<std::int64_t> permutation(std::int64_t epoch) const;
+  /// With buckets: the epoch's batches, each a list of item indices from one bucket.
+  std::vector<std::vector<std::int64_t>> bucket_plan(std::int64_t epoch) const;
   void stop();
   void worker();
 
@@ -123,6 +141,8 @@ class DataLoader {
   std::int64_t next_to_make_ = 0, next_to_take_ = 0;
   std::set<std::string> bad_;
   std::map<std::string, std::string> content_keys_;
+  std::vector<std::pair<std::int64_t, std::int64_t>> buckets_;
+  std::vector<int> item_bucket_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

@@ -1,5 +1,8 @@
 #include "io/image.h"
 
+#include <fstream>
+#include <vector>
+
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -94,6 +97,32 @@ Image read_image(const std::string& path) {
       static_cast<unsigned char>(bytes[2]) == 0xff)
     return decode_jpeg(path, bytes);
   fail(path, bytes.empty() ? "empty file" : "neither PNG nor JPEG data");
+}
+
+std::pair<int, int> image_size(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::data, path + ": cannot be read");
+  std::vector<unsigned char> head(1 << 16);
+  in.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(in.gcount()));
+  auto be16 = [&](std::size_t i) { return (head[i] << 8) | head[i + 1]; };
+  auto be32 = [&](std::size_t i) { return (be16(i) << 16) | be16(i + 2); };
+  if (head.size() >= 24 && head[0] == 0x89 && head[1] == 'P' && head[2] == 'N' && head[3] == 'G')
+    return {be32(16), be32(20)};  // IHDR follows the signature
+  if (head.size() >= 4 && head[0] == 0xFF && head[1] == 0xD8) {
+    // JPEG: walk the segments to a start-of-frame marker (SOF0..SOF15 but DHT, JPG, DAC).
+    std::size_t i = 2;
+    while (i + 9 < head.size()) {
+      if (head[i] != 0xFF) break;
+      const int marker = head[i + 1];
+      if (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC)
+        return {be16(i + 7), be16(i + 5)};
+      i += 2 + static_cast<std::size_t>(be16(i + 2));
+    }
+  }
+  // Not found in the first 64 KiB (or another format): decode it, as read_image would.
+  const Image img = read_image(path);
+  return {img.width, img.height};
 }
 
 std::string encode_png(const Image& image) {

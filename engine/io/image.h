@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace zs::io {
@@ -18,6 +19,10 @@ struct Image {
 /// and alpha images are converted to 8-bit RGB (alpha is dropped).
 /// Throws zs::Error(data) naming the file when it cannot be read or decoded.
 Image read_image(const std::string& path);
+
+/// Width and height from a PNG or JPEG header, without decoding the pixels. Throws
+/// zs::Error(data) naming the file when it is neither or is cut short.
+std::pair<int, int> image_size(const std::string& path);
 
 /// Encodes `image` as PNG to `path` atomically (temporary file, then rename).
 void write_png(const std::string& path, const Image& image);

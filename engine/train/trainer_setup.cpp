@@ -179,6 +179,14 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   lo.num_workers = static_cast<int>(cfg.data.num_workers);
   lo.shard = rank;
   lo.num_shards = world;
+  lo.buckets = cfg.data.aspect_buckets;
+  lo.bucket_step = cfg.data.bucket_step;
+  if (lo.buckets) {
+    const std::int64_t f = model.unet->config().downsample_factor() * (model.vae ? model.vae->config().downsample_factor() : 1);
+    if (lo.bucket_step % f != 0)
+      throw Error(ErrorKind::config, "data.bucket_step: " + std::to_string(lo.bucket_step) + " must be a multiple of " +
+                                         std::to_string(f) + " (this model's down-sampling)");
+  }
   if (model.vae && cfg.data.cache_latents) {
     const std::string root = cfg.data.latent_cache_dir.empty()
                                  ? (fs::path(cfg.logging.runs_root) / ".latent-cache").string()

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include <jpeglib.h>
 
@@ -54,6 +55,69 @@ class TestData : public QObject {
   Q_OBJECT
 
  private slots:
+  // Aspect-ratio buckets: sizes of about resolution² in step increments; wide images go to wide
+  // buckets, every batch is one size, batches are the same for the same seed, and time_ids carry
+  // each image's original size, crop and target.
+  void aspectBucketsBatchBySize() {
+    QCOMPARE(aspect_buckets(64, 16).size(), std::size_t{7});  // 32x128 … 64x64 … 128x32, within 4:1
+    for (const auto& [h, w] : aspect_buckets(512, 64)) {
+      QVERIFY(h % 64 == 0 && w % 64 == 0 && h * w <= 512 * 512 && std::max(h, w) <= 4 * std::min(h, w));
+    }
+    QTemporaryDir dir;
+    std::vector<DataItem> items;
+    const int sizes[][2] = {{96, 32}, {32, 96}, {64, 64}};  // (width, height): wide, tall, square
+    for (int i = 0; i < 24; ++i) {
+      const auto& wh = sizes[i % 3];
+      zs::io::Image img{wh[0], wh[1], std::vector<std::uint8_t>(static_cast<std::size_t>(wh[0] * wh[1] * 3), static_cast<std::uint8_t>(i * 10))};
+      const std::string path = tmp(dir, "") + std::to_string(i) + (i % 2 ? ".png" : ".jpg");
+      if (i % 2) zs::io::write_png(path, img);
+      else write_jpeg(path, img);
+      QCOMPARE(zs::io::image_size(path), (std::pair<int, int>{wh[0], wh[1]}));
+      items.push_back({path, "item " + std::to_string(i), {}});
+    }
+    LoaderOptions o;
+    o.batch_size = 4;
+    o.resolution = 48;
+    o.buckets = true;
+    o.bucket_step = 16;
+    o.num_workers = 0;
+    o.seed = 5;
+    DataLoader loader(items, o);
+    QCOMPARE(loader.batches_per_epoch(), std::int64_t{6});  // 8 per aspect, 2 batches each
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const auto [h, w] = loader.buckets()[static_cast<std::size_t>(loader.item_buckets()[i])];
+      const auto& wh = sizes[i % 3];
+      if (wh[0] > wh[1]) QVERIFY(w > h);
+      if (wh[0] < wh[1]) QVERIFY(h > w);
+      if (wh[0] == wh[1]) QCOMPARE(h, w);
+    }
+    loader.start(0);
+    std::set<std::pair<std::int64_t, std::int64_t>> seen;
+    std::vector<std::string> first_epoch;
+    for (int k = 0; k < 6; ++k) {
+      const Batch b = loader.next();
+      const auto h = b.images.size(2), w = b.images.size(3);
+      seen.insert({h, w});
+      QVERIFY(h * w <= 48 * 48);
+      for (std::int64_t i = 0; i < 4; ++i) {
+        QCOMPARE(b.time_ids[i][4].item<double>(), static_cast<double>(h));  // target size
+        QCOMPARE(b.time_ids[i][5].item<double>(), static_cast<double>(w));
+      }
+      for (const auto& c : b.captions) first_epoch.push_back(c);
+    }
+    QCOMPARE(seen.size(), std::size_t{3});
+    std::sort(first_epoch.begin(), first_epoch.end());
+    QCOMPARE(std::unique(first_epoch.begin(), first_epoch.end()) - first_epoch.begin(), std::ptrdiff_t{24});
+    DataLoader again(items, o);
+    again.start(3);
+    DataLoader same(items, o);
+    same.start(0);
+    for (int k = 0; k < 3; ++k) same.next();
+    const Batch x = again.next(), y = same.next();
+    QCOMPARE(x.captions, y.captions);
+    QVERIFY(at::equal(x.images, y.images));
+  }
+
   void pngRoundTrip() {
     QTemporaryDir dir;
     zs::io::Image img{5, 3, {}};
