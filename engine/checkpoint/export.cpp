@@ -1,6 +1,8 @@
 #include "checkpoint/export.h"
 
 #include <filesystem>
+#include <functional>
+#include <memory>
 
 #include <ATen/ATen.h>
 
@@ -11,6 +13,8 @@
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "models/unet_config.h"
+#include "models/diffusers_pipeline.h"
+#include "models/autoencoder_kl.h"
 
 namespace zs::checkpoint {
 
@@ -28,19 +32,33 @@ Renames strip_prefix(const ShardReader& shards, const std::string& prefix, const
   return out;
 }
 
-/// Streams `renames` into `path`, one consolidated tensor at a time.
+/// A tensor from elsewhere (an untouched pipeline component), read when its turn comes.
+struct Extra {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::function<at::Tensor()> read;
+};
+
+/// Streams `renames` (then `extras`) into `path`, one consolidated tensor at a time.
 std::int64_t stream_tensors(const ShardReader& shards, const Renames& renames, const std::string& kind,
                             const std::string& path, const ExportOptions& o,
-                            const std::map<std::string, std::string>& metadata, std::size_t& done, std::size_t total) {
+                            const std::map<std::string, std::string>& metadata, std::size_t& done, std::size_t total,
+                            const std::vector<Extra>& extras = {}) {
   if (renames.empty()) throw Error(ErrorKind::checkpoint, path + ": nothing to export");
   std::map<std::string, std::vector<std::int64_t>> shapes;
   for (const auto& u : shards.units())
     for (const auto& p : u.params) shapes[p.name] = p.shape;
   std::vector<io::SafetensorsStreamWriter::Entry> entries;
   for (const auto& [from, to] : renames) entries.push_back({to, o.dtype.value_or(at::kFloat), shapes.at(from)});
+  for (const auto& e : extras) entries.push_back({e.name, o.dtype.value_or(at::kFloat), e.shape});
   io::SafetensorsStreamWriter writer(path, entries, metadata);
   for (const auto& [from, to] : renames) {
     writer.write(shards.parameter(from, kind));
+    ++done;
+    if (o.progress) o.progress(done, total);
+  }
+  for (const auto& e : extras) {
+    writer.write(e.read().reshape(e.shape));
     ++done;
     if (o.progress) o.progress(done, total);
   }
@@ -90,7 +108,34 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
       for (std::size_t i = 0; i < unet.size(); ++i) renames.emplace_back(unet[i].first, kSingleFileUNet + ldm[i].second);
       for (auto& r : strip_prefix(shards, "text_encoder.", kSingleFileTextEncoder)) renames.push_back(r);
     }
-    r.bytes += stream_tensors(shards, renames, kind, out, o, metadata, done, renames.size());
+    // A run trained from a pipeline: the untouched VAE and text encoder join the file from there.
+    std::vector<std::unique_ptr<io::SafetensorsReader>> sources;
+    std::vector<Extra> extras;
+    if (o.format == "single-file" && fs::exists(model_dir / "pipeline.json")) {
+      const auto source = io::read_json_file((model_dir / "pipeline.json").string(), "pipeline reference");
+      const auto pipeline = models::DiffusersPipeline::open(source.value("path", std::string()));
+      const auto vae_config = models::AutoencoderKLConfig::from_file(pipeline.dir("vae") + "/config.json");
+      for (const auto& file : pipeline.weight_files("vae")) {
+        sources.push_back(std::make_unique<io::SafetensorsReader>(file));
+        const io::SafetensorsReader* reader = sources.back().get();
+        std::vector<std::string> names;
+        for (const auto& e : reader->entries()) names.push_back(e.name);
+        for (const auto& [from, to] : single_file_vae_names(names, static_cast<int>(vae_config.block_out_channels.size()))) {
+          std::vector<std::int64_t> shape;
+          for (const auto& e : reader->entries())
+            if (e.name == from) shape = e.shape;
+          if (single_file_vae_is_conv(to) && shape.size() == 2) shape = {shape[0], shape[1], 1, 1};
+          extras.push_back({kSingleFileVae + to, shape, [reader, from = from] { return reader->tensor(from); }});
+        }
+      }
+      for (const auto& file : pipeline.weight_files("text_encoder")) {
+        sources.push_back(std::make_unique<io::SafetensorsReader>(file));
+        const io::SafetensorsReader* reader = sources.back().get();
+        for (const auto& e : reader->entries())
+          extras.push_back({kSingleFileTextEncoder + e.name, e.shape, [reader, name = e.name] { return reader->tensor(name); }});
+      }
+    }
+    r.bytes += stream_tensors(shards, renames, kind, out, o, metadata, done, renames.size() + extras.size(), extras);
     r.files.push_back(out);
   } else if (o.format == "diffusers" && fs::exists(model_dir / "pipeline.json")) {
     // Trained from a diffusers pipeline: every untouched component (VAE, text encoder, tokenizer,

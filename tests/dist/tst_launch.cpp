@@ -217,6 +217,32 @@ class TestLaunch : public QObject {
     const zs::io::SafetensorsReader got((dir.path() + "/out.safetensors").toStdString()),
         ref((zs::test::sharedDir() + "/fixtures/sd15-tiny-reference/unet_io.safetensors").toStdString());
     QVERIFY((got.tensor("out") - ref.tensor("out")).abs().max().item<double>() > 1e-4);
+    // The single-file export holds the trained UNet and the pipeline's VAE and text encoder under
+    // the original layout's names (attention matrices as 1x1 convs).
+    const QString single = dir.path() + "/model.safetensors";
+    QProcess sf;
+    sf.setProcessChannelMode(QProcess::MergedChannels);
+    sf.start(ZS_CLI_PATH, {"export", run + "/checkpoints/step_8", "--format", "single-file", "-o", single});
+    QVERIFY(sf.waitForFinished(60000));
+    QVERIFY2(sf.exitCode() == 0, sf.readAll().constData());
+    const zs::io::SafetensorsReader file(single.toStdString()),
+        vae((model + "/vae/diffusion_pytorch_model.safetensors").toStdString()),
+        text((model + "/text_encoder/model.safetensors").toStdString());
+    std::size_t unet_n = 0, vae_n = 0, text_n = 0;
+    for (const auto& e : file.entries()) {
+      unet_n += e.name.rfind("model.diffusion_model.", 0) == 0;
+      vae_n += e.name.rfind("first_stage_model.", 0) == 0;
+      text_n += e.name.rfind("cond_stage_model.transformer.", 0) == 0;
+    }
+    QCOMPARE(vae_n, vae.entries().size());
+    QCOMPARE(text_n, text.entries().size());
+    QCOMPARE(unet_n + vae_n + text_n, file.entries().size());
+    const at::Tensor q = file.tensor("first_stage_model.encoder.mid.attn_1.q.weight");
+    QCOMPARE(q.dim(), std::int64_t{4});
+    QVERIFY(at::equal(q.flatten(1), vae.tensor("encoder.mid_block.attentions.0.to_q.weight")));
+    // Up blocks are numbered backwards: diffusers' last (64 -> 32, with a shortcut) is up.0 there.
+    QVERIFY(at::equal(file.tensor("first_stage_model.decoder.up.0.block.0.nin_shortcut.weight"),
+                      vae.tensor("decoder.up_blocks.1.resnets.0.conv_shortcut.weight")));
   }
 
   // The issue's own command line, on the full quickstart config.
