@@ -68,11 +68,13 @@ SchemaBuilder build() {
   s.section("model", "What is trained.");
   s.add("model.preset", T::choice, std::string("tiny"), ZS_REF(model.preset),
         "Architecture to build when `model.path` is empty: `tiny` (the quickstart's small pixel-space "
-        "UNet with its text encoder), `sd15` or `sdxl` (standard UNet shapes, for estimates).",
+        "UNet with its text encoder), `sd15` or `sdxl` (standard shapes, for estimates: also used by "
+        "`zerostudio estimate` while `model.path` does not exist yet).",
         {"tiny", "sd15", "sdxl"});
   s.add("model.path", T::path, std::string(""), ZS_REF(model.path),
-        "A diffusers pipeline folder or a single-file checkpoint to start from. Empty: build "
-        "`model.preset` with fresh weights.");
+        "A diffusers pipeline folder (with model_index.json; Stable Diffusion 1.x or SDXL) whose UNet "
+        "is fine-tuned; its VAE and text encoders stay frozen. Single-file checkpoints are not read yet. "
+        "Empty: build `model.preset` with fresh weights.");
   s.add("model.prediction_type", T::choice, std::string("epsilon"), ZS_REF(model.prediction_type),
         "Training target: the added noise (`epsilon`) or the velocity (`v_prediction`).",
         {"epsilon", "v_prediction"});
