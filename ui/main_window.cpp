@@ -193,7 +193,7 @@ SetupWizard* MainWindow::newConfig() {
 QString MainWindow::configText() const { return m_configView->toPlainText(); }
 QString MainWindow::statusText() const { return m_status->text(); }
 QString MainWindow::progressText() const { return m_progress->text(); }
-QString MainWindow::errorText() const { return m_error->isVisible() || !m_error->isHidden() ? m_error->text() : QString(); }
+QString MainWindow::errorText() const { return m_error->isHidden() ? QString() : m_error->text(); }
 
 void MainWindow::updateActions() {
   const bool owns = m_controller->ownsRun();

@@ -285,8 +285,7 @@ void RunController::poll() {
     const QString line = QString::fromStdString(raw);
     m_lastEvents << line;
     if (m_lastEvents.size() > 20) m_lastEvents.removeFirst();
-    if (line.contains(QLatin1String("\"type\":\"checkpoint\""))) checkpoints = true;
-    handleEvent(line);
+    if (handleEvent(line) == QLatin1String("checkpoint")) checkpoints = true;
   }
   // Rank logs: logs/rank<R>.log, found as they appear.
   const int firstLog = static_cast<int>(m_logs.size());
@@ -332,7 +331,7 @@ void RunController::addSampleStep(qint64 step) {
   m_samples.push_back(s);
 }
 
-void RunController::handleEvent(const QString& line) {
+QString RunController::handleEvent(const QString& line) {
   const QJsonObject e = QJsonDocument::fromJson(line.toUtf8()).object();
   const QString type = e.value(QStringLiteral("type")).toString();
   const qint64 step = static_cast<qint64>(e.value(QStringLiteral("step")).toDouble());
@@ -351,7 +350,7 @@ void RunController::handleEvent(const QString& line) {
     m_step = step;
     m_error.clear();
     if (m_state == RunState::starting || m_state == RunState::idle || m_state == RunState::finished)
-      setState(ownsRun() || m_state == RunState::starting ? RunState::running : RunState::running);
+      setState(RunState::running);
   } else if (type == QLatin1String("metrics")) {
     MetricPoint p;
     p.step = static_cast<double>(step);
@@ -389,6 +388,7 @@ void RunController::handleEvent(const QString& line) {
     emit progressChanged();
   }
   if (m_state == RunState::starting && type != QLatin1String("log") && !m_metrics.empty()) setState(RunState::running);
+  return type;
 }
 
 QString RunController::progressText() const {

@@ -112,7 +112,7 @@ class RunController : public QObject {
   struct Worker;
   void open(const QString& runDir);
   void reset();
-  void handleEvent(const QString& line);
+  QString handleEvent(const QString& line);  // returns the event's type
   void setState(RunState state);
   void fail(const QString& message);
   void addSampleStep(qint64 step);

@@ -10,10 +10,10 @@
 #include "checkpoint/sharded_state.h"
 #include "checkpoint/single_file_names.h"
 #include "core/error.h"
-#include "io/json_file.h"
 #include "io/safetensors.h"
 #include "models/unet_config.h"
 #include "models/diffusers_pipeline.h"
+#include "models/diffusion_model.h"
 #include "models/autoencoder_kl.h"
 
 namespace zs::checkpoint {
@@ -111,21 +111,21 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     // A run trained from a pipeline: the untouched VAE and text encoder join the file from there.
     std::vector<std::unique_ptr<io::SafetensorsReader>> sources;
     std::vector<Extra> extras;
-    if (o.format == "single-file" && fs::exists(model_dir / "pipeline.json")) {
-      const auto source = io::read_json_file((model_dir / "pipeline.json").string(), "pipeline reference");
-      const auto pipeline = models::DiffusersPipeline::open(source.value("path", std::string()));
+    const std::string source = o.format == "single-file" ? models::DiffusionModel::pipeline_of(model_dir.string()) : "";
+    if (!source.empty()) {
+      const auto pipeline = models::DiffusersPipeline::open(source);
       const auto vae_config = models::AutoencoderKLConfig::from_file(pipeline.dir("vae") + "/config.json");
       for (const auto& file : pipeline.weight_files("vae")) {
         sources.push_back(std::make_unique<io::SafetensorsReader>(file));
         const io::SafetensorsReader* reader = sources.back().get();
         std::vector<std::string> names;
         for (const auto& e : reader->entries()) names.push_back(e.name);
-        for (const auto& [from, to] : single_file_vae_names(names, static_cast<int>(vae_config.block_out_channels.size()))) {
-          std::vector<std::int64_t> shape;
-          for (const auto& e : reader->entries())
-            if (e.name == from) shape = e.shape;
-          if (single_file_vae_is_conv(to) && shape.size() == 2) shape = {shape[0], shape[1], 1, 1};
-          extras.push_back({kSingleFileVae + to, shape, [reader, from = from] { return reader->tensor(from); }});
+        // The pairs come in the order of `names`, so entry i gives pair i its shape.
+        const auto ldm = single_file_vae_names(names, static_cast<int>(vae_config.block_out_channels.size()));
+        for (std::size_t i = 0; i < ldm.size(); ++i) {
+          std::vector<std::int64_t> shape = reader->entries()[i].shape;
+          if (single_file_vae_is_conv(ldm[i].second) && shape.size() == 2) shape = {shape[0], shape[1], 1, 1};
+          extras.push_back({kSingleFileVae + ldm[i].second, shape, [reader, from = ldm[i].first] { return reader->tensor(from); }});
         }
       }
       for (const auto& file : pipeline.weight_files("text_encoder")) {
@@ -137,47 +137,39 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     }
     r.bytes += stream_tensors(shards, renames, kind, out, o, metadata, done, renames.size() + extras.size(), extras);
     r.files.push_back(out);
-  } else if (o.format == "diffusers" && fs::exists(model_dir / "pipeline.json")) {
-    // Trained from a diffusers pipeline: every untouched component (VAE, text encoder, tokenizer,
-    // scheduler, model_index.json, …) is copied from it, the trained UNet written beside them.
-    std::error_code ec;
-    if (fs::exists(out) && !fs::is_empty(out, ec))
-      throw Error(ErrorKind::io, out + ": exists and is not empty; choose a new folder for the export");
-    const auto source = io::read_json_file((model_dir / "pipeline.json").string(), "pipeline reference");
-    const fs::path from(source.value("path", std::string()));
-    if (!fs::exists(from / "model_index.json"))
-      throw Error(ErrorKind::checkpoint, (model_dir / "pipeline.json").string() + ": the run was trained from " +
-                                             from.string() + ", which is gone; put it back to export a full pipeline");
-    const fs::path root(out);
-    fs::create_directories(root);
-    for (const auto& entry : fs::directory_iterator(from)) {
-      if (entry.path().filename() == "unet") continue;
-      if (entry.is_directory()) copy_folder(entry.path(), root / entry.path().filename());
-      else fs::copy_file(entry.path(), root / entry.path().filename(), fs::copy_options::overwrite_existing);
-    }
-    fs::create_directories(root / "unet");
-    fs::copy_file(model_dir / "unet" / "config.json", root / "unet" / "config.json", fs::copy_options::overwrite_existing);
-    const std::string unet_file = (root / "unet" / "diffusion_pytorch_model.safetensors").string();
-    r.bytes += stream_tensors(shards, strip_prefix(shards, "unet."), kind, unet_file, o, metadata, done, total);
-    r.files = {unet_file};
   } else if (o.format == "diffusers") {
     std::error_code ec;
     if (fs::exists(out) && !fs::is_empty(out, ec))
       throw Error(ErrorKind::io, out + ": exists and is not empty; choose a new folder for the export");
     const fs::path root(out);
+    const std::string source = models::DiffusionModel::pipeline_of(model_dir.string());
+    if (!source.empty()) {
+      // Trained from a diffusers pipeline: every untouched component (VAE, text encoder,
+      // tokenizer, scheduler, model_index.json, …) comes from it, beside the trained UNet.
+      fs::create_directories(root);
+      for (const auto& entry : fs::directory_iterator(source)) {
+        if (entry.path().filename() == "unet") continue;
+        if (entry.is_directory()) copy_folder(entry.path(), root / entry.path().filename());
+        else fs::copy_file(entry.path(), root / entry.path().filename(), fs::copy_options::overwrite_existing);
+      }
+    }
     fs::create_directories(root / "unet");
-    fs::create_directories(root / "text_encoder");
     fs::copy_file(model_dir / "unet" / "config.json", root / "unet" / "config.json", fs::copy_options::overwrite_existing, ec);
     if (ec) throw Error(ErrorKind::io, (model_dir / "unet" / "config.json").string() + ": cannot copy: " + ec.message());
-    fs::copy_file(model_dir / "text_encoder" / "config.json", root / "text_encoder" / "config.json",
-                  fs::copy_options::overwrite_existing, ec);
     const std::string unet_file = (root / "unet" / "diffusion_pytorch_model.safetensors").string();
-    const std::string text_file = (root / "text_encoder" / "model.safetensors").string();
     r.bytes += stream_tensors(shards, strip_prefix(shards, "unet."), kind, unet_file, o, metadata, done, total);
-    r.bytes += stream_tensors(shards, strip_prefix(shards, "text_encoder."), kind, text_file, o, metadata, done, total);
-    copy_folder(model_dir / "scheduler", root / "scheduler");
-    copy_folder(model_dir / "tokenizer", root / "tokenizer");
-    r.files = {unet_file, text_file};
+    r.files = {unet_file};
+    if (source.empty()) {
+      // A preset model: its trained text encoder and the run's scheduler and tokenizer.
+      fs::create_directories(root / "text_encoder");
+      fs::copy_file(model_dir / "text_encoder" / "config.json", root / "text_encoder" / "config.json",
+                    fs::copy_options::overwrite_existing, ec);
+      const std::string text_file = (root / "text_encoder" / "model.safetensors").string();
+      r.bytes += stream_tensors(shards, strip_prefix(shards, "text_encoder."), kind, text_file, o, metadata, done, total);
+      copy_folder(model_dir / "scheduler", root / "scheduler");
+      copy_folder(model_dir / "tokenizer", root / "tokenizer");
+      r.files.push_back(text_file);
+    }
   } else {
     throw Error(ErrorKind::config, "export format '" + o.format + "' does not exist (diffusers, single-file, safetensors)");
   }

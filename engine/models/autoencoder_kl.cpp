@@ -255,10 +255,11 @@ at::Tensor AutoencoderKLImpl::decode(const at::Tensor& latent) {
   return p.dec_conv_out(at::silu(p.dec_norm_out(h)));
 }
 
-void load_vae_weights(AutoencoderKLImpl& vae, const io::SafetensorsReader& reader, const std::string& prefix) {
+void load_vae_weights(AutoencoderKLImpl& vae, const std::vector<const io::SafetensorsReader*>& readers,
+                      const std::string& prefix) {
   static const std::pair<std::string, std::string> kOldNames[] = {
       {".to_q.", ".query."}, {".to_k.", ".key."}, {".to_v.", ".value."}, {".to_out.0.", ".proj_attn."}};
-  load_weights(vae, {&reader}, prefix, [](const std::string& name) {
+  load_weights(vae, readers, prefix, [](const std::string& name) {
     std::vector<std::string> out;
     for (const auto& [now, old] : kOldNames)
       if (const auto at = name.find(now); at != std::string::npos)

@@ -68,9 +68,10 @@ class AutoencoderKLImpl : public torch::nn::Module {
 };
 TORCH_MODULE(AutoencoderKL);
 
-/// Copies the VAE's weights from `reader` (names as in vae/diffusion_pytorch_model.safetensors,
-/// behind `prefix`), accepting the older attention names. Throws zs::Error(checkpoint) naming the
-/// file and every missing or mis-shaped tensor.
-void load_vae_weights(AutoencoderKLImpl& vae, const io::SafetensorsReader& reader, const std::string& prefix = "");
+/// Copies the VAE's weights from `readers` (one file or the shards of one; names as in
+/// vae/diffusion_pytorch_model.safetensors, behind `prefix`), accepting the older attention
+/// names. Throws zs::Error(checkpoint) naming the file and every missing or mis-shaped tensor.
+void load_vae_weights(AutoencoderKLImpl& vae, const std::vector<const io::SafetensorsReader*>& readers,
+                      const std::string& prefix = "");
 
 }  // namespace zs::models

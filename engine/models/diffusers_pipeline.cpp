@@ -90,11 +90,7 @@ UNet2DConditionModel DiffusersPipeline::load_unet() const {
 AutoencoderKL DiffusersPipeline::load_vae() const {
   AutoencoderKL vae(AutoencoderKLConfig::from_file((fs::path(dir("vae")) / "config.json").string()));
   const Readers r(weight_files("vae"));
-  if (r.view.size() == 1) {
-    load_vae_weights(*vae, *r.view[0]);
-  } else {
-    load_weights(*vae, r.view);
-  }
+  load_vae_weights(*vae, r.view);
   return vae;
 }
 

@@ -94,17 +94,22 @@ DiffusionModel DiffusionModel::load_pipeline(const std::string& dir, const std::
   return m;
 }
 
-DiffusionModel DiffusionModel::load_folder(const std::string& dir) {
+std::string DiffusionModel::pipeline_of(const std::string& dir) {
   const std::string source = dir + "/pipeline.json";
-  if (fs::exists(source)) {
-    const auto j = io::read_json_file(source, "pipeline reference");
-    const std::string path = j.value("path", std::string());
-    if (!fs::exists(fs::path(path) / "model_index.json"))
-      throw Error(ErrorKind::checkpoint, source + ": the run was trained from " + path +
-                                             ", which is gone; put the pipeline folder back there to resume or export");
-    DiffusionModel m = load_pipeline(path, j.value("prediction_type", std::string("epsilon")));
-    m.unet = UNet2DConditionModel(UNetConfig::from_file(dir + "/unet/config.json"));
-    return m;
+  if (!fs::exists(source)) return {};
+  const std::string path = io::read_json_file(source, "pipeline reference").value("path", std::string());
+  if (!fs::exists(fs::path(path) / "model_index.json"))
+    throw Error(ErrorKind::checkpoint, source + ": the run was trained from " + path +
+                                           ", which is gone; put the pipeline folder back there to resume or export");
+  return path;
+}
+
+DiffusionModel DiffusionModel::load_folder(const std::string& dir) {
+  if (const std::string path = pipeline_of(dir); !path.empty()) {
+    // The pipeline's own UNet (same config as the run's unet/config.json); the checkpoint's
+    // weights replace its weights when the optimizer loads the shards.
+    const auto j = io::read_json_file(dir + "/pipeline.json", "pipeline reference");
+    return load_pipeline(path, j.value("prediction_type", std::string("epsilon")));
   }
   DiffusionModel m;
   m.unet = UNet2DConditionModel(UNetConfig::from_file(dir + "/unet/config.json"));

@@ -40,6 +40,10 @@ class DiffusionModel {
   /// A model folder written by save_folder() (configs and tokenizer, or the pipeline it came
   /// from; trained weights are loaded separately).
   static DiffusionModel load_folder(const std::string& dir);
+  /// The diffusers folder a model folder written by save_folder() was trained from (its
+  /// pipeline.json), or "" for a model built from a preset. Throws zs::Error(checkpoint) naming
+  /// the reference when that folder is gone.
+  static std::string pipeline_of(const std::string& dir);
   /// Writes unet/config.json, text_encoder/config.json, tokenizer/tokenizer.json and
   /// scheduler/scheduler_config.json under `dir` (no weights).
   void save_folder(const std::string& dir) const;

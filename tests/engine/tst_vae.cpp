@@ -20,7 +20,8 @@ double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).a
 
 AutoencoderKL fixture_vae() {
   AutoencoderKL vae(AutoencoderKLConfig::from_file(fixture("sd15-tiny/vae/config.json")));
-  load_vae_weights(*vae, zs::io::SafetensorsReader(fixture("sd15-tiny/vae/diffusion_pytorch_model.safetensors")));
+  const zs::io::SafetensorsReader weights(fixture("sd15-tiny/vae/diffusion_pytorch_model.safetensors"));
+  load_vae_weights(*vae, {&weights});
   return vae;
 }
 }  // namespace
@@ -68,7 +69,8 @@ class TestVae : public QObject {
     const std::string path = (dir.path() + "/old.safetensors").toStdString();
     zs::io::write_safetensors(path, renamed);
     AutoencoderKL vae(AutoencoderKLConfig::from_file(fixture("sd15-tiny/vae/config.json")));
-    load_vae_weights(*vae, zs::io::SafetensorsReader(path));
+    const zs::io::SafetensorsReader old(path);
+    load_vae_weights(*vae, {&old});
     AutoencoderKL ref = fixture_vae();
     const zs::io::SafetensorsReader io(fixture("sd15-tiny-reference/vae_io.safetensors"));
     c10::NoGradGuard no_grad;
@@ -88,7 +90,8 @@ class TestVae : public QObject {
     small.block_out_channels = {32, 32};
     AutoencoderKL vae(small);
     try {
-      load_vae_weights(*vae, zs::io::SafetensorsReader(fixture("sd15-tiny/vae/diffusion_pytorch_model.safetensors")));
+      const zs::io::SafetensorsReader weights(fixture("sd15-tiny/vae/diffusion_pytorch_model.safetensors"));
+      load_vae_weights(*vae, {&weights});
       QFAIL("loaded weights of another shape");
     } catch (const zs::Error& e) {
       QVERIFY2(QString(e.what()).contains("does not fit the model"), e.what());
