@@ -31,6 +31,16 @@ QStringList small_run(const QString& run_dir, int steps) {
           "--set", "launch.timeout_s=5", "--run-dir", run_dir};
 }
 
+/// Runs zerostudio with `args` to the end; true when it exits 0. `output` gets what it printed.
+bool cli(const QStringList& args, QString* output) {
+  QProcess p;
+  p.setProcessChannelMode(QProcess::MergedChannels);
+  p.start(ZS_CLI_PATH, args);
+  const bool finished = p.waitForFinished(60000);
+  *output = QString::fromUtf8(p.readAll());
+  return finished && p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0;
+}
+
 /// The engine's own accounting of one rank (a metrics event's ranks[r]) against the memory
 /// estimate for the quickstart with `sets` at two processes: every figure within 10 %.
 void compare_with_estimate(const nlohmann::json& rank, std::vector<std::string> sets) {
@@ -196,11 +206,8 @@ class TestLaunch : public QObject {
     QCOMPARE(sample.height, 32);
     QVERIFY(QFile::exists(run + "/model/pipeline.json"));
     const QString exported = dir.path() + "/export";
-    QProcess ex;
-    ex.setProcessChannelMode(QProcess::MergedChannels);
-    ex.start(ZS_CLI_PATH, {"export", run + "/checkpoints/step_8", "--format", "diffusers", "-o", exported});
-    QVERIFY(ex.waitForFinished(60000));
-    QVERIFY2(ex.exitCode() == 0, ex.readAll().constData());
+    QString output;
+    QVERIFY2(cli({"export", run + "/checkpoints/step_8", "--format", "diffusers", "-o", exported}, &output), qPrintable(output));
     for (const char* f : {"model_index.json", "vae/diffusion_pytorch_model.safetensors", "text_encoder/model.safetensors",
                           "tokenizer/vocab.json", "scheduler/scheduler_config.json"}) {
       QFile a(model + "/" + f), b(exported + "/" + f);
@@ -208,23 +215,19 @@ class TestLaunch : public QObject {
       QVERIFY2(a.readAll() == b.readAll(), f);  // untouched components, byte for byte
     }
     // The exported UNet loads and differs from the one it started from.
-    QProcess info;
-    info.start(ZS_CLI_PATH, {"model", "eval", "--model", exported, "--component", "unet", "--inputs",
-                             zs::test::sharedDir() + "/fixtures/sd15-tiny-reference/unet_io.safetensors", "-o",
-                             dir.path() + "/out.safetensors"});
-    QVERIFY(info.waitForFinished(60000));
-    QCOMPARE(info.exitCode(), 0);
+    QVERIFY2(cli({"model", "eval", "--model", exported, "--component", "unet", "--inputs",
+                  zs::test::sharedDir() + "/fixtures/sd15-tiny-reference/unet_io.safetensors", "-o",
+                  dir.path() + "/out.safetensors"},
+                 &output),
+             qPrintable(output));
     const zs::io::SafetensorsReader got((dir.path() + "/out.safetensors").toStdString()),
         ref((zs::test::sharedDir() + "/fixtures/sd15-tiny-reference/unet_io.safetensors").toStdString());
     QVERIFY((got.tensor("out") - ref.tensor("out")).abs().max().item<double>() > 1e-4);
     // The single-file export holds the trained UNet and the pipeline's VAE and text encoder under
     // the original layout's names (attention matrices as 1x1 convs).
     const QString single = dir.path() + "/model.safetensors";
-    QProcess sf;
-    sf.setProcessChannelMode(QProcess::MergedChannels);
-    sf.start(ZS_CLI_PATH, {"export", run + "/checkpoints/step_8", "--format", "single-file", "-o", single});
-    QVERIFY(sf.waitForFinished(60000));
-    QVERIFY2(sf.exitCode() == 0, sf.readAll().constData());
+    QVERIFY2(cli({"export", run + "/checkpoints/step_8", "--format", "single-file", "-o", single}, &output),
+             qPrintable(output));
     const zs::io::SafetensorsReader file(single.toStdString()),
         vae((model + "/vae/diffusion_pytorch_model.safetensors").toStdString()),
         text((model + "/text_encoder/model.safetensors").toStdString());
