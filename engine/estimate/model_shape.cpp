@@ -49,7 +49,6 @@ int64_t ModelShape::trainable_parameters() const {
 ModelShape unet_shape(const models::UNetConfig& c) {
   ModelShape m;
   const int64_t c0 = c.block_out_channels[0], temb = 4 * c0;
-  const std::size_t n = c.block_out_channels.size();
   m.sample_channels = c.in_channels;
   m.out_channels = c.out_channels;
   m.context_dim = c.cross_attention_dim;
@@ -65,61 +64,31 @@ ModelShape unet_shape(const models::UNetConfig& c) {
   io.in_channels = c.in_channels;
   io.out_channels = c0;
   m.units.push_back(io);
-  auto resnet = [&](std::string name, int64_t in, int64_t out, int level, bool concat) {
-    UnitShape u{std::move(name), UnitKind::resnet, resnet_params(in, out, temb), 0, in, out, level};
-    u.largest_module = std::max(conv_params(in, out, 3), conv_params(out, out, 3));
-    u.concat_input = concat;
-    m.units.push_back(u);
-  };
-  auto transformer = [&](std::string name, int64_t ch, std::size_t block, int level) {
-    const int64_t depth = c.transformer_layers_per_block[block];
-    UnitShape u{std::move(name), UnitKind::transformer, transformer_params(ch, depth, c.cross_attention_dim), 0, ch, ch, level};
-    u.largest_module = std::max({linear_params(ch, 8 * ch), linear_params(4 * ch, ch), c.cross_attention_dim * ch});
-    u.heads = c.num_attention_heads[block];
-    u.depth = depth;
-    m.units.push_back(u);
-  };
-  auto sampler = [&](std::string name, int64_t ch, int level, bool down) {
-    m.units.push_back({std::move(name), down ? UnitKind::downsampler : UnitKind::upsampler, conv_params(ch, ch, 3),
-                       conv_params(ch, ch, 3), ch, ch, level});
-  };
-  int64_t out_ch = c0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const int64_t in_ch = out_ch;
-    out_ch = c.block_out_channels[i];
-    const std::string prefix = "down_blocks." + std::to_string(i) + ".";
-    const int level = static_cast<int>(i);
-    for (int64_t j = 0; j < c.layers_per_block; ++j) {
-      resnet(prefix + "resnets." + std::to_string(j), j == 0 ? in_ch : out_ch, out_ch, level, false);
-      if (c.down_block_types[i] == "CrossAttnDownBlock2D")
-        transformer(prefix + "attentions." + std::to_string(j), out_ch, i, level);
+  using Kind = models::UNetUnitPlan::Kind;
+  for (const auto& p : c.unit_plan()) {
+    UnitShape u{p.name, UnitKind::resnet, 0, 0, p.in_channels, p.out_channels, p.level};
+    switch (p.kind) {
+      case Kind::resnet:
+        u.parameters = resnet_params(p.in_channels, p.out_channels, temb);
+        u.largest_module = std::max(conv_params(p.in_channels, p.out_channels, 3), conv_params(p.out_channels, p.out_channels, 3));
+        u.concat_input = p.concat_input;
+        break;
+      case Kind::transformer: {
+        const int64_t ch = p.out_channels;
+        u.kind = UnitKind::transformer;
+        u.depth = c.transformer_layers_per_block[p.attention_config];
+        u.heads = c.num_attention_heads[p.attention_config];
+        u.parameters = transformer_params(ch, u.depth, c.cross_attention_dim);
+        u.largest_module = std::max({linear_params(ch, 8 * ch), linear_params(4 * ch, ch), c.cross_attention_dim * ch});
+        break;
+      }
+      case Kind::downsampler:
+      case Kind::upsampler:
+        u.kind = p.kind == Kind::downsampler ? UnitKind::downsampler : UnitKind::upsampler;
+        u.parameters = u.largest_module = conv_params(p.out_channels, p.out_channels, 3);
+        break;
     }
-    if (i + 1 < n) sampler(prefix + "downsamplers.0", out_ch, level, true);
-  }
-  const int bottom = static_cast<int>(n) - 1;
-  if (!c.mid_block_type.empty()) {
-    const int64_t ch = c.block_out_channels.back();
-    resnet("mid_block.resnets.0", ch, ch, bottom, false);
-    transformer("mid_block.attentions.0", ch, n - 1, bottom);
-    resnet("mid_block.resnets.1", ch, ch, bottom, false);
-  }
-  const std::vector<int64_t> rev(c.block_out_channels.rbegin(), c.block_out_channels.rend());
-  out_ch = rev[0];
-  for (std::size_t i = 0; i < n; ++i) {
-    const int64_t prev_out = out_ch;
-    out_ch = rev[i];
-    const int64_t in_ch = rev[std::min(i + 1, n - 1)];
-    const std::size_t down_index = n - 1 - i;
-    const std::string prefix = "up_blocks." + std::to_string(i) + ".";
-    const int level = bottom - static_cast<int>(i);
-    const int64_t layers = c.layers_per_block + 1;
-    for (int64_t j = 0; j < layers; ++j) {
-      const int64_t skip = j == layers - 1 ? in_ch : out_ch;
-      resnet(prefix + "resnets." + std::to_string(j), (j == 0 ? prev_out : out_ch) + skip, out_ch, level, true);
-      if (c.up_block_types[i] == "CrossAttnUpBlock2D")
-        transformer(prefix + "attentions." + std::to_string(j), out_ch, down_index, level);
-    }
-    if (i + 1 < n) sampler(prefix + "upsamplers.0", out_ch, level, false);
+    m.units.push_back(u);
   }
   return m;
 }

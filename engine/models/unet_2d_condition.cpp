@@ -307,61 +307,43 @@ UNet2DConditionModelImpl::UNet2DConditionModelImpl(UNetConfig config)
     return s;
   };
 
-  auto down_list = ModuleList();
-  int64_t out_ch = c0;
+  // The blocks in diffusers' tree; the units inside them follow UNetConfig::unit_plan().
+  auto down_list = ModuleList(), up_list = ModuleList();
   for (std::size_t i = 0; i < n; ++i) {
-    const int64_t in_ch = out_ch;
-    out_ch = c.block_out_channels[i];
-    const bool cross = c.down_block_types[i] == "CrossAttnDownBlock2D";
-    const std::string prefix = "down_blocks." + std::to_string(i) + ".";
-    Block block;
-    for (int64_t j = 0; j < c.layers_per_block; ++j) {
-      block->add_resnet(make_resnet(prefix + "resnets." + std::to_string(j), j == 0 ? in_ch : out_ch, out_ch));
-      if (cross)
-        block->add_attention(make_attention(prefix + "attentions." + std::to_string(j), out_ch, c.num_attention_heads[i],
-                                            c.transformer_layers_per_block[i]));
-    }
-    if (i + 1 < n) block->set_sampler("downsamplers", make_sampler(prefix + "downsamplers.0", out_ch, true));
-    p.down.push_back(block);
-    down_list->push_back(block);
+    p.down.push_back(Block());
+    down_list->push_back(p.down.back());
   }
   register_module("down_blocks", down_list);
-
-  if (!c.mid_block_type.empty()) {
-    const int64_t ch = c.block_out_channels.back();
-    Block mid;
-    mid->add_resnet(make_resnet("mid_block.resnets.0", ch, ch));
-    mid->add_attention(make_attention("mid_block.attentions.0", ch, c.num_attention_heads.back(),
-                                      c.transformer_layers_per_block.back()));
-    mid->add_resnet(make_resnet("mid_block.resnets.1", ch, ch));
-    p.mid = register_module("mid_block", mid);
-  }
-
-  auto up_list = ModuleList();
-  const std::vector<int64_t> rev(c.block_out_channels.rbegin(), c.block_out_channels.rend());
-  out_ch = rev[0];
+  if (!c.mid_block_type.empty()) p.mid = register_module("mid_block", Block());
   for (std::size_t i = 0; i < n; ++i) {
-    const int64_t prev_out = out_ch;
-    out_ch = rev[i];
-    const int64_t in_ch = rev[std::min(i + 1, n - 1)];
-    const bool cross = c.up_block_types[i] == "CrossAttnUpBlock2D";
-    const std::size_t down_index = n - 1 - i;
-    const std::string prefix = "up_blocks." + std::to_string(i) + ".";
-    Block block;
-    const int64_t layers = c.layers_per_block + 1;
-    for (int64_t j = 0; j < layers; ++j) {
-      const int64_t skip = j == layers - 1 ? in_ch : out_ch;
-      const int64_t res_in = j == 0 ? prev_out : out_ch;
-      block->add_resnet(make_resnet(prefix + "resnets." + std::to_string(j), res_in + skip, out_ch));
-      if (cross)
-        block->add_attention(make_attention(prefix + "attentions." + std::to_string(j), out_ch,
-                                            c.num_attention_heads[down_index], c.transformer_layers_per_block[down_index]));
-    }
-    if (i + 1 < n) block->set_sampler("upsamplers", make_sampler(prefix + "upsamplers.0", out_ch, false));
-    p.up.push_back(block);
-    up_list->push_back(block);
+    p.up.push_back(Block());
+    up_list->push_back(p.up.back());
   }
   register_module("up_blocks", up_list);
+  auto block_of = [&](const std::string& name) -> Block& {
+    if (name == "mid_block") return p.mid;
+    const std::size_t index = std::stoul(name.substr(name.find('.') + 1));
+    return name.rfind("down_blocks.", 0) == 0 ? p.down[index] : p.up[index];
+  };
+  using Kind = UNetUnitPlan::Kind;
+  for (const auto& u : c.unit_plan()) {
+    Block& block = block_of(u.block);
+    switch (u.kind) {
+      case Kind::resnet:
+        block->add_resnet(make_resnet(u.name, u.in_channels, u.out_channels));
+        break;
+      case Kind::transformer:
+        block->add_attention(make_attention(u.name, u.out_channels, c.num_attention_heads[u.attention_config],
+                                            c.transformer_layers_per_block[u.attention_config]));
+        break;
+      case Kind::downsampler:
+        block->set_sampler("downsamplers", make_sampler(u.name, u.out_channels, true));
+        break;
+      case Kind::upsampler:
+        block->set_sampler("upsamplers", make_sampler(u.name, u.out_channels, false));
+        break;
+    }
+  }
 
   p.conv_norm_out = register_module("conv_norm_out", GroupNorm(GroupNormOptions(groups, c0).eps(c.norm_eps)));
   p.conv_out = register_module("conv_out", conv(c0, c.out_channels, 3));

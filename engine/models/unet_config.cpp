@@ -1,5 +1,7 @@
 #include "models/unet_config.h"
 
+#include <algorithm>
+
 
 #include <nlohmann/json.hpp>
 
@@ -183,6 +185,54 @@ json UNetConfig::to_json() const {
     j["projection_class_embeddings_input_dim"] = projection_class_embeddings_input_dim;
   }
   return j;
+}
+
+std::vector<UNetUnitPlan> UNetConfig::unit_plan() const {
+  using Kind = UNetUnitPlan::Kind;
+  std::vector<UNetUnitPlan> plan;
+  const std::size_t n = block_out_channels.size();
+  auto add = [&](const std::string& block, const std::string& part, Kind kind, std::int64_t in, std::int64_t out, int level,
+                 std::size_t attention = 0, bool concat = false) {
+    plan.push_back({block, block + "." + part, kind, in, out, level, attention, concat});
+  };
+  std::int64_t out_ch = block_out_channels[0];
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t in_ch = out_ch;
+    out_ch = block_out_channels[i];
+    const std::string block = "down_blocks." + std::to_string(i);
+    const int level = static_cast<int>(i);
+    for (std::int64_t j = 0; j < layers_per_block; ++j) {
+      add(block, "resnets." + std::to_string(j), Kind::resnet, j == 0 ? in_ch : out_ch, out_ch, level);
+      if (down_block_types[i] == "CrossAttnDownBlock2D")
+        add(block, "attentions." + std::to_string(j), Kind::transformer, out_ch, out_ch, level, i);
+    }
+    if (i + 1 < n) add(block, "downsamplers.0", Kind::downsampler, out_ch, out_ch, level);
+  }
+  const int bottom = static_cast<int>(n) - 1;
+  if (!mid_block_type.empty()) {
+    const std::int64_t ch = block_out_channels.back();
+    add("mid_block", "resnets.0", Kind::resnet, ch, ch, bottom);
+    add("mid_block", "attentions.0", Kind::transformer, ch, ch, bottom, n - 1);
+    add("mid_block", "resnets.1", Kind::resnet, ch, ch, bottom);
+  }
+  const std::vector<std::int64_t> rev(block_out_channels.rbegin(), block_out_channels.rend());
+  out_ch = rev[0];
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t prev_out = out_ch;
+    out_ch = rev[i];
+    const std::int64_t in_ch = rev[std::min(i + 1, n - 1)];
+    const std::string block = "up_blocks." + std::to_string(i);
+    const int level = bottom - static_cast<int>(i);
+    const std::int64_t layers = layers_per_block + 1;
+    for (std::int64_t j = 0; j < layers; ++j) {
+      const std::int64_t skip = j == layers - 1 ? in_ch : out_ch;
+      add(block, "resnets." + std::to_string(j), Kind::resnet, (j == 0 ? prev_out : out_ch) + skip, out_ch, level, 0, true);
+      if (up_block_types[i] == "CrossAttnUpBlock2D")
+        add(block, "attentions." + std::to_string(j), Kind::transformer, out_ch, out_ch, level, n - 1 - i);
+    }
+    if (i + 1 < n) add(block, "upsamplers.0", Kind::upsampler, out_ch, out_ch, level);
+  }
+  return plan;
 }
 
 }  // namespace zs::models

@@ -9,6 +9,20 @@
 
 namespace zs::models {
 
+/// One ZeRO unit of the UNet besides io (a resnet, transformer or sampler), in forward order: the
+/// walk over the blocks that both the module's constructor and the memory estimator follow.
+struct UNetUnitPlan {
+  enum class Kind { resnet, transformer, downsampler, upsampler };
+  std::string block;            ///< "down_blocks.0", "mid_block", "up_blocks.2"
+  std::string name;             ///< block + ".resnets.0", ".attentions.0", ".downsamplers.0", …
+  Kind kind = Kind::resnet;
+  std::int64_t in_channels = 0;   ///< resnets in up blocks: after the skip concatenation
+  std::int64_t out_channels = 0;
+  int level = 0;                  ///< down-sampling level at the unit's input
+  std::size_t attention_config = 0;  ///< transformers: index into num_attention_heads / transformer_layers_per_block
+  bool concat_input = false;      ///< up-block resnets: the input is a fresh concatenation
+};
+
 /// The subset of diffusers' UNet2DConditionModel config that SD 1.x/2.x-shaped UNets use.
 struct UNetConfig {
   std::int64_t in_channels = 4;                       ///< channels of the sample (latent or pixels)
@@ -49,6 +63,8 @@ struct UNetConfig {
 
   /// Total spatial down-sampling factor (2^(number of down blocks - 1)).
   std::int64_t downsample_factor() const;
+  /// Every unit besides io, in the order forward runs them.
+  std::vector<UNetUnitPlan> unit_plan() const;
 };
 
 }  // namespace zs::models
