@@ -117,24 +117,30 @@ int run_export_command(const std::vector<std::string>& args) {
   o.format = a.get("format");
   if (o.format != "diffusers" && o.format != "safetensors" && o.format != "single-file")
     throw UsageError("--format " + o.format + " is not one of diffusers, single-file, safetensors");
-  const std::string dtype = a.get("dtype", "fp32");
-  if (dtype == "fp16") o.dtype = at::kHalf;
-  else if (dtype == "bf16") o.dtype = at::kBFloat16;
-  else if (dtype == "fp32") o.dtype = at::kFloat;
-  else throw UsageError("--dtype " + dtype + " is not one of fp16, bf16, fp32");
+  o.dtype = export_dtype(a.get("dtype", "fp32"));
   o.ema = a.has("ema");
-  long last_bucket = -1;
-  o.progress = [&](std::size_t done, std::size_t total) {
-    const long bucket = static_cast<long>(done * 10 / std::max<std::size_t>(total, 1));
-    if (bucket != last_bucket || done == total) {
-      last_bucket = bucket;
-      std::fprintf(stderr, "exporting: %zu/%zu tensors\n", done, total);
-    }
-  };
+  o.progress = export_progress("exporting");
   const auto r = checkpoint::export_checkpoint(a.positional()[0], a.get("output"), o);
   for (const auto& f : r.files) std::printf("wrote %s\n", f.c_str());
   std::printf("%zu tensors, %.1f MB\n", r.tensors, static_cast<double>(r.bytes) / 1e6);
   return 0;
+}
+
+std::optional<c10::ScalarType> export_dtype(const std::string& dtype) {
+  if (dtype == "fp16") return at::kHalf;
+  if (dtype == "bf16") return at::kBFloat16;
+  if (dtype == "fp32") return at::kFloat;
+  throw UsageError("--dtype " + dtype + " is not one of fp16, bf16, fp32");
+}
+
+std::function<void(std::size_t, std::size_t)> export_progress(const std::string& verb) {
+  return [verb, last_bucket = -1L](std::size_t done, std::size_t total) mutable {
+    const long bucket = static_cast<long>(done * 10 / std::max<std::size_t>(total, 1));
+    if (bucket != last_bucket || done == total) {
+      last_bucket = bucket;
+      std::fprintf(stderr, "%s: %zu/%zu tensors\n", verb.c_str(), done, total);
+    }
+  };
 }
 
 }  // namespace zs::cli

@@ -2,8 +2,13 @@
 // zerostudio's subcommands. Each returns the exit code; user errors are thrown as
 // zs::Error (exit 1) and usage errors as cli::UsageError (exit 2), and main() prints them.
 
+#include <cstddef>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <c10/core/ScalarType.h>
 
 namespace zs::cli {
 
@@ -31,8 +36,13 @@ int run_export_command(const std::vector<std::string>& args);
 /// `zerostudio estimate FILE [--num_processes N] [--gpu-memory SIZE] [--json]`.
 int run_estimate_command(const std::vector<std::string>& args);
 
-/// `zerostudio model {info,eval}`: diffusers folders.
+/// `zerostudio model {info,eval,convert}`: diffusers folders and single files.
 int run_model_command(const std::vector<std::string>& args);
+
+/// --dtype fp16|bf16|fp32 (default fp32) as an export dtype; throws UsageError for others.
+std::optional<c10::ScalarType> export_dtype(const std::string& dtype);
+/// Prints "exporting: done/total tensors" to stderr at every tenth.
+std::function<void(std::size_t, std::size_t)> export_progress(const std::string& verb);
 
 /// Prints warnings to stderr as "warning: ...".
 void print_warnings(const std::vector<std::string>& warnings);

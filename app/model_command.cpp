@@ -1,5 +1,5 @@
-// `zerostudio model info DIR` and `zerostudio model eval`: look into a diffusers folder and run
-// one of its components on given inputs (the fixture files' tensor names), so a user can check a
+// `zerostudio model info DIR` and `zerostudio model eval`: look into a diffusers folder (or a
+// single-file checkpoint) and run one of its components on given inputs (the fixture files' tensor names), so a user can check a
 // model folder and the tests can check every component.
 #include <ATen/ATen.h>
 
@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "arg_parser.h"
+#include "checkpoint/export.h"
 #include "commands.h"
 #include "core/error.h"
 #include "estimate/memory_estimator.h"
@@ -17,15 +18,20 @@
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "models/diffusers_pipeline.h"
+#include "models/single_file_model.h"
 
 namespace zs::cli {
 namespace {
 
 namespace fs = std::filesystem;
 
-const CommandSpec kInfo{"model info", "DIR",
-                        "List a diffusers pipeline folder's components: class, parameter count, dtype and size.",
-                        "Counts come from the weight files' headers; nothing is loaded.", {}, 1, 1};
+const CommandSpec kInfo{"model info", "DIR|FILE.safetensors",
+                        "List a diffusers pipeline folder's components (class, parameter count, dtype and size), "
+                        "or what a single-file checkpoint holds.",
+                        "Counts come from the weight files' headers; nothing is loaded. For a single file, the\n"
+                        "configs inferred from its shapes are printed (--config DIR takes them from a companion\n"
+                        "diffusers folder where it has them).",
+                        {{"config", "DIR", "A single file's companion folder (model.config_path)"}}, 1, 1};
 
 const CommandSpec kEval{
     "model eval",
@@ -40,17 +46,47 @@ const CommandSpec kEval{
     "  tokenizer     a JSON list of prompts                       -> {\"ids\": [[77 ids], ...]}\n"
     "  text-encoder-2  input_ids   -> the same and text_embeds (SDXL's CLIPTextModelWithProjection)\n"
     "  tokenizer-2   the same with the folder's tokenizer_2",
-    {{"model", "DIR", "The diffusers pipeline folder"},
+    {{"model", "DIR", "The diffusers pipeline folder, or a single-file .safetensors"},
+     {"config", "DIR", "For a single file: its companion folder (model.config_path: tokenizers, configs)"},
      {"component", "COMPONENT", "unet, vae-encode, vae-decode, text-encoder, text-encoder-2, tokenizer, tokenizer-2"},
      {"inputs", "FILE", "Input tensors (.safetensors) or prompts (.json)"},
      {"output", "FILE", "Where to write the outputs", false, "o"}},
     0, 0};
 
-const CommandSpec kModel{"model", "{info,eval} ...", "Diffusers model folders: what is in them, run a component.",
-                         "Subcommands:\n  info   list the components\n  eval   run one component on inputs\n",
+const CommandSpec kConvert{"model convert", "DIR -o OUT.safetensors [--dtype fp16|bf16|fp32]",
+                           "Write a diffusers pipeline folder (SD 1.x or SDXL) as one single-file checkpoint in the "
+                           "original layout, as A1111 and ComfyUI load it.",
+                           "UNet, VAE and text encoders, one tensor at a time (memory holds one tensor).",
+                           {{"output", "FILE", "The .safetensors file to write", false, "o"},
+                            {"dtype", "DTYPE", "fp16, bf16 or fp32 (default fp32)"}},
+                           1, 1};
+
+const CommandSpec kModel{"model", "{info,eval,convert} ...",
+                         "Stable Diffusion models (diffusers folders, single files): what is in them, run a component.",
+                         "Subcommands:\n  info     list the components\n  eval     run one component on inputs\n"
+                         "  convert  diffusers folder -> single file\n",
                          {}, 0, 0};
 
+int single_file_info(const std::string& path, const std::string& config) {
+  const auto file = models::SingleFileModel::open(path, config);
+  const auto& i = file.info();
+  const auto counts = file.parameter_counts();
+  std::cout << path << ": single-file Stable Diffusion " << (i.family == "sdxl" ? "XL" : "1.x") << " checkpoint, "
+            << estimate::format_bytes(static_cast<std::int64_t>(fs::file_size(path))) << "\n";
+  auto line = [&](const std::string& part, const std::string& what, const nlohmann::json& config) {
+    std::cout << "  " << part << "  " << what << "  " << (counts.count(part) ? counts.at(part) : 0) << " parameters  (config "
+              << i.config_sources.at(part) << ")\n    " << config.dump() << "\n";
+  };
+  line("unet", "UNet2DConditionModel", i.unet.to_json());
+  line("vae", "AutoencoderKL", i.vae.to_json());
+  line("text_encoder", "CLIPTextModel", i.text_encoder.to_json());
+  if (i.family == "sdxl") line("text_encoder_2", "CLIPTextModelWithProjection", i.text_encoder_2.to_json());
+  if (config.empty()) std::cout << "  tokenizer: none in the file (give --config DIR, as model.config_path)\n";
+  return 0;
+}
+
 int info(const ParsedArgs& a) {
+  if (models::is_single_file(a.positional()[0])) return single_file_info(a.positional()[0], a.get("config", ""));
   const auto p = models::DiffusersPipeline::open(a.positional()[0]);
   std::cout << p.root() << ": " << (p.class_name().empty() ? "pipeline" : p.class_name()) << "\n";
   for (const auto& c : p.components()) {
@@ -93,7 +129,8 @@ int info(const ParsedArgs& a) {
 int eval(const ParsedArgs& a) {
   for (const char* flag : {"model", "component", "inputs", "output"})
     if (!a.has(flag)) throw UsageError(std::string("'zerostudio model eval' needs --") + flag);
-  const auto p = models::DiffusersPipeline::open(a.get("model"));
+  const auto source = models::open_model_source(a.get("model"), a.get("config", ""));
+  const models::ModelSource& p = *source;
   const std::string component = a.get("component"), out = a.get("output");
   if (component == "tokenizer" || component == "tokenizer-2") {
     const auto tok = p.load_tokenizer(component == "tokenizer" ? "tokenizer" : "tokenizer_2");
@@ -130,7 +167,7 @@ int eval(const ParsedArgs& a) {
   } else if (component == "vae-decode") {
     outputs.emplace_back("decoded", p.load_vae()->decode(input("latent")));
   } else if (component == "text-encoder") {
-    auto te = p.load_text_encoder();
+    auto te = p.load_text_encoder("text_encoder");
     const auto o = te->forward(input("input_ids"));
     outputs.emplace_back("last_hidden_state", o.last_hidden_state);
     outputs.emplace_back("penultimate_hidden_state", o.penultimate_hidden_state);
@@ -150,6 +187,16 @@ int eval(const ParsedArgs& a) {
   return 0;
 }
 
+int convert(const ParsedArgs& a) {
+  if (!a.has("output")) throw UsageError("'zerostudio model convert' needs -o OUT.safetensors");
+  checkpoint::ExportOptions o;
+  o.dtype = export_dtype(a.get("dtype", "fp32"));
+  o.progress = export_progress("converting");
+  const auto r = checkpoint::convert_to_single_file(a.positional()[0], a.get("output"), o);
+  std::cout << "wrote " << a.get("output") << " (" << r.tensors << " tensors, " << estimate::format_bytes(r.bytes) << ")\n";
+  return 0;
+}
+
 }  // namespace
 
 int run_model_command(const std::vector<std::string>& args) {
@@ -158,14 +205,14 @@ int run_model_command(const std::vector<std::string>& args) {
     return args.empty() ? 2 : 0;
   }
   const std::vector<std::string> rest(args.begin() + 1, args.end());
-  const CommandSpec* spec = args[0] == "info" ? &kInfo : args[0] == "eval" ? &kEval : nullptr;
-  if (!spec) throw UsageError("unknown model subcommand '" + args[0] + "' (info, eval)");
+  const CommandSpec* spec = args[0] == "info" ? &kInfo : args[0] == "eval" ? &kEval : args[0] == "convert" ? &kConvert : nullptr;
+  if (!spec) throw UsageError("unknown model subcommand '" + args[0] + "' (info, eval, convert)");
   const ParsedArgs parsed = parse_args(*spec, rest);
   if (parsed.help) {
     std::cout << spec->help();
     return 0;
   }
-  return args[0] == "info" ? info(parsed) : eval(parsed);
+  return args[0] == "info" ? info(parsed) : args[0] == "eval" ? eval(parsed) : convert(parsed);
 }
 
 }  // namespace zs::cli

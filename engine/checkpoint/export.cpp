@@ -2,14 +2,19 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
+
+#include <nlohmann/json.hpp>
+#include <torch/nn/module.h>
 
 #include <ATen/ATen.h>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/sharded_state.h"
-#include "checkpoint/single_file_names.h"
+#include "models/single_file_names.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "models/unet_config.h"
 #include "models/diffusers_pipeline.h"
@@ -17,6 +22,14 @@
 #include "models/autoencoder_kl.h"
 
 namespace zs::checkpoint {
+using models::single_file_unet_names;
+using models::single_file_vae_names;
+using models::single_file_vae_is_conv;
+using models::kSingleFileUNet;
+using models::kSingleFileTextEncoder;
+using models::kSingleFileVae;
+using models::kSingleFileXLTextEncoder;
+using models::kSingleFileXLTextEncoder2;
 
 namespace fs = std::filesystem;
 
@@ -39,25 +52,14 @@ struct Extra {
   std::function<at::Tensor()> read;
 };
 
-/// Streams `renames` (then `extras`) into `path`, one consolidated tensor at a time.
-std::int64_t stream_tensors(const ShardReader& shards, const Renames& renames, const std::string& kind,
-                            const std::string& path, const ExportOptions& o,
-                            const std::map<std::string, std::string>& metadata, std::size_t& done, std::size_t total,
-                            const std::vector<Extra>& extras = {}) {
-  if (renames.empty()) throw Error(ErrorKind::checkpoint, path + ": nothing to export");
-  std::map<std::string, std::vector<std::int64_t>> shapes;
-  for (const auto& u : shards.units())
-    for (const auto& p : u.params) shapes[p.name] = p.shape;
+/// Streams `tensors` into `path` one at a time, converted to the export dtype.
+std::int64_t stream_extras(const std::vector<Extra>& tensors, const std::string& path, const ExportOptions& o,
+                           const std::map<std::string, std::string>& metadata, std::size_t& done, std::size_t total) {
+  if (tensors.empty()) throw Error(ErrorKind::checkpoint, path + ": nothing to export");
   std::vector<io::SafetensorsStreamWriter::Entry> entries;
-  for (const auto& [from, to] : renames) entries.push_back({to, o.dtype.value_or(at::kFloat), shapes.at(from)});
-  for (const auto& e : extras) entries.push_back({e.name, o.dtype.value_or(at::kFloat), e.shape});
+  for (const auto& e : tensors) entries.push_back({e.name, o.dtype.value_or(at::kFloat), e.shape});
   io::SafetensorsStreamWriter writer(path, entries, metadata);
-  for (const auto& [from, to] : renames) {
-    writer.write(shards.parameter(from, kind));
-    ++done;
-    if (o.progress) o.progress(done, total);
-  }
-  for (const auto& e : extras) {
+  for (const auto& e : tensors) {
     writer.write(e.read().reshape(e.shape));
     ++done;
     if (o.progress) o.progress(done, total);
@@ -66,12 +68,147 @@ std::int64_t stream_tensors(const ShardReader& shards, const Renames& renames, c
   return static_cast<std::int64_t>(fs::file_size(path));
 }
 
+/// Streams `renames` (consolidated from the shards), then `extras`, into `path`.
+std::int64_t stream_tensors(const ShardReader& shards, const Renames& renames, const std::string& kind,
+                            const std::string& path, const ExportOptions& o,
+                            const std::map<std::string, std::string>& metadata, std::size_t& done, std::size_t total,
+                            const std::vector<Extra>& extras = {}) {
+  if (renames.empty()) throw Error(ErrorKind::checkpoint, path + ": nothing to export");
+  std::map<std::string, std::vector<std::int64_t>> shapes;
+  for (const auto& u : shards.units())
+    for (const auto& p : u.params) shapes[p.name] = p.shape;
+  std::vector<Extra> all;
+  for (const auto& [from, to] : renames)
+    all.push_back({to, shapes.at(from), [&shards, from = from, &kind] { return shards.parameter(from, kind); }});
+  all.insert(all.end(), extras.begin(), extras.end());
+  return stream_extras(all, path, o, metadata, done, total);
+}
+
 void copy_folder(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   if (!fs::exists(from)) return;
   fs::create_directories(to, ec);
   fs::copy(from, to, fs::copy_options::recursive | fs::copy_options::overwrite_existing, ec);
   if (ec) throw Error(ErrorKind::io, to.string() + ": cannot copy " + from.string() + ": " + ec.message());
+}
+
+/// The frozen components of the model a run was trained from, under their single-file names:
+/// a single file's own non-UNet tensors as they are; a diffusers folder's VAE, text encoder
+/// (SDXL: under conditioner.embedders.0) and SDXL's OpenCLIP text encoder 2 renamed (q, k, v
+/// fused into in_proj, the projection transposed). Readers stay alive in `sources`.
+std::vector<Extra> frozen_single_file_tensors(const std::string& source,
+                                              std::vector<std::unique_ptr<io::SafetensorsReader>>& sources) {
+  std::vector<Extra> extras;
+  auto open = [&](const std::string& file) {
+    sources.push_back(std::make_unique<io::SafetensorsReader>(file));
+    return sources.back().get();
+  };
+  if (models::is_single_file(source)) {
+    const io::SafetensorsReader* reader = open(source);
+    for (const auto& e : reader->entries())
+      for (const char* prefix : {kSingleFileVae, "cond_stage_model.", "conditioner."})
+        if (e.name.rfind(prefix, 0) == 0)
+          extras.push_back({e.name, e.shape, [reader, name = e.name] { return reader->tensor(name); }});
+    return extras;
+  }
+  const auto pipeline = models::DiffusersPipeline::open(source);
+  const auto vae_config = models::AutoencoderKLConfig::from_file(pipeline.dir("vae") + "/config.json");
+  for (const auto& file : pipeline.weight_files("vae")) {
+    const io::SafetensorsReader* reader = open(file);
+    std::vector<std::string> names;
+    for (const auto& e : reader->entries()) names.push_back(e.name);
+    // The pairs come in the order of `names`, so entry i gives pair i its shape.
+    const auto ldm = single_file_vae_names(names, static_cast<int>(vae_config.block_out_channels.size()));
+    for (std::size_t i = 0; i < ldm.size(); ++i) {
+      std::vector<std::int64_t> shape = reader->entries()[i].shape;
+      if (single_file_vae_is_conv(ldm[i].second) && shape.size() == 2) shape = {shape[0], shape[1], 1, 1};
+      extras.push_back({kSingleFileVae + ldm[i].second, shape, [reader, from = ldm[i].first] { return reader->tensor(from); }});
+    }
+  }
+  const bool xl = pipeline.has("text_encoder_2");
+  for (const auto& file : pipeline.weight_files("text_encoder")) {
+    const io::SafetensorsReader* reader = open(file);
+    for (const auto& e : reader->entries())
+      extras.push_back({(xl ? kSingleFileXLTextEncoder : kSingleFileTextEncoder) + e.name, e.shape,
+                        [reader, name = e.name] { return reader->tensor(name); }});
+  }
+  if (!xl) return extras;
+  // OpenCLIP's layout for encoder 2: its tensors may sit in any of the shards.
+  std::map<std::string, std::pair<const io::SafetensorsReader*, std::vector<std::int64_t>>> where;
+  std::vector<std::string> names;
+  for (const auto& file : pipeline.weight_files("text_encoder_2")) {
+    const io::SafetensorsReader* reader = open(file);
+    for (const auto& e : reader->entries()) {
+      where[e.name] = {reader, e.shape};
+      names.push_back(e.name);
+    }
+  }
+  for (const auto& t : models::open_clip_text_names(names)) {
+    std::vector<std::int64_t> shape = where.at(t.parts[0]).second;
+    if (t.parts.size() > 1) shape[0] *= static_cast<std::int64_t>(t.parts.size());
+    if (t.transposed) std::swap(shape[0], shape[1]);
+    extras.push_back({kSingleFileXLTextEncoder2 + t.name, shape, [t, where] {
+                        std::vector<at::Tensor> parts;
+                        for (const auto& p : t.parts) parts.push_back(where.at(p).first->tensor(p));
+                        const at::Tensor x = parts.size() > 1 ? at::cat(parts, 0) : parts[0];
+                        return t.transposed ? x.t().contiguous() : x;
+                      }});
+  }
+  return extras;
+}
+
+/// Writes a module's parameters and buffers to `path` in `dtype` (unset: as they are).
+void write_module(const torch::nn::Module& m, const std::string& path, std::optional<at::ScalarType> dtype) {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& p : m.named_parameters(true)) tensors.emplace_back(p.key(), dtype ? p.value().to(*dtype) : p.value());
+  for (const auto& b : m.named_buffers(true)) tensors.emplace_back(b.key(), b.value());
+  io::write_safetensors(path, tensors, {{"format", "pt"}, {"producer", "zerostudio"}});
+}
+
+/// A single file's frozen components as a diffusers folder beside the exported UNet: vae/,
+/// text_encoder/ (SDXL: text_encoder_2/), the tokenizers from its companion folder, scheduler/
+/// and model_index.json.
+void write_single_file_components(const std::string& source, const std::string& config_path, const fs::path& root,
+                                  const ExportOptions& o, ExportResult& r) {
+  const auto model = models::DiffusionModel::load_pipeline(source, "epsilon", config_path);
+  const bool xl = static_cast<bool>(model.text_encoder_2);
+  nlohmann::json index = {{"_class_name", xl ? "StableDiffusionXLPipeline" : "StableDiffusionPipeline"},
+                          {"_diffusers_version", "0.25.0"},
+                          {"unet", {"diffusers", "UNet2DConditionModel"}},
+                          {"vae", {"diffusers", "AutoencoderKL"}},
+                          {"text_encoder", {"transformers", "CLIPTextModel"}},
+                          {"tokenizer", {"transformers", "CLIPTokenizer"}},
+                          {"scheduler", {"diffusers", "DDPMScheduler"}}};
+  auto component = [&](const std::string& name, const torch::nn::Module& m, const nlohmann::json& config, const std::string& file) {
+    fs::create_directories(root / name);
+    io::write_file_atomic((root / name / "config.json").string(), config.dump(2) + "\n");
+    write_module(m, (root / name / file).string(), o.dtype);
+    r.files.push_back((root / name / file).string());
+    r.bytes += static_cast<std::int64_t>(fs::file_size(root / name / file));
+  };
+  component("vae", *model.vae, model.vae->config().to_json(), "diffusion_pytorch_model.safetensors");
+  component("text_encoder", *model.text_encoder, model.text_encoder->config().to_json(), "model.safetensors");
+  // The tokenizer files as the companion folder has them (SDXL's second pads with "!").
+  const fs::path companion(config_path);
+  auto tokenizer = [&](const std::string& name) {
+    fs::path from = fs::exists(companion / name / "vocab.json") ? companion / name
+                    : fs::exists(companion / "tokenizer" / "vocab.json") ? companion / "tokenizer" : companion;
+    fs::create_directories(root / name);
+    for (const char* f : {"vocab.json", "merges.txt", "special_tokens_map.json", "tokenizer_config.json"})
+      if (fs::exists(from / f)) fs::copy_file(from / f, root / name / f, fs::copy_options::overwrite_existing);
+    if (name == "tokenizer_2" && from != companion / name)
+      io::write_file_atomic((root / name / "special_tokens_map.json").string(), R"({"pad_token": "!"})" "\n");
+  };
+  tokenizer("tokenizer");
+  if (xl) {
+    component("text_encoder_2", *model.text_encoder_2, model.text_encoder_2->config().to_json(), "model.safetensors");
+    tokenizer("tokenizer_2");
+    index["text_encoder_2"] = {"transformers", "CLIPTextModelWithProjection"};
+    index["tokenizer_2"] = {"transformers", "CLIPTokenizer"};
+  }
+  fs::create_directories(root / "scheduler");
+  io::write_file_atomic((root / "scheduler" / "scheduler_config.json").string(), model.schedule.to_json().dump(2) + "\n");
+  io::write_file_atomic((root / "model_index.json").string(), index.dump(2) + "\n");
 }
 
 }  // namespace
@@ -108,33 +245,11 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
       for (std::size_t i = 0; i < unet.size(); ++i) renames.emplace_back(unet[i].first, kSingleFileUNet + ldm[i].second);
       for (auto& r : strip_prefix(shards, "text_encoder.", kSingleFileTextEncoder)) renames.push_back(r);
     }
-    // A run trained from a pipeline: the untouched VAE and text encoder join the file from there.
+    // A run trained from a pipeline: the untouched VAE and text encoders join the file from there.
     std::vector<std::unique_ptr<io::SafetensorsReader>> sources;
     std::vector<Extra> extras;
     const std::string source = o.format == "single-file" ? models::DiffusionModel::pipeline_of(model_dir.string()) : "";
-    if (!source.empty()) {
-      const auto pipeline = models::DiffusersPipeline::open(source);
-      const auto vae_config = models::AutoencoderKLConfig::from_file(pipeline.dir("vae") + "/config.json");
-      for (const auto& file : pipeline.weight_files("vae")) {
-        sources.push_back(std::make_unique<io::SafetensorsReader>(file));
-        const io::SafetensorsReader* reader = sources.back().get();
-        std::vector<std::string> names;
-        for (const auto& e : reader->entries()) names.push_back(e.name);
-        // The pairs come in the order of `names`, so entry i gives pair i its shape.
-        const auto ldm = single_file_vae_names(names, static_cast<int>(vae_config.block_out_channels.size()));
-        for (std::size_t i = 0; i < ldm.size(); ++i) {
-          std::vector<std::int64_t> shape = reader->entries()[i].shape;
-          if (single_file_vae_is_conv(ldm[i].second) && shape.size() == 2) shape = {shape[0], shape[1], 1, 1};
-          extras.push_back({kSingleFileVae + ldm[i].second, shape, [reader, from = ldm[i].first] { return reader->tensor(from); }});
-        }
-      }
-      for (const auto& file : pipeline.weight_files("text_encoder")) {
-        sources.push_back(std::make_unique<io::SafetensorsReader>(file));
-        const io::SafetensorsReader* reader = sources.back().get();
-        for (const auto& e : reader->entries())
-          extras.push_back({kSingleFileTextEncoder + e.name, e.shape, [reader, name = e.name] { return reader->tensor(name); }});
-      }
-    }
+    if (!source.empty()) extras = frozen_single_file_tensors(source, sources);
     r.bytes += stream_tensors(shards, renames, kind, out, o, metadata, done, renames.size() + extras.size(), extras);
     r.files.push_back(out);
   } else if (o.format == "diffusers") {
@@ -143,7 +258,9 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
       throw Error(ErrorKind::io, out + ": exists and is not empty; choose a new folder for the export");
     const fs::path root(out);
     const std::string source = models::DiffusionModel::pipeline_of(model_dir.string());
-    if (!source.empty()) {
+    if (!source.empty() && models::is_single_file(source)) {
+      write_single_file_components(source, models::DiffusionModel::config_path_of(model_dir.string()), root, o, r);
+    } else if (!source.empty()) {
       // Trained from a diffusers pipeline: every untouched component (VAE, text encoder,
       // tokenizer, scheduler, model_index.json, …) comes from it, beside the trained UNet.
       fs::create_directories(root);
@@ -158,7 +275,7 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     if (ec) throw Error(ErrorKind::io, (model_dir / "unet" / "config.json").string() + ": cannot copy: " + ec.message());
     const std::string unet_file = (root / "unet" / "diffusion_pytorch_model.safetensors").string();
     r.bytes += stream_tensors(shards, strip_prefix(shards, "unet."), kind, unet_file, o, metadata, done, total);
-    r.files = {unet_file};
+    r.files.push_back(unet_file);
     if (source.empty()) {
       // A preset model: its trained text encoder and the run's scheduler and tokenizer.
       fs::create_directories(root / "text_encoder");
@@ -174,6 +291,29 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     throw Error(ErrorKind::config, "export format '" + o.format + "' does not exist (diffusers, single-file, safetensors)");
   }
   r.tensors = done;
+  return r;
+}
+
+ExportResult convert_to_single_file(const std::string& pipeline_dir, const std::string& out, const ExportOptions& o) {
+  const auto pipeline = models::DiffusersPipeline::open(pipeline_dir);
+  const auto unet_config = models::UNetConfig::from_file(pipeline.dir("unet") + "/config.json");
+  std::vector<std::unique_ptr<io::SafetensorsReader>> sources;
+  std::vector<Extra> tensors;
+  for (const auto& file : pipeline.weight_files("unet")) {
+    sources.push_back(std::make_unique<io::SafetensorsReader>(file));
+    const io::SafetensorsReader* reader = sources.back().get();
+    std::vector<std::string> names;
+    for (const auto& e : reader->entries()) names.push_back(e.name);
+    const auto ldm = single_file_unet_names(names, static_cast<int>(unet_config.layers_per_block));
+    for (std::size_t i = 0; i < ldm.size(); ++i)
+      tensors.push_back({kSingleFileUNet + ldm[i].second, reader->entries()[i].shape,
+                         [reader, from = ldm[i].first] { return reader->tensor(from); }});
+  }
+  for (auto& e : frozen_single_file_tensors(pipeline_dir, sources)) tensors.push_back(std::move(e));
+  if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
+  ExportResult r;
+  r.bytes = stream_extras(tensors, out, o, {{"format", "pt"}, {"producer", "zerostudio"}}, r.tensors, tensors.size());
+  r.files = {out};
   return r;
 }
 

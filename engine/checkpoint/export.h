@@ -4,8 +4,9 @@
 //   safetensors: one file with the UNet under diffusers' names and __metadata__ (format, step,
 //                config hash, which weights).
 //   single-file: the original Stable Diffusion layout in one file (model.diffusion_model.* with
-//                the LDM block numbering, cond_stage_model.transformer.* for the text encoder),
-//                as A1111 and ComfyUI load it.
+//                the LDM block numbering, first_stage_model.* for the VAE,
+//                cond_stage_model.transformer.* for the text encoder; SDXL:
+//                conditioner.embedders.0/1.*), as A1111 and ComfyUI load it.
 //   diffusers:   a folder diffusers reads: unet/config.json + unet/diffusion_pytorch_model.safetensors,
 //                text_encoder/config.json + text_encoder/model.safetensors, and the run's
 //                scheduler/ and tokenizer/ folders copied.
@@ -38,5 +39,9 @@ struct ExportResult {
 /// diffusers). Throws zs::Error naming the checkpoint or the output on any problem (no EMA in
 /// the checkpoint, an unknown format, an existing output folder that is not empty).
 ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out, const ExportOptions& options);
+
+/// Converts a diffusers pipeline folder (SD 1.x or SDXL) into one single-file checkpoint in the
+/// original layout (UNet, VAE, text encoders), one tensor at a time.
+ExportResult convert_to_single_file(const std::string& pipeline_dir, const std::string& out, const ExportOptions& options);
 
 }  // namespace zs::checkpoint

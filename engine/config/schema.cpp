@@ -72,9 +72,16 @@ SchemaBuilder build() {
         "`zerostudio estimate` while `model.path` does not exist yet).",
         {"tiny", "sd15", "sdxl"});
   s.add("model.path", T::path, std::string(""), ZS_REF(model.path),
-        "A diffusers pipeline folder (with model_index.json; Stable Diffusion 1.x or SDXL) whose UNet "
-        "is fine-tuned; its VAE and text encoders stay frozen. Single-file checkpoints are not read yet. "
+        "A diffusers pipeline folder (with model_index.json) or a single-file checkpoint (`.safetensors` "
+        "in the original layout, as A1111 and ComfyUI use; give `model.config_path` too), Stable "
+        "Diffusion 1.x or SDXL, whose UNet is fine-tuned; its VAE and text encoders stay frozen. "
         "Empty: build `model.preset` with fresh weights.");
+  s.add("model.config_path", T::path, std::string(""), ZS_REF(model.config_path),
+        "For a single-file `model.path`: a diffusers folder of the same family (SD 1.x or SDXL) whose "
+        "tokenizer/ (and tokenizer_2/) are used, since single files carry no vocabulary, and whose "
+        "unet/, vae/, text_encoder*/ config.json and scheduler/ are used where present (otherwise the "
+        "configs are inferred from the tensor shapes, with Stable Diffusion's standard settings). A "
+        "folder holding just vocab.json and merges.txt also works. Ignored for diffusers folders.");
   s.add("model.prediction_type", T::choice, std::string("epsilon"), ZS_REF(model.prediction_type),
         "Training target: the added noise (`epsilon`) or the velocity (`v_prediction`).",
         {"epsilon", "v_prediction"});

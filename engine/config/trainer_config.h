@@ -20,6 +20,7 @@ inline constexpr std::int64_t kSchemaVersion = 1;
 struct ModelConfig {
   std::string preset;           ///< architecture preset: tiny | sd15 | sdxl
   std::string path;             ///< diffusers folder or single file; empty: build from the preset
+  std::string config_path;      ///< a single file's companion folder: tokenizers, configs
   std::string prediction_type;  ///< epsilon | v_prediction
 };
 

@@ -108,6 +108,19 @@ void check_data(const TrainerConfig& c, RuleSet& rules) {
                             "data.generate: shapes to generate the demo dataset there)");
 }
 
+void check_model(const TrainerConfig& c, RuleSet& rules) {
+  std::error_code ec;
+  if (c.model.path.empty() || !fs::is_regular_file(c.model.path, ec)) return;  // a folder, or not there yet
+  if (fs::path(c.model.path).extension() != ".safetensors")
+    rules.fail("model.path", "'" + c.model.path + "' is not a .safetensors file; single files are read as safetensors "
+                             "only (a .ckpt is a Python pickle: convert it first), folders as diffusers pipelines");
+  else if (c.model.config_path.empty())
+    rules.fail("model.config_path", "a single-file model.path carries no tokenizer: set this to a diffusers folder of "
+                                    "the same family (SD 1.x or SDXL) or to a folder with vocab.json and merges.txt");
+  else if (!fs::is_directory(c.model.config_path, ec))
+    rules.fail("model.config_path", "folder '" + c.model.config_path + "' does not exist");
+}
+
 void check_launch(const TrainerConfig& c, RuleSet& rules) {
   const auto& l = c.launch;
   if (l.machine_rank >= l.num_machines)
@@ -126,6 +139,7 @@ std::vector<ConfigProblem> validate(const LoadedConfig& loaded, std::vector<std:
   check_batch(c, rules);
   check_schedule(c, rules);
   check_data(c, rules);
+  check_model(c, rules);
   check_launch(c, rules);
   if (c.sampling.use_ema && !c.ema.enabled)
     rules.fail("sampling.use_ema", "sampling with EMA weights needs ema.enabled: true");

@@ -54,8 +54,11 @@ void LatentCache::store(const std::string& key, const at::Tensor& mean, const at
 std::string LatentCache::vae_key(const std::string& pipeline_dir) {
   std::string id = fs::absolute(pipeline_dir).lexically_normal().string();
   std::error_code ec;
+  // A single file stands for its own VAE; a folder's VAE weights are the vae/ files.
+  const bool single = fs::is_regular_file(pipeline_dir, ec);
   for (const char* name : {"diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.fp16.safetensors"}) {
-    const fs::path f = fs::path(pipeline_dir) / "vae" / name;
+    const fs::path f = single ? fs::path(pipeline_dir) : fs::path(pipeline_dir) / "vae" / name;
+    if (single && std::string(name) != "diffusion_pytorch_model.safetensors") continue;
     if (!fs::exists(f, ec)) continue;
     id += "|" + std::to_string(fs::file_size(f, ec)) + "|" +
           std::to_string(fs::last_write_time(f, ec).time_since_epoch().count());

@@ -9,6 +9,7 @@
 #include "io/safetensors.h"
 #include "models/autoencoder_kl.h"
 #include "models/diffusers_pipeline.h"
+#include "models/single_file_model.h"
 #include "models/diffusion_model.h"
 
 namespace zs::estimate {
@@ -95,28 +96,24 @@ ModelShape unet_shape(const models::UNetConfig& c) {
 
 int64_t unet_parameter_count(const models::UNetConfig& config) { return unet_shape(config).trainable_parameters(); }
 
-models::UNetConfig sd15_unet_config() { return models::UNetConfig{}; }  // the defaults are SD 1.5's
-
-models::UNetConfig sdxl_unet_config() {
-  models::UNetConfig c;
-  c.sample_size = 128;
-  c.block_out_channels = {320, 640, 1280};
-  c.down_block_types = {"DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"};
-  c.up_block_types = {"CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"};
-  c.num_attention_heads = {5, 10, 20};
-  c.transformer_layers_per_block = {1, 2, 10};
-  c.cross_attention_dim = 2048;
-  c.use_linear_projection = true;
-  c.addition_embed_type = "text_time";
-  c.addition_time_embed_dim = 256;
-  c.projection_class_embeddings_input_dim = 2816;
-  return c;
-}
+models::UNetConfig sd15_unet_config() { return models::UNetConfig::sd15(); }
+models::UNetConfig sdxl_unet_config() { return models::UNetConfig::sdxl(); }
 
 ModelShape model_shape(const config::TrainerConfig& cfg) {
   // A ready config names the folder a user will fill in; until it exists, model.preset (sd15,
   // sdxl) describes the architecture.
   const bool placeholder = !cfg.model.path.empty() && !std::filesystem::exists(cfg.model.path) && cfg.model.preset != "tiny";
+  if (!cfg.model.path.empty() && !placeholder && models::is_single_file(cfg.model.path)) {
+    // A single file: the configs from its header (or the companion folder), counts from its shapes.
+    const auto file = models::SingleFileModel::open(cfg.model.path, cfg.model.config_path);
+    ModelShape m = unet_shape(file.info().unet);
+    m.name = cfg.model.path;
+    m.latent_factor = static_cast<int>(file.info().vae.downsample_factor());
+    for (const auto& [part, n] : file.parameter_counts())
+      if (part != "unet") m.frozen_parameters += n;
+    if (file.info().vae.force_upcast) m.frozen_fp32_parameters = file.parameter_counts()["vae"];
+    return m;
+  }
   if (!cfg.model.path.empty() && !placeholder) {
     const std::filesystem::path unet = std::filesystem::path(cfg.model.path) / "unet" / "config.json";
     if (!std::filesystem::exists(unet))

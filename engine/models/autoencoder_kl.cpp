@@ -185,6 +185,23 @@ AutoencoderKLConfig AutoencoderKLConfig::from_file(const std::string& path) {
   return from_json(io::read_json_file(path, "VAE config"), path);
 }
 
+nlohmann::json AutoencoderKLConfig::to_json() const {
+  return {{"_class_name", "AutoencoderKL"},
+          {"act_fn", "silu"},
+          {"in_channels", in_channels},
+          {"out_channels", out_channels},
+          {"latent_channels", latent_channels},
+          {"block_out_channels", block_out_channels},
+          {"down_block_types", std::vector<std::string>(block_out_channels.size(), "DownEncoderBlock2D")},
+          {"up_block_types", std::vector<std::string>(block_out_channels.size(), "UpDecoderBlock2D")},
+          {"layers_per_block", layers_per_block},
+          {"norm_num_groups", norm_num_groups},
+          {"sample_size", sample_size},
+          {"scaling_factor", scaling_factor},
+          {"force_upcast", force_upcast},
+          {"mid_block_add_attention", mid_block_add_attention}};
+}
+
 int64_t AutoencoderKLConfig::downsample_factor() const { return int64_t{1} << (block_out_channels.size() - 1); }
 
 at::Tensor DiagonalGaussian::sample(c10::optional<at::Generator> generator) const {

@@ -35,6 +35,8 @@ struct AutoencoderKLConfig {
   /// activations are refused naming the key.
   static AutoencoderKLConfig from_json(const nlohmann::json& j, const std::string& source);
   static AutoencoderKLConfig from_file(const std::string& path);
+  /// diffusers-compatible vae/config.json content.
+  nlohmann::json to_json() const;
   /// Pixels per latent pixel (2^(blocks − 1)).
   std::int64_t downsample_factor() const;
 };

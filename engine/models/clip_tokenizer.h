@@ -30,6 +30,9 @@ class ClipTokenizer {
   std::int64_t bos_id() const { return bos_; }
   std::int64_t eos_id() const { return eos_; }
   std::int64_t pad_id() const { return pad_; }
+  /// Pads with another token (SDXL's second tokenizer pads with "!", id 0, where no
+  /// special_tokens_map.json says so).
+  void set_pad_id(std::int64_t id) { pad_ = id; }
   int max_length() const { return max_length_; }
   std::size_t vocab_size() const { return vocab_.size(); }
 

@@ -11,6 +11,7 @@
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
 #include "models/clip_tokenizer.h"
+#include "models/model_source.h"
 #include "models/unet_2d_condition.h"
 
 namespace zs::models {
@@ -21,16 +22,16 @@ struct PipelineComponent {
   std::string class_name;  ///< "UNet2DConditionModel", …
 };
 
-class DiffusersPipeline {
+class DiffusersPipeline : public ModelSource {
  public:
   /// Reads `root`/model_index.json. Throws zs::Error naming the file when it is missing or is not
   /// a pipeline index.
   static DiffusersPipeline open(const std::string& root);
 
-  const std::string& root() const { return root_; }
+  const std::string& root() const override { return root_; }
   const std::string& class_name() const { return class_name_; }
   const std::vector<PipelineComponent>& components() const { return components_; }
-  bool has(const std::string& component) const;
+  bool has(const std::string& component) const override;
   std::string dir(const std::string& component) const;
   /// The component's safetensors files: `<base>.safetensors`, or the shards its
   /// `<base>.safetensors.index.json` names, else the same with the `fp16` variant. Empty when the
@@ -38,11 +39,11 @@ class DiffusersPipeline {
   /// expected and absent (or only in .bin form, which is not read).
   std::vector<std::string> weight_files(const std::string& component) const;
 
-  UNet2DConditionModel load_unet() const;
-  AutoencoderKL load_vae() const;
-  ClipTextModel load_text_encoder(const std::string& component = "text_encoder") const;
-  ClipTokenizer load_tokenizer(const std::string& component = "tokenizer") const;
-  diffusion::ScheduleConfig load_scheduler() const;
+  UNet2DConditionModel load_unet() const override;
+  AutoencoderKL load_vae() const override;
+  ClipTextModel load_text_encoder(const std::string& component = "text_encoder") const override;
+  ClipTokenizer load_tokenizer(const std::string& component = "tokenizer") const override;
+  diffusion::ScheduleConfig load_scheduler() const override;
 
  private:
   std::string root_;

@@ -61,8 +61,10 @@ DiffusionModel DiffusionModel::build_tiny(const std::vector<std::string>& captio
   return m;
 }
 
-DiffusionModel DiffusionModel::load_pipeline(const std::string& dir, const std::string& prediction_type) {
-  const DiffusersPipeline p = DiffusersPipeline::open(dir);
+DiffusionModel DiffusionModel::load_pipeline(const std::string& dir, const std::string& prediction_type,
+                                             const std::string& config_path) {
+  const auto source = open_model_source(dir, config_path);
+  const ModelSource& p = *source;
   for (const char* part : {"unet", "vae", "text_encoder", "tokenizer", "scheduler"})
     if (!p.has(part))
       throw Error(ErrorKind::config, dir + "/model_index.json: has no " + part +
@@ -83,12 +85,13 @@ DiffusionModel DiffusionModel::load_pipeline(const std::string& dir, const std::
     for (auto& param : m.text_encoder_2->parameters()) param.set_requires_grad(false);
   }
   m.vae = p.load_vae();
-  m.text_encoder = p.load_text_encoder();
-  m.clip_tokenizer = std::make_shared<ClipTokenizer>(p.load_tokenizer());
+  m.text_encoder = p.load_text_encoder("text_encoder");
+  m.clip_tokenizer = std::make_shared<ClipTokenizer>(p.load_tokenizer("tokenizer"));
   m.schedule = p.load_scheduler();
   m.schedule.prediction_type = prediction_type;
   m.text_encoder_trained = false;
   m.pipeline = fs::absolute(dir).lexically_normal().string();
+  if (!config_path.empty()) m.config_path = fs::absolute(config_path).lexically_normal().string();
   for (auto& param : m.vae->parameters()) param.set_requires_grad(false);
   for (auto& param : m.text_encoder->parameters()) param.set_requires_grad(false);
   return m;
@@ -98,10 +101,16 @@ std::string DiffusionModel::pipeline_of(const std::string& dir) {
   const std::string source = dir + "/pipeline.json";
   if (!fs::exists(source)) return {};
   const std::string path = io::read_json_file(source, "pipeline reference").value("path", std::string());
-  if (!fs::exists(fs::path(path) / "model_index.json"))
+  if (!fs::exists(fs::path(path) / "model_index.json") && !is_single_file(path))
     throw Error(ErrorKind::checkpoint, source + ": the run was trained from " + path +
                                            ", which is gone; put the pipeline folder back there to resume or export");
   return path;
+}
+
+std::string DiffusionModel::config_path_of(const std::string& dir) {
+  const std::string source = dir + "/pipeline.json";
+  if (!fs::exists(source)) return {};
+  return io::read_json_file(source, "pipeline reference").value("config_path", std::string());
 }
 
 DiffusionModel DiffusionModel::load_folder(const std::string& dir) {
@@ -109,7 +118,7 @@ DiffusionModel DiffusionModel::load_folder(const std::string& dir) {
     // The pipeline's own UNet (same config as the run's unet/config.json); the checkpoint's
     // weights replace its weights when the optimizer loads the shards.
     const auto j = io::read_json_file(dir + "/pipeline.json", "pipeline reference");
-    return load_pipeline(path, j.value("prediction_type", std::string("epsilon")));
+    return load_pipeline(path, j.value("prediction_type", std::string("epsilon")), j.value("config_path", std::string()));
   }
   DiffusionModel m;
   m.unet = UNet2DConditionModel(UNetConfig::from_file(dir + "/unet/config.json"));
@@ -130,7 +139,8 @@ void DiffusionModel::save_folder(const std::string& dir) const {
   if (!pipeline.empty()) {
     // The frozen parts stay in the pipeline folder; the run remembers where it is.
     io::write_file_atomic(dir + "/pipeline.json",
-                          nlohmann::json{{"path", pipeline}, {"prediction_type", schedule.prediction_type}}.dump(2) + "\n");
+                          nlohmann::json{{"path", pipeline}, {"config_path", config_path},
+                                         {"prediction_type", schedule.prediction_type}}.dump(2) + "\n");
     return;
   }
   for (const char* sub : {"text_encoder", "tokenizer"}) fs::create_directories(fs::path(dir) / sub);

@@ -33,17 +33,21 @@ class DiffusionModel {
   /// built from `captions`. Weights come from `seed`.
   static DiffusionModel build_tiny(const std::vector<std::string>& captions, const std::string& prediction_type,
                                    std::uint64_t seed);
-  /// A diffusers pipeline folder in the SD 1.x layout: the UNet (trained, with its weights), the
-  /// VAE and CLIP text encoder (frozen), the CLIP tokenizer and the scheduler config, whose
+  /// A Stable Diffusion 1.x or SDXL model: a diffusers pipeline folder, or a single-file
+  /// checkpoint with its companion `config_path` (models/single_file_model.h). The UNet is
+  /// trained from its weights; the VAE and CLIP text encoders are frozen; the scheduler config's
   /// prediction type is replaced by `prediction_type`.
-  static DiffusionModel load_pipeline(const std::string& dir, const std::string& prediction_type);
+  static DiffusionModel load_pipeline(const std::string& dir, const std::string& prediction_type,
+                                      const std::string& config_path = "");
   /// A model folder written by save_folder() (configs and tokenizer, or the pipeline it came
   /// from; trained weights are loaded separately).
   static DiffusionModel load_folder(const std::string& dir);
-  /// The diffusers folder a model folder written by save_folder() was trained from (its
-  /// pipeline.json), or "" for a model built from a preset. Throws zs::Error(checkpoint) naming
+  /// The diffusers folder or single file a model folder written by save_folder() was trained
+  /// from (its pipeline.json), or "" for a model built from a preset. Throws zs::Error(checkpoint) naming
   /// the reference when that folder is gone.
   static std::string pipeline_of(const std::string& dir);
+  /// The single file's companion folder recorded beside pipeline_of() ("" when none).
+  static std::string config_path_of(const std::string& dir);
   /// Writes unet/config.json, text_encoder/config.json, tokenizer/tokenizer.json and
   /// scheduler/scheduler_config.json under `dir` (no weights).
   void save_folder(const std::string& dir) const;
@@ -82,7 +86,8 @@ class DiffusionModel {
   ClipTextModel text_encoder_2{nullptr};          ///< SDXL: CLIPTextModelWithProjection, frozen
   std::shared_ptr<ClipTokenizer> clip_tokenizer_2;  ///< SDXL: its tokenizer (pads with "!")
   bool text_encoder_trained = true;            ///< false for pipelines: frozen, not in the optimizer
-  std::string pipeline;                        ///< the diffusers folder a pipeline model came from
+  std::string pipeline;                        ///< the diffusers folder or single file a pipeline model came from
+  std::string config_path;                     ///< a single file's companion folder (tokenizers, configs)
 };
 
 }  // namespace zs::models

@@ -83,6 +83,24 @@ void refuse_unsupported(const json& j, const std::string& source) {
 
 }  // namespace
 
+UNetConfig UNetConfig::sd15() { return UNetConfig{}; }
+
+UNetConfig UNetConfig::sdxl() {
+  UNetConfig c;
+  c.sample_size = 128;
+  c.block_out_channels = {320, 640, 1280};
+  c.down_block_types = {"DownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D"};
+  c.up_block_types = {"CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "UpBlock2D"};
+  c.num_attention_heads = {5, 10, 20};
+  c.transformer_layers_per_block = {1, 2, 10};
+  c.cross_attention_dim = 2048;
+  c.use_linear_projection = true;
+  c.addition_embed_type = "text_time";
+  c.addition_time_embed_dim = 256;
+  c.projection_class_embeddings_input_dim = 2816;
+  return c;
+}
+
 UNetConfig UNetConfig::from_json(const json& j, const std::string& source) {
   if (!j.is_object()) throw Error(ErrorKind::config, source + ": expected a JSON object (diffusers unet/config.json)");
   refuse_unsupported(j, source);

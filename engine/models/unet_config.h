@@ -51,6 +51,9 @@ struct UNetConfig {
   std::int64_t addition_time_embed_dim = 0;
   std::int64_t projection_class_embeddings_input_dim = 0;
 
+  /// Stable Diffusion 1.5's UNet (the defaults) and SDXL base's.
+  static UNetConfig sd15();
+  static UNetConfig sdxl();
   /// Parses diffusers' config.json; `source` names the file in errors. Throws zs::Error(config)
   /// naming the key for anything this UNet cannot build (class embeddings, other added embeddings).
   static UNetConfig from_json(const nlohmann::json& j, const std::string& source);

@@ -26,43 +26,31 @@ LoadReport load_weights(torch::nn::Module& module, const io::SafetensorsReader& 
   return load_weights(module, std::vector<const io::SafetensorsReader*>{&reader}, prefix);
 }
 
-LoadReport load_weights(torch::nn::Module& module, const std::vector<const io::SafetensorsReader*>& readers,
-                        const std::string& prefix, const NameAliases& aliases) {
+namespace {
+
+/// Copies every parameter and buffer of `module` from what `resolve` gives for its name (the
+/// key it was found under and the tensor; an undefined tensor when absent). Nothing is copied
+/// unless everything fits; the error names `where` and every problem.
+void load_resolved(torch::nn::Module& module, const std::function<std::pair<std::string, at::Tensor>(const std::string&)>& resolve,
+                   const std::string& where) {
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // destination, source
   std::vector<std::string> problems;
-  std::set<std::string> used;
-  auto find = [&](const std::string& key) -> const io::SafetensorsReader* {
-    for (const auto* r : readers)
-      if (r->contains(key)) return r;
-    return nullptr;
-  };
   auto visit = [&](const std::string& name, at::Tensor& dst) {
-    std::string key = prefix + name;
-    const io::SafetensorsReader* reader = find(key);
-    if (!reader && aliases)
-      for (const std::string& alt : aliases(key))
-        if ((reader = find(alt))) {
-          key = alt;
-          break;
-        }
-    if (!reader) {
-      problems.push_back("missing tensor " + prefix + name + " " + shape_text(dst.sizes()));
+    auto [key, src] = resolve(name);
+    if (!src.defined()) {
+      problems.push_back("missing tensor " + key + " " + shape_text(dst.sizes()));
       return;
     }
-    at::Tensor src = reader->tensor(key);
     // A linear layer stored as a 1x1 convolution ([out, in, 1, 1]), as older VAE files have it.
     if (src.dim() == 4 && dst.dim() == 2 && src.size(2) == 1 && src.size(3) == 1) src = src.flatten(1);
     if (src.sizes() != dst.sizes()) {
       problems.push_back(key + " has shape " + shape_text(src.sizes()) + ", the model needs " + shape_text(dst.sizes()));
       return;
     }
-    used.insert(key);
     copies.emplace_back(dst, std::move(src));
   };
   for (auto& item : module.named_parameters(true)) visit(item.key(), item.value());
   for (auto& item : module.named_buffers(true)) visit(item.key(), item.value());
-  const std::string where = readers.size() == 1 ? readers[0]->path()
-                                                : readers.front()->path() + " (and " + std::to_string(readers.size() - 1) + " more shards)";
   if (!problems.empty()) {
     std::string msg = where + ": does not fit the model (" + std::to_string(problems.size()) + " problem" +
                       (problems.size() == 1 ? "" : "s") + "):";
@@ -71,15 +59,44 @@ LoadReport load_weights(torch::nn::Module& module, const std::vector<const io::S
     msg += "\nCheck that the weights belong to this model's config.json.";
     throw Error(ErrorKind::checkpoint, msg);
   }
-  {
-    c10::NoGradGuard no_grad;
-    for (auto& [dst, src] : copies) dst.copy_(src);
-  }
+  c10::NoGradGuard no_grad;
+  for (auto& [dst, src] : copies) dst.copy_(src);
+}
+
+}  // namespace
+
+LoadReport load_weights(torch::nn::Module& module, const std::vector<const io::SafetensorsReader*>& readers,
+                        const std::string& prefix, const NameAliases& aliases) {
+  std::set<std::string> used;
+  auto find = [&](const std::string& key) -> const io::SafetensorsReader* {
+    for (const auto* r : readers)
+      if (r->contains(key)) return r;
+    return nullptr;
+  };
+  const std::string where = readers.size() == 1 ? readers[0]->path()
+                                                : readers.front()->path() + " (and " + std::to_string(readers.size() - 1) + " more shards)";
+  load_resolved(module, [&](const std::string& name) -> std::pair<std::string, at::Tensor> {
+    std::string key = prefix + name;
+    const io::SafetensorsReader* reader = find(key);
+    if (!reader && aliases)
+      for (const std::string& alt : aliases(key))
+        if ((reader = find(alt))) {
+          key = alt;
+          break;
+        }
+    if (!reader) return {prefix + name, {}};
+    used.insert(key);
+    return {key, reader->tensor(key)};
+  }, where);
   LoadReport report;
   for (const auto* r : readers)
     for (const auto& e : r->entries())
       if (e.name.rfind(prefix, 0) == 0 && !used.count(e.name)) report.unexpected.push_back(e.name);
   return report;
+}
+
+void load_weights(torch::nn::Module& module, const TensorLookup& lookup, const std::string& where) {
+  load_resolved(module, [&](const std::string& name) { return std::make_pair(name, lookup(name)); }, where);
 }
 
 void save_weights(const torch::nn::Module& module, const std::string& path, const std::string& prefix,

@@ -121,8 +121,9 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
     model = models::DiffusionModel::load_folder(here ? model_dir : ckpt_model);
     if (!here) model.save_folder(model_dir);
   } else if (!cfg.model.path.empty()) {
-    // A diffusers pipeline folder: the UNet trains from its weights; VAE and text encoder are frozen.
-    model = models::DiffusionModel::load_pipeline(cfg.model.path, cfg.model.prediction_type);
+    // A diffusers pipeline folder or single file: the UNet trains from its weights; VAE and text
+    // encoders are frozen.
+    model = models::DiffusionModel::load_pipeline(cfg.model.path, cfg.model.prediction_type, cfg.model.config_path);
     const std::int64_t f = model.vae->config().downsample_factor() * model.unet->config().downsample_factor();
     if (cfg.data.resolution % f != 0)
       throw Error(ErrorKind::config, "data.resolution: " + std::to_string(cfg.data.resolution) + " must be a multiple of " +

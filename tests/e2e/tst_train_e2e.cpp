@@ -11,14 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/export.h"
+#include "models/diffusion_model.h"
 #include "config/config_loader.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/image.h"
 #include "io/safetensors.h"
-#include "models/clip_text_model.h"
-#include "models/unet_2d_condition.h"
-#include "models/weights.h"
 #include "train/trainer.h"
 
 #include <QDir>
@@ -26,6 +25,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "model_support.h"
 #include "test_support.h"
 
 using namespace zs;
@@ -71,42 +71,6 @@ std::vector<double> losses(const std::vector<json>& events) {
   return out;
 }
 
-/// A tiny SDXL pipeline folder: an SDXL-shaped UNet and a CLIPTextModelWithProjection with
-/// random weights, the sd15-tiny fixture's VAE, text encoder, scheduler and tokenizer (twice, the
-/// second padding with "!" as SDXL's tokenizer_2 does).
-void write_tiny_sdxl(const std::string& dir) {
-  const std::string fx = (zs::test::sharedDir() + "/fixtures/sd15-tiny/").toStdString();
-  for (const char* part : {"vae", "text_encoder", "tokenizer", "scheduler"})
-    fs::copy(fx + part, dir + "/" + part, fs::copy_options::recursive);
-  fs::copy(fx + "tokenizer", dir + "/tokenizer_2", fs::copy_options::recursive);
-  io::write_file_atomic(dir + "/tokenizer_2/special_tokens_map.json", "{\"pad_token\": \"!\"}");
-  at::manual_seed(3);
-  models::ClipTextConfig tc = models::ClipTextConfig::from_file(fx + "text_encoder/config.json");
-  tc.with_projection = true;
-  tc.projection_dim = 16;
-  models::ClipTextModel te2(tc);
-  fs::create_directories(dir + "/text_encoder_2");
-  io::write_file_atomic(dir + "/text_encoder_2/config.json", tc.to_json().dump(2));
-  models::save_weights(*te2, dir + "/text_encoder_2/model.safetensors");
-  const json unet = {{"block_out_channels", {32, 64}}, {"down_block_types", {"DownBlock2D", "CrossAttnDownBlock2D"}},
-                     {"up_block_types", {"CrossAttnUpBlock2D", "UpBlock2D"}}, {"attention_head_dim", {2, 4}},
-                     {"transformer_layers_per_block", {1, 2}}, {"cross_attention_dim", 64},
-                     {"use_linear_projection", true}, {"norm_num_groups", 8}, {"layers_per_block", 1},
-                     {"in_channels", 4}, {"out_channels", 4}, {"sample_size", 16},
-                     {"addition_embed_type", "text_time"}, {"addition_time_embed_dim", 8},
-                     {"projection_class_embeddings_input_dim", 16 + 6 * 8}};
-  models::UNet2DConditionModel u(models::UNetConfig::from_json(unet, "tiny-sdxl"));
-  fs::create_directories(dir + "/unet");
-  io::write_file_atomic(dir + "/unet/config.json", u->config().to_json().dump(2));
-  models::save_weights(*u, dir + "/unet/diffusion_pytorch_model.safetensors");
-  const json index = {{"_class_name", "StableDiffusionXLPipeline"}, {"unet", {"diffusers", "UNet2DConditionModel"}},
-                      {"vae", {"diffusers", "AutoencoderKL"}}, {"text_encoder", {"transformers", "CLIPTextModel"}},
-                      {"text_encoder_2", {"transformers", "CLIPTextModelWithProjection"}},
-                      {"tokenizer", {"transformers", "CLIPTokenizer"}}, {"tokenizer_2", {"transformers", "CLIPTokenizer"}},
-                      {"scheduler", {"diffusers", "EulerDiscreteScheduler"}}};
-  io::write_file_atomic(dir + "/model_index.json", index.dump(2));
-}
-
 }  // namespace
 
 class TestTrainE2E : public QObject {
@@ -121,7 +85,7 @@ class TestTrainE2E : public QObject {
     QTemporaryDir dir;
     const std::string model = dir.path().toStdString() + "/tiny-sdxl";
     fs::create_directories(model);
-    write_tiny_sdxl(model);
+    zs::test::write_tiny_sdxl(model);
     const std::string run = dir.path().toStdString() + "/run";
     config::TrainerConfig cfg = small_config({"model.path=" + model, "model.prediction_type=epsilon", "data.resolution=32",
                                               "training.max_steps=6", "sampling.every_n_steps=6", "ema.enabled=false",
@@ -140,6 +104,46 @@ class TestTrainE2E : public QObject {
     const auto ckpt = checkpoint::open_checkpoint(checkpoint_dir(events));
     for (const auto& unit : ckpt.meta["sharding"]["units"])
       for (const auto& param : unit["params"]) QVERIFY(param["name"].get<std::string>().rfind("unet.", 0) == 0);
+  }
+
+  // A single-file checkpoint trains (configs and tokenizer from its companion folder) and exports
+  // both ways: the diffusers folder carries its frozen components converted to diffusers' names
+  // (they load and equal the file's), the single file carries them under their own names.
+  void singleFileModelTrainsAndExports() {
+    ZS_REQUIRE_SHARED();
+    QTemporaryDir dir;
+    const std::string fixture = (zs::test::sharedDir() + "/fixtures/sd15-tiny").toStdString();
+    const std::string file = dir.path().toStdString() + "/tiny.safetensors";
+    checkpoint::convert_to_single_file(fixture, file, {});
+    const std::string run = dir.path().toStdString() + "/run";
+    config::TrainerConfig cfg = small_config({"model.path=" + file, "model.config_path=" + fixture,
+                                              "model.prediction_type=epsilon", "data.resolution=32", "training.max_steps=3",
+                                              "sampling.every_n_steps=0", "ema.enabled=false",
+                                              "checkpointing.every_n_steps=3"});
+    train::TrainerOptions opts;
+    opts.run_dir = run;
+    train::TrainerCommands commands;
+    QCOMPARE(train::Trainer(cfg, opts).run(commands).step, std::int64_t{3});
+    const std::string ckpt = checkpoint_dir(read_events(run));
+    checkpoint::ExportOptions o;
+    o.format = "diffusers";
+    checkpoint::export_checkpoint(ckpt, dir.path().toStdString() + "/diffusers", o);
+    const auto exported = models::DiffusionModel::load_pipeline(dir.path().toStdString() + "/diffusers", "epsilon");
+    const auto original = models::DiffusionModel::load_pipeline(fixture, "epsilon");
+    for (const auto& p : original.vae->named_parameters()) QVERIFY(at::equal(p.value(), exported.vae->named_parameters()[p.key()]));
+    for (const auto& p : original.text_encoder->named_parameters())
+      QVERIFY(at::equal(p.value(), exported.text_encoder->named_parameters()[p.key()]));
+    QCOMPARE(exported.clip_tokenizer->vocab_size(), std::size_t{49408});
+    o.format = "single-file";
+    const std::string single = dir.path().toStdString() + "/single.safetensors";
+    checkpoint::export_checkpoint(ckpt, single, o);
+    const io::SafetensorsReader in(file), out(single);
+    QCOMPARE(out.entries().size(), in.entries().size());
+    for (const auto& e : in.entries())
+      if (e.name.rfind("first_stage_model.", 0) == 0 || e.name.rfind("cond_stage_model.", 0) == 0)
+        QVERIFY2(at::equal(in.tensor(e.name), out.tensor(e.name)), e.name.c_str());
+    // The trained UNet differs from where it started, under the same names.
+    QVERIFY(!at::equal(in.tensor("model.diffusion_model.out.2.weight"), out.tensor("model.diffusion_model.out.2.weight")));
   }
 
   // The latent cache: a cold run stores every posterior it encodes, a warm one reads them all,

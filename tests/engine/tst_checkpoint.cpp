@@ -10,7 +10,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/export.h"
 #include "checkpoint/sharded_state.h"
-#include "checkpoint/single_file_names.h"
+#include "models/single_file_names.h"
 #include "core/cpu_allocation_counter.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -192,7 +192,7 @@ class TestCheckpoint : public QObject {
     models::UNet2DConditionModel unet(sd15);
     std::vector<std::string> names;
     for (const auto& p : unet->named_parameters()) names.push_back(p.key());
-    const auto pairs = checkpoint::single_file_unet_names(names, 2);
+    const auto pairs = models::single_file_unet_names(names, 2);
     std::map<std::string, std::string> to_ldm;
     std::set<std::string> ldm_names;
     for (const auto& [d, l] : pairs) {
@@ -222,7 +222,7 @@ class TestCheckpoint : public QObject {
     names.clear();
     for (const auto& p : tiny.unet->named_parameters()) names.push_back(p.key());
     std::set<std::string> tiny_ldm;
-    for (const auto& [d, l] : checkpoint::single_file_unet_names(names, 1)) QVERIFY2(tiny_ldm.insert(l).second, l.c_str());
+    for (const auto& [d, l] : models::single_file_unet_names(names, 1)) QVERIFY2(tiny_ldm.insert(l).second, l.c_str());
     QCOMPARE(tiny_ldm.size(), names.size());
     QVERIFY(tiny_ldm.count("input_blocks.2.0.op.weight") && tiny_ldm.count("output_blocks.1.2.conv.weight"));
   }
@@ -240,12 +240,12 @@ class TestCheckpoint : public QObject {
     std::vector<std::string> unet_names;
     for (const auto& p : model.unet->named_parameters()) unet_names.push_back(p.key());
     std::size_t checked = 0;
-    for (const auto& [d, l] : checkpoint::single_file_unet_names(unet_names, 1)) {
-      QVERIFY2(at::equal(st.tensor(std::string(checkpoint::kSingleFileUNet) + l), model.unet->named_parameters()[d]), l.c_str());
+    for (const auto& [d, l] : models::single_file_unet_names(unet_names, 1)) {
+      QVERIFY2(at::equal(st.tensor(std::string(models::kSingleFileUNet) + l), model.unet->named_parameters()[d]), l.c_str());
       ++checked;
     }
     for (const auto& p : model.text_encoder->named_parameters()) {
-      QVERIFY(at::equal(st.tensor(std::string(checkpoint::kSingleFileTextEncoder) + p.key()), p.value()));
+      QVERIFY(at::equal(st.tensor(std::string(models::kSingleFileTextEncoder) + p.key()), p.value()));
       ++checked;
     }
     QCOMPARE(st.entries().size(), checked);

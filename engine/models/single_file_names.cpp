@@ -1,4 +1,4 @@
-#include "checkpoint/single_file_names.h"
+#include "models/single_file_names.h"
 
 #include <map>
 #include <regex>
@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 
-namespace zs::checkpoint {
+namespace zs::models {
 
 namespace {
 
@@ -36,6 +36,8 @@ std::vector<std::pair<std::string, std::string>> single_file_unet_names(const st
   static const std::map<std::string, std::string> top = {{"conv_in.", "input_blocks.0.0."},
                                                          {"time_embedding.linear_1.", "time_embed.0."},
                                                          {"time_embedding.linear_2.", "time_embed.2."},
+                                                         {"add_embedding.linear_1.", "label_emb.0.0."},
+                                                         {"add_embedding.linear_2.", "label_emb.0.2."},
                                                          {"conv_norm_out.", "out.0."},
                                                          {"conv_out.", "out.2."}};
   std::vector<std::pair<std::string, std::string>> out;
@@ -64,8 +66,7 @@ std::vector<std::pair<std::string, std::string>> single_file_unet_names(const st
       else ldm = "middle_block." + std::to_string(j == 0 ? 0 : 2) + "." + resnet_part(rest);
     }
     if (ldm.empty())
-      throw Error(ErrorKind::checkpoint, "UNet parameter '" + n + "' has no place in the SD 1.x single-file layout "
-                                         "(SDXL's extra layers come with the real-model support)");
+      throw Error(ErrorKind::checkpoint, "UNet parameter '" + n + "' has no place in the SD single-file layout");
     out.emplace_back(n, ldm);
   }
   return out;
@@ -120,4 +121,53 @@ bool single_file_vae_is_conv(const std::string& ldm_name) {
   return std::regex_match(ldm_name, conv);
 }
 
-}  // namespace zs::checkpoint
+std::vector<OpenClipTensor> open_clip_text_names(const std::vector<std::string>& hf_names) {
+  static const std::regex layer(R"(^text_model\.encoder\.layers\.(\d+)\.(.*)$)");
+  static const std::map<std::string, std::string> top = {
+      {"text_model.embeddings.token_embedding.weight", "token_embedding.weight"},
+      {"text_model.embeddings.position_embedding.weight", "positional_embedding"},
+      {"text_model.final_layer_norm.weight", "ln_final.weight"},
+      {"text_model.final_layer_norm.bias", "ln_final.bias"}};
+  static const std::vector<std::pair<std::string, std::string>> inside = {
+      {"self_attn.out_proj.", "attn.out_proj."}, {"layer_norm1.", "ln_1."}, {"layer_norm2.", "ln_2."},
+      {"mlp.fc1.", "mlp.c_fc."}, {"mlp.fc2.", "mlp.c_proj."}};
+  const std::set<std::string> present(hf_names.begin(), hf_names.end());
+  std::vector<OpenClipTensor> out;
+  for (const auto& n : hf_names) {
+    std::smatch m;
+    if (const auto it = top.find(n); it != top.end()) {
+      out.push_back({it->second, {n}});
+    } else if (n == "text_projection.weight") {
+      out.push_back({"text_projection", {n}, true});
+    } else if (n == "text_model.embeddings.position_ids") {
+      continue;  // a buffer of transformers' (0..76); OpenCLIP has none
+    } else if (std::regex_match(n, m, layer)) {
+      const std::string block = "transformer.resblocks." + m[1].str() + ".";
+      const std::string rest = m[2];
+      static const std::regex qkv(R"(^self_attn\.(q|k|v)_proj\.(weight|bias)$)");
+      std::smatch a;
+      if (std::regex_match(rest, a, qkv)) {
+        if (a[1] != "q") continue;  // k and v join q's in_proj tensor
+        const std::string base = "text_model.encoder.layers." + m[1].str() + ".self_attn.";
+        OpenClipTensor t{block + "attn.in_proj_" + a[2].str(), {}};
+        for (const char* part : {"q", "k", "v"}) {
+          t.parts.push_back(base + part + "_proj." + a[2].str());
+          if (!present.count(t.parts.back()))
+            throw Error(ErrorKind::checkpoint, "text encoder 2: " + t.parts.back() + " is missing (OpenCLIP's in_proj needs q, k and v)");
+        }
+        out.push_back(std::move(t));
+        continue;
+      }
+      std::string name;
+      for (const auto& [from, to] : inside)
+        if (rest.rfind(from, 0) == 0) name = block + to + rest.substr(from.size());
+      if (name.empty()) throw Error(ErrorKind::checkpoint, "text encoder 2 parameter " + n + " has no place in OpenCLIP's layout");
+      out.push_back({name, {n}});
+    } else {
+      throw Error(ErrorKind::checkpoint, "text encoder 2 parameter " + n + " has no place in OpenCLIP's layout");
+    }
+  }
+  return out;
+}
+
+}  // namespace zs::models

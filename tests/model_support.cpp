@@ -1,0 +1,73 @@
+#include "model_support.h"
+
+#include <filesystem>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "io/atomic_file.h"
+#include "models/autoencoder_kl.h"
+#include "models/clip_text_model.h"
+#include "models/unet_2d_condition.h"
+#include "models/weights.h"
+#include "test_support.h"
+
+namespace zs::test {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+void write_tiny_sdxl(const std::string& dir) {
+  const std::string fx = (sharedDir() + "/fixtures/sd15-tiny/").toStdString();
+  fs::create_directories(dir);
+  for (const char* part : {"tokenizer", "scheduler"}) fs::copy(fx + part, dir + "/" + part, fs::copy_options::recursive);
+  fs::copy(fx + "tokenizer", dir + "/tokenizer_2", fs::copy_options::recursive);
+  io::write_file_atomic(dir + "/tokenizer_2/special_tokens_map.json", "{\"pad_token\": \"!\"}");
+  at::manual_seed(3);
+  auto component = [&](const std::string& name, const torch::nn::Module& m, const json& config, const std::string& file) {
+    fs::create_directories(dir + "/" + name);
+    io::write_file_atomic(dir + "/" + name + "/config.json", config.dump(2));
+    models::save_weights(m, dir + "/" + name + "/" + file);
+  };
+  models::ClipTextConfig t1;
+  t1.hidden_size = 64;
+  t1.intermediate_size = 128;
+  t1.num_attention_heads = 1;
+  t1.num_hidden_layers = 2;
+  models::ClipTextModel te1(t1);
+  component("text_encoder", *te1, t1.to_json(), "model.safetensors");
+  models::ClipTextConfig t2 = t1;
+  t2.hidden_size = 128;
+  t2.intermediate_size = 256;
+  t2.num_attention_heads = 2;
+  t2.num_hidden_layers = 3;
+  t2.hidden_act = "gelu";
+  t2.with_projection = true;
+  t2.projection_dim = 32;
+  models::ClipTextModel te2(t2);
+  component("text_encoder_2", *te2, t2.to_json(), "model.safetensors");
+  models::AutoencoderKLConfig vc;
+  vc.block_out_channels = {32, 64};
+  vc.layers_per_block = 1;
+  vc.sample_size = 1024;  // nominal, as SDXL's (a single file infers it)
+  vc.scaling_factor = 0.13025;
+  models::AutoencoderKL vae(vc);
+  component("vae", *vae, vc.to_json(), "diffusion_pytorch_model.safetensors");
+  const json unet = {{"block_out_channels", {64, 128}}, {"down_block_types", {"DownBlock2D", "CrossAttnDownBlock2D"}},
+                     {"up_block_types", {"CrossAttnUpBlock2D", "UpBlock2D"}}, {"attention_head_dim", {1, 2}},
+                     {"transformer_layers_per_block", {1, 2}}, {"cross_attention_dim", 64 + 128},
+                     {"use_linear_projection", true}, {"layers_per_block", 2},
+                     {"in_channels", 4}, {"out_channels", 4}, {"sample_size", 128},
+                     {"addition_embed_type", "text_time"}, {"addition_time_embed_dim", 8},
+                     {"projection_class_embeddings_input_dim", 32 + 6 * 8}};
+  models::UNet2DConditionModel u(models::UNetConfig::from_json(unet, "tiny-sdxl"));
+  component("unet", *u, u->config().to_json(), "diffusion_pytorch_model.safetensors");
+  const json index = {{"_class_name", "StableDiffusionXLPipeline"}, {"unet", {"diffusers", "UNet2DConditionModel"}},
+                      {"vae", {"diffusers", "AutoencoderKL"}}, {"text_encoder", {"transformers", "CLIPTextModel"}},
+                      {"text_encoder_2", {"transformers", "CLIPTextModelWithProjection"}},
+                      {"tokenizer", {"transformers", "CLIPTokenizer"}}, {"tokenizer_2", {"transformers", "CLIPTokenizer"}},
+                      {"scheduler", {"diffusers", "EulerDiscreteScheduler"}}};
+  io::write_file_atomic(dir + "/model_index.json", index.dump(2));
+}
+
+}  // namespace zs::test
