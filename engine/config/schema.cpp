@@ -277,7 +277,10 @@ SchemaBuilder build() {
         ZS_REF(zero.stage3_gather_16bit_weights_on_model_save),
         "Stage 3: also write consolidated 16-bit weights with each checkpoint (accelerate's `zero3_save_16bit_model`).");
   s.add("zero.zero3_init_flag", T::boolean, false, ZS_REF(zero.zero3_init_flag),
-        "Stage 3: build the model straight into shards, so no rank ever holds the whole model.");
+        "Stage 3: build the model straight into shards (DeepSpeed's zero.Init): each UNet unit is "
+        "loaded (or initialised) and cut to this rank's shard before the next one exists, so no rank "
+        "ever holds the whole model, in CPU memory or on the device. Off: every rank loads the whole "
+        "model onto its device first and shards it there. The run is the same either way.");
   s.add("zero.sub_group_size", T::integer, I{1000000000}, ZS_REF(zero.sub_group_size),
         "Optimizer-state elements processed per sub-group when offloading to NVMe.")
       .range(1, {});

@@ -80,11 +80,17 @@ std::vector<std::string> DiffusersPipeline::weight_files(const std::string& comp
                                               "sharded or fp16)");
 }
 
-UNet2DConditionModel DiffusersPipeline::load_unet() const {
-  UNet2DConditionModel unet(UNetConfig::from_file((fs::path(dir("unet")) / "config.json").string()));
-  const Readers r(weight_files("unet"));
-  load_weights(*unet, r.view);
-  return unet;
+UNetConfig DiffusersPipeline::unet_config() const {
+  return UNetConfig::from_file((fs::path(dir("unet")) / "config.json").string());
+}
+
+TensorLookup DiffusersPipeline::unet_weights() const {
+  const auto readers = std::make_shared<const Readers>(weight_files("unet"));
+  return [readers](const std::string& name) {
+    for (const auto* r : readers->view)
+      if (r->contains(name)) return r->tensor(name);
+    return at::Tensor();
+  };
 }
 
 AutoencoderKL DiffusersPipeline::load_vae() const {

@@ -39,7 +39,8 @@ class DiffusersPipeline : public ModelSource {
   /// expected and absent (or only in .bin form, which is not read).
   std::vector<std::string> weight_files(const std::string& component) const;
 
-  UNet2DConditionModel load_unet() const override;
+  UNetConfig unet_config() const override;
+  TensorLookup unet_weights() const override;
   AutoencoderKL load_vae() const override;
   ClipTextModel load_text_encoder(const std::string& component = "text_encoder") const override;
   ClipTokenizer load_tokenizer(const std::string& component = "tokenizer") const override;

@@ -16,7 +16,7 @@ namespace zs::models {
 namespace fs = std::filesystem;
 
 DiffusionModel DiffusionModel::build_tiny(const std::vector<std::string>& captions, const std::string& prediction_type,
-                                          std::uint64_t seed) {
+                                          std::uint64_t seed, const UnitBuilt& on_unit) {
   at::manual_seed(seed);
   DiffusionModel m;
   // Pixel space, three levels (e.g. 32 -> 16 -> 8 px): plain convolutions at full size, where
@@ -34,7 +34,7 @@ DiffusionModel DiffusionModel::build_tiny(const std::vector<std::string>& captio
   u.num_attention_heads = {2, 4, 4};
   u.transformer_layers_per_block = {1, 1, 1};
   u.norm_num_groups = 8;
-  m.unet = UNet2DConditionModel(u);
+  m.unet = UNet2DConditionModel(u, on_unit);
 
   m.tokenizer = WordTokenizer::build(captions, 12);
   ClipTextConfig t;
@@ -62,7 +62,7 @@ DiffusionModel DiffusionModel::build_tiny(const std::vector<std::string>& captio
 }
 
 DiffusionModel DiffusionModel::load_pipeline(const std::string& dir, const std::string& prediction_type,
-                                             const std::string& config_path) {
+                                             const std::string& config_path, const UnitBuilt& on_unit) {
   const auto source = open_model_source(dir, config_path);
   const ModelSource& p = *source;
   for (const char* part : {"unet", "vae", "text_encoder", "tokenizer", "scheduler"})
@@ -71,7 +71,7 @@ DiffusionModel DiffusionModel::load_pipeline(const std::string& dir, const std::
                                          " (ZeroStudio trains Stable Diffusion 1.x-layout pipelines: unet, vae, "
                                          "text_encoder, tokenizer, scheduler)");
   DiffusionModel m;
-  m.unet = p.load_unet();
+  m.unet = p.load_unet(on_unit);
   if (!m.unet->config().addition_embed_type.empty()) {
     // SDXL: a second tokenizer and text encoder (with projection) give the pooled embedding.
     for (const char* part : {"text_encoder_2", "tokenizer_2"})
@@ -113,15 +113,16 @@ std::string DiffusionModel::config_path_of(const std::string& dir) {
   return io::read_json_file(source, "pipeline reference").value("config_path", std::string());
 }
 
-DiffusionModel DiffusionModel::load_folder(const std::string& dir) {
+DiffusionModel DiffusionModel::load_folder(const std::string& dir, const UnitBuilt& on_unit) {
   if (const std::string path = pipeline_of(dir); !path.empty()) {
     // The pipeline's own UNet (same config as the run's unet/config.json); the checkpoint's
     // weights replace its weights when the optimizer loads the shards.
     const auto j = io::read_json_file(dir + "/pipeline.json", "pipeline reference");
-    return load_pipeline(path, j.value("prediction_type", std::string("epsilon")), j.value("config_path", std::string()));
+    return load_pipeline(path, j.value("prediction_type", std::string("epsilon")), j.value("config_path", std::string()),
+                         on_unit);
   }
   DiffusionModel m;
-  m.unet = UNet2DConditionModel(UNetConfig::from_file(dir + "/unet/config.json"));
+  m.unet = UNet2DConditionModel(UNetConfig::from_file(dir + "/unet/config.json"), on_unit);
   m.tokenizer = WordTokenizer::load(dir + "/tokenizer/tokenizer.json");
   ClipTextConfig t = ClipTextConfig::from_file(dir + "/text_encoder/config.json");
   if (t.vocab_size != m.tokenizer.vocab_size())

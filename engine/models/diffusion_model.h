@@ -32,16 +32,16 @@ class DiffusionModel {
   /// The quickstart's tiny pixel-space model for `resolution`-pixel images, with a tokenizer
   /// built from `captions`. Weights come from `seed`.
   static DiffusionModel build_tiny(const std::vector<std::string>& captions, const std::string& prediction_type,
-                                   std::uint64_t seed);
+                                   std::uint64_t seed, const UnitBuilt& on_unit = {});
   /// A Stable Diffusion 1.x or SDXL model: a diffusers pipeline folder, or a single-file
   /// checkpoint with its companion `config_path` (models/single_file_model.h). The UNet is
   /// trained from its weights; the VAE and CLIP text encoders are frozen; the scheduler config's
   /// prediction type is replaced by `prediction_type`.
   static DiffusionModel load_pipeline(const std::string& dir, const std::string& prediction_type,
-                                      const std::string& config_path = "");
+                                      const std::string& config_path = "", const UnitBuilt& on_unit = {});
   /// A model folder written by save_folder() (configs and tokenizer, or the pipeline it came
   /// from; trained weights are loaded separately).
-  static DiffusionModel load_folder(const std::string& dir);
+  static DiffusionModel load_folder(const std::string& dir, const UnitBuilt& on_unit = {});
   /// The diffusers folder or single file a model folder written by save_folder() was trained
   /// from (its pipeline.json), or "" for a model built from a preset. Throws zs::Error(checkpoint) naming
   /// the reference when that folder is gone.

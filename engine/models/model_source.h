@@ -11,6 +11,7 @@
 #include "models/clip_text_model.h"
 #include "models/clip_tokenizer.h"
 #include "models/unet_2d_condition.h"
+#include "models/weights.h"
 
 namespace zs::models {
 
@@ -21,7 +22,13 @@ class ModelSource {
   virtual const std::string& root() const = 0;
   /// "unet", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "scheduler".
   virtual bool has(const std::string& component) const = 0;
-  virtual UNet2DConditionModel load_unet() const = 0;
+  virtual UNetConfig unet_config() const = 0;
+  /// The UNet's tensors by diffusers name (an undefined tensor when absent), read when asked for.
+  virtual TensorLookup unet_weights() const = 0;
+  /// Builds the UNet and loads its weights. With `on_unit`, each unit is loaded as soon as it is
+  /// built and then handed to `on_unit` (ZeRO-3's sharded init), so the whole UNet never exists
+  /// at once; what was handed over is not loaded again.
+  virtual UNet2DConditionModel load_unet(const UnitBuilt& on_unit = {}) const;
   virtual AutoencoderKL load_vae() const = 0;
   virtual ClipTextModel load_text_encoder(const std::string& component) const = 0;
   virtual ClipTokenizer load_tokenizer(const std::string& component) const = 0;

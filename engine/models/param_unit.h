@@ -15,6 +15,11 @@ namespace zs::models {
 struct ParamUnit {
   std::string name;                                            ///< e.g. "down_blocks.0.resnets.0" or "io"
   std::vector<std::pair<std::string, at::Tensor>> parameters;  ///< full parameter names, in module order
+  /// Built straight into shards (zero3_init_flag, zero/sharded_init.h): this rank's part of the
+  /// flattened, padded values (full precision) and each parameter's shape; the parameters
+  /// themselves are empty placeholders. Undefined otherwise.
+  at::Tensor shard;
+  std::vector<std::vector<std::int64_t>> shapes;
   /// Number of elements over all parameters.
   std::int64_t numel() const;
 };

@@ -225,21 +225,45 @@ bool SingleFileModel::has(const std::string& component) const {
   return always.count(component) || (info_.family == "sdxl" && (component == "text_encoder_2" || component == "tokenizer_2"));
 }
 
-UNet2DConditionModel SingleFileModel::load_unet() const {
-  UNet2DConditionModel unet(info_.unet);
-  std::map<std::string, std::string> ldm;
-  for (auto& [d, l] : single_file_unet_names(parameter_names(*unet), static_cast<int>(info_.unet.layers_per_block)))
-    ldm[d] = kSingleFileUNet + l;
-  std::set<std::string> known;
-  for (const auto& [d, l] : ldm) known.insert(l);
+TensorLookup SingleFileModel::unet_weights() const {
+  std::set<int> up_with_attention;
+  for (std::size_t i = 0; i < info_.unet.up_block_types.size(); ++i)
+    if (info_.unet.up_block_types[i] == "CrossAttnUpBlock2D") up_with_attention.insert(static_cast<int>(i));
+  const int L = static_cast<int>(info_.unet.layers_per_block);
+  return [this, L, up_with_attention, requested = requested_](const std::string& name) {
+    const std::string key = kSingleFileUNet + single_file_unet_name(name, L, up_with_attention);
+    requested->insert(key);
+    return read_if(*reader_, key);
+  };
+}
+
+UNet2DConditionModel SingleFileModel::load_unet(const UnitBuilt& on_unit) const {
+  requested_->clear();
+  UNet2DConditionModel unet = ModelSource::load_unet(on_unit);
   std::vector<std::string> extra;
   for (const auto& e : reader_->entries())
-    if (e.name.rfind(kSingleFileUNet, 0) == 0 && !known.count(e.name)) extra.push_back(e.name);
+    if (e.name.rfind(kSingleFileUNet, 0) == 0 && !requested_->count(e.name)) extra.push_back(e.name);
   if (!extra.empty())
     throw Error(ErrorKind::checkpoint, path_ + ": the UNet has " + std::to_string(extra.size()) + " tensors this architecture "
                                                "has no place for, e.g. " + extra.front() +
                                                " (an inpainting, ControlNet-merged or otherwise modified UNet?)");
-  load_weights(*unet, [&](const std::string& n) { return read_if(*reader_, ldm.at(n)); }, path_ + " (UNet)");
+  return unet;
+}
+
+UNet2DConditionModel ModelSource::load_unet(const UnitBuilt& on_unit) const {
+  const TensorLookup lookup = unet_weights();
+  std::vector<std::string> handed;  // prefixes of the units given to on_unit, with their dot
+  UnitBuilt load_then_hand;
+  if (on_unit)
+    load_then_hand = [&](const std::string& prefix, torch::nn::Module& unit) {
+      load_weights(unit, [&](const std::string& n) { return lookup(prefix + "." + n); }, root() + " (UNet " + prefix + ")");
+      handed.push_back(prefix + ".");
+      on_unit(prefix, unit);
+    };
+  UNet2DConditionModel unet(unet_config(), load_then_hand);
+  load_weights(*unet, lookup, root() + " (UNet)", [&](const std::string& name) {
+    return std::any_of(handed.begin(), handed.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
+  });
   return unet;
 }
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "models/model_source.h"
@@ -45,7 +46,10 @@ class SingleFileModel : public ModelSource {
   const std::string& root() const override { return path_; }
   const SingleFileInfo& info() const { return info_; }
   bool has(const std::string& component) const override;
-  UNet2DConditionModel load_unet() const override;
+  UNetConfig unet_config() const override { return info_.unet; }
+  TensorLookup unet_weights() const override;
+  /// The base's load, then a check that the file has no UNet tensors the architecture lacks.
+  UNet2DConditionModel load_unet(const UnitBuilt& on_unit = {}) const override;
   AutoencoderKL load_vae() const override;
   ClipTextModel load_text_encoder(const std::string& component) const override;
   ClipTokenizer load_tokenizer(const std::string& component) const override;
@@ -57,6 +61,7 @@ class SingleFileModel : public ModelSource {
   SingleFileModel() = default;
   std::string path_, config_path_;
   std::unique_ptr<io::SafetensorsReader> reader_;
+  std::shared_ptr<std::set<std::string>> requested_ = std::make_shared<std::set<std::string>>();  // UNet names read
   SingleFileInfo info_;
 };
 

@@ -22,15 +22,7 @@ std::string resnet_part(const std::string& rest) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> single_file_unet_names(const std::vector<std::string>& diffusers_names,
-                                                                       int L) {
-  // Which up blocks have attention: their upsampler sits after the attention (index 2).
-  std::set<int> up_with_attention;
-  static const std::regex up_attn(R"(^up_blocks\.(\d+)\.attentions\.)");
-  for (const auto& n : diffusers_names) {
-    std::smatch m;
-    if (std::regex_search(n, m, up_attn)) up_with_attention.insert(std::stoi(m[1]));
-  }
+std::string single_file_unet_name(const std::string& n, int L, const std::set<int>& up_with_attention) {
   static const std::regex block(R"(^(down_blocks|up_blocks)\.(\d+)\.(resnets|attentions|downsamplers|upsamplers)\.(\d+)\.(.*)$)");
   static const std::regex mid(R"(^mid_block\.(resnets|attentions)\.(\d+)\.(.*)$)");
   static const std::map<std::string, std::string> top = {{"conv_in.", "input_blocks.0.0."},
@@ -40,35 +32,44 @@ std::vector<std::pair<std::string, std::string>> single_file_unet_names(const st
                                                          {"add_embedding.linear_2.", "label_emb.0.2."},
                                                          {"conv_norm_out.", "out.0."},
                                                          {"conv_out.", "out.2."}};
-  std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& n : diffusers_names) {
-    std::string ldm;
-    std::smatch m;
-    for (const auto& [from, to] : top)
-      if (n.rfind(from, 0) == 0) ldm = to + n.substr(from.size());
-    if (!ldm.empty()) {
-    } else if (std::regex_match(n, m, block)) {
-      const bool down = m[1] == "down_blocks";
-      const int i = std::stoi(m[2]), j = std::stoi(m[4]);
-      const std::string kind = m[3], rest = m[5];
-      if (kind == "resnets") ldm = (down ? "input_blocks." + std::to_string(i * (L + 1) + j + 1)
-                                         : "output_blocks." + std::to_string(i * (L + 1) + j)) + ".0." + resnet_part(rest);
-      else if (kind == "attentions") ldm = (down ? "input_blocks." + std::to_string(i * (L + 1) + j + 1)
-                                                 : "output_blocks." + std::to_string(i * (L + 1) + j)) + ".1." + rest;
-      else if (kind == "downsamplers" && rest.rfind("conv.", 0) == 0)
-        ldm = "input_blocks." + std::to_string((i + 1) * (L + 1)) + ".0.op." + rest.substr(5);
-      else if (kind == "upsamplers")
-        ldm = "output_blocks." + std::to_string(i * (L + 1) + L) + "." + (up_with_attention.count(i) ? "2." : "1.") + rest;
-    } else if (std::regex_match(n, m, mid)) {
-      const std::string kind = m[1], rest = m[3];
-      const int j = std::stoi(m[2]);
-      if (kind == "attentions") ldm = "middle_block.1." + rest;
-      else ldm = "middle_block." + std::to_string(j == 0 ? 0 : 2) + "." + resnet_part(rest);
-    }
-    if (ldm.empty())
-      throw Error(ErrorKind::checkpoint, "UNet parameter '" + n + "' has no place in the SD single-file layout");
-    out.emplace_back(n, ldm);
+  std::string ldm;
+  std::smatch m;
+  for (const auto& [from, to] : top)
+    if (n.rfind(from, 0) == 0) ldm = to + n.substr(from.size());
+  if (!ldm.empty()) {
+  } else if (std::regex_match(n, m, block)) {
+    const bool down = m[1] == "down_blocks";
+    const int i = std::stoi(m[2]), j = std::stoi(m[4]);
+    const std::string kind = m[3], rest = m[5];
+    if (kind == "resnets") ldm = (down ? "input_blocks." + std::to_string(i * (L + 1) + j + 1)
+                                       : "output_blocks." + std::to_string(i * (L + 1) + j)) + ".0." + resnet_part(rest);
+    else if (kind == "attentions") ldm = (down ? "input_blocks." + std::to_string(i * (L + 1) + j + 1)
+                                               : "output_blocks." + std::to_string(i * (L + 1) + j)) + ".1." + rest;
+    else if (kind == "downsamplers" && rest.rfind("conv.", 0) == 0)
+      ldm = "input_blocks." + std::to_string((i + 1) * (L + 1)) + ".0.op." + rest.substr(5);
+    else if (kind == "upsamplers")
+      ldm = "output_blocks." + std::to_string(i * (L + 1) + L) + "." + (up_with_attention.count(i) ? "2." : "1.") + rest;
+  } else if (std::regex_match(n, m, mid)) {
+    const std::string kind = m[1], rest = m[3];
+    const int j = std::stoi(m[2]);
+    if (kind == "attentions") ldm = "middle_block.1." + rest;
+    else ldm = "middle_block." + std::to_string(j == 0 ? 0 : 2) + "." + resnet_part(rest);
   }
+  if (ldm.empty()) throw Error(ErrorKind::checkpoint, "UNet parameter '" + n + "' has no place in the SD single-file layout");
+  return ldm;
+}
+
+std::vector<std::pair<std::string, std::string>> single_file_unet_names(const std::vector<std::string>& diffusers_names,
+                                                                       int L) {
+  // Which up blocks have attention: their upsampler sits after the attention (index 2).
+  std::set<int> up_with_attention;
+  static const std::regex up_attn(R"(^up_blocks\.(\d+)\.attentions\.)");
+  for (const auto& n : diffusers_names) {
+    std::smatch m;
+    if (std::regex_search(n, m, up_attn)) up_with_attention.insert(std::stoi(m[1]));
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& n : diffusers_names) out.emplace_back(n, single_file_unet_name(n, L, up_with_attention));
   return out;
 }
 

@@ -4,6 +4,7 @@
 // any number of layers per block, the VAE, and both SDXL text encoders (REFERENCE.md, "Original
 // single-file layout"). Used in both directions: export writes these names, loading reads them.
 
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +25,11 @@ inline constexpr const char* kSingleFileXLTextEncoder2 = "conditioner.embedders.
 /// zs::Error naming a parameter the layout has no place for.
 std::vector<std::pair<std::string, std::string>> single_file_unet_names(const std::vector<std::string>& diffusers_names,
                                                                        int layers_per_block);
+
+/// One UNet parameter's LDM name (without the prefix); `up_with_attention`: the indices of the up
+/// blocks that have attention (their upsampler comes third).
+std::string single_file_unet_name(const std::string& diffusers_name, int layers_per_block,
+                                  const std::set<int>& up_with_attention);
 
 /// Pairs (diffusers VAE name, LDM name without the prefix) for an AutoencoderKL with
 /// `num_blocks` blocks: down.{i}.block.{j}, up.{n−1−i} (reversed), mid.block_{1,2},

@@ -272,7 +272,7 @@ at::Tensor timestep_embedding(const at::Tensor& timesteps, std::int64_t dim, boo
   return emb;
 }
 
-UNet2DConditionModelImpl::UNet2DConditionModelImpl(UNetConfig config)
+UNet2DConditionModelImpl::UNet2DConditionModelImpl(UNetConfig config, const UnitBuilt& on_unit)
     : config_(std::move(config)), parts_(std::make_unique<detail::UNetParts>()) {
   config_.validate("UNet config");
   const auto& c = config_;
@@ -292,18 +292,21 @@ UNet2DConditionModelImpl::UNet2DConditionModelImpl(UNetConfig config)
     ResnetBlock2D r(in, out, temb, groups, c.norm_eps);
     r->unit = unit_prefixes_.size();
     unit_prefixes_.push_back(prefix);
+    if (on_unit) on_unit(prefix, *r);
     return r;
   };
   auto make_attention = [&](const std::string& prefix, int64_t ch, int64_t heads, int64_t depth) {
     Transformer2DModel t(ch, heads, depth, c.cross_attention_dim, groups, c.use_linear_projection);
     t->unit = unit_prefixes_.size();
     unit_prefixes_.push_back(prefix);
+    if (on_unit) on_unit(prefix, *t);
     return t;
   };
   auto make_sampler = [&](const std::string& prefix, int64_t ch, bool down) {
     Sampler s(ch, down);
     s->unit = unit_prefixes_.size();
     unit_prefixes_.push_back(prefix);
+    if (on_unit) on_unit(prefix, *s);
     return s;
   };
 

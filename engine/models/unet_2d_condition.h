@@ -2,7 +2,9 @@
 // UNet2DConditionModel in LibTorch with diffusers' module tree and parameter names, so a
 // diffusers unet/diffusion_pytorch_model.safetensors loads by name.
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -17,10 +19,16 @@ namespace detail {
 struct UNetParts;  // the block modules, defined in unet_2d_condition.cpp
 }
 
+/// Called as soon as each unit (resnet, transformer, sampler) is built, with its module prefix
+/// ("down_blocks.0.resnets.0") and module: ZeRO-3's sharded init loads it, keeps this rank's
+/// shard and empties it before the next unit exists.
+using UnitBuilt = std::function<void(const std::string& prefix, torch::nn::Module& unit)>;
+
 class UNet2DConditionModelImpl : public torch::nn::Module {
  public:
-  /// Builds the module tree (weights from LibTorch's default initialisation).
-  explicit UNet2DConditionModelImpl(UNetConfig config);
+  /// Builds the module tree (weights from LibTorch's default initialisation), handing each unit
+  /// to `on_unit` when given.
+  explicit UNet2DConditionModelImpl(UNetConfig config, const UnitBuilt& on_unit = {});
   ~UNet2DConditionModelImpl() override;
 
   /// sample [B, in_channels, H, W] (H, W divisible by config().downsample_factor()),

@@ -32,10 +32,11 @@ namespace {
 /// key it was found under and the tensor; an undefined tensor when absent). Nothing is copied
 /// unless everything fits; the error names `where` and every problem.
 void load_resolved(torch::nn::Module& module, const std::function<std::pair<std::string, at::Tensor>(const std::string&)>& resolve,
-                   const std::string& where) {
+                   const std::string& where, const std::function<bool(const std::string&)>& skip = {}) {
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // destination, source
   std::vector<std::string> problems;
   auto visit = [&](const std::string& name, at::Tensor& dst) {
+    if (skip && skip(name)) return;
     auto [key, src] = resolve(name);
     if (!src.defined()) {
       problems.push_back("missing tensor " + key + " " + shape_text(dst.sizes()));
@@ -95,8 +96,9 @@ LoadReport load_weights(torch::nn::Module& module, const std::vector<const io::S
   return report;
 }
 
-void load_weights(torch::nn::Module& module, const TensorLookup& lookup, const std::string& where) {
-  load_resolved(module, [&](const std::string& name) { return std::make_pair(name, lookup(name)); }, where);
+void load_weights(torch::nn::Module& module, const TensorLookup& lookup, const std::string& where,
+                  const std::function<bool(const std::string&)>& skip) {
+  load_resolved(module, [&](const std::string& name) { return std::make_pair(name, lookup(name)); }, where, skip);
 }
 
 void save_weights(const torch::nn::Module& module, const std::string& path, const std::string& prefix,

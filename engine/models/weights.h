@@ -35,8 +35,10 @@ LoadReport load_weights(torch::nn::Module& module, const std::vector<const io::S
 /// Where a loader finds a tensor: the tensor for a module's parameter or buffer name (converted
 /// as needed), or an undefined tensor when there is none.
 using TensorLookup = std::function<at::Tensor(const std::string& name)>;
-/// The same from `lookup` (a single-file checkpoint's renamed and reshaped tensors); errors name `where`.
-void load_weights(torch::nn::Module& module, const TensorLookup& lookup, const std::string& where);
+/// The same from `lookup` (a single-file checkpoint's renamed and reshaped tensors); errors name
+/// `where`. Names for which `skip` says true are left as they are.
+void load_weights(torch::nn::Module& module, const TensorLookup& lookup, const std::string& where,
+                  const std::function<bool(const std::string&)>& skip = {});
 
 /// Writes the module's parameters and buffers, in their dtypes, to `path` atomically.
 void save_weights(const torch::nn::Module& module, const std::string& path, const std::string& prefix = "",

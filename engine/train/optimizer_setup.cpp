@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "models/diffusion_model.h"
+#include "zero/sharded_init.h"
 #include "zero/zero_optimizer.h"
 
 namespace zs::train {
@@ -30,10 +31,12 @@ zero::ZeroOptions::Offload offload_of(const std::string& device) {
 
 std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
                                           dist::Communicator& comm, at::ScalarType compute, const std::string& run_tag,
-                                          std::function<void(const std::string&)> log) {
+                                          std::function<void(const std::string&)> log,
+                                          const zero::ShardedInit* sharded_init) {
   const auto& z = cfg.zero;
   const double beta1 = cfg.optimizer.betas.at(0), beta2 = cfg.optimizer.betas.at(1);
   std::vector<models::ParamUnit> units = model.unet->units();
+  if (sharded_init) sharded_init->attach(units);
   for (auto& u : units)
     for (auto& [name, p] : u.parameters) name = "unet." + name;
   if (model.text_encoder_trained) {  // a pipeline's text encoder is frozen: not optimized, not sharded

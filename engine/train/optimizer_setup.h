@@ -22,6 +22,10 @@ namespace zs::zero {
 class ZeroOptimizer;
 }
 
+namespace zs::zero {
+class ShardedInit;
+}
+
 namespace zs::train {
 
 /// The dtype the model computes in for `precision` (fp32 | bf16 | fp16) on `device`. fp16 needs
@@ -33,10 +37,11 @@ at::ScalarType compute_dtype(const std::string& precision, const c10::Device& de
 /// process at stage 0, where it does AdamW's arithmetic: one optimizer, one checkpoint format),
 /// with the config's stage, buckets, offload (NVMe folders named after `run_tag`) and compute
 /// precision, its hooks installed on the UNet. `log` receives one-line notes (which I/O backend
-/// NVMe uses).
+/// NVMe uses). `sharded_init`: the UNet units built straight into shards (zero3_init_flag).
 std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
                                           dist::Communicator& comm, at::ScalarType compute, const std::string& run_tag,
-                                          std::function<void(const std::string&)> log);
+                                          std::function<void(const std::string&)> log,
+                                          const zero::ShardedInit* sharded_init = nullptr);
 
 /// DeepSpeed's fp16 loss-scaling options from the config's `loss_scaling` section.
 LossScalerOptions loss_scaler_options(const config::LossScalingConfig& c);

@@ -159,6 +159,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       // One set of weights: rank 0's.
       c10::NoGradGuard no_grad;
       for (auto& [name, p] : s.model.named_parameters()) {
+        if (p.numel() == 0) continue;  // built into shards (zero3_init_flag): every rank read its own
         at::Tensor t = p.detach();
         s.comm->broadcast(t, 0);
       }
@@ -170,7 +171,8 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     std::exception_ptr optimizer_error;
     try {
       s.optimizer = make_optimizer(cfg, s.model, *s.comm, s.compute, root.filename().string(),
-                                   [&s](const std::string& line) { s.log(line); });
+                                   [&s](const std::string& line) { s.log(line); }, s.sharded_init.get());
+      s.sharded_init.reset();  // the optimizer holds the shards now
     } catch (...) {
       optimizer_error = std::current_exception();
     }

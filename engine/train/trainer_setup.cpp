@@ -112,18 +112,24 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
                                    "folder (or data.generate: shapes for the demo data)");
   auto items = data::scan_dataset(data_path, metadata_options(cfg.data.metadata));
 
-  // Model.
+  // Model. With zero3_init_flag at stage 3 each UNet unit is built (or loaded) and cut to this
+  // rank's shard before the next exists, so no rank ever holds the whole UNet.
   const std::string model_dir = (fs::path(run_dir) / "model").string();
+  models::UnitBuilt on_unit;
+  if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag) {
+    sharded_init = std::make_unique<zero::ShardedInit>(rank, world, cfg.zero.stage3_param_persistence_threshold);
+    on_unit = sharded_init->callback();
+  }
   if (ckpt) {
     // Resuming into another run directory takes the model description from the checkpoint's run.
     const std::string ckpt_model = (fs::path(ckpt->path).parent_path().parent_path() / "model").string();
     const bool here = fs::exists(fs::path(model_dir) / "unet" / "config.json");
-    model = models::DiffusionModel::load_folder(here ? model_dir : ckpt_model);
+    model = models::DiffusionModel::load_folder(here ? model_dir : ckpt_model, on_unit);
     if (!here) model.save_folder(model_dir);
   } else if (!cfg.model.path.empty()) {
     // A diffusers pipeline folder or single file: the UNet trains from its weights; VAE and text
     // encoders are frozen.
-    model = models::DiffusionModel::load_pipeline(cfg.model.path, cfg.model.prediction_type, cfg.model.config_path);
+    model = models::DiffusionModel::load_pipeline(cfg.model.path, cfg.model.prediction_type, cfg.model.config_path, on_unit);
     const std::int64_t f = model.vae->config().downsample_factor() * model.unet->config().downsample_factor();
     if (cfg.data.resolution % f != 0)
       throw Error(ErrorKind::config, "data.resolution: " + std::to_string(cfg.data.resolution) + " must be a multiple of " +
@@ -136,7 +142,7 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
     std::vector<std::string> captions;
     for (const auto& it : items) captions.push_back(it.caption);
     model = models::DiffusionModel::build_tiny(captions, cfg.model.prediction_type,
-                                                 static_cast<std::uint64_t>(cfg.training.seed));
+                                                 static_cast<std::uint64_t>(cfg.training.seed), on_unit);
     if (rank == 0) model.save_folder(model_dir);
   }
   model.to(device);
@@ -146,6 +152,12 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   schedule = std::make_unique<diffusion::NoiseSchedule>(model.schedule);
   std::int64_t n_params = 0;
   for (const auto& [n, p] : model.named_parameters()) n_params += p.numel();
+  if (sharded_init) {
+    n_params += sharded_init->sharded_numel();  // their parameters are empty here
+    log("zero3_init_flag: " + std::to_string(sharded_init->sharded_units()) + " units (" +
+        std::to_string(sharded_init->sharded_numel()) + " parameters) built straight into shards; this rank holds 1/" +
+        std::to_string(world) + " of them");
+  }
   if (ckpt) {
     // Weights, moments and EMA come from the shards once the optimizer exists (trainer.cpp).
     if (!ckpt->meta.contains("sharding"))

@@ -21,6 +21,7 @@
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
+#include "zero/sharded_init.h"
 #include "zero/zero_optimizer.h"
 
 namespace zs::train {
@@ -39,6 +40,7 @@ struct Trainer::State {
   models::DiffusionModel model;
   std::unique_ptr<diffusion::NoiseSchedule> schedule;
   std::unique_ptr<zero::ZeroOptimizer> optimizer;
+  std::unique_ptr<zero::ShardedInit> sharded_init;  ///< zero3_init_flag: the UNet's units built into shards
   at::ScalarType compute = at::kFloat;  // the dtype the model computes in
   std::unique_ptr<LossScaler> scaler;   // fp16 (or when asked for)
   std::unique_ptr<data::DataLoader> loader;

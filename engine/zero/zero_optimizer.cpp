@@ -42,27 +42,48 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communi
   for (auto& pu : units) {
     auto u = std::make_unique<Unit>();
     u->name = pu.name;
-    for (const auto& [name, p] : pu.parameters) {
+    const bool prebuilt = pu.shard.defined();  // zero3_init_flag: only this rank's shard exists
+    for (std::size_t i = 0; i < pu.parameters.size(); ++i) {
+      const auto shape = prebuilt ? pu.shapes.at(i) : pu.parameters[i].second.sizes().vec();
+      std::int64_t n = 1;
+      for (auto d : shape) n *= d;
       u->offsets.push_back(u->numel);
-      u->sizes.push_back(p.numel());
-      u->shapes.push_back(p.sizes().vec());
-      u->numel += p.numel();
+      u->sizes.push_back(n);
+      u->shapes.push_back(shape);
+      u->numel += n;
     }
     u->padded = (u->numel + world - 1) / world * world;
     u->shard = u->padded / world;
     u->owned = o_.stage == 0 ? u->padded : u->shard;
     u->owned_offset = o_.stage == 0 ? 0 : comm_.rank() * u->shard;
-    at::Tensor full = at::zeros({u->padded}, given.dtype(master_dtype_));  // the weights at full precision
-    for (std::size_t i = 0; i < pu.parameters.size(); ++i)
-      full.narrow(0, u->offsets[i], u->sizes[i]).copy_(pu.parameters[i].second.detach().reshape({-1}));
-    u->flat_param = full.to(compute_opts_.dtype());
-    for (std::size_t i = 0; i < pu.parameters.size(); ++i) {
-      at::Tensor p = pu.parameters[i].second;
-      p.set_data(u->flat_param.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]));
-      u->params.emplace_back(pu.parameters[i].first, p);
+    const bool persistent = std::find(o_.persistent_units.begin(), o_.persistent_units.end(), u->name) !=
+                                o_.persistent_units.end() || u->numel < o_.persistence_threshold;
+    u->sharded = o_.stage == 3 && !persistent;
+    u->hook_grads = o_.stage >= 2 && !persistent;
+    if (prebuilt && (!u->sharded || pu.shard.numel() != u->shard))
+      throw Error(ErrorKind::config, "unit " + u->name + " was built into shards (zero.zero3_init_flag) but is not sharded "
+                                     "here (zero.stage " + std::to_string(o_.stage) + ")");
+    at::Tensor mine;  // the owned weights at full precision
+    if (prebuilt) {
+      mine = pu.shard.to(given.dtype(master_dtype_));
+      u->shard_param = mine.to(compute_opts_.dtype());
+      for (const auto& param : pu.parameters) u->params.push_back(param);
+    } else {
+      at::Tensor full = at::zeros({u->padded}, given.dtype(master_dtype_));  // the weights at full precision
+      for (std::size_t i = 0; i < pu.parameters.size(); ++i)
+        full.narrow(0, u->offsets[i], u->sizes[i]).copy_(pu.parameters[i].second.detach().reshape({-1}));
+      u->flat_param = full.to(compute_opts_.dtype());
+      for (std::size_t i = 0; i < pu.parameters.size(); ++i) {
+        at::Tensor p = pu.parameters[i].second;
+        p.set_data(u->flat_param.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]));
+        u->params.emplace_back(pu.parameters[i].first, p);
+      }
+      mine = full.narrow(0, u->owned_offset, u->owned);
+      // Stage 3: the unit keeps only its shard from here (the rest of the model still arrives
+      // whole; zero3_init_flag builds it into shards instead).
+      if (u->sharded) u->shard_param = u->flat_param.narrow(0, u->owned_offset, u->shard).clone();
     }
     if (masters_) {
-      at::Tensor mine = full.narrow(0, u->owned_offset, u->owned);
       if (nvme_optimizer) u->init_master = mine.to(at::kCPU).clone();
       else u->master = mine.to(state_opts_).clone();
     }
@@ -74,16 +95,12 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communi
     // step upcasts one unit at a time); the offloaded copy is fp32, as DeepSpeed's.
     const bool offloaded = o_.offload_optimizer != ZeroOptions::Offload::none;
     if (owned_grads) u->shard_grad = at::zeros({u->owned}, offloaded ? state_opts_ : compute_opts_);
-    const bool persistent = std::find(o_.persistent_units.begin(), o_.persistent_units.end(), u->name) !=
-                                o_.persistent_units.end() || u->numel < o_.persistence_threshold;
-    u->sharded = o_.stage == 3 && !persistent;
-    u->hook_grads = o_.stage >= 2 && !persistent;
     units_.push_back(std::move(u));
+    release(units_.size() - 1);  // stage 3: the gathered copy goes now, not after the whole model
   }
   const bool pin = o_.pin_memory && at::globalContext().hasCUDA();
   for (auto& u : units_) {
     if (!u->sharded) continue;
-    u->shard_param = u->flat_param.narrow(0, u->owned_offset, u->shard).clone();
     if (o_.offload_param == ZeroOptions::Offload::cpu) {
       u->shard_param = u->shard_param.to(at::kCPU);
       if (pin) u->shard_param = u->shard_param.pin_memory();

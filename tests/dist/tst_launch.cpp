@@ -133,6 +133,33 @@ class TestLaunch : public QObject {
     QCOMPARE(metrics, 4);
   }
 
+  // zero3_init_flag over two processes: each rank builds only its shards (its log says so), and
+  // the run is the same, loss for loss, as one whose model was built whole and then sharded.
+  void zero3InitFlagMatchesOverTwoRanks() {
+    QTemporaryDir dir;
+    std::vector<std::vector<double>> runs;
+    for (const QString flag : {"false", "true"}) {
+      const QString run = dir.path() + "/run-" + flag;
+      QString out;
+      QVERIFY2(cli(QStringList{"launch", "--num_processes", "2", "--main_process_port", QString::number(zs::test::freePort()),
+                               zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "zero.stage=3", "--set",
+                               "zero.zero3_init_flag=" + flag} + small_run(run, 4),
+                   &out),
+               qPrintable(out));
+      std::vector<double> losses;
+      for (const auto& e : events(run))
+        if (e["type"] == "metrics") losses.push_back(e["loss"].get<double>());
+      runs.push_back(losses);
+      for (int r = 0; r < 2; ++r) {
+        QFile log(run + "/logs/rank" + QString::number(r) + ".log");
+        QVERIFY(log.open(QIODevice::ReadOnly));
+        QCOMPARE(QString::fromUtf8(log.readAll()).contains("built straight into shards; this rank holds 1/2"), flag == "true");
+      }
+    }
+    QCOMPARE(runs[0].size(), std::size_t{2});
+    QCOMPARE(runs[1], runs[0]);
+  }
+
   // Two ranks, bf16, stage 3 with the optimizer on NVMe and the parameters in CPU memory, and
   // gradient checkpointing: trains, says where the state is, and cleans its NVMe folders up.
   void twoRanksTrainInBf16WithEverythingOffloaded() {

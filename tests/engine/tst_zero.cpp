@@ -1,5 +1,5 @@
 // engine/zero in one process: the fused CPU AdamW against the reference arithmetic and
-// LibTorch's own AdamW, and the offload stores.
+// LibTorch's own AdamW, the offload stores, and building a UNet straight into shards.
 #include <ATen/ATen.h>
 #include <torch/optim/adamw.h>
 
@@ -8,7 +8,10 @@
 
 #include <fstream>
 
+#include "core/cpu_allocation_counter.h"
 #include "core/error.h"
+#include "models/unet_2d_condition.h"
+#include "zero/sharded_init.h"
 #include "io/async_file_io.h"
 #include "zero/nvme_store.h"
 #include "train/optimizer.h"
@@ -43,6 +46,74 @@ class TestZero : public QObject {
   Q_OBJECT
 
  private slots:
+  // zero3_init_flag: each rank of two builds the UNet keeping only its shards; the shards are
+  // exactly its part of the whole model's flattened units, small units stay whole, and the
+  // CPU memory the build ever holds is about half the model (its shards, plus one unit at a
+  // time), where a plain build holds all of it.
+  void shardedInitKeepsOnlyTheShard() {
+    models::UNetConfig c;
+    c.block_out_channels = {64, 128};
+    c.down_block_types = {"CrossAttnDownBlock2D", "DownBlock2D"};
+    c.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D"};
+    c.num_attention_heads = {2, 2};
+    c.transformer_layers_per_block = {1, 1};
+    c.cross_attention_dim = 64;
+    c.layers_per_block = 2;
+    std::int64_t full_bytes = 0, plain_peak = 0, largest = 0;
+    at::manual_seed(7);
+    std::vector<models::ParamUnit> whole;
+    models::UNet2DConditionModel reference{nullptr};
+    {
+      CpuAllocationCounter counter;
+      const std::int64_t before = counter.current();
+      reference = models::UNet2DConditionModel(c);
+      plain_peak = counter.peak() - before;
+    }
+    whole = reference->units();
+    for (const auto& u : whole) {
+      full_bytes += u.numel() * 4;
+      if (u.name != "io") largest = std::max(largest, u.numel() * 4);
+    }
+    QVERIFY(plain_peak >= full_bytes);
+    const std::int64_t threshold = 40'000;  // units below this stay whole (the first level's sampler)
+    std::vector<std::vector<at::Tensor>> shards(whole.size());
+    for (int rank = 0; rank < 2; ++rank) {
+      at::manual_seed(7);
+      zero::ShardedInit init(rank, 2, threshold);
+      std::int64_t peak = 0;
+      models::UNet2DConditionModel built{nullptr};
+      {
+        CpuAllocationCounter counter;  // counts what is alive from earlier too: measure from here
+        const std::int64_t before = counter.current();
+        built = models::UNet2DConditionModel(c, init.callback());
+        peak = counter.peak() - before;
+      }
+      qInfo("rank %d: peak %.2f MB while building (whole model %.2f MB, largest unit %.2f MB)", rank, peak / 1e6,
+            full_bytes / 1e6, largest / 1e6);
+      QVERIFY2(peak < full_bytes / 2 + 2 * largest, qPrintable(QString::number(peak)));
+      auto units = built->units();
+      init.attach(units);
+      QVERIFY(init.sharded_units() > 0 && init.sharded_units() < units.size() - 1);
+      for (std::size_t i = 0; i < units.size(); ++i) {
+        if (!units[i].shard.defined()) {  // io and the small units: whole, with the same values
+          for (std::size_t k = 0; k < units[i].parameters.size(); ++k)
+            QVERIFY(at::equal(units[i].parameters[k].second, whole[i].parameters[k].second));
+          continue;
+        }
+        QVERIFY(units[i].numel() == 0);  // the parameters are placeholders
+        QCOMPARE(units[i].shapes.size(), whole[i].parameters.size());
+        shards[i].push_back(units[i].shard);
+      }
+    }
+    for (std::size_t i = 0; i < whole.size(); ++i) {
+      if (shards[i].empty()) continue;
+      std::vector<at::Tensor> flat;
+      for (const auto& [name, p] : whole[i].parameters) flat.push_back(p.detach().reshape({-1}));
+      const at::Tensor want = at::cat(flat);
+      QVERIFY(at::equal(at::cat(shards[i]).narrow(0, 0, want.numel()), want));
+    }
+  }
+
   void cpuAdamMatchesReferenceOnEveryPath() {
     // An odd length exercises the vector loops' scalar tails and the thread chunking.
     const std::int64_t n = (1 << 17) + 37;

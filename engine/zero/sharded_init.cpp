@@ -1,0 +1,67 @@
+#include "zero/sharded_init.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <stdexcept>
+
+namespace zs::zero {
+
+ShardedInit::ShardedInit(int rank, int world, std::int64_t persistence_threshold)
+    : rank_(rank), world_(world), threshold_(persistence_threshold) {}
+
+models::UnitBuilt ShardedInit::callback() {
+  return [this](const std::string& prefix, torch::nn::Module& unit) { take(prefix, unit); };
+}
+
+void ShardedInit::take(const std::string& prefix, torch::nn::Module& unit) {
+  auto params = unit.named_parameters(true);
+  Built b;
+  for (const auto& p : params) {
+    b.shapes.push_back(p.value().sizes().vec());
+    b.numel += p.value().numel();
+  }
+  if (b.numel < threshold_) return;  // persistent: stays whole, loaded with the io layers
+  c10::NoGradGuard no_grad;
+  // This rank's elements [first, first + shard) of the unit flattened in parameter order and
+  // padded to a multiple of the world size, copied one parameter at a time.
+  const std::int64_t shard = (b.numel + world_ - 1) / world_;
+  const std::int64_t first = rank_ * shard;
+  const auto options = params.size() ? params[0].value().options() : at::TensorOptions();
+  const at::ScalarType dtype = options.dtype().toScalarType() == at::kHalf || options.dtype().toScalarType() == at::kBFloat16
+                                   ? at::kFloat : options.dtype().toScalarType();
+  b.shard = at::zeros({shard}, at::TensorOptions().dtype(dtype));
+  std::int64_t offset = 0;
+  for (auto& p : params) {
+    const std::int64_t n = p.value().numel();
+    const std::int64_t lo = std::max(first, offset), hi = std::min(first + shard, offset + n);
+    if (lo < hi) b.shard.narrow(0, lo - first, hi - lo).copy_(p.value().detach().reshape({-1}).narrow(0, lo - offset, hi - lo));
+    offset += n;
+    p.value().set_data(at::empty({0}, options));
+  }
+  units_[prefix] = std::move(b);
+}
+
+void ShardedInit::attach(std::vector<models::ParamUnit>& units) const {
+  std::size_t found = 0;
+  for (auto& u : units) {
+    const auto it = units_.find(u.name);
+    if (it == units_.end()) continue;
+    if (it->second.shapes.size() != u.parameters.size())
+      throw std::logic_error("sharded init: unit " + u.name + " has " + std::to_string(u.parameters.size()) +
+                                           " parameters, " + std::to_string(it->second.shapes.size()) + " were built");
+    u.shard = it->second.shard;
+    u.shapes = it->second.shapes;
+    ++found;
+  }
+  if (found != units_.size())
+    throw std::logic_error("sharded init: " + std::to_string(units_.size() - found) + " units built into shards are not in the optimizer");
+}
+
+std::int64_t ShardedInit::sharded_numel() const {
+  std::int64_t n = 0;
+  for (const auto& [name, b] : units_) n += b.numel;
+  return n;
+}
+
+}  // namespace zs::zero

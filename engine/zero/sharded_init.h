@@ -1,0 +1,48 @@
+#pragma once
+// zero3_init_flag: a model built straight into ZeRO-3 shards. The UNet hands each unit over as
+// soon as it is built (models::UnitBuilt); this keeps the rank's part of the unit's flattened,
+// padded values (the same layout ZeroOptimizer uses) and empties the unit's parameters, so no
+// rank ever holds more than one whole unit besides its own shards: loading never needs the
+// whole model in memory, on the device or on the CPU.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "models/param_unit.h"
+#include "models/unet_2d_condition.h"
+
+namespace zs::zero {
+
+class ShardedInit {
+ public:
+  /// Rank `rank` of `world`; units under `persistence_threshold` elements stay whole (they would
+  /// not be sharded: DeepSpeed's stage3_param_persistence_threshold).
+  ShardedInit(int rank, int world, std::int64_t persistence_threshold);
+
+  /// The callback for the UNet's constructor (or ModelSource::load_unet): takes `unit`'s values
+  /// as they are at the call (loaded or freshly initialised).
+  models::UnitBuilt callback();
+  /// Gives every unit that was built into shards (by name, as UNet::units() names them) its
+  /// shard and shapes; its parameters are the empty placeholders.
+  void attach(std::vector<models::ParamUnit>& units) const;
+  /// Elements of the units built into shards (whole, over all ranks).
+  std::int64_t sharded_numel() const;
+  std::size_t sharded_units() const { return units_.size(); }
+
+ private:
+  void take(const std::string& prefix, torch::nn::Module& unit);
+  int rank_, world_;
+  std::int64_t threshold_;
+  struct Built {
+    at::Tensor shard;  ///< [padded / world] this rank's part
+    std::vector<std::vector<std::int64_t>> shapes;
+    std::int64_t numel = 0;
+  };
+  std::map<std::string, Built> units_;
+};
+
+}  // namespace zs::zero
