@@ -119,8 +119,12 @@ SchemaBuilder build() {
   s.add("data.cache_latents", T::boolean, true, ZS_REF(data.cache_latents),
         "Diffusers pipelines (`model.path`): keep each image's VAE posterior on disk, keyed by the "
         "file's content, the resolution, the flip and the VAE, and reuse it in later steps and runs.");
+  s.add("data.cache_text_embeddings", T::boolean, true, ZS_REF(data.cache_text_embeddings),
+        "Diffusers pipelines and single files (frozen text encoders): keep each caption's text-encoder "
+        "outputs on disk, keyed by the caption's text and the encoders, and reuse them in later steps "
+        "and runs (in the latent cache's folder).");
   s.add("data.latent_cache_dir", T::path, std::string(""), ZS_REF(data.latent_cache_dir),
-        "Folder of the latent cache. Empty: `.latent-cache` under `logging.runs_root`.");
+        "Folder of the latent and text-embedding caches. Empty: `.latent-cache` under `logging.runs_root`.");
 
   s.section("data.metadata", "Options of the metadata-JSON layout: `metadata/**/*.json` files with "
             "`tags`, `score` and `path` (relative to the dataset folder), as in the Lightning SD trainer.");

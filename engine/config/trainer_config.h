@@ -49,6 +49,7 @@ struct DataConfig {
   bool aspect_buckets{};         ///< batches of one aspect-ratio bucket instead of square crops
   std::int64_t bucket_step{};    ///< bucket sides are multiples of this
   bool cache_latents{};          ///< pipelines: keep VAE posteriors on disk and reuse them
+  bool cache_text_embeddings{};  ///< pipelines: keep the frozen text encoders' outputs per caption
   std::string latent_cache_dir;  ///< where; empty: logging.runs_root/.latent-cache
   DataMetadataConfig metadata;   ///< metadata-JSON layout options
 };

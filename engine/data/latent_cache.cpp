@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -26,17 +27,20 @@ std::uint32_t crc_of(const std::string& s) {
 }
 }  // namespace
 
-LatentCache::LatentCache(const std::string& root, const std::string& vae_key, std::int64_t resolution)
-    : dir_((fs::path(root) / vae_key / std::to_string(resolution)).string()) {}
+LatentCache::LatentCache(const std::string& root, const std::string& model_key, std::int64_t resolution)
+    : LatentCache(root, model_key, std::to_string(resolution)) {}
 
-bool LatentCache::load(const std::string& key, at::Tensor& mean, at::Tensor& logvar) const {
+LatentCache::LatentCache(const std::string& root, const std::string& model_key, const std::string& folder)
+    : dir_((fs::path(root) / model_key / folder).string()) {}
+
+bool LatentCache::load(const std::string& key, const std::vector<std::string>& names, std::vector<at::Tensor>& out) const {
   const fs::path file = fs::path(dir_) / (key + ".safetensors");
   std::error_code ec;
   if (!fs::exists(file, ec)) return false;
   try {
     const io::SafetensorsReader r(file.string());
-    mean = r.tensor("mean");
-    logvar = r.tensor("logvar");
+    out.clear();
+    for (const auto& name : names) out.push_back(r.tensor(name));
   } catch (const std::exception&) {
     return false;  // damaged or half-copied: encode again (and overwrite)
   }
@@ -44,27 +48,55 @@ bool LatentCache::load(const std::string& key, at::Tensor& mean, at::Tensor& log
   return true;
 }
 
-void LatentCache::store(const std::string& key, const at::Tensor& mean, const at::Tensor& logvar) {
+void LatentCache::store(const std::string& key, const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   fs::create_directories(dir_);
-  io::write_safetensors((fs::path(dir_) / (key + ".safetensors")).string(),
-                        {{"mean", mean.to(at::kFloat).cpu().contiguous()}, {"logvar", logvar.to(at::kFloat).cpu().contiguous()}});
+  std::vector<std::pair<std::string, at::Tensor>> data;
+  for (const auto& [name, t] : tensors) data.emplace_back(name, t.to(at::kFloat).cpu().contiguous());
+  io::write_safetensors((fs::path(dir_) / (key + ".safetensors")).string(), data);
   ++stored_;
 }
 
-std::string LatentCache::vae_key(const std::string& pipeline_dir) {
+bool LatentCache::load(const std::string& key, at::Tensor& mean, at::Tensor& logvar) const {
+  std::vector<at::Tensor> out;
+  if (!load(key, {"mean", "logvar"}, out)) return false;
+  mean = out[0];
+  logvar = out[1];
+  return true;
+}
+
+void LatentCache::store(const std::string& key, const at::Tensor& mean, const at::Tensor& logvar) {
+  store(key, {{"mean", mean}, {"logvar", logvar}});
+}
+
+namespace {
+/// "<kind>-<crc>" of a model's path and the sizes and times of its weight files (a single file
+/// stands for every component; a folder's are the .safetensors files in `components`).
+std::string model_key(const std::string& kind, const std::string& pipeline_dir, const std::vector<std::string>& components) {
   std::string id = fs::absolute(pipeline_dir).lexically_normal().string();
   std::error_code ec;
-  // A single file stands for its own VAE; a folder's VAE weights are the vae/ files.
-  const bool single = fs::is_regular_file(pipeline_dir, ec);
-  for (const char* name : {"diffusion_pytorch_model.safetensors", "diffusion_pytorch_model.fp16.safetensors"}) {
-    const fs::path f = single ? fs::path(pipeline_dir) : fs::path(pipeline_dir) / "vae" / name;
-    if (single && std::string(name) != "diffusion_pytorch_model.safetensors") continue;
-    if (!fs::exists(f, ec)) continue;
-    id += "|" + std::to_string(fs::file_size(f, ec)) + "|" +
-          std::to_string(fs::last_write_time(f, ec).time_since_epoch().count());
+  std::vector<fs::path> files;
+  if (fs::is_regular_file(pipeline_dir, ec)) {
+    files.push_back(pipeline_dir);
+  } else {
+    for (const auto& c : components)
+      for (const auto& e : fs::directory_iterator(fs::path(pipeline_dir) / c, ec))
+        if (e.path().extension() == ".safetensors") files.push_back(e.path());
+    std::sort(files.begin(), files.end());
   }
-  return "vae-" + hex(crc_of(id));
+  for (const auto& f : files)
+    id += "|" + f.filename().string() + "|" + std::to_string(fs::file_size(f, ec)) + "|" +
+          std::to_string(fs::last_write_time(f, ec).time_since_epoch().count());
+  return kind + "-" + hex(crc_of(id));
 }
+}  // namespace
+
+std::string LatentCache::vae_key(const std::string& pipeline_dir) { return model_key("vae", pipeline_dir, {"vae"}); }
+
+std::string LatentCache::text_key(const std::string& pipeline_dir) {
+  return model_key("text", pipeline_dir, {"text_encoder", "text_encoder_2"});
+}
+
+std::string LatentCache::text_content_key(const std::string& text) { return hex(crc_of(text)) + "-" + hex(text.size()); }
 
 std::string LatentCache::content_key(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -1,12 +1,15 @@
 #pragma once
-// VAE posteriors (mean and log-variance) of training images on disk, so each image is encoded once
-// and reused by later steps and runs. An entry's key is the image file's content (CRC-32 and
-// size), the resolution, the flip and the VAE (its folder and weight file); a changed file, VAE or
-// resolution simply misses.
+// What frozen models compute from the training data, on disk, so each input is encoded once and
+// reused by later steps and runs: VAE posteriors (mean and log-variance) of the images, keyed by
+// the image file's content (CRC-32 and size), the resolution, the flip and the VAE; and the text
+// encoders' outputs for each caption, keyed by the caption's text and the encoders. A changed
+// file, caption, model or resolution simply misses.
 
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -14,22 +17,33 @@ namespace zs::data {
 
 class LatentCache {
  public:
-  /// `root`/<vae key>/<resolution>/ holds the entries (created on first store).
-  LatentCache(const std::string& root, const std::string& vae_key, std::int64_t resolution);
+  /// `root`/<model key>/<resolution>/ holds the entries (created on first store).
+  LatentCache(const std::string& root, const std::string& model_key, std::int64_t resolution);
+  /// `root`/<model key>/<folder>/ (text embeddings: "text").
+  LatentCache(const std::string& root, const std::string& model_key, const std::string& folder);
 
-  /// The cached posterior for `key`, if there is one (a damaged entry counts as missing).
+  /// The tensors `names` cached under `key`, if the entry has them all (a damaged entry counts
+  /// as missing).
+  bool load(const std::string& key, const std::vector<std::string>& names, std::vector<at::Tensor>& out) const;
+  /// Stores named tensors under `key`, as float32 (atomically; concurrent writers of one key are harmless).
+  void store(const std::string& key, const std::vector<std::pair<std::string, at::Tensor>>& tensors);
+  /// The same for a posterior [C, h, w].
   bool load(const std::string& key, at::Tensor& mean, at::Tensor& logvar) const;
-  /// Stores a posterior [C, h, w] (atomically; concurrent writers of one key are harmless).
   void store(const std::string& key, const at::Tensor& mean, const at::Tensor& logvar);
 
   const std::string& dir() const { return dir_; }
   std::int64_t hits() const { return hits_; }
   std::int64_t stored() const { return stored_; }
 
-  /// A key for the VAE of a pipeline folder: its path and its weight file's size and time.
+  /// A key for the VAE of a pipeline folder or single file: its path and its weight files' sizes
+  /// and times.
   static std::string vae_key(const std::string& pipeline_dir);
+  /// The same for its text encoders (text_encoder, text_encoder_2).
+  static std::string text_key(const std::string& pipeline_dir);
   /// A key for an image file's content: CRC-32 and size, "crc-size" in hex.
   static std::string content_key(const std::string& path);
+  /// A key for a caption: CRC-32 and length of its text.
+  static std::string text_content_key(const std::string& text);
 
  private:
   std::string dir_;

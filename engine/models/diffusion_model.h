@@ -54,8 +54,11 @@ class DiffusionModel {
 
   /// Text conditioning for `captions`: [B, T, hidden] on `device`.
   at::Tensor encode_text(const std::vector<std::string>& captions, const at::Device& device);
-  /// The full conditioning (SDXL adds the pooled embedding).
-  TextConditioning condition(const std::vector<std::string>& captions, const at::Device& device);
+  /// The full conditioning (SDXL adds the pooled embedding). With `cache` (frozen encoders only),
+  /// each caption's outputs are read from and written to it, keyed by the caption's text; the
+  /// result is the same either way.
+  TextConditioning condition(const std::vector<std::string>& captions, const at::Device& device,
+                             data::LatentCache* cache = nullptr);
   /// True for SDXL-type UNets, which also take text_embeds and time_ids.
   bool added_conditioning() const;
   /// What the UNet learns to denoise for images [B, 3, H, W] in [−1, 1]: the images themselves

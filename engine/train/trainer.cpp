@@ -40,8 +40,12 @@ using nlohmann::json;
 std::vector<std::string> resume_mismatches(const config::TrainerConfig& ckpt, const config::TrainerConfig& now) {
   std::vector<std::string> out;
   for (const auto& f : config::schema_fields()) {
-    const bool fixed = f.path.starts_with("model.") || f.path.starts_with("data.") || f.path == "training.seed" ||
-                       f.path == "training.batch_size" || (f.path.starts_with("optimizer.") && f.path != "optimizer.lr");
+    // Caches and workers change the speed, not the run (the caches give the same values).
+    const bool speed_only = f.path == "data.cache_latents" || f.path == "data.cache_text_embeddings" ||
+                            f.path == "data.latent_cache_dir" || f.path == "data.num_workers";
+    const bool fixed = (f.path.starts_with("model.") || f.path.starts_with("data.") || f.path == "training.seed" ||
+                        f.path == "training.batch_size" || (f.path.starts_with("optimizer.") && f.path != "optimizer.lr")) &&
+                       !speed_only;
     if (!fixed) continue;
     const std::string a = config::format_value(f.get(ckpt)), b = config::format_value(f.get(now));
     if (a != b) out.push_back(f.path + ": checkpoint " + a + ", config " + b);
@@ -407,7 +411,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
         const std::int64_t b = x0.size(0);
         const at::Tensor noise = at::randn(x0.sizes(), s.gen).to(s.device);
         const at::Tensor t = at::randint(0, s.schedule->num_train_timesteps(), {b}, s.gen, at::kLong).to(s.device);
-        const models::TextConditioning cond = s.model.condition(batch.captions, s.device);
+        const models::TextConditioning cond = s.model.condition(batch.captions, s.device, s.text_cache.get());
         const at::Tensor time_ids = s.model.added_conditioning() ? batch.time_ids.to(s.device) : at::Tensor();
         const at::Tensor pred = s.model.unet->forward(s.schedule->add_noise(x0, noise, t), t, cond.context, cond.pooled, time_ids);
         const at::Tensor per_sample = (pred - s.schedule->target(x0, noise, t)).pow(2).mean({1, 2, 3});  // [B]
@@ -513,6 +517,9 @@ RunSummary Trainer::run(TrainerCommands& commands) {
   if (s.latent_cache)
     s.log("latent cache: " + std::to_string(s.latent_cache->hits()) + " read, " + std::to_string(s.latent_cache->stored()) +
           " encoded and stored");
+  if (s.text_cache)
+    s.log("text-embedding cache: " + std::to_string(s.text_cache->hits()) + " read, " +
+          std::to_string(s.text_cache->stored()) + " encoded and stored");
   s.emit("run_end", {{"reason", reason}, {"loss", s.last_loss}});
   s.loader.reset();
   return {s.run_dir, s.step, reason, s.last_loss};

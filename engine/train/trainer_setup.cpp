@@ -200,13 +200,17 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
       throw Error(ErrorKind::config, "data.bucket_step: " + std::to_string(lo.bucket_step) + " must be a multiple of " +
                                          std::to_string(f) + " (this model's down-sampling)");
   }
+  const std::string cache_root = cfg.data.latent_cache_dir.empty()
+                                     ? (fs::path(cfg.logging.runs_root) / ".latent-cache").string()
+                                     : cfg.data.latent_cache_dir;
   if (model.vae && cfg.data.cache_latents) {
-    const std::string root = cfg.data.latent_cache_dir.empty()
-                                 ? (fs::path(cfg.logging.runs_root) / ".latent-cache").string()
-                                 : cfg.data.latent_cache_dir;
-    latent_cache = std::make_unique<data::LatentCache>(root, data::LatentCache::vae_key(model.pipeline), cfg.data.resolution);
+    latent_cache = std::make_unique<data::LatentCache>(cache_root, data::LatentCache::vae_key(model.pipeline), cfg.data.resolution);
     lo.content_keys = true;
     log("latent cache: " + latent_cache->dir());
+  }
+  if (!model.pipeline.empty() && !model.text_encoder_trained && cfg.data.cache_text_embeddings) {
+    text_cache = std::make_unique<data::LatentCache>(cache_root, data::LatentCache::text_key(model.pipeline), "text");
+    log("text-embedding cache: " + text_cache->dir());
   }
   loader = std::make_unique<data::DataLoader>(std::move(items), lo, [this](const std::string& w) { warn(w); });
   loader->start(batches_consumed);

@@ -45,6 +45,7 @@ struct Trainer::State {
   std::unique_ptr<LossScaler> scaler;   // fp16 (or when asked for)
   std::unique_ptr<data::DataLoader> loader;
   std::unique_ptr<data::LatentCache> latent_cache;  // pipelines with data.cache_latents
+  std::unique_ptr<data::LatentCache> text_cache;    // pipelines with data.cache_text_embeddings
   std::unique_ptr<LrSchedule> lr;
   at::Generator gen;
   std::int64_t step = 0;              // optimizer steps done

@@ -180,8 +180,9 @@ class TestTrainE2E : public QObject {
     }
   }
 
-  // The latent cache: a cold run stores every posterior it encodes, a warm one reads them all,
-  // and both train exactly as a run without the cache (the sample is drawn with the same numbers).
+  // The latent and text-embedding caches: a cold run stores every posterior and caption it
+  // encodes, a warm one reads them all, and both train exactly as a run without the caches (the
+  // sample is drawn with the same numbers).
   void latentCacheIsExactAndReused() {
     ZS_REQUIRE_SHARED();
     QTemporaryDir dir;
@@ -192,6 +193,7 @@ class TestTrainE2E : public QObject {
                                                 "data.resolution=32", "training.max_steps=4", "sampling.every_n_steps=0",
                                                 "ema.enabled=false", "checkpointing.every_n_steps=0",
                                                 std::string("data.cache_latents=") + (cached ? "true" : "false"),
+                                                std::string("data.cache_text_embeddings=") + (cached ? "true" : "false"),
                                                 "data.latent_cache_dir=" + cache});
       train::TrainerOptions opts;
       opts.run_dir = dir.path().toStdString() + "/" + name;
@@ -199,9 +201,9 @@ class TestTrainE2E : public QObject {
       train::Trainer(cfg, opts).run(commands);
       return read_events(opts.run_dir);
     };
-    auto cache_line = [](const std::vector<json>& events) {
+    auto cache_line = [](const std::vector<json>& events, const std::string& which = "latent cache: ") {
       for (const auto& e : events)
-        if (e["type"] == "log" && e["message"].get<std::string>().rfind("latent cache: ", 0) == 0 &&
+        if (e["type"] == "log" && e["message"].get<std::string>().rfind(which, 0) == 0 &&
             e["message"].get<std::string>().find(" read, ") != std::string::npos)
           return e["message"].get<std::string>();
       return std::string();
@@ -209,8 +211,13 @@ class TestTrainE2E : public QObject {
     const auto plain = run("plain", false), cold = run("cold", true), warm = run("warm", true);
     QCOMPARE(losses(cold), losses(plain));
     QCOMPARE(losses(warm), losses(plain));
-    std::size_t files = 0;
-    for (const auto& e : fs::recursive_directory_iterator(cache)) files += e.is_regular_file();
+    std::size_t files = 0, captions = 0;
+    for (const auto& e : fs::recursive_directory_iterator(cache))
+      (e.path().parent_path().filename() == "text" ? captions : files) += e.is_regular_file();
+    QVERIFY(captions > 0);
+    const std::string text_cold = cache_line(cold, "text-embedding cache: "), text_warm = cache_line(warm, "text-embedding cache: ");
+    QVERIFY2(text_cold.find("0 read, " + std::to_string(captions) + " encoded") != std::string::npos, text_cold.c_str());
+    QVERIFY2(text_warm.find(" 0 encoded") != std::string::npos, text_warm.c_str());
     QVERIFY(files > 0);
     QVERIFY2(cache_line(cold).find("0 read, " + std::to_string(files) + " encoded") != std::string::npos, cache_line(cold).c_str());
     QVERIFY2(cache_line(warm).find(" 0 encoded") != std::string::npos, cache_line(warm).c_str());

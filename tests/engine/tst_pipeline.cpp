@@ -11,6 +11,7 @@
 #include "checkpoint/export.h"
 #include "config/config_loader.h"
 #include "config/trainer_config.h"
+#include "data/latent_cache.h"
 #include "estimate/model_shape.h"
 #include "models/diffusers_pipeline.h"
 #include "models/diffusion_model.h"
@@ -210,7 +211,7 @@ class TestPipeline : public QObject {
     same_json(info.text_encoder.to_json(), ClipTextConfig::from_file(pipeline + "/text_encoder/config.json").to_json());
     same_json(info.text_encoder_2.to_json(), ClipTextConfig::from_file(pipeline + "/text_encoder_2/config.json").to_json());
     const DiffusionModel a = DiffusionModel::load_pipeline(pipeline, "epsilon");
-    const DiffusionModel b = DiffusionModel::load_pipeline(file, "epsilon", vocab);
+    DiffusionModel b = DiffusionModel::load_pipeline(file, "epsilon", vocab);
     auto same_weights = [](const torch::nn::Module& x, const torch::nn::Module& y) {
       const auto px = x.named_parameters(), py = y.named_parameters();
       QCOMPARE(px.size(), py.size());
@@ -232,6 +233,18 @@ class TestPipeline : public QObject {
     QCOMPARE(from_file.frozen_fp32_parameters, from_folder.frozen_fp32_parameters);
     QCOMPARE(from_file.latent_factor, from_folder.latent_factor);
     QCOMPARE(b.clip_tokenizer->pad_id(), std::int64_t{49407});
+    // The text-embedding cache gives what the encoders give, context and pooled, cold and warm.
+    {
+      zs::data::LatentCache cache((dir.path() + "/cache").toStdString(), zs::data::LatentCache::text_key(file), "text");
+      const std::vector<std::string> captions = {"a red circle", "", "a red circle", "two blue squares"};
+      const TextConditioning want = b.condition(captions, at::kCPU);
+      for (int pass = 0; pass < 2; ++pass) {
+        const TextConditioning got = b.condition(captions, at::kCPU, &cache);
+        QVERIFY(at::equal(got.context, want.context) && at::equal(got.pooled, want.pooled));
+      }
+      QCOMPARE(cache.stored(), std::int64_t{4});  // the repeated caption twice in the cold batch, then read
+      QCOMPARE(cache.hits(), std::int64_t{4});
+    }
   }
 
   // Config validation names the key: a single file needs its companion folder; a pickle is refused.
