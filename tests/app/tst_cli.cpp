@@ -72,6 +72,7 @@ class TestCli : public QObject {
     QTest::newRow("estimate") << QStringList{"estimate", "--help"} << "Usage: zerostudio estimate FILE";
     QTest::newRow("model info") << QStringList{"model", "info", "--help"} << "Usage: zerostudio model info DIR";
     QTest::newRow("model eval") << QStringList{"model", "eval", "--help"} << "Usage: zerostudio model eval --model DIR";
+    QTest::newRow("model convert") << QStringList{"model", "convert", "--help"} << "Usage: zerostudio model convert DIR";
   }
 
   // `estimate --json`: the documented object, ZeRO's figures for SD 1.5 a user can check by hand
@@ -150,7 +151,8 @@ class TestCli : public QObject {
     QCOMPARE(written.launch.num_processes, std::int64_t{2});
   }
 
-  // `model info` and `model eval` on the sd15-tiny fixture folder reproduce the reference outputs.
+  // `model info` and `model eval` on the sd15-tiny fixture folder reproduce the reference outputs,
+  // and so do they on the single file `model convert` makes of it (with the folder as --config).
   void modelInfoAndEvalReproduceTheFixtures() {
     ZS_REQUIRE_SHARED();
     const QString model = zs::test::sharedDir() + "/fixtures/sd15-tiny";
@@ -170,15 +172,25 @@ class TestCli : public QObject {
                           {"vae-encode", "vae_io", {"posterior_mean", "posterior_logvar"}},
                           {"vae-decode", "vae_io", {"decoded"}},
                           {"text-encoder", "text_io", {"last_hidden_state", "penultimate_hidden_state"}}};
-    for (const auto& c : cases) {
-      const QString out = dir.path() + "/" + c.component + ".safetensors";
-      const QString in = ref + "/" + c.inputs + ".safetensors";
-      const Result r = run({"model", "eval", "--model", model, "--component", c.component, "--inputs", in, "--output", out});
-      QVERIFY2(r.code == 0, qPrintable(r.err));
-      const zs::io::SafetensorsReader got(out.toStdString()), want(in.toStdString());
-      for (const char* name : c.outputs) {
-        const double err = (got.tensor(name) - want.tensor(name)).abs().max().item<double>();
-        QVERIFY2(err <= 1e-4, qPrintable(QString("%1 %2: max abs error %3").arg(c.component, name).arg(err)));
+    const QString single = dir.path() + "/tiny.safetensors";
+    const Result convert = run({"model", "convert", model, "-o", single});
+    QVERIFY2(convert.code == 0 && convert.out.contains("368 tensors"), qPrintable(convert.out + convert.err));
+    const Result single_info = run({"model", "info", single});
+    QVERIFY2(single_info.out.contains("single-file Stable Diffusion 1.x checkpoint") &&
+                 single_info.out.contains("unet  UNet2DConditionModel  792964 parameters  (config inferred from shapes)"),
+             qPrintable(single_info.out));
+    for (const auto& [source, extra] : {std::pair<QString, QStringList>{model, {}}, {single, {"--config", model}}}) {
+      for (const auto& c : cases) {
+        const QString out = dir.path() + "/" + c.component + ".safetensors";
+        const QString in = ref + "/" + c.inputs + ".safetensors";
+        const Result r = run(QStringList{"model", "eval", "--model", source, "--component", c.component, "--inputs", in,
+                                         "--output", out} + extra);
+        QVERIFY2(r.code == 0, qPrintable(r.err));
+        const zs::io::SafetensorsReader got(out.toStdString()), want(in.toStdString());
+        for (const char* name : c.outputs) {
+          const double err = (got.tensor(name) - want.tensor(name)).abs().max().item<double>();
+          QVERIFY2(err <= 1e-4, qPrintable(QString("%1 %2: max abs error %3").arg(c.component, name).arg(err)));
+        }
       }
     }
     // Tokenizer: the fixture's prompts in, its 77-id frames out.
