@@ -180,10 +180,14 @@ void SetupWizard::buildPages() {
             auto* browse = new QToolButton(row);
             browse->setText(tr("Browse..."));
             const bool folder = q.kind == Kind::folder;
-            connect(browse, &QToolButton::clicked, this, [this, edit, folder] {
-              const QString path = folder ? QFileDialog::getExistingDirectory(this, tr("Choose a folder"), edit->text())
-                                          : QFileDialog::getOpenFileName(this, tr("Choose a DeepSpeed config"), edit->text(),
-                                                                         tr("DeepSpeed JSON (*.json)"));
+            const bool checkpoint = q.id == "model_file";
+            connect(browse, &QToolButton::clicked, this, [this, edit, folder, checkpoint] {
+              const QString path =
+                  folder       ? QFileDialog::getExistingDirectory(this, tr("Choose a folder"), edit->text())
+                  : checkpoint ? QFileDialog::getOpenFileName(this, tr("Choose a checkpoint"), edit->text(),
+                                                              tr("Single-file checkpoints (*.safetensors)"))
+                               : QFileDialog::getOpenFileName(this, tr("Choose a DeepSpeed config"), edit->text(),
+                                                              tr("DeepSpeed JSON (*.json)"));
               if (!path.isEmpty()) edit->setText(path);
             });
             h->addWidget(browse);
@@ -309,17 +313,25 @@ void SetupWizard::refresh() {
 void SetupWizard::updateModelInfo() {
   if (!m_modelInfo) return;
   const std::string source = m_answers["model_source"];
-  const std::string key = source == "folder" ? m_answers["model_path"] : source;
-  if (key.empty()) {
-    m_modelInfo->setText(tr("Choose the model folder."));
+  const std::string key = source == "folder" ? m_answers["model_path"]
+                          : source == "file" ? m_answers["model_file"] + "|" + m_answers["model_config_path"]
+                                             : source;
+  if (key.empty() || key.front() == '|') {
+    m_modelInfo->setText(source == "file" ? tr("Choose the checkpoint file.") : tr("Choose the model folder."));
     return;
   }
   try {
     auto it = m_shapes.find(key);
     if (it == m_shapes.end()) {
       config::TrainerConfig c = config::TrainerConfig::defaults();
-      if (source == "folder") c.model.path = key;
-      else c.model.preset = key;
+      if (source == "folder") {
+        c.model.path = key;
+      } else if (source == "file") {
+        c.model.path = m_answers["model_file"];
+        c.model.config_path = m_answers["model_config_path"];
+      } else {
+        c.model.preset = key;
+      }
       it = m_shapes.emplace(key, estimate::model_shape(c)).first;
     }
     const auto& m = it->second;

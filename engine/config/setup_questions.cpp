@@ -37,6 +37,7 @@ bool optimizer_nvme(const SetupAnswers& a) { return offload_optimizer(a) && get(
 bool stage3(const SetupAnswers& a) { return zero_questions(a) && as_int(a, "zero_stage") == 3; }
 bool param_nvme(const SetupAnswers& a) { return stage3(a) && get(a, "offload_param") == "nvme"; }
 bool model_folder(const SetupAnswers& a) { return get(a, "model_source") == "folder"; }
+bool model_file(const SetupAnswers& a) { return get(a, "model_source") == "file"; }
 bool data_folder(const SetupAnswers& a) { return get(a, "data_source") == "folder"; }
 bool warmup(const SetupAnswers& a) { return get(a, "lr_scheduler") != "constant"; }
 bool sampling(const SetupAnswers& a) { return as_int(a, "sampling_every") > 0; }
@@ -104,10 +105,17 @@ std::vector<SetupQuestion> make_questions() {
        {{"tiny", "Tiny demo model (trains on the CPU)"},
         {"sd15", "Stable Diffusion 1.5 architecture"},
         {"sdxl", "SDXL architecture"},
-        {"folder", "A diffusers folder on disk"}},
+        {"folder", "A diffusers folder on disk"},
+        {"file", "A single-file checkpoint (.safetensors, as A1111 and ComfyUI use)"}},
        "", {"model.preset", "model.path"}},
       {"model_path", "model", "Model folder (diffusers layout, with model_index.json)", Kind::folder, {}, "",
        {"model.path"}, model_folder},
+      {"model_file", "model", "Single-file checkpoint (.safetensors)", Kind::file, {},
+       "Stable Diffusion 1.x or SDXL in the original layout.", {"model.path"}, model_file},
+      {"model_config_path", "model", "Its tokenizer folder", Kind::folder, {},
+       "Single files carry no vocabulary: a diffusers folder of the same family (its tokenizer/ is used, and its "
+       "configs where present), or a folder with CLIP's vocab.json and merges.txt.",
+       {"model.config_path"}, model_file},
       {"prediction_type", "model", "Prediction type", Kind::choice, {{"epsilon", "epsilon"}, {"v_prediction", "v_prediction"}},
        "What the UNet predicts: the added noise, or the velocity.", {"model.prediction_type"}},
       {"data_source", "dataset", "Where are the training images?", Kind::choice,
@@ -214,8 +222,11 @@ SetupAnswers answers_from_config(const TrainerConfig& c) {
   a["zero3_init_flag"] = bool_answer(c.zero.zero3_init_flag);
   a["num_processes"] = std::to_string(c.launch.num_processes);
   a["mixed_precision"] = c.precision == "fp32" ? "no" : c.precision;
-  a["model_source"] = c.model.path.empty() ? c.model.preset : "folder";
-  a["model_path"] = c.model.path;
+  const bool single = c.model.path.ends_with(".safetensors");
+  a["model_source"] = c.model.path.empty() ? c.model.preset : single ? "file" : "folder";
+  a["model_path"] = single ? "" : c.model.path;
+  a["model_file"] = single ? c.model.path : "";
+  a["model_config_path"] = c.model.config_path;
   a["prediction_type"] = c.model.prediction_type;
   a["data_source"] = c.data.generate == "shapes" ? "shapes" : "folder";
   a["data_path"] = c.data.path;
@@ -283,6 +294,9 @@ std::vector<std::string> settings_from_answers(const SetupAnswers& a) {
   // Training questions.
   if (model_folder(a)) {
     text("model.path", "model_path");
+  } else if (model_file(a)) {
+    text("model.path", "model_file");
+    text("model.config_path", "model_config_path");
   } else {
     set("model.path", "\"\"");
     text("model.preset", "model_source");

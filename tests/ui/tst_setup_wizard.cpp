@@ -1,6 +1,7 @@
 // The setup wizard: a full pass writes the expected YAML (and accelerate/DeepSpeed files),
 // problems block Next with a visible message, questions follow accelerate's conditions, the seed
 // configs fill the answers, the memory panel follows stage and offload; every page is grabbed.
+#include "checkpoint/export.h"
 #include "config/config_import.h"
 #include "config/config_loader.h"
 
@@ -281,6 +282,20 @@ class TestSetupWizard : public QObject {
     w.setAnswer("model_source", "sdxl");
     auto* info = w.findChild<QLabel*>("modelInfo");
     QVERIFY2(info->text().contains(QLocale().toString(2567463684LL)), qPrintable(info->text()));
+    if (zs::test::sharedAvailable()) {
+      // A single file: counted from its header; the tokenizer folder goes into model.config_path.
+      const QString fixture = zs::test::sharedDir() + "/fixtures/sd15-tiny";
+      const std::string file = (dir.path() + "/tiny.safetensors").toStdString();
+      zs::checkpoint::convert_to_single_file(fixture.toStdString(), file, {});
+      w.setAnswer("model_source", "file");
+      QVERIFY2(info->text().contains("Choose the checkpoint file"), qPrintable(info->text()));
+      w.setAnswer("model_file", QString::fromStdString(file));
+      w.setAnswer("model_config_path", fixture);
+      QVERIFY2(info->text().contains(QLocale().toString(792964LL)), qPrintable(info->text()));
+      const std::string yaml = w.yamlText().toStdString();
+      QVERIFY2(yaml.find("path: " + file) != std::string::npos && yaml.find("config_path: " + fixture.toStdString()) != std::string::npos,
+               yaml.c_str());
+    }
     w.setAnswer("model_source", "tiny");
     QVERIFY(goTo(w, "dataset"));
     w.setAnswer("data_source", "folder");
