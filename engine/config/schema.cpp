@@ -282,9 +282,10 @@ SchemaBuilder build() {
         "Stage 3: also write consolidated 16-bit weights with each checkpoint (accelerate's `zero3_save_16bit_model`).");
   s.add("zero.zero3_init_flag", T::boolean, false, ZS_REF(zero.zero3_init_flag),
         "Stage 3: build the model straight into shards (DeepSpeed's zero.Init): each UNet unit is "
-        "loaded (or initialised) and cut to this rank's shard before the next one exists, so no rank "
-        "ever holds the whole model, in CPU memory or on the device. Off: every rank loads the whole "
-        "model onto its device first and shards it there. The run is the same either way.");
+        "loaded (or initialised) and cut to this process's shard before the next one exists, so no "
+        "process ever holds the whole model. Off: every process first builds the whole UNet in fp32 "
+        "in CPU memory (one copy per process on a machine); the device gets it one unit at a time "
+        "either way. The run is the same; `zerostudio estimate` shows the CPU memory while loading.");
   s.add("zero.sub_group_size", T::integer, I{1000000000}, ZS_REF(zero.sub_group_size),
         "Optimizer-state elements processed per sub-group when offloading to NVMe.")
       .range(1, {});

@@ -152,6 +152,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   const bool masters = c < 4 || o.offload_optimizer != Offload::none;
   const int64_t state_per_element = masters ? 12 : 2 * c;  // fp32 master + two moments, or the moments
   int64_t max_hook_padded = 0, max_owned = 0, gathered = 0, whole_total = 0, param_staging = 0, owned_total = 0;
+  int64_t sharded_shards = 0, largest_sharded = 0;  // elements: this rank's shards, the largest sharded unit
   std::vector<int64_t> sharded_padded;
   for (const auto& u : model.units) {
     const UnitLayout l = layout(u, o);
@@ -163,6 +164,8 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
       whole_total += l.padded;
     } else {
       sharded_padded.push_back(l.padded);
+      sharded_shards += l.shard;
+      largest_sharded = std::max(largest_sharded, l.padded);
       if (o.offload_param == Offload::none) e.gpu.parameters += c * l.shard;
       else if (o.offload_param == Offload::cpu) e.cpu.parameters += c * l.shard;
       else {
@@ -219,7 +222,14 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
     e.fits = e.gpu.total() <= o.gpu_memory;
     e.suggestion = lowest_fitting(model, o);
   }
-  if (o.cpu_memory > 0) e.cpu_fits = e.cpu.total() * std::max(o.processes_per_machine, 1) <= o.cpu_memory;
+  // Loading: every process builds the trainable model in fp32 in CPU memory (the optimizer then
+  // moves it to the device unit by unit) and reads the frozen parts in fp32 before casting them;
+  // with zero3_init_flag at stage 3 it keeps only its shards and one whole unit at a time.
+  const int64_t trainable_fp32 = o.stage == 3 && o.zero3_init ? 4 * (whole_total + sharded_shards + largest_sharded)
+                                                               : 4 * e.parameters;
+  e.cpu_load_peak = trainable_fp32 + 4 * model.frozen_parameters;
+  if (o.cpu_memory > 0)
+    e.cpu_fits = std::max(e.cpu.total(), e.cpu_load_peak) * std::max(o.processes_per_machine, 1) <= o.cpu_memory;
   e.deepspeed = deepspeed_estimator(model, o);
   return e;
 }
@@ -298,6 +308,7 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   o.gradient_checkpointing = cfg.training.gradient_checkpointing;
   o.ema = cfg.ema.enabled;
   o.overlap_comm = cfg.zero.overlap_comm.value_or(true);
+  o.zero3_init = cfg.zero.zero3_init_flag;
   o.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
   o.prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size;
   o.reduce_bucket_size = cfg.zero.reduce_bucket_size;
@@ -382,6 +393,7 @@ nlohmann::json to_json(const MemoryEstimate& e) {
   j["gpu"] = breakdown_json(e.gpu);
   j["cpu"] = breakdown_json(e.cpu);
   j["nvme"] = {{"total", e.nvme}};
+  j["cpu_load_peak"] = e.cpu_load_peak;
   j["gpu_memory"] = e.options.gpu_memory;
   j["fits"] = e.fits;
   j["cpu_fits"] = e.cpu_fits;
@@ -423,6 +435,10 @@ std::string to_table(const MemoryEstimate& e, const ModelShape& model) {
     out << line;
   }
   if (e.nvme > 0) out << "  nvme files         " << format_bytes(e.nvme) << "\n";
+  out << "  cpu while loading  " << format_bytes(e.cpu_load_peak)
+      << (o.stage == 3 ? (o.zero3_init ? " (zero3_init_flag: built into shards)" : " (zero3_init_flag would build it into shards)")
+                       : "")
+      << "\n";
   if (e.deepspeed.available) {
     out << "\nDeepSpeed's estimator for this setup (model states only): GPU " << format_bytes(e.deepspeed.gpu);
     if (e.deepspeed.cpu >= 0) out << ", CPU " << format_bytes(e.deepspeed.cpu) << " per machine";

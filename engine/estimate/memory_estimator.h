@@ -33,6 +33,7 @@ struct EstimateOptions {
   bool gradient_checkpointing = false;
   bool ema = false;                    ///< EMA of the rank's part, fp32 in CPU memory
   bool overlap_comm = true;
+  bool zero3_init = false;             ///< stage 3: the model is built straight into shards (zero3_init_flag)
   std::int64_t persistence_threshold = 100'000;  ///< stage 3: smaller units stay whole
   std::int64_t prefetch_bucket_size = 50'000'000; ///< stage 3: units up to this size are prefetched
   std::int64_t reduce_bucket_size = 500'000'000;  ///< stages 0-1: elements per gradient all-reduce
@@ -78,6 +79,10 @@ struct MemoryEstimate {
   MemoryBreakdown gpu;          ///< the compute device (the CPU itself in a CPU-only run)
   MemoryBreakdown cpu;          ///< host memory of this process (offloaded state, EMA)
   std::int64_t nvme = 0;        ///< bytes in this process's NVMe files
+  /// CPU bytes per process while the model loads: the trainable model in fp32 and the frozen
+  /// parts before they are cast (stage 3 with zero3_init: its shards, the whole units and the
+  /// largest unit instead of the trainable model, an upper bound). Counted in cpu_fits.
+  std::int64_t cpu_load_peak = 0;
   bool fits = true;             ///< gpu.total() <= gpu_memory (when known)
   bool cpu_fits = true;         ///< cpu bytes of every rank on the machine <= cpu_memory (when known)
   Suggestion suggestion;        ///< lowest stage/offload that fits gpu_memory

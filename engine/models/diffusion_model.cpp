@@ -205,6 +205,18 @@ TextConditioning DiffusionModel::condition(const std::vector<std::string>& capti
   const at::Tensor ids = frame_batch(*clip_tokenizer, captions, device);
   if (text_encoder_trained) return {text_encoder->forward(ids).last_hidden_state, {}};
   c10::NoGradGuard no_grad;  // frozen encoders
+  if (captions.size() > 1) {
+    // One caption at a time: a caption's embedding then never depends on which others share its
+    // batch (matrix kernels round differently for other row counts), so the text cache's stored
+    // rows equal fresh ones bit for bit, and so do runs with other batch sizes.
+    std::vector<at::Tensor> contexts, pooled;
+    for (const auto& caption : captions) {
+      TextConditioning one = condition({caption}, device);
+      contexts.push_back(one.context);
+      if (one.pooled.defined()) pooled.push_back(one.pooled);
+    }
+    return {at::cat(contexts), pooled.empty() ? at::Tensor() : at::cat(pooled)};
+  }
   if (!text_encoder_2) return {text_encoder->forward(ids).last_hidden_state, {}};  // SD 1.x: the last hidden state
   // SDXL: both penultimate hidden states side by side, and encoder 2's projected pooled output.
   const ClipTextOutput one = text_encoder->forward(ids);
@@ -216,29 +228,23 @@ at::Tensor DiffusionModel::to_model_space(const at::Tensor& images, at::Generato
                                           const std::vector<std::string>* keys) {
   if (!vae) return images;
   c10::NoGradGuard no_grad;
-  DiagonalGaussian posterior;
-  if (!cache || !keys || keys->size() != static_cast<std::size_t>(images.size(0))) {
-    posterior = vae->encode(images);
-  } else {
-    // Cached posteriors where there are some; the rest encoded in one batch and stored.
-    const auto n = static_cast<std::size_t>(images.size(0));
-    std::vector<at::Tensor> means(n), logvars(n);
-    std::vector<std::int64_t> missing;
-    for (std::size_t i = 0; i < n; ++i)
-      if (!cache->load((*keys)[i], means[i], logvars[i])) missing.push_back(static_cast<std::int64_t>(i));
-    if (!missing.empty()) {
-      const auto fresh = vae->encode(images.index_select(0, at::tensor(missing, at::kLong).to(images.device())));
-      for (std::size_t j = 0; j < missing.size(); ++j) {
-        const auto i = static_cast<std::size_t>(missing[j]);
-        means[i] = fresh.mean[static_cast<std::int64_t>(j)].to(at::kFloat).cpu();
-        logvars[i] = fresh.logvar[static_cast<std::int64_t>(j)].to(at::kFloat).cpu();
-        cache->store((*keys)[i], means[i], logvars[i]);
-      }
-    }
-    const auto opts = images.options().dtype(vae->parameters().front().scalar_type());
-    posterior.mean = at::stack(means).to(opts);
-    posterior.logvar = at::stack(logvars).to(opts);
+  // Each image is encoded on its own, cached or not: a posterior then never depends on which
+  // images share its batch (kernels round differently for other batch sizes), so cached and
+  // fresh runs agree bit for bit, whatever the batch size or bucket.
+  const auto n = static_cast<std::size_t>(images.size(0));
+  const bool cached = cache && keys && keys->size() == n;
+  std::vector<at::Tensor> means(n), logvars(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (cached && cache->load((*keys)[i], means[i], logvars[i])) continue;
+    const auto fresh = vae->encode(images.narrow(0, static_cast<std::int64_t>(i), 1));
+    means[i] = fresh.mean[0].to(at::kFloat).cpu();
+    logvars[i] = fresh.logvar[0].to(at::kFloat).cpu();
+    if (cached) cache->store((*keys)[i], means[i], logvars[i]);
   }
+  const auto opts = images.options().dtype(vae->parameters().front().scalar_type());
+  DiagonalGaussian posterior;
+  posterior.mean = at::stack(means).to(opts);
+  posterior.logvar = at::stack(logvars).to(opts);
   return posterior.sample(generator).mul(vae->config().scaling_factor).to(images.scalar_type());
 }
 
@@ -260,8 +266,8 @@ std::vector<std::pair<std::string, at::Tensor>> DiffusionModel::named_parameters
   return out;
 }
 
-void DiffusionModel::to(const at::Device& device) {
-  unet->to(device);
+void DiffusionModel::to(const at::Device& device, bool with_unet) {
+  if (with_unet) unet->to(device);
   text_encoder->to(device);
   if (text_encoder_2) text_encoder_2->to(device);
   if (vae) vae->to(device);

@@ -74,7 +74,9 @@ class DiffusionModel {
   /// Every trained parameter, named "unet.<diffusers name>" and "text_encoder.<HF name>" (the
   /// text encoder only when it is trained).
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
-  void to(const at::Device& device);
+  /// Everything to `device`; without the UNet when `with_unet` is false (the ZeRO optimizer moves
+  /// it there unit by unit).
+  void to(const at::Device& device, bool with_unet = true);
   /// Frozen parts of a pipeline to the compute dtype (the VAE stays fp32 when its config says
   /// force_upcast); the trained parts keep theirs (the optimizer casts them).
   void frozen_to(at::ScalarType compute);

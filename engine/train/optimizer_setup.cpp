@@ -30,7 +30,8 @@ zero::ZeroOptions::Offload offload_of(const std::string& device) {
 }  // namespace
 
 std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
-                                          dist::Communicator& comm, at::ScalarType compute, const std::string& run_tag,
+                                          dist::Communicator& comm, at::ScalarType compute, const at::Device& device,
+                                          const std::string& run_tag,
                                           std::function<void(const std::string&)> log,
                                           const zero::ShardedInit* sharded_init) {
   const auto& z = cfg.zero;
@@ -56,6 +57,7 @@ std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig&
   zo.eps = cfg.optimizer.eps;
   zo.weight_decay = cfg.optimizer.weight_decay;
   zo.compute_dtype = compute;
+  zo.device = device;
   zo.offload_optimizer = offload_of(z.offload_optimizer.device);
   zo.offload_param = offload_of(z.offload_param.device);
   zo.optimizer_nvme_path = z.offload_optimizer.nvme_path;

@@ -36,10 +36,12 @@ at::ScalarType compute_dtype(const std::string& precision, const c10::Device& de
 /// A ZeroOptimizer over the UNet's units plus the text encoder as one more unit (also in one
 /// process at stage 0, where it does AdamW's arithmetic: one optimizer, one checkpoint format),
 /// with the config's stage, buckets, offload (NVMe folders named after `run_tag`) and compute
-/// precision, its hooks installed on the UNet. `log` receives one-line notes (which I/O backend
+/// precision and device (the UNet may still be on the CPU: it moves there unit by unit), its
+/// hooks installed on the UNet. `log` receives one-line notes (which I/O backend
 /// NVMe uses). `sharded_init`: the UNet units built straight into shards (zero3_init_flag).
 std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
-                                          dist::Communicator& comm, at::ScalarType compute, const std::string& run_tag,
+                                          dist::Communicator& comm, at::ScalarType compute, const at::Device& device,
+                                          const std::string& run_tag,
                                           std::function<void(const std::string&)> log,
                                           const zero::ShardedInit* sharded_init = nullptr);
 

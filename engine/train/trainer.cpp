@@ -164,8 +164,11 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       c10::NoGradGuard no_grad;
       for (auto& [name, p] : s.model.named_parameters()) {
         if (p.numel() == 0) continue;  // built into shards (zero3_init_flag): every rank read its own
-        at::Tensor t = p.detach();
+        // The UNet is still in CPU memory (the optimizer moves it unit by unit): one parameter at a
+        // time visits the device, where NCCL needs it.
+        at::Tensor t = p.detach().to(s.device);
         s.comm->broadcast(t, 0);
+        if (!t.is_same(p)) p.detach().copy_(t);
       }
     }
     // The optimizer (ZeRO flattens, and at stage 3 shards, the parameters it is given; with
@@ -174,7 +177,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     auto params = s.model.named_parameters();
     std::exception_ptr optimizer_error;
     try {
-      s.optimizer = make_optimizer(cfg, s.model, *s.comm, s.compute, root.filename().string(),
+      s.optimizer = make_optimizer(cfg, s.model, *s.comm, s.compute, s.device, root.filename().string(),
                                    [&s](const std::string& line) { s.log(line); }, s.sharded_init.get());
       s.sharded_init.reset();  // the optimizer holds the shards now
     } catch (...) {

@@ -145,8 +145,11 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
                                                  static_cast<std::uint64_t>(cfg.training.seed), on_unit);
     if (rank == 0) model.save_folder(model_dir);
   }
-  model.to(device);
+  // Frozen parts to the compute dtype while still in CPU memory, then to the device; the UNet
+  // goes there unit by unit as the optimizer takes it, so loading never puts the whole model on
+  // the device at full precision.
   model.frozen_to(compute);
+  model.to(device, /*with_unet=*/false);
   model.train(true);
   model.unet->set_gradient_checkpointing(cfg.training.gradient_checkpointing);
   schedule = std::make_unique<diffusion::NoiseSchedule>(model.schedule);

@@ -29,6 +29,7 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communi
       given = pu.parameters.front().second.options();
       break;
     }
+  if (o_.device) given = given.device(*o_.device);
   const at::ScalarType given_type = given.dtype().toScalarType();
   master_dtype_ = given_type == at::kHalf || given_type == at::kBFloat16 ? at::kFloat : given_type;
   const at::ScalarType compute = o_.compute_dtype.value_or(given.dtype().toScalarType());

@@ -50,6 +50,9 @@ struct ZeroOptions {
   /// The dtype the model computes in (bf16/fp16: mixed precision with fp32 masters); unset: the
   /// parameters' own dtype.
   std::optional<at::ScalarType> compute_dtype;
+  /// The compute device; unset: the parameters' own. Parameters given elsewhere (the CPU) move
+  /// there one unit at a time, so the device never holds the whole model at full precision.
+  std::optional<at::Device> device;
   enum class Offload { none, cpu, nvme };
   Offload offload_optimizer = Offload::none;  ///< stages 1-3: masters, moments, fp32 gradients
   Offload offload_param = Offload::none;      ///< stage 3: parameter shards

@@ -239,7 +239,8 @@ class TestEstimate : public QObject {
     const auto cfg = config::load_config_file((test::sourceDir() + "/configs/quickstart.yaml").toStdString(), overrides).config;
     auto model = models::DiffusionModel::build_tiny(shape_captions(), "epsilon", 1);
     auto comm = dist::Communicator::single();
-    auto opt = train::make_optimizer(cfg, model, *comm, train::compute_dtype(cfg.precision, at::kCPU), "estimate", {});
+    auto opt = train::make_optimizer(cfg, model, *comm, train::compute_dtype(cfg.precision, at::kCPU), at::kCPU, "estimate",
+                                       {});
     const auto e = estimate_memory(model_shape(cfg), options_from_config(cfg));
     const auto ms = opt->model_state();
     const auto off = opt->offloaded();
