@@ -21,11 +21,8 @@ namespace {
 
 /// The header's names and shapes, with the questions config inference asks of them.
 struct Header {
-  const io::SafetensorsReader& reader;
-  std::map<std::string, std::vector<std::int64_t>> shapes;
-  explicit Header(const io::SafetensorsReader& r) : reader(r) {
-    for (const auto& e : r.entries()) shapes[e.name] = e.shape;
-  }
+  const std::map<std::string, std::vector<std::int64_t>>& shapes;
+  std::string path;  ///< names the file in errors
   bool has(const std::string& name) const { return shapes.count(name) > 0; }
   bool has_prefix(const std::string& prefix) const {
     const auto it = shapes.lower_bound(prefix);
@@ -34,7 +31,7 @@ struct Header {
   const std::vector<std::int64_t>& shape(const std::string& name) const {
     const auto it = shapes.find(name);
     if (it == shapes.end())
-      throw Error(ErrorKind::checkpoint, reader.path() + ": has no tensor " + name +
+      throw Error(ErrorKind::checkpoint, path + ": has no tensor " + name +
                                              " (expected a Stable Diffusion 1.x or SDXL single-file checkpoint)");
     return it->second;
   }
@@ -60,7 +57,7 @@ UNetConfig infer_unet(const Header& h, bool xl) {
   const auto ops = h.indices("^" + escape(U) + R"(input_blocks\.(\d+)\.0\.op\.weight$)");
   const auto inputs = h.indices("^" + escape(U) + R"(input_blocks\.(\d+)\..*$)");
   const std::int64_t L = ops.empty() ? static_cast<std::int64_t>(inputs.size()) - 1 : ops.front() - 1;
-  if (L < 1) throw Error(ErrorKind::checkpoint, h.reader.path() + ": cannot tell the UNet's layers per block from input_blocks");
+  if (L < 1) throw Error(ErrorKind::checkpoint, h.path + ": cannot tell the UNet's layers per block from input_blocks");
   const std::size_t n = ops.size() + 1;
   c.layers_per_block = L;
   c.block_out_channels.assign(n, 0);
@@ -84,12 +81,12 @@ UNetConfig infer_unet(const Header& h, bool xl) {
     const auto depth = static_cast<std::int64_t>(
         h.indices("^" + escape(U) + R"(middle_block\.1\.transformer_blocks\.(\d+)\..*$)").size());
     if (c.down_block_types[n - 1] == "CrossAttnDownBlock2D" && c.transformer_layers_per_block[n - 1] != depth)
-      throw Error(ErrorKind::checkpoint, h.reader.path() + ": the mid block's transformer depth (" + std::to_string(depth) +
+      throw Error(ErrorKind::checkpoint, h.path + ": the mid block's transformer depth (" + std::to_string(depth) +
                                              ") differs from the last level's; give model.config_path a unet/config.json");
     c.transformer_layers_per_block[n - 1] = depth;
     if (first_attention.empty()) first_attention = U + "middle_block.1.";
   }
-  if (first_attention.empty()) throw Error(ErrorKind::checkpoint, h.reader.path() + ": the UNet has no cross-attention");
+  if (first_attention.empty()) throw Error(ErrorKind::checkpoint, h.path + ": the UNet has no cross-attention");
   c.use_linear_projection = h.shape(first_attention + "proj_in.weight").size() == 2;
   c.cross_attention_dim = h.shape(first_attention + "transformer_blocks.0.attn2.to_k.weight")[1];
   // Stable Diffusion 1.x: 8 heads everywhere; SDXL (and 2.x): heads of 64 channels.
@@ -164,19 +161,25 @@ std::vector<std::string> parameter_names(const torch::nn::Module& m) {
 }  // namespace
 
 SingleFileInfo infer_single_file(const io::SafetensorsReader& reader) {
-  const Header h(reader);
+  std::map<std::string, std::vector<std::int64_t>> shapes;
+  for (const auto& e : reader.entries()) shapes[e.name] = e.shape;
+  return infer_single_file(shapes, reader.path());
+}
+
+SingleFileInfo infer_single_file(const std::map<std::string, std::vector<std::int64_t>>& shapes, const std::string& source) {
+  const Header h{shapes, source};
   if (h.has_prefix("cond_stage_model.model."))
-    throw Error(ErrorKind::checkpoint, reader.path() + ": a Stable Diffusion 2.x single file (OpenCLIP ViT-H text encoder); "
+    throw Error(ErrorKind::checkpoint, source + ": a Stable Diffusion 2.x single file (OpenCLIP ViT-H text encoder); "
                                                        "ZeroStudio reads SD 1.x and SDXL single files; convert it to a "
                                                        "diffusers folder and set model.path to that");
   if (!h.has_prefix(kSingleFileUNet))
-    throw Error(ErrorKind::checkpoint, reader.path() + ": has no model.diffusion_model.* tensors; not a Stable Diffusion "
+    throw Error(ErrorKind::checkpoint, source + ": has no model.diffusion_model.* tensors; not a Stable Diffusion "
                                                        "single-file checkpoint (a diffusers folder has model_index.json)");
   SingleFileInfo info;
   const bool xl = h.has_prefix(kSingleFileXLTextEncoder2);
   info.family = xl ? "sdxl" : "sd1";
   if (!xl && !h.has_prefix(kSingleFileTextEncoder))
-    throw Error(ErrorKind::checkpoint, reader.path() + ": has no text encoder (cond_stage_model.transformer.* or "
+    throw Error(ErrorKind::checkpoint, source + ": has no text encoder (cond_stage_model.transformer.* or "
                                                        "conditioner.embedders.*); ZeroStudio needs the whole checkpoint");
   info.unet = infer_unet(h, xl);
   info.vae = infer_vae(h, xl);

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <vector>
 #include <string>
 
 #include "models/model_source.h"
@@ -67,5 +68,7 @@ class SingleFileModel : public ModelSource {
 
 /// Infers the configs of a single file's components from its tensor names and shapes.
 SingleFileInfo infer_single_file(const io::SafetensorsReader& reader);
+/// The same from names and shapes alone (`source` names the file in errors).
+SingleFileInfo infer_single_file(const std::map<std::string, std::vector<std::int64_t>>& shapes, const std::string& source);
 
 }  // namespace zs::models

@@ -3,6 +3,7 @@
 // checkpoints (SD 1.x and SDXL): names both ways, configs inferred from shapes, the fixture's
 // reference outputs reproduced from one.
 #include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -46,6 +47,60 @@ at::Tensor unet_out(const ModelSource& p) {
   auto unet = p.load_unet();
   c10::NoGradGuard no_grad;
   return unet->forward(ref.tensor("sample"), ref.tensor("timestep"), ref.tensor("encoder_hidden_states"));
+}
+/// SDXL's second text encoder: OpenCLIP ViT-bigG/14 with its projection.
+ClipTextConfig open_clip_big_g() {
+  ClipTextConfig g;
+  g.hidden_size = 1280;
+  g.intermediate_size = 5120;
+  g.num_attention_heads = 20;
+  g.num_hidden_layers = 32;
+  g.hidden_act = "gelu";
+  g.with_projection = true;
+  g.projection_dim = 1280;
+  return g;
+}
+
+using Shapes = std::map<std::string, std::vector<std::int64_t>>;
+
+/// The single-file names and shapes of Stable Diffusion 1.5 or SDXL base at full size, from
+/// modules built with the Meta dispatch key included, which skips their initialisation (their
+/// memory is never touched; only names and shapes are read).
+Shapes standard_single_file(bool xl) {
+  c10::impl::IncludeDispatchKeyGuard meta(c10::DispatchKeySet(c10::DispatchKey::Meta));
+  Shapes out;
+  auto shapes_of = [](const torch::nn::Module& m, std::vector<std::string>& names) {
+    Shapes s;
+    for (const auto& p : m.named_parameters()) {
+      names.push_back(p.key());
+      s[p.key()] = p.value().sizes().vec();
+    }
+    return s;
+  };
+  const UNetConfig uc = xl ? UNetConfig::sdxl() : UNetConfig::sd15();
+  std::vector<std::string> names;
+  Shapes s = shapes_of(*UNet2DConditionModel(uc), names);
+  for (const auto& [d, l] : single_file_unet_names(names, static_cast<int>(uc.layers_per_block))) out[kSingleFileUNet + l] = s[d];
+  names.clear();
+  s = shapes_of(*AutoencoderKL(AutoencoderKLConfig{}), names);
+  for (const auto& [d, l] : single_file_vae_names(names, 4)) {
+    auto shape = s[d];
+    if (single_file_vae_is_conv(l) && shape.size() == 2) shape = {shape[0], shape[1], 1, 1};
+    out[kSingleFileVae + l] = shape;
+  }
+  names.clear();
+  for (const auto& [name, shape] : shapes_of(*ClipTextModel(ClipTextConfig{}), names))
+    out[(xl ? kSingleFileXLTextEncoder : kSingleFileTextEncoder) + name] = shape;
+  if (!xl) return out;
+  names.clear();
+  s = shapes_of(*ClipTextModel(open_clip_big_g()), names);
+  for (const auto& t : open_clip_text_names(names)) {
+    auto shape = s[t.parts[0]];
+    shape[0] *= static_cast<std::int64_t>(t.parts.size());
+    if (t.transposed) std::swap(shape[0], shape[1]);
+    out[kSingleFileXLTextEncoder2 + t.name] = shape;
+  }
+  return out;
 }
 }  // namespace
 
@@ -244,6 +299,27 @@ class TestPipeline : public QObject {
       }
       QCOMPARE(cache.stored(), std::int64_t{4});  // the repeated caption twice in the cold batch, then read
       QCOMPARE(cache.hits(), std::int64_t{4});
+    }
+  }
+
+  // Real sizes without real files: Stable Diffusion 1.5's and SDXL base's single-file names and
+  // shapes give back exactly their standard configs (UNet, VAE, CLIP-L, OpenCLIP bigG).
+  void standardConfigsAreInferredAtFullSize() {
+    for (const bool xl : {false, true}) {
+      const Shapes shapes = standard_single_file(xl);
+      QCOMPARE(std::count_if(shapes.begin(), shapes.end(), [](const auto& e) { return e.first.rfind(kSingleFileUNet, 0) == 0; }),
+               std::ptrdiff_t{xl ? 1680 : 686});
+      const SingleFileInfo info = infer_single_file(shapes, xl ? "sdxl.safetensors" : "sd15.safetensors");
+      QCOMPARE(QString::fromStdString(info.family), QString(xl ? "sdxl" : "sd1"));
+      AutoencoderKLConfig vae;
+      vae.scaling_factor = xl ? 0.13025 : 0.18215;
+      vae.sample_size = xl ? 1024 : 512;
+      const std::vector<std::pair<nlohmann::json, nlohmann::json>> pairs = {
+          {info.unet.to_json(), (xl ? UNetConfig::sdxl() : UNetConfig::sd15()).to_json()},
+          {info.vae.to_json(), vae.to_json()},
+          {info.text_encoder.to_json(), ClipTextConfig{}.to_json()},
+          {xl ? info.text_encoder_2.to_json() : nlohmann::json(), xl ? open_clip_big_g().to_json() : nlohmann::json()}};
+      for (const auto& [got, want] : pairs) QVERIFY2(got == want, (got.dump() + "\n" + want.dump()).c_str());
     }
   }
 
