@@ -17,6 +17,18 @@ namespace zs::test {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+models::ClipTextConfig open_clip_config(std::int64_t hidden, std::int64_t layers, std::int64_t projection) {
+  models::ClipTextConfig c;
+  c.hidden_size = hidden;
+  c.intermediate_size = 4 * hidden;
+  c.num_attention_heads = hidden / 64;
+  c.num_hidden_layers = layers;
+  c.hidden_act = "gelu";
+  c.with_projection = true;
+  c.projection_dim = projection;
+  return c;
+}
+
 void write_tiny_sdxl(const std::string& dir) {
   const std::string fx = (sharedDir() + "/fixtures/sd15-tiny/").toStdString();
   fs::create_directories(dir);
@@ -36,14 +48,7 @@ void write_tiny_sdxl(const std::string& dir) {
   t1.num_hidden_layers = 2;
   models::ClipTextModel te1(t1);
   component("text_encoder", *te1, t1.to_json(), "model.safetensors");
-  models::ClipTextConfig t2 = t1;
-  t2.hidden_size = 128;
-  t2.intermediate_size = 256;
-  t2.num_attention_heads = 2;
-  t2.num_hidden_layers = 3;
-  t2.hidden_act = "gelu";
-  t2.with_projection = true;
-  t2.projection_dim = 32;
+  const models::ClipTextConfig t2 = open_clip_config(128, 3, 32);
   models::ClipTextModel te2(t2);
   component("text_encoder_2", *te2, t2.to_json(), "model.safetensors");
   models::AutoencoderKLConfig vc;

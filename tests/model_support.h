@@ -1,9 +1,19 @@
 #pragma once
 // Model folders for tests that need more than the sd15-tiny fixture (built with random weights).
 
+#include <cstdint>
 #include <string>
 
+namespace zs::models {
+struct ClipTextConfig;
+}
+
 namespace zs::test {
+
+/// An OpenCLIP-style text tower (SDXL's second encoder) in Stable Diffusion's proportions: width
+/// `hidden`, 4 × hidden MLP, 64-channel heads, gelu, with a `projection`-wide text projection.
+/// ViT-bigG/14 is (1280, 32, 1280).
+models::ClipTextConfig open_clip_config(std::int64_t hidden, std::int64_t layers, std::int64_t projection);
 
 /// A tiny SDXL pipeline folder with random weights in Stable Diffusion's standard proportions
 /// (group norm 32, 64-channel attention heads, so a single file of it infers the same configs):

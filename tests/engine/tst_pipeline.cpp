@@ -49,17 +49,7 @@ at::Tensor unet_out(const ModelSource& p) {
   return unet->forward(ref.tensor("sample"), ref.tensor("timestep"), ref.tensor("encoder_hidden_states"));
 }
 /// SDXL's second text encoder: OpenCLIP ViT-bigG/14 with its projection.
-ClipTextConfig open_clip_big_g() {
-  ClipTextConfig g;
-  g.hidden_size = 1280;
-  g.intermediate_size = 5120;
-  g.num_attention_heads = 20;
-  g.num_hidden_layers = 32;
-  g.hidden_act = "gelu";
-  g.with_projection = true;
-  g.projection_dim = 1280;
-  return g;
-}
+ClipTextConfig open_clip_big_g() { return zs::test::open_clip_config(1280, 32, 1280); }
 
 using Shapes = std::map<std::string, std::vector<std::int64_t>>;
 
