@@ -168,7 +168,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
         // time visits the device, where NCCL needs it.
         at::Tensor t = p.detach().to(s.device);
         s.comm->broadcast(t, 0);
-        if (!t.is_same(p)) p.detach().copy_(t);
+        if (!t.is_alias_of(p)) p.detach().copy_(t);
       }
     }
     // The optimizer (ZeRO flattens, and at stage 3 shards, the parameters it is given; with
