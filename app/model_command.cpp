@@ -103,10 +103,8 @@ int info(const ParsedArgs& a) {
       for (const auto& f : files) {
         const io::SafetensorsReader r(f);
         for (const auto& e : r.entries()) {
-          std::int64_t n = 1;
-          for (auto d : e.shape) n *= d;
-          params += n;
-          dtypes[e.dtype] += n;
+          params += e.numel();
+          dtypes[e.dtype] += e.numel();
         }
         bytes += static_cast<std::int64_t>(fs::file_size(f));
       }

@@ -20,6 +20,8 @@
 #include "models/diffusers_pipeline.h"
 #include "models/diffusion_model.h"
 #include "models/autoencoder_kl.h"
+#include "models/single_file_model.h"
+#include "models/weights.h"
 
 namespace zs::checkpoint {
 using models::single_file_unet_names;
@@ -92,6 +94,12 @@ void copy_folder(const fs::path& from, const fs::path& to) {
   if (ec) throw Error(ErrorKind::io, to.string() + ": cannot copy " + from.string() + ": " + ec.message());
 }
 
+/// Opens `file` into `sources` (which keeps it alive for the extras' readers) and returns it.
+const io::SafetensorsReader* keep_open(std::vector<std::unique_ptr<io::SafetensorsReader>>& sources, const std::string& file) {
+  sources.push_back(std::make_unique<io::SafetensorsReader>(file));
+  return sources.back().get();
+}
+
 /// The frozen components of the model a run was trained from, under their single-file names:
 /// a single file's own non-UNet tensors as they are; a diffusers folder's VAE, text encoder
 /// (SDXL: under conditioner.embedders.0) and SDXL's OpenCLIP text encoder 2 renamed (q, k, v
@@ -99,10 +107,7 @@ void copy_folder(const fs::path& from, const fs::path& to) {
 std::vector<Extra> frozen_single_file_tensors(const std::string& source,
                                               std::vector<std::unique_ptr<io::SafetensorsReader>>& sources) {
   std::vector<Extra> extras;
-  auto open = [&](const std::string& file) {
-    sources.push_back(std::make_unique<io::SafetensorsReader>(file));
-    return sources.back().get();
-  };
+  auto open = [&](const std::string& file) { return keep_open(sources, file); };
   if (models::is_single_file(source)) {
     const io::SafetensorsReader* reader = open(source);
     for (const auto& e : reader->entries())
@@ -157,21 +162,13 @@ std::vector<Extra> frozen_single_file_tensors(const std::string& source,
   return extras;
 }
 
-/// Writes a module's parameters and buffers to `path` in `dtype` (unset: as they are).
-void write_module(const torch::nn::Module& m, const std::string& path, std::optional<at::ScalarType> dtype) {
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& p : m.named_parameters(true)) tensors.emplace_back(p.key(), dtype ? p.value().to(*dtype) : p.value());
-  for (const auto& b : m.named_buffers(true)) tensors.emplace_back(b.key(), b.value());
-  io::write_safetensors(path, tensors, {{"format", "pt"}, {"producer", "zerostudio"}});
-}
-
 /// A single file's frozen components as a diffusers folder beside the exported UNet: vae/,
 /// text_encoder/ (SDXL: text_encoder_2/), the tokenizers from its companion folder, scheduler/
-/// and model_index.json.
+/// and model_index.json. The file's UNet is not read (the checkpoint's is exported).
 void write_single_file_components(const std::string& source, const std::string& config_path, const fs::path& root,
                                   const ExportOptions& o, ExportResult& r) {
-  const auto model = models::DiffusionModel::load_pipeline(source, "epsilon", config_path);
-  const bool xl = static_cast<bool>(model.text_encoder_2);
+  const auto file = models::SingleFileModel::open(source, config_path);
+  const bool xl = file.has("text_encoder_2");
   nlohmann::json index = {{"_class_name", xl ? "StableDiffusionXLPipeline" : "StableDiffusionPipeline"},
                           {"_diffusers_version", "0.25.0"},
                           {"unet", {"diffusers", "UNet2DConditionModel"}},
@@ -179,35 +176,38 @@ void write_single_file_components(const std::string& source, const std::string& 
                           {"text_encoder", {"transformers", "CLIPTextModel"}},
                           {"tokenizer", {"transformers", "CLIPTokenizer"}},
                           {"scheduler", {"diffusers", "DDPMScheduler"}}};
-  auto component = [&](const std::string& name, const torch::nn::Module& m, const nlohmann::json& config, const std::string& file) {
+  auto component = [&](const std::string& name, const torch::nn::Module& m, const nlohmann::json& config, const std::string& weights) {
     fs::create_directories(root / name);
     io::write_file_atomic((root / name / "config.json").string(), config.dump(2) + "\n");
-    write_module(m, (root / name / file).string(), o.dtype);
-    r.files.push_back((root / name / file).string());
-    r.bytes += static_cast<std::int64_t>(fs::file_size(root / name / file));
+    models::save_weights(m, (root / name / weights).string(), "", {{"format", "pt"}, {"producer", "zerostudio"}}, o.dtype);
+    r.files.push_back((root / name / weights).string());
+    r.bytes += static_cast<std::int64_t>(fs::file_size(root / name / weights));
   };
-  component("vae", *model.vae, model.vae->config().to_json(), "diffusion_pytorch_model.safetensors");
-  component("text_encoder", *model.text_encoder, model.text_encoder->config().to_json(), "model.safetensors");
+  const auto vae = file.load_vae();
+  component("vae", *vae, vae->config().to_json(), "diffusion_pytorch_model.safetensors");
+  const auto text_encoder = file.load_text_encoder("text_encoder");
+  component("text_encoder", *text_encoder, text_encoder->config().to_json(), "model.safetensors");
   // The tokenizer files as the companion folder has them (SDXL's second pads with "!").
-  const fs::path companion(config_path);
   auto tokenizer = [&](const std::string& name) {
-    fs::path from = fs::exists(companion / name / "vocab.json") ? companion / name
-                    : fs::exists(companion / "tokenizer" / "vocab.json") ? companion / "tokenizer" : companion;
+    const fs::path from = models::companion_tokenizer_dir(config_path, name);
     fs::create_directories(root / name);
     for (const char* f : {"vocab.json", "merges.txt", "special_tokens_map.json", "tokenizer_config.json"})
       if (fs::exists(from / f)) fs::copy_file(from / f, root / name / f, fs::copy_options::overwrite_existing);
-    if (name == "tokenizer_2" && from != companion / name)
+    if (name == "tokenizer_2" && from != fs::path(config_path) / name)
       io::write_file_atomic((root / name / "special_tokens_map.json").string(), R"({"pad_token": "!"})" "\n");
   };
   tokenizer("tokenizer");
   if (xl) {
-    component("text_encoder_2", *model.text_encoder_2, model.text_encoder_2->config().to_json(), "model.safetensors");
+    const auto text_encoder_2 = file.load_text_encoder("text_encoder_2");
+    component("text_encoder_2", *text_encoder_2, text_encoder_2->config().to_json(), "model.safetensors");
     tokenizer("tokenizer_2");
     index["text_encoder_2"] = {"transformers", "CLIPTextModelWithProjection"};
     index["tokenizer_2"] = {"transformers", "CLIPTokenizer"};
   }
+  diffusion::ScheduleConfig schedule = file.load_scheduler();
+  schedule.prediction_type = "epsilon";
   fs::create_directories(root / "scheduler");
-  io::write_file_atomic((root / "scheduler" / "scheduler_config.json").string(), model.schedule.to_json().dump(2) + "\n");
+  io::write_file_atomic((root / "scheduler" / "scheduler_config.json").string(), schedule.to_json().dump(2) + "\n");
   io::write_file_atomic((root / "model_index.json").string(), index.dump(2) + "\n");
 }
 
@@ -248,7 +248,7 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     // A run trained from a pipeline: the untouched VAE and text encoders join the file from there.
     std::vector<std::unique_ptr<io::SafetensorsReader>> sources;
     std::vector<Extra> extras;
-    const std::string source = o.format == "single-file" ? models::DiffusionModel::pipeline_of(model_dir.string()) : "";
+    const std::string source = o.format == "single-file" ? models::DiffusionModel::pipeline_of(model_dir.string()).path : "";
     if (!source.empty()) extras = frozen_single_file_tensors(source, sources);
     r.bytes += stream_tensors(shards, renames, kind, out, o, metadata, done, renames.size() + extras.size(), extras);
     r.files.push_back(out);
@@ -257,9 +257,10 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     if (fs::exists(out) && !fs::is_empty(out, ec))
       throw Error(ErrorKind::io, out + ": exists and is not empty; choose a new folder for the export");
     const fs::path root(out);
-    const std::string source = models::DiffusionModel::pipeline_of(model_dir.string());
+    const models::PipelineRef ref = models::DiffusionModel::pipeline_of(model_dir.string());
+    const std::string& source = ref.path;
     if (!source.empty() && models::is_single_file(source)) {
-      write_single_file_components(source, models::DiffusionModel::config_path_of(model_dir.string()), root, o, r);
+      write_single_file_components(source, ref.config_path, root, o, r);
     } else if (!source.empty()) {
       // Trained from a diffusers pipeline: every untouched component (VAE, text encoder,
       // tokenizer, scheduler, model_index.json, …) comes from it, beside the trained UNet.
@@ -300,8 +301,7 @@ ExportResult convert_to_single_file(const std::string& pipeline_dir, const std::
   std::vector<std::unique_ptr<io::SafetensorsReader>> sources;
   std::vector<Extra> tensors;
   for (const auto& file : pipeline.weight_files("unet")) {
-    sources.push_back(std::make_unique<io::SafetensorsReader>(file));
-    const io::SafetensorsReader* reader = sources.back().get();
+    const io::SafetensorsReader* reader = keep_open(sources, file);
     std::vector<std::string> names;
     for (const auto& e : reader->entries()) names.push_back(e.name);
     const auto ldm = single_file_unet_names(names, static_cast<int>(unet_config.layers_per_block));

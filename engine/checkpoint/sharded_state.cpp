@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include <ATen/ATen.h>
+#include <c10/util/accumulate.h>
 
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -69,11 +70,7 @@ ShardReader::~ShardReader() = default;
 at::Tensor ShardReader::parameter(const std::string& name, const std::string& kind) const {
   for (const auto& u : units_)
     for (const auto& p : u.params)
-      if (p.name == name) {
-        std::int64_t n = 1;
-        for (auto d : p.shape) n *= d;
-        return read(u.name, kind, p.offset, n).view(p.shape);
-      }
+      if (p.name == name) return read(u.name, kind, p.offset, c10::multiply_integers(p.shape)).view(p.shape);
   throw Error(ErrorKind::checkpoint, dir_ + ": the checkpoint has no parameter " + name);
 }
 

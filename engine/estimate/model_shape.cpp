@@ -109,9 +109,10 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
     ModelShape m = unet_shape(file.info().unet);
     m.name = cfg.model.path;
     m.latent_factor = static_cast<int>(file.info().vae.downsample_factor());
-    for (const auto& [part, n] : file.parameter_counts())
+    const auto counts = file.parameter_counts();
+    for (const auto& [part, n] : counts)
       if (part != "unet") m.frozen_parameters += n;
-    if (file.info().vae.force_upcast) m.frozen_fp32_parameters = file.parameter_counts()["vae"];
+    if (file.info().vae.force_upcast && counts.count("vae")) m.frozen_fp32_parameters = counts.at("vae");
     return m;
   }
   if (!cfg.model.path.empty() && !placeholder) {
@@ -136,10 +137,8 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
           for (const auto& file : pipeline.weight_files(part)) {
             const io::SafetensorsReader reader(file);
             for (const auto& e : reader.entries()) {
-              int64_t n = 1;
-              for (auto d : e.shape) n *= d;
-              m.frozen_parameters += n;
-              if (std::string(part) == "vae" && upcast) m.frozen_fp32_parameters += n;
+              m.frozen_parameters += e.numel();
+              if (std::string(part) == "vae" && upcast) m.frozen_fp32_parameters += e.numel();
             }
           }
     } catch (const Error&) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/accumulate.h>
 
 namespace zs::io {
 
@@ -23,6 +24,8 @@ struct SafetensorsEntry {
   std::vector<std::int64_t> shape;
   std::uint64_t begin = 0;     ///< byte offsets relative to the data section
   std::uint64_t end = 0;
+  /// Elements (the product of the shape).
+  std::int64_t numel() const { return c10::multiply_integers(shape); }
 };
 
 /// A memory-mapped, validated safetensors file.

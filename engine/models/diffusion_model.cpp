@@ -97,29 +97,23 @@ DiffusionModel DiffusionModel::load_pipeline(const std::string& dir, const std::
   return m;
 }
 
-std::string DiffusionModel::pipeline_of(const std::string& dir) {
+PipelineRef DiffusionModel::pipeline_of(const std::string& dir) {
   const std::string source = dir + "/pipeline.json";
   if (!fs::exists(source)) return {};
-  const std::string path = io::read_json_file(source, "pipeline reference").value("path", std::string());
-  if (!fs::exists(fs::path(path) / "model_index.json") && !is_single_file(path))
-    throw Error(ErrorKind::checkpoint, source + ": the run was trained from " + path +
+  const auto j = io::read_json_file(source, "pipeline reference");
+  PipelineRef ref{j.value("path", std::string()), j.value("config_path", std::string()),
+                  j.value("prediction_type", std::string("epsilon"))};
+  if (!fs::exists(fs::path(ref.path) / "model_index.json") && !is_single_file(ref.path))
+    throw Error(ErrorKind::checkpoint, source + ": the run was trained from " + ref.path +
                                            ", which is gone; put the pipeline folder back there to resume or export");
-  return path;
-}
-
-std::string DiffusionModel::config_path_of(const std::string& dir) {
-  const std::string source = dir + "/pipeline.json";
-  if (!fs::exists(source)) return {};
-  return io::read_json_file(source, "pipeline reference").value("config_path", std::string());
+  return ref;
 }
 
 DiffusionModel DiffusionModel::load_folder(const std::string& dir, const UnitBuilt& on_unit) {
-  if (const std::string path = pipeline_of(dir); !path.empty()) {
+  if (const PipelineRef ref = pipeline_of(dir); !ref.path.empty()) {
     // The pipeline's own UNet (same config as the run's unet/config.json); the checkpoint's
     // weights replace its weights when the optimizer loads the shards.
-    const auto j = io::read_json_file(dir + "/pipeline.json", "pipeline reference");
-    return load_pipeline(path, j.value("prediction_type", std::string("epsilon")), j.value("config_path", std::string()),
-                         on_unit);
+    return load_pipeline(ref.path, ref.prediction_type, ref.config_path, on_unit);
   }
   DiffusionModel m;
   m.unet = UNet2DConditionModel(UNetConfig::from_file(dir + "/unet/config.json"), on_unit);
@@ -256,6 +250,10 @@ at::Tensor DiffusionModel::to_images(const at::Tensor& samples) {
 
 std::int64_t DiffusionModel::sample_size(std::int64_t resolution) const {
   return vae ? resolution / vae->config().downsample_factor() : resolution;
+}
+
+std::int64_t DiffusionModel::pixel_factor() const {
+  return (vae ? vae->config().downsample_factor() : 1) * unet->config().downsample_factor();
 }
 
 std::vector<std::pair<std::string, at::Tensor>> DiffusionModel::named_parameters() const {

@@ -27,6 +27,13 @@ struct TextConditioning {
   at::Tensor pooled;   ///< [B, projection_dim] SDXL: text_encoder_2's text_embeds (undefined otherwise)
 };
 
+/// A run's reference to the pipeline model it trains (its model folder's pipeline.json).
+struct PipelineRef {
+  std::string path;             ///< diffusers folder or single file; empty: a preset model
+  std::string config_path;      ///< a single file's companion folder
+  std::string prediction_type;  ///< the run's (it replaces the scheduler config's)
+};
+
 class DiffusionModel {
  public:
   /// The quickstart's tiny pixel-space model for `resolution`-pixel images, with a tokenizer
@@ -42,12 +49,11 @@ class DiffusionModel {
   /// A model folder written by save_folder() (configs and tokenizer, or the pipeline it came
   /// from; trained weights are loaded separately).
   static DiffusionModel load_folder(const std::string& dir, const UnitBuilt& on_unit = {});
-  /// The diffusers folder or single file a model folder written by save_folder() was trained
-  /// from (its pipeline.json), or "" for a model built from a preset. Throws zs::Error(checkpoint) naming
-  /// the reference when that folder is gone.
-  static std::string pipeline_of(const std::string& dir);
-  /// The single file's companion folder recorded beside pipeline_of() ("" when none).
-  static std::string config_path_of(const std::string& dir);
+  /// Where a model folder written by save_folder() came from: its pipeline.json (the diffusers
+  /// folder or single file, a single file's companion folder, the prediction type); an empty
+  /// path for a model built from a preset. Throws zs::Error(checkpoint) naming the reference
+  /// when the model it names is gone.
+  static PipelineRef pipeline_of(const std::string& dir);
   /// Writes unet/config.json, text_encoder/config.json, tokenizer/tokenizer.json and
   /// scheduler/scheduler_config.json under `dir` (no weights).
   void save_folder(const std::string& dir) const;
@@ -71,6 +77,9 @@ class DiffusionModel {
   at::Tensor to_images(const at::Tensor& samples);
   /// The UNet's spatial size for `resolution`-pixel images.
   std::int64_t sample_size(std::int64_t resolution) const;
+  /// Image pixels per pixel at the UNet's bottom (VAE × UNet down-sampling): image sides must
+  /// be multiples of it.
+  std::int64_t pixel_factor() const;
   /// Every trained parameter, named "unet.<diffusers name>" and "text_encoder.<HF name>" (the
   /// text encoder only when it is trained).
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;

@@ -9,7 +9,6 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
-#include "models/diffusers_pipeline.h"
 #include "models/single_file_names.h"
 #include "models/weights.h"
 
@@ -253,23 +252,6 @@ UNet2DConditionModel SingleFileModel::load_unet(const UnitBuilt& on_unit) const 
   return unet;
 }
 
-UNet2DConditionModel ModelSource::load_unet(const UnitBuilt& on_unit) const {
-  const TensorLookup lookup = unet_weights();
-  std::vector<std::string> handed;  // prefixes of the units given to on_unit, with their dot
-  UnitBuilt load_then_hand;
-  if (on_unit)
-    load_then_hand = [&](const std::string& prefix, torch::nn::Module& unit) {
-      load_weights(unit, [&](const std::string& n) { return lookup(prefix + "." + n); }, root() + " (UNet " + prefix + ")");
-      handed.push_back(prefix + ".");
-      on_unit(prefix, unit);
-    };
-  UNet2DConditionModel unet(unet_config(), load_then_hand);
-  load_weights(*unet, lookup, root() + " (UNet)", [&](const std::string& name) {
-    return std::any_of(handed.begin(), handed.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
-  });
-  return unet;
-}
-
 AutoencoderKL SingleFileModel::load_vae() const {
   AutoencoderKL vae(info_.vae);
   std::map<std::string, std::string> ldm;
@@ -309,19 +291,22 @@ ClipTextModel SingleFileModel::load_text_encoder(const std::string& component) c
   return model;
 }
 
+std::string companion_tokenizer_dir(const std::string& config_path, const std::string& component) {
+  const fs::path root(config_path);
+  for (const fs::path& dir : {root / component, root / "tokenizer", root})
+    if (fs::exists(dir / "vocab.json")) return dir.string();
+  throw Error(ErrorKind::config, "model.config_path: " + config_path + " has neither " + component +
+                                     "/vocab.json nor vocab.json (the CLIP tokenizer files)");
+}
+
 ClipTokenizer SingleFileModel::load_tokenizer(const std::string& component) const {
   if (config_path_.empty())
     throw Error(ErrorKind::config, path_ + ": a single-file checkpoint carries no tokenizer; set model.config_path to a "
                                            "diffusers folder of the same family (its tokenizer/ is used; every SD 1.x and "
                                            "SDXL model shares CLIP's vocabulary) or to a folder with vocab.json and merges.txt");
-  const fs::path root(config_path_);
-  if (fs::exists(root / component / "vocab.json")) return ClipTokenizer::load((root / component).string());
-  const fs::path shared = fs::exists(root / "tokenizer" / "vocab.json") ? root / "tokenizer" : root;
-  if (!fs::exists(shared / "vocab.json"))
-    throw Error(ErrorKind::config, "model.config_path: " + config_path_ + " has neither " + component +
-                                       "/vocab.json nor vocab.json (the CLIP tokenizer files)");
-  ClipTokenizer t = ClipTokenizer::load(shared.string());
-  if (component == "tokenizer_2") t.set_pad_id(0);  // SDXL's second tokenizer pads with "!"
+  const std::string dir = companion_tokenizer_dir(config_path_, component);
+  ClipTokenizer t = ClipTokenizer::load(dir);
+  if (component == "tokenizer_2" && fs::path(dir) != fs::path(config_path_) / component) t.set_pad_id(0);  // "!"
   return t;
 }
 
@@ -338,21 +323,9 @@ std::map<std::string, std::int64_t> SingleFileModel::parameter_counts() const {
       {kSingleFileXLTextEncoder, "text_encoder"}, {kSingleFileXLTextEncoder2, "text_encoder_2"}};
   for (const auto& e : reader_->entries())
     for (const auto& [prefix, part] : prefixes)
-      if (e.name.rfind(prefix, 0) == 0 && e.name.find("position_ids") == std::string::npos && !e.name.ends_with("logit_scale")) {
-        std::int64_t n = 1;
-        for (auto d : e.shape) n *= d;
-        out[part] += n;
-      }
+      if (e.name.rfind(prefix, 0) == 0 && e.name.find("position_ids") == std::string::npos && !e.name.ends_with("logit_scale"))
+        out[part] += e.numel();
   return out;
-}
-
-bool is_single_file(const std::string& path) { return fs::is_regular_file(path); }
-
-std::unique_ptr<ModelSource> open_model_source(const std::string& path, const std::string& config_path) {
-  if (!fs::exists(path))
-    throw Error(ErrorKind::config, "model.path: " + path + " does not exist (a diffusers folder or a .safetensors single file)");
-  if (is_single_file(path)) return std::make_unique<SingleFileModel>(SingleFileModel::open(path, config_path));
-  return std::make_unique<DiffusersPipeline>(DiffusersPipeline::open(path));
 }
 
 }  // namespace zs::models

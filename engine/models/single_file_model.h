@@ -66,6 +66,12 @@ class SingleFileModel : public ModelSource {
   SingleFileInfo info_;
 };
 
+/// The folder in `config_path` (a single file's companion) that holds `component`'s CLIP
+/// tokenizer files: `component`/, else tokenizer/, else the folder itself. Throws zs::Error
+/// naming model.config_path when it has no vocab.json there. A `tokenizer_2` read from a folder
+/// other than its own pads with "!" (SDXL's second tokenizer does).
+std::string companion_tokenizer_dir(const std::string& config_path, const std::string& component);
+
 /// Infers the configs of a single file's components from its tensor names and shapes.
 SingleFileInfo infer_single_file(const io::SafetensorsReader& reader);
 /// The same from names and shapes alone (`source` names the file in errors).

@@ -102,9 +102,10 @@ void load_weights(torch::nn::Module& module, const TensorLookup& lookup, const s
 }
 
 void save_weights(const torch::nn::Module& module, const std::string& path, const std::string& prefix,
-                  const std::map<std::string, std::string>& metadata) {
+                  const std::map<std::string, std::string>& metadata, std::optional<at::ScalarType> dtype) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& item : module.named_parameters(true)) tensors.emplace_back(prefix + item.key(), item.value().detach());
+  for (const auto& item : module.named_parameters(true))
+    tensors.emplace_back(prefix + item.key(), dtype ? item.value().detach().to(*dtype) : item.value().detach());
   for (const auto& item : module.named_buffers(true)) tensors.emplace_back(prefix + item.key(), item.value().detach());
   io::write_safetensors(path, tensors, metadata);
 }

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,8 +41,10 @@ using TensorLookup = std::function<at::Tensor(const std::string& name)>;
 void load_weights(torch::nn::Module& module, const TensorLookup& lookup, const std::string& where,
                   const std::function<bool(const std::string&)>& skip = {});
 
-/// Writes the module's parameters and buffers, in their dtypes, to `path` atomically.
+/// Writes the module's parameters and buffers to `path` atomically, in their dtypes or, for the
+/// parameters, in `dtype` when given.
 void save_weights(const torch::nn::Module& module, const std::string& path, const std::string& prefix = "",
-                  const std::map<std::string, std::string>& metadata = {});
+                  const std::map<std::string, std::string>& metadata = {},
+                  std::optional<at::ScalarType> dtype = std::nullopt);
 
 }  // namespace zs::models

@@ -130,7 +130,7 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
     // A diffusers pipeline folder or single file: the UNet trains from its weights; VAE and text
     // encoders are frozen.
     model = models::DiffusionModel::load_pipeline(cfg.model.path, cfg.model.prediction_type, cfg.model.config_path, on_unit);
-    const std::int64_t f = model.vae->config().downsample_factor() * model.unet->config().downsample_factor();
+    const std::int64_t f = model.pixel_factor();
     if (cfg.data.resolution % f != 0)
       throw Error(ErrorKind::config, "data.resolution: " + std::to_string(cfg.data.resolution) + " must be a multiple of " +
                                          std::to_string(f) + " for " + cfg.model.path + " (VAE × UNet down-sampling)");
@@ -198,7 +198,7 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   lo.buckets = cfg.data.aspect_buckets;
   lo.bucket_step = cfg.data.bucket_step;
   if (lo.buckets) {
-    const std::int64_t f = model.unet->config().downsample_factor() * (model.vae ? model.vae->config().downsample_factor() : 1);
+    const std::int64_t f = model.pixel_factor();
     if (lo.bucket_step % f != 0)
       throw Error(ErrorKind::config, "data.bucket_step: " + std::to_string(lo.bucket_step) + " must be a multiple of " +
                                          std::to_string(f) + " (this model's down-sampling)");

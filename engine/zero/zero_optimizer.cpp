@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <c10/util/accumulate.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "core/error.h"
@@ -46,8 +47,7 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communi
     const bool prebuilt = pu.shard.defined();  // zero3_init_flag: only this rank's shard exists
     for (std::size_t i = 0; i < pu.parameters.size(); ++i) {
       const auto shape = prebuilt ? pu.shapes.at(i) : pu.parameters[i].second.sizes().vec();
-      std::int64_t n = 1;
-      for (auto d : shape) n *= d;
+      const std::int64_t n = c10::multiply_integers(shape);
       u->offsets.push_back(u->numel);
       u->sizes.push_back(n);
       u->shapes.push_back(shape);

@@ -1,0 +1,40 @@
+#include "models/model_source.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "core/error.h"
+#include "models/diffusers_pipeline.h"
+#include "models/single_file_model.h"
+
+namespace zs::models {
+
+namespace fs = std::filesystem;
+
+UNet2DConditionModel ModelSource::load_unet(const UnitBuilt& on_unit) const {
+  const TensorLookup lookup = unet_weights();
+  std::vector<std::string> handed;  // prefixes of the units given to on_unit, with their dot
+  UnitBuilt load_then_hand;
+  if (on_unit)
+    load_then_hand = [&](const std::string& prefix, torch::nn::Module& unit) {
+      load_weights(unit, [&](const std::string& n) { return lookup(prefix + "." + n); }, root() + " (UNet " + prefix + ")");
+      handed.push_back(prefix + ".");
+      on_unit(prefix, unit);
+    };
+  UNet2DConditionModel unet(unet_config(), load_then_hand);
+  load_weights(*unet, lookup, root() + " (UNet)", [&](const std::string& name) {
+    return std::any_of(handed.begin(), handed.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
+  });
+  return unet;
+}
+
+bool is_single_file(const std::string& path) { return fs::is_regular_file(path); }
+
+std::unique_ptr<ModelSource> open_model_source(const std::string& path, const std::string& config_path) {
+  if (!fs::exists(path))
+    throw Error(ErrorKind::config, "model.path: " + path + " does not exist (a diffusers folder or a .safetensors single file)");
+  if (is_single_file(path)) return std::make_unique<SingleFileModel>(SingleFileModel::open(path, config_path));
+  return std::make_unique<DiffusersPipeline>(DiffusersPipeline::open(path));
+}
+
+}  // namespace zs::models
