@@ -163,34 +163,23 @@ at::Tensor frame_batch(const ClipTokenizer& tok, const std::vector<std::string>&
 TextConditioning DiffusionModel::condition(const std::vector<std::string>& captions, const at::Device& device,
                                            data::LatentCache* cache) {
   if (cache && clip_tokenizer && !text_encoder_trained && !captions.empty()) {
-    // Cached rows where there are some; the rest encoded in one batch and stored.
+    // Each caption's rows from the cache, or encoded (on its own, as below) and stored.
     const bool pooled = static_cast<bool>(text_encoder_2);
     const std::vector<std::string> names = pooled ? std::vector<std::string>{"context", "pooled"} : std::vector<std::string>{"context"};
-    std::vector<at::Tensor> context(captions.size()), pool(captions.size());
-    std::vector<std::string> missing;
-    std::vector<std::size_t> where;
-    for (std::size_t i = 0; i < captions.size(); ++i) {
-      std::vector<at::Tensor> got;
-      if (cache->load(data::LatentCache::text_content_key(captions[i]), names, got)) {
-        context[i] = got[0];
-        if (pooled) pool[i] = got[1];
-      } else {
-        missing.push_back(captions[i]);
-        where.push_back(i);
+    std::vector<at::Tensor> context, pool;
+    for (const auto& caption : captions) {
+      const std::string key = data::LatentCache::text_content_key(caption);
+      std::vector<at::Tensor> rows;
+      if (!cache->load(key, names, rows)) {
+        const TextConditioning fresh = condition({caption}, device);
+        rows = {fresh.context[0].to(at::kFloat).cpu()};
+        if (pooled) rows.push_back(fresh.pooled[0].to(at::kFloat).cpu());
+        std::vector<std::pair<std::string, at::Tensor>> entry;
+        for (std::size_t i = 0; i < names.size(); ++i) entry.emplace_back(names[i], rows[i]);
+        cache->store(key, entry);
       }
-    }
-    if (!missing.empty()) {
-      const TextConditioning fresh = condition(missing, device);
-      for (std::size_t j = 0; j < missing.size(); ++j) {
-        const auto row = static_cast<std::int64_t>(j);
-        context[where[j]] = fresh.context[row].to(at::kFloat).cpu();
-        std::vector<std::pair<std::string, at::Tensor>> entry = {{"context", context[where[j]]}};
-        if (pooled) {
-          pool[where[j]] = fresh.pooled[row].to(at::kFloat).cpu();
-          entry.emplace_back("pooled", pool[where[j]]);
-        }
-        cache->store(data::LatentCache::text_content_key(missing[j]), entry);
-      }
+      context.push_back(rows[0]);
+      if (pooled) pool.push_back(rows[1]);
     }
     const auto opts = text_encoder->parameters().front().options().device(device);
     return {at::stack(context).to(opts), pooled ? at::stack(pool).to(opts) : at::Tensor()};
