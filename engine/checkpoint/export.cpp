@@ -15,6 +15,7 @@
 #include "models/single_file_names.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/json_file.h"
 #include "io/safetensors.h"
 #include "models/unet_config.h"
 #include "models/diffusers_pipeline.h"
@@ -164,10 +165,12 @@ std::vector<Extra> frozen_single_file_tensors(const std::string& source,
 
 /// A single file's frozen components as a diffusers folder beside the exported UNet: vae/,
 /// text_encoder/ (SDXL: text_encoder_2/), the tokenizers from its companion folder, scheduler/
-/// and model_index.json. The file's UNet is not read (the checkpoint's is exported).
-void write_single_file_components(const std::string& source, const std::string& config_path, const fs::path& root,
-                                  const ExportOptions& o, ExportResult& r) {
-  const auto file = models::SingleFileModel::open(source, config_path);
+/// and model_index.json with the run's prediction type. The file's UNet is not read (the
+/// checkpoint's is exported).
+void write_single_file_components(const models::PipelineRef& ref, const fs::path& root, const ExportOptions& o,
+                                  ExportResult& r) {
+  const std::string& config_path = ref.config_path;
+  const auto file = models::SingleFileModel::open(ref.path, config_path);
   const bool xl = file.has("text_encoder_2");
   nlohmann::json index = {{"_class_name", xl ? "StableDiffusionXLPipeline" : "StableDiffusionPipeline"},
                           {"_diffusers_version", "0.25.0"},
@@ -205,7 +208,7 @@ void write_single_file_components(const std::string& source, const std::string& 
     index["tokenizer_2"] = {"transformers", "CLIPTokenizer"};
   }
   diffusion::ScheduleConfig schedule = file.load_scheduler();
-  schedule.prediction_type = "epsilon";
+  schedule.prediction_type = ref.prediction_type;  // what the run trained
   fs::create_directories(root / "scheduler");
   io::write_file_atomic((root / "scheduler" / "scheduler_config.json").string(), schedule.to_json().dump(2) + "\n");
   io::write_file_atomic((root / "model_index.json").string(), index.dump(2) + "\n");
@@ -260,7 +263,7 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
     const models::PipelineRef ref = models::DiffusionModel::pipeline_of(model_dir.string());
     const std::string& source = ref.path;
     if (!source.empty() && models::is_single_file(source)) {
-      write_single_file_components(source, ref.config_path, root, o, r);
+      write_single_file_components(ref, root, o, r);
     } else if (!source.empty()) {
       // Trained from a diffusers pipeline: every untouched component (VAE, text encoder,
       // tokenizer, scheduler, model_index.json, …) comes from it, beside the trained UNet.
@@ -269,6 +272,15 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
         if (entry.path().filename() == "unet") continue;
         if (entry.is_directory()) copy_folder(entry.path(), root / entry.path().filename());
         else fs::copy_file(entry.path(), root / entry.path().filename(), fs::copy_options::overwrite_existing);
+      }
+      // The scheduler as the pipeline has it, but with what the run trained to predict.
+      const std::string scheduler = (root / "scheduler" / "scheduler_config.json").string();
+      if (fs::exists(scheduler)) {
+        nlohmann::json j = io::read_json_file(scheduler, "scheduler config");
+        if (j.value("prediction_type", std::string("epsilon")) != ref.prediction_type) {
+          j["prediction_type"] = ref.prediction_type;
+          io::write_file_atomic(scheduler, j.dump(2) + "\n");
+        }
       }
     }
     fs::create_directories(root / "unet");

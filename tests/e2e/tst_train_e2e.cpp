@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/image.h"
+#include "io/json_file.h"
 #include "io/safetensors.h"
 #include "train/trainer.h"
 
@@ -72,6 +73,11 @@ std::vector<double> losses(const std::vector<json>& events) {
   return out;
 }
 
+/// The prediction type in an exported diffusers folder's scheduler config.
+std::string exported_prediction(const std::string& folder) {
+  return io::read_json_file(folder + "/scheduler/scheduler_config.json", "exported scheduler").value("prediction_type", std::string());
+}
+
 }  // namespace
 
 class TestTrainE2E : public QObject {
@@ -118,7 +124,7 @@ class TestTrainE2E : public QObject {
     checkpoint::convert_to_single_file(fixture, file, {});
     const std::string run = dir.path().toStdString() + "/run";
     config::TrainerConfig cfg = small_config({"model.path=" + file, "model.config_path=" + fixture,
-                                              "model.prediction_type=epsilon", "data.resolution=32", "training.max_steps=3",
+                                              "model.prediction_type=v_prediction", "data.resolution=32", "training.max_steps=3",
                                               "sampling.every_n_steps=0", "ema.enabled=false",
                                               "checkpointing.every_n_steps=3"});
     train::TrainerOptions opts;
@@ -135,6 +141,7 @@ class TestTrainE2E : public QObject {
     for (const auto& p : original.text_encoder->named_parameters())
       QVERIFY(at::equal(p.value(), exported.text_encoder->named_parameters()[p.key()]));
     QCOMPARE(exported.clip_tokenizer->vocab_size(), std::size_t{49408});
+    QCOMPARE(exported_prediction(dir.path().toStdString() + "/diffusers"), std::string("v_prediction"));
     o.format = "single-file";
     const std::string single = dir.path().toStdString() + "/single.safetensors";
     checkpoint::export_checkpoint(ckpt, single, o);
@@ -179,6 +186,32 @@ class TestTrainE2E : public QObject {
       QCOMPARE(runs[0].size(), std::size_t{4});
       QCOMPARE(runs[1], runs[0]);
     }
+  }
+
+  // A run that changed the prediction type exports a pipeline whose scheduler says so; the rest
+  // of the pipeline's scheduler config is kept as it was.
+  void diffusersExportCarriesTheRunsPredictionType() {
+    ZS_REQUIRE_SHARED();
+    QTemporaryDir dir;
+    const std::string fixture = (zs::test::sharedDir() + "/fixtures/sd15-tiny").toStdString();
+    const std::string run = dir.path().toStdString() + "/run";
+    train::TrainerOptions opts;
+    opts.run_dir = run;
+    train::TrainerCommands commands;
+    train::Trainer(small_config({"model.path=" + fixture, "model.prediction_type=v_prediction", "data.resolution=32",
+                                 "training.max_steps=1", "sampling.every_n_steps=0", "ema.enabled=false",
+                                 "checkpointing.every_n_steps=1"}),
+                   opts)
+        .run(commands);
+    checkpoint::ExportOptions o;
+    o.format = "diffusers";
+    const std::string out = dir.path().toStdString() + "/diffusers";
+    checkpoint::export_checkpoint(checkpoint_dir(read_events(run)), out, o);
+    QCOMPARE(exported_prediction(out), std::string("v_prediction"));
+    json want = io::read_json_file(fixture + "/scheduler/scheduler_config.json", "fixture"),
+         got = io::read_json_file(out + "/scheduler/scheduler_config.json", "export");
+    want["prediction_type"] = "v_prediction";
+    QVERIFY2(got == want, got.dump().c_str());
   }
 
   // The latent and text-embedding caches: a cold run stores every posterior and caption it
