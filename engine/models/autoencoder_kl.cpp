@@ -10,6 +10,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include "core/error.h"
+#include "models/attention.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "models/weights.h"
@@ -62,9 +63,7 @@ struct VaeAttentionImpl : Module {
   at::Tensor forward(const at::Tensor& x) {  // [B, C, H, W]
     const auto b = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
     const at::Tensor t = group_norm(x).reshape({b, c, h * w}).transpose(1, 2);  // [B, HW, C]
-    const at::Tensor q = to_q(t), k = to_k(t), v = to_v(t);
-    const at::Tensor probs = at::softmax(at::bmm(q, k.transpose(1, 2)).mul_(1.0 / std::sqrt(static_cast<double>(c))), -1);
-    const at::Tensor out = to_out_0(at::bmm(probs, v));  // [B, HW, C]
+    const at::Tensor out = to_out_0(multi_head_attention(to_q(t), to_k(t), to_v(t), 1));  // one head: [B, HW, C]
     return out.transpose(1, 2).reshape({b, c, h, w}) + x;
   }
   GroupNorm group_norm;
