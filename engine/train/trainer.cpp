@@ -174,7 +174,6 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     // The optimizer (ZeRO flattens, and at stage 3 shards, the parameters it is given; with
     // mixed precision it keeps fp32 masters and turns the model's weights to the compute dtype).
     // Every rank says whether it could build its own (NVMe space, memory) before going on.
-    auto params = s.model.named_parameters();
     std::exception_ptr optimizer_error;
     try {
       s.optimizer = make_optimizer(cfg, s.model, *s.comm, s.compute, s.device, root.filename().string(),
