@@ -205,8 +205,9 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   // Mixed precision without offload: the step upcasts one unit's gradient part.
   const int64_t upcast = masters && o.offload_optimizer == Offload::none && c < 4 ? 4 * max_owned : 0;
   e.gpu.activations = activation_bytes(model, o);
-  // Frozen components (VAE, text encoders) stay on the device while training (no latent cache
-  // yet), in the compute dtype, the VAE in fp32 when it asks for it (force_upcast).
+  // Frozen components (VAE, text encoders) stay on the device while training (the caches skip
+  // their work, not their weights), in the compute dtype, the VAE in fp32 when it asks for it
+  // (force_upcast).
   e.gpu.parameters += c * (model.frozen_parameters - model.frozen_fp32_parameters) + 4 * model.frozen_fp32_parameters;
   // Backward's buffers come on top of the activations; the step's (all-reduce before it,
   // all-gather after it) only once the activations are gone, so they add only their excess.

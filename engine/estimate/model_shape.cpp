@@ -96,8 +96,6 @@ ModelShape unet_shape(const models::UNetConfig& c) {
 
 int64_t unet_parameter_count(const models::UNetConfig& config) { return unet_shape(config).trainable_parameters(); }
 
-models::UNetConfig sd15_unet_config() { return models::UNetConfig::sd15(); }
-models::UNetConfig sdxl_unet_config() { return models::UNetConfig::sdxl(); }
 
 ModelShape model_shape(const config::TrainerConfig& cfg) {
   // A ready config names the folder a user will fill in; until it exists, model.preset (sd15,
@@ -147,14 +145,14 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
     return m;
   }
   if (cfg.model.preset == "sd15") {
-    ModelShape m = unet_shape(sd15_unet_config());
+    ModelShape m = unet_shape(models::UNetConfig::sd15());
     m.name = "sd15";
     m.frozen_parameters = 123'060'480 + 83'653'863;  // CLIP ViT-L/14 text encoder, VAE
     m.frozen_fp32_parameters = 83'653'863;            // the VAE (force_upcast, diffusers' default)
     return m;
   }
   if (cfg.model.preset == "sdxl") {
-    ModelShape m = unet_shape(sdxl_unet_config());
+    ModelShape m = unet_shape(models::UNetConfig::sdxl());
     m.name = "sdxl";
     m.context_dim = 2048;
     m.frozen_parameters = 123'060'480 + 694'659'840 + 83'653'863;  // CLIP-L, OpenCLIP bigG with projection, VAE

@@ -54,11 +54,6 @@ ModelShape unet_shape(const models::UNetConfig& config);
 /// Parameters of a UNet with this config (the sum over unet_shape's units).
 std::int64_t unet_parameter_count(const models::UNetConfig& config);
 
-/// Standard architectures: Stable Diffusion 1.5's UNet (859,520,964 parameters) and SDXL's
-/// (2,567,463,684), as in their diffusers unet/config.json.
-models::UNetConfig sd15_unet_config();
-models::UNetConfig sdxl_unet_config();
-
 /// The model a trainer config trains: the tiny preset (UNet and its text encoder, both trained),
 /// sd15 / sdxl (UNet trained; VAE and text encoders frozen) or the UNet of a diffusers folder at
 /// model.path. Throws zs::Error naming the file when the folder's config cannot be read.

@@ -82,7 +82,7 @@ class TestEstimate : public QObject {
     QFETCH(int, variant);
     models::UNetConfig c = models::DiffusionModel::build_tiny({"a b"}, "epsilon", 0).unet->config();
     if (variant >= 1) {
-      c = sd15_unet_config();
+      c = models::UNetConfig::sd15();
       c.block_out_channels = {32, 64, 64, 64};
       c.num_attention_heads = {2, 2, 4, 4};
       c.norm_num_groups = 8;
@@ -93,8 +93,8 @@ class TestEstimate : public QObject {
       c.transformer_layers_per_block = {1, 2, 3, 1};
       c.layers_per_block = 1;
     }
-    if (variant == 3) {  // sdxl_unet_config()'s shape at small widths
-      c = sdxl_unet_config();
+    if (variant == 3) {  // models::UNetConfig::sdxl()'s shape at small widths
+      c = models::UNetConfig::sdxl();
       c.block_out_channels = {32, 64, 64};
       c.num_attention_heads = {2, 2, 4};
       c.transformer_layers_per_block = {1, 2, 3};
@@ -120,16 +120,16 @@ class TestEstimate : public QObject {
 
   // The standard UNets, without allocating them.
   void standardParameterCounts() {
-    QCOMPARE(unet_parameter_count(sd15_unet_config()), std::int64_t{859'520'964});
-    QCOMPARE(unet_parameter_count(sdxl_unet_config()), std::int64_t{2'567'463'684});
+    QCOMPARE(unet_parameter_count(models::UNetConfig::sd15()), std::int64_t{859'520'964});
+    QCOMPARE(unet_parameter_count(models::UNetConfig::sdxl()), std::int64_t{2'567'463'684});
     // Both have the same largest layer: a 2560 -> 1280 3x3 conv (DeepSpeed's "largest layer").
-    QCOMPARE(unet_shape(sd15_unet_config()).largest_module(), std::int64_t{29'492'480});
-    QCOMPARE(unet_shape(sdxl_unet_config()).largest_module(), std::int64_t{29'492'480});
+    QCOMPARE(unet_shape(models::UNetConfig::sd15()).largest_module(), std::int64_t{29'492'480});
+    QCOMPARE(unet_shape(models::UNetConfig::sdxl()).largest_module(), std::int64_t{29'492'480});
   }
 
   // DeepSpeed's estimator terms, for comparison (REFERENCE: estimate_zero2/zero3_model_states_mem_needs).
   void deepspeedEstimatorTerms() {
-    const ModelShape m = unet_shape(sd15_unet_config());
+    const ModelShape m = unet_shape(models::UNetConfig::sd15());
     const double psi = 859'520'964.0;
     EstimateOptions o;
     o.world_size = 8;
