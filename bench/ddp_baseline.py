@@ -112,7 +112,7 @@ class UNet(nn.Module):
 
     def forward(self, x, t, ctx):
         half = self.c0 // 2
-        freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32) / half)
+        freqs = torch.exp(-math.log(10000) * torch.arange(half, dtype=torch.float32, device=t.device) / half)
         args = t.float()[:, None] * freqs[None]
         temb = self.lin2(F.silu(self.lin1(torch.cat([args.cos(), args.sin()], -1))))
         h = self.conv_in(x); skips = [h]; k = 0

@@ -25,16 +25,26 @@ GpuMemory gpu_memory(int device_index) {
   GpuMemory m;
 #ifdef ZS_WITH_CUDA
   if (device_index >= 0) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_index);
-    const auto agg = static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
-    m.allocated = stats.allocated_bytes[agg].current;
-    m.reserved = stats.reserved_bytes[agg].current;
-    m.peak = stats.allocated_bytes[agg].peak;
+    // LibTorch 2.x moved DeviceStats and StatType to c10::CachingDeviceAllocator (the CUDA
+    // namespace re-exports DeviceStats only); index 0 is the aggregate in every version.
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device_index));
+    constexpr std::size_t kAggregate = 0;
+    m.allocated = stats.allocated_bytes[kAggregate].current;
+    m.reserved = stats.reserved_bytes[kAggregate].current;
+    m.peak = stats.allocated_bytes[kAggregate].peak;
   }
 #else
   (void)device_index;
 #endif
   return m;
+}
+
+void reset_gpu_peak(int device_index) {
+#ifdef ZS_WITH_CUDA
+  if (device_index >= 0) c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device_index));
+#else
+  (void)device_index;
+#endif
 }
 
 std::int64_t gpu_total_bytes(int device_index) {

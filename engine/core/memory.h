@@ -15,6 +15,8 @@ struct GpuMemory {
   std::int64_t peak = 0;
 };
 GpuMemory gpu_memory(int device_index);
+/// Starts a new peak for gpu_memory(device_index).peak (nothing without CUDA).
+void reset_gpu_peak(int device_index);
 
 /// Total memory of CUDA device `device_index` in bytes; 0 without CUDA or such a device.
 std::int64_t gpu_total_bytes(int device_index);

@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef ZS_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
@@ -63,10 +64,12 @@ class SingleCommunicator final : public Communicator {
 template <class Group>
 class GroupCommunicator final : public Communicator {
  public:
+  /// `device`: NCCL's CUDA device (collectives on other tensors run on copies there).
   GroupCommunicator(c10::intrusive_ptr<Group> group, c10::intrusive_ptr<c10d::Store> store, std::string name,
-                    bool native_rs, int rank, int world, std::chrono::milliseconds timeout)
-      : Communicator(rank, world, timeout), group_(std::move(group)), store_(std::move(store)),
-        name_(std::move(name)), native_rs_(native_rs) {}
+                    bool native_rs, const RendezvousInfo& info, std::chrono::milliseconds timeout,
+                    std::optional<at::Device> device = std::nullopt)
+      : Communicator(info.rank, info.world_size, timeout, info.local_rank), group_(std::move(group)),
+        store_(std::move(store)), name_(std::move(name)), native_rs_(native_rs), device_(device) {}
 
   std::string backend() const override { return name_; }
   bool native_reduce_scatter() const override { return native_rs_; }
@@ -75,10 +78,15 @@ class GroupCommunicator final : public Communicator {
   // collective's layout, its bf16 conversion, its timeout and its error message.
   void all_reduce(at::Tensor& t) override { all_reduce_async(t)->wait(); }
 
-  /// Gloo has no bf16: such collectives run on float32 copies (sums in fp32 are better anyway).
-  bool needs_float(const at::Tensor& t) const { return name_ == "gloo" && t.scalar_type() == at::kBFloat16; }
+  /// Where a collective on `t` must run when the backend cannot take `t` itself: Gloo has no
+  /// bf16 (float32 copies; sums in fp32 are better anyway), NCCL takes CUDA tensors only.
+  std::optional<at::TensorOptions> staged(const at::Tensor& t) const {
+    if (name_ == "gloo" && t.scalar_type() == at::kBFloat16) return t.options().dtype(at::kFloat);
+    if (device_ && t.device() != *device_) return t.options().device(*device_);
+    return std::nullopt;
+  }
 
-  /// An asynchronous collective on float32 copies, copied back when it is waited for.
+  /// An asynchronous collective on staged copies, copied back when it is waited for.
   class ConvertedPending final : public PendingCollective {
    public:
     ConvertedPending(std::unique_ptr<PendingCollective> inner, std::function<void()> after)
@@ -113,8 +121,8 @@ class GroupCommunicator final : public Communicator {
   };
 
   std::unique_ptr<PendingCollective> all_reduce_async(at::Tensor& t) override {
-    if (needs_float(t)) {
-      at::Tensor f = t.to(at::kFloat), out = t;
+    if (const auto o = staged(t)) {
+      at::Tensor f = t.to(*o), out = t;
       auto inner = all_reduce_async(f);
       return std::make_unique<ConvertedPending>(std::move(inner), [f, out]() mutable { out.copy_(f); });
     }
@@ -126,15 +134,23 @@ class GroupCommunicator final : public Communicator {
 
   std::unique_ptr<PendingCollective> all_gather_async(const at::Tensor& shard, at::Tensor& flat) override {
     check_sizes("all_gather", shard, flat);
-    if (needs_float(shard)) {
-      at::Tensor fs = shard.to(at::kFloat), ff = at::empty(flat.sizes(), flat.options().dtype(at::kFloat)), out = flat;
+    auto o = staged(shard);
+    if (!o) o = staged(flat);
+    if (o) {
+      at::Tensor fs = shard.to(*o), ff = at::empty(flat.sizes(), *o), out = flat;
       auto inner = all_gather_async(fs, ff);
       return std::make_unique<ConvertedPending>(std::move(inner), [fs, ff, out]() mutable { out.copy_(ff); });
+    }
+    c10::intrusive_ptr<c10d::Work> work;
+    if (native_rs_) {
+      // NCCL gathers straight into the flat buffer.
+      at::Tensor in = shard, out = flat;
+      run("all_gather", [&] { return work = group_->_allgather_base(out, in); }, false);
+      return std::make_unique<Pending>(*this, "all_gather", work, nullptr, std::vector<at::Tensor>{shard, flat});
     }
     std::vector<at::Tensor> in{shard};
     std::vector<std::vector<at::Tensor>> out(1);
     for (const auto& chunk : flat.chunk(world_size_)) out[0].push_back(chunk);
-    c10::intrusive_ptr<c10d::Work> work;
     run("all_gather", [&] { return work = group_->allgather(out, in); }, false);
     std::vector<at::Tensor> keep = out[0];
     keep.push_back(shard);
@@ -144,18 +160,19 @@ class GroupCommunicator final : public Communicator {
 
   std::unique_ptr<PendingCollective> reduce_scatter_async(const at::Tensor& flat, at::Tensor& shard) override {
     check_sizes("reduce_scatter", shard, flat);
-    if (needs_float(flat)) {
-      at::Tensor ff = flat.to(at::kFloat), fs = at::empty(shard.sizes(), shard.options().dtype(at::kFloat)), out = shard;
+    auto o = staged(flat);
+    if (!o) o = staged(shard);
+    if (o) {
+      at::Tensor ff = flat.to(*o), fs = at::empty(shard.sizes(), *o), out = shard;
       auto inner = reduce_scatter_async(ff, fs);
       return std::make_unique<ConvertedPending>(std::move(inner), [ff, fs, out]() mutable { out.copy_(fs); });
     }
     c10::intrusive_ptr<c10d::Work> work;
     if (native_rs_) {
-      std::vector<at::Tensor> out{shard};
-      std::vector<std::vector<at::Tensor>> in(1);
-      for (const auto& chunk : flat.chunk(world_size_)) in[0].push_back(chunk.contiguous());
-      run("reduce_scatter", [&] { return work = group_->reduce_scatter(out, in); }, false);
-      return std::make_unique<Pending>(*this, "reduce_scatter", work, nullptr, std::vector<at::Tensor>{shard});
+      // NCCL reduces straight out of the flat buffer.
+      at::Tensor in = flat, out = shard;
+      run("reduce_scatter", [&] { return work = group_->_reduce_scatter_base(out, in); }, false);
+      return std::make_unique<Pending>(*this, "reduce_scatter", work, nullptr, std::vector<at::Tensor>{flat, shard});
     }
     std::vector<at::Tensor> v{flat.clone()};
     run("reduce_scatter", [&] { return work = group_->allreduce(v); }, false);
@@ -170,8 +187,8 @@ class GroupCommunicator final : public Communicator {
   void reduce_scatter(const at::Tensor& flat, at::Tensor& shard) override { reduce_scatter_async(flat, shard)->wait(); }
 
   void broadcast(at::Tensor& t, int root) override {
-    if (needs_float(t)) {
-      at::Tensor f = t.to(at::kFloat);
+    if (const auto o = staged(t)) {
+      at::Tensor f = t.to(*o);
       broadcast(f, root);
       t.copy_(f);
       return;
@@ -265,7 +282,9 @@ class GroupCommunicator final : public Communicator {
     }
     try {
       auto work = start();
-      if (wait && !work->wait(timeout_))
+      // NCCL's wait only makes the current stream wait (its watchdog enforces the timeout given
+      // to the group); a wait with a timeout would block the host until the GPU is done.
+      if (wait && !(device_ ? work->wait() : work->wait(timeout_)))
         throw std::runtime_error("timed out");
     } catch (const Error&) {
       throw;
@@ -287,6 +306,7 @@ class GroupCommunicator final : public Communicator {
   c10::intrusive_ptr<c10d::Store> store_;
   std::string name_;
   bool native_rs_;
+  std::optional<at::Device> device_;  // NCCL: the rank's CUDA device
   std::uint64_t seq_ = 0;  // collectives started by this rank
 };
 
@@ -315,8 +335,8 @@ std::optional<RendezvousInfo> rendezvous_from_env() {
 std::unique_ptr<Communicator> Communicator::single() { return std::make_unique<SingleCommunicator>(); }
 
 std::unique_ptr<Communicator> Communicator::connect(const RendezvousInfo& info, std::chrono::milliseconds timeout,
-                                                    bool cuda) {
-  if (info.world_size == 1) return single();
+                                                    bool cuda, bool always_group) {
+  if (info.world_size == 1 && !always_group) return single();
   const std::string where = info.master_addr + ":" + std::to_string(info.master_port);
   c10::intrusive_ptr<c10d::Store> store;
   try {
@@ -340,11 +360,21 @@ std::unique_ptr<Communicator> Communicator::connect(const RendezvousInfo& info, 
   try {
 #ifdef ZS_WITH_CUDA
     if (cuda) {
+      const int devices = static_cast<int>(c10::cuda::device_count());
+      if (devices == 0) throw Error(ErrorKind::distributed, "NCCL needs a CUDA device and none is visible");
+      if (info.local_world_size > devices)
+        throw Error(ErrorKind::distributed,
+                    "rank " + std::to_string(info.rank) + ": " + std::to_string(info.local_world_size) +
+                        " ranks on this machine but " + std::to_string(devices) +
+                        " CUDA device(s): NCCL needs a GPU per rank; lower launch.num_processes (--num_processes) to " +
+                        std::to_string(devices) + " or set launch.use_cpu: true");
+      const auto index = static_cast<c10::DeviceIndex>(info.local_rank % devices);
+      c10::cuda::set_device(index);
       auto opts = c10d::ProcessGroupNCCL::Options::create();
       opts->timeout = timeout;
       auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, info.rank, info.world_size, opts);
-      return std::make_unique<GroupCommunicator<c10d::ProcessGroupNCCL>>(group, store, "nccl", true, info.rank,
-                                                                          info.world_size, timeout);
+      return std::make_unique<GroupCommunicator<c10d::ProcessGroupNCCL>>(group, store, "nccl", true, info, timeout,
+                                                                          at::Device(at::kCUDA, index));
     }
 #else
     if (cuda) throw Error(ErrorKind::distributed, "this build has no CUDA; NCCL is not available");
@@ -359,8 +389,7 @@ std::unique_ptr<Communicator> Communicator::connect(const RendezvousInfo& info, 
       opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }
     auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, info.rank, info.world_size, opts);
-    return std::make_unique<GroupCommunicator<c10d::ProcessGroupGloo>>(group, store, "gloo", false, info.rank,
-                                                                        info.world_size, timeout);
+    return std::make_unique<GroupCommunicator<c10d::ProcessGroupGloo>>(group, store, "gloo", false, info, timeout);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -2,6 +2,9 @@
 // Collectives between ranks over a c10d process group: Gloo for CPU tensors, NCCL for CUDA
 // tensors (builds with CUDA). Every call waits at most the communicator's timeout and then
 // throws zs::Error(distributed) naming this rank and the operation, so no rank ever hangs.
+// Tensors may live on the CPU or the device whatever the backend: where it cannot take them
+// (Gloo: bf16; NCCL: CPU tensors, such as the trainer's flags, losses and random states) the
+// collective runs on a copy that it can take.
 
 #include <chrono>
 #include <cstdint>
@@ -39,14 +42,18 @@ class Communicator {
   /// A world of one: every collective is a no-op (or a copy).
   static std::unique_ptr<Communicator> single();
   /// Meets the other ranks through a c10d TCPStore hosted by rank 0 and builds the process group
-  /// (NCCL when `cuda`, else Gloo). Throws zs::Error(distributed) within `timeout` when a rank is
-  /// missing or the store cannot be reached, saying which.
+  /// (NCCL when `cuda`, on CUDA device LOCAL_RANK mod the devices, which becomes the current
+  /// one; else Gloo). Throws zs::Error(distributed) within `timeout` when a rank is missing or the
+  /// store cannot be reached, saying which. A world of one gets single() unless `always_group`
+  /// (tests: a real one-rank NCCL or Gloo group).
   static std::unique_ptr<Communicator> connect(const RendezvousInfo& info, std::chrono::milliseconds timeout,
-                                               bool cuda = false);
+                                               bool cuda = false, bool always_group = false);
   virtual ~Communicator();
 
   int rank() const { return rank_; }
   int world_size() const { return world_size_; }
+  /// The rank on this machine (LOCAL_RANK): which CUDA device this rank uses.
+  int local_rank() const { return local_rank_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   /// "gloo", "nccl" or "single".
   virtual std::string backend() const = 0;
@@ -69,10 +76,11 @@ class Communicator {
   virtual void barrier() = 0;
 
  protected:
-  Communicator(int rank, int world_size, std::chrono::milliseconds timeout)
-      : rank_(rank), world_size_(world_size), timeout_(timeout) {}
+  Communicator(int rank, int world_size, std::chrono::milliseconds timeout, int local_rank = 0)
+      : rank_(rank), world_size_(world_size), local_rank_(local_rank), timeout_(timeout) {}
   int rank_;
   int world_size_;
+  int local_rank_;
   std::chrono::milliseconds timeout_;
 };
 

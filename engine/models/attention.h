@@ -7,7 +7,8 @@
 
 namespace zs::models {
 
-/// softmax(q kᵀ / sqrt(d) + mask) v over `heads` heads.
+/// softmax(q kᵀ / sqrt(d) + mask) v over `heads` heads. On CUDA with LibTorch 2.x this is
+/// scaled_dot_product_attention (flash / memory-efficient kernels); elsewhere the plain path.
 /// q: [B, Nq, H·d], k and v: [B, Nk, H·d]; mask (optional, additive): [Nq, Nk]. Returns [B, Nq, H·d].
 at::Tensor multi_head_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, std::int64_t heads,
                                 const at::Tensor& mask = {});

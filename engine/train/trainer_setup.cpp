@@ -8,6 +8,7 @@
 #include "config/config_writer.h"
 #include "core/error.h"
 #include "data/shapes.h"
+#include "dist/communicator.h"
 #include "io/safetensors.h"
 #include "train/optimizer_setup.h"
 #include "train/trainer_state.h"
@@ -100,7 +101,9 @@ checkpoint::CheckpointInfo Trainer::State::open_resume_checkpoint() {
 
 void Trainer::State::build_model_and_data(const std::optional<checkpoint::CheckpointInfo>& ckpt) {
   // Device.
-  if (!cfg.launch.use_cpu && torch::cuda::is_available()) device = at::Device(at::kCUDA, 0);
+  // One GPU per rank on each machine: LOCAL_RANK's (the communicator made it NCCL's device too).
+  if (!cfg.launch.use_cpu && torch::cuda::is_available())
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(comm->local_rank() % torch::cuda::device_count()));
   compute = compute_dtype(cfg.precision, device);  // fp16 without CUDA fails here, naming bf16
   if (opt.loss_scaling.value_or(cfg.precision == "fp16"))
     scaler = std::make_unique<LossScaler>(loss_scaler_options(cfg.loss_scaling));

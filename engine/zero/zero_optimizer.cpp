@@ -8,6 +8,7 @@
 #include <c10/util/accumulate.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "core/copy_stream.h"
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "zero/zero_unit.h"
@@ -36,6 +37,7 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communi
   const at::ScalarType compute = o_.compute_dtype.value_or(given.dtype().toScalarType());
   masters_ = compute != master_dtype_ || o_.offload_optimizer != ZeroOptions::Offload::none;
   compute_opts_ = given.dtype(compute);
+  copies_ = std::make_unique<CopyStream>(o_.side_streams ? compute_opts_.device() : at::Device(at::kCPU));
   state_opts_ = o_.offload_optimizer != ZeroOptions::Offload::none ? at::TensorOptions().dtype(master_dtype_)
                                                                     : given.dtype(master_dtype_);
   const bool owned_grads = o_.stage >= 2 || o_.offload_optimizer != ZeroOptions::Offload::none;
@@ -134,8 +136,20 @@ void ZeroOptimizer::prefetch(std::size_t unit) {
     if (u.param_read == 0) u.param_read = offload_->param_store->read(u.region_param, 0, u.shard, u.param_staging.data_ptr());
     return;
   }
-  u.gather_source = u.shard_param.to(compute_opts_.device(), /*non_blocking=*/true);
   u.flat_param = at::empty({u.padded}, compute_opts_);
+  if (copies_->asynchronous() && u.shard_param.device().is_cpu()) {
+    // An offloaded shard goes up and is gathered on the side stream while this unit computes.
+    at::Tensor src = u.shard_param, dst = at::empty({u.shard}, compute_opts_), flat = u.flat_param;
+    u.gather_fence = copies_->run(
+        [&] {
+          dst.copy_(src, /*non_blocking=*/true);
+          u.gathering = comm_.all_gather_async(dst, flat);
+        },
+        {dst, flat});
+    u.gather_source = dst;
+    return;
+  }
+  u.gather_source = u.shard_param.to(compute_opts_.device(), /*non_blocking=*/true);
   u.gathering = comm_.all_gather_async(u.gather_source, u.flat_param);
 }
 
@@ -146,6 +160,8 @@ void ZeroOptimizer::gather(std::size_t unit) {
   if (u.gathering) {
     u.gathering->wait();
     u.gathering.reset();
+    copies_->wait_on_device(u.gather_fence);  // a side-stream prefetch (one rank: the gather itself)
+    u.gather_fence = {};
     u.gather_source = at::Tensor();
   } else if (!u.flat_param.defined()) {
     // The shard from wherever it lives (device, CPU, or the NVMe file: a prefetched read).
@@ -168,6 +184,8 @@ void ZeroOptimizer::release(std::size_t unit) {
   if (u.gathering) {  // never drop a buffer a collective is still writing
     u.gathering->wait();
     u.gathering.reset();
+    copies_->wait_on_device(u.gather_fence);
+    u.gather_fence = {};
     u.gather_source = at::Tensor();
   }
   for (auto& [name, p] : u.params) p.set_data(at::empty({0}, compute_opts_));
@@ -178,7 +196,38 @@ void ZeroOptimizer::reduce_scatter_into_shard(Unit& u, const at::Tensor& full_gr
   at::Tensor part = at::empty({u.shard}, full_grad.options());
   comm_.reduce_scatter(full_grad, part);
   // Offload: the gradient leaves the device here, into the fp32 CPU copy the step reads.
-  u.shard_grad.add_(part.to(u.shard_grad.options()), 1.0 / comm_.world_size());
+  deposit_grad(u, part, 1.0 / comm_.world_size(), /*accumulate=*/true);
+}
+
+void ZeroOptimizer::deposit_grad(Unit& u, const at::Tensor& part, double scale, bool accumulate) {
+  if (!copies_->asynchronous() || !u.shard_grad.device().is_cpu() || !part.is_cuda()) {
+    if (accumulate) u.shard_grad.add_(part.to(u.shard_grad.options()), scale);
+    else u.shard_grad.copy_(part);
+    return;
+  }
+  // To the CPU on the side stream, into pinned memory; added there once it has arrived
+  // (settle_grad), so backward never waits for the copy.
+  settle_grad(u);  // an earlier micro-step's gradient still in the same staging buffer
+  if (!u.grad_host.defined())
+    u.grad_host = at::empty({u.owned}, part.options().device(at::kCPU).pinned_memory(true));
+  at::Tensor host = u.grad_host;
+  u.grad_fence = copies_->run([&] { host.copy_(part, /*non_blocking=*/true); }, {part});
+  u.grad_pending = true;
+  u.grad_accumulate = accumulate;
+  u.grad_scale = scale;
+  depositing_.push_back(&u);
+}
+
+bool ZeroOptimizer::settle_grad(Unit& u, bool block) {
+  if (!u.grad_pending) return true;
+  if (!block && !copies_->done(u.grad_fence)) return false;
+  copies_->wait_on_host(u.grad_fence);
+  u.grad_fence = {};
+  if (u.grad_accumulate) u.shard_grad.add_(u.grad_host, u.grad_scale);
+  else u.shard_grad.copy_(u.grad_host);
+  u.grad_pending = false;
+  depositing_.erase(std::remove(depositing_.begin(), depositing_.end(), &u), depositing_.end());
+  return true;
 }
 
 bool ZeroOptimizer::wants_backward_hook(std::size_t unit) const {
@@ -200,7 +249,7 @@ void ZeroOptimizer::launch_reduce(Unit& u) {
 
 void ZeroOptimizer::stage_owned_grad(Unit& u) {
   if (o_.stage <= 1 && o_.offload_optimizer != ZeroOptions::Offload::none && u.flat_grad.defined())
-    u.shard_grad.copy_(u.flat_grad.narrow(0, u.owned_offset, u.owned));
+    deposit_grad(u, u.flat_grad.narrow(0, u.owned_offset, u.owned), 1.0, /*accumulate=*/false);
 }
 
 void ZeroOptimizer::finish_reduce(Unit& u) {
@@ -213,7 +262,7 @@ void ZeroOptimizer::finish_reduce(Unit& u) {
     stage_owned_grad(u);
     return;
   }
-  u.shard_grad.add_(u.part.to(u.shard_grad.options()), 1.0 / comm_.world_size());  // every micro-step adds
+  deposit_grad(u, u.part, 1.0 / comm_.world_size(), /*accumulate=*/true);  // every micro-step adds
   u.part = at::Tensor();
   // Only the shard is kept: the full gradient buffer goes until the next backward.
   for (auto& [name, p] : u.params) p.mutable_grad() = at::Tensor();
@@ -225,6 +274,9 @@ void ZeroOptimizer::drain_reductions(const Unit* keep) {
   // ones have had a whole unit's backward to finish, so waiting for them costs little, and
   // their gradients move on (offload: to the CPU) while backward continues.
   while (!in_flight_.empty() && in_flight_.front() != keep) finish_reduce(*in_flight_.front());
+  // Gradients that have reached the CPU are added to the step's copy now, not all at the end.
+  while (!depositing_.empty() && settle_grad(*depositing_.front(), /*block=*/false)) {
+  }
 }
 
 void ZeroOptimizer::reduce_unit(std::size_t unit) {
@@ -328,6 +380,7 @@ void ZeroOptimizer::reduce_gradients() {
     }
     flush();
     for (auto& u : units_) stage_owned_grad(*u);
+    for (auto& u : units_) settle_grad(*u);
     grads_reduced_ = true;
     return;
   }
@@ -339,6 +392,9 @@ void ZeroOptimizer::reduce_gradients() {
     else launch_reduce(u);
   }
   for (auto& u : units_) finish_reduce(*u);
+  // Every gradient is where the step reads it before anything looks at them (or zero_grad
+  // clears the device buffers a copy still reads).
+  for (auto& u : units_) settle_grad(*u);
   grads_reduced_ = true;
 }
 

@@ -31,6 +31,9 @@
 #include "models/param_unit.h"
 #include "train/optimizer.h"
 
+namespace zs {
+class CopyStream;
+}
 namespace zs::dist {
 class Communicator;
 }
@@ -61,6 +64,9 @@ struct ZeroOptions {
   std::int64_t sub_group_size = 1'000'000'000;  ///< NVMe: optimizer elements per sub-group
   int buffer_count = 4;                       ///< NVMe: staging buffers for the sub-group pipeline (>= 3)
   bool pin_memory = true;                     ///< pin CPU copies when CUDA is present
+  /// CUDA: offload copies (gradients down, new weights up) and stage-3 prefetches of offloaded
+  /// shards run on a side stream, overlapping compute (false: in order; for measuring the overlap).
+  bool side_streams = true;
   io::AsyncIoOptions aio;
   std::function<void(const std::string&)> log;  ///< where to say which I/O backend was chosen
 };
@@ -156,6 +162,12 @@ class ZeroOptimizer final : public train::Optimizer {
   void drain_reductions(const Unit* keep);
   /// Stage 1 with offload: copies the rank's part of the reduced gradients to the CPU.
   void stage_owned_grad(Unit& u);
+  /// Puts a reduced gradient `part` [owned] into the unit's shard_grad (added × scale, or
+  /// copied). Into CPU memory with side streams it travels without blocking: settle_grad finishes it.
+  void deposit_grad(Unit& u, const at::Tensor& part, double scale, bool accumulate);
+  /// Finishes a deposit under way (blocking the host unless `block` is false; then only when its
+  /// copy is done). Returns whether nothing of the unit's is left pending.
+  bool settle_grad(Unit& u, bool block = true);
   /// The gradient the step uses for the rank's part of a unit (owned elements).
   at::Tensor step_grad(Unit& u) const;
   /// The rank's part of a unit's compute parameters (stage 3 NVMe: read into a buffer).
@@ -181,6 +193,8 @@ class ZeroOptimizer final : public train::Optimizer {
   bool masters_ = false;  // separate master weights (mixed precision or optimizer offload)
   at::TensorOptions compute_opts_, state_opts_;  // where/what the model computes; where the optimizer state lives
   std::unique_ptr<Offload> offload_;
+  std::unique_ptr<CopyStream> copies_;  // host<->device copies (a side stream on CUDA)
+  std::vector<Unit*> depositing_;       // units with a gradient deposit under way, oldest first
   std::int64_t step_ = 0;
   bool grads_reduced_ = false;
 };

@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include "core/copy_stream.h"
 #include "core/error.h"
 #include "zero/cpu_adam.h"
 #include "zero/zero_unit.h"
@@ -239,6 +240,16 @@ bool ZeroOptimizer::unscale_and_check_overflow(double inv_scale) {
 void ZeroOptimizer::step_in_memory(Unit& u, double lr) {
   at::Tensor p = owned_params(u);
   const at::Tensor g = step_grad(u);
+  if (masters_ && copies_->asynchronous() && u.master.device().is_cpu() && p.is_cuda()) {
+    // The CPU step writes the new weights into pinned memory; they go up on the side stream
+    // while the CPU updates the next unit (step() makes the compute stream wait for them).
+    if (!u.param_host.defined()) u.param_host = at::empty({u.owned}, p.options().device(at::kCPU).pinned_memory(true));
+    copies_->wait_on_host(u.param_fence);  // the last step's copy out of the same buffer
+    adam_master(u.master, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_, u.param_host);
+    at::Tensor host = u.param_host;
+    u.param_fence = copies_->run([&] { p.copy_(host, /*non_blocking=*/true); }, {p});
+    return;
+  }
   if (!masters_) adam_reference(p, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_);
   else adam_master(u.master, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_, p);
   store_owned_params(u, p);
@@ -300,6 +311,7 @@ void ZeroOptimizer::step(double lr) {
   if (o_.offload_optimizer == ZeroOptions::Offload::nvme) step_nvme(lr);
   else
     for (auto& u : units_) step_in_memory(*u, lr);
+  copies_->join();  // the new weights on their way up, before anything computes with them
   if (o_.stage > 0) gather_whole_units();
   for (auto& u : units_)
     if (u->shard_grad.defined()) u->shard_grad.zero_();

@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "core/copy_stream.h"
 #include "dist/communicator.h"
 #include "zero/nvme_store.h"
 #include "zero/zero_optimizer.h"
@@ -51,6 +52,15 @@ struct ZeroOptimizer::Unit {
   at::Tensor param_staging;
   NvmeStore::Ticket param_read = 0;
   at::Tensor init_master;  // construction only: the owned weights in master precision
+  // Side-stream copies (CUDA): pinned staging buffers and the fences of the copies under way.
+  at::Tensor grad_host;           // [owned] a reduced gradient on its way to the CPU shard_grad
+  CopyStream::Fence grad_fence;   // its device-to-host copy
+  bool grad_pending = false;      // grad_host still has to go into shard_grad
+  bool grad_accumulate = false;   // ... added (with grad_scale) or copied
+  double grad_scale = 1.0;
+  at::Tensor param_host;          // [owned] the CPU step's new weights on their way to the device
+  CopyStream::Fence param_fence;  // its host-to-device copy
+  CopyStream::Fence gather_fence; // stage 3: an offloaded shard's prefetch (copy up and gather)
 };
 
 /// The NVMe side: one store per kind of data, the sub-group plan and its staging buffers.

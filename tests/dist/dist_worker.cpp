@@ -37,23 +37,36 @@ bool check(bool ok, const char* what) {
   return ok;
 }
 
-int collectives(dist::Communicator& c) {
+/// Every collective on tensors at `device` (cpu, or cuda: NCCL's own, or Gloo's CUDA path), and
+/// the trainer's kind of small CPU tensors next to them (NCCL stages those through the device).
+int collectives(dist::Communicator& c, const at::Device& device) {
   const int r = c.rank(), n = c.world_size();
+  const auto on = at::TensorOptions().device(device);
   bool ok = true;
-  at::Tensor t = at::full({5}, r + 1.0);
+  at::Tensor t = at::full({5}, r + 1.0, on);
   c.all_reduce(t);
-  ok &= check(at::allclose(t, at::full({5}, n * (n + 1) / 2.0)), "all_reduce");
+  ok &= check(at::allclose(t.cpu(), at::full({5}, n * (n + 1) / 2.0)), "all_reduce");
   // all_gather: shard of 3 values [r, r, r] -> flat [0,0,0,1,1,1,...]
-  at::Tensor flat = at::zeros({3 * n});
-  c.all_gather(at::full({3}, static_cast<double>(r)), flat);
-  ok &= check(at::equal(flat, at::arange(n, at::kFloat).repeat_interleave(3)), "all_gather");
+  at::Tensor flat = at::zeros({3 * n}, on);
+  c.all_gather(at::full({3}, static_cast<double>(r), on), flat);
+  ok &= check(at::equal(flat.cpu(), at::arange(n, at::kFloat).repeat_interleave(3)), "all_gather");
   // reduce_scatter: each rank contributes arange(2n) * (r + 1); chunk r summed.
-  at::Tensor shard = at::zeros({2});
-  c.reduce_scatter(at::arange(2 * n, at::kFloat) * (r + 1), shard);
-  ok &= check(at::allclose(shard, at::arange(2 * r, 2 * r + 2, at::kFloat) * (n * (n + 1) / 2.0)), "reduce_scatter");
-  at::Tensor b = at::full({4}, static_cast<double>(r * 10));
+  at::Tensor shard = at::zeros({2}, on);
+  c.reduce_scatter(at::arange(2 * n, on.dtype(at::kFloat)) * (r + 1), shard);
+  ok &= check(at::allclose(shard.cpu(), at::arange(2 * r, 2 * r + 2, at::kFloat) * (n * (n + 1) / 2.0)), "reduce_scatter");
+  at::Tensor b = at::full({4}, static_cast<double>(r * 10), on);
   c.broadcast(b, n - 1);
-  ok &= check(at::equal(b, at::full({4}, (n - 1) * 10.0)), "broadcast");
+  ok &= check(at::equal(b.cpu(), at::full({4}, (n - 1) * 10.0)), "broadcast");
+  // bf16 on the device and a CPU double, as the trainer's parameters and losses.
+  at::Tensor h = at::full({3}, r + 1.0, on.dtype(at::kBFloat16));
+  c.all_reduce(h);
+  ok &= check(at::equal(h.cpu().to(at::kFloat), at::full({3}, n * (n + 1) / 2.0)), "all_reduce bf16");
+  at::Tensor d = at::full({1}, 0.5 * r, at::kDouble);
+  c.all_reduce(d);
+  ok &= check(d.device().is_cpu() && d.item<double>() == 0.25 * n * (n - 1), "all_reduce of a CPU double");
+  at::Tensor bytes = at::full({2}, r, at::kByte), all_bytes = at::zeros({2 * n}, at::kByte);
+  c.all_gather(bytes, all_bytes);
+  ok &= check(all_bytes[2 * n - 1].item<int>() == n - 1, "all_gather of CPU bytes");
   c.barrier();
   return ok ? 0 : 1;
 }
@@ -76,9 +89,11 @@ models::UNet2DConditionModel small_unet() {
 
 /// Variations of the ZeRO run, from a comma-separated list: f64 (float64 instead of float32),
 /// bf16 (bf16 compute with fp32 masters), ckpt (activation checkpointing on the sharded model
-/// only), opt=cpu|nvme and param=cpu|nvme (offload), nvme=DIR (the NVMe folder), subgroup=N.
+/// only), opt=cpu|nvme and param=cpu|nvme (offload), nvme=DIR (the NVMe folder), subgroup=N,
+/// cuda (the ZeRO model computes on the GPU; the reference stays on the CPU), nccl (NCCL
+/// instead of Gloo, a real group even for one rank; implies cuda).
 struct Variant {
-  bool f64 = false, bf16 = false, ckpt = false;
+  bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false;
   zero::ZeroOptions::Offload opt = zero::ZeroOptions::Offload::none, param = zero::ZeroOptions::Offload::none;
   std::string nvme;
   std::int64_t sub_group = 1'000'000'000;
@@ -91,6 +106,8 @@ struct Variant {
       if (f == "f64") f64 = true;
       else if (f == "bf16") bf16 = true;
       else if (f == "ckpt") ckpt = true;
+      else if (f == "cuda") cuda = true;
+      else if (f == "nccl") nccl = cuda = true;
       else if (f.rfind("opt=", 0) == 0) opt = device(f.substr(4));
       else if (f.rfind("param=", 0) == 0) param = device(f.substr(6));
       else if (f.rfind("nvme=", 0) == 0) nvme = f.substr(5);
@@ -130,6 +147,8 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, con
   o.reduce_bucket_size = 3000;  // several buckets on this small model
   o.allgather_bucket_size = 20000;
   if (v.bf16) o.compute_dtype = at::kBFloat16;
+  const at::Device dev = v.cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  if (v.cuda) o.device = dev;  // the parameters move there unit by unit
   o.offload_optimizer = v.opt;
   o.offload_param = v.param;
   o.optimizer_nvme_path = o.param_nvme_path = v.nvme;
@@ -155,8 +174,9 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, con
     for (int k = 0; k < accum; ++k) {
       opt.set_last_micro_step(k == accum - 1);
       const std::int64_t from = rank * per_rank + k * micro;
-      const at::Tensor out = unet->forward(x.narrow(0, from, micro), t.narrow(0, from, micro), ctx.narrow(0, from, micro));
-      ((out - target.narrow(0, from, micro)).pow(2).mean() / accum).backward();
+      const at::Tensor out = unet->forward(x.narrow(0, from, micro).to(dev), t.narrow(0, from, micro).to(dev),
+                                           ctx.narrow(0, from, micro).to(dev));
+      ((out - target.narrow(0, from, micro).to(dev)).pow(2).mean() / accum).backward();
     }
     opt.reduce_gradients();
     const double norm = opt.clip_grad_norm(clip);
@@ -196,7 +216,7 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, con
   std::map<std::string, at::Tensor> mine;
   for (const auto& [name, p] : opt.full_parameters()) mine[name] = p;
   if (mine.empty())
-    for (const auto& p : unet->named_parameters()) mine[p.key()] = p.value();
+    for (const auto& p : unet->named_parameters()) mine[p.key()] = p.value().detach().cpu();
   std::map<std::string, at::Tensor> ema;
   for (const auto& [name, t] : opt.ema_state()) ema[name] = t;
   double worst = 0;
@@ -409,14 +429,22 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "RANK/WORLD_SIZE not set\n");
       return 2;
     }
-    auto comm = dist::Communicator::connect(*info, std::chrono::milliseconds(static_cast<long>(timeout_s * 1000)));
+    // The ZeRO and collectives scenarios take their Variant after the scenario's own arguments.
+    const int variant_arg = scenario == "zero" ? 6 : scenario == "collectives" ? 3 : argc;
+    const Variant variant(argc > variant_arg ? argv[variant_arg] : "");
+    if (variant.cuda) {
+      // float32 on the GPU must be float32 (TF32 would round products to 10-bit mantissas).
+      at::globalContext().setAllowTF32CuDNN(false);
+      at::globalContext().setAllowTF32CuBLAS(false);
+    }
+    auto comm = dist::Communicator::connect(*info, std::chrono::milliseconds(static_cast<long>(timeout_s * 1000)),
+                                            variant.nccl, /*always_group=*/variant.nccl);
     int rc = 0;
     if (scenario == "collectives") {
-      rc = collectives(*comm);
+      rc = collectives(*comm, variant.cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU));
     } else if (scenario == "zero") {
       std::vector<std::string> nvme_dirs;
-      rc = zero_exactness(*comm, std::stoi(argv[3]), std::stoi(argv[4]), std::stod(argv[5]),
-                          Variant(argc > 6 ? argv[6] : ""), nvme_dirs);
+      rc = zero_exactness(*comm, std::stoi(argv[3]), std::stoi(argv[4]), std::stod(argv[5]), variant, nvme_dirs);
       // The optimizer is gone: so are its NVMe folders.
       for (const auto& d : nvme_dirs)
         if (!check(count_files(d) == -1, ("NVMe folder left behind: " + d).c_str())) rc = 1;

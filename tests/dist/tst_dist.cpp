@@ -7,6 +7,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "cuda_support.h"
 #include "test_support.h"
 
 namespace {
@@ -68,21 +69,29 @@ class TestDist : public QObject {
  private slots:
   void collectives_data() {
     QTest::addColumn<int>("world");
-    QTest::newRow("2 ranks") << 2;
-    QTest::newRow("3 ranks") << 3;
+    QTest::addColumn<QString>("variant");  // dist_worker's Variant list
+    QTest::addColumn<QString>("backend");
+    QTest::newRow("2 ranks") << 2 << "" << "gloo, native reduce_scatter 0";
+    QTest::newRow("3 ranks") << 3 << "" << "gloo, native reduce_scatter 0";
+    // CUDA twins: NCCL as a real one-rank group (the lent GPU machines have one device, and NCCL
+    // refuses two ranks on one), and Gloo's CUDA path with two ranks on the same device.
+    QTest::newRow("nccl, 1 rank, cuda tensors") << 1 << "nccl" << "nccl, native reduce_scatter 1";
+    QTest::newRow("gloo, 2 ranks, cuda tensors") << 2 << "cuda" << "gloo, native reduce_scatter 0";
   }
 
   void collectives() {
     QFETCH(int, world);
+    QFETCH(QString, variant);
+    QFETCH(QString, backend);
+    if (variant.contains("cuda") || variant.contains("nccl")) ZS_REQUIRE_CUDA();
     std::vector<int> ranks(static_cast<std::size_t>(world));
     std::iota(ranks.begin(), ranks.end(), 0);
-    World w("collectives", world, ranks, zs::test::freePort(), 30);
+    World w("collectives", world, ranks, zs::test::freePort(), 30, {}, {variant});
     for (int r = 0; r < world; ++r) {
       QVERIFY(w.wait(r, 60000));
       const QString out = w.out(r);
       QVERIFY2(w.code(r) == 0, qPrintable(out));
-      QVERIFY2(out.contains(QString("ok collectives rank %1 of %2 (gloo, native reduce_scatter 0)").arg(r).arg(world)),
-               qPrintable(out));
+      QVERIFY2(out.contains(QString("ok collectives rank %1 of %2 (%3)").arg(r).arg(world).arg(backend)), qPrintable(out));
     }
   }
 
@@ -117,6 +126,7 @@ class TestDist : public QObject {
     QFETCH(int, accum);
     QFETCH(double, clip);
     QFETCH(QString, variant);
+    if (variant.contains("cuda") || variant.contains("nccl")) ZS_REQUIRE_CUDA();
     // NVMe offload writes under a fresh folder ("@" in the variant), checked empty afterwards.
     QTemporaryDir nvme;
     variant.replace("@", nvme.path());
@@ -237,6 +247,34 @@ class TestDist : public QObject {
   }
 
   void offloadMatchesOneProcess() { zeroStagesMatchOneProcess(); }
+
+  // The CUDA paths against the CPU reference (the reference model always trains on the CPU):
+  // a real one-rank NCCL group (tests bypass the one-process shortcut) and two Gloo ranks on
+  // CUDA tensors, every stage, with offload (pinned CPU copies) and bf16. Skipped without CUDA.
+  void cudaMatchesTheCpuReference_data() {
+    QTest::addColumn<int>("stage");
+    QTest::addColumn<int>("world");
+    QTest::addColumn<int>("accum");
+    QTest::addColumn<double>("clip");
+    QTest::addColumn<QString>("variant");
+    for (int stage : {0, 1, 2, 3}) {
+      QTest::addRow("nccl, stage %d, 1 rank, f64", stage) << stage << 1 << 1 << 0.0 << "f64,nccl";
+      QTest::addRow("gloo on cuda, stage %d, 2 ranks, accumulation 2, clipping, f64", stage)
+          << stage << 2 << 2 << 0.05 << "f64,cuda";
+    }
+    QTest::newRow("nccl, stage 2, 1 rank, optimizer to cpu, f64") << 2 << 1 << 1 << 0.0 << "f64,nccl,opt=cpu";
+    QTest::newRow("nccl, stage 3, 1 rank, params and optimizer to cpu, f32")
+        << 3 << 1 << 1 << 0.0 << "f32,nccl,param=cpu,opt=cpu";
+    QTest::newRow("nccl, stage 3, 1 rank, params and optimizer to nvme, f64")
+        << 3 << 1 << 2 << 0.05 << "f64,nccl,param=nvme,opt=nvme,nvme=@,subgroup=5000";
+    QTest::newRow("gloo on cuda, stage 3, 2 ranks, params to cpu, gradient checkpointing, f64")
+        << 3 << 2 << 1 << 0.0 << "f64,cuda,ckpt,param=cpu";
+    QTest::newRow("gloo on cuda, stage 2, 2 ranks, optimizer to cpu, f32") << 2 << 2 << 1 << 0.0 << "f32,cuda,opt=cpu";
+    QTest::newRow("nccl, bf16, stage 2, 1 rank") << 2 << 1 << 1 << 0.0 << "bf16,nccl";
+    QTest::newRow("gloo on cuda, bf16, stage 3, 2 ranks, optimizer to cpu") << 3 << 2 << 1 << 0.0 << "bf16,cuda,opt=cpu";
+  }
+
+  void cudaMatchesTheCpuReference() { zeroStagesMatchOneProcess(); }
 
   // Stage 2 with the optimizer on the CPU keeps only the compute-dtype parameters (and, during
   // backward, the gradient buckets) on the device: fp32 masters, moments and gradients, 16Ψ/N

@@ -27,6 +27,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "cuda_support.h"
 #include "model_support.h"
 #include "test_support.h"
 
@@ -415,6 +416,47 @@ class TestTrainE2E : public QObject {
       QVERIFY2(std::string(e.what()).find("precision: fp16 needs a CUDA GPU") != std::string::npos, e.what());
       QVERIFY2(std::string(e.what()).find("bf16") != std::string::npos, e.what());
     }
+  }
+
+  // fp16 on CUDA with dynamic loss scaling trains the quickstart model (stage 0, and stage 2
+  // with the optimizer on the CPU): the loss scale is reported, losses stay finite and fall,
+  // and the metrics carry the caching allocator's figures.
+  void fp16TrainsOnCudaWithLossScaling_data() {
+    QTest::addColumn<QStringList>("sets");
+    QTest::newRow("stage 0") << QStringList{};
+    QTest::newRow("stage 2, optimizer on the cpu") << QStringList{"zero.stage=2", "zero.offload_optimizer.device=cpu"};
+  }
+
+  void fp16TrainsOnCudaWithLossScaling() {
+    ZS_REQUIRE_CUDA();
+    QFETCH(QStringList, sets);
+    QTemporaryDir dir;
+    train::TrainerOptions opt;
+    opt.run_dir = (dir.path() + "/run").toStdString();
+    std::vector<std::string> extra = {"precision=fp16", "launch.use_cpu=false", "training.max_steps=40",
+                                      "sampling.every_n_steps=0", "checkpointing.every_n_steps=0"};
+    for (const auto& s : sets) extra.push_back(s.toStdString());
+    train::TrainerCommands commands;
+    const auto summary = train::Trainer(small_config(extra), opt).run(commands);
+    QCOMPARE(summary.step, std::int64_t{40});
+    const auto events = read_events(opt.run_dir);
+    for (const auto& e : events)
+      if (e["type"] == "run_start") QCOMPARE(e["device"].get<std::string>(), std::string("cuda:0"));
+    const auto l = losses(events);
+    QCOMPARE(l.size(), std::size_t{40});
+    for (double x : l) QVERIFY(std::isfinite(x));
+    const double first = (l[0] + l[1] + l[2] + l[3] + l[4]) / 5, last = (l[35] + l[36] + l[37] + l[38] + l[39]) / 5;
+    QVERIFY2(last < 0.8 * first, qPrintable(QString("loss %1 -> %2").arg(first).arg(last)));
+    int with_scale = 0;
+    for (const auto& e : events) {
+      if (e["type"] != "metrics") continue;
+      with_scale += e.contains("loss_scale") && e["loss_scale"].get<double>() >= 1;
+      const auto& r = e["ranks"][0];
+      QVERIFY(r["gpu_allocated_bytes"].get<std::int64_t>() > 0);
+      QVERIFY(r["gpu_reserved_bytes"].get<std::int64_t>() >= r["gpu_allocated_bytes"].get<std::int64_t>());
+      QVERIFY(r["gpu_peak_bytes"].get<std::int64_t>() >= r["gpu_allocated_bytes"].get<std::int64_t>());
+    }
+    QCOMPARE(with_scale, 40);
   }
 
   // Dynamic loss scaling on the CPU (forced on for fp32): an injected inf skips the step, the
