@@ -38,8 +38,11 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communi
   masters_ = compute != master_dtype_ || o_.offload_optimizer != ZeroOptions::Offload::none;
   compute_opts_ = given.dtype(compute);
   copies_ = std::make_unique<CopyStream>(o_.side_streams ? compute_opts_.device() : at::Device(at::kCPU));
-  state_opts_ = o_.offload_optimizer != ZeroOptions::Offload::none ? at::TensorOptions().dtype(master_dtype_)
-                                                                    : given.dtype(master_dtype_);
+  // Offloaded state lives in CPU memory, named explicitly: Tensor::to() with options that name no
+  // device keeps the tensor where it is (on the GPU).
+  state_opts_ = o_.offload_optimizer != ZeroOptions::Offload::none
+                    ? at::TensorOptions().dtype(master_dtype_).device(at::kCPU)
+                    : given.dtype(master_dtype_);
   const bool owned_grads = o_.stage >= 2 || o_.offload_optimizer != ZeroOptions::Offload::none;
   const at::TensorOptions moment_opts = masters_ ? state_opts_ : compute_opts_;
   const bool nvme_optimizer = o_.offload_optimizer == ZeroOptions::Offload::nvme;

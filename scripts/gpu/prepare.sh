@@ -23,6 +23,8 @@ rm -f "$lib"/libgio-2.0* "$lib"/libgmodule-2.0* "$lib"/libgobject-2.0* "$lib"/li
       "$lib"/libicutest* "$lib"/libicutu*
 (cd "$stage/usr/include/x86_64-linux-gnu/qt6" && ls | grep -v -x -e QtCore -e QtTest | xargs rm -rf)
 (cd "$lib" && for f in *.so; do [ -e "$f" ] || rm -f "$f"; done && ln -sf /lib/x86_64-linux-gnu/libz.so.1 libz.so)
+# QtCore's target names a mkspecs folder that only qmake's packages fill.
+mkdir -p "$lib/qt6/mkspecs/linux-g++"
 # Qt6CoreTools' targets name qmake6, which the engine never runs: a stub keeps find_package happy.
 printf '#!/bin/sh\necho "qmake6 is not part of the ZeroStudio GPU prefix" >&2\nexit 1\n' > "$stage/usr/bin/x86_64-linux-gnu-qmake6"
 chmod +x "$stage/usr/bin/x86_64-linux-gnu-qmake6"

@@ -5,6 +5,7 @@
 #                                       benchmarks; no GUI) against python3's LibTorch, build
 #   scripts/gpu/run.sh test [ARGS]      ctest with CI=1 and ZS_REQUIRE_CUDA=1 (nothing skips silently)
 #   scripts/gpu/run.sh bench [ARGS]     bench_gpu_step ARGS
+#   scripts/gpu/run.sh debug BIN [ARGS] a backtrace of BIN's crash (cuda-gdb; there is no gdb)
 # Logs go to $OUT (the device tool's folder) or .gpu/out.
 set -uo pipefail
 root=$(pwd)
@@ -14,9 +15,13 @@ build=$root/build-gpu
 mkdir -p "$out"
 [ -d /usr/local/cuda/bin ] && export PATH=/usr/local/cuda/bin:$PATH
 
+shared=$(cd "$root/.." && pwd)/shared  # where CMake looks for the fixtures, as in CI
+
 unpack() {
   if [ ! -d $prefix/usr ]; then mkdir -p $prefix && tar -xJf .gpu/prefix.tar.xz -C $prefix || exit 1; fi
-  if [ ! -d .gpu/shared/fixtures ]; then mkdir -p .gpu/shared && tar -xJf .gpu/fixtures.tar.xz -C .gpu/shared || exit 1; fi
+  # QtCore's CMake target names its mkspecs folder, which only the qmake packages fill.
+  mkdir -p $prefix/usr/lib/x86_64-linux-gnu/qt6/mkspecs/linux-g++
+  if [ ! -d "$shared/fixtures" ]; then mkdir -p "$shared" && tar -xJf .gpu/fixtures.tar.xz -C "$shared" || exit 1; fi
 }
 
 case "${1:-build}" in
@@ -28,14 +33,15 @@ case "${1:-build}" in
     # from the prefix too, without LD_LIBRARY_PATH.
     if [ ! -f "$build/build.ninja" ]; then
       cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DZS_BUILD_GUI=OFF \
-        -DCMAKE_PREFIX_PATH="$torch_cmake;$prefix/usr" -DZS_SHARED_DIR="$root/.gpu/shared" \
+        -DCMAKE_PREFIX_PATH="$torch_cmake;$prefix/usr" \
         -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags >"$out/configure.log" 2>&1
       rc=$?
       grep -E "ZeroStudio|CUDA|Torch|Caffe2|Error|error|Warning" "$out/configure.log" | head -40
       [ $rc -eq 0 ] || { tail -40 "$out/configure.log"; exit $rc; }
     fi
     start=$(date +%s)
-    ninja -C "$build" -k 0 >"$out/build.log" 2>&1
+    # moc runs during the build and needs the carried libraries (pcre2-16).
+    LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu ninja -C "$build" -k 0 >"$out/build.log" 2>&1
     rc=$?
     echo "build: exit $rc in $(( $(date +%s) - start )) s"
     [ $rc -eq 0 ] || grep -E "error|Error" -A3 "$out/build.log" | head -120
@@ -50,6 +56,11 @@ case "${1:-build}" in
     echo "ctest: exit $rc in $(( $(date +%s) - start )) s"
     grep -E "^ *[0-9]+/[0-9]+ Test|tests passed|FAIL!|QWARN|QINFO.*(CUDA|fp32|bf16|fp16)" "$out/ctest.log" | tail -80
     exit $rc
+    ;;
+  debug)
+    # A backtrace where there is no gdb: cuda-gdb debugs host code too. debug BINARY [ARGS]
+    shift
+    cuda-gdb -q -batch -ex run -ex bt -ex "info threads" --args "$@" 2>&1 | grep -v "^\[New Thread\|^\[Thread" | tail -60
     ;;
   bench)
     shift

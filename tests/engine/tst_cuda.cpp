@@ -162,7 +162,7 @@ class TestCuda : public QObject {
     const at::Tensor v = at::randn({b, nk, heads * d}, at::kDouble), dout = at::randn({b, nq, heads * d}, at::kDouble);
     auto run = [&](const at::Device& device, at::ScalarType dtype, std::vector<at::Tensor>& grads) {
       std::vector<at::Tensor> in;
-      for (const auto& t : {q, k, v}) in.push_back(t.to(device, dtype).requires_grad_(true));
+      for (const auto& t : {q, k, v}) in.push_back(t.to(device, dtype).detach().requires_grad_(true));  // fresh leaves
       const at::Tensor mask = causal ? causal_mask(nq, dtype, device) : at::Tensor();
       const at::Tensor out = multi_head_attention(in[0], in[1], in[2], heads, mask);
       out.backward(dout.to(device, dtype));
