@@ -95,7 +95,8 @@ int child(const Args& a, const std::string& name) {
   at::Tensor pooled, time_ids;
   if (cfg.addition_embed_type == "text_time") {
     pooled = at::randn({b, cfg.projection_class_embeddings_input_dim - 6 * cfg.addition_time_embed_dim}, bf16);
-    time_ids = at::tensor({1024.0, 1024.0, 0.0, 0.0, 1024.0, 1024.0}, bf16).repeat({b, 1});
+    const double px = 8.0 * a.res;  // original and target size in pixels, no crop
+    time_ids = at::tensor({px, px, 0.0, 0.0, px, px}, at::kFloat).to(bf16).repeat({b, 1});
   }
   sync();
   const double setup_s = since(setup0);

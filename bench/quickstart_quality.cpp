@@ -18,6 +18,7 @@
 #include "config/config_loader.h"
 #include "data/dataset.h"
 #include "data/shapes.h"
+#include "io/atomic_file.h"
 #include "io/image.h"
 #include "io/safetensors.h"
 #include "models/diffusion_model.h"
@@ -101,7 +102,8 @@ int main(int argc, char** argv) {
     double secs = 0;
     std::int64_t last_step = 0;
     if (!score_only) {
-    fs::remove_all(run_dir);
+    std::error_code ec;
+    io::remove_tree(run_dir, ec);
     train::TrainerOptions opt;
     opt.run_dir = run_dir;
     train::Trainer trainer(loaded.config, opt);

@@ -62,11 +62,11 @@ CheckpointInfo finalize_checkpoint(const std::string& root, const std::string& t
   io::write_file_atomic((tmp_dir / "meta.json").string(), meta.dump(2) + "\n");
   // Replace an older checkpoint of the same tag: move it aside first, so one of the two always exists.
   const fs::path old_dir = fs::path(root) / ("." + tag + ".old");
-  fs::remove_all(old_dir, ec);
+  io::remove_tree(old_dir, ec);
   if (fs::exists(final_dir)) fs::rename(final_dir, old_dir, ec);
   fs::rename(tmp_dir, final_dir, ec);
   if (ec) throw Error(ErrorKind::io, final_dir.string() + ": cannot move the checkpoint into place: " + ec.message());
-  fs::remove_all(old_dir, ec);
+  io::remove_tree(old_dir, ec);
   // `latest` names the newest complete checkpoint; it is written last.
   io::write_file_atomic((fs::path(root) / "latest").string(), tag + "\n");
   return open_checkpoint(final_dir.string());
@@ -76,7 +76,7 @@ CheckpointInfo save_checkpoint(const std::string& root, const std::string& tag,
                                const std::map<std::string, NamedTensors>& files, nlohmann::json meta) {
   const fs::path tmp_dir = staging_dir(root, tag);
   std::error_code ec;
-  fs::remove_all(tmp_dir, ec);
+  io::remove_tree(tmp_dir, ec);
   fs::create_directories(tmp_dir, ec);
   if (ec) throw Error(ErrorKind::io, tmp_dir.string() + ": cannot create the checkpoint folder: " + ec.message());
   for (const auto& [name, tensors] : files) io::write_safetensors((tmp_dir / name).string(), tensors, {{"format", "pt"}});
@@ -174,7 +174,7 @@ std::vector<std::string> prune_checkpoints(const std::string& root, std::int64_t
   for (const auto& c : pool) {
     if (keep.count(c.tag)) continue;
     std::error_code ec;
-    fs::remove_all(c.path, ec);
+    io::remove_tree(c.path, ec);
     if (!ec) deleted.push_back(c.tag);
   }
   return deleted;

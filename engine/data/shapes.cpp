@@ -105,7 +105,7 @@ void generate_shapes_dataset(const std::string& dir, int count, int size, std::u
     throw Error(ErrorKind::io, dir + ": already exists and is not empty; choose another --out or delete it");
   const fs::path partial = target.string() + ".partial";
   std::error_code ec;
-  fs::remove_all(partial, ec);
+  io::remove_tree(partial, ec);
   fs::create_directories(partial / "images", ec);
   fs::create_directories(partial / "captions", ec);
   if (ec) throw Error(ErrorKind::io, partial.string() + ": cannot create the folder: " + ec.message());

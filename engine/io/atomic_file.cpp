@@ -1,6 +1,8 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +18,8 @@ namespace zs::io {
 namespace fs = std::filesystem;
 
 namespace {
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }
+
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw Error(ErrorKind::io, path + ": cannot " + what + ": " + std::strerror(errno));
 }
@@ -58,6 +62,17 @@ std::string read_file(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+void remove_tree(const fs::path& path, std::error_code& ec) {
+  ec.clear();
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno != ENOENT) ec = std::error_code(errno, std::generic_category());
+    return;
+  }
+  // Depth first (children before their folder), without following links.
+  if (::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) ec = std::error_code(errno, std::generic_category());
 }
 
 }  // namespace zs::io

@@ -103,7 +103,7 @@ SampleFolder write_samples(models::DiffusionModel& model, const config::Sampling
   const fs::path final_dir = fs::path(samples_root) / ("step_" + std::to_string(step));
   const fs::path tmp_dir = fs::path(samples_root) / (".step_" + std::to_string(step) + ".tmp");
   std::error_code ec;
-  fs::remove_all(tmp_dir, ec);
+  io::remove_tree(tmp_dir, ec);
   fs::create_directories(tmp_dir, ec);
   if (ec) throw Error(ErrorKind::io, tmp_dir.string() + ": cannot create the sample folder: " + ec.message());
   std::vector<io::Image> pngs;
@@ -121,7 +121,7 @@ SampleFolder write_samples(models::DiffusionModel& model, const config::Sampling
                                                      : static_cast<int>(std::ceil(std::sqrt(static_cast<double>(pngs.size()))));
   io::write_png((tmp_dir / "grid.png").string(), make_grid(pngs, columns));
   io::write_file_atomic((tmp_dir / "prompts.json").string(), listing.dump(2) + "\n");
-  fs::remove_all(final_dir, ec);  // a re-sample of the same step (after a resume) replaces it
+  io::remove_tree(final_dir, ec);  // a re-sample of the same step (after a resume) replaces it
   fs::rename(tmp_dir, final_dir, ec);
   if (ec) throw Error(ErrorKind::io, final_dir.string() + ": cannot move the samples into place: " + ec.message());
   return {final_dir.string(), images.size(0)};

@@ -22,6 +22,7 @@
 #include "data/dataset.h"
 #include "diffusion/noise_schedule.h"
 #include "dist/communicator.h"
+#include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "models/diffusion_model.h"
 #include "train/control_file.h"
@@ -267,7 +268,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     if (main_rank) {
       for (int r = 0; r < s.world; ++r) mine.emplace_back("rng.cpu." + std::to_string(r), rngs.chunk(s.world)[r].clone());
       std::error_code ec;
-      fs::remove_all(staging, ec);
+      io::remove_tree(staging, ec);
       fs::create_directories(staging, ec);
       if (ec) problem = staging + ": cannot create: " + ec.message();
     }
@@ -294,7 +295,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     if (!all_ok(problem.empty())) {
       if (main_rank) {
         std::error_code ec;
-        fs::remove_all(staging, ec);
+        io::remove_tree(staging, ec);
       }
       s.emit("error", {{"message", "checkpoint " + tag + " not saved (older checkpoints are kept): " +
                                        (problem.empty() ? "another rank could not write its shard" : problem)}});

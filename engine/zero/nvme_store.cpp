@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace zs::zero {
 
@@ -61,7 +62,7 @@ NvmeStore::~NvmeStore() {
   for (auto& f : files_)
     if (f.fd >= 0) ::close(f.fd);
   std::error_code ec;
-  fs::remove_all(dir_, ec);
+  io::remove_tree(dir_, ec);
 }
 
 std::size_t NvmeStore::file_index(const std::string& name) {
@@ -131,7 +132,7 @@ std::vector<std::string> NvmeStore::remove_stale(const std::string& nvme_path) {
     if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
     if (pid == getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;
-    fs::remove_all(entry.path(), ec);
+    io::remove_tree(entry.path(), ec);
     if (!ec) removed.push_back(entry.path().string());
   }
   return removed;

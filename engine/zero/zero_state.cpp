@@ -34,6 +34,13 @@ void adam_reference(at::Tensor p, at::Tensor m, at::Tensor v, const at::Tensor& 
   p.addcdiv_(m, denom, -lr / c1);
 }
 
+/// out = master, converted where master lives and then copied over: a copy across devices that
+/// also converts goes through a pageable temporary and converts on one CPU thread (2.7 s a
+/// step for SD 1.5's 859 M parameters on the GPU to bf16 shards in CPU memory).
+void copy_converted(at::Tensor& out, const at::Tensor& master) {
+  out.copy_(out.device() == master.device() ? master : master.to(out.scalar_type()), /*non_blocking=*/false);
+}
+
 /// Adam on fp32 masters: the fused kernel when everything is float32 in CPU memory (writing the
 /// bf16/fp16 copy of the result in the same pass when `out` is such a CPU tensor), else the
 /// reference arithmetic. `out`, when defined, receives the updated weights.
@@ -49,11 +56,11 @@ void adam_master(at::Tensor master, at::Tensor m, at::Tensor v, const at::Tensor
     const bool half_out = out.defined() && out.device().is_cpu() && out.is_contiguous() &&
                           (out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kHalf);
     cpu_adamw(master, g, m, v, h, half_out ? out : at::Tensor());
-    if (out.defined() && !half_out) out.copy_(master);
+    if (out.defined() && !half_out) copy_converted(out, master);
     return;
   }
   adam_reference(master, m, v, g.to(master.options()), o, lr, step);
-  if (out.defined()) out.copy_(master);
+  if (out.defined()) copy_converted(out, master);
 }
 
 }  // namespace

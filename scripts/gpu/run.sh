@@ -21,6 +21,13 @@ unpack() {
   if [ ! -d $prefix/usr ]; then mkdir -p $prefix && tar -xJf .gpu/prefix.tar.xz -C $prefix || exit 1; fi
   # QtCore's CMake target names its mkspecs folder, which only the qmake packages fill.
   mkdir -p $prefix/usr/lib/x86_64-linux-gnu/qt6/mkspecs/linux-g++
+  # Where the machine has its own libjpeg/libpng/zlib headers, the compiler finds those before
+  # the carried ones: use its libraries with them (a libjpeg 62 library under libjpeg 8 headers
+  # refuses to start).
+  local lib=$prefix/usr/lib/x86_64-linux-gnu inc=$prefix/usr/include
+  [ -f /usr/include/jpeglib.h ] && rm -f $lib/libjpeg.so* $inc/jpeglib.h $inc/jconfig.h $inc/jmorecfg.h $inc/jerror.h
+  [ -f /usr/include/png.h ] && rm -rf $lib/libpng* $inc/png.h $inc/pngconf.h $inc/pnglibconf.h $inc/libpng16
+  [ -f /usr/include/zlib.h ] && rm -f $lib/libz.so $inc/zlib.h $inc/zconf.h
   if [ ! -d "$shared/fixtures" ]; then mkdir -p "$shared" && tar -xJf .gpu/fixtures.tar.xz -C "$shared" || exit 1; fi
 }
 
