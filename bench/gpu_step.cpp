@@ -163,6 +163,7 @@ std::string common_flags(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line as it comes, also into a pipe that may be cut
   Args a;
   std::string child_run;
   for (int i = 1; i + 1 < argc; i += 2) {

@@ -257,8 +257,15 @@ void ZeroOptimizer::step_in_memory(Unit& u, double lr) {
     u.param_fence = copies_->run([&] { p.copy_(host, /*non_blocking=*/true); }, {p});
     return;
   }
-  if (!masters_) adam_reference(p, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_);
-  else adam_master(u.master, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_, p);
+  if (!masters_) {
+    // Parameter shards offloaded without the optimizer (stage 3, full precision): the update
+    // runs where the moments live and the result goes back to the shard.
+    const at::Tensor w = p.device() == u.exp_avg.device() ? p : p.to(u.exp_avg.device());
+    adam_reference(w, u.exp_avg, u.exp_avg_sq, g.to(w.device()), o_, lr, step_);
+    if (!w.is_same(p)) p.copy_(w);
+  } else {
+    adam_master(u.master, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_, p);
+  }
   store_owned_params(u, p);
 }
 
