@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
+#include "io/safetensors.h"
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
 #include "models/unet_2d_condition.h"
@@ -16,6 +17,16 @@ namespace zs::test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+std::string fixture_path(const std::string& rel) { return (sharedDir() + "/fixtures/").toStdString() + rel; }
+
+std::shared_ptr<models::UNet2DConditionModelImpl> load_fixture_unet() {
+  models::UNet2DConditionModel unet(models::UNetConfig::from_file(fixture_path("sd15-tiny/unet/config.json")));
+  const io::SafetensorsReader reader(fixture_path("sd15-tiny/unet/diffusion_pytorch_model.safetensors"));
+  const models::LoadReport report = models::load_weights(*unet, reader);
+  if (!report.unexpected.empty()) throw std::runtime_error("unexpected tensor " + report.unexpected.front());
+  return unet.ptr();
+}
 
 models::ClipTextConfig open_clip_config(std::int64_t hidden, std::int64_t layers, std::int64_t projection) {
   models::ClipTextConfig c;

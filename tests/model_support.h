@@ -2,13 +2,22 @@
 // Model folders for tests that need more than the sd15-tiny fixture (built with random weights).
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace zs::models {
 struct ClipTextConfig;
+class UNet2DConditionModelImpl;
 }
 
 namespace zs::test {
+
+/// `rel` under ../shared/fixtures.
+std::string fixture_path(const std::string& rel);
+
+/// The sd15-tiny fixture's UNet with its weights, every tensor loaded (throws otherwise); hold it
+/// as a models::UNet2DConditionModel. Needs the shared fixtures.
+std::shared_ptr<models::UNet2DConditionModelImpl> load_fixture_unet();
 
 /// An OpenCLIP-style text tower (SDXL's second encoder) in Stable Diffusion's proportions: width
 /// `hidden`, 4 × hidden MLP, 64-channel heads, gelu, with a `projection`-wide text projection.

@@ -13,26 +13,21 @@
 #include "io/safetensors.h"
 #include "models/attention.h"
 #include "models/unet_2d_condition.h"
-#include "models/weights.h"
 
 // Qt's `slots` macro would break LibTorch's headers: Qt comes after them.
 #include <QtTest>
 
 #include "cuda_support.h"
+#include "model_support.h"
 #include "test_support.h"
 
 using namespace zs::models;
 
 namespace {
 
-std::string fixture(const QString& rel) { return (zs::test::sharedDir() + "/fixtures/" + rel).toStdString(); }
+std::string fixture(const QString& rel) { return zs::test::fixture_path(rel.toStdString()); }
 
-UNet2DConditionModel load_tiny_unet() {
-  UNet2DConditionModel unet(UNetConfig::from_file(fixture("sd15-tiny/unet/config.json")));
-  const zs::io::SafetensorsReader reader(fixture("sd15-tiny/unet/diffusion_pytorch_model.safetensors"));
-  load_weights(*unet, reader);
-  return unet;
-}
+UNet2DConditionModel load_tiny_unet() { return UNet2DConditionModel(zs::test::load_fixture_unet()); }
 
 /// ‖a − b‖ / ‖b‖, computed in float64 on the CPU.
 double rel_l2(const at::Tensor& a, const at::Tensor& b) {

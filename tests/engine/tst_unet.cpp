@@ -17,21 +17,16 @@
 #include "io/safetensors.h"
 #include "models/unet_2d_condition.h"
 #include "models/weights.h"
+#include "model_support.h"
 #include "test_support.h"
 
 using namespace zs::models;
 
 namespace {
 
-std::string fixture(const QString& rel) { return (zs::test::sharedDir() + "/fixtures/" + rel).toStdString(); }
+std::string fixture(const QString& rel) { return zs::test::fixture_path(rel.toStdString()); }
 
-UNet2DConditionModel load_tiny_unet() {
-  UNet2DConditionModel unet(UNetConfig::from_file(fixture("sd15-tiny/unet/config.json")));
-  const zs::io::SafetensorsReader reader(fixture("sd15-tiny/unet/diffusion_pytorch_model.safetensors"));
-  const LoadReport report = load_weights(*unet, reader);
-  if (!report.unexpected.empty()) throw std::runtime_error("unexpected tensor " + report.unexpected.front());
-  return unet;
-}
+UNet2DConditionModel load_tiny_unet() { return UNet2DConditionModel(zs::test::load_fixture_unet()); }
 
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
