@@ -68,6 +68,7 @@ void sync() { torch::cuda::synchronize(); }
 
 /// One setting in this process: prints one "zs ..." line.
 int child(const Args& a, const std::string& name) {
+  keep_freed_memory();  // as the trainer does
   const Setting s = parse_setting(name);
   const at::Device dev(at::kCUDA, 0);
   const auto setup0 = Clock::now();

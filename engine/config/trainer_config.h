@@ -112,7 +112,7 @@ struct ZeroConfig {
   OffloadParamConfig offload_param;
   std::int64_t reduce_bucket_size{};
   std::int64_t allgather_bucket_size{};
-  std::optional<bool> overlap_comm;  ///< null: on for stage 3, off otherwise (as DeepSpeed)
+  std::optional<bool> overlap_comm;  ///< null: the ZeRO plan's default (on at every stage)
   bool contiguous_gradients{};
   std::int64_t stage3_prefetch_bucket_size{};
   std::int64_t stage3_param_persistence_threshold{};
@@ -197,8 +197,6 @@ struct TrainerConfig {
 
   /// Scheduler length: scheduler.total_steps, or training.max_steps when unset.
   std::int64_t schedule_steps() const { return scheduler.total_steps.value_or(training.max_steps); }
-  /// overlap_comm as it will run: unset means on for stage 3 only (DeepSpeed's rule).
-  bool effective_overlap_comm() const { return zero.overlap_comm.value_or(zero.stage == 3); }
 };
 
 /// True when every schema key has the same value in both.

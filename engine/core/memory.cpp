@@ -1,8 +1,13 @@
 #include "core/memory.h"
 
+#include <climits>
 #include <cstdio>
+#include <mutex>
 
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #ifdef ZS_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -62,6 +67,16 @@ std::int64_t gpu_total_bytes(int device_index) {
 std::int64_t physical_memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : 0;
+}
+
+void keep_freed_memory() {
+#if defined(__GLIBC__)
+  static std::once_flag once;
+  std::call_once(once, [] {
+    mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest; fixing it also ends the dynamic threshold
+    mallopt(M_TRIM_THRESHOLD, INT_MAX);
+  });
+#endif
 }
 
 }  // namespace zs

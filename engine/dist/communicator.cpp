@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <future>
 #include <thread>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #endif
 
 #include "core/error.h"
+#include "dist/ring_reduce_scatter.h"
 
 namespace zs::dist {
 
@@ -69,7 +71,17 @@ class GroupCommunicator final : public Communicator {
                     bool native_rs, const RendezvousInfo& info, std::chrono::milliseconds timeout,
                     std::optional<at::Device> device = std::nullopt)
       : Communicator(info.rank, info.world_size, timeout, info.local_rank), group_(std::move(group)),
-        store_(std::move(store)), name_(std::move(name)), native_rs_(native_rs), device_(device) {}
+        store_(std::move(store)), name_(std::move(name)), native_rs_(native_rs), device_(device) {
+    if (!native_rs_)
+      ring_ = std::make_unique<RingReduceScatter>(
+          rank_, world_size_,
+          [group = group_, timeout](const at::Tensor& send, int to, at::Tensor& recv, int from, int tag) {
+            std::vector<at::Tensor> out{send}, in{recv};
+            auto sent = group->send(out, to, tag);
+            auto received = group->recv(in, from, tag);
+            if (!sent->wait(timeout) || !received->wait(timeout)) throw std::runtime_error("timed out");
+          });
+  }
 
   std::string backend() const override { return name_; }
   bool native_reduce_scatter() const override { return native_rs_; }
@@ -120,6 +132,34 @@ class GroupCommunicator final : public Communicator {
     std::vector<at::Tensor> keep_;  // buffers the work reads and writes
   };
 
+  /// Several started collectives, waited for in order.
+  class PendingGroup final : public PendingCollective {
+   public:
+    void wait() override {
+      for (auto& p : parts) p->wait();
+    }
+    std::vector<std::unique_ptr<PendingCollective>> parts;
+  };
+
+  /// A ring reduce-scatter under way (RingReduceScatter's worker runs it).
+  class RingPending final : public PendingCollective {
+   public:
+    RingPending(GroupCommunicator& owner, std::shared_future<void> done, std::uint64_t seq)
+        : owner_(owner), done_(std::move(done)), seq_(seq) {}
+    void wait() override {
+      try {
+        done_.get();
+      } catch (const std::exception& e) {
+        owner_.fail("reduce_scatter", e.what(), seq_);
+      }
+    }
+
+   private:
+    GroupCommunicator& owner_;
+    std::shared_future<void> done_;
+    std::uint64_t seq_;
+  };
+
   std::unique_ptr<PendingCollective> all_reduce_async(at::Tensor& t) override {
     if (const auto o = staged(t)) {
       at::Tensor f = t.to(*o), out = t;
@@ -148,14 +188,24 @@ class GroupCommunicator final : public Communicator {
       run("all_gather", [&] { return work = group_->_allgather_base(out, in); }, false);
       return std::make_unique<Pending>(*this, "all_gather", work, nullptr, std::vector<at::Tensor>{shard, flat});
     }
-    std::vector<at::Tensor> in{shard};
-    std::vector<std::vector<at::Tensor>> out(1);
-    for (const auto& chunk : flat.chunk(world_size_)) out[0].push_back(chunk);
-    run("all_gather", [&] { return work = group_->allgather(out, in); }, false);
-    std::vector<at::Tensor> keep = out[0];
-    keep.push_back(shard);
-    keep.push_back(flat);
-    return std::make_unique<Pending>(*this, "all_gather", work, nullptr, keep);
+    // Gloo copies through a flat buffer of world × the input that it allocates on every call:
+    // large gathers go in pieces small enough for that buffer to come from malloc's heap, not
+    // from fresh mmaps whose pages fault in every time (11 µs a page on our VMs).
+    const std::int64_t n = shard.numel();
+    const std::int64_t piece = std::max<std::int64_t>(1, kGlooPieceBytes / (world_size_ * shard.element_size()));
+    auto pieces = std::make_unique<PendingGroup>();
+    for (std::int64_t first = 0; first < n || (n == 0 && first == 0); first += piece) {
+      const std::int64_t count = std::min(piece, n - first);
+      std::vector<at::Tensor> in{shard.narrow(0, first, count)};
+      std::vector<std::vector<at::Tensor>> out(1);
+      for (int r = 0; r < world_size_; ++r) out[0].push_back(flat.narrow(0, r * n + first, count));
+      run("all_gather", [&] { return work = group_->allgather(out, in); }, false, first == 0);
+      std::vector<at::Tensor> keep = out[0];
+      keep.push_back(in[0]);
+      pieces->parts.push_back(std::make_unique<Pending>(*this, "all_gather", work, nullptr, keep));
+      if (n == 0) break;
+    }
+    return pieces;
   }
 
   std::unique_ptr<PendingCollective> reduce_scatter_async(const at::Tensor& flat, at::Tensor& shard) override {
@@ -174,6 +224,11 @@ class GroupCommunicator final : public Communicator {
       run("reduce_scatter", [&] { return work = group_->_reduce_scatter_base(out, in); }, false);
       return std::make_unique<Pending>(*this, "reduce_scatter", work, nullptr, std::vector<at::Tensor>{flat, shard});
     }
+    if (ring_ && flat.is_cpu() && shard.is_cpu()) {
+      count();
+      return std::make_unique<RingPending>(*this, ring_->start(flat, shard), seq_);
+    }
+    // Gloo on CUDA tensors: all-reduce a copy and keep this rank's chunk.
     std::vector<at::Tensor> v{flat.clone()};
     run("reduce_scatter", [&] { return work = group_->allreduce(v); }, false);
     at::Tensor full = v[0], out = shard;
@@ -269,17 +324,32 @@ class GroupCommunicator final : public Communicator {
     return "abandoned by " + silent + " (started it, then went silent): that rank died or hangs";
   }
 
-  template <class Start>
-  void run(const char* op, Start start, bool wait = true, bool count = true) {
-    if (count) {
-      ++seq_;
-      try {
-        const std::string v = std::to_string(seq_);
-        store_->set("zs_seq/" + std::to_string(rank_), std::vector<uint8_t>(v.begin(), v.end()));
-      } catch (const std::exception&) {
-        // the store is only for naming a culprit; the collective itself will report the failure
-      }
+  /// Numbers a collective this rank starts, in the store too, for blame().
+  void count() {
+    ++seq_;
+    try {
+      const std::string v = std::to_string(seq_);
+      store_->set("zs_seq/" + std::to_string(rank_), std::vector<uint8_t>(v.begin(), v.end()));
+    } catch (const std::exception&) {
+      // the store is only for naming a culprit; the collective itself will report the failure
     }
+  }
+
+  /// Throws the error for collective #`seq` (`op`) that failed with `what`, naming the culprit.
+  [[noreturn]] void fail(const char* op, std::string what, std::uint64_t seq) const {
+    if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);  // drop C++ stack traces
+    const std::string culprit = blame();
+    throw Error(ErrorKind::distributed,
+                "rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + ": " + op + " #" +
+                    std::to_string(seq) + " failed (" + name_ + ", timeout " + std::to_string(timeout_.count() / 1000) +
+                    " s): " +
+                    (culprit.empty() ? what + ". Another rank has probably stopped or died" : culprit + " [" + what + "]") +
+                    "; see logs/rank*.log of the run and the launcher's report.");
+  }
+
+  template <class Start>
+  void run(const char* op, Start start, bool wait = true, bool counted = true) {
+    if (counted) count();
     try {
       auto work = start();
       // NCCL's wait only makes the current stream wait (its watchdog enforces the timeout given
@@ -289,16 +359,7 @@ class GroupCommunicator final : public Communicator {
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
-      std::string what = e.what();
-      if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);  // drop C++ stack traces
-      const std::string culprit = blame();
-      throw Error(ErrorKind::distributed,
-                  "rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + ": " + op + " #" +
-                      std::to_string(seq_) + " failed (" + name_ + ", timeout " +
-                      std::to_string(timeout_.count() / 1000) + " s): " +
-                      (culprit.empty() ? what + ". Another rank has probably stopped or died"
-                                       : culprit + " [" + what + "]") +
-                      "; see logs/rank*.log of the run and the launcher's report.");
+      fail(op, e.what(), seq_);
     }
   }
 
@@ -308,6 +369,8 @@ class GroupCommunicator final : public Communicator {
   bool native_rs_;
   std::optional<at::Device> device_;  // NCCL: the rank's CUDA device
   std::uint64_t seq_ = 0;  // collectives started by this rank
+  std::unique_ptr<RingReduceScatter> ring_;  // Gloo: reduce-scatter of CPU tensors
+  static constexpr std::int64_t kGlooPieceBytes = 8 << 20;
 };
 
 }  // namespace

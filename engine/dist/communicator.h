@@ -64,7 +64,9 @@ class Communicator {
   virtual void all_reduce(at::Tensor& t) = 0;
   /// flat [world_size · n] = every rank's `shard` [n] in rank order. Both contiguous, same dtype.
   virtual void all_gather(const at::Tensor& shard, at::Tensor& flat) = 0;
-  /// shard [n] = sum over ranks of their `flat` [world_size · n] chunk number rank().
+  /// shard [n] = sum over ranks of their `flat` [world_size · n] chunk number rank(). The other
+  /// chunks of `flat` may serve as scratch: their contents are unspecified afterwards (Gloo's ring
+  /// sums in place; NCCL leaves them).
   virtual void reduce_scatter(const at::Tensor& flat, at::Tensor& shard) = 0;
   /// all_reduce / reduce_scatter started in the background (Gloo runs them on its own threads, so
   /// backward can go on). The tensors must stay alive and untouched until wait() returns.

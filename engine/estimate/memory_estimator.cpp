@@ -26,8 +26,20 @@ int64_t align_up(int64_t n) { return (n + kIoAlignment - 1) / kIoAlignment * kIo
 
 int compute_bytes(const std::string& precision) { return precision == "fp32" ? 4 : 2; }
 
-bool persistent(const UnitShape& u, const EstimateOptions& o) {
-  return u.kind == UnitKind::io || u.kind == UnitKind::text_encoder || u.parameters < o.persistence_threshold;
+/// The ZeRO plan the optimizer would make for this model (rank 0's layout).
+zero::Plan plan_for(const ModelShape& model, const EstimateOptions& o) {
+  zero::PlanOptions p;
+  p.stage = o.stage;
+  p.world_size = o.world_size;
+  p.offload_optimizer = o.offload_optimizer;
+  p.offload_param = o.offload_param;
+  p.persistence_threshold = o.persistence_threshold;
+  p.overlap_comm = o.overlap_comm;
+  std::vector<std::pair<std::string, int64_t>> units;
+  for (const auto& u : model.units)
+    units.emplace_back(u.kind == UnitKind::io ? "io" : u.kind == UnitKind::text_encoder ? "text_encoder" : "unit",
+                       u.parameters);
+  return zero::make_plan(p, units);
 }
 
 struct UnitActivation {
@@ -93,22 +105,6 @@ UnitActivation unit_activation(const UnitShape& u, const ModelShape& m, int64_t 
   return a;
 }
 
-struct UnitLayout {
-  int64_t padded, shard, owned;
-  bool whole, hook_grads;
-};
-
-UnitLayout layout(const UnitShape& u, const EstimateOptions& o) {
-  const int64_t n = o.world_size;
-  UnitLayout l{};
-  l.padded = (u.parameters + n - 1) / n * n;
-  l.shard = l.padded / n;
-  l.owned = o.stage == 0 ? l.padded : l.shard;
-  l.whole = o.stage < 3 || persistent(u, o);
-  l.hook_grads = o.stage >= 2 && !persistent(u, o);
-  return l;
-}
-
 }  // namespace
 
 int64_t activation_bytes(const ModelShape& model, const EstimateOptions& o) {
@@ -153,13 +149,16 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   const int64_t state_per_element = masters ? 12 : 2 * c;  // fp32 master + two moments, or the moments
   int64_t max_hook_padded = 0, max_owned = 0, gathered = 0, whole_total = 0, param_staging = 0, owned_total = 0;
   int64_t sharded_shards = 0, largest_sharded = 0;  // elements: this rank's shards, the largest sharded unit
+  int64_t gathered_after_step = 0;  // elements of the units all-gathered after the step
+  int64_t hook_total = 0;           // elements of the units whose hooks reduce their gradients
   std::vector<int64_t> sharded_padded;
-  for (const auto& u : model.units) {
-    const UnitLayout l = layout(u, o);
+  const zero::Plan plan = plan_for(model, o);
+  for (const zero::UnitPlan& l : plan.units) {
     owned_total += l.owned;
     max_owned = std::max(max_owned, l.owned);
+    if (l.gather_after_step) gathered_after_step += l.padded;
     // Parameters (compute dtype): whole units everywhere; stage 3 keeps the rank's shard.
-    if (l.whole) {
+    if (!l.sharded) {
       e.gpu.parameters += c * l.padded;
       whole_total += l.padded;
     } else {
@@ -175,10 +174,14 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
     }
     // Gradients: the full buffer where backward accumulates (stages 0-1, units kept whole), and
     // the rank's reduced part (stages 2-3; with optimizer offload an fp32 copy in CPU memory).
-    if (!l.hook_grads) e.gpu.gradients += c * l.padded;
-    else max_hook_padded = std::max(max_hook_padded, l.padded);
+    if (!l.hook_grads) {
+      e.gpu.gradients += c * l.padded;
+    } else {
+      max_hook_padded = std::max(max_hook_padded, l.padded);
+      hook_total += l.padded;
+    }
     if (o.offload_optimizer != Offload::none) e.cpu.gradients += 4 * l.owned;
-    else if (o.stage >= 2) e.gpu.gradients += c * l.owned;
+    else if (l.reduced_copy) e.gpu.gradients += c * l.owned;
     // Optimizer states.
     const int64_t state = state_per_element * l.owned;
     if (o.offload_optimizer == Offload::none) e.gpu.optimizer_states += state;
@@ -193,15 +196,18 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
                              ? sharded_padded[i + 1] : 0;
     gathered = std::max(gathered, c * (sharded_padded[i] + next));
   }
-  // Stages 2-3: a unit's fresh gradients, their flat copy and the previous unit's reduction in flight.
-  const int64_t in_flight = 3 * c * max_hook_padded;
+  // Stages 2-3: the fresh gradients of the unit backward is in and their flat copy, and up to
+  // reduce_bucket_size elements of earlier units' copies still being reduced (their reduced parts
+  // too), as ZeroOptimizer::drain_reductions allows.
+  const int64_t bucket = std::min(o.reduce_bucket_size, hook_total);
+  const int64_t in_flight = max_hook_padded > 0 ? c * (2 * max_hook_padded + bucket + bucket / o.world_size) : 0;
   // Stages 1-3: the all-gather of the whole units' updated shards after the step.
-  const int64_t allgather = o.stage >= 1 ? c * std::min(o.allgather_bucket_size, whole_total) * (o.world_size + 1) /
-                                                o.world_size
-                                         : 0;
+  const int64_t allgather = c * std::min(o.allgather_bucket_size, gathered_after_step) * (o.world_size + 1) /
+                            o.world_size;
   // Stages 0-1 without overlap: gradients all-reduced in buckets of concatenated units.
-  const int64_t reduce =
-      o.stage <= 1 && o.world_size > 1 && !o.overlap_comm ? c * std::min(o.reduce_bucket_size, e.parameters) : 0;
+  const int64_t reduce = !plan.any_reduce_scatter() && o.world_size > 1 && !plan.overlap_comm
+                             ? c * std::min(o.reduce_bucket_size, e.parameters)
+                             : 0;
   // Mixed precision without offload: the step upcasts one unit's gradient part.
   const int64_t upcast = masters && o.offload_optimizer == Offload::none && c < 4 ? 4 * max_owned : 0;
   e.gpu.activations = activation_bytes(model, o);
@@ -308,7 +314,7 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   o.resolution = cfg.data.resolution;
   o.gradient_checkpointing = cfg.training.gradient_checkpointing;
   o.ema = cfg.ema.enabled;
-  o.overlap_comm = cfg.zero.overlap_comm.value_or(true);
+  o.overlap_comm = cfg.zero.overlap_comm;
   o.zero3_init = cfg.zero.zero3_init_flag;
   o.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
   o.prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size;
@@ -317,20 +323,6 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   o.sub_group_size = cfg.zero.sub_group_size;
   o.buffer_count = static_cast<int>(cfg.zero.offload_optimizer.buffer_count);
   return o;
-}
-
-const char* offload_name(Offload o) {
-  switch (o) {
-    case Offload::cpu: return "cpu";
-    case Offload::nvme: return "nvme";
-    default: return "none";
-  }
-}
-
-Offload offload_from_name(const std::string& name) {
-  if (name == "cpu") return Offload::cpu;
-  if (name == "nvme") return Offload::nvme;
-  return Offload::none;
 }
 
 int64_t parse_bytes(const std::string& text) {

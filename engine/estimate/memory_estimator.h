@@ -1,16 +1,18 @@
 #pragma once
 // Memory per process for a training setup: ZeRO's model-state split for the chosen stage,
-// offload and precision (exactly as ZeroOptimizer lays it out), activations from the
+// offload and precision (from the same plan ZeroOptimizer carries out, zero/zero_plan.h), activations from the
 // architecture at the chosen resolution and batch (calibrated against measured forward/backward
 // passes of the tiny model), communication and offload buffers, and NVMe bytes. Also the lowest
 // stage and offload that fit a given device memory.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "estimate/model_shape.h"
+#include "zero/zero_plan.h"
 
 namespace zs::config {
 struct TrainerConfig;
@@ -18,7 +20,7 @@ struct TrainerConfig;
 
 namespace zs::estimate {
 
-enum class Offload { none, cpu, nvme };
+using Offload = zero::Offload;
 
 /// Everything the estimate depends on (the config's values, or the wizard's current answers).
 struct EstimateOptions {
@@ -32,7 +34,7 @@ struct EstimateOptions {
   std::int64_t resolution = 512;       ///< image side in pixels
   bool gradient_checkpointing = false;
   bool ema = false;                    ///< EMA of the rank's part, fp32 in CPU memory
-  bool overlap_comm = true;
+  std::optional<bool> overlap_comm;   ///< unset: the ZeRO plan's default
   bool zero3_init = false;             ///< stage 3: the model is built straight into shards (zero3_init_flag)
   std::int64_t persistence_threshold = 100'000;  ///< stage 3: smaller units stay whole
   std::int64_t prefetch_bucket_size = 50'000'000; ///< stage 3: units up to this size are prefetched
@@ -111,8 +113,8 @@ std::int64_t activation_bytes(const ModelShape& model, const EstimateOptions& op
 /// 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N for stages 0-3 (N must divide Ψ for exact values).
 std::int64_t zero_paper_bytes(std::int64_t psi, int world_size, int stage);
 
-const char* offload_name(Offload o);
-Offload offload_from_name(const std::string& name);
+using zero::offload_from_name;
+using zero::offload_name;
 /// "24GiB", "24 GB", "24G", "80e9", "25769803776": bytes; throws zs::Error(config) otherwise.
 std::int64_t parse_bytes(const std::string& text);
 /// "13.1 GiB", "512.0 MiB", "0 B".

@@ -19,50 +19,23 @@ at::ScalarType compute_dtype(const std::string& precision, const c10::Device& de
   return at::kFloat;
 }
 
-namespace {
-
-zero::ZeroOptions::Offload offload_of(const std::string& device) {
-  if (device == "cpu") return zero::ZeroOptions::Offload::cpu;
-  if (device == "nvme") return zero::ZeroOptions::Offload::nvme;
-  return zero::ZeroOptions::Offload::none;
-}
-
-}  // namespace
-
-std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
-                                          dist::Communicator& comm, at::ScalarType compute, const at::Device& device,
-                                          const std::string& run_tag,
-                                          std::function<void(const std::string&)> log,
-                                          const zero::ShardedInit* sharded_init) {
+zero::ZeroOptions zero_options(const config::TrainerConfig& cfg) {
   const auto& z = cfg.zero;
-  const double beta1 = cfg.optimizer.betas.at(0), beta2 = cfg.optimizer.betas.at(1);
-  std::vector<models::ParamUnit> units = model.unet->units();
-  if (sharded_init) sharded_init->attach(units);
-  for (auto& u : units)
-    for (auto& [name, p] : u.parameters) name = "unet." + name;
-  if (model.text_encoder_trained) {  // a pipeline's text encoder is frozen: not optimized, not sharded
-    models::ParamUnit text{"text_encoder", {}};
-    for (const auto& p : model.text_encoder->named_parameters()) text.parameters.emplace_back("text_encoder." + p.key(), p.value());
-    units.push_back(std::move(text));
-  }
   zero::ZeroOptions zo;
   zo.stage = static_cast<int>(z.stage);
   zo.reduce_bucket_size = z.reduce_bucket_size;
   zo.allgather_bucket_size = z.allgather_bucket_size;
   zo.persistence_threshold = z.stage3_param_persistence_threshold;
-  zo.overlap_comm = z.overlap_comm.value_or(true);  // explicit false turns it off
+  zo.overlap_comm = z.overlap_comm;  // unset: the plan decides
   zo.prefetch_bucket_size = z.stage3_prefetch_bucket_size;
-  zo.beta1 = beta1;
-  zo.beta2 = beta2;
+  zo.beta1 = cfg.optimizer.betas.at(0);
+  zo.beta2 = cfg.optimizer.betas.at(1);
   zo.eps = cfg.optimizer.eps;
   zo.weight_decay = cfg.optimizer.weight_decay;
-  zo.compute_dtype = compute;
-  zo.device = device;
-  zo.offload_optimizer = offload_of(z.offload_optimizer.device);
-  zo.offload_param = offload_of(z.offload_param.device);
+  zo.offload_optimizer = zero::offload_from_name(z.offload_optimizer.device);
+  zo.offload_param = zero::offload_from_name(z.offload_param.device);
   zo.optimizer_nvme_path = z.offload_optimizer.nvme_path;
   zo.param_nvme_path = z.offload_param.nvme_path;
-  zo.run_tag = run_tag;
   zo.sub_group_size = z.sub_group_size;
   zo.buffer_count = static_cast<int>(z.offload_optimizer.buffer_count);
   // CPU copies are pinned whenever CUDA is present (the pin_memory keys are read for DeepSpeed
@@ -73,6 +46,27 @@ std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig&
   zo.aio.threads = static_cast<int>(z.aio.intra_op_parallelism);
   zo.aio.single_submit = z.aio.single_submit;
   zo.aio.overlap_events = z.aio.overlap_events;
+  return zo;
+}
+
+std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
+                                          dist::Communicator& comm, at::ScalarType compute, const at::Device& device,
+                                          const std::string& run_tag,
+                                          std::function<void(const std::string&)> log,
+                                          const zero::ShardedInit* sharded_init) {
+  std::vector<models::ParamUnit> units = model.unet->units();
+  if (sharded_init) sharded_init->attach(units);
+  for (auto& u : units)
+    for (auto& [name, p] : u.parameters) name = "unet." + name;
+  if (model.text_encoder_trained) {  // a pipeline's text encoder is frozen: not optimized, not sharded
+    models::ParamUnit text{"text_encoder", {}};
+    for (const auto& p : model.text_encoder->named_parameters()) text.parameters.emplace_back("text_encoder." + p.key(), p.value());
+    units.push_back(std::move(text));
+  }
+  zero::ZeroOptions zo = zero_options(cfg);
+  zo.compute_dtype = compute;
+  zo.device = device;
+  zo.run_tag = run_tag;
   zo.log = std::move(log);
   auto zero_opt = std::make_unique<zero::ZeroOptimizer>(std::move(units), comm, std::move(zo));
   model.unet->set_unit_hooks(zero_opt->unit_hooks());

@@ -10,16 +10,13 @@
 
 #include "config/trainer_config.h"
 #include "train/loss_scaler.h"
-#include "train/optimizer.h"
+#include "zero/zero_optimizer.h"
 
 namespace zs::dist {
 class Communicator;
 }
 namespace zs::models {
 struct DiffusionModel;
-}
-namespace zs::zero {
-class ZeroOptimizer;
 }
 
 namespace zs::zero {
@@ -32,6 +29,10 @@ namespace zs::train {
 /// CUDA (LibTorch has no fp16 convolution or group norm on the CPU): throws zs::Error(config)
 /// saying so and suggesting bf16.
 at::ScalarType compute_dtype(const std::string& precision, const c10::Device& device);
+
+/// The ZeRO options the config asks for (stage, buckets, offload, Adam's hyper-parameters, I/O);
+/// the device, compute precision, NVMe run tag and log are the caller's to add.
+zero::ZeroOptions zero_options(const config::TrainerConfig& cfg);
 
 /// A ZeroOptimizer over the UNet's units plus the text encoder as one more unit (also in one
 /// process at stage 0, where it does AdamW's arithmetic: one optimizer, one checkpoint format),

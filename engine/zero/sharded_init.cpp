@@ -3,12 +3,12 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace zs::zero {
 
-ShardedInit::ShardedInit(int rank, int world, std::int64_t persistence_threshold)
-    : rank_(rank), world_(world), threshold_(persistence_threshold) {}
+ShardedInit::ShardedInit(PlanOptions plan) : plan_(std::move(plan)) { plan_.world_size = std::max(plan_.world_size, 1); }
 
 models::UnitBuilt ShardedInit::callback() {
   return [this](const std::string& prefix, torch::nn::Module& unit) { take(prefix, unit); };
@@ -21,12 +21,12 @@ void ShardedInit::take(const std::string& prefix, torch::nn::Module& unit) {
     b.shapes.push_back(p.value().sizes().vec());
     b.numel += p.value().numel();
   }
-  if (b.numel < threshold_) return;  // persistent: stays whole, loaded with the io layers
+  if (!shards_parameters(plan_, prefix, b.numel)) return;  // persistent: stays whole, as the optimizer keeps it
   c10::NoGradGuard no_grad;
   // This rank's elements [first, first + shard) of the unit flattened in parameter order and
   // padded to a multiple of the world size, copied one parameter at a time.
-  const std::int64_t shard = (b.numel + world_ - 1) / world_;
-  const std::int64_t first = rank_ * shard;
+  const std::int64_t shard = (b.numel + plan_.world_size - 1) / plan_.world_size;
+  const std::int64_t first = plan_.rank * shard;
   const auto options = params.size() ? params[0].value().options() : at::TensorOptions();
   const at::ScalarType dtype = options.dtype().toScalarType() == at::kHalf || options.dtype().toScalarType() == at::kBFloat16
                                    ? at::kFloat : options.dtype().toScalarType();

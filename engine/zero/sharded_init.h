@@ -14,14 +14,15 @@
 
 #include "models/param_unit.h"
 #include "models/unet_2d_condition.h"
+#include "zero/zero_plan.h"
 
 namespace zs::zero {
 
 class ShardedInit {
  public:
-  /// Rank `rank` of `world`; units under `persistence_threshold` elements stay whole (they would
-  /// not be sharded: DeepSpeed's stage3_param_persistence_threshold).
-  ShardedInit(int rank, int world, std::int64_t persistence_threshold);
+  /// This rank's shards of the units that `plan` shards (zero_plan.h: shards_parameters); the
+  /// others stay whole, as ZeroOptimizer keeps them.
+  explicit ShardedInit(PlanOptions plan);
 
   /// The callback for the UNet's constructor (or ModelSource::load_unet): takes `unit`'s values
   /// as they are at the call (loaded or freshly initialised).
@@ -35,8 +36,7 @@ class ShardedInit {
 
  private:
   void take(const std::string& prefix, torch::nn::Module& unit);
-  int rank_, world_;
-  std::int64_t threshold_;
+  PlanOptions plan_;
   struct Built {
     at::Tensor shard;  ///< [padded / world] this rank's part
     std::vector<std::vector<std::int64_t>> shapes;

@@ -20,9 +20,14 @@ namespace zs::zero {
 
 struct ZeroOptimizer::Unit {
   std::string name;
-  bool sharded = false;      // stage 3 and not persistent: only the shard is kept between gathers
-  bool hook_grads = false;   // stages 2-3 and not persistent: no gradient buffer between backwards;
-                             // the unit's backward hook reduce-scatters its fresh gradients
+  bool sharded = false;      // only the shard is kept between gathers (the plan's stage-3 units)
+  bool hook_grads = false;   // no gradient buffer between backwards: the unit's backward hook
+                             // reduce-scatters its fresh gradients
+  bool reduce_scatter = false;     // reduced by reduce-scatter into the owned part (else all-reduce)
+  bool partitioned_grads = false;  // the full gradient buffer goes after each reduction
+  bool gather_after_step = false;  // whole, updated in shards: all-gathered after the step
+  bool hooked = false;             // the model's forward reaches it through a unit hook
+  std::unique_ptr<dist::PendingCollective> post_gather;  // its gather after the step, still running
   std::vector<std::pair<std::string, at::Tensor>> params;  // views into flat_param
   std::vector<std::int64_t> offsets;
   std::vector<std::int64_t> sizes;                   // elements per parameter
@@ -42,6 +47,7 @@ struct ZeroOptimizer::Unit {
   at::Tensor master;         // [owned] fp32 master weights (mixed precision / offload; not NVMe)
   at::Tensor exp_avg, exp_avg_sq;  // [owned] (not NVMe)
   std::unique_ptr<dist::PendingCollective> pending;  // a gradient reduction under way
+  bool reduced = false;                               // its gradients were reduced in this step
   at::Tensor part;                                    // its reduce-scatter output (stage 2/3)
   at::Tensor ema;                                     // CPU, float32: EMA of the owned slice
   at::Tensor ema_saved;                               // live owned params while the EMA is swapped in
