@@ -5,7 +5,7 @@
 // compute device). AVX-512 and AVX2 paths are chosen at run time, with a scalar fallback;
 // the work is split over LibTorch's intra-op threads in chunks.
 //
-// Arithmetic, per element (the same order as train::AdamW, which is the reference):
+// Arithmetic, per element (the same order as zero::ReferenceAdamW, which is the reference):
 //   p  = p · (1 − lr·wd)                    (when wd > 0)
 //   m  = β1·m + (1 − β1)·g
 //   v  = β2·v + (1 − β2)·g²

@@ -1,6 +1,7 @@
 #pragma once
 // ZeRO stages 0-3 over parameter units: each unit's parameters live in one flat, padded buffer
-// split into one shard per rank.
+// split into one shard per rank. What each stage and offload setting means for a unit is decided
+// by its plan (zero_plan.h); this class carries it out.
 //   stage 0: full gradients all-reduced (averaged) in buckets; every rank updates everything.
 //   stage 1: gradients all-reduced; each rank updates only its shard and keeps Adam moments
 //            for it; parameters are all-gathered after the step.
@@ -29,7 +30,8 @@
 #include "checkpoint/sharded_state.h"
 #include "io/async_file_io.h"
 #include "models/param_unit.h"
-#include "train/optimizer.h"
+#include "zero/state_bytes.h"
+#include "zero/zero_plan.h"
 
 namespace zs {
 class CopyStream;
@@ -46,7 +48,9 @@ struct ZeroOptions {
   std::int64_t allgather_bucket_size = 500'000'000;  ///< elements per parameter all-gather after the step
   std::int64_t persistence_threshold = 0;          ///< stage 3: units with fewer elements stay whole
   std::vector<std::string> persistent_units = {"io", "text_encoder"};  ///< stage 3: always whole
-  bool overlap_comm = true;  ///< reduce a unit's gradients as soon as its backward is done (needs the hooks)
+  /// Reduce a unit's gradients as soon as its backward is done (needs the hooks); unset: the
+  /// plan's default (on).
+  std::optional<bool> overlap_comm;
   std::int64_t prefetch_bucket_size = 50'000'000;  ///< stage 3: prefetch the next unit when it has at most this many elements
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
 
@@ -56,7 +60,7 @@ struct ZeroOptions {
   /// The compute device; unset: the parameters' own. Parameters given elsewhere (the CPU) move
   /// there one unit at a time, so the device never holds the whole model at full precision.
   std::optional<at::Device> device;
-  enum class Offload { none, cpu, nvme };
+  using Offload = zero::Offload;
   Offload offload_optimizer = Offload::none;  ///< stages 1-3: masters, moments, fp32 gradients
   Offload offload_param = Offload::none;      ///< stage 3: parameter shards
   std::string optimizer_nvme_path, param_nvme_path;  ///< folders for the NVMe files
@@ -71,39 +75,62 @@ struct ZeroOptions {
   std::function<void(const std::string&)> log;  ///< where to say which I/O backend was chosen
 };
 
-class ZeroOptimizer final : public train::Optimizer {
+/// The plan options these ZeroOptions imply for rank `rank` of `world_size`.
+PlanOptions plan_options(const ZeroOptions& o, int world_size, int rank);
+
+/// The one optimizer of every run (also one process at stage 0: one optimizer, one checkpoint
+/// format), carrying out its plan.
+class ZeroOptimizer final {
  public:
   /// Flattens every unit's parameters (their names must be unique; they name the state).
   /// Parameters keep their identity: the module still trains them, as views (or, at stage 3,
   /// as empty tensors between gathers). Unit i must be the model's unit i for the hooks.
   ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communicator& comm, ZeroOptions options);
-  ~ZeroOptimizer() override;
+  ~ZeroOptimizer();
+  ZeroOptimizer(const ZeroOptimizer&) = delete;
+  ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
-  void zero_grad() override;
-  /// Averages the gradients over the ranks (stage 0/1: all-reduce; stage 2/3: reduce-scatter
-  /// into this rank's shard and release the full gradients). Call once per optimizer step,
+  /// Clears the gradients of every trained parameter (and the rank's reduced parts).
+  void zero_grad();
+  /// Tells the optimizer whether the coming backward is the step's last micro-batch (gradients
+  /// are communicated only then, overlapped with that backward; stage 3 every micro-batch).
+  void set_last_micro_step(bool last) { last_micro_ = last; }
+  /// Averages the gradients over the ranks as the plan says (all-reduce, or reduce-scatter into
+  /// this rank's part); waits for the reductions the hooks started. Call once per optimizer step,
   /// after the last micro-batch's backward.
-  void reduce_gradients() override;
-  double clip_grad_norm(double max_norm) override;
-  void step(double lr) override;
+  void reduce_gradients();
+  /// Global L2 norm of the gradients before clipping (a collective when the ranks hold different
+  /// parts); scales them to `max_norm` when above it (max_norm <= 0: no clipping).
+  double clip_grad_norm(double max_norm);
+  /// One AdamW update of the rank's part with learning rate `lr`; the units kept whole are
+  /// all-gathered afterwards.
+  void step(double lr);
+  /// Loss scaling: multiplies the reduced gradients by `inv_scale` and reports whether any of
+  /// them, on any rank, is inf or NaN (a collective). Call after reduce_gradients.
+  bool unscale_and_check_overflow(double inv_scale);
+  /// Drops this step's gradients without updating (after an overflow).
+  void skip_step();
+  /// Updates done so far.
+  std::int64_t steps() const { return step_; }
   /// Full (unsharded) Adam moments under the plain AdamW names, gathered from every rank: a
-  /// collective, so every rank must call it. Resuming at another world size works.
-  train::NamedTensors state() const override;
-  void load_state(const std::function<at::Tensor(const std::string&)>& get) override;
-  train::ModelStateBytes model_state() const override;
-  train::OffloadedBytes offloaded() const override;
-  bool unscale_and_check_overflow(double inv_scale) override;
-  void skip_step() override;
-  std::int64_t steps() const override { return step_; }
-  /// Stage 3: every parameter gathered whole (a collective). Other stages: empty.
-  train::NamedTensors full_parameters() override;
+  /// collective, so every rank must call it.
+  NamedTensors state() const;
+  /// Model state on the compute device.
+  ModelStateBytes model_state() const;
+  /// Model state kept in CPU memory or NVMe files instead.
+  OffloadedBytes offloaded() const;
+  /// Every trained parameter whole in its training precision (the masters when kept; a
+  /// collective when the ranks hold parts). Empty when the model's own tensors are that already.
+  NamedTensors full_parameters();
 
-  void set_last_micro_step(bool last) override { last_micro_ = last; }
-  bool enable_ema(double decay) override;
-  void update_ema() override;
-  train::NamedTensors ema_state() override;
-  void load_ema(const std::function<at::Tensor(const std::string&)>& get) override;
-  void swap_ema() override;
+  /// Keeps an EMA of the rank's part, in fp32 CPU memory.
+  void enable_ema(double decay);
+  /// ema = decay·ema + (1−decay)·param on this rank's part.
+  void update_ema();
+  /// The whole EMA under the parameters' names (a collective when the ranks hold parts).
+  NamedTensors ema_state();
+  /// Exchanges the live weights and the EMA (call again to undo); a collective with several ranks.
+  void swap_ema();
   /// Bytes of EMA this rank holds (in CPU memory; not model state).
   std::int64_t ema_bytes() const;
   /// The hooks to install on the model (UNet2DConditionModel::set_unit_hooks): stage 3 gathers
@@ -117,7 +144,7 @@ class ZeroOptimizer final : public train::Optimizer {
   /// This rank's part of the model state as "<unit>/<kind>" tensors (kinds: weights — the
   /// masters, or the parameters in their training precision —, exp_avg, exp_avg_sq, and ema when
   /// kept). At stage 0 every rank holds everything, so only rank 0 returns anything.
-  train::NamedTensors shard_state();
+  NamedTensors shard_state();
   /// Source of a unit's elements [first, first + count) of one kind, from shards saved under
   /// any world size and stage.
   using ShardSource = std::function<at::Tensor(const std::string& unit, const std::string& kind, std::int64_t first,
@@ -126,6 +153,8 @@ class ZeroOptimizer final : public train::Optimizer {
   /// collective from stage 1 on (the units kept whole are gathered again).
   void load_shards(const ShardSource& read, std::int64_t steps, bool with_ema);
 
+  /// What every unit's layout and treatment is (the plan this optimizer carries out).
+  const Plan& plan() const { return plan_; }
   /// The NVMe folders in use (empty without NVMe offload).
   std::vector<std::string> nvme_dirs() const;
 
@@ -152,11 +181,17 @@ class ZeroOptimizer final : public train::Optimizer {
 
  private:
   struct Unit;
-  struct Offload;  // NVMe stores, staging buffers and the sub-group plan (zero_offload.cpp)
+  struct Offload;  // NVMe stores, staging buffers and the sub-group plan (zero_unit.h)
   void ensure_grads();
   void reduce_scatter_into_shard(Unit& u, const at::Tensor& full_grad);
   void launch_reduce(Unit& u);
-  void gather_whole_units();
+  /// After the step: the units kept whole get every rank's updated shard (`defer`: the ones a
+  /// forward hook reaches are gathered in the background; their hook waits).
+  void gather_whole_units(bool defer = false);
+  /// One rank with the shard on the compute device: the shard is the whole unit (no copy to gather).
+  bool shard_is_unit(const Unit& u) const;
+  /// Waits for the gathers gather_whole_units left running.
+  void finish_gathers();
   void finish_reduce(Unit& u);
   /// Moves finished reductions' gradients along (offload: into the CPU copy) while backward runs.
   void drain_reductions(const Unit* keep);
@@ -189,6 +224,7 @@ class ZeroOptimizer final : public train::Optimizer {
   std::vector<Unit*> in_flight_;  // reductions started by the hooks, oldest first
   dist::Communicator& comm_;
   ZeroOptions o_;
+  Plan plan_;
   at::ScalarType master_dtype_ = at::kFloat;
   bool masters_ = false;  // separate master weights (mixed precision or optimizer offload)
   at::TensorOptions compute_opts_, state_opts_;  // where/what the model computes; where the optimizer state lives

@@ -21,7 +21,7 @@ std::int64_t bytes(const at::Tensor& t) { return t.defined() ? t.numel() * stati
 
 std::int64_t round_up(std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; }
 
-/// The reference arithmetic, in the same order as train::AdamW (every other path is tested
+/// The reference arithmetic, in the same order as ReferenceAdamW (every other path is tested
 /// against it): p, m, v updated in place with gradient g.
 void adam_reference(at::Tensor p, at::Tensor m, at::Tensor v, const at::Tensor& g, const ZeroOptions& o, double lr,
                     std::int64_t step) {
@@ -186,7 +186,7 @@ void ZeroOptimizer::write_state(Unit& u, int kind, const at::Tensor& values) {
 
 at::Tensor ZeroOptimizer::step_grad(Unit& u) const {
   if (u.shard_grad.defined()) return u.shard_grad;
-  return o_.stage == 0 ? u.flat_grad : u.flat_grad.narrow(0, u.owned_offset, u.owned);
+  return u.flat_grad.narrow(0, u.owned_offset, u.owned);
 }
 
 at::Tensor ZeroOptimizer::owned_params(Unit& u) {
@@ -213,11 +213,11 @@ at::Tensor ZeroOptimizer::owned_weights(Unit& u) {
 
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
   c10::NoGradGuard no_grad;
-  // Each rank holds the reduced gradients of its own part (stage 0: all of them, the same on
-  // every rank), so the squares are summed over the ranks from stage 1 on.
+  // Each rank holds the reduced gradients of its own part (replicated: all of them, the same on
+  // every rank), so the squares are summed over the ranks when the parts differ.
   at::Tensor local = at::zeros({1}, at::kDouble);
   for (auto& u : units_) local += step_grad(*u).to(at::kDouble).pow(2).sum().cpu();
-  if (o_.stage >= 1) comm_.all_reduce(local);
+  if (!plan_.replicated) comm_.all_reduce(local);
   const double total = std::sqrt(local.item<double>());
   if (max_norm > 0 && total > max_norm) {
     const double scale = max_norm / (total + 1e-6);
@@ -321,23 +321,24 @@ void ZeroOptimizer::step_nvme(double lr) {
 void ZeroOptimizer::step(double lr) {
   if (!grads_reduced_) reduce_gradients();
   c10::NoGradGuard no_grad;
+  finish_gathers();  // (normally done by the forward hooks already)
   ++step_;
   if (o_.offload_optimizer == ZeroOptions::Offload::nvme) step_nvme(lr);
   else
     for (auto& u : units_) step_in_memory(*u, lr);
   copies_->join();  // the new weights on their way up, before anything computes with them
-  if (o_.stage > 0) gather_whole_units();
+  gather_whole_units(plan_.overlap_comm);
   for (auto& u : units_)
     if (u->shard_grad.defined()) u->shard_grad.zero_();
   grads_reduced_ = false;
 }
 
-train::NamedTensors ZeroOptimizer::state() const {
+NamedTensors ZeroOptimizer::state() const {
   auto& self = const_cast<ZeroOptimizer&>(*this);  // NVMe reads change no logical state
-  train::NamedTensors out;
+  NamedTensors out;
   for (const auto& u : units_) {
     at::Tensor m = self.read_state(*u, 1).contiguous(), v = self.read_state(*u, 2).contiguous();
-    if (o_.stage > 0) {
+    if (u->owned != u->padded) {
       at::Tensor fm = at::zeros({u->padded}, m.options()), fv = at::zeros({u->padded}, v.options());
       comm_.all_gather(m, fm);
       comm_.all_gather(v, fv);
@@ -354,28 +355,9 @@ train::NamedTensors ZeroOptimizer::state() const {
   return out;
 }
 
-void ZeroOptimizer::load_state(const std::function<at::Tensor(const std::string&)>& get) {
-  c10::NoGradGuard no_grad;
-  for (auto& u : units_) {
-    const auto opts = at::TensorOptions().dtype(masters_ ? master_dtype_ : compute_opts_.dtype().toScalarType());
-    at::Tensor fm = at::zeros({u->padded}, opts), fv = at::zeros({u->padded}, opts);
-    for (std::size_t i = 0; i < u->params.size(); ++i) {
-      const std::string& name = u->params[i].first;
-      const at::Tensor m = get("exp_avg." + name), v = get("exp_avg_sq." + name);
-      if (m.numel() != u->sizes[i] || v.numel() != u->sizes[i])
-        throw Error(ErrorKind::checkpoint, "optimizer state for " + name + " has the wrong shape");
-      fm.narrow(0, u->offsets[i], u->sizes[i]).copy_(m.reshape({-1}));
-      fv.narrow(0, u->offsets[i], u->sizes[i]).copy_(v.reshape({-1}));
-    }
-    write_state(*u, 1, fm.narrow(0, u->owned_offset, u->owned));
-    write_state(*u, 2, fv.narrow(0, u->owned_offset, u->owned));
-  }
-  step_ = get("step").item<std::int64_t>();
-}
-
-train::ModelStateBytes ZeroOptimizer::model_state() const {
+ModelStateBytes ZeroOptimizer::model_state() const {
   const bool on_device = o_.offload_optimizer == ZeroOptions::Offload::none;
-  train::ModelStateBytes b;
+  ModelStateBytes b;
   for (const auto& u : units_) {
     b.parameters += u->sharded ? (o_.offload_param == ZeroOptions::Offload::none ? bytes(u->shard_param) : 0)
                                : bytes(u->flat_param);
@@ -389,8 +371,8 @@ train::ModelStateBytes ZeroOptimizer::model_state() const {
   return b;
 }
 
-train::OffloadedBytes ZeroOptimizer::offloaded() const {
-  train::OffloadedBytes b;
+OffloadedBytes ZeroOptimizer::offloaded() const {
+  OffloadedBytes b;
   if (o_.offload_optimizer != ZeroOptions::Offload::none)
     for (const auto& u : units_) {
       b.gradients += bytes(u->shard_grad);
@@ -405,17 +387,18 @@ train::OffloadedBytes ZeroOptimizer::offloaded() const {
   return b;
 }
 
-train::NamedTensors ZeroOptimizer::full_parameters() {
-  if (o_.stage < 3 && !masters_) return {};
+NamedTensors ZeroOptimizer::full_parameters() {
+  finish_gathers();
+  if (sharded_units() == 0 && !masters_) return {};
   c10::NoGradGuard no_grad;
-  train::NamedTensors out;
+  NamedTensors out;
   for (auto& u : units_) {
     at::Tensor flat;
     if (masters_) {
       // The fp32 masters, not the compute copy: checkpoints keep full precision.
       const at::Tensor mine = read_state(*u, 0).contiguous();
       flat = mine;
-      if (o_.stage > 0) {
+      if (u->owned != u->padded) {
         flat = at::empty({u->padded}, mine.options());
         comm_.all_gather(mine, flat);
       }
@@ -432,11 +415,10 @@ train::NamedTensors ZeroOptimizer::full_parameters() {
   return out;
 }
 
-bool ZeroOptimizer::enable_ema(double decay) {
+void ZeroOptimizer::enable_ema(double decay) {
   ema_decay_ = decay;
   c10::NoGradGuard no_grad;
   for (auto& u : units_) u->ema = owned_weights(*u).detach().to(at::kCPU, at::kFloat, false, true);
-  return true;
 }
 
 void ZeroOptimizer::update_ema() {
@@ -445,12 +427,12 @@ void ZeroOptimizer::update_ema() {
   for (auto& u : units_) u->ema.lerp_(owned_weights(*u).detach().to(at::kCPU, at::kFloat), 1.0 - ema_decay_);
 }
 
-train::NamedTensors ZeroOptimizer::ema_state() {
-  train::NamedTensors out;
+NamedTensors ZeroOptimizer::ema_state() {
+  NamedTensors out;
   if (ema_decay_ < 0) return out;
   for (auto& u : units_) {
     at::Tensor full = u->ema;
-    if (o_.stage > 0) {
+    if (u->owned != u->padded) {
       full = at::zeros({u->padded}, u->ema.options());
       comm_.all_gather(u->ema, full);
     }
@@ -460,21 +442,8 @@ train::NamedTensors ZeroOptimizer::ema_state() {
   return out;
 }
 
-void ZeroOptimizer::load_ema(const std::function<at::Tensor(const std::string&)>& get) {
-  if (ema_decay_ < 0) return;
-  c10::NoGradGuard no_grad;
-  for (auto& u : units_) {
-    at::Tensor full = at::zeros({u->padded}, u->ema.options());
-    for (std::size_t i = 0; i < u->params.size(); ++i) {
-      const at::Tensor t = get(u->params[i].first);
-      if (t.numel() != u->sizes[i]) throw Error(ErrorKind::checkpoint, "EMA tensor " + u->params[i].first + " has the wrong shape");
-      full.narrow(0, u->offsets[i], u->sizes[i]).copy_(t.reshape({-1}));
-    }
-    u->ema.copy_(full.narrow(0, u->owned_offset, u->owned));
-  }
-}
-
 void ZeroOptimizer::swap_ema() {
+  finish_gathers();
   if (ema_decay_ < 0) return;
   c10::NoGradGuard no_grad;
   // The live weights are put aside (not exchanged with the EMA), so swapping back restores them
@@ -491,7 +460,7 @@ void ZeroOptimizer::swap_ema() {
     store_owned_params(*u, live);
   }
   ema_swapped_ = !ema_swapped_;
-  if (o_.stage > 0) gather_whole_units();  // the whole parameters follow the swapped shards
+  gather_whole_units();  // the whole parameters follow the swapped shards
 }
 
 std::vector<checkpoint::UnitLayout> ZeroOptimizer::layout() const {
@@ -508,9 +477,10 @@ std::vector<checkpoint::UnitLayout> ZeroOptimizer::layout() const {
   return out;
 }
 
-train::NamedTensors ZeroOptimizer::shard_state() {
-  train::NamedTensors out;
-  if (o_.stage == 0 && comm_.rank() != 0) return out;
+NamedTensors ZeroOptimizer::shard_state() {
+  finish_gathers();
+  NamedTensors out;
+  if (plan_.replicated && comm_.rank() != 0) return out;
   c10::NoGradGuard no_grad;
   const auto opts = at::TensorOptions().dtype(master_dtype_);
   for (auto& u : units_) {
@@ -523,6 +493,7 @@ train::NamedTensors ZeroOptimizer::shard_state() {
 }
 
 void ZeroOptimizer::load_shards(const ShardSource& read, std::int64_t steps, bool with_ema) {
+  finish_gathers();
   c10::NoGradGuard no_grad;
   for (auto& u : units_) {
     const at::Tensor w = read(u->name, "weights", u->owned_offset, u->owned);
@@ -535,7 +506,7 @@ void ZeroOptimizer::load_shards(const ShardSource& read, std::int64_t steps, boo
     if (with_ema && ema_decay_ >= 0) u->ema.copy_(read(u->name, "ema", u->owned_offset, u->owned));
   }
   step_ = steps;
-  if (o_.stage > 0) gather_whole_units();
+  gather_whole_units();
 }
 
 std::int64_t ZeroOptimizer::ema_bytes() const {

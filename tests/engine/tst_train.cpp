@@ -1,6 +1,5 @@
-// Trainer pieces: LR schedules, AdamW against LibTorch's own, EMA, checkpoints, resume rules, events.
+// Trainer pieces: LR schedules, loss scaling, checkpoints, resume rules, events.
 #include <ATen/ATen.h>
-#include <torch/optim/adamw.h>
 
 #include <filesystem>
 
@@ -8,11 +7,9 @@
 #include "config/config_loader.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
-#include "train/ema.h"
 #include "train/events.h"
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
-#include "train/optimizer.h"
 #include "train/trainer.h"
 
 #include <QTemporaryDir>
@@ -92,62 +89,6 @@ class TestTrain : public QObject {
     fixed.update(false);
     QCOMPARE(fixed.scale(), 128.0);
     QCOMPARE(fixed.skipped(), std::int64_t{1});
-  }
-
-  void adamwMatchesLibTorch() {
-    at::manual_seed(3);
-    at::Tensor ours = at::randn({5, 4}).requires_grad_(true);
-    at::Tensor theirs = ours.detach().clone().requires_grad_(true);
-    train::AdamW opt({{"w", ours}}, 0.9, 0.99, 1e-8, 0.05);
-    torch::optim::AdamW ref({theirs}, torch::optim::AdamWOptions(0.01).betas({0.9, 0.99}).eps(1e-8).weight_decay(0.05));
-    for (int i = 0; i < 6; ++i) {
-      const at::Tensor g = at::randn({5, 4});
-      ours.mutable_grad() = g.clone();
-      theirs.mutable_grad() = g.clone();
-      opt.step(0.01);
-      ref.step();
-    }
-    QVERIFY2((ours - theirs).abs().max().item<double>() < 1e-6, "AdamW differs from torch::optim::AdamW");
-    QCOMPARE(opt.steps(), std::int64_t{6});
-    const auto bytes = opt.model_state();
-    QCOMPARE(bytes.parameters, std::int64_t{80});
-    QCOMPARE(bytes.optimizer_states, std::int64_t{160});
-  }
-
-  void clippingAndStateRoundTrip() {
-    at::Tensor w = at::zeros({2}).requires_grad_(true);
-    train::AdamW opt({{"w", w}}, 0.9, 0.999, 1e-8, 0);
-    w.mutable_grad() = at::tensor({3.0f, 4.0f});
-    QCOMPARE(opt.clip_grad_norm(1.0), 5.0);
-    QVERIFY(std::abs(w.grad().norm().item<double>() - 1.0) < 1e-5);
-    opt.step(0.1);
-    const auto state = opt.state();
-    at::Tensor w2 = w.detach().clone().requires_grad_(true);
-    train::AdamW opt2({{"w", w2}}, 0.9, 0.999, 1e-8, 0);
-    opt2.load_state([&](const std::string& n) {
-      for (const auto& [k, t] : state)
-        if (k == n) return t;
-      throw std::runtime_error(n);
-    });
-    QCOMPARE(opt2.steps(), std::int64_t{1});
-    w.mutable_grad() = at::tensor({1.0f, -1.0f});
-    w2.mutable_grad() = at::tensor({1.0f, -1.0f});
-    opt.step(0.1);
-    opt2.step(0.1);
-    QVERIFY(at::allclose(w, w2));
-  }
-
-  void emaAveragesAndSwaps() {
-    at::Tensor w = at::zeros({3});
-    train::NamedTensors params{{"w", w}};
-    train::Ema ema(params, 0.9);
-    w.fill_(1.0);
-    ema.update(params);
-    QVERIFY(std::abs(ema.tensors()[0].second[0].item<double>() - 0.1) < 1e-6);
-    ema.swap_into(params);
-    QVERIFY(std::abs(w[0].item<double>() - 0.1) < 1e-6);
-    ema.swap_into(params);
-    QCOMPARE(w[0].item<float>(), 1.0f);
   }
 
   void checkpointsAreAtomicAndPruned() {

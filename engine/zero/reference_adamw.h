@@ -1,0 +1,39 @@
+#pragma once
+// The reference AdamW: a straight-line, single-process implementation of the arithmetic every
+// ZeRO path (sharded, offloaded, fused CPU kernel) is tested against. Not used for training.
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "zero/state_bytes.h"
+
+namespace zs::zero {
+
+/// AdamW with decoupled weight decay (Loshchilov & Hutter), bias-corrected, state in the
+/// parameters' dtype, updating `parameters` in place from their .grad().
+class ReferenceAdamW {
+ public:
+  ReferenceAdamW(NamedTensors parameters, double beta1, double beta2, double eps, double weight_decay);
+  /// Zeroes every defined gradient.
+  void zero_grad();
+  /// Global L2 norm of the gradients; scales them to `max_norm` when above it (<= 0: no clipping).
+  double clip_grad_norm(double max_norm);
+  /// One update with learning rate `lr`.
+  void step(double lr);
+  /// exp_avg.<name>, exp_avg_sq.<name> for every parameter, and step.
+  NamedTensors state() const;
+  /// Restores state(); `get(name)` returns the stored tensor or throws. Throws zs::Error(checkpoint)
+  /// naming a tensor whose shape differs.
+  void load_state(const std::function<at::Tensor(const std::string&)>& get);
+  ModelStateBytes model_state() const;
+  std::int64_t steps() const { return step_; }
+
+ private:
+  NamedTensors params_;
+  std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  double beta1_, beta2_, eps_, weight_decay_;
+  std::int64_t step_ = 0;
+};
+
+}  // namespace zs::zero
