@@ -9,6 +9,8 @@
 #include "config/config_loader.h"
 #include "config/config_writer.h"
 #include "config/schema.h"
+#include "config/trainability.h"
+#include "train/run_directory.h"
 #include "config/schema_markdown.h"
 #include "io/atomic_file.h"
 
@@ -76,6 +78,13 @@ int validate(const ParsedArgs& a) {
   const std::string file = a.positional()[0];
   LoadedConfig loaded = load_config_file(file, a.all("set"));
   print_warnings(loaded.warnings);
+  // Valid, but maybe not trainable yet (model or images not in place): warnings here, errors for
+  // train and launch. The run folder is known only when logging.run_name names it.
+  const train::RunDirectory run = train::resolve_run_dir(loaded.config, {"", "", "run"});
+  std::vector<std::string> not_yet;
+  for (const auto& p : trainability_problems(loaded, run.generated ? "" : run.path))
+    not_yet.push_back(p.to_string() + " (needed before training)");
+  print_warnings(not_yet);
   if (a.has("print")) std::cout << to_yaml(loaded.config);
   else std::cout << file << ": valid\n";
   return 0;

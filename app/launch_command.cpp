@@ -2,6 +2,7 @@
 // with torchrun's environment variables, like `accelerate launch`.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -10,14 +11,19 @@
 #include <csignal>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "arg_parser.h"
 #include "commands.h"
 #include "config/config_loader.h"
-#include "train/trainer.h"
+#include "config/trainability.h"
+#include "train/events.h"
+#include "train/run_directory.h"
 
 namespace zs::cli {
 
@@ -57,21 +63,70 @@ struct Child {
   pid_t pid = -1;
   int fd = -1;            // read end of its stdout+stderr
   std::string pending;    // partial line
+  std::string last_error; // the last "error: ..." line it printed
   bool running = true;
   int code = 0;           // exit code, or 128 + signal
 };
+
+void take_line(Child& c, const std::string& line) {
+  if (line.empty()) return;
+  if (line.rfind("error: ", 0) == 0) c.last_error = line.substr(7);
+  std::cout << "[rank " << c.rank << "] " << line << "\n";
+}
 
 void flush_lines(Child& c, bool all) {
   for (std::size_t nl; (nl = c.pending.find_first_of("\n\r")) != std::string::npos;) {
     const std::string line = c.pending.substr(0, nl);
     c.pending.erase(0, nl + 1);
-    if (!line.empty()) std::cout << "[rank " << c.rank << "] " << line << "\n";
+    take_line(c, line);
   }
   if (all && !c.pending.empty()) {
-    std::cout << "[rank " << c.rank << "] " << c.pending << "\n";
+    take_line(c, c.pending);
     c.pending.clear();
   }
   std::cout.flush();
+}
+
+/// "signal 9 (SIGKILL: Killed)".
+std::string signal_text(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  const char* description = sigdescr_np(sig);
+  return "signal " + std::to_string(sig) + (abbrev ? std::string(" (SIG") + abbrev + (description ? std::string(": ") + description : "") + ")" : "");
+}
+
+/// What ended a rank, for the launcher's output and the run's events.
+std::string ending_of(const Child& c, int status) {
+  if (WIFSIGNALED(status))
+    return "rank " + std::to_string(c.rank) + " was killed by " + signal_text(WTERMSIG(status)) +
+           (WTERMSIG(status) == SIGKILL ? " (out of memory? see dmesg)" : "");
+  return "rank " + std::to_string(c.rank) + " exited with code " + std::to_string(WEXITSTATUS(status)) +
+         (c.last_error.empty() ? "" : ": " + c.last_error);
+}
+
+/// Appends an event to the run's events.jsonl, when rank 0 has created it (at the step of its
+/// last event), so the dashboard shows what ended a rank that could not say so itself.
+void append_run_event(const std::string& run_dir, const std::string& type, const nlohmann::json& fields) {
+  const std::string path = run_dir + "/events.jsonl";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return;
+  std::int64_t step = 0;
+  std::string last_type;
+  {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      const auto e = nlohmann::json::parse(line, nullptr, false);
+      if (e.is_object()) {
+        step = e.value("step", step);
+        last_type = e.value("type", "");
+      }
+    }
+  }
+  if (type == "run_end" && last_type == "run_end") return;  // rank 0 ended it already
+  try {
+    train::EventLog(path).write(type, step, fields);
+  } catch (const std::exception&) {
+    // the run folder is gone or read-only: the launcher's output still says it
+  }
 }
 
 }  // namespace
@@ -102,11 +157,14 @@ int run_launch_command(const std::vector<std::string>& args) {
 
   std::vector<std::string> train_args = {"train", file};
   for (const auto& s : a.all("set")) train_args.insert(train_args.end(), {"--set", s});
-  // Every rank must agree on the run directory: name it here when neither flag nor config does.
-  std::string run_dir = a.get("run_dir");
-  if (run_dir.empty() && loaded.config.logging.run_name.empty() && !a.has("resume"))
-    run_dir = train::default_run_dir(loaded.config, std::filesystem::path(file).stem().string());
-  if (!run_dir.empty()) train_args.insert(train_args.end(), {"--run-dir", run_dir});
+  // Every rank must agree on the run directory: the launcher decides it once and passes it on.
+  const train::RunDirectory run_dir =
+      train::resolve_run_dir(loaded.config, {a.get("run_dir"), a.get("resume"), std::filesystem::path(file).stem().string()});
+  if (machines > 1 && run_dir.generated)
+    throw UsageError("with several machines, every machine needs the same run directory: pass --run-dir DIR (on a "
+                     "shared disk) or set logging.run_name");
+  config::require_trainable(loaded, run_dir.path);  // refused here, before any rank starts
+  train_args.insert(train_args.end(), {"--run-dir", run_dir.path});
   if (a.has("resume")) train_args.insert(train_args.end(), {"--resume", a.get("resume")});
 
   char self[4096];
@@ -125,8 +183,13 @@ int run_launch_command(const std::vector<std::string>& args) {
     if (::pipe(fds) != 0) throw Error(ErrorKind::io, "cannot create a pipe for a rank's output");
     Child c;
     c.rank = machine_rank * local + i;
+    const pid_t launcher = ::getpid();
     c.pid = ::fork();
     if (c.pid == 0) {
+      // A launcher that is killed takes its ranks along: they get SIGTERM, finish the step,
+      // save and end (the other ranks get it too, so they agree), or fail within the timeout.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != launcher) ::_exit(1);  // it died before the line above
       ::dup2(fds[1], STDOUT_FILENO);
       ::dup2(fds[1], STDERR_FILENO);
       ::close(fds[0]);
@@ -192,10 +255,19 @@ int run_launch_command(const std::vector<std::string>& args) {
         c.running = false;
         c.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         if (c.code != 0) {
-          std::cout << "[launcher] rank " << c.rank
-                    << (WIFSIGNALED(status) ? " was killed by signal " + std::to_string(WTERMSIG(status))
-                                            : " exited with code " + std::to_string(c.code))
-                    << "\n";
+          if (c.fd >= 0) {  // its last words first: they name the error
+            char buf[4096];
+            for (ssize_t got; (got = ::read(c.fd, buf, sizeof buf)) > 0;) c.pending.append(buf, static_cast<std::size_t>(got));
+            flush_lines(c, true);
+            ::close(c.fd);
+            c.fd = -1;
+          }
+          const std::string ending = ending_of(c, status);
+          std::cout << "[launcher] " << ending << "\n";
+          std::cout.flush();
+          // Rank 0 reports its own errors; a killed rank 0 and the other ranks cannot.
+          if (c.rank != 0 || WIFSIGNALED(status))
+            append_run_event(run_dir.path, "error", {{"message", ending}, {"rank", c.rank}, {"source", "launcher"}});
           if (first_failure == 0) {
             first_failure = c.code;
             kill_at = std::chrono::steady_clock::now() + grace;
@@ -221,6 +293,7 @@ int run_launch_command(const std::vector<std::string>& args) {
   }
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
+  if (first_failure) append_run_event(run_dir.path, "run_end", {{"reason", "error"}});  // when rank 0 could not
   std::cout << "[launcher] " << (first_failure ? "failed with exit code " + std::to_string(first_failure) : "all ranks finished")
             << "\n";
   return first_failure;

@@ -5,15 +5,19 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
+#include <utility>
 
 #include <unistd.h>
 
 #include "arg_parser.h"
 #include "commands.h"
 #include "config/config_loader.h"
+#include "config/trainability.h"
 #include "core/build_info.h"
 #include "data/shapes.h"
 #include "dist/communicator.h"
+#include "train/run_directory.h"
 #include "train/trainer.h"
 
 namespace zs::cli {
@@ -50,6 +54,16 @@ extern "C" void on_stop_signal(int sig) {
     return;
   }
   if (auto* c = g_commands.load()) c->request_stop();
+}
+
+/// RANK:STEP from the environment variable `name`, when set.
+std::optional<std::pair<int, std::int64_t>> rank_and_step(const char* name) {
+  const char* f = std::getenv(name);
+  if (!f) return std::nullopt;
+  const std::string v = f;
+  const auto colon = v.find(':');
+  if (colon == std::string::npos) return std::nullopt;
+  return std::make_pair(std::stoi(v.substr(0, colon)), std::stoll(v.substr(colon + 1)));
 }
 
 std::string format_duration(double s) {
@@ -114,19 +128,22 @@ int run_train_command(const std::vector<std::string>& args) {
 
   ProgressBar bar;
   train::TrainerOptions options;
-  options.run_dir = a.get("run_dir");
-  // Tests make one rank's checkpoint write fail: ZEROSTUDIO_FAIL_SAVE=RANK:STEP.
-  if (const char* f = std::getenv("ZEROSTUDIO_FAIL_SAVE"); f && std::string(f).find(':') != std::string::npos) {
-    const std::string v = f;
-    options.fail_save = std::make_pair(std::stoi(v.substr(0, v.find(':'))), std::stoll(v.substr(v.find(':') + 1)));
-  }
+  // Tests make one rank's checkpoint write fail (ZEROSTUDIO_FAIL_SAVE=RANK:STEP) or the rank
+  // itself fail (ZEROSTUDIO_FAIL_AT=RANK:STEP).
+  options.fail_save = rank_and_step("ZEROSTUDIO_FAIL_SAVE");
+  options.fail_at = rank_and_step("ZEROSTUDIO_FAIL_AT");
+  const train::RunDirectory run_dir = train::resolve_run_dir(
+      loaded.config, {a.get("run_dir"), a.get("resume"), std::filesystem::path(file).stem().string()});
   // Started by `zerostudio launch`, torchrun or srun: join the world as the rank they describe.
+  const auto info = dist::rendezvous_from_env();
+  const bool several = info && info->world_size > 1;
+  if (several && run_dir.generated)
+    throw UsageError("with several ranks, every rank needs the same run directory: pass --run-dir DIR "
+                     "(zerostudio launch picks one for you) or set logging.run_name");
+  config::require_trainable(loaded, run_dir.path);  // before any rank connects or creates anything
+  options.run_dir = run_dir.path;
   bool main_rank = true;
-  if (const auto info = dist::rendezvous_from_env(); info && info->world_size > 1) {
-    if (options.run_dir.empty() && loaded.config.logging.run_name.empty() &&
-        (a.get("resume").empty() || a.get("resume") == "latest"))
-      throw UsageError("with several ranks, every rank needs the same run directory: pass --run-dir DIR "
-                       "(zerostudio launch picks one for you) or set logging.run_name");
+  if (several) {
     const auto& c = loaded.config;
     const bool cuda = !c.launch.use_cpu && build_info().cuda_available;
     options.comm = dist::Communicator::connect(*info, std::chrono::seconds(c.launch.timeout_s), cuda);
@@ -153,6 +170,9 @@ int run_train_command(const std::vector<std::string>& args) {
   g_signals = 0;
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
+  // Whoever reads our output may go away (a killed launcher, `| head`): training goes on and
+  // stops only when asked, instead of dying at the next progress line.
+  std::signal(SIGPIPE, SIG_IGN);
   struct Restore {
     ~Restore() {
       std::signal(SIGINT, SIG_DFL);

@@ -150,24 +150,38 @@ bool CheckpointBrowser::remove(int row, bool confirmed) {
   return ok;
 }
 
+CheckpointBrowser::~CheckpointBrowser() {
+  // Before the children go: the worker reports progress into a child dialog.
+  if (m_exportThread) {
+    m_cancelExport->store(true);
+    m_exportThread->wait();
+  }
+}
+
 QString CheckpointBrowser::exportCheckpoint(int row, const QString& format, const QString& dtype, bool ema,
                                             const QString& out, bool wait) {
+  if (m_exportThread) return tr("An export is still running; wait for it or cancel it.");
   checkpoint::ExportOptions o;
   o.format = format.toStdString();
   if (dtype == QLatin1String("fp16")) o.dtype = at::kHalf;
   else if (dtype == QLatin1String("bf16")) o.dtype = at::kBFloat16;
   else o.dtype = at::kFloat;
   o.ema = ema;
-  auto* progress = new QProgressDialog(tr("Exporting %1...").arg(QFileInfo(m_paths.value(row)).fileName()), QString(), 0,
-                                       1000, this);
+  auto* progress = new QProgressDialog(tr("Exporting %1...").arg(QFileInfo(m_paths.value(row)).fileName()), tr("Cancel"),
+                                       0, 1000, this);
   progress->setObjectName(QStringLiteral("exportProgress"));
   progress->setMinimumDuration(0);
   progress->setValue(0);
+  progress->setAutoReset(false);
+  auto cancel = std::make_shared<std::atomic<bool>>(false);
+  m_cancelExport = cancel;
+  connect(progress, &QProgressDialog::canceled, this, [cancel] { cancel->store(true); });
   auto shared = std::make_shared<QString>();
   o.progress = [progress](std::size_t done, std::size_t total) {
     const int value = total > 0 ? static_cast<int>(1000 * done / total) : 0;
     QMetaObject::invokeMethod(progress, [progress, value] { progress->setValue(value); }, Qt::QueuedConnection);
   };
+  o.cancelled = [cancel] { return cancel->load(); };
   const std::string ckpt = m_paths.value(row).toStdString(), target = out.toStdString();
   QThread* thread = QThread::create([o, ckpt, target, shared] {
     try {
@@ -176,13 +190,16 @@ QString CheckpointBrowser::exportCheckpoint(int row, const QString& format, cons
       *shared = QString::fromUtf8(e.what());
     }
   });
+  thread->setParent(this);
+  m_exportThread = thread;
   QEventLoop loop;
-  connect(thread, &QThread::finished, this, [this, thread, progress, shared, &loop, wait] {
+  connect(thread, &QThread::finished, this, [this, thread, progress, shared, cancel, &loop, wait] {
+    m_exportThread = nullptr;
     progress->setValue(1000);
     progress->deleteLater();
     thread->deleteLater();
     if (wait) loop.quit();
-    else if (!shared->isEmpty()) QMessageBox::warning(this, tr("Export failed"), *shared);
+    else if (!shared->isEmpty() && !cancel->load()) QMessageBox::warning(this, tr("Export failed"), *shared);
   });
   thread->start();
   if (!wait) return {};

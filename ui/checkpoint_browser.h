@@ -4,11 +4,15 @@
 // (format, dtype, EMA, with a progress bar), verify its files, delete it (after confirmation) or
 // open its folder.
 
+#include <atomic>
+#include <memory>
+
 #include <QString>
 #include <QStringList>
 #include <QWidget>
 
 class QTableWidget;
+class QThread;
 class QPushButton;
 
 namespace zs::ui {
@@ -20,6 +24,8 @@ class CheckpointBrowser : public QWidget {
 
  public:
   explicit CheckpointBrowser(QWidget* parent = nullptr);
+  /// Cancels an export still running and joins its thread.
+  ~CheckpointBrowser() override;
   void setController(RunController* controller);
 
   /// Re-reads <run>/checkpoints.
@@ -32,7 +38,8 @@ class CheckpointBrowser : public QWidget {
   /// Deletes the checkpoint folder; asks first unless `confirmed`.
   bool remove(int row, bool confirmed = false);
   /// Exports row's checkpoint ("diffusers", "single-file", "safetensors"; dtype "fp32"/"fp16"/"bf16")
-  /// on a worker thread with a progress dialog; with `wait`, returns when done. Error text on failure.
+  /// on a worker thread with a progress dialog (its Cancel stops the export, removing the file
+  /// being written); with `wait`, returns when done. Error text on failure. One export at a time.
   QString exportCheckpoint(int row, const QString& format, const QString& dtype, bool ema, const QString& out, bool wait);
 
  signals:
@@ -43,6 +50,8 @@ class CheckpointBrowser : public QWidget {
   void exportSelected();
   int selectedRow() const;
   RunController* m_controller = nullptr;
+  QThread* m_exportThread = nullptr;                   // the export under way (a child: joined, then deleted)
+  std::shared_ptr<std::atomic<bool>> m_cancelExport;  // set to stop it
   QTableWidget* m_table = nullptr;
   QStringList m_paths;
 };

@@ -3,6 +3,7 @@
 #include "train/commands.h"
 #include "train/control_file.h"
 #include "train/file_follower.h"
+#include "train/run_directory.h"
 #include "train/trainer.h"
 
 #include "run_controller.h"
@@ -37,7 +38,8 @@ QString runStateName(RunState s) {
   return {};
 }
 
-/// The in-process trainer: its thread, the commands it polls, and how it ended.
+/// The in-process trainer: its thread, the commands it fills from the run's control.json (the
+/// one channel for Pause/Stop/Sample/Save, as for runs in other processes), and how it ended.
 struct RunController::Worker {
   QThread* thread = nullptr;
   train::TrainerCommands commands;
@@ -75,15 +77,15 @@ RunController::RunController(QObject* parent) : QObject(parent), m_follow(std::m
 }
 
 RunController::~RunController() {
-  if (m_worker && m_worker->thread) {
-    m_worker->commands.request_stop();
-    m_worker->commands.set_paused(false);
-    m_worker->thread->wait();
-  }
-  if (m_process && m_process->state() != QProcess::NotRunning) {
-    changeControl(m_runDir, [](train::ControlState& s) { s.stop = true; });
-    if (!m_process->waitForFinished(60000)) m_process->kill();
-  }
+  const bool inProcess = m_worker && m_worker->thread;
+  const bool children = m_process && m_process->state() != QProcess::NotRunning;
+  if (inProcess || children)
+    changeControl(m_runDir, [](train::ControlState& s) {
+      s.stop = true;
+      s.pause = false;
+    });
+  if (inProcess) m_worker->thread->wait();  // it finishes the step and saves per its policy
+  if (children && !m_process->waitForFinished(60000)) m_process->kill();
 }
 
 bool RunController::ownsRun() const {
@@ -146,8 +148,7 @@ bool RunController::startInProcess(const QString& configPath, const QString& run
     cfg = config::load_config_file(configPath.toStdString(), sets).config;
     opts.name_hint = QFileInfo(configPath).completeBaseName().toStdString();
     opts.resume = resume.toStdString();
-    opts.run_dir = runDir.toStdString();
-    if (opts.run_dir.empty()) opts.run_dir = train::Trainer(cfg, opts).run_dir();
+    opts.run_dir = train::resolve_run_dir(cfg, {runDir.toStdString(), opts.resume, opts.name_hint}).path;
   } catch (const config::ConfigError& e) {
     if (error) {
       QStringList lines;
@@ -160,6 +161,15 @@ bool RunController::startInProcess(const QString& configPath, const QString& run
     return false;
   }
   QDir().mkpath(QString::fromStdString(opts.run_dir));
+  // Commands reach the trainer through control.json alone: start it clean here, before the
+  // thread, so a Pause or Stop made while the model loads is kept.
+  try {
+    train::reset_control_file(opts.run_dir);
+  } catch (const std::exception& e) {
+    if (error) *error = QString::fromUtf8(e.what());
+    return false;
+  }
+  opts.reset_control = false;
   open(QString::fromStdString(opts.run_dir));
   setState(RunState::starting);
   m_worker = std::make_unique<Worker>();
@@ -202,8 +212,8 @@ bool RunController::startProcesses(const QString& configPath, int processes, con
   for (const auto& s : m_overrides) sets.push_back(s.toStdString());
   try {
     const auto cfg = config::load_config_file(configPath.toStdString(), sets).config;
-    if (dir.isEmpty())
-      dir = QString::fromStdString(train::default_run_dir(cfg, QFileInfo(configPath).completeBaseName().toStdString()));
+    dir = QString::fromStdString(
+        train::resolve_run_dir(cfg, {dir.toStdString(), "", QFileInfo(configPath).completeBaseName().toStdString()}).path);
   } catch (const config::ConfigError& e) {
     if (error) {
       QStringList lines;
@@ -242,15 +252,10 @@ bool RunController::startProcesses(const QString& configPath, int processes, con
 }
 
 void RunController::setPaused(bool paused) {
-  if (m_worker && m_worker->thread) m_worker->commands.set_paused(paused);
   changeControl(m_runDir, [paused](train::ControlState& s) { s.pause = paused; });
 }
 
 void RunController::stop() {
-  if (m_worker && m_worker->thread) {
-    m_worker->commands.set_paused(false);
-    m_worker->commands.request_stop();
-  }
   changeControl(m_runDir, [](train::ControlState& s) {
     s.stop = true;
     s.pause = false;

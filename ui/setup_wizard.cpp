@@ -250,6 +250,11 @@ void SetupWizard::buildPages() {
   m_summaryProblems->setWordWrap(true);
   m_summaryProblems->setStyleSheet(QStringLiteral("color: #c0392b;"));
   v->addWidget(m_summaryProblems);
+  m_summaryWarnings = new QLabel(summary);
+  m_summaryWarnings->setObjectName(QStringLiteral("warnings"));
+  m_summaryWarnings->setWordWrap(true);
+  m_summaryWarnings->setStyleSheet(QStringLiteral("color: #b9770e;"));
+  v->addWidget(m_summaryWarnings);
   auto* launchFiles = new QCheckBox(tr("Also write accelerate YAML and DeepSpeed JSON next to it"), summary);
   launchFiles->setObjectName(QStringLiteral("launchFiles"));
   v->addWidget(launchFiles);
@@ -288,6 +293,10 @@ void SetupWizard::refresh() {
   // Validation by the engine's loader; each problem goes to the questions that set its key.
   const config::SetupResult r = config::apply_answers(m_answers, m_base);
   m_result = r.loaded;
+  m_warnings.clear();
+  for (const auto& w : r.warnings) m_warnings << qs(w);
+  m_summaryWarnings->setText(m_warnings.isEmpty() ? QString() : tr("Note:\n%1").arg(m_warnings.join(QLatin1Char('\n'))));
+  m_summaryWarnings->setVisible(!m_warnings.isEmpty());
   m_problems.clear();
   m_unplaced.clear();
   for (const auto& p : r.problems) {

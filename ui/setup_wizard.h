@@ -53,6 +53,9 @@ class SetupWizard : public QWizard {
   const std::optional<config::LoadedConfig>& result() const { return m_result; }
   /// The trainer YAML shown on the last page.
   QString yamlText() const;
+  /// Notes about a valid config shown on the last page, among them what it needs before it can
+  /// train (the model folder, images in the run's data/ folder).
+  QStringList warnings() const { return m_warnings; }
   /// Writes the YAML (and, with `launchFiles`, STEM.accelerate.yaml and STEM.deepspeed.json
   /// beside it). False with `error` set when the answers have problems or a file cannot be written.
   bool saveTo(const QString& path, bool launchFiles, QString* error = nullptr);
@@ -92,6 +95,8 @@ class SetupWizard : public QWizard {
   QString m_datasetShown;
   QPlainTextEdit* m_yaml = nullptr;
   QLabel* m_summaryProblems = nullptr;
+  QLabel* m_summaryWarnings = nullptr;
+  QStringList m_warnings;
   bool m_updating = false;
   bool m_saved = false;
 };

@@ -66,6 +66,7 @@ std::int64_t stream_extras(const std::vector<Extra>& tensors, const std::string&
     writer.write(e.read().reshape(e.shape));
     ++done;
     if (o.progress) o.progress(done, total);
+    if (o.cancelled && o.cancelled()) throw Error(ErrorKind::io, path + ": export cancelled");
   }
   writer.finish();
   return static_cast<std::int64_t>(fs::file_size(path));

@@ -27,6 +27,9 @@ struct ExportOptions {
   bool ema = false;                        ///< the EMA weights instead of the trained ones
   /// Called after each tensor: (tensors written, tensors in all).
   std::function<void(std::size_t, std::size_t)> progress;
+  /// Asked after each tensor; true stops the export with zs::Error(io) "export cancelled" (the
+  /// file being written is removed, never left half-written).
+  std::function<bool()> cancelled;
 };
 
 struct ExportResult {

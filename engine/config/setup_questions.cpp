@@ -1,5 +1,7 @@
 #include "config/setup_questions.h"
 
+#include "config/trainability.h"
+
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -351,6 +353,9 @@ SetupResult apply_answers(const SetupAnswers& answers, const std::string& base_y
       }
     }
     r.warnings.insert(r.warnings.end(), loaded.warnings.begin(), loaded.warnings.end());
+    // What the config needs before it can train (the run folder is not known yet).
+    for (const auto& p : trainability_problems(loaded, ""))
+      r.warnings.push_back(p.key + ": " + p.message + " (needed before training)");
     r.loaded = std::move(loaded);  // the loader validated it (every rule, one source of truth)
   } catch (const ConfigError& e) {
     r.problems = e.problems();

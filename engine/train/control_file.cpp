@@ -34,7 +34,10 @@ void write_control_file(const std::string& run_dir, const ControlState& s) {
   io::write_file_atomic(control_file_path(run_dir), j.dump() + "\n");
 }
 
-ControlFilePoller::ControlFilePoller(std::string run_dir) : run_dir_(std::move(run_dir)) {
+ControlFilePoller::ControlFilePoller(std::string run_dir, bool reset) : run_dir_(std::move(run_dir)) {
+  // Without a reset the first poll applies whatever the file already asks (the starter reset it
+  // and may have written since: a Stop while the model was loading is not lost).
+  if (!reset) return;
   write_control_file(run_dir_, seen_);
   std::error_code ec;
   stamp_ = fs::last_write_time(control_file_path(run_dir_), ec);

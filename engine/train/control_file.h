@@ -27,12 +27,16 @@ std::string control_file_path(const std::string& run_dir);
 ControlState read_control_file(const std::string& run_dir);
 /// Writes the state atomically. Throws zs::Error(io) naming the file.
 void write_control_file(const std::string& run_dir, const ControlState& state);
+/// Writes the default state (no pause, no stop, no requests): what a starting run reads.
+inline void reset_control_file(const std::string& run_dir) { write_control_file(run_dir, ControlState{}); }
 
 /// Follows a run's control file and turns changes into TrainerCommands requests.
 class ControlFilePoller {
  public:
-  /// Resets the file to the default state (a new run, or a resumed one, starts unpaused).
-  explicit ControlFilePoller(std::string run_dir);
+  /// With `reset`, writes the default state first (a new run, or a resumed one, starts unpaused
+  /// and not stopped, whatever an earlier run left there). Without, the starter has reset it
+  /// (reset_control_file) and requests made since then are applied at the first poll.
+  explicit ControlFilePoller(std::string run_dir, bool reset = true);
   /// Re-reads the file when it changed since the last call and applies it to `commands`.
   void poll(TrainerCommands& commands);
 

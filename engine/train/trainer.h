@@ -22,8 +22,7 @@ namespace zs::train {
 
 /// How a run is started.
 struct TrainerOptions {
-  std::string run_dir;      ///< empty: the resumed checkpoint's run, else logging.runs_root /
-                            ///< (logging.run_name or name_hint-<time>)
+  std::string run_dir;      ///< empty: resolve_run_dir decides (run_directory.h)
   std::string name_hint = "run";  ///< used in the automatic run name (e.g. the config file's stem)
   std::string resume;       ///< "" (fresh), "latest", or a checkpoint folder
   /// Every event written to events.jsonl, as a value (called on the training thread).
@@ -40,9 +39,16 @@ struct TrainerOptions {
   /// model's parameters, whose .grad() hold this rank's gradients), before the gradients are
   /// combined. Tests inject inf/NaN here.
   std::function<void(std::int64_t, int, const std::vector<std::pair<std::string, at::Tensor>>&)> after_backward;
+  /// Whether the trainer resets the run's control.json when it starts (so an earlier run's stop or
+  /// pause does not carry over). The GUI resets it itself before starting an in-process run and
+  /// passes false, so that a Stop or Pause made while the model loads is not lost.
+  bool reset_control = true;
   /// Fault injection for tests: this rank's shard write fails at this step ({rank, step}; the
   /// CLI sets it from ZEROSTUDIO_FAIL_SAVE=RANK:STEP), as a full disk would.
   std::optional<std::pair<int, std::int64_t>> fail_save;
+  /// Fault injection for tests: this rank fails with an error at this step ({rank, step}; the CLI
+  /// sets it from ZEROSTUDIO_FAIL_AT=RANK:STEP), as a rank that runs out of memory would.
+  std::optional<std::pair<int, std::int64_t>> fail_at;
 };
 
 /// What a finished run reports.
@@ -55,15 +61,16 @@ struct RunSummary {
 
 class Trainer {
  public:
-  /// Resolves the run directory (does not create it yet); throws zs::Error(config) for
-  /// `--resume latest` without a run directory or run name.
+  /// Resolves the run directory with resolve_run_dir (does not create it yet); throws
+  /// zs::Error(config) for `--resume latest` without a run directory or run name.
   Trainer(config::TrainerConfig config, TrainerOptions options);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  /// Runs until training.max_steps or a stop request. Errors are written as an `error` event
-  /// (with an on-exception checkpoint when configured) and rethrown as zs::Error.
+  /// Runs until training.max_steps or a stop request. A config that cannot train here
+  /// (config/trainability.h) throws config::ConfigError before anything is created. Errors are
+  /// written as an `error` event (with an on-exception checkpoint when configured) and rethrown.
   RunSummary run(TrainerCommands& commands);
   const std::string& run_dir() const;
 
@@ -71,9 +78,6 @@ class Trainer {
   struct State;
   std::unique_ptr<State> s_;
 };
-
-/// logging.runs_root / (logging.run_name, or NAME_HINT-YYYYmmdd-HHMMSS when that is empty).
-std::string default_run_dir(const config::TrainerConfig& config, const std::string& name_hint);
 
 /// Keys that must match between a checkpoint's config and the resuming config; returns one
 /// line per differing key ("model.preset: checkpoint tiny, config sd15").

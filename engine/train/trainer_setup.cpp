@@ -4,8 +4,12 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/cuda.h>
 
+#include <c10/core/GradMode.h>
+
+#include "checkpoint/sharded_state.h"
 #include "config/config_loader.h"
 #include "config/config_writer.h"
+#include "config/trainability.h"
 #include "core/error.h"
 #include "data/shapes.h"
 #include "dist/communicator.h"
@@ -35,8 +39,129 @@ data::MetadataOptions metadata_options(const config::DataMetadataConfig& m) {
 
 }  // namespace
 
-std::string resolve_data_path(const config::TrainerConfig& cfg, const std::string& run_dir) {
-  return cfg.data.path.empty() ? run_dir + "/data" : cfg.data.path;
+void Trainer::State::agree(const char* phase, std::exception_ptr error) {
+  if (world > 1) {
+    at::Tensor flag = at::full({1}, error ? 1.0 : 0.0);
+    comm->all_reduce(flag);
+    if (!error && flag.item<double>() > 0)
+      throw Error(ErrorKind::distributed, "rank " + std::to_string(rank) + ": another rank failed during " + phase +
+                                              "; its error is in logs/rank*.log (rank 0's also in events.jsonl)");
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+void Trainer::State::start() {
+  comm = opt.comm ? opt.comm : std::shared_ptr<dist::Communicator>(dist::Communicator::single());
+  rank = comm->rank();
+  world = comm->world_size();
+  const bool resuming = !opt.resume.empty();
+  // What no config check can see: a model or images that are not in place yet. Refused before
+  // anything is created (every rank looks; they share the files).
+  config::LoadedConfig as_loaded;
+  as_loaded.config = cfg;
+  std::exception_ptr trainable_error;
+  try {
+    config::require_trainable(as_loaded, run_dir);
+  } catch (...) {
+    trainable_error = std::current_exception();
+  }
+  agree("the trainability checks", trainable_error);
+  std::error_code ec;
+  fs::create_directories(fs::path(run_dir) / "logs", ec);
+  rank_log.open(fs::path(run_dir) / "logs" / ("rank" + std::to_string(rank) + ".log"), std::ios::app);
+  std::exception_ptr prepare_error;
+  if (main_rank()) {
+    try {
+      prepare_run_directory(resuming);
+    } catch (...) {
+      prepare_error = std::current_exception();
+      if (events) {
+        try {
+          std::rethrow_exception(prepare_error);
+        } catch (const std::exception& e) {
+          emit("error", {{"message", e.what()}});
+          emit("run_end", {{"reason", "error"}});
+        }
+      }
+    }
+  }
+  agree("preparing the run directory", prepare_error);
+  // Rank 0 follows the run's control.json (the GUI's Pause/Stop/Sample/Save) from now on.
+  if (main_rank()) control = std::make_unique<ControlFilePoller>(run_dir, opt.reset_control);
+  try {
+    std::exception_ptr setup_error;
+    std::optional<checkpoint::CheckpointInfo> ckpt;
+    try {
+      if (resuming) ckpt = open_resume_checkpoint();
+      build_model_and_data(ckpt);
+    } catch (...) {
+      setup_error = std::current_exception();
+    }
+    agree("setup", setup_error);
+    share_initial_weights();
+    std::exception_ptr optimizer_error;
+    try {
+      build_optimizer();
+    } catch (...) {
+      optimizer_error = std::current_exception();
+    }
+    agree("building the optimizer", optimizer_error);
+    if (ckpt) {
+      std::exception_ptr load_error;
+      try {
+        restore(*ckpt);
+      } catch (...) {
+        load_error = std::current_exception();
+      }
+      agree("loading the checkpoint", load_error);
+      if (main_rank() && ckpt->meta.value("world_size", world) != world)
+        log("resumed a checkpoint of " + std::to_string(ckpt->meta.value("world_size", 0)) + " ranks at stage " +
+            std::to_string(ckpt->meta.value("stage", 0)) + " on " + std::to_string(world) + " ranks at stage " +
+            std::to_string(cfg.zero.stage));
+    }
+  } catch (const std::exception& e) {
+    emit("error", {{"message", e.what()}});
+    emit("run_end", {{"reason", "error"}});
+    throw;
+  }
+}
+
+void Trainer::State::share_initial_weights() {
+  if (world == 1) return;
+  // One set of weights: rank 0's.
+  c10::NoGradGuard no_grad;
+  for (auto& [name, p] : model.named_parameters()) {
+    if (p.numel() == 0) continue;  // built into shards (zero3_init_flag): every rank read its own
+    // The UNet is still in CPU memory (the optimizer moves it unit by unit): one parameter at a
+    // time visits the device, where NCCL needs it.
+    at::Tensor t = p.detach().to(device);
+    comm->broadcast(t, 0);
+    if (!t.is_alias_of(p)) p.detach().copy_(t);
+  }
+}
+
+void Trainer::State::build_optimizer() {
+  // ZeRO flattens, and at stage 3 shards, the parameters it is given; with mixed precision it
+  // keeps fp32 masters and turns the model's weights to the compute dtype.
+  optimizer = make_optimizer(cfg, model, *comm, compute, device, fs::path(run_dir).filename().string(),
+                             [this](const std::string& line) { log(line); }, sharded_init.get());
+  sharded_init.reset();  // the optimizer holds the shards now
+  if (cfg.ema.enabled) optimizer->enable_ema(cfg.ema.decay);  // per shard, on the CPU
+}
+
+void Trainer::State::restore(const checkpoint::CheckpointInfo& ckpt) {
+  // Shards saved under any world size, stage or offload: each rank reads the parts it owns now.
+  const checkpoint::ShardReader reader(ckpt.path, ckpt.meta.at("sharding"));
+  const bool with_ema = cfg.ema.enabled && reader.has("ema");
+  if (cfg.ema.enabled && !with_ema) warn("the checkpoint has no EMA weights; the EMA starts from the current weights");
+  optimizer->load_shards([&reader](const std::string& unit, const std::string& kind, std::int64_t first,
+                                   std::int64_t count) { return reader.read(unit, kind, first, count); },
+                         ckpt.meta.value("optimizer_steps", ckpt.step), with_ema);
+  // Every rank's noise generator is in rank 0's file.
+  const io::SafetensorsReader first(ckpt.path + "/" + checkpoint::shard_file_name(0));
+  const std::string rng_key = "rng.cpu." + std::to_string(rank);
+  if (first.contains(rng_key)) gen.set_state(first.tensor(rng_key));
+  else warn("the checkpoint has no random state for rank " + std::to_string(rank) + "; its noise starts afresh");
 }
 
 void Trainer::State::prepare_run_directory(bool resuming) {
@@ -50,7 +175,7 @@ void Trainer::State::prepare_run_directory(bool resuming) {
   events = std::make_unique<EventLog>((fs::path(run_dir) / "events.jsonl").string(), opt.on_event);
   config::save_config(cfg, (fs::path(run_dir) / "config.yaml").string());
   // Demo data is generated once, by rank 0, before the others look for it.
-  const std::string data_path = resolve_data_path(cfg, run_dir);
+  const std::string data_path = config::dataset_folder(cfg, run_dir);
   if (cfg.data.generate == "shapes" && !fs::exists(data_path)) {
     log("generating " + std::to_string(cfg.data.generate_count) + " shape images into " + data_path);
     const auto t0 = std::chrono::steady_clock::now();
@@ -109,10 +234,7 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
     scaler = std::make_unique<LossScaler>(loss_scaler_options(cfg.loss_scaling));
 
   // Data.
-  const std::string data_path = resolve_data_path(cfg, run_dir);
-  if (cfg.data.path.empty() && cfg.data.generate == "none")
-    throw Error(ErrorKind::config, "data.path is empty and data.generate is none: set data.path to your dataset "
-                                   "folder (or data.generate: shapes for the demo data)");
+  const std::string data_path = config::dataset_folder(cfg, run_dir);
   auto items = data::scan_dataset(data_path, metadata_options(cfg.data.metadata));
 
   // Model. With zero3_init_flag at stage 3 each UNet unit is built (or loaded) and cut to this
@@ -120,7 +242,7 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   const std::string model_dir = (fs::path(run_dir) / "model").string();
   models::UnitBuilt on_unit;
   if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag) {
-    sharded_init = std::make_unique<zero::ShardedInit>(rank, world, cfg.zero.stage3_param_persistence_threshold);
+    sharded_init = std::make_unique<zero::ShardedInit>(zero::plan_options(zero_options(cfg), world, rank));
     on_unit = sharded_init->callback();
   }
   if (ckpt) {
@@ -138,10 +260,7 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
       throw Error(ErrorKind::config, "data.resolution: " + std::to_string(cfg.data.resolution) + " must be a multiple of " +
                                          std::to_string(f) + " for " + cfg.model.path + " (VAE × UNet down-sampling)");
     if (rank == 0) model.save_folder(model_dir);
-  } else if (cfg.model.preset != "tiny") {
-    throw Error(ErrorKind::config, "model.preset: " + cfg.model.preset +
-                                       " can be estimated but not trained yet; use tiny");
-  } else {
+  } else {  // the tiny preset (the trainability checks refused the others without model.path)
     std::vector<std::string> captions;
     for (const auto& it : items) captions.push_back(it.caption);
     model = models::DiffusionModel::build_tiny(captions, cfg.model.prediction_type,

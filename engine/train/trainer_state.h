@@ -1,7 +1,9 @@
 #pragma once
-// The Trainer's state, shared by trainer.cpp (the step loop, sampling, checkpoints) and
-// trainer_setup.cpp (run directory, resume, model and data). Not a public header.
+// The Trainer's state and the named steps Trainer::run is made of: setup (trainer_setup.cpp)
+// and the loop's steps (trainer_steps.cpp). Not a public header.
 
+#include <chrono>
+#include <exception>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -16,10 +18,10 @@
 #include "data/latent_cache.h"
 #include "diffusion/noise_schedule.h"
 #include "models/diffusion_model.h"
+#include "train/control_file.h"
 #include "train/events.h"
 #include "train/loss_scaler.h"
 #include "train/lr_schedule.h"
-#include "train/optimizer.h"
 #include "train/trainer.h"
 #include "zero/sharded_init.h"
 #include "zero/zero_optimizer.h"
@@ -28,6 +30,27 @@ namespace zs::train {
 
 using nlohmann::json;
 
+/// What the ranks agreed to do before a step (UI commands, signals, timers).
+struct Requests {
+  bool stop = false, paused = false, sample = false, save = false, timed_save = false;
+};
+
+/// One optimizer step's outcome.
+struct StepResult {
+  double loss = 0;       ///< mean over micro-batches and ranks
+  double grad_norm = 0;  ///< before clipping (0 when skipped)
+  bool skipped = false;  ///< an inf/NaN gradient under loss scaling
+  double lr = 0;
+  double seconds = 0;    ///< wall time of the step
+};
+
+/// Losses, norms and time since the last metrics event.
+struct MetricsInterval {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  double loss = 0, norm = 0;
+  std::int64_t steps = 0, good_steps = 0;  // steps, and those not skipped by an overflow
+};
+
 struct Trainer::State {
   config::TrainerConfig cfg;
   TrainerOptions opt;
@@ -35,6 +58,7 @@ struct Trainer::State {
   std::unique_ptr<EventLog> events;  // rank 0 only
   std::shared_ptr<dist::Communicator> comm;
   int rank = 0, world = 1;
+  bool main_rank() const { return rank == 0; }
   std::ofstream rank_log;
   at::Device device{at::kCPU};
   models::DiffusionModel model;
@@ -52,13 +76,26 @@ struct Trainer::State {
   std::int64_t batches_consumed = 0;  // micro batches taken from the loader
   double last_loss = 0;
   double smoothed_loss = 0;           // EMA (0.9) of the step losses: checkpointing.keep_best's monitor
+  // The loop's bookkeeping.
+  MetricsInterval interval;
+  std::chrono::steady_clock::time_point last_save = std::chrono::steady_clock::now();  // every_n_minutes
+  std::int64_t steps_done_here = 0;          // steps of this process (not counting a resumed part)
+  std::unique_ptr<ControlFilePoller> control;  // rank 0: the run's control.json
+  bool was_paused = false;
+
   std::string samples_dir() const { return run_dir + "/samples"; }
   std::string checkpoints_dir() const { return run_dir + "/checkpoints"; }
   void emit(const std::string& type, const json& fields = json::object());
   void log(const std::string& message) { emit("log", {{"message", message}}); }
   void warn(const std::string& message) { emit("warning", {{"message", message}}); }
 
-  // Setup steps (trainer_setup.cpp).
+  // Setup (trainer_setup.cpp). Every phase ends in agree(), so a failure on one rank stops all
+  // of them at once instead of leaving the others waiting in a collective.
+  /// Connects the ranks, prepares the run directory, builds model, data and optimizer and
+  /// restores a checkpoint when resuming; writes error and run_end events when that fails.
+  void start();
+  /// Rethrows `error` on the rank that had it; the others throw a distributed error naming `phase`.
+  void agree(const char* phase, std::exception_ptr error);
   /// Rank 0: creates the run directory, events.jsonl, config.yaml and the demo data.
   void prepare_run_directory(bool resuming);
   /// The checkpoint to resume from (--resume latest|PATH), checked against the config.
@@ -66,9 +103,39 @@ struct Trainer::State {
   /// Device, precision, loss scaler, dataset, model (restored from `ckpt` when resuming), LR
   /// schedule, noise generator and data loader; writes run_start.
   void build_model_and_data(const std::optional<checkpoint::CheckpointInfo>& ckpt);
-};
+  /// Several ranks: everyone takes rank 0's initial weights.
+  void share_initial_weights();
+  /// The ZeRO optimizer over the model (and its EMA).
+  void build_optimizer();
+  /// Weights, moments, EMA and noise generators from a checkpoint saved at any world size/stage.
+  void restore(const checkpoint::CheckpointInfo& ckpt);
 
-/// Where the dataset is: data.path, or the run's data/ folder for generated demo data.
-std::string resolve_data_path(const config::TrainerConfig& cfg, const std::string& run_dir);
+  // The loop's steps (trainer_steps.cpp).
+  /// Reads the commands (and rank 0 the control file) and agrees them between the ranks, so all
+  /// stop, pause, sample or save at the same step.
+  Requests agree_on_commands(TrainerCommands& commands);
+  /// While paused: serves sample and save requests, then waits a moment.
+  void while_paused(const Requests& r);
+  /// One optimizer step over gradient_accumulation_steps micro-batches.
+  StepResult train_step();
+  /// Adds the step to the interval and writes a metrics event when one is due.
+  void report_metrics(const StepResult& done);
+  /// Samples when requested or due (every_n_steps, and at the last step).
+  void sample_if_due(const Requests& r);
+  /// Saves when due or requested; true when a checkpoint was written.
+  bool save_if_due(const Requests& r);
+  /// Rank 0: deletes old checkpoints per keep_last / keep_best.
+  void prune_checkpoints();
+  /// The sample grid of the current weights (the EMA's when configured).
+  void sample();
+  /// One sharded checkpoint (every rank takes part); false with an error event when not saved.
+  bool save(const std::string& reason);
+  /// Every rank's model-state bytes and memory, gathered for the metrics event (a collective).
+  json gather_ranks();
+  /// After the loop: the last checkpoint, cache statistics and run_end.
+  void finish(const std::string& reason);
+  /// An error in the loop: error event, on-exception checkpoint when configured, run_end.
+  void fail(const std::exception& e);
+};
 
 }  // namespace zs::train

@@ -6,6 +6,7 @@
 
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <nlohmann/json.hpp>
 
 #include "config/config_loader.h"
@@ -285,10 +286,21 @@ class TestCli : public QObject {
     QVERIFY2(made.out.contains("wrote 5 images"), qPrintable(made.out));
     QVERIFY(QFile::exists(dir.path() + "/shapes/images/00004.png"));
     QVERIFY(QFile::exists(dir.path() + "/shapes/captions/00004.txt"));
-    // An empty data.path without generation fails before training, naming the key.
+    // An empty data.path means the run's data/ folder: without images there, training is
+    // refused before anything starts, naming the key and the folder (and nothing is created).
     const Result r = run({"train", quickstart(), "--run-dir", dir.path() + "/run", "--set", "data.generate=none"});
     QCOMPARE(r.code, 1);
-    QVERIFY2(r.err.contains("data.path is empty and data.generate is none"), qPrintable(r.err));
+    QVERIFY2(r.err.contains("data.path: empty, so the dataset is the run's data/ folder, and " + dir.path() +
+                            "/run/data does not exist; put your images with captions there"),
+             qPrintable(r.err));
+    QVERIFY(!QFileInfo::exists(dir.path() + "/run/events.jsonl"));
+    // A preset that is only estimated is refused the same way; launch refuses before any rank starts.
+    const Result preset = run({"launch", "--num_processes", "2", quickstart(), "--run-dir", dir.path() + "/run4", "--set",
+                               "model.preset=sd15"});
+    QCOMPARE(preset.code, 1);
+    QVERIFY2(preset.err.contains("model.preset: sd15 describes the architecture for estimates only; set model.path"),
+             qPrintable(preset.err));
+    QVERIFY2(!preset.out.contains("[launcher] starting"), qPrintable(preset.out));
     const Result missing = run({"train", quickstart(), "--run-dir", dir.path() + "/run2", "--set",
                                 "data.path=" + dir.path() + "/nothing", "--set", "data.generate=none"});
     QCOMPARE(missing.code, 1);
@@ -319,6 +331,42 @@ class TestCli : public QObject {
     const Result missing = run({"config", "validate", dir.path() + "/nope.yaml"});
     QCOMPARE(missing.code, 1);
     QVERIFY(missing.err.startsWith("error: " + dir.path() + "/nope.yaml: cannot open"));
+  }
+
+  // Every shipped config is valid (exit 0); what the Stable Diffusion ones still need before
+  // they train (a model folder, images) is said as warnings naming the keys.
+  void shippedConfigsValidate_data() {
+    QTest::addColumn<QString>("file");
+    for (const QString& f : QDir(zs::test::sourceDir() + "/configs").entryList({"*.yaml"}, QDir::Files))
+      QTest::newRow(qPrintable(f)) << zs::test::sourceDir() + "/configs/" + f;
+  }
+
+  void shippedConfigsValidate() {
+    QFETCH(QString, file);
+    const Result r = run({"config", "validate", file});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QVERIFY(r.out.contains(": valid"));
+    if (file.endsWith("quickstart.yaml")) {
+      QVERIFY2(!r.err.contains("needed before training"), qPrintable(r.err));
+    } else {
+      QVERIFY2(r.err.contains("model.path: 'models/stable-diffusion-") && r.err.contains("does not exist yet"), qPrintable(r.err));
+      QVERIFY2(r.err.contains("data.path: empty: the run reads its images from the run's data/ folder (runs/<run>/data)"),
+               qPrintable(r.err));
+    }
+  }
+
+  // README's way: data.path empty, images with captions in the run's data/ folder.
+  void imagesInTheRunsDataFolderTrain() {
+    QTemporaryDir dir;
+    const QString run_dir = dir.path() + "/run";
+    const Result made = run({"make-dataset", "shapes", "--out", run_dir + "/data", "--count", "16", "--size", "16"});
+    QCOMPARE(made.code, 0);
+    const Result r = run({"train", quickstart(), "--run-dir", run_dir, "--set", "data.generate=none", "--set",
+                          "training.max_steps=2", "--set", "sampling.every_n_steps=0", "--set", "sampling.prompts=[]",
+                          "--set", "checkpointing.every_n_steps=0", "--set", "training.batch_size=4"});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QVERIFY2(r.err.contains("16 images"), qPrintable(r.err));
+    QVERIFY(QFileInfo::exists(run_dir + "/checkpoints/step_2/meta.json"));
   }
 
   void overridesAndPrint() {

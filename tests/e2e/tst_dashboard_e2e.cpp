@@ -4,6 +4,7 @@
 // run directory. Screenshots of the window and every panel go to the build folder.
 #include <QDir>
 #include <QFile>
+#include <QFileInfo>
 #include <QImage>
 #include <QPushButton>
 #include <QTableWidget>
@@ -72,6 +73,19 @@ class TestDashboardE2e : public QObject {
     const QString error = w.checkpoints()->exportCheckpoint(1, "safetensors", "fp16", false, out, true);
     QVERIFY2(error.isEmpty(), qPrintable(error));
     QVERIFY(QFile(out).size() > 1000000);
+    // A browser that goes away while its export runs cancels it and joins its thread: no crash,
+    // no half-written file (the export writes to a temporary name).
+    {
+      CheckpointBrowser browser;
+      browser.setController(w.controller());
+      browser.refresh();
+      QCOMPARE(browser.rowCount(), 2);
+      QCOMPARE(browser.exportCheckpoint(1, "diffusers", "fp32", false, tmp.path() + "/gone", false), QString());
+      QVERIFY(!browser.exportCheckpoint(1, "safetensors", "fp32", false, tmp.path() + "/second.safetensors", false).isEmpty());
+    }
+    QVERIFY(!QFileInfo::exists(tmp.path() + "/second.safetensors"));
+    for (const QString& f : QDir(tmp.path() + "/gone/unet").entryList(QDir::Files))
+      QVERIFY2(!f.contains(".tmp"), qPrintable(f));
     // Screenshots: the window on each tab, and each panel.
     for (int i = 0; i < w.tabs()->count(); ++i) {
       w.tabs()->setCurrentIndex(i);
@@ -126,6 +140,42 @@ class TestDashboardE2e : public QObject {
     QVERIFY(w.close());
     QCOMPARE(asked, 2);
     QTRY_VERIFY_WITH_TIMEOUT(QDir(run + "/checkpoints").entryList({"step_*"}, QDir::Dirs).size() == 1, 60000);
+  }
+
+  // In-process runs take Pause and Stop through control.json too (one channel for every run), and
+  // a Stop made before the model has loaded is not lost: the run ends without training a step.
+  void inProcessCommandsGoThroughTheRunDirectory() {
+    QTemporaryDir tmp;
+    {
+      RunController c;
+      QStringList sets = smallRun(tmp.path());
+      sets.replaceInStrings("training.max_steps=30", "training.max_steps=100000");
+      c.setOverrides(sets);
+      QString error;
+      QVERIFY2(c.startInProcess(zs::test::sourceDir() + "/configs/quickstart.yaml", tmp.path() + "/early", {}, &error),
+               qPrintable(error));
+      c.stop();  // at once: the trainer is still setting up
+      QTRY_VERIFY_WITH_TIMEOUT(c.state() == RunState::finished || c.state() == RunState::failed, 120000);
+      QVERIFY2(c.state() == RunState::finished, qPrintable(c.errorMessage()));
+      QFile events(tmp.path() + "/early/events.jsonl");
+      QVERIFY(events.open(QIODevice::ReadOnly));
+      const QByteArray all = events.readAll();
+      QVERIFY2(all.contains("\"type\":\"run_end\"") && all.contains("\"reason\":\"stopped\""), all.right(400).constData());
+      QVERIFY(!all.contains("\"type\":\"metrics\""));
+    }
+    RunController c;
+    QStringList sets = smallRun(tmp.path());
+    sets.replaceInStrings("training.max_steps=30", "training.max_steps=100000");
+    sets.replaceInStrings("checkpointing.every_n_steps=20", "checkpointing.every_n_steps=0");
+    c.setOverrides(sets);
+    QVERIFY(c.startInProcess(zs::test::sourceDir() + "/configs/quickstart.yaml", tmp.path() + "/run"));
+    QTRY_VERIFY_WITH_TIMEOUT(!c.metrics().empty(), 120000);
+    c.setPaused(true);
+    QTRY_COMPARE_WITH_TIMEOUT(c.state(), RunState::paused, 30000);
+    c.setPaused(false);
+    QTRY_COMPARE_WITH_TIMEOUT(c.state(), RunState::running, 30000);
+    c.stop();
+    QTRY_COMPARE_WITH_TIMEOUT(c.state(), RunState::finished, 120000);
   }
 
   // Two ranks in child processes: Pause, Save now, Sample now and Stop reach both through the

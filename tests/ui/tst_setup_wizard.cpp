@@ -264,6 +264,20 @@ class TestSetupWizard : public QObject {
   }
 
   // The model page shows the parameter count; the dataset page the layout, count and thumbnails.
+  // What a valid config still needs before it trains is a note on the last page (the same
+  // trainability checks as `config validate`), not a problem that blocks saving.
+  void summaryNotesWhatTrainingStillNeeds() {
+    zs::ui::SetupWizard w;
+    QVERIFY(w.warnings().filter("model.preset").isEmpty());  // the quickstart trains as it is
+    w.setAnswer("model_source", "sd15");
+    QVERIFY(w.result().has_value());
+    QVERIFY2(!w.warnings().filter("model.preset: sd15 describes the architecture for estimates only").isEmpty(),
+             qPrintable(w.warnings().join('\n')));
+    auto* label = w.findChild<QLabel*>("warnings");
+    QVERIFY(label);
+    QVERIFY(label->text().contains("needed before training"));
+  }
+
   void modelAndDatasetPagesShowWhatTheyFound() {
     QTemporaryDir dir;
     QDir(dir.path()).mkpath("images");

@@ -1,0 +1,30 @@
+#pragma once
+// Trainability: what keeps a valid config from training here and now. A config can be valid
+// and still not trainable yet (the model folder is not downloaded, the images are not in
+// place): `config validate`, `config init` and the wizard show these as warnings, `train` and
+// `launch` refuse to start with them, `estimate` and `config import` do not look.
+
+#include <string>
+#include <vector>
+
+#include "config/config_loader.h"
+
+namespace zs::config {
+
+/// Every trainability problem of `loaded.config`:
+///   - model.preset other than tiny without model.path (such presets are only estimated);
+///   - a model.path that does not exist;
+///   - with data.path empty and data.generate none, the dataset is the run's data/ folder: it
+///     must exist and hold files (`run_dir` empty: the run is not known yet, so it is named as
+///     logging.runs_root/<run>/data and reported as a problem to check).
+/// Located through `loaded.location_of`.
+std::vector<ConfigProblem> trainability_problems(const LoadedConfig& loaded, const std::string& run_dir);
+
+/// The dataset folder a run reads: data.path, or `run_dir`/data when it is empty (where the
+/// demo data is generated too, and where README tells users to put their images).
+std::string dataset_folder(const TrainerConfig& config, const std::string& run_dir);
+
+/// Throws ConfigError with every trainability problem (no-op when there is none).
+void require_trainable(const LoadedConfig& loaded, const std::string& run_dir);
+
+}  // namespace zs::config

@@ -1,0 +1,27 @@
+#include "train/run_directory.h"
+
+#include <ctime>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace zs::train {
+
+namespace fs = std::filesystem;
+
+RunDirectory resolve_run_dir(const config::TrainerConfig& cfg, const RunDirRequest& request) {
+  if (!request.run_dir.empty()) return {request.run_dir, false};
+  if (!request.resume.empty() && request.resume != "latest")  // a checkpoint folder <run>/checkpoints/<tag>
+    return {fs::path(request.resume).lexically_normal().parent_path().parent_path().string(), false};
+  if (!cfg.logging.run_name.empty()) return {(fs::path(cfg.logging.runs_root) / cfg.logging.run_name).string(), false};
+  if (request.resume == "latest")
+    throw Error(ErrorKind::config, "--resume latest needs the run: pass --run-dir DIR (or set logging.run_name)");
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+  return {(fs::path(cfg.logging.runs_root) / (request.name_hint + "-" + stamp)).string(), true};
+}
+
+}  // namespace zs::train

@@ -1,0 +1,301 @@
+// The steps of Trainer::run's loop, on the trainer's state.
+#include <zlib.h>
+
+#include <cmath>
+#include <thread>
+
+#include <ATen/ATen.h>
+
+#include "checkpoint/sharded_save.h"
+#include "checkpoint/sharded_state.h"
+#include "config/config_writer.h"
+#include "core/error.h"
+#include "core/memory.h"
+#include "dist/communicator.h"
+#include "train/image_logger.h"
+#include "train/trainer_state.h"
+
+namespace zs::train {
+
+namespace {
+
+/// CRC-32 of the config's YAML: tells whether two checkpoints were made by the same config.
+std::string config_hash(const config::TrainerConfig& cfg) {
+  const std::string yaml = config::to_yaml(cfg);
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08lx", crc32(0L, reinterpret_cast<const Bytef*>(yaml.data()), static_cast<uInt>(yaml.size())));
+  return buf;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+Requests Trainer::State::agree_on_commands(TrainerCommands& commands) {
+  if (control) control->poll(commands);
+  Requests r;
+  r.stop = commands.stop_requested();
+  r.paused = commands.paused();
+  r.sample = commands.take_sample_request();
+  r.save = commands.take_save_request();
+  const double minutes = cfg.checkpointing.every_n_minutes;
+  r.timed_save = minutes > 0 && seconds_since(last_save) >= minutes * 60;
+  if (world > 1) {
+    at::Tensor flags = at::tensor(std::vector<float>{float(r.stop), float(r.sample), float(r.save), float(r.timed_save),
+                                                     float(r.paused)});
+    comm->all_reduce(flags);
+    r.stop = flags[0].item<float>() > 0;
+    r.sample = flags[1].item<float>() > 0;
+    r.save = flags[2].item<float>() > 0;
+    r.timed_save = flags[3].item<float>() > 0;
+    r.paused = flags[4].item<float>() > 0;
+  }
+  if (!r.stop && r.paused != was_paused) {
+    was_paused = r.paused;
+    if (main_rank()) emit(r.paused ? "paused" : "resumed", json::object());
+  }
+  return r;
+}
+
+void Trainer::State::while_paused(const Requests& r) {
+  // Every rank waits here and meets the others at the next agreement (one small all-reduce per
+  // wait, far inside the collective timeout); sample and save still work.
+  if (r.sample) sample();
+  if (r.save && save("requested")) prune_checkpoints();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  interval.start = std::chrono::steady_clock::now();
+}
+
+StepResult Trainer::State::train_step() {
+  const auto started = std::chrono::steady_clock::now();
+  if (opt.fail_at && opt.fail_at->first == rank && opt.fail_at->second == step + 1)
+    throw Error(ErrorKind::data, "rank " + std::to_string(rank) + ": failure injected at step " + std::to_string(step + 1) +
+                                     " (ZEROSTUDIO_FAIL_AT)");
+  StepResult done;
+  done.lr = lr->lr(step);
+  const std::int64_t accum = cfg.training.gradient_accumulation_steps;
+  optimizer->zero_grad();
+  for (std::int64_t micro = 0; micro < accum; ++micro) {
+    optimizer->set_last_micro_step(micro == accum - 1);
+    const data::Batch batch = loader->next();
+    ++batches_consumed;
+    const at::Tensor x0 = model.to_model_space(batch.images.to(device), gen, latent_cache.get(), &batch.keys);  // latents for pipelines
+    const std::int64_t b = x0.size(0);
+    const at::Tensor noise = at::randn(x0.sizes(), gen).to(device);
+    const at::Tensor t = at::randint(0, schedule->num_train_timesteps(), {b}, gen, at::kLong).to(device);
+    const models::TextConditioning cond = model.condition(batch.captions, device, text_cache.get());
+    const at::Tensor time_ids = model.added_conditioning() ? batch.time_ids.to(device) : at::Tensor();
+    const at::Tensor pred = model.unet->forward(schedule->add_noise(x0, noise, t), t, cond.context, cond.pooled, time_ids);
+    const at::Tensor per_sample = (pred - schedule->target(x0, noise, t)).pow(2).mean({1, 2, 3});  // [B]
+    const at::Tensor loss = (per_sample * schedule->min_snr_weights(t, cfg.training.min_snr_gamma)).mean();
+    const double scale = scaler ? scaler->scale() : 1.0;
+    (loss * (scale / static_cast<double>(accum))).backward();
+    if (opt.after_backward) opt.after_backward(step + 1, rank, model.named_parameters());
+    done.loss += loss.item<double>() / static_cast<double>(accum);
+  }
+  // Gradients meet only after the last micro-batch (ZeRO: all-reduce or reduce-scatter).
+  optimizer->reduce_gradients();
+  if (world > 1) {
+    at::Tensor l = at::full({1}, done.loss, at::kDouble);
+    comm->all_reduce(l);
+    done.loss = l.item<double>() / world;
+  }
+  if (scaler) {
+    // Loss scaling: an inf/NaN gradient on any rank skips the step on every rank.
+    const double scale = scaler->scale();
+    done.skipped = optimizer->unscale_and_check_overflow(1.0 / scale) || !std::isfinite(done.loss);
+    scaler->update(done.skipped);
+    if (done.skipped) {
+      optimizer->skip_step();
+      emit("overflow", {{"loss_scale", scale}, {"next_loss_scale", scaler->scale()}, {"skipped_steps", scaler->skipped()}});
+      if (scaler->stuck())
+        throw Error(ErrorKind::data, "gradients overflow at the lowest loss scale (" + std::to_string(scale) +
+                                         ", loss_scaling.min_loss_scale) at step " + std::to_string(step + 1) +
+                                         "; lower optimizer.lr, enable gradient clipping or use precision: bf16");
+    }
+  } else if (!std::isfinite(done.loss)) {
+    throw Error(ErrorKind::data, "the loss became " + std::to_string(done.loss) + " at step " + std::to_string(step + 1) +
+                                     "; lower optimizer.lr or enable gradient clipping");
+  }
+  if (!done.skipped) {
+    done.grad_norm = optimizer->clip_grad_norm(cfg.training.gradient_clipping);
+    optimizer->step(done.lr);
+  }
+  ++step;
+  ++steps_done_here;
+  last_loss = done.loss;
+  if (!done.skipped) smoothed_loss = smoothed_loss == 0 ? done.loss : 0.9 * smoothed_loss + 0.1 * done.loss;
+  if (cfg.ema.enabled && step % cfg.ema.every_n_steps == 0) optimizer->update_ema();
+  done.seconds = seconds_since(started);
+  return done;
+}
+
+void Trainer::State::report_metrics(const StepResult& done) {
+  if (!done.skipped) {
+    interval.loss += done.loss;
+    interval.norm += done.grad_norm;
+    ++interval.good_steps;
+  }
+  ++interval.steps;
+  if (opt.on_step) opt.on_step(step, cfg.training.max_steps, done.loss, done.seconds);
+  if (step % cfg.logging.every_n_steps != 0 && step != cfg.training.max_steps) return;
+  const double secs = seconds_since(interval.start);
+  const std::int64_t accum = cfg.training.gradient_accumulation_steps;
+  json metrics = {{"loss", interval.good_steps > 0 ? interval.loss / interval.good_steps : done.loss},
+                  {"lr", done.lr},
+                  {"grad_norm", interval.good_steps > 0 ? interval.norm / interval.good_steps : 0.0},
+                  {"samples_per_s", secs > 0 ? interval.steps * accum * cfg.training.batch_size * world / secs : 0.0},
+                  {"s_per_step", secs / interval.steps},
+                  {"epoch", static_cast<double>(batches_consumed * world) / loader->batches_per_epoch()},
+                  {"ranks", gather_ranks()}};
+  if (scaler) {
+    metrics["loss_scale"] = scaler->scale();
+    metrics["skipped_steps"] = scaler->skipped();
+  }
+  emit("metrics", metrics);
+  interval = {};
+}
+
+json Trainer::State::gather_ranks() {
+  const auto gpu = gpu_memory(device.is_cuda() ? device.index() : -1);
+  const auto b = optimizer->model_state();
+  const auto off = optimizer->offloaded();
+  const std::vector<std::int64_t> mine = {process_rss_bytes(), gpu.allocated, gpu.reserved, gpu.peak,
+                                          b.parameters, b.gradients, b.optimizer_states, off.parameters,
+                                          off.gradients, off.optimizer_states, off.nvme_bytes};
+  const auto fields = static_cast<std::int64_t>(mine.size());
+  at::Tensor shard = at::tensor(mine, at::kLong);
+  at::Tensor all = at::zeros({fields * world}, at::kLong);
+  comm->all_gather(shard, all);
+  json ranks = json::array();
+  for (int r = 0; r < world; ++r) {
+    const auto v = [&](int i) { return all[r * fields + i].item<std::int64_t>(); };
+    ranks.push_back({{"rank", r}, {"rss_bytes", v(0)}, {"gpu_allocated_bytes", v(1)}, {"gpu_reserved_bytes", v(2)},
+                     {"gpu_peak_bytes", v(3)},
+                     {"model_state", {{"parameters", v(4)}, {"gradients", v(5)}, {"optimizer_states", v(6)}}},
+                     {"offloaded", {{"parameters", v(7)}, {"gradients", v(8)}, {"optimizer_states", v(9)},
+                                    {"nvme_bytes", v(10)}}}});
+  }
+  return ranks;
+}
+
+void Trainer::State::sample_if_due(const Requests& r) {
+  const bool due = cfg.sampling.every_n_steps > 0 && step % cfg.sampling.every_n_steps == 0;
+  if (r.sample || due || step == cfg.training.max_steps) sample();
+}
+
+void Trainer::State::sample() {
+  if (cfg.sampling.prompts.empty()) return;
+  // Ranks holding only shards of the parameters all run the sampler (each unit is gathered as it
+  // runs); rank 0 writes. Swapping a sharded EMA in is a collective too, so then every rank takes
+  // part in the swaps.
+  const bool swap = cfg.sampling.use_ema && cfg.ema.enabled;
+  const bool compute = main_rank() || (world > 1 && optimizer->sharded_units() > 0);
+  if (!compute && !(swap && world > 1)) return;
+  if (swap) optimizer->swap_ema();
+  SampleFolder folder;
+  if (compute) folder = write_samples(model, cfg.sampling, cfg.data.resolution, device, samples_dir(), step, main_rank());
+  if (swap) optimizer->swap_ema();
+  if (main_rank()) emit("samples", {{"dir", folder.dir}, {"count", folder.count}});
+}
+
+bool Trainer::State::save_if_due(const Requests& r) {
+  const auto& cp = cfg.checkpointing;
+  const bool last = step == cfg.training.max_steps;  // the final save follows the loop
+  if (cp.every_n_steps > 0 && step % cp.every_n_steps == 0) return save("periodic");
+  if (r.save) return save("requested");
+  if (r.timed_save && !last) return save("timed");
+  if (cp.overwrite_every_n_steps > 0 && step % cp.overwrite_every_n_steps == 0 && !last) return save("overwrite");
+  return false;
+}
+
+bool Trainer::State::save(const std::string& reason) {
+  if (reason == "on_exception" && world > 1) return false;  // the other ranks may be gone
+  // The frequent overwrite checkpoint always has the same tag; the others are named by step.
+  checkpoint::ShardedSave request;
+  request.checkpoints_dir = checkpoints_dir();
+  request.tag = reason == "overwrite" ? "overwrite" : "step_" + std::to_string(step);
+  request.shard = optimizer->shard_state();
+  // Every rank's noise generator goes into rank 0's file (so any world size can resume it).
+  const at::Tensor rng = gen.get_state();
+  at::Tensor rngs = at::zeros({rng.numel() * world}, rng.options());
+  if (world > 1) comm->all_gather(rng.contiguous(), rngs);
+  else rngs.copy_(rng);
+  if (main_rank()) {
+    for (int r = 0; r < world; ++r) request.shard.emplace_back("rng.cpu." + std::to_string(r), rngs.chunk(world)[r].clone());
+    request.meta = {{"step", step},
+                    {"optimizer_steps", optimizer->steps()},
+                    {"batches_consumed", batches_consumed},
+                    {"samples_seen", batches_consumed * world * cfg.training.batch_size},
+                    {"epoch", static_cast<double>(batches_consumed * world) / loader->batches_per_epoch()},
+                    {"loss", last_loss},
+                    {"smoothed_loss", smoothed_loss},
+                    {"lr", lr->lr(std::max<std::int64_t>(step - 1, 0))},
+                    {"time", unix_time()},
+                    {"reason", reason},
+                    {"world_size", world},
+                    {"stage", cfg.zero.stage},
+                    {"precision", cfg.precision},
+                    {"config_hash", config_hash(cfg)},
+                    {"sharding", checkpoint::sharding_json(optimizer->layout(), world, static_cast<int>(cfg.zero.stage))},
+                    {"config", config::to_yaml(cfg)}};
+    if (scaler) {
+      const auto st = scaler->state();
+      request.meta["loss_scaler"] = {{"scale", st.scale}, {"iter", st.iter}, {"last_overflow", st.last_overflow},
+                                     {"hysteresis", st.hysteresis}, {"skipped", st.skipped}};
+    }
+  }
+  if (opt.fail_save && opt.fail_save->first == rank && opt.fail_save->second == step)
+    request.injected_failure = checkpoint::staging_dir(checkpoints_dir(), request.tag) + "/" +
+                               checkpoint::shard_file_name(rank) + ": write failed (injected by ZEROSTUDIO_FAIL_SAVE)";
+  const checkpoint::SaveOutcome outcome = checkpoint::save_sharded(*comm, request);
+  if (!outcome.saved) {
+    emit("error", {{"message", "checkpoint " + request.tag + " not saved (older checkpoints are kept): " + outcome.problem}});
+    if (!main_rank()) rank_log << "checkpoint " << request.tag << ": " << outcome.problem << "\n";
+    return false;
+  }
+  last_save = std::chrono::steady_clock::now();
+  if (main_rank()) emit("checkpoint", {{"path", outcome.info.path}, {"bytes", outcome.info.bytes}, {"reason", reason}});
+  return true;
+}
+
+void Trainer::State::prune_checkpoints() {
+  if (!main_rank()) return;
+  const auto& cp = cfg.checkpointing;
+  for (const auto& old_tag : checkpoint::prune_checkpoints(checkpoints_dir(), cp.keep_last, cp.keep_best))
+    log("deleted checkpoint " + old_tag + " (checkpointing.keep_last " + std::to_string(cp.keep_last) + ", keep_best " +
+        std::to_string(cp.keep_best) + ")");
+}
+
+void Trainer::State::finish(const std::string& reason) {
+  if (reason == "stopped" && steps_done_here > 0 && save("stopped")) prune_checkpoints();
+  const auto every = cfg.checkpointing.every_n_steps;
+  if (reason == "finished" && (every == 0 || step % every != 0) && save("final")) prune_checkpoints();
+  if (latent_cache)
+    log("latent cache: " + std::to_string(latent_cache->hits()) + " read, " + std::to_string(latent_cache->stored()) +
+        " encoded and stored");
+  if (text_cache)
+    log("text-embedding cache: " + std::to_string(text_cache->hits()) + " read, " + std::to_string(text_cache->stored()) +
+        " encoded and stored");
+  emit("run_end", {{"reason", reason}, {"loss", last_loss}});
+  loader.reset();
+}
+
+void Trainer::State::fail(const std::exception& e) {
+  emit("error", {{"message", e.what()}});
+  // With several ranks the optimizer state is spread over them and a rank may be gone, so there
+  // is no on-exception checkpoint (the last periodic one stands).
+  if (cfg.checkpointing.on_exception && steps_done_here > 0 && world == 1) {
+    try {
+      if (save("on_exception")) prune_checkpoints();
+    } catch (const std::exception& e2) {
+      emit("error", {{"message", std::string("the on-exception checkpoint failed too: ") + e2.what()}});
+    }
+  }
+  emit("run_end", {{"reason", "error"}});
+  loader.reset();
+}
+
+}  // namespace zs::train
