@@ -1,11 +1,22 @@
-// bench_zero_step: step time and model-state bytes per rank for ZeRO stages 0-3 at N = 1 and 2,
-// on the quickstart's UNet and on a ~50 M-parameter one, against Debian's python3-torch running
-// the same architecture with DistributedDataParallel on Gloo (bench/ddp_baseline.py) in the same run.
+// bench_zero_step: step time and model-state bytes per rank for ZeRO stages 0-3 (and offload
+// variants) at N = 1 and 2, on the quickstart's UNet and on a ~54 M-parameter one, against
+// Debian's python3-torch running the same architecture with DistributedDataParallel on Gloo
+// (bench/ddp_baseline.py) in the same run.
 //
-//   bench_zero_step [--steps 4] [--only tiny|large] [--python /usr/bin/python3]
+//   bench_zero_step [--steps 20] [--only tiny|large] [--worlds 1,2] [--stages 1,2,3] [--repeats 3]
+//                   [--offload 0|1] [--profile 0|1] [--python /usr/bin/python3]
+//
+// Every stage is measured against stage 0 in the same processes: each rank builds two copies of
+// the model, one under stage 0 and one under the stage measured, and alternates their steps, so
+// the drift of this machine (identical stage-0 processes vary by ±15 % here) hits both alike;
+// "vs stage 0" is the median over the repeats of that same-process ratio. --offload 1 adds rows
+// with the optimizer states in CPU memory (stages 1-3) and in NVMe files (stage 2, under /tmp),
+// as ratios to stage 0 without offload; --profile 1 prints forward, backward, gradient reduction
+// and step (with the all-gather after it) per run.
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +29,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "core/memory.h"
 #include "dist/communicator.h"
 #include "models/unet_2d_condition.h"
 #include "zero/zero_optimizer.h"
@@ -64,34 +76,96 @@ models::UNetConfig config_of(const ModelSpec& m) {
   return c;
 }
 
-/// One rank of one measurement (started by the parent with torchrun's variables).
-int child(const ModelSpec& m, int stage, int steps) {
+/// A run of the table: a stage, optionally with the optimizer offloaded ("STAGE:OFFLOAD").
+struct Run {
+  int stage = 0;
+  std::string offload = "none";  // none | cpu | nvme (optimizer states)
+  std::string label() const { return "stage " + std::to_string(stage) + (offload == "none" ? "" : "+" + offload); }
+  std::string spec() const { return std::to_string(stage) + ":" + offload; }
+  static Run parse(const std::string& spec) {
+    Run r;
+    r.stage = std::stoi(spec.substr(0, spec.find(':')));
+    if (spec.find(':') != std::string::npos) r.offload = spec.substr(spec.find(':') + 1);
+    return r;
+  }
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+/// One rank of one measurement (started by the parent with torchrun's variables): a copy of the
+/// model per run, their steps alternated; after 2 warm-up steps each, `steps` timed steps. Rank 0
+/// prints one line per run: the median step time, the model-state bytes and, with `profile`, the
+/// mean time of each phase (forward, backward, gradient reduction, optimizer step with the
+/// all-gather after it).
+int child(const ModelSpec& m, const std::vector<Run>& runs, int steps, bool profile, const std::string& nvme_dir) {
+  keep_freed_memory();  // as the trainer does
   const auto info = dist::rendezvous_from_env();
   auto comm = dist::Communicator::connect(*info, std::chrono::seconds(300));
   at::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->world_size()));
-  at::manual_seed(0);
-  models::UNet2DConditionModel unet(config_of(m));
-  zero::ZeroOptions o;
-  o.stage = stage;
-  o.reduce_bucket_size = 50'000'000;
-  zero::ZeroOptimizer opt(unet->units(), *comm, o);
-  unet->set_unit_hooks(opt.unit_hooks());
+  struct Side {
+    Run run;
+    models::UNet2DConditionModel unet{nullptr};
+    std::unique_ptr<zero::ZeroOptimizer> opt;
+    std::vector<double> times;
+    double phase[4] = {0, 0, 0, 0};
+  };
+  std::vector<Side> sides(runs.size());
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    Side& side = sides[i];
+    side.run = runs[i];
+    at::manual_seed(0);
+    side.unet = models::UNet2DConditionModel(config_of(m));
+    zero::ZeroOptions o;
+    o.stage = side.run.stage;
+    o.reduce_bucket_size = 50'000'000;
+    if (side.run.offload == "cpu") o.offload_optimizer = zero::ZeroOptions::Offload::cpu;
+    if (side.run.offload == "nvme") {
+      o.offload_optimizer = zero::ZeroOptions::Offload::nvme;
+      o.optimizer_nvme_path = nvme_dir;
+      o.run_tag = "bench" + std::to_string(i);
+    }
+    side.opt = std::make_unique<zero::ZeroOptimizer>(side.unet->units(), *comm, o);
+    side.unet->set_unit_hooks(side.opt->unit_hooks());
+  }
   const at::Tensor x = at::randn({m.batch, m.cin, m.res, m.res}), t = at::randint(0, 1000, {m.batch});
   const at::Tensor ctx = at::randn({m.batch, 8, m.cross});
-  double total = 0;
-  for (int step = 0; step < steps + 2; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    opt.zero_grad();
-    (unet->forward(x, t, ctx) - x).pow(2).mean().backward();
-    opt.reduce_gradients();
-    opt.step(1e-4);
-    if (step >= 2) total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  const auto b = opt.model_state();
+  using Clock = std::chrono::steady_clock;
+  for (int step = 0; step < steps + 2; ++step)
+    for (Side& side : sides) {
+      const auto t0 = Clock::now();
+      auto last = t0;
+      auto mark = [&](int i) {
+        const auto now = Clock::now();
+        if (step >= 2) side.phase[i] += std::chrono::duration<double>(now - last).count();
+        last = now;
+      };
+      side.opt->zero_grad();
+      const at::Tensor loss = (side.unet->forward(x, t, ctx) - x).pow(2).mean();
+      mark(0);
+      loss.backward();
+      mark(1);
+      side.opt->reduce_gradients();
+      mark(2);
+      side.opt->step(1e-4);
+      mark(3);
+      if (step >= 2) side.times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
   if (comm->rank() == 0)
-    std::printf("zs %s world %d stage %d psi %lld step_ms %.1f bytes %lld %lld %lld\n", m.name.c_str(), comm->world_size(),
-                stage, static_cast<long long>(opt.numel()), 1000 * total / steps, static_cast<long long>(b.parameters),
-                static_cast<long long>(b.gradients), static_cast<long long>(b.optimizer_states));
+    for (const Side& side : sides) {
+      const auto b = side.opt->model_state();
+      std::printf("zs run %s world %d psi %lld step_ms %.1f bytes %lld %lld %lld", side.run.spec().c_str(),
+                  comm->world_size(), static_cast<long long>(side.opt->numel()), 1000 * median(side.times),
+                  static_cast<long long>(b.parameters), static_cast<long long>(b.gradients),
+                  static_cast<long long>(b.optimizer_states));
+      if (profile)
+        std::printf(" forward %.1f backward %.1f reduce %.1f step %.1f", 1000 * side.phase[0] / steps,
+                    1000 * side.phase[1] / steps, 1000 * side.phase[2] / steps, 1000 * side.phase[3] / steps);
+      std::printf("\n");
+    }
   return 0;
 }
 
@@ -154,51 +228,127 @@ double field(const std::string& line, const std::string& key) {
 
 }  // namespace
 
+/// The line of run `spec` in a child's output ("" when missing).
+std::string line_of(const std::string& out, const std::string& spec) {
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("zs run " + spec + " ", 0) == 0) return line;
+  return "";
+}
+
 int main(int argc, char** argv) {
-  int steps = 4;
-  std::string only, python = "/usr/bin/python3";
-  if (argc >= 4 && std::string(argv[1]) == "--child") {
+  int steps = 20, repeats = 3;
+  bool profile = false, offload = false;
+  std::string only, python = "/usr/bin/python3", worlds_arg = "1,2", stages_arg = "1,2,3";
+  if (argc >= 7 && std::string(argv[1]) == "--child") {
+    std::vector<Run> runs;
+    for (int i = 6; i < argc; ++i) runs.push_back(Run::parse(argv[i]));
     for (const auto& m : specs())
-      if (m.name == argv[2]) return child(m, std::atoi(argv[3]), std::atoi(argv[4]));
+      if (m.name == argv[2]) return child(m, runs, std::atoi(argv[3]), std::string(argv[4]) == "1", argv[5]);
     return 2;
   }
   for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i];
-    if (k == "--steps") steps = std::atoi(argv[i + 1]);
-    else if (k == "--only") only = argv[i + 1];
-    else if (k == "--python") python = argv[i + 1];
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--steps") steps = std::atoi(v.c_str());
+    else if (k == "--only") only = v;
+    else if (k == "--python") python = v;
+    else if (k == "--repeats") repeats = std::max(1, std::atoi(v.c_str()));
+    else if (k == "--profile") profile = v == "1";
+    else if (k == "--offload") offload = v == "1";
+    else if (k == "--worlds") worlds_arg = v;
+    else if (k == "--stages") stages_arg = v;
+    else {
+      std::fprintf(stderr, "bench_zero_step: unknown option %s\n", k.c_str());
+      return 2;
+    }
   }
+  std::vector<int> worlds;
+  for (const auto w : ints(worlds_arg)) worlds.push_back(static_cast<int>(w));
+  std::vector<Run> runs;  // each measured against stage 0 in the same processes
+  for (const auto st : ints(stages_arg))
+    if (st != 0) runs.push_back({static_cast<int>(st), "none"});
+  if (offload)
+    for (const char* spec : {"1:cpu", "2:cpu", "3:cpu", "2:nvme"}) runs.push_back(Run::parse(spec));
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   self[n > 0 ? n : 0] = '\0';
   const std::string script = std::string(ZS_SOURCE_DIR) + "/bench/ddp_baseline.py";
+  char nvme_template[] = "/tmp/bench_zero_step_nvme.XXXXXX";
+  const std::string nvme_dir = offload && mkdtemp(nvme_template) ? nvme_template : "/tmp";
   int port = 29900;
-  std::printf("%-6s %2s %-8s %10s %9s %13s %13s %13s %8s\n", "model", "N", "run", "step ms", "vs DDP", "params B/rank",
-              "grads B/rank", "optim B/rank", "vs 16Ψ");
+  struct Result {
+    std::vector<double> ms, ratio, phases[4];  // per repeat (ratio: to stage 0 in the same processes)
+    double psi = 0, p = 0, g = 0, o = 0;
+  };
+  std::map<std::string, Result> results;  // key: model/world/label
+  auto record = [&](Result& res, const std::string& line) {
+    res.ms.push_back(field(line, "step_ms"));
+    res.psi = field(line, "psi");
+    std::istringstream bytes(line.substr(line.find("bytes ") + 6));
+    bytes >> res.p >> res.g >> res.o;
+    const char* names[4] = {"forward", "backward", "reduce", "step"};
+    for (int i = 0; i < 4; ++i) res.phases[i].push_back(field(line, names[i]));
+  };
+  for (int rep = 0; rep < repeats; ++rep)
+    for (const auto& m : specs()) {
+      if (!only.empty() && m.name != only) continue;
+      for (int world : worlds) {
+        const std::string base = m.name + "/" + std::to_string(world) + "/";
+        const std::string ddp = run_python(python, script, m, world, steps, ++port);
+        results[base + "DDP"].ms.push_back(field(ddp, "step_ms"));
+        results[base + "DDP"].psi = field(ddp, "params");
+        for (const Run& r : runs) {
+          const std::string out = run_world(self,
+                                            {"--child", m.name, std::to_string(steps), profile ? "1" : "0", nvme_dir,
+                                             "0:none", r.spec()},
+                                            world, ++port);
+          const std::string zero = line_of(out, "0:none"), mine = line_of(out, r.spec());
+          if (zero.empty() || mine.empty()) {
+            std::fprintf(stderr, "bench_zero_step: %s N=%d: no result; the child printed:\n%s\n", r.label().c_str(), world,
+                         out.c_str());
+            continue;
+          }
+          record(results[base + "stage 0"], zero);
+          Result& res = results[base + r.label()];
+          record(res, mine);
+          res.ratio.push_back(field(mine, "step_ms") / field(zero, "step_ms"));
+        }
+        std::fprintf(stderr, "repeat %d/%d: %s N=%d done\n", rep + 1, repeats, m.name.c_str(), world);
+      }
+    }
+  if (offload) rmdir(nvme_dir.c_str());
+  std::printf("%-6s %2s %-12s %10s %9s %10s %13s %13s %13s %8s\n", "model", "N", "run", "step ms", "vs DDP", "vs stage 0",
+              "params B/rank", "grads B/rank", "optim B/rank", "vs 16Ψ");
+  std::vector<Run> rows{{0, "none"}};
+  rows.insert(rows.end(), runs.begin(), runs.end());
   for (const auto& m : specs()) {
     if (!only.empty() && m.name != only) continue;
-    for (int world : {1, 2}) {
-      const std::string ddp = run_python(python, script, m, world, steps, ++port);
-      const double ddp_ms = field(ddp, "step_ms");
-      const double ddp_params = field(ddp, "params");
-      std::printf("%-6s %2d %-8s %10.1f %9s %13.0f %13.0f %13.0f %8.3f\n", m.name.c_str(), world, "DDP", ddp_ms, "1.00",
-                  4 * ddp_params, 4 * ddp_params, 8 * ddp_params, 1.0);
-      for (int stage = 0; stage <= 3; ++stage) {
-        const std::string out =
-            run_world(self, {"--child", m.name, std::to_string(stage), std::to_string(steps)}, world, ++port);
-        const double ms = field(out, "step_ms"), psi = field(out, "psi");
-        std::istringstream bytes(out.substr(out.find("bytes ") + 6));
-        double p = 0, g = 0, o = 0;
-        bytes >> p >> g >> o;
-        if (psi > 0 && ddp_params > 0 && psi != ddp_params)
-          std::printf("  (parameter counts differ: ZeroStudio %.0f, PyTorch %.0f)\n", psi, ddp_params);
-        std::printf("%-6s %2d stage %d %10.1f %8.2fx %13.0f %13.0f %13.0f %8.3f\n", m.name.c_str(), world, stage, ms,
-                    ms > 0 && ddp_ms > 0 ? ddp_ms / ms : 0.0, p, g, o, psi > 0 ? (p + g + o) / (16 * psi) : 0.0);
-        std::fflush(stdout);
+    for (int world : worlds) {
+      const std::string base = m.name + "/" + std::to_string(world) + "/";
+      const Result& ddp = results[base + "DDP"];
+      const double ddp_ms = median(ddp.ms);
+      std::printf("%-6s %2d %-12s %10.1f %9s %10s %13.0f %13.0f %13.0f %8.3f\n", m.name.c_str(), world, "DDP", ddp_ms,
+                  "1.00", "", 4 * ddp.psi, 4 * ddp.psi, 8 * ddp.psi, 1.0);
+      for (const Run& r : rows) {
+        const Result& res = results[base + r.label()];
+        const double ms = median(res.ms);
+        if (res.psi > 0 && ddp.psi > 0 && res.psi != ddp.psi)
+          std::printf("  (parameter counts differ: ZeroStudio %.0f, PyTorch %.0f)\n", res.psi, ddp.psi);
+        const double ratio = r.stage == 0 && r.offload == "none" ? 1.0 : median(res.ratio);
+        std::printf("%-6s %2d %-12s %10.1f %8.2fx %9.2fx %13.0f %13.0f %13.0f %8.3f\n", m.name.c_str(), world,
+                    r.label().c_str(), ms, ms > 0 && ddp_ms > 0 ? ddp_ms / ms : 0.0, ratio, res.p, res.g, res.o,
+                    res.psi > 0 ? (res.p + res.g + res.o) / (16 * res.psi) : 0.0);
+        if (profile)
+          std::printf("%-22s forward %.1f, backward %.1f, reduce %.1f, step %.1f ms\n", "", median(res.phases[0]),
+                      median(res.phases[1]), median(res.phases[2]), median(res.phases[3]));
       }
     }
   }
-  std::printf("vs DDP: DDP step time / ZeroStudio step time (above 1: faster). vs 16Ψ: model-state bytes per rank\n"
-              "relative to replicated fp32 Adam (ZeRO: stage 1 ½+½/N, stage 2 ¼+¾/N, stage 3 1/N).\n");
+  std::printf("Medians over %d repeat(s) of the median step of %d (after 2 warm-up steps). Each run shares its processes\n"
+              "with stage 0, steps alternated; \"vs stage 0\" is the median of those same-process ratios (stage 0's own\n"
+              "row pools every pairing). vs DDP: DDP step time / ZeroStudio's (above 1: faster). The +cpu/+nvme rows have\n"
+              "the optimizer states offloaded. vs 16Ψ: model-state bytes per rank relative to replicated fp32 Adam\n"
+              "(ZeRO: stage 1 ½+½/N, stage 2 ¼+¾/N, stage 3 1/N).\n",
+              repeats, steps);
   return 0;
 }

@@ -4,8 +4,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
+
 #include <QDir>
+#include <QFile>
 #include <QFileInfo>
+#include <QtTest>
 
 namespace zs::test {
 
@@ -26,6 +30,37 @@ int freePort() {
   ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(s);
   return ntohs(a.sin_port);
+}
+
+void FailureReport::setOutput(const QString& label, const QString& text) {
+  const qsizetype i = m_labels.indexOf(label);
+  if (i >= 0) {
+    m_outputs[i] = text;
+    return;
+  }
+  m_labels << label;
+  m_outputs << text;
+}
+
+FailureReport::~FailureReport() {
+  if (!QTest::currentTestFailed()) return;
+  auto print = [](const QString& title, const QByteArray& body) {
+    std::fprintf(stderr, "----- %s -----\n%s%s", qPrintable(title), body.constData(), body.endsWith('\n') ? "" : "\n");
+  };
+  for (qsizetype i = 0; i < m_labels.size(); ++i) print(m_labels[i], m_outputs[i].toUtf8());
+  for (const QString& run : m_runs) {
+    const QDir logs(run + QStringLiteral("/logs"));
+    for (const QString& name : logs.entryList({QStringLiteral("*.log")}, QDir::Files, QDir::Name)) {
+      QFile f(logs.filePath(name));
+      if (f.open(QIODevice::ReadOnly)) print(f.fileName(), f.readAll());
+    }
+    QFile events(run + QStringLiteral("/events.jsonl"));
+    if (events.open(QIODevice::ReadOnly)) {
+      const QByteArray all = events.readAll();
+      print(events.fileName() + QStringLiteral(" (last 4 KB)"), all.right(4096));
+    }
+  }
+  std::fflush(stderr);
 }
 
 }  // namespace zs::test

@@ -2,6 +2,7 @@
 // Helpers shared by the test executables.
 
 #include <QString>
+#include <QStringList>
 
 namespace zs::test {
 
@@ -20,6 +21,26 @@ QString sourceDir();
 QString binaryDir();
 /// A loopback TCP port that is free right now (for rendezvous in multi-process tests).
 int freePort();
+
+/// Tells the whole story of a failed test that ran processes: when the current test has failed
+/// by the time this goes out of scope, it prints every output given to it and each run folder's
+/// logs/rank*.log and the tail of its events.jsonl, in full (a QVERIFY2 message is cut at about
+/// 1 KB, and the reason a process gives is usually at the end of its output).
+class FailureReport {
+ public:
+  FailureReport() = default;
+  explicit FailureReport(const QString& runDir) { addRun(runDir); }
+  ~FailureReport();
+  FailureReport(const FailureReport&) = delete;
+  FailureReport& operator=(const FailureReport&) = delete;
+  /// A run folder whose logs to print.
+  void addRun(const QString& runDir) { m_runs << runDir; }
+  /// A process's output, under `label`; a later call with the same label replaces it.
+  void setOutput(const QString& label, const QString& text);
+
+ private:
+  QStringList m_runs, m_labels, m_outputs;
+};
 
 }  // namespace zs::test
 

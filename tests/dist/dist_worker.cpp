@@ -3,7 +3,9 @@
 // zs::Error (so the test can read the message), 1 on a wrong result.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -19,13 +21,14 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "checkpoint/sharded_state.h"
 #include "dist/communicator.h"
 #include "io/safetensors.h"
 #include "models/unet_2d_condition.h"
-#include "train/ema.h"
 #include "train/loss_scaler.h"
-#include "train/optimizer.h"
+#include "zero/reference_adamw.h"
+#include "zero/reference_ema.h"
 #include "zero/zero_optimizer.h"
 
 using namespace zs;
@@ -71,21 +74,26 @@ int collectives(dist::Communicator& c, const at::Device& device) {
   return ok ? 0 : 1;
 }
 
-models::UNet2DConditionModel small_unet() {
-  at::manual_seed(11);
+/// A two-level UNet (cross-attention down, plain down) with `channels` wide blocks, seeded.
+models::UNet2DConditionModel two_level_unet(std::uint64_t seed, std::int64_t in, std::vector<std::int64_t> channels,
+                                            std::int64_t layers, std::int64_t cross, std::vector<std::int64_t> heads,
+                                            std::int64_t groups) {
+  at::manual_seed(seed);
   models::UNetConfig c;
-  c.in_channels = 3;
-  c.out_channels = 3;
-  c.block_out_channels = {16, 32};
+  c.in_channels = c.out_channels = in;
+  c.block_out_channels = std::move(channels);
   c.down_block_types = {"CrossAttnDownBlock2D", "DownBlock2D"};
   c.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D"};
-  c.layers_per_block = 1;
-  c.cross_attention_dim = 16;
-  c.num_attention_heads = {2, 4};
+  c.layers_per_block = layers;
+  c.cross_attention_dim = cross;
+  c.num_attention_heads = std::move(heads);
   c.transformer_layers_per_block = {1, 1};
-  c.norm_num_groups = 8;
+  c.norm_num_groups = groups;
   return models::UNet2DConditionModel(c);
 }
+
+/// The model of the exactness scenarios.
+models::UNet2DConditionModel small_unet() { return two_level_unet(11, 3, {16, 32}, 1, 16, {2, 4}, 8); }
 
 /// Variations of the ZeRO run, from a comma-separated list: f64 (float64 instead of float32),
 /// bf16 (bf16 compute with fp32 masters), ckpt (activation checkpointing on the sharded model
@@ -162,9 +170,9 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, con
   if (stage == 3 && !check(opt.sharded_units() + 1 == unet->units().size(), "every unit but io is sharded")) return 1;
   std::vector<std::pair<std::string, at::Tensor>> ref_params;
   for (const auto& p : ref->named_parameters()) ref_params.emplace_back(p.key(), p.value());
-  train::AdamW ref_opt(ref_params, 0.9, 0.999, 1e-8, 0.01);
+  zero::ReferenceAdamW ref_opt(ref_params, 0.9, 0.999, 1e-8, 0.01);
   opt.enable_ema(0.8);
-  train::Ema ref_ema(ref_params, 0.8);
+  zero::ReferenceEma ref_ema(ref_params, 0.8);
   const std::int64_t G = 12, per_rank = G / world, micro = per_rank / accum;
   for (int step = 0; step < 5; ++step) {
     at::Generator gen = at::detail::createCPUGenerator(100 + step);
@@ -333,7 +341,7 @@ int reshard(dist::Communicator& c, const std::string& phase, int stage, const st
     for (int step = 3; step < 6; ++step) reshard_step(c, unet, opt, step);
     const auto ref = whole();
     if (c.rank() == 0) {
-      train::NamedTensors flat(ref.begin(), ref.end());
+      zero::NamedTensors flat(ref.begin(), ref.end());
       io::write_safetensors(dir + "/reference.safetensors", flat);
     }
     return 0;
@@ -422,6 +430,49 @@ int overflow_skips_everywhere(dist::Communicator& c, int stage) {
   return ok ? 0 : 1;
 }
 
+/// The step time of ZeRO stage `stage` against stage 0, on two copies of one model, steps
+/// alternated (a slow spell of the machine hits both alike), the median of 5 timed steps each
+/// after 2 warm-up steps. Rank 0 prints "timing ratio R stage S_ms stage0 B_ms".
+int stage_timing(dist::Communicator& c, int stage) {
+  keep_freed_memory();  // as the trainer does
+  at::set_num_threads(1);
+  auto build = [] { return two_level_unet(5, 4, {64, 128}, 2, 64, {4, 4}, 16); };
+  struct Side {
+    models::UNet2DConditionModel unet{nullptr};
+    std::unique_ptr<zero::ZeroOptimizer> opt;
+    std::vector<double> ms;
+  };
+  Side sides[2];
+  for (int i = 0; i < 2; ++i) {
+    sides[i].unet = build();
+    zero::ZeroOptions o;
+    o.stage = i == 0 ? 0 : stage;
+    o.reduce_bucket_size = 5'000'000;
+    sides[i].opt = std::make_unique<zero::ZeroOptimizer>(sides[i].unet->units(), c, o);
+    sides[i].unet->set_unit_hooks(sides[i].opt->unit_hooks());
+  }
+  at::Generator gen = at::detail::createCPUGenerator(31 + c.rank());
+  const at::Tensor x = at::randn({4, 4, 16, 16}, gen), ctx = at::randn({4, 8, 64}, gen);
+  const at::Tensor t = at::randint(0, 1000, {4}, gen, at::kLong);
+  for (int step = 0; step < 7; ++step)
+    for (auto& side : sides) {
+      const auto t0 = std::chrono::steady_clock::now();
+      side.opt->zero_grad();
+      (side.unet->forward(x, t, ctx) - x).pow(2).mean().backward();
+      side.opt->reduce_gradients();
+      side.opt->step(1e-4);
+      if (step >= 2)
+        side.ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double zero = median(sides[0].ms), other = median(sides[1].ms);
+  if (c.rank() == 0) std::printf("timing ratio %.3f stage%d %.1f stage0 %.1f\n", other / zero, stage, other, zero);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -454,6 +505,8 @@ int main(int argc, char** argv) {
         if (!check(count_files(d) == -1, ("NVMe folder left behind: " + d).c_str())) rc = 1;
     } else if (scenario == "reshard") {
       rc = reshard(*comm, argv[3], std::stoi(argv[4]), argv[5], Variant(argc > 6 ? argv[6] : ""));
+    } else if (scenario == "timing") {
+      rc = stage_timing(*comm, std::stoi(argv[3]));
     } else if (scenario == "overflow") {
       rc = overflow_skips_everywhere(*comm, std::stoi(argv[3]));
     } else if (scenario == "die" || scenario == "stall" || scenario == "die0" || scenario == "die_inside") {

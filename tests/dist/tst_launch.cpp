@@ -31,15 +31,43 @@ QStringList small_run(const QString& run_dir, int steps) {
           "--set", "launch.timeout_s=5", "--run-dir", run_dir};
 }
 
-/// Runs zerostudio with `args` to the end; true when it exits 0. `output` gets what it printed.
-bool cli(const QStringList& args, QString* output) {
+/// How a zerostudio process ended and everything it printed.
+struct Ended {
+  bool in_time = false;  ///< ended within the limit (else it was killed)
+  int code = -1;         ///< exit code; -1 when it crashed or was killed
+  QString out;
+  bool ok() const { return in_time && code == 0; }
+  /// A short failure message (the whole output is printed by the test's FailureReport).
+  QByteArray why() const {
+    return (in_time ? "exit code " + QString::number(code) : QStringLiteral("did not end in time")).toUtf8() +
+           ", last line: " + out.trimmed().section('\n', -1).toUtf8();
+  }
+};
+
+/// Runs zerostudio with `args` to the end (killed after `ms`), its output kept in `report`.
+Ended cli(const QStringList& args, zs::test::FailureReport& report, int ms = 180000, const QProcessEnvironment& env = {}) {
   QProcess p;
   p.setProcessChannelMode(QProcess::MergedChannels);
+  if (!env.isEmpty()) p.setProcessEnvironment(env);
   p.start(ZS_CLI_PATH, args);
-  const bool finished = p.waitForFinished(60000);
-  *output = QString::fromUtf8(p.readAll());
-  return finished && p.exitStatus() == QProcess::NormalExit && p.exitCode() == 0;
+  Ended e;
+  e.in_time = p.waitForFinished(ms);
+  if (!e.in_time) {
+    p.kill();
+    p.waitForFinished(5000);
+  }
+  e.out = QString::fromUtf8(p.readAll());
+  e.code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
+  report.setOutput("zerostudio " + args.join(' '), e.out);
+  return e;
 }
+
+/// `zerostudio launch --num_processes N --main_process_port P` on a free port.
+QStringList launch(int processes) {
+  return {"launch", "--num_processes", QString::number(processes), "--main_process_port", QString::number(zs::test::freePort())};
+}
+
+QString quickstart() { return zs::test::sourceDir() + "/configs/quickstart.yaml"; }
 
 /// The engine's own accounting of one rank (a metrics event's ranks[r]) against the memory
 /// estimate for the quickstart with `sets` at two processes: every figure within 10 %.
@@ -64,11 +92,10 @@ void compare_with_estimate(const nlohmann::json& rank, std::vector<std::string> 
 
 /// Starts two ranks on a practically endless run into `run_dir` and waits until they have
 /// trained a step (a metrics event).
-bool start_long_launch(QProcess& p, const QString& run_dir) {
+bool start_long_launch(QProcess& p, const QString& run_dir, const QProcessEnvironment& env = {}) {
   p.setProcessChannelMode(QProcess::MergedChannels);
-  p.start(ZS_CLI_PATH, QStringList{"launch", "--num_processes", "2", "--main_process_port",
-                                   QString::number(zs::test::freePort()), zs::test::sourceDir() + "/configs/quickstart.yaml"} +
-                           small_run(run_dir, 100000));
+  if (!env.isEmpty()) p.setProcessEnvironment(env);
+  p.start(ZS_CLI_PATH, launch(2) + QStringList{quickstart()} + small_run(run_dir, 100000));
   if (!p.waitForStarted()) return false;
   QElapsedTimer clock;
   clock.start();
@@ -80,11 +107,39 @@ bool start_long_launch(QProcess& p, const QString& run_dir) {
   return false;
 }
 
+/// The launcher's children, in the order it started them (rank 0, rank 1, ...).
+QList<pid_t> children_of(qint64 pid) {
+  QFile children(QString("/proc/%1/task/%1/children").arg(pid));
+  QList<pid_t> out;
+  if (!children.open(QIODevice::ReadOnly)) return out;
+  for (const QString& s : QString::fromUtf8(children.readAll()).split(' ', Qt::SkipEmptyParts)) out << s.toInt();
+  return out;
+}
+
+/// Running (a zombie that no one reaped yet has ended).
+bool alive(pid_t pid) {
+  QFile stat(QString("/proc/%1/stat").arg(pid));
+  if (!stat.open(QIODevice::ReadOnly)) return false;
+  const QByteArray text = stat.readAll();
+  const qsizetype close = text.lastIndexOf(')');  // the state follows the command name
+  return close < 0 || text.mid(close + 2, 1) != "Z";
+}
+
 std::vector<nlohmann::json> events(const QString& run_dir) {
   std::ifstream in((run_dir + "/events.jsonl").toStdString());
   std::vector<nlohmann::json> out;
   for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
   return out;
+}
+
+/// Whether the run's events hold an error about `rank` containing `text` and end with run_end
+/// (what the launcher writes for a rank that could not).
+bool launcher_wrote(const QString& run_dir, int rank, const std::string& text) {
+  const auto all = events(run_dir);
+  bool named = false;
+  for (const auto& e : all)
+    named |= e["type"] == "error" && e.value("rank", -1) == rank && e["message"].get<std::string>().find(text) != std::string::npos;
+  return named && !all.empty() && all.back()["type"] == "run_end";
 }
 
 }  // namespace
@@ -96,16 +151,12 @@ class TestLaunch : public QObject {
   void twoRanksTrainTogether() {
     QTemporaryDir dir;
     const QString run = dir.path() + "/run";
-    QProcess p;
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(ZS_CLI_PATH, QStringList{"launch", "--num_processes", "2", "--main_process_port", QString::number(zs::test::freePort()),
-                                     zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "zero.stage=3"} +
-                             small_run(run, 8));
-    QVERIFY(p.waitForFinished(120000));
-    const QString out = QString::fromUtf8(p.readAll());
-    QVERIFY2(p.exitCode() == 0, qPrintable(out));
-    QVERIFY2(out.contains("[rank 0] finished at step 8"), qPrintable(out));
-    QVERIFY2(out.contains("[launcher] all ranks finished"), qPrintable(out));
+    zs::test::FailureReport report(run);
+    const Ended e = cli(launch(2) + QStringList{quickstart(), "--set", "zero.stage=3"} + small_run(run, 8), report);
+    QVERIFY2(e.ok(), e.why());
+    const QString out = e.out;
+    QVERIFY(out.contains("[rank 0] finished at step 8"));
+    QVERIFY(out.contains("[launcher] all ranks finished"));
     QVERIFY(QFile::exists(run + "/logs/rank0.log"));
     QVERIFY(QFile::exists(run + "/logs/rank1.log"));
     QVERIFY(QFile::exists(run + "/samples/step_8/grid.png"));
@@ -137,15 +188,15 @@ class TestLaunch : public QObject {
   // the run is the same, loss for loss, as one whose model was built whole and then sharded.
   void zero3InitFlagMatchesOverTwoRanks() {
     QTemporaryDir dir;
+    zs::test::FailureReport report;
     std::vector<std::vector<double>> runs;
     for (const QString flag : {"false", "true"}) {
       const QString run = dir.path() + "/run-" + flag;
-      QString out;
-      QVERIFY2(cli(QStringList{"launch", "--num_processes", "2", "--main_process_port", QString::number(zs::test::freePort()),
-                               zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "zero.stage=3", "--set",
-                               "zero.zero3_init_flag=" + flag} + small_run(run, 4),
-                   &out),
-               qPrintable(out));
+      report.addRun(run);
+      const Ended e = cli(launch(2) + QStringList{quickstart(), "--set", "zero.stage=3", "--set", "zero.zero3_init_flag=" + flag} +
+                              small_run(run, 4),
+                          report);
+      QVERIFY2(e.ok(), e.why());
       std::vector<double> losses;
       for (const auto& e : events(run))
         if (e["type"] == "metrics") losses.push_back(e["loss"].get<double>());
@@ -165,17 +216,15 @@ class TestLaunch : public QObject {
   void twoRanksTrainInBf16WithEverythingOffloaded() {
     QTemporaryDir dir, nvme;
     const QString run = dir.path() + "/run";
-    QProcess p;
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(ZS_CLI_PATH, QStringList{"launch", "--num_processes", "2", "--main_process_port", QString::number(zs::test::freePort()),
-                                     zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "zero.stage=3", "--set",
-                                     "precision=bf16", "--set", "zero.offload_optimizer.device=nvme", "--set",
-                                     "zero.offload_optimizer.nvme_path=" + nvme.path(), "--set",
-                                     "zero.offload_param.device=cpu", "--set", "training.gradient_checkpointing=true"} +
-                             small_run(run, 6));
-    QVERIFY(p.waitForFinished(120000));
-    const QString out = QString::fromUtf8(p.readAll());
-    QVERIFY2(p.exitCode() == 0, qPrintable(out));
+    zs::test::FailureReport report(run);
+    const Ended e = cli(launch(2) + QStringList{quickstart(), "--set", "zero.stage=3", "--set", "precision=bf16", "--set",
+                                               "zero.offload_optimizer.device=nvme", "--set",
+                                               "zero.offload_optimizer.nvme_path=" + nvme.path(), "--set",
+                                               "zero.offload_param.device=cpu", "--set",
+                                               "training.gradient_checkpointing=true"} +
+                            small_run(run, 6),
+                        report);
+    QVERIFY2(e.ok(), e.why());
     int metrics = 0;
     bool said_backend = false;
     for (const auto& e : events(run)) {
@@ -208,16 +257,13 @@ class TestLaunch : public QObject {
     ZS_REQUIRE_SHARED();
     QTemporaryDir dir;
     const QString run = dir.path() + "/run", model = zs::test::sharedDir() + "/fixtures/sd15-tiny";
-    QProcess p;
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    QStringList args{"launch", "--num_processes", "2", "--main_process_port", QString::number(zs::test::freePort()),
-                     zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "model.path=" + model, "--set",
-                     "model.prediction_type=epsilon", "--set", "data.resolution=32", "--set", "zero.stage=2"};
-    args += small_run(run, 8);
-    p.start(ZS_CLI_PATH, args);
-    QVERIFY(p.waitForFinished(120000));
-    const QString out = QString::fromUtf8(p.readAll());
-    QVERIFY2(p.exitCode() == 0, qPrintable(out));
+    zs::test::FailureReport report(run);
+    const Ended e = cli(launch(2) + QStringList{quickstart(), "--set", "model.path=" + model, "--set",
+                                               "model.prediction_type=epsilon", "--set", "data.resolution=32", "--set",
+                                               "zero.stage=2"} +
+                            small_run(run, 8),
+                        report);
+    QVERIFY2(e.ok(), e.why());
     double first = 0, last = 0;
     std::int64_t params = 0;
     for (const auto& e : events(run)) {
@@ -233,8 +279,8 @@ class TestLaunch : public QObject {
     QCOMPARE(sample.height, 32);
     QVERIFY(QFile::exists(run + "/model/pipeline.json"));
     const QString exported = dir.path() + "/export";
-    QString output;
-    QVERIFY2(cli({"export", run + "/checkpoints/step_8", "--format", "diffusers", "-o", exported}, &output), qPrintable(output));
+    const Ended exporting = cli({"export", run + "/checkpoints/step_8", "--format", "diffusers", "-o", exported}, report);
+    QVERIFY2(exporting.ok(), exporting.why());
     for (const char* f : {"model_index.json", "vae/diffusion_pytorch_model.safetensors", "text_encoder/model.safetensors",
                           "tokenizer/vocab.json", "scheduler/scheduler_config.json"}) {
       QFile a(model + "/" + f), b(exported + "/" + f);
@@ -242,19 +288,19 @@ class TestLaunch : public QObject {
       QVERIFY2(a.readAll() == b.readAll(), f);  // untouched components, byte for byte
     }
     // The exported UNet loads and differs from the one it started from.
-    QVERIFY2(cli({"model", "eval", "--model", exported, "--component", "unet", "--inputs",
-                  zs::test::sharedDir() + "/fixtures/sd15-tiny-reference/unet_io.safetensors", "-o",
-                  dir.path() + "/out.safetensors"},
-                 &output),
-             qPrintable(output));
+    const Ended eval = cli({"model", "eval", "--model", exported, "--component", "unet", "--inputs",
+                            zs::test::sharedDir() + "/fixtures/sd15-tiny-reference/unet_io.safetensors", "-o",
+                            dir.path() + "/out.safetensors"},
+                           report);
+    QVERIFY2(eval.ok(), eval.why());
     const zs::io::SafetensorsReader got((dir.path() + "/out.safetensors").toStdString()),
         ref((zs::test::sharedDir() + "/fixtures/sd15-tiny-reference/unet_io.safetensors").toStdString());
     QVERIFY((got.tensor("out") - ref.tensor("out")).abs().max().item<double>() > 1e-4);
     // The single-file export holds the trained UNet and the pipeline's VAE and text encoder under
     // the original layout's names (attention matrices as 1x1 convs).
     const QString single = dir.path() + "/model.safetensors";
-    QVERIFY2(cli({"export", run + "/checkpoints/step_8", "--format", "single-file", "-o", single}, &output),
-             qPrintable(output));
+    const Ended single_export = cli({"export", run + "/checkpoints/step_8", "--format", "single-file", "-o", single}, report);
+    QVERIFY2(single_export.ok(), single_export.why());
     const zs::io::SafetensorsReader file(single.toStdString()),
         vae((model + "/vae/diffusion_pytorch_model.safetensors").toStdString()),
         text((model + "/text_encoder/model.safetensors").toStdString());
@@ -279,14 +325,11 @@ class TestLaunch : public QObject {
   void quickstartUnderStage3() {
     QTemporaryDir dir;
     const QString run = dir.path() + "/run";
-    QProcess p;
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(ZS_CLI_PATH, {"launch", "--num_processes", "2", "--main_process_port", QString::number(zs::test::freePort()),
-                          zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "zero.stage=3", "--set",
-                          "training.max_steps=20", "--set", "checkpointing.every_n_steps=0", "--run-dir", run});
-    QVERIFY(p.waitForFinished(180000));
-    const QString out = QString::fromUtf8(p.readAll());
-    QVERIFY2(p.exitCode() == 0, qPrintable(out));
+    zs::test::FailureReport report(run);
+    const Ended e = cli(launch(2) + QStringList{quickstart(), "--set", "zero.stage=3", "--set", "training.max_steps=20", "--set",
+                                               "checkpointing.every_n_steps=0", "--run-dir", run},
+                        report);
+    QVERIFY2(e.ok(), e.why());
     QVERIFY(QFile::exists(run + "/samples/step_20/grid.png"));
     QVERIFY(QFile::exists(run + "/samples/step_20/007.png"));
   }
@@ -297,27 +340,20 @@ class TestLaunch : public QObject {
   void resumeAtAnotherWorldSizeAndStage() {
     QTemporaryDir dir;
     const QString run = dir.path() + "/run";
+    zs::test::FailureReport report(run);
     auto go = [&](const QStringList& head, int stage, int steps, bool resume) {
-      QProcess p;
-      p.setProcessChannelMode(QProcess::MergedChannels);
-      QStringList args = head + QStringList{zs::test::sourceDir() + "/configs/quickstart.yaml", "--set",
-                                            "zero.stage=" + QString::number(stage), "--set", "ema.enabled=true"} +
+      QStringList args = head + QStringList{quickstart(), "--set", "zero.stage=" + QString::number(stage), "--set",
+                                            "ema.enabled=true"} +
                          small_run(run, steps);
       if (resume) args += QStringList{"--resume", "latest"};
-      p.start(ZS_CLI_PATH, args);
-      p.waitForFinished(120000);
-      return p.exitCode() == 0 ? QString() : QString::fromUtf8(p.readAll());
+      return cli(args, report);
     };
-    auto launch = [&](int n) {
-      return QStringList{"launch", "--num_processes", QString::number(n), "--main_process_port",
-                         QString::number(zs::test::freePort())};
-    };
-    QString err = go(launch(2), 2, 4, false);
-    QVERIFY2(err.isEmpty(), qPrintable(err));
-    err = go({"train"}, 0, 6, true);
-    QVERIFY2(err.isEmpty(), qPrintable(err));
-    err = go(launch(3), 3, 8, true);
-    QVERIFY2(err.isEmpty(), qPrintable(err));
+    Ended e = go(launch(2), 2, 4, false);
+    QVERIFY2(e.ok(), e.why());
+    e = go({"train"}, 0, 6, true);
+    QVERIFY2(e.ok(), e.why());
+    e = go(launch(3), 3, 8, true);
+    QVERIFY2(e.ok(), e.why());
     std::vector<std::string> notes;
     std::vector<std::int64_t> steps;
     for (const auto& e : events(run)) {
@@ -340,17 +376,13 @@ class TestLaunch : public QObject {
   void aFailedShardWriteFailsTheSaveEverywhere() {
     QTemporaryDir dir;
     const QString run = dir.path() + "/run";
-    QProcess p;
-    p.setProcessChannelMode(QProcess::MergedChannels);
+    zs::test::FailureReport report(run);
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.insert("ZEROSTUDIO_FAIL_SAVE", "1:4");
-    p.setProcessEnvironment(env);
-    p.start(ZS_CLI_PATH, QStringList{"launch", "--num_processes", "2", "--main_process_port", QString::number(zs::test::freePort()),
-                                     zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "zero.stage=2"} +
-                             small_run(run, 6) + QStringList{"--set", "checkpointing.every_n_steps=2"});
-    QVERIFY(p.waitForFinished(120000));
-    const QString out = QString::fromUtf8(p.readAll());
-    QVERIFY2(p.exitCode() == 0, qPrintable(out));
+    const Ended e = cli(launch(2) + QStringList{quickstart(), "--set", "zero.stage=2"} + small_run(run, 6) +
+                            QStringList{"--set", "checkpointing.every_n_steps=2"},
+                        report, 180000, env);
+    QVERIFY2(e.ok(), e.why());
     QStringList tags = QDir(run + "/checkpoints").entryList(QDir::Dirs | QDir::NoDotAndDotDot | QDir::Hidden);
     tags.sort();
     QCOMPARE(tags, (QStringList{"step_2", "step_6"}));
@@ -371,18 +403,15 @@ class TestLaunch : public QObject {
   void twoRankResumeEqualsAStraightRun() {
     QFETCH(QString, stage);
     QTemporaryDir dir;
-    auto launch = [&](const QString& run, int steps, bool resume) {
-      QProcess p;
-      p.setProcessChannelMode(QProcess::MergedChannels);
-      QStringList args{"launch", "--num_processes", "2", "--main_process_port", QString::number(zs::test::freePort()),
-                       zs::test::sourceDir() + "/configs/quickstart.yaml", "--set", "scheduler.total_steps=8",
-                       "--set", "zero.stage=" + stage, "--set", "ema.enabled=true", "--set", "sampling.use_ema=true",
-                       "--set", "logging.every_n_steps=1"};
+    zs::test::FailureReport report;
+    auto go = [&](const QString& run, int steps, bool resume) {
+      report.addRun(run);
+      QStringList args = launch(2) + QStringList{quickstart(), "--set", "scheduler.total_steps=8", "--set",
+                                                 "zero.stage=" + stage, "--set", "ema.enabled=true", "--set",
+                                                 "sampling.use_ema=true", "--set", "logging.every_n_steps=1"};
       args += small_run(run, steps);
       if (resume) args += QStringList{"--resume", "latest"};
-      p.start(ZS_CLI_PATH, args);
-      p.waitForFinished(120000);
-      return p.exitCode() == 0 ? QString() : QString::fromUtf8(p.readAll());
+      return cli(args, report);
     };
     auto losses = [&](const QString& run) {
       std::vector<double> out;
@@ -391,12 +420,12 @@ class TestLaunch : public QObject {
       return out;
     };
     const QString straight = dir.path() + "/straight", resumed = dir.path() + "/resumed";
-    QString err = launch(straight, 8, false);
-    QVERIFY2(err.isEmpty(), qPrintable(err));
-    err = launch(resumed, 4, false);
-    QVERIFY2(err.isEmpty(), qPrintable(err));
-    err = launch(resumed, 8, true);
-    QVERIFY2(err.isEmpty(), qPrintable(err));
+    Ended e = go(straight, 8, false);
+    QVERIFY2(e.ok(), e.why());
+    e = go(resumed, 4, false);
+    QVERIFY2(e.ok(), e.why());
+    e = go(resumed, 8, true);
+    QVERIFY2(e.ok(), e.why());
     const auto want = losses(straight), got = losses(resumed);
     QCOMPARE(got.size(), want.size());
     for (std::size_t i = 0; i < want.size(); ++i)
@@ -407,13 +436,16 @@ class TestLaunch : public QObject {
   void ctrlCStopsEveryRankAtTheSameStep() {
     QTemporaryDir dir;
     const QString run = dir.path() + "/run";
+    zs::test::FailureReport report(run);
     QProcess p;
     QVERIFY2(start_long_launch(p, run), "the launch did not train a step within 60 s");
     ::kill(static_cast<pid_t>(p.processId()), SIGINT);
-    QVERIFY2(p.waitForFinished(60000), "the launch hung");
+    const bool ended = p.waitForFinished(60000);
     const QString out = QString::fromUtf8(p.readAll());
-    QVERIFY2(p.exitCode() == 0, qPrintable(out));
-    QVERIFY2(out.contains("[rank 0] stopped at step"), qPrintable(out));
+    report.setOutput("launcher", out);
+    QVERIFY2(ended, "the launch hung");
+    QCOMPARE(p.exitCode(), 0);
+    QVERIFY(out.contains("[rank 0] stopped at step"));
     const auto all = events(run);
     QCOMPARE(all.back()["reason"].get<std::string>(), std::string("stopped"));
     bool saved = false;
@@ -421,27 +453,67 @@ class TestLaunch : public QObject {
     QVERIFY(saved);
   }
 
+  // A rank killed by a signal: the launcher names the signal, writes it into events.jsonl (the
+  // rank could not) with a run_end, and ends within the timeout with 128 + the signal.
   void aKilledRankEndsTheLaunch() {
     QTemporaryDir dir;
     const QString run = dir.path() + "/run";
+    zs::test::FailureReport report(run);
     QProcess p;
     QVERIFY2(start_long_launch(p, run), "the launch did not train a step within 60 s");
-    // The launcher's children, in the order it started them: rank 0, rank 1.
-    QFile children(QString("/proc/%1/task/%1/children").arg(p.processId()));
-    QVERIFY(children.open(QIODevice::ReadOnly));
-    const QStringList pids = QString::fromUtf8(children.readAll()).split(' ', Qt::SkipEmptyParts);
+    const QList<pid_t> pids = children_of(p.processId());
     QCOMPARE(pids.size(), 2);
     QElapsedTimer clock;
     clock.start();
-    ::kill(pids[1].toInt(), SIGKILL);
-    QVERIFY2(p.waitForFinished(60000), "the launch hung");
+    ::kill(pids[1], SIGKILL);
+    const bool ended = p.waitForFinished(60000);
     const QString out = QString::fromUtf8(p.readAll());
+    report.setOutput("launcher", out);
+    QVERIFY2(ended, "the launch hung");
     QCOMPARE(p.exitCode(), 128 + SIGKILL);
-    QVERIFY2(out.contains("[launcher] rank 1 was killed by signal 9"), qPrintable(out));
-    QVERIFY2(out.contains("[rank 0] error: rank 0 of 2:"), qPrintable(out));
+    QVERIFY(out.contains("[launcher] rank 1 was killed by signal 9 (SIGKILL: Killed)"));
+    QVERIFY(out.contains("[rank 0] error: rank 0 of 2:"));
     // Killed between collectives or inside one: either way the error names rank 1.
-    QVERIFY2(out.contains("not reached by rank 1") || out.contains("abandoned by rank 1"), qPrintable(out));
+    QVERIFY(out.contains("not reached by rank 1") || out.contains("abandoned by rank 1"));
     QVERIFY2(clock.elapsed() < 30000, qPrintable(QString::number(clock.elapsed())));
+    QVERIFY2(launcher_wrote(run, 1, "rank 1 was killed by signal 9"), "events.jsonl should say that rank 1 was killed");
+  }
+
+  // A rank that fails with an error: its last error is in the launcher's summary line and in
+  // events.jsonl (only its own log had it before), and the launch exits with its code.
+  void aFailingRanksErrorReachesTheLauncherAndTheEvents() {
+    QTemporaryDir dir;
+    const QString run = dir.path() + "/run";
+    zs::test::FailureReport report(run);
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("ZEROSTUDIO_FAIL_AT", "1:3");
+    const Ended e = cli(launch(2) + QStringList{quickstart(), "--set", "zero.stage=2"} + small_run(run, 6), report, 120000, env);
+    QVERIFY2(e.in_time, e.why());
+    QCOMPARE(e.code, 1);
+    QVERIFY(e.out.contains("[launcher] rank 1 exited with code 1: rank 1: failure injected at step 3 (ZEROSTUDIO_FAIL_AT)"));
+    QVERIFY2(launcher_wrote(run, 1, "failure injected at step 3"), "events.jsonl should carry rank 1's error");
+  }
+
+  // A launcher killed outright (SIGKILL: it cannot pass anything on) leaves no rank behind: the
+  // ranks get SIGTERM from the kernel, stop at the same step, save and end.
+  void aKilledLauncherTakesItsRanksAlong() {
+    QTemporaryDir dir;
+    const QString run = dir.path() + "/run";
+    zs::test::FailureReport report(run);
+    QProcess p;
+    QVERIFY2(start_long_launch(p, run), "the launch did not train a step within 60 s");
+    const QList<pid_t> pids = children_of(p.processId());
+    QCOMPARE(pids.size(), 2);
+    ::kill(static_cast<pid_t>(p.processId()), SIGKILL);
+    p.waitForFinished(10000);
+    QElapsedTimer clock;
+    clock.start();
+    while ((alive(pids[0]) || alive(pids[1])) && clock.elapsed() < 60000) QTest::qWait(100);
+    // (the ranks are the launcher's children, not ours: once they end, init reaps them)
+    QVERIFY2(!alive(pids[0]) && !alive(pids[1]), "ranks still running 60 s after their launcher died");
+    bool stopped = false;
+    for (const auto& e : events(run)) stopped |= e["type"] == "checkpoint" && e["reason"] == "stopped";
+    QVERIFY2(stopped, "the ranks should have stopped cleanly, saving a checkpoint");
   }
 };
 
