@@ -7,8 +7,9 @@
 //                   [--offload 0|1] [--profile 0|1] [--python /usr/bin/python3]
 //
 // Every stage is measured against stage 0 in the same processes: each rank builds two copies of
-// the model, one under stage 0 and one under the stage measured, and alternates their steps, so
-// the drift of this machine (identical stage-0 processes vary by ±15 % here) hits both alike;
+// the model, one under stage 0 and one under the stage measured, and alternates between them in
+// blocks of 3 steps (the first untimed, A B B A order), so the drift of this machine (identical
+// stage-0 processes vary by ±15 % here) hits both alike;
 // "vs stage 0" is the median over the repeats of that same-process ratio. --offload 1 adds rows
 // with the optimizer states in CPU memory (stages 1-3) and in NVMe files (stage 2, under /tmp),
 // as ratios to stage 0 without offload; --profile 1 prints forward, backward, gradient reduction
@@ -97,7 +98,7 @@ double median(std::vector<double> v) {
 }
 
 /// One rank of one measurement (started by the parent with torchrun's variables): a copy of the
-/// model per run, their steps alternated; after 2 warm-up steps each, `steps` timed steps. Rank 0
+/// model per run, their steps alternated in blocks; `steps` timed steps each. Rank 0
 /// prints one line per run: the median step time, the model-state bytes and, with `profile`, the
 /// mean time of each phase (forward, backward, gradient reduction, optimizer step with the
 /// all-gather after it).
@@ -134,25 +135,35 @@ int child(const ModelSpec& m, const std::vector<Run>& runs, int steps, bool prof
   const at::Tensor x = at::randn({m.batch, m.cin, m.res, m.res}), t = at::randint(0, 1000, {m.batch});
   const at::Tensor ctx = at::randn({m.batch, 8, m.cross});
   using Clock = std::chrono::steady_clock;
-  for (int step = 0; step < steps + 2; ++step)
-    for (Side& side : sides) {
-      const auto t0 = Clock::now();
-      auto last = t0;
-      auto mark = [&](int i) {
-        const auto now = Clock::now();
-        if (step >= 2) side.phase[i] += std::chrono::duration<double>(now - last).count();
-        last = now;
-      };
-      side.opt->zero_grad();
-      const at::Tensor loss = (side.unet->forward(x, t, ctx) - x).pow(2).mean();
-      mark(0);
-      loss.backward();
-      mark(1);
-      side.opt->reduce_gradients();
-      mark(2);
-      side.opt->step(1e-4);
-      mark(3);
-      if (step >= 2) side.times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  // Blocks of 3 steps per model, the first untimed: it absorbs what the other model left behind
+  // (its deferred gathers, its cache); the blocks go A B B A A B ..., so neither side is always
+  // first. After 2 warm-up steps each, until every side has `steps` timed steps.
+  auto one_step = [&](Side& side, bool timed) {
+    const auto t0 = Clock::now();
+    auto last = t0;
+    auto mark = [&](int i) {
+      const auto now = Clock::now();
+      if (timed) side.phase[i] += std::chrono::duration<double>(now - last).count();
+      last = now;
+    };
+    side.opt->zero_grad();
+    const at::Tensor loss = (side.unet->forward(x, t, ctx) - x).pow(2).mean();
+    mark(0);
+    loss.backward();
+    mark(1);
+    side.opt->reduce_gradients();
+    mark(2);
+    side.opt->step(1e-4);
+    mark(3);
+    if (timed) side.times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  };
+  for (Side& side : sides)
+    for (int i = 0; i < 2; ++i) one_step(side, false);
+  for (int block = 0; static_cast<int>(sides.back().times.size()) < steps; ++block)
+    for (std::size_t k = 0; k < sides.size(); ++k) {
+      Side& side = sides[block % 2 == 0 ? k : sides.size() - 1 - k];
+      one_step(side, false);
+      for (int i = 0; i < 2 && static_cast<int>(side.times.size()) < steps; ++i) one_step(side, true);
     }
   if (comm->rank() == 0)
     for (const Side& side : sides) {
@@ -344,8 +355,8 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::printf("Medians over %d repeat(s) of the median step of %d (after 2 warm-up steps). Each run shares its processes\n"
-              "with stage 0, steps alternated; \"vs stage 0\" is the median of those same-process ratios (stage 0's own\n"
+  std::printf("Medians over %d repeat(s) of the median of %d timed steps. Each run shares its processes with\n"
+              "stage 0, in alternating blocks of 3 steps (the first untimed); \"vs stage 0\" is the median of those same-process ratios (stage 0's own\n"
               "row pools every pairing). vs DDP: DDP step time / ZeroStudio's (above 1: faster). The +cpu/+nvme rows have\n"
               "the optimizer states offloaded. vs 16Ψ: model-state bytes per rank relative to replicated fp32 Adam\n"
               "(ZeRO: stage 1 ½+½/N, stage 2 ¼+¾/N, stage 3 1/N).\n",

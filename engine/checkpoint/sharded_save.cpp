@@ -47,13 +47,16 @@ SaveOutcome save_sharded(dist::Communicator& comm, const ShardedSave& save) {
     out.problem = staging + ": " + std::to_string(out.free_bytes >> 20) + " MiB free, this rank's shard needs " +
                   std::to_string(out.needed_bytes >> 20) + " MiB; free space on that disk";
   if (save.injected_failure) out.problem = *save.injected_failure;
-  if (out.problem.empty() && !save.shard.empty()) {
+  // Writing takes as long as this rank's disk needs (rank 0 holds everything at stage 0): a long
+  // phase, not a collective's timeout, decides how long the others wait.
+  comm.long_phase("writing checkpoint " + save.tag, [&] {
+    if (!out.problem.empty() || save.shard.empty()) return;
     try {
       io::write_safetensors(staging + "/" + shard_file_name(comm.rank()), save.shard, {{"format", "pt"}});
     } catch (const std::exception& e) {
       out.problem = e.what();
     }
-  }
+  });
   const bool mine_ok = out.problem.empty();
   if (!all_ok(comm, mine_ok)) {
     if (main_rank) {
@@ -65,13 +68,14 @@ SaveOutcome save_sharded(dist::Communicator& comm, const ShardedSave& save) {
   }
   // Rank 0 records sizes and checksums and moves the folder into place; every rank hears whether
   // that worked, so all agree on the outcome.
-  if (main_rank) {
+  comm.long_phase("completing checkpoint " + save.tag, [&] {  // CRC-32s of every file: long for big models
+    if (!main_rank) return;
     try {
       out.info = finalize_checkpoint(save.checkpoints_dir, save.tag, save.meta);
     } catch (const std::exception& e) {
       out.problem = e.what();
     }
-  }
+  });
   out.saved = all_ok(comm, out.problem.empty());
   if (!out.saved && out.problem.empty()) out.problem = "rank 0 could not complete it";
   return out;

@@ -1,7 +1,9 @@
 #include "dist/communicator.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <mutex>
 #include <functional>
 #include <future>
 #include <thread>
@@ -17,7 +19,7 @@
 #endif
 
 #include "core/error.h"
-#include "dist/ring_reduce_scatter.h"
+#include "dist/ring_collectives.h"
 
 namespace zs::dist {
 
@@ -73,7 +75,7 @@ class GroupCommunicator final : public Communicator {
       : Communicator(info.rank, info.world_size, timeout, info.local_rank), group_(std::move(group)),
         store_(std::move(store)), name_(std::move(name)), native_rs_(native_rs), device_(device) {
     if (!native_rs_)
-      ring_ = std::make_unique<RingReduceScatter>(
+      ring_ = std::make_unique<RingCollectives>(
           rank_, world_size_,
           [group = group_, timeout](const at::Tensor& send, int to, at::Tensor& recv, int from, int tag) {
             std::vector<at::Tensor> out{send}, in{recv};
@@ -132,30 +134,22 @@ class GroupCommunicator final : public Communicator {
     std::vector<at::Tensor> keep_;  // buffers the work reads and writes
   };
 
-  /// Several started collectives, waited for in order.
-  class PendingGroup final : public PendingCollective {
-   public:
-    void wait() override {
-      for (auto& p : parts) p->wait();
-    }
-    std::vector<std::unique_ptr<PendingCollective>> parts;
-  };
-
-  /// A ring reduce-scatter under way (RingReduceScatter's worker runs it).
+  /// A ring collective under way (RingCollectives' worker runs it).
   class RingPending final : public PendingCollective {
    public:
-    RingPending(GroupCommunicator& owner, std::shared_future<void> done, std::uint64_t seq)
-        : owner_(owner), done_(std::move(done)), seq_(seq) {}
+    RingPending(GroupCommunicator& owner, const char* op, std::shared_future<void> done, std::uint64_t seq)
+        : owner_(owner), op_(op), done_(std::move(done)), seq_(seq) {}
     void wait() override {
       try {
         done_.get();
       } catch (const std::exception& e) {
-        owner_.fail("reduce_scatter", e.what(), seq_);
+        owner_.fail(op_, e.what(), seq_);
       }
     }
 
    private:
     GroupCommunicator& owner_;
+    const char* op_;
     std::shared_future<void> done_;
     std::uint64_t seq_;
   };
@@ -188,24 +182,21 @@ class GroupCommunicator final : public Communicator {
       run("all_gather", [&] { return work = group_->_allgather_base(out, in); }, false);
       return std::make_unique<Pending>(*this, "all_gather", work, nullptr, std::vector<at::Tensor>{shard, flat});
     }
-    // Gloo copies through a flat buffer of world × the input that it allocates on every call:
-    // large gathers go in pieces small enough for that buffer to come from malloc's heap, not
-    // from fresh mmaps whose pages fault in every time (11 µs a page on our VMs).
-    const std::int64_t n = shard.numel();
-    const std::int64_t piece = std::max<std::int64_t>(1, kGlooPieceBytes / (world_size_ * shard.element_size()));
-    auto pieces = std::make_unique<PendingGroup>();
-    for (std::int64_t first = 0; first < n || (n == 0 && first == 0); first += piece) {
-      const std::int64_t count = std::min(piece, n - first);
-      std::vector<at::Tensor> in{shard.narrow(0, first, count)};
-      std::vector<std::vector<at::Tensor>> out(1);
-      for (int r = 0; r < world_size_; ++r) out[0].push_back(flat.narrow(0, r * n + first, count));
-      run("all_gather", [&] { return work = group_->allgather(out, in); }, false, first == 0);
-      std::vector<at::Tensor> keep = out[0];
-      keep.push_back(in[0]);
-      pieces->parts.push_back(std::make_unique<Pending>(*this, "all_gather", work, nullptr, keep));
-      if (n == 0) break;
+    if (ring_ && shard.is_cpu() && flat.is_cpu()) {
+      // Gloo's own copies the input into a flat buffer of world × its size and back out; the
+      // ring sends and receives in place.
+      count();
+      return std::make_unique<RingPending>(*this, "all_gather", ring_->start_all_gather(shard, flat), seq_);
     }
-    return pieces;
+    // Gloo on CUDA tensors: its own all-gather.
+    std::vector<at::Tensor> in{shard};
+    std::vector<std::vector<at::Tensor>> out(1);
+    for (const auto& chunk : flat.chunk(world_size_)) out[0].push_back(chunk);
+    run("all_gather", [&] { return work = group_->allgather(out, in); }, false);
+    std::vector<at::Tensor> keep = out[0];
+    keep.push_back(shard);
+    keep.push_back(flat);
+    return std::make_unique<Pending>(*this, "all_gather", work, nullptr, keep);
   }
 
   std::unique_ptr<PendingCollective> reduce_scatter_async(const at::Tensor& flat, at::Tensor& shard) override {
@@ -226,7 +217,7 @@ class GroupCommunicator final : public Communicator {
     }
     if (ring_ && flat.is_cpu() && shard.is_cpu()) {
       count();
-      return std::make_unique<RingPending>(*this, ring_->start(flat, shard), seq_);
+      return std::make_unique<RingPending>(*this, "reduce_scatter", ring_->start_reduce_scatter(flat, shard), seq_);
     }
     // Gloo on CUDA tensors: all-reduce a copy and keep this rank's chunk.
     std::vector<at::Tensor> v{flat.clone()};
@@ -265,6 +256,107 @@ class GroupCommunicator final : public Communicator {
     if (flat.numel() != shard.numel() * world_size_ || !flat.is_contiguous() || !shard.is_contiguous())
       throw Error(ErrorKind::distributed, std::string(op) + ": the flat buffer must hold world_size × the shard, "
                                                             "both contiguous (a bug in the caller)");
+  }
+
+  void long_phase(const std::string& what, const std::function<void()>& work) override {
+    using Clock = std::chrono::steady_clock;
+    const std::string base = "zs_long/" + std::to_string(++phases_) + "/";
+    auto key = [&](const char* kind, int r) { return base + kind + "/" + std::to_string(r); };
+    // This rank's heartbeat, on a thread of its own while `work` runs.
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool working = true;
+    std::thread beat([&] {
+      std::unique_lock<std::mutex> lock(mutex);
+      while (working) {
+        try {
+          store_->add(key("beat", rank_), 1);
+        } catch (const std::exception&) {
+          // the store is gone (rank 0 died): the waiting below will say so
+        }
+        wake.wait_for(lock, std::chrono::milliseconds(200), [&] { return !working; });
+      }
+    });
+    std::exception_ptr error;
+    std::string message = "ok";
+    try {
+      work();
+    } catch (const std::exception& e) {
+      error = std::current_exception();
+      message = std::string("error: ") + e.what();
+    } catch (...) {
+      error = std::current_exception();
+      message = "error: an unknown exception";
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      working = false;
+    }
+    wake.notify_all();
+    beat.join();
+    auto fail = [&](const std::string& why) {
+      throw Error(ErrorKind::distributed, "rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + ": " +
+                                              why + " during " + what + "; see logs/rank*.log of the run");
+    };
+    try {
+      store_->set(key("done", rank_), std::vector<uint8_t>(message.begin(), message.end()));
+    } catch (const std::exception&) {
+      if (error) std::rethrow_exception(error);
+      fail("rank 0 is gone (the rendezvous store it hosts does not answer)");
+    }
+    // Wait for the others: done, or at least beating.
+    std::vector<std::int64_t> beats(static_cast<std::size_t>(world_size_), -1);
+    std::vector<Clock::time_point> changed(static_cast<std::size_t>(world_size_), Clock::now());
+    std::vector<char> done(static_cast<std::size_t>(world_size_), 0);
+    done[static_cast<std::size_t>(rank_)] = 1;
+    std::string failed;  // the first rank whose work failed or that went silent
+    int silent = 0;      // ranks whose heartbeat stopped
+    bool store_gone = false;
+    for (;;) {
+      bool all = true;
+      try {
+        for (int r = 0; r < world_size_ && failed.empty(); ++r) {
+          const auto i = static_cast<std::size_t>(r);
+          if (done[i]) continue;
+          if (store_->check({key("done", r)})) {
+            done[i] = 1;
+            const auto bytes = store_->get(key("done", r));
+            const std::string text(bytes.begin(), bytes.end());
+            if (text != "ok") failed = "rank " + std::to_string(r) + " failed (" + text.substr(7) + ")";
+            continue;
+          }
+          all = false;
+          const std::int64_t b = store_->add(key("beat", r), 0);
+          if (b != beats[i]) {
+            beats[i] = b;
+            changed[i] = Clock::now();
+          } else if (Clock::now() - changed[i] > timeout_) {
+            ++silent;
+            failed = "rank " + std::to_string(r) + " went silent (no heartbeat for " +
+                     std::to_string(timeout_.count() / 1000) + " s): it died or hangs";
+          }
+        }
+      } catch (const std::exception&) {
+        store_gone = true;
+      }
+      if (all || error || !failed.empty() || store_gone) break;  // a rank whose own work failed does not wait
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    // Rank 0 hosts the store: it stays until the others have read the outcome, or a rank that is
+    // done last (the end of the run) could find the store gone before it reads rank 0's "done".
+    if (!store_gone) {
+      try {
+        store_->add(base + "seen", 1);
+        const auto until = Clock::now() + timeout_;
+        while (rank_ == 0 && store_->add(base + "seen", 0) < world_size_ - silent && Clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      } catch (const std::exception&) {
+        store_gone = true;
+      }
+    }
+    if (error) std::rethrow_exception(error);
+    if (!failed.empty()) fail(failed);
+    if (store_gone) fail("rank 0 is gone (the rendezvous store it hosts does not answer)");
   }
 
   /// Which ranks are behind: every collective is numbered in the store ("zs_seq/<rank>"), so
@@ -369,8 +461,8 @@ class GroupCommunicator final : public Communicator {
   bool native_rs_;
   std::optional<at::Device> device_;  // NCCL: the rank's CUDA device
   std::uint64_t seq_ = 0;  // collectives started by this rank
-  std::unique_ptr<RingReduceScatter> ring_;  // Gloo: reduce-scatter of CPU tensors
-  static constexpr std::int64_t kGlooPieceBytes = 8 << 20;
+  std::uint64_t phases_ = 0;  // long phases started (the same count on every rank)
+  std::unique_ptr<RingCollectives> ring_;  // Gloo: reduce-scatter and all-gather of CPU tensors
 };
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,6 +77,16 @@ class Communicator {
   /// Copies rank `root`'s `t` to every rank.
   virtual void broadcast(at::Tensor& t, int root) = 0;
   virtual void barrier() = 0;
+
+  /// Runs `work` on every rank as a phase that no collective timeout cuts short: the local work
+  /// of unknown length that one rank does while the others wait (rendering samples, writing a
+  /// checkpoint, generating demo data, loading a model). Each rank beats a heartbeat into the
+  /// rendezvous store while it works; a rank that is done waits for the others and gives up only
+  /// when one's heartbeat stops for the timeout (it died or hangs). `work` may use collectives if
+  /// every rank's does. An exception from a rank's own `work` is rethrown on that rank (after the
+  /// others heard of it); the others throw zs::Error(distributed) naming it and `what`. Every rank
+  /// must run the same phases in the same order. With one rank: just `work()`.
+  virtual void long_phase(const std::string& /*what*/, const std::function<void()>& work) { work(); }
 
  protected:
   Communicator(int rank, int world_size, std::chrono::milliseconds timeout, int local_rank = 0)

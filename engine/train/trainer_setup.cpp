@@ -39,16 +39,7 @@ data::MetadataOptions metadata_options(const config::DataMetadataConfig& m) {
 
 }  // namespace
 
-void Trainer::State::agree(const char* phase, std::exception_ptr error) {
-  if (world > 1) {
-    at::Tensor flag = at::full({1}, error ? 1.0 : 0.0);
-    comm->all_reduce(flag);
-    if (!error && flag.item<double>() > 0)
-      throw Error(ErrorKind::distributed, "rank " + std::to_string(rank) + ": another rank failed during " + phase +
-                                              "; its error is in logs/rank*.log (rank 0's also in events.jsonl)");
-  }
-  if (error) std::rethrow_exception(error);
-}
+void Trainer::State::phase(const char* what, const std::function<void()>& work) { comm->long_phase(what, work); }
 
 void Trainer::State::start() {
   comm = opt.comm ? opt.comm : std::shared_ptr<dist::Communicator>(dist::Communicator::single());
@@ -57,63 +48,38 @@ void Trainer::State::start() {
   const bool resuming = !opt.resume.empty();
   // What no config check can see: a model or images that are not in place yet. Refused before
   // anything is created (every rank looks; they share the files).
-  config::LoadedConfig as_loaded;
-  as_loaded.config = cfg;
-  std::exception_ptr trainable_error;
-  try {
+  phase("the trainability checks", [&] {
+    config::LoadedConfig as_loaded;
+    as_loaded.config = cfg;
     config::require_trainable(as_loaded, run_dir);
-  } catch (...) {
-    trainable_error = std::current_exception();
-  }
-  agree("the trainability checks", trainable_error);
+  });
   std::error_code ec;
   fs::create_directories(fs::path(run_dir) / "logs", ec);
   rank_log.open(fs::path(run_dir) / "logs" / ("rank" + std::to_string(rank) + ".log"), std::ios::app);
-  std::exception_ptr prepare_error;
-  if (main_rank()) {
+  phase("preparing the run directory", [&] {
+    if (!main_rank()) return;
     try {
       prepare_run_directory(resuming);
-    } catch (...) {
-      prepare_error = std::current_exception();
+    } catch (const std::exception& e) {
       if (events) {
-        try {
-          std::rethrow_exception(prepare_error);
-        } catch (const std::exception& e) {
-          emit("error", {{"message", e.what()}});
-          emit("run_end", {{"reason", "error"}});
-        }
+        emit("error", {{"message", e.what()}});
+        emit("run_end", {{"reason", "error"}});
       }
+      throw;
     }
-  }
-  agree("preparing the run directory", prepare_error);
+  });
   // Rank 0 follows the run's control.json (the GUI's Pause/Stop/Sample/Save) from now on.
   if (main_rank()) control = std::make_unique<ControlFilePoller>(run_dir, opt.reset_control);
   try {
-    std::exception_ptr setup_error;
     std::optional<checkpoint::CheckpointInfo> ckpt;
-    try {
+    phase("setup", [&] {
       if (resuming) ckpt = open_resume_checkpoint();
       build_model_and_data(ckpt);
-    } catch (...) {
-      setup_error = std::current_exception();
-    }
-    agree("setup", setup_error);
+    });
     share_initial_weights();
-    std::exception_ptr optimizer_error;
-    try {
-      build_optimizer();
-    } catch (...) {
-      optimizer_error = std::current_exception();
-    }
-    agree("building the optimizer", optimizer_error);
+    phase("building the optimizer", [&] { build_optimizer(); });
     if (ckpt) {
-      std::exception_ptr load_error;
-      try {
-        restore(*ckpt);
-      } catch (...) {
-        load_error = std::current_exception();
-      }
-      agree("loading the checkpoint", load_error);
+      phase("loading the checkpoint", [&] { restore(*ckpt); });
       if (main_rank() && ckpt->meta.value("world_size", world) != world)
         log("resumed a checkpoint of " + std::to_string(ckpt->meta.value("world_size", 0)) + " ranks at stage " +
             std::to_string(ckpt->meta.value("stage", 0)) + " on " + std::to_string(world) + " ranks at stage " +

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <exception>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,13 +90,15 @@ struct Trainer::State {
   void log(const std::string& message) { emit("log", {{"message", message}}); }
   void warn(const std::string& message) { emit("warning", {{"message", message}}); }
 
-  // Setup (trainer_setup.cpp). Every phase ends in agree(), so a failure on one rank stops all
-  // of them at once instead of leaving the others waiting in a collective.
+  // Setup (trainer_setup.cpp). Every phase runs as a long phase (dist::Communicator::long_phase):
+  // a failure on one rank stops all of them at once, and a rank that takes long (rank 0 making
+  // the demo data, a slow disk) is waited for as long as it is alive.
   /// Connects the ranks, prepares the run directory, builds model, data and optimizer and
   /// restores a checkpoint when resuming; writes error and run_end events when that fails.
   void start();
-  /// Rethrows `error` on the rank that had it; the others throw a distributed error naming `phase`.
-  void agree(const char* phase, std::exception_ptr error);
+  /// Runs `work` on every rank as one long phase (no collective timeout while ranks are alive);
+  /// a failure anywhere fails every rank, the others with a distributed error naming `what`.
+  void phase(const char* what, const std::function<void()>& work);
   /// Rank 0: creates the run directory, events.jsonl, config.yaml and the demo data.
   void prepare_run_directory(bool resuming);
   /// The checkpoint to resume from (--resume latest|PATH), checked against the config.

@@ -191,13 +191,16 @@ void Trainer::State::sample() {
   // Ranks holding only shards of the parameters all run the sampler (each unit is gathered as it
   // runs); rank 0 writes. Swapping a sharded EMA in is a collective too, so then every rank takes
   // part in the swaps.
+  // A long phase: the ranks that do not render wait for rank 0 as long as it is alive, however
+  // long the grid takes (not a collective's timeout).
   const bool swap = cfg.sampling.use_ema && cfg.ema.enabled;
   const bool compute = main_rank() || (world > 1 && optimizer->sharded_units() > 0);
-  if (!compute && !(swap && world > 1)) return;
-  if (swap) optimizer->swap_ema();
   SampleFolder folder;
-  if (compute) folder = write_samples(model, cfg.sampling, cfg.data.resolution, device, samples_dir(), step, main_rank());
-  if (swap) optimizer->swap_ema();
+  phase("sampling", [&] {
+    if (swap) optimizer->swap_ema();
+    if (compute) folder = write_samples(model, cfg.sampling, cfg.data.resolution, device, samples_dir(), step, main_rank());
+    if (swap) optimizer->swap_ema();
+  });
   if (main_rank()) emit("samples", {{"dir", folder.dir}, {"count", folder.count}});
 }
 
@@ -262,11 +265,14 @@ bool Trainer::State::save(const std::string& reason) {
 }
 
 void Trainer::State::prune_checkpoints() {
-  if (!main_rank()) return;
-  const auto& cp = cfg.checkpointing;
-  for (const auto& old_tag : checkpoint::prune_checkpoints(checkpoints_dir(), cp.keep_last, cp.keep_best))
-    log("deleted checkpoint " + old_tag + " (checkpointing.keep_last " + std::to_string(cp.keep_last) + ", keep_best " +
-        std::to_string(cp.keep_best) + ")");
+  // Deleting a large checkpoint can take a while on a slow disk: the others wait in a long phase.
+  phase("pruning checkpoints", [&] {
+    if (!main_rank()) return;
+    const auto& cp = cfg.checkpointing;
+    for (const auto& old_tag : checkpoint::prune_checkpoints(checkpoints_dir(), cp.keep_last, cp.keep_best))
+      log("deleted checkpoint " + old_tag + " (checkpointing.keep_last " + std::to_string(cp.keep_last) + ", keep_best " +
+          std::to_string(cp.keep_best) + ")");
+  });
 }
 
 void Trainer::State::finish(const std::string& reason) {

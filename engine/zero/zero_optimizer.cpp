@@ -16,6 +16,16 @@
 
 namespace zs::zero {
 
+namespace {
+
+/// A collective that had nothing to do.
+class NothingPending final : public dist::PendingCollective {
+ public:
+  void wait() override {}
+};
+
+}  // namespace
+
 PlanOptions plan_options(const ZeroOptions& o, int world_size, int rank) {
   PlanOptions p;
   p.stage = o.stage;
@@ -277,6 +287,10 @@ void ZeroOptimizer::launch_reduce(Unit& u) {
   if (u.pending || u.reduced || !u.flat_grad.defined()) return;
   if (!u.reduce_scatter) {
     u.pending = comm_.all_reduce_async(u.flat_grad);
+  } else if (comm_.world_size() == 1) {
+    // One rank: the reduce-scatter is the identity; the buffer is its own part.
+    u.part = u.flat_grad.narrow(0, u.owned_offset, u.owned);
+    u.pending = std::make_unique<NothingPending>();
   } else {
     // Without a separate reduced copy (stage 1) the owned range of the full buffer receives it.
     u.part = u.shard_grad.defined() ? at::empty({u.shard}, u.flat_grad.options())

@@ -328,9 +328,7 @@ void ZeroOptimizer::step(double lr) {
     for (auto& u : units_) step_in_memory(*u, lr);
   copies_->join();  // the new weights on their way up, before anything computes with them
   gather_whole_units(plan_.overlap_comm);
-  for (auto& u : units_)
-    if (u->shard_grad.defined()) u->shard_grad.zero_();
-  grads_reduced_ = false;
+  grads_reduced_ = false;  // (the reduced gradients are cleared by the next zero_grad)
 }
 
 NamedTensors ZeroOptimizer::state() const {

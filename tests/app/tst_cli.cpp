@@ -359,11 +359,13 @@ class TestCli : public QObject {
   void imagesInTheRunsDataFolderTrain() {
     QTemporaryDir dir;
     const QString run_dir = dir.path() + "/run";
+    zs::test::FailureReport report(run_dir);
     const Result made = run({"make-dataset", "shapes", "--out", run_dir + "/data", "--count", "16", "--size", "16"});
     QCOMPARE(made.code, 0);
     const Result r = run({"train", quickstart(), "--run-dir", run_dir, "--set", "data.generate=none", "--set",
                           "training.max_steps=2", "--set", "sampling.every_n_steps=0", "--set", "sampling.prompts=[]",
                           "--set", "checkpointing.every_n_steps=0", "--set", "training.batch_size=4"});
+    report.setOutput("zerostudio train (stderr)", r.err);
     QVERIFY2(r.code == 0, qPrintable(r.err));
     QVERIFY2(r.err.contains("16 images"), qPrintable(r.err));
     QVERIFY(QFileInfo::exists(run_dir + "/checkpoints/step_2/meta.json"));

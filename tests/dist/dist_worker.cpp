@@ -67,6 +67,12 @@ int collectives(dist::Communicator& c, const at::Device& device) {
   at::Tensor d = at::full({1}, 0.5 * r, at::kDouble);
   c.all_reduce(d);
   ok &= check(d.device().is_cpu() && d.item<double>() == 0.25 * n * (n - 1), "all_reduce of a CPU double");
+  // In place, as the optimizer gathers its updated shards: the input is the rank's own chunk.
+  const std::int64_t m = 1'000'003;
+  at::Tensor whole = at::zeros({m * n}, on);
+  whole.narrow(0, r * m, m).fill_(r + 1.0);
+  c.all_gather(whole.narrow(0, r * m, m), whole);
+  ok &= check(at::equal(whole.cpu(), (at::arange(n, at::kFloat) + 1).repeat_interleave(m)), "all_gather in place");
   at::Tensor bytes = at::full({2}, r, at::kByte), all_bytes = at::zeros({2 * n}, at::kByte);
   c.all_gather(bytes, all_bytes);
   ok &= check(all_bytes[2 * n - 1].item<int>() == n - 1, "all_gather of CPU bytes");
@@ -473,6 +479,32 @@ int stage_timing(dist::Communicator& c, int stage) {
   return 0;
 }
 
+/// A long phase (Communicator::long_phase) on every rank: `how` is "slow" (rank 0 works for 3× the
+/// timeout; the others must wait for it), "dies" (rank 1 is killed in the middle of its work) or
+/// "throws" (rank 2's work fails). Then one collective, which must work after a good phase.
+/// Prints the error and returns 3 when the phase fails here.
+int long_phase(dist::Communicator& c, const std::string& how, double timeout_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    c.long_phase("the test phase", [&] {
+      if (how == "slow" && c.rank() == 0) std::this_thread::sleep_for(std::chrono::duration<double>(3 * timeout_s));
+      if (how == "dies" && c.rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        std::raise(SIGKILL);
+      }
+      if (how == "throws" && c.rank() == 2) throw Error(ErrorKind::data, "rank 2's own problem");
+    });
+  } catch (const Error& e) {
+    std::printf("%s\nwaited %.1f s\n", e.what(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    std::fflush(stdout);
+    return 3;
+  }
+  at::Tensor t = at::ones({1});
+  c.all_reduce(t);
+  return check(t.item<float>() == c.world_size(), "all_reduce after the phase") ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -505,6 +537,8 @@ int main(int argc, char** argv) {
         if (!check(count_files(d) == -1, ("NVMe folder left behind: " + d).c_str())) rc = 1;
     } else if (scenario == "reshard") {
       rc = reshard(*comm, argv[3], std::stoi(argv[4]), argv[5], Variant(argc > 6 ? argv[6] : ""));
+    } else if (scenario == "long_phase") {
+      rc = long_phase(*comm, argv[3], std::stod(argv[2]));
     } else if (scenario == "timing") {
       rc = stage_timing(*comm, std::stoi(argv[3]));
     } else if (scenario == "overflow") {

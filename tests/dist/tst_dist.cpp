@@ -439,6 +439,44 @@ class TestDist : public QObject {
     QVERIFY2(clock.elapsed() < 20000, qPrintable(QString::number(clock.elapsed())));
   }
 
+  // Long local work (rendering samples, writing a checkpoint) runs in a long phase: a rank that is
+  // slow but alive is waited for far past the collective timeout; a killed one is named within
+  // the timeout; a failing one's error reaches the others.
+  void longPhasesWaitForTheLivingAndNameTheDead_data() {
+    QTest::addColumn<QString>("how");
+    QTest::addColumn<int>("culprit");
+    QTest::addColumn<QString>("named");
+    QTest::newRow("slow rank 0") << "slow" << -1 << "";
+    QTest::newRow("rank 1 killed") << "dies" << 1
+                                   << "rank 1 went silent (no heartbeat for 2 s): it died or hangs during the test phase";
+    QTest::newRow("rank 2 fails") << "throws" << 2 << "rank 2 failed (rank 2's own problem) during the test phase";
+  }
+
+  void longPhasesWaitForTheLivingAndNameTheDead() {
+    QFETCH(QString, how);
+    QFETCH(int, culprit);
+    QFETCH(QString, named);
+    QElapsedTimer clock;
+    clock.start();
+    World w("long_phase", 3, {0, 1, 2}, zs::test::freePort(), 2, {}, {how});
+    for (int r : {0, 1, 2}) {
+      if (r == culprit && how == "dies") continue;
+      QVERIFY2(w.wait(r, 30000), "a rank hung");
+      const QString out = w.out(r);
+      if (culprit < 0) {
+        QVERIFY2(w.code(r) == 0, qPrintable(out));  // waited 6 s for rank 0 with a 2 s timeout
+      } else if (r == culprit) {
+        QCOMPARE(w.code(r), 3);
+        QVERIFY2(out.contains("rank 2's own problem"), qPrintable(out));
+      } else {
+        QCOMPARE(w.code(r), 3);
+        QVERIFY2(out.contains(named), qPrintable(out));
+      }
+    }
+    if (culprit < 0) QVERIFY2(clock.elapsed() > 6000, "rank 0 worked for 6 s");
+    QVERIFY2(clock.elapsed() < 20000, qPrintable(QString::number(clock.elapsed())));
+  }
+
   void rendezvousFailuresAreClear() {
     // Rank 1 looks for the store on the wrong port.
     const int port = zs::test::freePort(), wrong = zs::test::freePort();

@@ -182,6 +182,7 @@ class TestDashboardE2e : public QObject {
   // run directory.
   void twoRanksObeyTheCommands() {
     QTemporaryDir tmp;
+    zs::test::FailureReport report(tmp.path() + "/run");
     RunController c;
     c.setExecutable(ZS_CLI_PATH);
     QStringList sets = smallRun(tmp.path());

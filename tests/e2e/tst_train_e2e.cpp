@@ -727,7 +727,9 @@ class TestTrainE2E : public QObject {
   void cliStopsCleanlyOnSigint() {
     QTemporaryDir dir;
     const QString run = dir.path() + "/cli";
+    zs::test::FailureReport report(run);
     QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
     p.start(ZS_CLI_PATH, {"train", zs::test::sourceDir() + "/configs/quickstart.yaml", "--run-dir", run,
                           "--set", "data.generate_count=64", "--set", "data.resolution=16", "--set", "training.batch_size=4",
                           "--set", "training.max_steps=100000", "--set", "sampling.every_n_steps=0",
@@ -739,10 +741,13 @@ class TestTrainE2E : public QObject {
     };
     QTRY_VERIFY_WITH_TIMEOUT(trained_a_step(), 60000);
     ::kill(static_cast<pid_t>(p.processId()), SIGINT);
-    QVERIFY(p.waitForFinished(60000));
+    const bool ended = p.waitForFinished(60000);
+    const QByteArray out = p.readAll();
+    report.setOutput("zerostudio train", QString::fromUtf8(out));
+    QVERIFY(ended);
     QCOMPARE(p.exitStatus(), QProcess::NormalExit);
     QCOMPARE(p.exitCode(), 0);
-    QVERIFY2(p.readAllStandardOutput().contains("stopped at step"), "no stop message");
+    QVERIFY2(out.contains("stopped at step"), "no stop message");
     const auto events = read_events(run.toStdString());
     QCOMPARE(events.back()["reason"].get<std::string>(), std::string("stopped"));
     bool saved = false;
