@@ -20,6 +20,7 @@
 #include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
 
+#include "source_dir.h"
 #include "zero/cpu_adam.h"
 
 using namespace zs;
@@ -105,7 +106,7 @@ double torch_cpp_ms(std::int64_t n, int steps) {
 
 double python_ms(const std::string& python, std::int64_t n, int steps, int threads) {
   std::ostringstream cmd;
-  cmd << python << " " << ZS_SOURCE_DIR << "/bench/adamw_baseline.py --params " << n << " --steps " << steps
+  cmd << python << " " << zs_bench_source_dir() << "/bench/adamw_baseline.py --params " << n << " --steps " << steps
       << " --threads " << threads << " 2>/dev/null";
   std::string out;
   if (FILE* f = popen(cmd.str().c_str(), "r")) {

@@ -26,6 +26,7 @@
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
 
+#include "source_dir.h"
 #include "core/memory.h"
 #include "dist/communicator.h"
 #include "models/unet_2d_condition.h"
@@ -200,7 +201,7 @@ int main(int argc, char** argv) {
               "reserved", "setup s");
   double base_ips = -1;
   if (a.baseline) {
-    const std::string script = std::string(ZS_SOURCE_DIR) + "/bench/gpu_baseline.py";
+    const std::string script = std::string(zs_bench_source_dir()) + "/bench/gpu_baseline.py";
     const std::string out = run_command(a.python + " " + script + common_flags(a) + " 2>&1");
     base_ips = field(out, "images_s");
     if (base_ips <= 0) std::printf("PyTorch baseline failed:\n%s\n", out.c_str());

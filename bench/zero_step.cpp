@@ -30,6 +30,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "source_dir.h"
 #include "core/memory.h"
 #include "dist/communicator.h"
 #include "models/unet_2d_condition.h"
@@ -283,7 +284,7 @@ int main(int argc, char** argv) {
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   self[n > 0 ? n : 0] = '\0';
-  const std::string script = std::string(ZS_SOURCE_DIR) + "/bench/ddp_baseline.py";
+  const std::string script = std::string(zs_bench_source_dir()) + "/bench/ddp_baseline.py";
   char nvme_template[] = "/tmp/bench_zero_step_nvme.XXXXXX";
   const std::string nvme_dir = offload && mkdtemp(nvme_template) ? nvme_template : "/tmp";
   int port = 29900;

@@ -18,6 +18,8 @@ bool sharedAvailable() { return QFileInfo(sharedDir() + QStringLiteral("/fixture
 QString testDataDir() { return QStringLiteral(ZS_TEST_DATA_DIR); }
 QString sourceDir() { return QStringLiteral(ZS_SOURCE_DIR); }
 QString binaryDir() { return QStringLiteral(ZS_BINARY_DIR); }
+QString cliPath() { return QStringLiteral(ZS_CLI_PATH); }
+QString distWorkerPath() { return QStringLiteral(ZS_DIST_WORKER); }
 
 int freePort() {
   const int s = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -19,6 +19,10 @@ QString testDataDir();
 QString sourceDir();
 /// The build folder (screenshots and scratch output go here).
 QString binaryDir();
+/// The built `zerostudio` executable.
+QString cliPath();
+/// The built test worker for multi-process scenarios (tests/dist/dist_worker.cpp).
+QString distWorkerPath();
 /// A loopback TCP port that is free right now (for rendezvous in multi-process tests).
 int freePort();
 

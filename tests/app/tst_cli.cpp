@@ -33,7 +33,7 @@ struct Result {
 Result run(const QStringList& args, const QString& cwd = QString()) {
   QProcess p;
   if (!cwd.isEmpty()) p.setWorkingDirectory(cwd);
-  p.start(QStringLiteral(ZS_CLI_PATH), args);
+  p.start(zs::test::cliPath(), args);
   if (!p.waitForFinished(60000)) return {};
   return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2, QString::fromUtf8(p.readAllStandardOutput()),
           QString::fromUtf8(p.readAllStandardError())};
@@ -116,7 +116,7 @@ class TestCli : public QObject {
     QTemporaryDir dir;
     const QString out = dir.path() + "/init.yaml";
     QProcess p;
-    p.start(QStringLiteral(ZS_CLI_PATH), {"config", "init", "-o", out});
+    p.start(zs::test::cliPath(), {"config", "init", "-o", out});
     QVERIFY(p.waitForStarted());
     // compute environment, machine type, machines, DeepSpeed, its file, stage, optimizer offload,
     // accumulation, clipping, processes, precision; Enter keeps the rest.

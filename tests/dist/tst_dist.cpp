@@ -31,7 +31,7 @@ struct World {
       env.insert("OMP_NUM_THREADS", "1");
       p->setProcessEnvironment(env);
       p->setProcessChannelMode(QProcess::MergedChannels);
-      p->start(ZS_DIST_WORKER, QStringList{scenario, QString::number(timeout_s)} + extra);
+      p->start(zs::test::distWorkerPath(), QStringList{scenario, QString::number(timeout_s)} + extra);
       procs.push_back(std::move(p));
     }
   }

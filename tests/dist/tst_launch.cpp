@@ -49,7 +49,7 @@ Ended cli(const QStringList& args, zs::test::FailureReport& report, int ms = 180
   QProcess p;
   p.setProcessChannelMode(QProcess::MergedChannels);
   if (!env.isEmpty()) p.setProcessEnvironment(env);
-  p.start(ZS_CLI_PATH, args);
+  p.start(zs::test::cliPath(), args);
   Ended e;
   e.in_time = p.waitForFinished(ms);
   if (!e.in_time) {
@@ -95,7 +95,7 @@ void compare_with_estimate(const nlohmann::json& rank, std::vector<std::string> 
 bool start_long_launch(QProcess& p, const QString& run_dir, const QProcessEnvironment& env = {}) {
   p.setProcessChannelMode(QProcess::MergedChannels);
   if (!env.isEmpty()) p.setProcessEnvironment(env);
-  p.start(ZS_CLI_PATH, launch(2) + QStringList{quickstart()} + small_run(run_dir, 100000));
+  p.start(zs::test::cliPath(), launch(2) + QStringList{quickstart()} + small_run(run_dir, 100000));
   if (!p.waitForStarted()) return false;
   QElapsedTimer clock;
   clock.start();

@@ -184,7 +184,7 @@ class TestDashboardE2e : public QObject {
     QTemporaryDir tmp;
     zs::test::FailureReport report(tmp.path() + "/run");
     RunController c;
-    c.setExecutable(ZS_CLI_PATH);
+    c.setExecutable(zs::test::cliPath());
     QStringList sets = smallRun(tmp.path());
     sets.replaceInStrings("training.max_steps=30", "training.max_steps=100000");
     sets.replaceInStrings("sampling.every_n_steps=10", "sampling.every_n_steps=0");

@@ -520,7 +520,7 @@ class TestTrainE2E : public QObject {
     const std::string bad = opt.run_dir + "/checkpoints/step_6/rank0.safetensors";
     fs::resize_file(bad, fs::file_size(bad) - 64);
     QProcess p;
-    p.start(ZS_CLI_PATH, {"checkpoints", QString::fromStdString(opt.run_dir), "--verify", "--json"});
+    p.start(zs::test::cliPath(), {"checkpoints", QString::fromStdString(opt.run_dir), "--verify", "--json"});
     QVERIFY(p.waitForFinished(60000));
     QCOMPARE(p.exitCode(), 1);
     const json listing = json::parse(p.readAllStandardOutput().toStdString());
@@ -546,7 +546,7 @@ class TestTrainE2E : public QObject {
     QCOMPARE(resumed_at, std::int64_t{4});
     // Export of the last checkpoint for diffusers, in fp16.
     const QString out = dir.path() + "/export";
-    p.start(ZS_CLI_PATH, {"export", QString::fromStdString(opt.run_dir + "/checkpoints/step_8"), "--format", "diffusers",
+    p.start(zs::test::cliPath(), {"export", QString::fromStdString(opt.run_dir + "/checkpoints/step_8"), "--format", "diffusers",
                           "--dtype", "fp16", "-o", out});
     QVERIFY(p.waitForFinished(60000));
     QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
@@ -730,7 +730,7 @@ class TestTrainE2E : public QObject {
     zs::test::FailureReport report(run);
     QProcess p;
     p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(ZS_CLI_PATH, {"train", zs::test::sourceDir() + "/configs/quickstart.yaml", "--run-dir", run,
+    p.start(zs::test::cliPath(), {"train", zs::test::sourceDir() + "/configs/quickstart.yaml", "--run-dir", run,
                           "--set", "data.generate_count=64", "--set", "data.resolution=16", "--set", "training.batch_size=4",
                           "--set", "training.max_steps=100000", "--set", "sampling.every_n_steps=0",
                           "--set", "logging.every_n_steps=1"});
