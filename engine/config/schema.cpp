@@ -177,6 +177,13 @@ SchemaBuilder build() {
   s.add("training.gradient_checkpointing", T::boolean, false, ZS_REF(training.gradient_checkpointing),
         "Recompute each UNet unit (resnet, transformer, sampler) in backward instead of keeping its "
         "activations: the same gradients, about half the activation memory, one more forward's time.");
+  s.add("training.attention", T::choice, std::string("auto"), ZS_REF(training.attention),
+        "How attention runs. plain: keeps the tokens × tokens probabilities for backward (fastest "
+        "on short sequences). blocked: queries and keys in blocks with an online softmax, "
+        "recomputed in backward, so memory grows with the tokens, not their square (SDXL at 1024 px: "
+        "4,096-token self-attention). auto: LibTorch 2.x's fused kernel on CUDA, else blocked where "
+        "queries and keys both number 1,024 or more, plain otherwise. The run log says which ran.",
+        {"auto", "plain", "blocked"});
   s.add("training.min_snr_gamma", T::number, 0.0, ZS_REF(training.min_snr_gamma),
         "Min-SNR-γ loss weighting (5 is typical); 0 turns it off.")
       .range(0, {});

@@ -10,6 +10,7 @@
 
 #include "config/trainer_config.h"
 #include "core/error.h"
+#include "models/attention_options.h"
 
 namespace zs::estimate {
 namespace {
@@ -54,7 +55,7 @@ struct UnitActivation {
 
 /// Element counts of what autograd keeps for one unit and one sample, from the ops the engine's
 /// modules run (models/unet_2d_condition.cpp, attention.cpp, clip_text_model.cpp).
-UnitActivation unit_activation(const UnitShape& u, const ModelShape& m, int64_t side) {
+UnitActivation unit_activation(const UnitShape& u, const ModelShape& m, int64_t side, const EstimateOptions& o) {
   UnitActivation a;
   const double s = std::pow(static_cast<double>(std::max<int64_t>(side >> u.level, 1)), 2);
   const double cin = static_cast<double>(u.in_channels), cout = static_cast<double>(u.out_channels);
@@ -73,11 +74,22 @@ UnitActivation unit_activation(const UnitShape& u, const ModelShape& m, int64_t 
       // Per block: LayerNorm outputs, q/k/v split into heads, merged heads, residual sums and
       // the GEGLU feed-forward (8C projection, 4C gelu and product), plus the attention
       // probabilities [heads, S, S] and [heads, S, T]. Around the blocks: norm, proj in/out.
+      // The blocked self-attention keeps each row's log-sum-exp [heads, S] instead of its
+      // probabilities; its backward allocates dq, dk, dv, a row sum and two score blocks.
       const double t = static_cast<double>(m.context_tokens), h = static_cast<double>(u.heads);
       const double d = static_cast<double>(u.depth);
+      const int64_t tokens = static_cast<int64_t>(s);
+      const bool blocked = models::choose_attention_path(o.attention, tokens, tokens, false) != models::AttentionPath::plain;
       a.output = cout * s;
-      a.saved = cout * s * (4 + 28 * d) + d * h * (s * s + s * t);
-      a.transient = 2 * h * s * s;  // softmax backward: the gradients of probabilities and scores
+      a.saved = cout * s * (4 + 28 * d) + d * h * ((blocked ? s : s * s) + s * t);
+      if (blocked) {
+        const int64_t bh = std::max<int64_t>(o.batch_size, 1) * u.heads;
+        const models::AttentionBlocks b = models::attention_blocks(o.attention, bh, tokens, tokens);
+        // Two score blocks are alive at once (the probabilities and dS), shared by the batch.
+        a.transient = 3 * cout * s + h * s + 2 * static_cast<double>(bh * b.q * b.k) / std::max<int64_t>(o.batch_size, 1);
+      } else {
+        a.transient = 2 * h * s * s;  // softmax backward: the gradients of probabilities and scores
+      }
       // The feed-forward's backward runs with everything saved; the self-attention's (the
       // largest temporaries) after the block's later parts were freed.
       a.peak = std::max(a.saved + 8 * cout * s,
@@ -119,7 +131,7 @@ int64_t activation_bytes(const ModelShape& model, const EstimateOptions& o) {
     if (u.kind != UnitKind::text_encoder) order.push_back(&u);
   double kept = 0, peak = 0;
   for (const UnitShape* u : order) {
-    const UnitActivation a = unit_activation(*u, model, side);
+    const UnitActivation a = unit_activation(*u, model, side, o);
     if (o.gradient_checkpointing && u->kind != UnitKind::io && u->kind != UnitKind::text_encoder) {
       // Only the unit's input is kept (the previous output, or a fresh concatenation); backward
       // runs the unit again and holds its full set for a moment.
@@ -313,6 +325,7 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   o.batch_size = cfg.training.batch_size;
   o.resolution = cfg.data.resolution;
   o.gradient_checkpointing = cfg.training.gradient_checkpointing;
+  o.attention.mode = models::parse_attention_mode(cfg.training.attention);
   o.ema = cfg.ema.enabled;
   o.overlap_comm = cfg.zero.overlap_comm;
   o.zero3_init = cfg.zero.zero3_init_flag;
@@ -412,7 +425,11 @@ std::string to_table(const MemoryEstimate& e, const ModelShape& model) {
   out << "\nZeRO stage " << o.stage << ", " << o.world_size << " process(es), " << o.precision
       << ", optimizer offload " << offload_name(o.offload_optimizer) << ", parameter offload "
       << offload_name(o.offload_param) << "\nBatch " << o.batch_size << " at " << o.resolution << " px"
-      << (o.gradient_checkpointing ? ", gradient checkpointing" : "") << "\n\nPer process:\n";
+      << (o.gradient_checkpointing ? ", gradient checkpointing" : "") << ", attention "
+      << (o.attention.mode == models::AttentionMode::plain     ? "plain"
+          : o.attention.mode == models::AttentionMode::blocked ? "blocked"
+                                                               : "auto (blocked from 1024 tokens)")
+      << "\n\nPer process:\n";
   std::snprintf(line, sizeof line, "  %-18s %14s %14s\n", "", "device", "cpu");
   out << line;
   const std::pair<const char*, std::pair<int64_t, int64_t>> rows[] = {

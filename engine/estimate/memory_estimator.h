@@ -12,6 +12,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "estimate/model_shape.h"
+#include "models/attention_options.h"
 #include "zero/zero_plan.h"
 
 namespace zs::config {
@@ -33,6 +34,7 @@ struct EstimateOptions {
   std::int64_t batch_size = 1;         ///< micro batch per process
   std::int64_t resolution = 512;       ///< image side in pixels
   bool gradient_checkpointing = false;
+  models::AttentionOptions attention;  ///< training.attention: plain keeps tokens² probabilities per head
   bool ema = false;                    ///< EMA of the rank's part, fp32 in CPU memory
   std::optional<bool> overlap_comm;   ///< unset: the ZeRO plan's default
   bool zero3_init = false;             ///< stage 3: the model is built straight into shards (zero3_init_flag)

@@ -49,7 +49,7 @@ struct VaeResnetImpl : Module {
 TORCH_MODULE(VaeResnet);
 
 // ---- the mid-block attention: one head over all pixels, residual ----
-struct VaeAttentionImpl : Module {
+struct VaeAttentionImpl : Module, AttentionSite {
   VaeAttentionImpl(int64_t channels, int64_t groups)
       : group_norm(register_module("group_norm", norm(groups, channels))),
         to_q(register_module("to_q", Linear(channels, channels))),
@@ -63,7 +63,7 @@ struct VaeAttentionImpl : Module {
   at::Tensor forward(const at::Tensor& x) {  // [B, C, H, W]
     const auto b = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
     const at::Tensor t = group_norm(x).reshape({b, c, h * w}).transpose(1, 2);  // [B, HW, C]
-    const at::Tensor out = to_out_0(multi_head_attention(to_q(t), to_k(t), to_v(t), 1));  // one head: [B, HW, C]
+    const at::Tensor out = to_out_0(multi_head_attention(to_q(t), to_k(t), to_v(t), 1, {}, attention));  // one head: [B, HW, C]
     return out.transpose(1, 2).reshape({b, c, h, w}) + x;
   }
   GroupNorm group_norm;

@@ -69,7 +69,7 @@ json ClipTextConfig::to_json() const {
 
 namespace {
 
-struct ClipAttentionImpl : torch::nn::Module {
+struct ClipAttentionImpl : torch::nn::Module, AttentionSite {
   ClipAttentionImpl(std::int64_t dim, std::int64_t heads_) : heads(heads_) {
     q_proj = register_module("q_proj", Linear(dim, dim));
     k_proj = register_module("k_proj", Linear(dim, dim));
@@ -77,7 +77,7 @@ struct ClipAttentionImpl : torch::nn::Module {
     out_proj = register_module("out_proj", Linear(dim, dim));
   }
   at::Tensor forward(const at::Tensor& x, const at::Tensor& mask) {
-    return out_proj(multi_head_attention(q_proj(x), k_proj(x), v_proj(x), heads, mask));
+    return out_proj(multi_head_attention(q_proj(x), k_proj(x), v_proj(x), heads, mask, attention));
   }
   std::int64_t heads;
   Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, out_proj{nullptr};

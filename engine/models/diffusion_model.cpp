@@ -274,4 +274,11 @@ void DiffusionModel::train(bool on) {
   if (vae) vae->train(false);
 }
 
+void DiffusionModel::set_attention(const AttentionOptions& o) {
+  set_attention_options(*unet, o);
+  if (text_encoder) set_attention_options(*text_encoder, o);
+  if (text_encoder_2) set_attention_options(*text_encoder_2, o);
+  if (vae) set_attention_options(*vae, o);
+}
+
 }  // namespace zs::models

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "diffusion/noise_schedule.h"
+#include "models/attention.h"
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
 #include "models/clip_tokenizer.h"
@@ -90,6 +91,8 @@ class DiffusionModel {
   /// force_upcast); the trained parts keep theirs (the optimizer casts them).
   void frozen_to(at::ScalarType compute);
   void train(bool on);
+  /// The attention path of every part (UNet, text encoders, VAE): `training.attention`.
+  void set_attention(const AttentionOptions& o);
 
   UNet2DConditionModel unet{nullptr};
   ClipTextModel text_encoder{nullptr};

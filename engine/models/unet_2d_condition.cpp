@@ -67,7 +67,7 @@ struct ResnetBlock2DImpl : torch::nn::Module {
 TORCH_MODULE(ResnetBlock2D);
 
 // ---- Attention: to_q, to_k, to_v (no bias), to_out.0 (with bias) ----
-struct AttentionImpl : torch::nn::Module {
+struct AttentionImpl : torch::nn::Module, AttentionSite {
   AttentionImpl(int64_t query_dim, int64_t context_dim, int64_t heads_, int64_t head_dim) : heads(heads_) {
     const int64_t inner = heads * head_dim;
     to_q = register_module("to_q", Linear(LinearOptions(query_dim, inner).bias(false)));
@@ -82,7 +82,7 @@ struct AttentionImpl : torch::nn::Module {
   // x [B, N, C]; context [B, T, Cc] (self-attention when undefined)
   at::Tensor forward(const at::Tensor& x, const at::Tensor& context = {}) {
     const at::Tensor& ctx = context.defined() ? context : x;
-    return to_out_0(multi_head_attention(to_q(x), to_k(ctx), to_v(ctx), heads));
+    return to_out_0(multi_head_attention(to_q(x), to_k(ctx), to_v(ctx), heads, {}, attention));
   }
   int64_t heads;
   Linear to_q{nullptr}, to_k{nullptr}, to_v{nullptr}, to_out_0{nullptr};

@@ -240,6 +240,9 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   model.to(device, /*with_unet=*/false);
   model.train(true);
   model.unet->set_gradient_checkpointing(cfg.training.gradient_checkpointing);
+  models::AttentionOptions attention;
+  attention.mode = models::parse_attention_mode(cfg.training.attention);
+  model.set_attention(attention);
   schedule = std::make_unique<diffusion::NoiseSchedule>(model.schedule);
   std::int64_t n_params = 0;
   for (const auto& [n, p] : model.named_parameters()) n_params += p.numel();

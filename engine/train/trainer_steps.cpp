@@ -73,6 +73,7 @@ StepResult Trainer::State::train_step() {
   if (opt.fail_at && opt.fail_at->first == rank && opt.fail_at->second == step + 1)
     throw Error(ErrorKind::data, "rank " + std::to_string(rank) + ": failure injected at step " + std::to_string(step + 1) +
                                      " (ZEROSTUDIO_FAIL_AT)");
+  if (steps_done_here == 0) models::reset_attention_paths_used();  // the first step says which paths ran
   StepResult done;
   done.lr = lr->lr(step);
   const std::int64_t accum = cfg.training.gradient_accumulation_steps;
@@ -129,6 +130,8 @@ StepResult Trainer::State::train_step() {
   if (!done.skipped) smoothed_loss = smoothed_loss == 0 ? done.loss : 0.9 * smoothed_loss + 0.1 * done.loss;
   if (cfg.ema.enabled && step % cfg.ema.every_n_steps == 0) optimizer->update_ema();
   done.seconds = seconds_since(started);
+  if (steps_done_here == 1)
+    log("attention (training.attention: " + cfg.training.attention + "): " + models::attention_paths_used());
   return done;
 }
 

@@ -190,6 +190,33 @@ class TestTrainE2E : public QObject {
     }
   }
 
+  // training.attention: the blocked path trains the run the plain one does (losses within fp32
+  // rounding), and the log's line after the first step names the path that ran.
+  void attentionPathsTrainTheSameRun() {
+    QTemporaryDir dir;
+    std::vector<std::vector<double>> runs;
+    for (const char* mode : {"plain", "blocked"}) {
+      train::TrainerOptions opts;
+      opts.run_dir = dir.path().toStdString() + "/" + mode;
+      train::TrainerCommands commands;
+      train::Trainer(small_config({std::string("training.attention=") + mode, "training.max_steps=3",
+                                   "sampling.every_n_steps=0", "checkpointing.every_n_steps=0", "launch.use_cpu=true"}),
+                     opts)
+          .run(commands);
+      const auto events = read_events(opts.run_dir);
+      std::string line;
+      for (const auto& e : events)
+        if (e["type"] == "log" && e["message"].get<std::string>().rfind("attention (", 0) == 0) line = e["message"];
+      QVERIFY2(line.find(std::string("attention (training.attention: ") + mode + "): " + mode + " (up to ") == 0,
+               line.c_str());
+      runs.push_back(losses(events));
+    }
+    QCOMPARE(runs[1].size(), std::size_t{3});
+    for (std::size_t i = 0; i < runs[0].size(); ++i)
+      QVERIFY2(std::abs(runs[1][i] - runs[0][i]) <= 1e-4 * std::abs(runs[0][i]),
+               qPrintable(QString("step %1: blocked %2, plain %3").arg(i + 1).arg(runs[1][i]).arg(runs[0][i])));
+  }
+
   // A run that changed the prediction type exports a pipeline whose scheduler says so; the rest
   // of the pipeline's scheduler config is kept as it was.
   void diffusersExportCarriesTheRunsPredictionType() {

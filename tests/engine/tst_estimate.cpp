@@ -253,22 +253,31 @@ class TestEstimate : public QObject {
   }
 
   // Activations of the tiny model, estimated from its architecture, against forward + backward
-  // measured by counting LibTorch's CPU allocations: within 10 %.
+  // measured by counting LibTorch's CPU allocations: within 10 %. Attention "auto" is blocked at
+  // 64 px (4,096 tokens at the first level) and plain below.
   void activationsMatchMeasuredPasses_data() {
     QTest::addColumn<int>("resolution");
     QTest::addColumn<int>("batch");
     QTest::addColumn<bool>("checkpointing");
-    QTest::newRow("16 px, batch 8") << 16 << 8 << false;
-    QTest::newRow("32 px, batch 4") << 32 << 4 << false;
-    QTest::newRow("64 px, batch 2") << 64 << 2 << false;
-    QTest::newRow("32 px, batch 4, checkpointing") << 32 << 4 << true;
-    QTest::newRow("64 px, batch 2, checkpointing") << 64 << 2 << true;
+    QTest::addColumn<QString>("attention");
+    QTest::newRow("16 px, batch 8") << 16 << 8 << false << "auto";
+    QTest::newRow("32 px, batch 4") << 32 << 4 << false << "auto";
+    QTest::newRow("64 px, batch 2") << 64 << 2 << false << "auto";
+    QTest::newRow("32 px, batch 4, checkpointing") << 32 << 4 << true << "auto";
+    QTest::newRow("64 px, batch 2, checkpointing") << 64 << 2 << true << "auto";
+    QTest::newRow("64 px, batch 2, plain attention") << 64 << 2 << false << "plain";
+    QTest::newRow("64 px, batch 2, checkpointing, plain") << 64 << 2 << true << "plain";
+    QTest::newRow("32 px, batch 4, blocked attention") << 32 << 4 << false << "blocked";
   }
   void activationsMatchMeasuredPasses() {
     QFETCH(int, resolution);
     QFETCH(int, batch);
     QFETCH(bool, checkpointing);
+    QFETCH(QString, attention);
+    models::AttentionOptions paths;
+    paths.mode = models::parse_attention_mode(attention.toStdString());
     auto model = models::DiffusionModel::build_tiny(shape_captions(), "epsilon", 1);
+    model.set_attention(paths);
     model.train(true);
     const std::int64_t measured = measured_activations(model, resolution, batch, checkpointing);
     config::TrainerConfig cfg = config::load_config_string("version: 1\n", "defaults").config;
@@ -277,6 +286,7 @@ class TestEstimate : public QObject {
     o.resolution = resolution;
     o.batch_size = batch;
     o.gradient_checkpointing = checkpointing;
+    o.attention = paths;
     const std::int64_t estimated = activation_bytes(shape, o);
     const double ratio = static_cast<double>(measured) / static_cast<double>(estimated);
     qInfo("measured %lld, estimated %lld bytes: ratio %.3f", static_cast<long long>(measured),
