@@ -74,6 +74,37 @@ at::Tensor ShardReader::parameter(const std::string& name, const std::string& ki
   throw Error(ErrorKind::checkpoint, dir_ + ": the checkpoint has no parameter " + name);
 }
 
+at::Tensor ShardReader::read_as(const UnitLayout& target, const std::string& kind, std::int64_t first,
+                                std::int64_t count) const {
+  // The same unit as saved: read it straight.
+  if (const auto it = by_name_.find(target.name); it != by_name_.end()) {
+    const UnitLayout& saved = units_[it->second];
+    const bool same = saved.numel == target.numel && saved.params.size() == target.params.size() &&
+                      std::equal(saved.params.begin(), saved.params.end(), target.params.begin(),
+                                 [](const ParamSlot& a, const ParamSlot& b) { return a.name == b.name && a.offset == b.offset; });
+    if (same) return read(target.name, kind, first, count);
+  }
+  // Cut differently (a transformer saved whole, resumed as one unit per block): parameter by
+  // parameter from wherever each one was saved.
+  if (slots_.empty())
+    for (const auto& u : units_)
+      for (const auto& p : u.params) slots_[p.name] = {u.name, p.offset};
+  at::Tensor out;
+  for (const ParamSlot& p : target.params) {
+    const std::int64_t n = c10::multiply_integers(p.shape);
+    const std::int64_t lo = std::max(first, p.offset), hi = std::min(first + count, p.offset + n);
+    if (lo >= hi) continue;
+    const auto where = slots_.find(p.name);
+    if (where == slots_.end())
+      throw Error(ErrorKind::checkpoint, dir_ + ": the checkpoint has no parameter " + p.name + " (another model?)");
+    const at::Tensor part = read(where->second.first, kind, where->second.second + (lo - p.offset), hi - lo);
+    if (!out.defined()) out = at::zeros({count}, part.options());
+    out.narrow(0, lo - first, hi - lo).copy_(part);
+  }
+  if (!out.defined()) out = at::zeros({count}, at::kFloat);  // all padding
+  return out;
+}
+
 std::vector<std::string> ShardReader::parameter_names() const {
   std::vector<std::string> out;
   for (const auto& u : units_)

@@ -57,6 +57,11 @@ class ShardReader {
   /// Elements [first, first + count) of unit `unit`'s flat `kind` ("weights", "exp_avg",
   /// "exp_avg_sq", "ema"), float64 or float32 as stored; zeros past the unit's real elements.
   at::Tensor read(const std::string& unit, const std::string& kind, std::int64_t first, std::int64_t count) const;
+  /// The same for a unit laid out as `target` now (this process's optimizer layout): straight
+  /// from the saved unit when it is laid out the same, else parameter by parameter from wherever
+  /// each was saved (units cut differently, e.g. a transformer saved whole and resumed split).
+  /// Throws zs::Error(checkpoint) naming a parameter the checkpoint lacks.
+  at::Tensor read_as(const UnitLayout& target, const std::string& kind, std::int64_t first, std::int64_t count) const;
   /// One parameter whole, of one kind, in its shape: consolidated from the shards one tensor at
   /// a time (what export streams).
   at::Tensor parameter(const std::string& name, const std::string& kind) const;
@@ -70,6 +75,7 @@ class ShardReader {
   int world_ = 1, stage_ = 0;
   std::vector<UnitLayout> units_;
   std::map<std::string, std::size_t> by_name_;
+  mutable std::map<std::string, std::pair<std::string, std::int64_t>> slots_;  // parameter -> saved unit, offset
   std::vector<std::unique_ptr<io::SafetensorsReader>> files_;  // per saved rank (null: wrote nothing)
 };
 

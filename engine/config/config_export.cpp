@@ -79,7 +79,8 @@ json to_deepspeed_json(const TrainerConfig& c) {
               {"overlap_events", z.aio.overlap_events}};
   if (t.gradient_checkpointing)
     j["activation_checkpointing"] = {
-        {"partition_activations", false}, {"cpu_checkpointing", false}, {"contiguous_memory_optimization", false}};
+        {"partition_activations", false}, {"cpu_checkpointing", t.cpu_checkpointing},
+        {"contiguous_memory_optimization", false}};
   return j;
 }
 

@@ -167,7 +167,8 @@ void deepspeed_json_leaves(const std::string& text, const std::string& file, con
                key == "scheduler.params.total_num_steps") {
       // handled below
     } else if (key.rfind("activation_checkpointing", 0) == 0) {
-      if (key != "activation_checkpointing") unused.push_back(key);
+      if (key != "activation_checkpointing" && key != "activation_checkpointing.cpu_checkpointing")
+        unused.push_back(key);
     } else {
       unused.push_back(key);
     }
@@ -189,6 +190,9 @@ void deepspeed_json_leaves(const std::string& text, const std::string& file, con
   // activation_checkpointing present (even with every option false) turns checkpointing on.
   if (root.contains("activation_checkpointing") && !root["activation_checkpointing"].is_null())
     add("activation_checkpointing", "training.gradient_checkpointing", YAML::Node("true"));
+  if (has("activation_checkpointing.cpu_checkpointing") && values["activation_checkpointing.cpu_checkpointing"].is_boolean())
+    add("activation_checkpointing.cpu_checkpointing", "training.cpu_checkpointing",
+        YAML::Node(values["activation_checkpointing.cpu_checkpointing"].get<bool>() ? "true" : "false"));
 
   // Optimizer type: AdamW (DeepSpeed's Adam defaults to adam_w_mode).
   if (has("optimizer.type")) {

@@ -177,6 +177,11 @@ SchemaBuilder build() {
   s.add("training.gradient_checkpointing", T::boolean, false, ZS_REF(training.gradient_checkpointing),
         "Recompute each UNet unit (resnet, transformer, sampler) in backward instead of keeping its "
         "activations: the same gradients, about half the activation memory, one more forward's time.");
+  s.add("training.cpu_checkpointing", T::boolean, false, ZS_REF(training.cpu_checkpointing),
+        "With gradient_checkpointing: the unit inputs kept for the rerun wait in CPU memory (pinned, "
+        "copied on the compute stream) instead of on the device, and come back for each unit's "
+        "backward (DeepSpeed's activation_checkpointing.cpu_checkpointing). The same gradients; "
+        "the metrics' checkpointed_inputs say where those bytes are.");
   s.add("training.attention", T::choice, std::string("auto"), ZS_REF(training.attention),
         "How attention runs. plain: keeps the tokens × tokens probabilities for backward (fastest "
         "on short sequences). blocked: queries and keys in blocks with an online softmax, "

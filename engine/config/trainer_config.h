@@ -62,6 +62,7 @@ struct TrainingConfig {
   double gradient_clipping{};                  ///< global norm; 0 = off
   std::int64_t seed{};
   bool gradient_checkpointing{};
+  bool cpu_checkpointing{};                    ///< checkpointed unit inputs wait in CPU memory
   std::string attention;                       ///< auto | plain | blocked
   double min_snr_gamma{};                      ///< min-SNR-γ loss weighting; 0 = off
 };

@@ -80,8 +80,11 @@ UnitActivation unit_activation(const UnitShape& u, const ModelShape& m, int64_t 
       const double d = static_cast<double>(u.depth);
       const int64_t tokens = static_cast<int64_t>(s);
       const bool blocked = models::choose_attention_path(o.attention, tokens, tokens, false) != models::AttentionPath::plain;
+      // A piece of a split transformer passes tokens on (inner = C here) and keeps half of the
+      // four around-the-blocks tensors when it has one end.
       a.output = cout * s;
-      a.saved = cout * s * (4 + 28 * d) + d * h * ((blocked ? s : s * s) + s * t);
+      const double around = (u.projects_in ? 2 : 0) + (u.projects_out ? 2 : 0);
+      a.saved = cout * s * (around + 28 * d) + d * h * ((blocked ? s : s * s) + s * t);
       if (blocked) {
         const int64_t bh = std::max<int64_t>(o.batch_size, 1) * u.heads;
         const models::AttentionBlocks b = models::attention_blocks(o.attention, bh, tokens, tokens);
@@ -119,7 +122,7 @@ UnitActivation unit_activation(const UnitShape& u, const ModelShape& m, int64_t 
 
 }  // namespace
 
-int64_t activation_bytes(const ModelShape& model, const EstimateOptions& o) {
+ActivationBytes activation_split(const ModelShape& model, const EstimateOptions& o) {
   const int64_t side = std::max<int64_t>(o.resolution / std::max(model.latent_factor, 1), 1);
   // Forward order: the text encoder runs first, then io's input layers and the UNet units.
   // Backward walks it in reverse and frees each unit's saved tensors as it goes, so the peak is
@@ -129,23 +132,29 @@ int64_t activation_bytes(const ModelShape& model, const EstimateOptions& o) {
     if (u.kind == UnitKind::text_encoder) order.push_back(&u);
   for (const auto& u : model.units)
     if (u.kind != UnitKind::text_encoder) order.push_back(&u);
-  double kept = 0, peak = 0;
+  // kept: saved on the device; inputs: unit inputs kept by checkpoints (on the device, or in
+  // CPU memory with cpu_checkpointing, where the one being rerun comes back for its backward).
+  const bool to_cpu = o.gradient_checkpointing && o.cpu_checkpointing;
+  double kept = 0, inputs = 0, peak = 0;
   for (const UnitShape* u : order) {
     const UnitActivation a = unit_activation(*u, model, side, o);
     if (o.gradient_checkpointing && u->kind != UnitKind::io && u->kind != UnitKind::text_encoder) {
-      // Only the unit's input is kept (the previous output, or a fresh concatenation); backward
-      // runs the unit again and holds its full set for a moment.
+      // Only the unit's input is kept (the previous output, or a fresh concatenation), at the
+      // unit's input size; backward runs the unit again and holds its full set for a moment.
       const double s = std::pow(static_cast<double>(std::max<int64_t>(side >> u->level, 1)), 2);
-      kept += a.output + (u->concat_input ? static_cast<double>(u->in_channels) * s : 0);
-      peak = std::max(peak, kept + a.backward_peak());
+      const double input = static_cast<double>(u->in_channels) * s;
+      inputs += input;
+      peak = std::max(peak, kept + (to_cpu ? input : inputs) + a.backward_peak());
     } else {
-      peak = std::max(peak, kept + a.backward_peak());
+      peak = std::max(peak, kept + (to_cpu ? 0 : inputs) + a.backward_peak());
       kept += a.saved;
     }
   }
-  const double elements = peak * static_cast<double>(o.batch_size);
-  return static_cast<int64_t>(elements * compute_bytes(o.precision) * kActivationCalibration);
+  const double scale = static_cast<double>(o.batch_size) * compute_bytes(o.precision) * kActivationCalibration;
+  return {static_cast<int64_t>(peak * scale), to_cpu ? static_cast<int64_t>(inputs * scale) : 0};
 }
+
+int64_t activation_bytes(const ModelShape& model, const EstimateOptions& o) { return activation_split(model, o).device; }
 
 MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& options) {
   EstimateOptions o = options;
@@ -222,7 +231,9 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
                              : 0;
   // Mixed precision without offload: the step upcasts one unit's gradient part.
   const int64_t upcast = masters && o.offload_optimizer == Offload::none && c < 4 ? 4 * max_owned : 0;
-  e.gpu.activations = activation_bytes(model, o);
+  const ActivationBytes act = activation_split(model, o);
+  e.gpu.activations = act.device;
+  e.cpu.activations = act.cpu;  // cpu_checkpointing: the kept unit inputs
   // Frozen components (VAE, text encoders) stay on the device while training (the caches skip
   // their work, not their weights), in the compute dtype, the VAE in fp32 when it asks for it
   // (force_upcast).
@@ -325,6 +336,7 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   o.batch_size = cfg.training.batch_size;
   o.resolution = cfg.data.resolution;
   o.gradient_checkpointing = cfg.training.gradient_checkpointing;
+  o.cpu_checkpointing = cfg.training.cpu_checkpointing;
   o.attention.mode = models::parse_attention_mode(cfg.training.attention);
   o.ema = cfg.ema.enabled;
   o.overlap_comm = cfg.zero.overlap_comm;
@@ -425,7 +437,10 @@ std::string to_table(const MemoryEstimate& e, const ModelShape& model) {
   out << "\nZeRO stage " << o.stage << ", " << o.world_size << " process(es), " << o.precision
       << ", optimizer offload " << offload_name(o.offload_optimizer) << ", parameter offload "
       << offload_name(o.offload_param) << "\nBatch " << o.batch_size << " at " << o.resolution << " px"
-      << (o.gradient_checkpointing ? ", gradient checkpointing" : "") << ", attention "
+      << (o.gradient_checkpointing ? (o.cpu_checkpointing ? ", gradient checkpointing (inputs in CPU memory)"
+                                                            : ", gradient checkpointing")
+                                   : "")
+      << ", attention "
       << (o.attention.mode == models::AttentionMode::plain     ? "plain"
           : o.attention.mode == models::AttentionMode::blocked ? "blocked"
                                                                : "auto (blocked from 1024 tokens)")

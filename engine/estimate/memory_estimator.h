@@ -34,6 +34,7 @@ struct EstimateOptions {
   std::int64_t batch_size = 1;         ///< micro batch per process
   std::int64_t resolution = 512;       ///< image side in pixels
   bool gradient_checkpointing = false;
+  bool cpu_checkpointing = false;      ///< with checkpointing: the kept unit inputs in CPU memory
   models::AttentionOptions attention;  ///< training.attention: plain keeps tokens² probabilities per head
   bool ema = false;                    ///< EMA of the rank's part, fp32 in CPU memory
   std::optional<bool> overlap_comm;   ///< unset: the ZeRO plan's default
@@ -110,6 +111,12 @@ Suggestion lowest_fitting(const ModelShape& model, EstimateOptions options);
 
 /// Activation bytes per process at the peak of forward + backward (see estimate_memory).
 std::int64_t activation_bytes(const ModelShape& model, const EstimateOptions& options);
+/// Activation bytes at the peak on the device, and in CPU memory (cpu_checkpointing's kept inputs).
+struct ActivationBytes {
+  std::int64_t device = 0;
+  std::int64_t cpu = 0;
+};
+ActivationBytes activation_split(const ModelShape& model, const EstimateOptions& options);
 
 /// ZeRO's model-state bytes per rank for Ψ parameters (mixed-precision Adam, K = 12):
 /// 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N for stages 0-3 (N must divide Ψ for exact values).

@@ -26,11 +26,12 @@ int64_t resnet_params(int64_t in, int64_t out, int64_t temb) {
   return n;
 }
 
-int64_t transformer_params(int64_t c, int64_t depth, int64_t cross) {
+int64_t transformer_params(int64_t c, int64_t depth, int64_t cross, bool projects_in, bool projects_out) {
   const int64_t block = 2 * c + 3 * c * c + linear_params(c, c)               // norm1, attn1
                         + 2 * c + c * c + 2 * cross * c + linear_params(c, c)  // norm2, attn2
                         + 2 * c + linear_params(c, 8 * c) + linear_params(4 * c, c);  // norm3, GEGLU ff
-  return 2 * c + linear_params(c, c) + depth * block + linear_params(c, c);  // norm, proj_in/out (1x1 conv = linear)
+  // norm, proj_in and proj_out (a 1x1 conv counts as a linear layer)
+  return (projects_in ? 2 * c + linear_params(c, c) : 0) + depth * block + (projects_out ? linear_params(c, c) : 0);
 }
 
 }  // namespace
@@ -77,9 +78,11 @@ ModelShape unet_shape(const models::UNetConfig& c) {
       case Kind::transformer: {
         const int64_t ch = p.out_channels;
         u.kind = UnitKind::transformer;
-        u.depth = c.transformer_layers_per_block[p.attention_config];
+        u.depth = p.block_end - p.block_begin;
         u.heads = c.num_attention_heads[p.attention_config];
-        u.parameters = transformer_params(ch, u.depth, c.cross_attention_dim);
+        u.projects_in = p.projects_in;
+        u.projects_out = p.projects_out;
+        u.parameters = transformer_params(ch, u.depth, c.cross_attention_dim, p.projects_in, p.projects_out);
         u.largest_module = std::max({linear_params(ch, 8 * ch), linear_params(4 * ch, ch), c.cross_attention_dim * ch});
         break;
       }

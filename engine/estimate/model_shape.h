@@ -29,6 +29,9 @@ struct UnitShape {
   std::int64_t heads = 0;            ///< transformer: attention heads
   std::int64_t depth = 0;            ///< transformer: blocks; text encoder: layers
   bool concat_input = false;         ///< up-block resnets: the input is a fresh concatenation
+  /// Transformers: whether the unit has the norm and proj_in, and proj_out (a transformer split
+  /// into one unit per block has them in its first and last piece; a whole one both).
+  bool projects_in = true, projects_out = true;
 };
 
 /// A model as the estimator sees it.

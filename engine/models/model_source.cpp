@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "core/error.h"
 #include "models/diffusers_pipeline.h"
@@ -13,18 +14,17 @@ namespace fs = std::filesystem;
 
 UNet2DConditionModel ModelSource::load_unet(const UnitBuilt& on_unit) const {
   const TensorLookup lookup = unet_weights();
-  std::vector<std::string> handed;  // prefixes of the units given to on_unit, with their dot
+  std::set<std::string> handed;  // full names of the parameters given to on_unit
   UnitBuilt load_then_hand;
   if (on_unit)
-    load_then_hand = [&](const std::string& prefix, torch::nn::Module& unit) {
-      load_weights(unit, [&](const std::string& n) { return lookup(prefix + "." + n); }, root() + " (UNet " + prefix + ")");
-      handed.push_back(prefix + ".");
-      on_unit(prefix, unit);
+    load_then_hand = [&](const std::string& unit, const std::string& prefix, torch::nn::Module& module) {
+      load_weights(module, [&](const std::string& n) { return lookup(prefix + "." + n); }, root() + " (UNet " + unit + ")");
+      for (const auto& item : module.named_parameters(true)) handed.insert(prefix + "." + item.key());
+      for (const auto& item : module.named_buffers(true)) handed.insert(prefix + "." + item.key());
+      on_unit(unit, prefix, module);
     };
   UNet2DConditionModel unet(unet_config(), load_then_hand);
-  load_weights(*unet, lookup, root() + " (UNet)", [&](const std::string& name) {
-    return std::any_of(handed.begin(), handed.end(), [&](const std::string& p) { return name.rfind(p, 0) == 0; });
-  });
+  load_weights(*unet, lookup, root() + " (UNet)", [&](const std::string& name) { return handed.count(name) > 0; });
   return unet;
 }
 

@@ -164,32 +164,38 @@ struct Transformer2DModelImpl : torch::nn::Module {
   }
   // x [B, C, H, W], context [B, T, Cc] -> [B, C, H, W]
   at::Tensor forward(const at::Tensor& x, const at::Tensor& context) {
+    at::Tensor t = project_in(x);
+    for (auto& block : blocks) t = block(t, context);
+    return project_out(t, x.size(2), x.size(3), x.size(1)) + x;
+  }
+  // norm and proj_in: x [B, C, H, W] -> tokens [B, H*W, inner]
+  at::Tensor project_in(const at::Tensor& x) {
     const auto b = x.size(0), h = x.size(2), w = x.size(3);
     at::Tensor t = norm(x);
-    int64_t inner = 0;
-    if (use_linear) {
-      t = t.permute({0, 2, 3, 1}).reshape({b, h * w, x.size(1)});
-      t = proj_in_linear(t);
-      inner = t.size(2);
-    } else {
-      t = proj_in_conv(t);
-      inner = t.size(1);
-      t = t.permute({0, 2, 3, 1}).reshape({b, h * w, inner});
-    }
-    for (auto& block : blocks) t = block(t, context);
-    if (use_linear) {
-      t = proj_out_linear(t).reshape({b, h, w, x.size(1)}).permute({0, 3, 1, 2});
-    } else {
-      t = proj_out_conv(t.reshape({b, h, w, inner}).permute({0, 3, 1, 2}).contiguous());
-    }
-    return t + x;
+    if (use_linear) return proj_in_linear(t.permute({0, 2, 3, 1}).reshape({b, h * w, x.size(1)}));
+    t = proj_in_conv(t);
+    return t.permute({0, 2, 3, 1}).reshape({b, h * w, t.size(1)});
+  }
+  // proj_out: tokens [B, H*W, inner] -> [B, channels, H, W] (without the residual)
+  at::Tensor project_out(const at::Tensor& t, int64_t h, int64_t w, int64_t channels) {
+    const auto b = t.size(0), inner = t.size(2);
+    if (use_linear) return proj_out_linear(t).reshape({b, h, w, channels}).permute({0, 3, 1, 2});
+    return proj_out_conv(t.reshape({b, h, w, inner}).permute({0, 3, 1, 2}).contiguous());
+  }
+  // One piece of a split transformer (UNetUnitPlan): the first takes [B, C, H, W], the last
+  // returns it without the residual, the ones between pass tokens on.
+  at::Tensor forward_piece(const UNetUnitPlan& piece, const at::Tensor& in, const at::Tensor& context, int64_t h,
+                           int64_t w, int64_t channels) {
+    at::Tensor t = piece.projects_in ? project_in(in) : in;
+    for (int64_t k = piece.block_begin; k < piece.block_end; ++k) t = blocks[static_cast<std::size_t>(k)](t, context);
+    return piece.projects_out ? project_out(t, h, w, channels) : t;
   }
   bool use_linear;
   GroupNorm norm{nullptr};
   Conv2d proj_in_conv{nullptr}, proj_out_conv{nullptr};
   Linear proj_in_linear{nullptr}, proj_out_linear{nullptr};
   std::vector<BasicTransformerBlock> blocks;
-  std::size_t unit = 0;
+  std::vector<std::pair<std::size_t, UNetUnitPlan>> pieces;  // unit id and plan, one per unit
 };
 TORCH_MODULE(Transformer2DModel);
 
@@ -248,6 +254,23 @@ struct TimestepEmbeddingImpl : torch::nn::Module {
 };
 TORCH_MODULE(TimestepEmbedding);
 
+// Some of a module's children under their paths ("transformer_blocks.3"): the unit made of
+// parts of a transformer, loaded and sharded like any module (the children are shared).
+struct UnitViewImpl : torch::nn::Module {
+  void add(const std::string& path, std::shared_ptr<torch::nn::Module> child) {
+    torch::nn::Module* at = this;
+    std::string rest = path;
+    for (auto dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+      const std::string step = rest.substr(0, dot);
+      rest = rest.substr(dot + 1);
+      auto children = at->named_children();
+      if (const auto* found = children.find(step)) at = found->get();
+      else at = at->register_module(step, std::make_shared<torch::nn::Module>()).get();
+    }
+    at->register_module(rest, std::move(child));
+  }
+};
+
 }  // namespace
 
 namespace detail {
@@ -281,7 +304,7 @@ UNet2DConditionModelImpl::UNet2DConditionModelImpl(UNetConfig config, const Unit
   const int64_t temb = c0 * 4;
   const int64_t groups = c.norm_num_groups;
   const std::size_t n = c.block_out_channels.size();
-  unit_prefixes_.push_back("");  // io unit
+  units_.push_back({"io", {}});  // parameters outside every unit
 
   p.conv_in = register_module("conv_in", conv(c.in_channels, c0, 3));
   p.time_embedding = register_module("time_embedding", TimestepEmbedding(c0, temb));
@@ -290,23 +313,51 @@ UNet2DConditionModelImpl::UNet2DConditionModelImpl(UNetConfig config, const Unit
 
   auto make_resnet = [&](const std::string& prefix, int64_t in, int64_t out) {
     ResnetBlock2D r(in, out, temb, groups, c.norm_eps);
-    r->unit = unit_prefixes_.size();
-    unit_prefixes_.push_back(prefix);
-    if (on_unit) on_unit(prefix, *r);
+    r->unit = units_.size();
+    units_.push_back({prefix, {prefix}});
+    if (on_unit) on_unit(prefix, prefix, *r);
     return r;
   };
-  auto make_attention = [&](const std::string& prefix, int64_t ch, int64_t heads, int64_t depth) {
-    Transformer2DModel t(ch, heads, depth, c.cross_attention_dim, groups, c.use_linear_projection);
-    t->unit = unit_prefixes_.size();
-    unit_prefixes_.push_back(prefix);
-    if (on_unit) on_unit(prefix, *t);
-    return t;
+  // A transformer is built whole at its first piece; each piece is a unit of its own (the
+  // whole transformer when it is not split).
+  Transformer2DModel building{nullptr};
+  auto add_piece = [&](const UNetUnitPlan& u) {
+    if (u.projects_in)
+      building = Transformer2DModel(u.out_channels, c.num_attention_heads[u.attention_config],
+                                    c.transformer_layers_per_block[u.attention_config], c.cross_attention_dim, groups,
+                                    c.use_linear_projection);
+    const bool whole = u.projects_in && u.projects_out;
+    UnitSpec spec{u.name, {}};
+    auto view = std::make_shared<UnitViewImpl>();
+    auto part = [&](const std::string& path, std::shared_ptr<torch::nn::Module> m) {
+      spec.prefixes.push_back(u.module + "." + path);
+      view->add(path, std::move(m));
+    };
+    if (whole) {
+      spec.prefixes = {u.module};
+    } else {
+      if (u.projects_in) {
+        part("norm", building->norm.ptr());
+        if (building->use_linear) part("proj_in", building->proj_in_linear.ptr());
+        else part("proj_in", building->proj_in_conv.ptr());
+      }
+      for (int64_t k = u.block_begin; k < u.block_end; ++k)
+        part("transformer_blocks." + std::to_string(k), building->blocks[static_cast<std::size_t>(k)].ptr());
+      if (u.projects_out) {
+        if (building->use_linear) part("proj_out", building->proj_out_linear.ptr());
+        else part("proj_out", building->proj_out_conv.ptr());
+      }
+    }
+    building->pieces.emplace_back(units_.size(), u);
+    units_.push_back(std::move(spec));
+    if (on_unit) on_unit(u.name, u.module, whole ? static_cast<torch::nn::Module&>(*building) : *view);
+    return u.projects_out;  // the transformer is complete
   };
   auto make_sampler = [&](const std::string& prefix, int64_t ch, bool down) {
     Sampler s(ch, down);
-    s->unit = unit_prefixes_.size();
-    unit_prefixes_.push_back(prefix);
-    if (on_unit) on_unit(prefix, *s);
+    s->unit = units_.size();
+    units_.push_back({prefix, {prefix}});
+    if (on_unit) on_unit(prefix, prefix, *s);
     return s;
   };
 
@@ -336,8 +387,7 @@ UNet2DConditionModelImpl::UNet2DConditionModelImpl(UNetConfig config, const Unit
         block->add_resnet(make_resnet(u.name, u.in_channels, u.out_channels));
         break;
       case Kind::transformer:
-        block->add_attention(make_attention(u.name, u.out_channels, c.num_attention_heads[u.attention_config],
-                                            c.transformer_layers_per_block[u.attention_config]));
+        if (add_piece(u)) block->add_attention(building);
         break;
       case Kind::downsampler:
         block->set_sampler("downsamplers", make_sampler(u.name, u.out_channels, true));
@@ -368,7 +418,7 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
   auto unit = [&](std::size_t id, at::Tensor x, const at::Tensor& aux, CheckpointedFn fn) {
     if (hooks_) x = hooks_->before(id, x);
     const bool recompute = gradient_checkpointing_ && (x.requires_grad() || (aux.defined() && aux.requires_grad()));
-    at::Tensor y = recompute ? checkpoint(std::move(fn), x, aux) : fn(x, aux);
+    at::Tensor y = recompute ? checkpoint(std::move(fn), x, aux, cpu_checkpointing_) : fn(x, aux);
     return hooks_ ? hooks_->after(id, y) : y;
   };
   // Mixed precision: the weights may be bf16/fp16 while callers pass fp32; inputs are cast to
@@ -396,12 +446,19 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
   auto run_layer = [&](Block& block, std::size_t j, at::Tensor x) {
     auto resnet = block->resnets[j];
     x = unit(resnet->unit, x, temb, [resnet](const at::Tensor& in, const at::Tensor& e) mutable { return resnet(in, e); });
-    if (!block->attentions.empty()) {
-      auto attention = block->attentions[j];
-      x = unit(attention->unit, x, context,
-               [attention](const at::Tensor& in, const at::Tensor& ctx) mutable { return attention(in, ctx); });
-    }
-    return x;
+    if (block->attentions.empty()) return x;
+    auto attention = block->attentions[j];
+    if (attention->pieces.size() == 1)
+      return unit(attention->pieces[0].first, x, context,
+                  [attention](const at::Tensor& in, const at::Tensor& ctx) mutable { return attention(in, ctx); });
+    // Split: each piece its own unit (checkpointed and hooked on its own), the residual after.
+    const int64_t h = x.size(2), w = x.size(3), channels = x.size(1);
+    at::Tensor t = x;
+    for (const auto& [id, piece] : attention->pieces)
+      t = unit(id, t, context, [attention, piece = piece, h, w, channels](const at::Tensor& in, const at::Tensor& ctx) mutable {
+        return attention->forward_piece(piece, in, ctx, h, w, channels);
+      });
+    return t + x;
   };
 
   std::vector<at::Tensor> skips{h};
@@ -433,19 +490,18 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
 }
 
 std::vector<ParamUnit> UNet2DConditionModelImpl::units() const {
-  std::vector<ParamUnit> units(unit_prefixes_.size());
-  for (std::size_t i = 0; i < units.size(); ++i) units[i].name = i == 0 ? "io" : unit_prefixes_[i];
+  std::vector<ParamUnit> units(units_.size());
+  for (std::size_t i = 0; i < units.size(); ++i) units[i].name = units_[i].name;
   // Longest matching prefix wins; parameters outside every unit prefix belong to io.
   for (const auto& item : named_parameters(true)) {
     std::size_t best = 0, best_len = 0;
-    for (std::size_t i = 1; i < unit_prefixes_.size(); ++i) {
-      const auto& pre = unit_prefixes_[i];
-      if (item.key().size() > pre.size() && item.key().compare(0, pre.size(), pre) == 0 &&
-          item.key()[pre.size()] == '.' && pre.size() > best_len) {
-        best = i;
-        best_len = pre.size();
-      }
-    }
+    for (std::size_t i = 1; i < units_.size(); ++i)
+      for (const auto& pre : units_[i].prefixes)
+        if (item.key().size() > pre.size() && item.key().compare(0, pre.size(), pre) == 0 &&
+            item.key()[pre.size()] == '.' && pre.size() > best_len) {
+          best = i;
+          best_len = pre.size();
+        }
     units[best].parameters.emplace_back(item.key(), item.value());
   }
   return units;

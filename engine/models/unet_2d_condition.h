@@ -19,10 +19,12 @@ namespace detail {
 struct UNetParts;  // the block modules, defined in unet_2d_condition.cpp
 }
 
-/// Called as soon as each unit (resnet, transformer, sampler) is built, with its module prefix
-/// ("down_blocks.0.resnets.0") and module: ZeRO-3's sharded init loads it, keeps this rank's
-/// shard and empties it before the next unit exists.
-using UnitBuilt = std::function<void(const std::string& prefix, torch::nn::Module& unit)>;
+/// Called as soon as each unit (resnet, transformer or a piece of one, sampler) is built, with
+/// the unit's name, the module prefix its parameter names are relative to
+/// ("down_blocks.0.resnets.0"; a transformer's for its pieces) and a module holding exactly the
+/// unit's parameters in optimizer order: ZeRO-3's sharded init loads it, keeps this rank's shard
+/// and empties it before the next unit exists.
+using UnitBuilt = std::function<void(const std::string& unit, const std::string& prefix, torch::nn::Module& module)>;
 
 class UNet2DConditionModelImpl : public torch::nn::Module {
  public:
@@ -42,7 +44,8 @@ class UNet2DConditionModelImpl : public torch::nn::Module {
   const UNetConfig& config() const { return config_; }
 
   /// The parameter units in forward order: "io" (conv_in, time_embedding, conv_norm_out,
-  /// conv_out) first, then every resnet, transformer and sampler in the order forward runs them.
+  /// conv_out) first, then every resnet, transformer (or transformer block, when
+  /// config().split_transformer_blocks) and sampler in the order forward runs them.
   std::vector<ParamUnit> units() const;
   /// Installs (or with nullptr removes) hooks that wrap each unit's input and output.
   void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) { hooks_ = std::move(hooks); }
@@ -51,13 +54,22 @@ class UNet2DConditionModelImpl : public torch::nn::Module {
   /// outside the recomputed part, so ZeRO stage 3 gathers the unit again before the rerun.
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
   bool gradient_checkpointing() const { return gradient_checkpointing_; }
+  /// With gradient checkpointing: the unit inputs kept for the rerun wait in CPU memory
+  /// (`training.cpu_checkpointing`, DeepSpeed's cpu_checkpointing).
+  void set_cpu_checkpointing(bool on) { cpu_checkpointing_ = on; }
+  bool cpu_checkpointing() const { return cpu_checkpointing_; }
 
  private:
   UNetConfig config_;
   std::unique_ptr<detail::UNetParts> parts_;
-  std::vector<std::string> unit_prefixes_;  // index -> module prefix ("" for io)
+  struct UnitSpec {
+    std::string name;
+    std::vector<std::string> prefixes;  // module prefixes whose parameters are the unit's
+  };
+  std::vector<UnitSpec> units_;  // index -> unit; 0 is io
   std::shared_ptr<UnitHooks> hooks_;
   bool gradient_checkpointing_ = false;
+  bool cpu_checkpointing_ = false;
 };
 TORCH_MODULE(UNet2DConditionModel);
 

@@ -211,7 +211,22 @@ std::vector<UNetUnitPlan> UNetConfig::unit_plan() const {
   const std::size_t n = block_out_channels.size();
   auto add = [&](const std::string& block, const std::string& part, Kind kind, std::int64_t in, std::int64_t out, int level,
                  std::size_t attention = 0, bool concat = false) {
-    plan.push_back({block, block + "." + part, kind, in, out, level, attention, concat});
+    const std::string name = block + "." + part;
+    if (kind != Kind::transformer) {
+      plan.push_back({block, name, kind, in, out, level, attention, concat});
+      return;
+    }
+    const std::int64_t depth = transformer_layers_per_block[attention];
+    const std::int64_t pieces = split_transformer_blocks ? depth : 1;
+    for (std::int64_t k = 0; k < pieces; ++k) {
+      UNetUnitPlan u{block, k == 0 ? name : name + ".transformer_blocks." + std::to_string(k), kind, in, out, level, attention};
+      u.block_begin = pieces == 1 ? 0 : k;
+      u.block_end = pieces == 1 ? depth : k + 1;
+      u.projects_in = k == 0;
+      u.projects_out = k == pieces - 1;
+      u.module = name;
+      plan.push_back(std::move(u));
+    }
   };
   std::int64_t out_ch = block_out_channels[0];
   for (std::size_t i = 0; i < n; ++i) {

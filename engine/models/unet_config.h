@@ -21,6 +21,14 @@ struct UNetUnitPlan {
   int level = 0;                  ///< down-sampling level at the unit's input
   std::size_t attention_config = 0;  ///< transformers: index into num_attention_heads / transformer_layers_per_block
   bool concat_input = false;      ///< up-block resnets: the input is a fresh concatenation
+  /// Transformers: the transformer blocks [block_begin, block_end) this unit runs; the first
+  /// piece also has the norm and proj_in, the last proj_out (one piece: the whole transformer,
+  /// its residual included; several: the residual is added after the last).
+  std::int64_t block_begin = 0, block_end = 0;
+  bool projects_in = false, projects_out = false;
+  /// The transformer's module prefix ("down_blocks.1.attentions.0"); `name` is that for the
+  /// first piece and prefix + ".transformer_blocks.<k>" for the others.
+  std::string module;
 };
 
 /// The subset of diffusers' UNet2DConditionModel config that SD 1.x/2.x-shaped UNets use.
@@ -50,6 +58,10 @@ struct UNetConfig {
   std::string addition_embed_type;
   std::int64_t addition_time_embed_dim = 0;
   std::int64_t projection_class_embeddings_input_dim = 0;
+  /// Not part of diffusers' config: a transformer of several blocks (SDXL's 2 and 10) is split
+  /// into one unit per block for ZeRO and checkpointing, so a unit's gradients, gathered weights
+  /// and recomputed activations are one block's. False keeps each transformer one unit.
+  bool split_transformer_blocks = true;
 
   /// Stable Diffusion 1.5's UNet (the defaults; 859,520,964 parameters) and SDXL base's
   /// (2,567,463,684), as in their diffusers unet/config.json.

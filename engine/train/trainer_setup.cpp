@@ -1,5 +1,6 @@
 #include <chrono>
 #include <filesystem>
+#include <map>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/cuda.h>
@@ -120,8 +121,12 @@ void Trainer::State::restore(const checkpoint::CheckpointInfo& ckpt) {
   const checkpoint::ShardReader reader(ckpt.path, ckpt.meta.at("sharding"));
   const bool with_ema = cfg.ema.enabled && reader.has("ema");
   if (cfg.ema.enabled && !with_ema) warn("the checkpoint has no EMA weights; the EMA starts from the current weights");
-  optimizer->load_shards([&reader](const std::string& unit, const std::string& kind, std::int64_t first,
-                                   std::int64_t count) { return reader.read(unit, kind, first, count); },
+  // Units are matched by their parameters, so a checkpoint cut into other units (saved before
+  // transformers were split per block) resumes too.
+  std::map<std::string, checkpoint::UnitLayout> layout;
+  for (auto& u : optimizer->layout()) layout[u.name] = std::move(u);
+  optimizer->load_shards([&](const std::string& unit, const std::string& kind, std::int64_t first, std::int64_t count) {
+                           return reader.read_as(layout.at(unit), kind, first, count); },
                          ckpt.meta.value("optimizer_steps", ckpt.step), with_ema);
   // Every rank's noise generator is in rank 0's file.
   const io::SafetensorsReader first(ckpt.path + "/" + checkpoint::shard_file_name(0));
@@ -240,6 +245,9 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   model.to(device, /*with_unet=*/false);
   model.train(true);
   model.unet->set_gradient_checkpointing(cfg.training.gradient_checkpointing);
+  model.unet->set_cpu_checkpointing(cfg.training.cpu_checkpointing);
+  if (cfg.training.cpu_checkpointing && !cfg.training.gradient_checkpointing)
+    log("training.cpu_checkpointing does nothing without training.gradient_checkpointing: true");
   models::AttentionOptions attention;
   attention.mode = models::parse_attention_mode(cfg.training.attention);
   model.set_attention(attention);

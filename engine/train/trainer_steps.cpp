@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "dist/communicator.h"
+#include "models/activation_checkpoint.h"
 #include "train/image_logger.h"
 #include "train/trainer_state.h"
 
@@ -165,9 +166,11 @@ json Trainer::State::gather_ranks() {
   const auto gpu = gpu_memory(device.is_cuda() ? device.index() : -1);
   const auto b = optimizer->model_state();
   const auto off = optimizer->offloaded();
+  const auto kept = models::checkpointed_peak();  // since the last metrics
+  models::reset_checkpointed_peak();
   const std::vector<std::int64_t> mine = {process_rss_bytes(), gpu.allocated, gpu.reserved, gpu.peak,
                                           b.parameters, b.gradients, b.optimizer_states, off.parameters,
-                                          off.gradients, off.optimizer_states, off.nvme_bytes};
+                                          off.gradients, off.optimizer_states, off.nvme_bytes, kept.device, kept.cpu};
   const auto fields = static_cast<std::int64_t>(mine.size());
   at::Tensor shard = at::tensor(mine, at::kLong);
   at::Tensor all = at::zeros({fields * world}, at::kLong);
@@ -179,7 +182,9 @@ json Trainer::State::gather_ranks() {
                      {"gpu_peak_bytes", v(3)},
                      {"model_state", {{"parameters", v(4)}, {"gradients", v(5)}, {"optimizer_states", v(6)}}},
                      {"offloaded", {{"parameters", v(7)}, {"gradients", v(8)}, {"optimizer_states", v(9)},
-                                    {"nvme_bytes", v(10)}}}});
+                                    {"nvme_bytes", v(10)}}},
+                     // Gradient checkpointing: the peak bytes of kept unit inputs, by where they waited.
+                     {"checkpointed_inputs", {{"device", v(11)}, {"cpu", v(12)}}}});
   }
   return ranks;
 }

@@ -11,17 +11,17 @@ namespace zs::zero {
 ShardedInit::ShardedInit(PlanOptions plan) : plan_(std::move(plan)) { plan_.world_size = std::max(plan_.world_size, 1); }
 
 models::UnitBuilt ShardedInit::callback() {
-  return [this](const std::string& prefix, torch::nn::Module& unit) { take(prefix, unit); };
+  return [this](const std::string& unit, const std::string&, torch::nn::Module& module) { take(unit, module); };
 }
 
-void ShardedInit::take(const std::string& prefix, torch::nn::Module& unit) {
+void ShardedInit::take(const std::string& name, torch::nn::Module& unit) {
   auto params = unit.named_parameters(true);
   Built b;
   for (const auto& p : params) {
     b.shapes.push_back(p.value().sizes().vec());
     b.numel += p.value().numel();
   }
-  if (!shards_parameters(plan_, prefix, b.numel)) return;  // persistent: stays whole, as the optimizer keeps it
+  if (!shards_parameters(plan_, name, b.numel)) return;  // persistent: stays whole, as the optimizer keeps it
   c10::NoGradGuard no_grad;
   // This rank's elements [first, first + shard) of the unit flattened in parameter order and
   // padded to a multiple of the world size, copied one parameter at a time.
@@ -39,7 +39,7 @@ void ShardedInit::take(const std::string& prefix, torch::nn::Module& unit) {
     offset += n;
     p.value().set_data(at::empty({0}, options));
   }
-  units_[prefix] = std::move(b);
+  units_[name] = std::move(b);
 }
 
 void ShardedInit::attach(std::vector<models::ParamUnit>& units) const {

@@ -35,7 +35,7 @@ class ShardedInit {
   std::size_t sharded_units() const { return units_.size(); }
 
  private:
-  void take(const std::string& prefix, torch::nn::Module& unit);
+  void take(const std::string& name, torch::nn::Module& unit);
   PlanOptions plan_;
   struct Built {
     at::Tensor shard;  ///< [padded / world] this rank's part

@@ -80,7 +80,8 @@ int collectives(dist::Communicator& c, const at::Device& device) {
   return ok ? 0 : 1;
 }
 
-/// A two-level UNet (cross-attention down, plain down) with `channels` wide blocks, seeded.
+/// A two-level UNet (cross-attention down with two-block transformers, plain down) with
+/// `channels` wide blocks, seeded.
 models::UNet2DConditionModel two_level_unet(std::uint64_t seed, std::int64_t in, std::vector<std::int64_t> channels,
                                             std::int64_t layers, std::int64_t cross, std::vector<std::int64_t> heads,
                                             std::int64_t groups) {
@@ -93,7 +94,7 @@ models::UNet2DConditionModel two_level_unet(std::uint64_t seed, std::int64_t in,
   c.layers_per_block = layers;
   c.cross_attention_dim = cross;
   c.num_attention_heads = std::move(heads);
-  c.transformer_layers_per_block = {1, 1};
+  c.transformer_layers_per_block = {2, 1};  // two blocks: split into one unit each, as SDXL's
   c.norm_num_groups = groups;
   return models::UNet2DConditionModel(c);
 }

@@ -115,6 +115,55 @@ class TestCheckpoint : public QObject {
     QCOMPARE(std::distance(fs::directory_iterator(dir.path().toStdString()), fs::directory_iterator{}), 1L);
   }
 
+  // Resuming into units cut differently (a transformer saved as one unit, resumed as one unit
+  // per block): each unit's flat range is assembled parameter by parameter, moments and EMA
+  // too; a unit laid out as saved reads straight; a parameter the checkpoint lacks is named.
+  void shardsReadIntoUnitsCutDifferently() {
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString();
+    models::DiffusionModel model;
+    const std::string path = make_sharded_checkpoint(run, model);
+    const auto meta = nlohmann::json::parse(std::ifstream(path + "/meta.json"));
+    const checkpoint::ShardReader reader(path, meta.at("sharding"));
+    // Three parameters per unit, padded for four ranks: no boundary falls where a saved one did.
+    const auto params = model.named_parameters();
+    std::vector<checkpoint::UnitLayout> cut;
+    std::vector<at::Tensor> expected;
+    for (std::size_t i = 0; i < params.size(); i += 3) {
+      checkpoint::UnitLayout u;
+      u.name = "piece" + std::to_string(i / 3);
+      std::vector<at::Tensor> parts;
+      for (std::size_t k = i; k < std::min(i + 3, params.size()); ++k) {
+        u.params.push_back({params[k].first, u.numel, params[k].second.sizes().vec()});
+        u.numel += params[k].second.numel();
+        parts.push_back(params[k].second.detach().reshape({-1}));
+      }
+      u.padded = (u.numel + 3) / 4 * 4;
+      expected.push_back(at::constant_pad_nd(at::cat(parts), {0, u.padded - u.numel}));
+      cut.push_back(u);
+    }
+    for (std::size_t i = 0; i < cut.size(); ++i) {
+      const std::int64_t quarter = cut[i].padded / 4;
+      for (int rank = 0; rank < 4; ++rank) {
+        const at::Tensor want = expected[i].narrow(0, rank * quarter, quarter);
+        QVERIFY(at::equal(reader.read_as(cut[i], "weights", rank * quarter, quarter), want));
+        QVERIFY(at::equal(reader.read_as(cut[i], "exp_avg", rank * quarter, quarter), want * 0.5));
+        const at::Tensor real = at::arange(rank * quarter, (rank + 1) * quarter) < cut[i].numel;  // not padding
+        QVERIFY(at::equal(reader.read_as(cut[i], "ema", rank * quarter, quarter), (want + 1) * real));
+      }
+    }
+    const checkpoint::UnitLayout& saved = reader.units().front();
+    QVERIFY(at::equal(reader.read_as(saved, "weights", 0, saved.numel), reader.read(saved.name, "weights", 0, saved.numel)));
+    checkpoint::UnitLayout other = cut.front();
+    other.params.front().name = "unet.no_such_layer.weight";
+    try {
+      reader.read_as(other, "weights", 0, other.numel);
+      QFAIL("a missing parameter must throw");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("unet.no_such_layer.weight") != std::string::npos, e.what());
+    }
+  }
+
   void exportRoundTripsIntoTheEngine() {
     QTemporaryDir dir;
     const std::string run = (dir.path() + "/run").toStdString();

@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 
 #include <map>
+#include <set>
+#include <algorithm>
 #include <torch/nn/module.h>
 
 #include <QTemporaryDir>
@@ -209,6 +211,66 @@ class TestUNet : public QObject {
     const UNetConfig back = UNetConfig::from_json(unet->config().to_json(), "round trip");
     QCOMPARE(back.num_attention_heads, (std::vector<std::int64_t>{2, 4}));
     QCOMPARE(back.transformer_layers_per_block, (std::vector<std::int64_t>{2, 2}));
+  }
+
+  // A transformer of several blocks is one unit per block (the first with norm and proj_in, the
+  // last with proj_out): the same parameters, each in exactly one unit, in forward order; the
+  // same output and gradients as the transformer kept whole, with and without checkpointing;
+  // recomputation holds one block's activations, so the checkpointed peak drops.
+  void transformerBlocksAreUnitsOfTheirOwn() {
+    nlohmann::json j = {{"in_channels", 3}, {"out_channels", 3}, {"block_out_channels", {16, 32}},
+                        {"down_block_types", {"CrossAttnDownBlock2D", "CrossAttnDownBlock2D"}},
+                        {"up_block_types", {"CrossAttnUpBlock2D", "CrossAttnUpBlock2D"}},
+                        {"layers_per_block", 1}, {"cross_attention_dim", 8}, {"attention_head_dim", {2, 4}},
+                        {"norm_num_groups", 4}, {"use_linear_projection", true}, {"transformer_layers_per_block", {3, 3}}};
+    UNetConfig whole_config = UNetConfig::from_json(j, "test");
+    whole_config.split_transformer_blocks = false;
+    at::manual_seed(3);
+    UNet2DConditionModel whole(whole_config);
+    at::manual_seed(3);
+    UNet2DConditionModel split(UNetConfig::from_json(j, "test"));
+    const auto wu = whole->units(), su = split->units();
+    // Transformers of three blocks: down 1 + 1, mid 1, up 2 + 2: 7 × 2 more units.
+    QCOMPARE(su.size(), wu.size() + 14);
+    std::vector<std::string> names;
+    for (const auto& u : su) names.push_back(u.name);
+    const auto at = std::find(names.begin(), names.end(), "down_blocks.1.attentions.0");
+    QVERIFY(at != names.end() && at + 2 < names.end());
+    QCOMPARE(*(at + 1), std::string("down_blocks.1.attentions.0.transformer_blocks.1"));
+    QCOMPARE(*(at + 2), std::string("down_blocks.1.attentions.0.transformer_blocks.2"));
+    const auto& head = su[static_cast<std::size_t>(at - names.begin())].parameters;
+    QCOMPARE(head.front().first, std::string("down_blocks.1.attentions.0.norm.weight"));
+    QCOMPARE(head.back().first.rfind("down_blocks.1.attentions.0.transformer_blocks.0.", 0), std::size_t{0});
+    QCOMPARE(su[static_cast<std::size_t>(at - names.begin()) + 2].parameters.back().first,
+             std::string("down_blocks.1.attentions.0.proj_out.bias"));
+    std::set<std::string> seen;
+    for (const auto& u : su)
+      for (const auto& [name, t] : u.parameters) QVERIFY2(seen.insert(name).second, name.c_str());
+    QCOMPARE(seen.size(), split->named_parameters().size());
+
+    const at::Tensor x = at::randn({2, 3, 32, 32}), t = at::tensor({1, 999}), c = at::randn({2, 5, 8});
+    const at::Tensor target = at::randn({2, 3, 32, 32});
+    std::int64_t peak[2] = {0, 0};
+    for (bool checkpointing : {false, true}) {
+      std::vector<at::Tensor> grads[2];
+      UNet2DConditionModel* models[2] = {&whole, &split};
+      for (int m = 0; m < 2; ++m) {
+        (*models[m])->zero_grad();
+        (*models[m])->set_gradient_checkpointing(checkpointing);
+        zs::CpuAllocationCounter counter;
+        const std::int64_t before = counter.current();
+        ((*models[m])->forward(x, t, c) - target).pow(2).mean().backward();
+        if (checkpointing) peak[m] = counter.peak() - before;
+        for (const auto& p : (*models[m])->parameters()) grads[m].push_back(p.grad().clone());
+      }
+      for (std::size_t i = 0; i < grads[0].size(); ++i)
+        QVERIFY2(at::allclose(grads[1][i], grads[0][i], 1e-5, 1e-7), qPrintable(QString("parameter %1").arg(i)));
+    }
+    qInfo("checkpointed forward+backward peak: %lld bytes whole, %lld split", static_cast<long long>(peak[0]),
+          static_cast<long long>(peak[1]));
+    QVERIFY(peak[1] < peak[0]);
+    c10::NoGradGuard no_grad;
+    QVERIFY(at::equal(whole->forward(x, t, c), split->forward(x, t, c)));
   }
 
   void refusesWhatItCannotBuild() {

@@ -114,7 +114,7 @@ class TestZero : public QObject {
     c.down_block_types = {"CrossAttnDownBlock2D", "DownBlock2D"};
     c.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D"};
     c.num_attention_heads = {2, 2};
-    c.transformer_layers_per_block = {1, 1};
+    c.transformer_layers_per_block = {2, 1};  // split into a unit per block
     c.cross_attention_dim = 64;
     c.layers_per_block = 2;
     std::int64_t full_bytes = 0, plain_peak = 0, largest = 0;
