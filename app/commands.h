@@ -36,6 +36,9 @@ int run_export_command(const std::vector<std::string>& args);
 /// `zerostudio estimate FILE [--num_processes N] [--gpu-memory SIZE] [--json]`.
 int run_estimate_command(const std::vector<std::string>& args);
 
+/// `zerostudio cache FILE [--num_processes N] [--run-dir DIR] [--set ...]`.
+int run_cache_command(const std::vector<std::string>& args);
+
 /// `zerostudio model {info,eval,convert}`: diffusers folders and single files.
 int run_model_command(const std::vector<std::string>& args);
 

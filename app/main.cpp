@@ -29,6 +29,7 @@ const char* kHelp =
     "  checkpoints RUN_DIR        list a run's checkpoints (--verify checks their files)\n"
     "  export CHECKPOINT ...      consolidate a checkpoint (diffusers, single-file, safetensors)\n"
     "  estimate FILE              memory per process and the lowest ZeRO setting that fits\n"
+    "  cache FILE                 fill the latent and text caches (--num_processes N)\n"
     "  model info DIR|FILE        a diffusers folder's or single file's components\n"
     "  model eval ...             run one component of a model on given inputs\n"
     "  model convert DIR -o FILE  a diffusers folder as one single-file checkpoint\n"
@@ -76,6 +77,7 @@ int dispatch(int argc, char** argv) {
   if (first == "checkpoints") return zs::cli::run_checkpoints_command(rest);
   if (first == "export") return zs::cli::run_export_command(rest);
   if (first == "estimate") return zs::cli::run_estimate_command(rest);
+  if (first == "cache") return zs::cli::run_cache_command(rest);
   if (first == "model") return zs::cli::run_model_command(rest);
   if (first[0] == '-') throw zs::cli::UsageError("unknown option '" + first + "'");
   const bool looks_like_config = first.ends_with(".yaml") || first.ends_with(".yml");

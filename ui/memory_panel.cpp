@@ -1,11 +1,14 @@
 #include "memory_panel.h"
 
 #include <QComboBox>
+#include <QPainter>
 #include <QFormLayout>
 #include <QLabel>
 #include <QProgressBar>
 #include <QPushButton>
 #include <QVBoxLayout>
+
+#include <algorithm>
 
 #include "core/memory.h"
 
@@ -27,6 +30,57 @@ void fill(QProgressBar* bar, qint64 used, qint64 capacity) {
 
 }  // namespace
 
+/// The device bar: each part of the estimate as a coloured segment, against the card's size
+/// (past it, the bar is drawn to the total and a red line marks the card's end).
+class MemoryPanel::StackedBar : public QWidget {
+ public:
+  explicit StackedBar(QWidget* parent) : QWidget(parent) {
+    setMinimumHeight(22);
+    setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
+  }
+  void set(QVector<Segment> segments, qint64 capacity) {
+    segments_ = std::move(segments);
+    capacity_ = capacity;
+    update();
+  }
+  const QVector<Segment>& segments() const { return segments_; }
+  qint64 total() const {
+    qint64 t = 0;
+    for (const auto& s : segments_) t += s.bytes;
+    return t;
+  }
+  QString text() const {
+    return capacity_ > 0 ? QStringLiteral("%1 of %2").arg(bytesText(total()), bytesText(capacity_)) : bytesText(total());
+  }
+
+ protected:
+  void paintEvent(QPaintEvent*) override {
+    QPainter p(this);
+    const QRectF area = QRectF(rect()).adjusted(0.5, 0.5, -0.5, -0.5);
+    p.fillRect(area, palette().base());
+    const double scale = static_cast<double>(std::max({capacity_, total(), qint64{1}}));
+    double x = area.left();
+    for (const auto& s : segments_) {
+      const double w = area.width() * static_cast<double>(s.bytes) / scale;
+      p.fillRect(QRectF(x, area.top(), w, area.height()), s.color);
+      x += w;
+    }
+    if (capacity_ > 0 && total() > capacity_) {
+      const double at = area.left() + area.width() * static_cast<double>(capacity_) / scale;
+      p.setPen(QPen(QColor(0xc0, 0x39, 0x2b), 3));
+      p.drawLine(QPointF(at, area.top()), QPointF(at, area.bottom()));
+    }
+    p.setPen(palette().color(QPalette::Mid));
+    p.drawRect(area);
+    p.setPen(palette().color(QPalette::Text));
+    p.drawText(area, Qt::AlignCenter, text());
+  }
+
+ private:
+  QVector<Segment> segments_;
+  qint64 capacity_ = 0;
+};
+
 MemoryPanel::MemoryPanel(QWidget* parent) : QWidget(parent) {
   setMinimumWidth(260);
   auto* layout = new QVBoxLayout(this);
@@ -41,14 +95,22 @@ MemoryPanel::MemoryPanel(QWidget* parent) : QWidget(parent) {
   layout->addWidget(m_card);
   m_deviceLabel = new QLabel(tr("GPU"), this);
   layout->addWidget(m_deviceLabel);
-  m_deviceBar = new QProgressBar(this);
+  m_deviceBar = new StackedBar(this);
   m_deviceBar->setObjectName(QStringLiteral("deviceBar"));
   layout->addWidget(m_deviceBar);
+  m_legend = new QLabel(this);
+  m_legend->setObjectName(QStringLiteral("legend"));
+  m_legend->setWordWrap(true);
+  layout->addWidget(m_legend);
   m_cpuLabel = new QLabel(tr("CPU memory"), this);
   layout->addWidget(m_cpuLabel);
   m_cpuBar = new QProgressBar(this);
   m_cpuBar->setObjectName(QStringLiteral("cpuBar"));
   layout->addWidget(m_cpuBar);
+  m_hostWarning = new QLabel(this);
+  m_hostWarning->setObjectName(QStringLiteral("hostWarning"));
+  m_hostWarning->setWordWrap(true);
+  layout->addWidget(m_hostWarning);
   m_breakdown = new QLabel(this);
   m_breakdown->setObjectName(QStringLiteral("breakdown"));
   m_breakdown->setWordWrap(true);
@@ -85,13 +147,26 @@ void MemoryPanel::showEstimate(const estimate::MemoryEstimate& e, bool cpu_run) 
   m_cpuBytes = e.cpu.total();
   const qint64 ram = physical_memory_bytes();
   m_deviceLabel->setText(cpu_run ? tr("Device: the CPU (a CPU-only run)") : tr("GPU"));
-  fill(m_deviceBar, m_deviceBytes, cpu_run ? ram : cardBytes());
-  fill(m_cpuBar, m_cpuBytes * std::max(1, e.options.processes_per_machine), ram);
-  m_breakdown->setText(tr("parameters %1<br>gradients %2<br>optimizer states %3<br>activations %4<br>buffers %5%6")
-                           .arg(bytesText(e.gpu.parameters), bytesText(e.gpu.gradients),
-                                bytesText(e.gpu.optimizer_states), bytesText(e.gpu.activations),
-                                bytesText(e.gpu.buffers),
-                                e.nvme > 0 ? tr("<br>NVMe files %1").arg(bytesText(e.nvme)) : QString()));
+  const QVector<Segment> parts = {{tr("parameters"), e.gpu.parameters - e.gpu_frozen, QColor(0x2e, 0x86, 0xc1)},
+                                   {tr("gradients"), e.gpu.gradients, QColor(0x8e, 0x44, 0xad)},
+                                   {tr("optimizer states"), e.gpu.optimizer_states, QColor(0xd3, 0x54, 0x00)},
+                                   {tr("activations"), e.gpu.activations, QColor(0x27, 0xae, 0x60)},
+                                   {tr("frozen parts"), e.gpu_frozen, QColor(0x7f, 0x8c, 0x8d)},
+                                   {tr("buffers"), e.gpu.buffers, QColor(0xf1, 0xc4, 0x0f)}};
+  m_deviceBar->set(parts, cpu_run ? ram : cardBytes());
+  QStringList legend;
+  for (const auto& part : parts)
+    legend << tr("<span style='color:%1'>&#9632;</span> %2 %3").arg(part.color.name(), part.name, bytesText(part.bytes));
+  m_legend->setText(legend.join(QStringLiteral("<br>")));
+  // Host memory: every process on this machine, and the peak while loading.
+  const qint64 host = std::max(m_cpuBytes, static_cast<qint64>(e.cpu_load_peak)) * std::max(1, e.options.processes_per_machine);
+  fill(m_cpuBar, host, ram);
+  m_hostWarning->setText(!e.cpu_fits && ram > 0
+                             ? tr("<span style='color:#c0392b'>Needs %1 of CPU memory (offloaded state, EMA, "
+                                  "loading); this machine has %2.</span>")
+                                   .arg(bytesText(host), bytesText(ram))
+                             : QString());
+  m_breakdown->setText(e.nvme > 0 ? tr("NVMe files %1").arg(bytesText(e.nvme)) : QString());
   const bool fits = e.fits;  // against the card, or the RAM in a CPU run (the wizard sets which)
   m_fit->setText(fits ? tr("<span style='color:#1e8449'><b>fits</b></span>")
                       : tr("<span style='color:#c0392b'><b>does not fit</b></span>"));
@@ -116,6 +191,8 @@ void MemoryPanel::showUnavailable(const QString& why) {
 }
 
 QString MemoryPanel::deviceText() const { return m_deviceBar->text(); }
+QVector<MemoryPanel::Segment> MemoryPanel::deviceSegments() const { return m_deviceBar->segments(); }
+QString MemoryPanel::hostWarning() const { return m_hostWarning->text(); }
 QString MemoryPanel::fitText() const { return m_fit->text(); }
 QString MemoryPanel::suggestionText() const { return m_suggestion->text(); }
 

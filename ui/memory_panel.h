@@ -1,12 +1,17 @@
 #pragma once
-// The wizard's side panel: the memory estimate for the current answers, device and CPU bars
-// against the chosen card (or the detected GPU), "fits" or "does not fit", and the lowest
-// setting that fits with a button to apply it.
+// The wizard's side panel: the memory estimate for the current answers, a stacked device bar
+// (parameters, gradients, optimizer states, activations, frozen parts, buffers) against the
+// chosen card (or the detected GPU) and the host-memory need beside it (with a warning when this
+// machine has less), "fits" or "does not fit", and the lowest setting that fits with a button to
+// apply it.
 
+#include <QColor>
 #include <QString>
 #include <QWidget>
 
 #include "estimate/memory_estimator.h"
+
+#include <QVector>
 
 class QComboBox;
 class QLabel;
@@ -37,6 +42,16 @@ class MemoryPanel : public QWidget {
   QString suggestionText() const;
   /// Presses "Apply" (tests).
   void applySuggestionNow();
+  /// The device bar's parts, in order: parameters, gradients, optimizer states, activations,
+  /// frozen parts, buffers (bytes), and their colours.
+  struct Segment {
+    QString name;
+    qint64 bytes = 0;
+    QColor color;
+  };
+  QVector<Segment> deviceSegments() const;
+  /// The warning under the CPU bar (empty when the machine's memory holds the run).
+  QString hostWarning() const;
 
  signals:
   /// The user chose another card size.
@@ -46,7 +61,10 @@ class MemoryPanel : public QWidget {
 
  private:
   QComboBox* m_card = nullptr;
-  QProgressBar* m_deviceBar = nullptr;
+  class StackedBar;
+  StackedBar* m_deviceBar = nullptr;
+  QLabel* m_legend = nullptr;
+  QLabel* m_hostWarning = nullptr;
   QProgressBar* m_cpuBar = nullptr;
   QLabel* m_deviceLabel = nullptr;
   QLabel* m_cpuLabel = nullptr;

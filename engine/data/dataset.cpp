@@ -281,6 +281,20 @@ std::vector<std::int64_t> DataLoader::permutation(std::int64_t epoch) const {
   return order;
 }
 
+std::string DataLoader::latent_key(const std::string& content, bool flip, std::int64_t height, std::int64_t width) const {
+  return content + (flip ? "-flip" : "") + (buckets_.empty() ? "" : "-" + std::to_string(height) + "x" + std::to_string(width));
+}
+
+std::pair<std::int64_t, std::int64_t> DataLoader::item_size(std::size_t index) const {
+  if (buckets_.empty()) return {options_.resolution, options_.resolution};
+  return buckets_[static_cast<std::size_t>(item_bucket_.at(index))];
+}
+
+std::string DataLoader::cache_key(std::size_t index, bool flip) {
+  const auto [height, width] = item_size(index);
+  return latent_key(content_key(items_.at(index).image), flip, height, width);
+}
+
 std::string DataLoader::content_key(const std::string& path) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -353,9 +367,7 @@ Batch DataLoader::make_batch(std::int64_t local_k) {
     }
     if (!img.defined()) throw Error(ErrorKind::data, "no image of the dataset could be read (see the warnings)");
     if (flip < options_.flip_p) img = img.flip({2});
-    if (options_.content_keys)
-      b.keys.push_back(content_key(image_path) + (flip < options_.flip_p ? "-flip" : "") +
-                       (buckets_.empty() ? "" : "-" + std::to_string(height) + "x" + std::to_string(width)));
+    if (options_.content_keys) b.keys.push_back(latent_key(content_key(image_path), flip < options_.flip_p, height, width));
     if (drop < options_.caption_dropout) caption.clear();
     images.push_back(img);
     time_ids.insert(time_ids.end(), geometry.begin(), geometry.end());

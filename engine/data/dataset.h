@@ -108,6 +108,13 @@ class DataLoader {
   /// Global batches per epoch (over all shards).
   std::int64_t batches_per_epoch() const { return batches_per_epoch_; }
   std::size_t size() const { return items_.size(); }
+  const std::vector<DataItem>& items() const { return items_; }
+  const LoaderOptions& options() const { return options_; }
+  /// The latent-cache key of item `index` as Batch::keys spells it, for a flipped or unflipped
+  /// copy (reads the image file for its content key).
+  std::string cache_key(std::size_t index, bool flip);
+  /// The size (height, width) item `index` is decoded to: its bucket's, else resolution².
+  std::pair<std::int64_t, std::int64_t> item_size(std::size_t index) const;
 
   /// Decodes one item as the loader does ([3, R, R] in [-1, 1], no flip). Throws zs::Error(data).
   /// `geometry` (optional) receives SDXL's micro-conditioning: original height and width, the
@@ -123,6 +130,7 @@ class DataLoader {
  private:
   Batch make_batch(std::int64_t k);
   std::string content_key(const std::string& path);  // memoised LatentCache::content_key
+  std::string latent_key(const std::string& content, bool flip, std::int64_t height, std::int64_t width) const;
   std::vector<std::int64_t> permutation(std::int64_t epoch) const;
   /// With buckets: the epoch's batches, each a list of item indices from one bucket.
   std::vector<std::vector<std::int64_t>> bucket_plan(std::int64_t epoch) const;

@@ -33,6 +33,11 @@ LatentCache::LatentCache(const std::string& root, const std::string& model_key, 
 LatentCache::LatentCache(const std::string& root, const std::string& model_key, const std::string& folder)
     : dir_((fs::path(root) / model_key / folder).string()) {}
 
+bool LatentCache::has(const std::string& key) const {
+  std::error_code ec;
+  return fs::exists(fs::path(dir_) / (key + ".safetensors"), ec);
+}
+
 bool LatentCache::load(const std::string& key, const std::vector<std::string>& names, std::vector<at::Tensor>& out) const {
   const fs::path file = fs::path(dir_) / (key + ".safetensors");
   std::error_code ec;

@@ -22,6 +22,8 @@ class LatentCache {
   /// `root`/<model key>/<folder>/ (text embeddings: "text").
   LatentCache(const std::string& root, const std::string& model_key, const std::string& folder);
 
+  /// Whether an entry exists under `key` (without reading it).
+  bool has(const std::string& key) const;
   /// The tensors `names` cached under `key`, if the entry has them all (a damaged entry counts
   /// as missing).
   bool load(const std::string& key, const std::vector<std::string>& names, std::vector<at::Tensor>& out) const;

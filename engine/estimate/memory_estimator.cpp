@@ -234,10 +234,20 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   const ActivationBytes act = activation_split(model, o);
   e.gpu.activations = act.device;
   e.cpu.activations = act.cpu;  // cpu_checkpointing: the kept unit inputs
-  // Frozen components (VAE, text encoders) stay on the device while training (the caches skip
-  // their work, not their weights), in the compute dtype, the VAE in fp32 when it asks for it
-  // (force_upcast).
-  e.gpu.parameters += c * (model.frozen_parameters - model.frozen_fp32_parameters) + 4 * model.frozen_fp32_parameters;
+  // Frozen components (VAE, text encoders), in the compute dtype, the VAE in fp32 when it asks
+  // for it (force_upcast): on the device while training, unless both caches are on, when they
+  // wait in CPU memory (the caches assumed complete; a CPU-only run releases them instead).
+  const int64_t frozen = c * (model.frozen_parameters - model.frozen_fp32_parameters) + 4 * model.frozen_fp32_parameters;
+  if (o.frozen_off_device && model.frozen_parameters > 0) {
+    e.cpu.parameters += frozen;
+    // The pass that fills the caches: the frozen weights and one image through the VAE encoder
+    // without gradients (about three 128-channel maps at full size alive at once).
+    const int64_t vae_bytes = model.frozen_fp32_parameters > 0 ? 4 : c;
+    e.cache_pass = frozen + 3 * 128 * o.resolution * o.resolution * vae_bytes;
+  } else {
+    e.gpu.parameters += frozen;
+    e.gpu_frozen = frozen;
+  }
   // Backward's buffers come on top of the activations; the step's (all-reduce before it,
   // all-gather after it) only once the activations are gone, so they add only their excess.
   const int64_t backward = gathered + in_flight;
@@ -339,6 +349,7 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   o.cpu_checkpointing = cfg.training.cpu_checkpointing;
   o.attention.mode = models::parse_attention_mode(cfg.training.attention);
   o.ema = cfg.ema.enabled;
+  o.frozen_off_device = !cfg.model.path.empty() && cfg.data.cache_latents && cfg.data.cache_text_embeddings;
   o.overlap_comm = cfg.zero.overlap_comm;
   o.zero3_init = cfg.zero.zero3_init_flag;
   o.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
@@ -412,6 +423,7 @@ nlohmann::json to_json(const MemoryEstimate& e) {
   j["cpu"] = breakdown_json(e.cpu);
   j["nvme"] = {{"total", e.nvme}};
   j["cpu_load_peak"] = e.cpu_load_peak;
+  j["cache_pass"] = e.cache_pass;
   j["gpu_memory"] = e.options.gpu_memory;
   j["fits"] = e.fits;
   j["cpu_fits"] = e.cpu_fits;
@@ -433,7 +445,8 @@ std::string to_table(const MemoryEstimate& e, const ModelShape& model) {
   char line[160];
   out << "Model " << model.name << ": " << e.parameters << " trainable parameters";
   if (model.frozen_parameters > 0)
-    out << " (+" << model.frozen_parameters << " frozen: VAE and text encoders, on the device)";
+    out << " (+" << model.frozen_parameters << " frozen: VAE and text encoders, "
+        << (e.cache_pass > 0 ? "off the device: both caches on" : "on the device") << ")";
   out << "\nZeRO stage " << o.stage << ", " << o.world_size << " process(es), " << o.precision
       << ", optimizer offload " << offload_name(o.offload_optimizer) << ", parameter offload "
       << offload_name(o.offload_param) << "\nBatch " << o.batch_size << " at " << o.resolution << " px"
@@ -464,6 +477,9 @@ std::string to_table(const MemoryEstimate& e, const ModelShape& model) {
       << (o.stage == 3 ? (o.zero3_init ? " (zero3_init_flag: built into shards)" : " (zero3_init_flag would build it into shards)")
                        : "")
       << "\n";
+  if (e.cache_pass > 0)
+    out << "\nThe caches are assumed complete. Filling them (`zerostudio cache`) is a pass of its own: "
+        << format_bytes(e.cache_pass) << " on the device (frozen weights, one image at a time)\n";
   if (e.deepspeed.available) {
     out << "\nDeepSpeed's estimator for this setup (model states only): GPU " << format_bytes(e.deepspeed.gpu);
     if (e.deepspeed.cpu >= 0) out << ", CPU " << format_bytes(e.deepspeed.cpu) << " per machine";

@@ -37,6 +37,10 @@ struct EstimateOptions {
   bool cpu_checkpointing = false;      ///< with checkpointing: the kept unit inputs in CPU memory
   models::AttentionOptions attention;  ///< training.attention: plain keeps tokens² probabilities per head
   bool ema = false;                    ///< EMA of the rank's part, fp32 in CPU memory
+  /// Both caches on (data.cache_latents and data.cache_text_embeddings): assumed complete
+  /// (`zerostudio cache`), so the frozen VAE and text encoders wait in CPU memory instead of on
+  /// the device; the cache-filling pass is estimated on its own (MemoryEstimate::cache_pass).
+  bool frozen_off_device = false;
   std::optional<bool> overlap_comm;   ///< unset: the ZeRO plan's default
   bool zero3_init = false;             ///< stage 3: the model is built straight into shards (zero3_init_flag)
   std::int64_t persistence_threshold = 100'000;  ///< stage 3: smaller units stay whole
@@ -78,7 +82,7 @@ struct DeepSpeedFigures {
 
 struct MemoryEstimate {
   std::int64_t parameters = 0;  ///< Ψ: trainable parameters
-  std::int64_t frozen_parameters = 0;  ///< VAE and text encoders (resident, counted in gpu.parameters)
+  std::int64_t frozen_parameters = 0;  ///< VAE and text encoders (in gpu.parameters, or cpu.parameters when off the device)
   std::int64_t frozen_fp32_parameters = 0;  ///< of those, kept in fp32 (VAE with force_upcast)
   EstimateOptions options;
   MemoryBreakdown gpu;          ///< the compute device (the CPU itself in a CPU-only run)
@@ -88,6 +92,11 @@ struct MemoryEstimate {
   /// parts before they are cast (stage 3 with zero3_init: its shards, the whole units and the
   /// largest unit instead of the trainable model, an upper bound). Counted in cpu_fits.
   std::int64_t cpu_load_peak = 0;
+  /// Device bytes of the cache-filling pass (frozen weights and one image's encoding, no
+  /// gradients), when the frozen parts are off the device during training; 0 otherwise.
+  std::int64_t cache_pass = 0;
+  /// Bytes of the frozen parts inside gpu.parameters (0 when they are off the device).
+  std::int64_t gpu_frozen = 0;
   bool fits = true;             ///< gpu.total() <= gpu_memory (when known)
   bool cpu_fits = true;         ///< cpu bytes of every rank on the machine <= cpu_memory (when known)
   Suggestion suggestion;        ///< lowest stage/offload that fits gpu_memory

@@ -1,8 +1,10 @@
 #include "models/diffusion_model.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -10,6 +12,7 @@
 #include "io/json_file.h"
 #include "data/latent_cache.h"
 #include "models/diffusers_pipeline.h"
+#include "models/model_source.h"
 
 namespace zs::models {
 
@@ -72,7 +75,25 @@ DiffusionModel DiffusionModel::load_pipeline(const std::string& dir, const std::
                                          "text_encoder, tokenizer, scheduler)");
   DiffusionModel m;
   m.unet = p.load_unet(on_unit);
-  if (!m.unet->config().addition_embed_type.empty()) {
+  load_frozen_parts(m, p, !m.unet->config().addition_embed_type.empty(), dir, config_path);
+  m.schedule = p.load_scheduler();
+  m.schedule.prediction_type = prediction_type;
+  return m;
+}
+
+DiffusionModel DiffusionModel::load_frozen(const std::string& dir, const std::string& config_path) {
+  const auto source = open_model_source(dir, config_path);
+  for (const char* part : {"unet", "vae", "text_encoder", "tokenizer"})
+    if (!source->has(part))
+      throw Error(ErrorKind::config, dir + "/model_index.json: has no " + part);
+  DiffusionModel m;
+  load_frozen_parts(m, *source, !source->unet_config().addition_embed_type.empty(), dir, config_path);
+  return m;
+}
+
+void DiffusionModel::load_frozen_parts(DiffusionModel& m, const ModelSource& p, bool sdxl, const std::string& dir,
+                                       const std::string& config_path) {
+  if (sdxl) {
     // SDXL: a second tokenizer and text encoder (with projection) give the pooled embedding.
     for (const char* part : {"text_encoder_2", "tokenizer_2"})
       if (!p.has(part))
@@ -87,14 +108,11 @@ DiffusionModel DiffusionModel::load_pipeline(const std::string& dir, const std::
   m.vae = p.load_vae();
   m.text_encoder = p.load_text_encoder("text_encoder");
   m.clip_tokenizer = std::make_shared<ClipTokenizer>(p.load_tokenizer("tokenizer"));
-  m.schedule = p.load_scheduler();
-  m.schedule.prediction_type = prediction_type;
   m.text_encoder_trained = false;
   m.pipeline = fs::absolute(dir).lexically_normal().string();
   if (!config_path.empty()) m.config_path = fs::absolute(config_path).lexically_normal().string();
   for (auto& param : m.vae->parameters()) param.set_requires_grad(false);
   for (auto& param : m.text_encoder->parameters()) param.set_requires_grad(false);
-  return m;
 }
 
 PipelineRef DiffusionModel::pipeline_of(const std::string& dir) {
@@ -160,8 +178,98 @@ at::Tensor frame_batch(const ClipTokenizer& tok, const std::vector<std::string>&
 }
 }  // namespace
 
+/// Brings parked frozen parts back for one call and sends them away after it.
+class FrozenVisit {
+ public:
+  // Nested visits (several captions, each encoded on its own) bring the part back once.
+  FrozenVisit(DiffusionModel& m, bool text, bool image)
+      : m_(m), text_(text), image_(image), active_(m.parked_), depth_(m.visiting_[text ? 0 : 1]) {
+    if (!active_ || depth_++ > 0) return;
+    m_.bring_back(text_, image_);
+    ++m_.frozen_visits;
+  }
+  ~FrozenVisit() {
+    if (active_ && --depth_ == 0) m_.send_away(text_, image_);
+  }
+  FrozenVisit(const FrozenVisit&) = delete;
+  FrozenVisit& operator=(const FrozenVisit&) = delete;
+
+ private:
+  DiffusionModel& m_;
+  bool text_, image_, active_;
+  int& depth_;
+};
+
+std::vector<std::pair<std::string, torch::nn::Module*>> DiffusionModel::frozen_parts(bool text, bool image) const {
+  std::vector<std::pair<std::string, torch::nn::Module*>> out;
+  if (pipeline.empty()) return out;
+  if (image && vae) out.emplace_back("vae", vae.ptr().get());
+  if (text && !text_encoder_trained) out.emplace_back("text_encoder", text_encoder.ptr().get());
+  if (text && text_encoder_2) out.emplace_back("text_encoder_2", text_encoder_2.ptr().get());
+  return out;
+}
+
+std::int64_t DiffusionModel::frozen_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& [name, m] : frozen_parts(true, true))
+    for (const auto& p : m->parameters()) n += p.numel() * static_cast<std::int64_t>(p.element_size());
+  return n;
+}
+
+void DiffusionModel::send_away(bool text, bool image) {
+  c10::NoGradGuard no_grad;
+  for (const auto& [name, m] : frozen_parts(text, image)) {
+    if (!frozen_device_.is_cpu()) {
+      m->to(at::kCPU);
+      continue;
+    }
+    for (auto& p : m->parameters()) p.set_data(at::empty({0}, p.options()));
+  }
+}
+
+void DiffusionModel::bring_back(bool text, bool image) {
+  c10::NoGradGuard no_grad;
+  std::unique_ptr<ModelSource> source;
+  for (const auto& [name, m] : frozen_parts(text, image)) {
+    if (!frozen_device_.is_cpu()) {
+      m->to(frozen_device_);
+      continue;
+    }
+    // Released: read again from the model files, in the dtype the parameters had.
+    if (!source) source = open_model_source(pipeline, config_path);
+    std::shared_ptr<torch::nn::Module> fresh =
+        name == "vae" ? std::static_pointer_cast<torch::nn::Module>(source->load_vae().ptr())
+                      : std::static_pointer_cast<torch::nn::Module>(source->load_text_encoder(name).ptr());
+    auto loaded = fresh->named_parameters(true);
+    for (auto& item : m->named_parameters(true)) item.value().set_data(loaded[item.key()].to(item.value().options()));
+  }
+}
+
+void DiffusionModel::park_frozen(const at::Device& device, const std::vector<std::string>& remember) {
+  if (parked_ || frozen_parts(true, true).empty()) return;
+  for (const auto& caption : remember) {
+    if (remembered_.count(caption)) continue;
+    const TextConditioning one = condition({caption}, device);
+    remembered_[caption] = {one.context.cpu(), one.pooled.defined() ? one.pooled.cpu() : at::Tensor()};
+  }
+  frozen_device_ = device;
+  send_away(true, true);
+  parked_ = true;
+}
+
 TextConditioning DiffusionModel::condition(const std::vector<std::string>& captions, const at::Device& device,
                                            data::LatentCache* cache) {
+  if (parked_ && !captions.empty() &&
+      std::all_of(captions.begin(), captions.end(), [&](const std::string& c) { return remembered_.count(c) > 0; })) {
+    // Sampling's prompts, encoded before the encoders left.
+    std::vector<at::Tensor> context, pool;
+    for (const auto& c : captions) {
+      context.push_back(remembered_.at(c).context);
+      if (remembered_.at(c).pooled.defined()) pool.push_back(remembered_.at(c).pooled);
+    }
+    const auto opts = text_encoder->parameters().front().options().device(device);
+    return {at::cat(context).to(opts), pool.empty() ? at::Tensor() : at::cat(pool).to(opts)};
+  }
   if (cache && clip_tokenizer && !text_encoder_trained && !captions.empty()) {
     // Each caption's rows from the cache, or encoded (on its own, as below) and stored.
     const bool pooled = static_cast<bool>(text_encoder_2);
@@ -188,6 +296,7 @@ TextConditioning DiffusionModel::condition(const std::vector<std::string>& capti
   const at::Tensor ids = frame_batch(*clip_tokenizer, captions, device);
   if (text_encoder_trained) return {text_encoder->forward(ids).last_hidden_state, {}};
   c10::NoGradGuard no_grad;  // frozen encoders
+  const FrozenVisit visit(*this, true, false);
   if (captions.size() > 1) {
     // One caption at a time: a caption's embedding then never depends on which others share its
     // batch (matrix kernels round differently for other row counts), so the text cache's stored
@@ -219,6 +328,7 @@ at::Tensor DiffusionModel::to_model_space(const at::Tensor& images, at::Generato
   std::vector<at::Tensor> means(n), logvars(n);
   for (std::size_t i = 0; i < n; ++i) {
     if (cached && cache->load((*keys)[i], means[i], logvars[i])) continue;
+    const FrozenVisit visit(*this, false, true);
     const auto fresh = vae->encode(images.narrow(0, static_cast<std::int64_t>(i), 1));
     means[i] = fresh.mean[0].to(at::kFloat).cpu();
     logvars[i] = fresh.logvar[0].to(at::kFloat).cpu();
@@ -234,6 +344,7 @@ at::Tensor DiffusionModel::to_model_space(const at::Tensor& images, at::Generato
 at::Tensor DiffusionModel::to_images(const at::Tensor& samples) {
   if (!vae) return samples;
   c10::NoGradGuard no_grad;
+  const FrozenVisit visit(*this, false, true);  // parked: the decoder comes back for this call
   return vae->decode(samples.to(at::kFloat) / vae->config().scaling_factor);
 }
 
@@ -268,14 +379,14 @@ void DiffusionModel::frozen_to(at::ScalarType compute) {
 }
 
 void DiffusionModel::train(bool on) {
-  unet->train(on);
+  if (unet) unet->train(on);
   text_encoder->train(on && text_encoder_trained);
   if (text_encoder_2) text_encoder_2->train(false);
   if (vae) vae->train(false);
 }
 
 void DiffusionModel::set_attention(const AttentionOptions& o) {
-  set_attention_options(*unet, o);
+  if (unet) set_attention_options(*unet, o);
   if (text_encoder) set_attention_options(*text_encoder, o);
   if (text_encoder_2) set_attention_options(*text_encoder_2, o);
   if (vae) set_attention_options(*vae, o);

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include <map>
 #include <memory>
 
 #include "diffusion/noise_schedule.h"
@@ -20,6 +21,8 @@ class LatentCache;
 }
 
 namespace zs::models {
+
+class ModelSource;
 
 /// What the UNet is conditioned on for a batch of captions.
 struct TextConditioning {
@@ -49,6 +52,9 @@ class DiffusionModel {
                                       const std::string& config_path = "", const UnitBuilt& on_unit = {});
   /// A model folder written by save_folder() (configs and tokenizer, or the pipeline it came
   /// from; trained weights are loaded separately).
+  /// Only a pipeline's frozen parts (VAE, text encoders, tokenizers), without its UNet: what
+  /// `zerostudio cache` encodes with.
+  static DiffusionModel load_frozen(const std::string& dir, const std::string& config_path = "");
   static DiffusionModel load_folder(const std::string& dir, const UnitBuilt& on_unit = {});
   /// Where a model folder written by save_folder() came from: its pipeline.json (the diffusers
   /// folder or single file, a single file's companion folder, the prediction type); an empty
@@ -94,6 +100,19 @@ class DiffusionModel {
   /// The attention path of every part (UNet, text encoders, VAE): `training.attention`.
   void set_attention(const AttentionOptions& o);
 
+  /// Frozen parts (a pipeline's VAE and frozen text encoders) off the compute `device`, for runs
+  /// whose caches hold what those parts compute: on a GPU they wait in CPU memory; on the CPU,
+  /// where the device is CPU memory, their weights are released and read again from `pipeline`
+  /// when needed. Whatever still needs them (sampling's decoder, an input the caches miss)
+  /// brings them back for that call only (counted in frozen_visits). The captions of
+  /// `remember` (sampling's prompts, "" for guidance) are encoded first and kept, so sampling
+  /// needs no encoder. No effect on models without frozen parts.
+  void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {});
+  bool frozen_parked() const { return parked_; }
+  /// Bytes of the frozen parts' weights (what park_frozen takes off the device).
+  std::int64_t frozen_bytes() const;
+  std::int64_t frozen_visits = 0;
+
   UNet2DConditionModel unet{nullptr};
   ClipTextModel text_encoder{nullptr};
   WordTokenizer tokenizer;                     ///< the tiny model's word tokenizer
@@ -105,6 +124,18 @@ class DiffusionModel {
   bool text_encoder_trained = true;            ///< false for pipelines: frozen, not in the optimizer
   std::string pipeline;                        ///< the diffusers folder or single file a pipeline model came from
   std::string config_path;                     ///< a single file's companion folder (tokenizers, configs)
+
+ private:
+  friend class FrozenVisit;
+  static void load_frozen_parts(DiffusionModel& m, const ModelSource& p, bool sdxl, const std::string& dir,
+                                const std::string& config_path);
+  std::vector<std::pair<std::string, torch::nn::Module*>> frozen_parts(bool text, bool image) const;
+  void send_away(bool text, bool image);
+  void bring_back(bool text, bool image);
+  bool parked_ = false;
+  int visiting_[2] = {0, 0};  // FrozenVisit depth: text encoders, VAE
+  at::Device frozen_device_ = at::kCPU;
+  std::map<std::string, TextConditioning> remembered_;  // caption -> its rows, on the CPU
 };
 
 }  // namespace zs::models

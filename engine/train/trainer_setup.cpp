@@ -15,30 +15,13 @@
 #include "data/shapes.h"
 #include "dist/communicator.h"
 #include "io/safetensors.h"
+#include "train/frozen_cache.h"
 #include "train/optimizer_setup.h"
 #include "train/trainer_state.h"
 
 namespace zs::train {
 
 namespace fs = std::filesystem;
-
-namespace {
-
-data::MetadataOptions metadata_options(const config::DataMetadataConfig& m) {
-  data::MetadataOptions o;
-  o.consider_every_nth = m.consider_every_nth;
-  o.blacklist_tags = m.blacklist_tags;
-  o.non_caption_tags = m.non_caption_tags;
-  o.replacements = m.replacements;
-  o.tag_separator = m.tag_separator;
-  o.abs_min_score = m.abs_min_score;
-  o.min_score = m.min_score;
-  o.score_tags = m.score_tags;
-  for (const auto& [tag, value] : m.tag_bonus_scores) o.tag_bonus_scores.emplace_back(tag, std::stod(value));
-  return o;
-}
-
-}  // namespace
 
 void Trainer::State::phase(const char* what, const std::function<void()>& work) { comm->long_phase(what, work); }
 
@@ -195,6 +178,32 @@ checkpoint::CheckpointInfo Trainer::State::open_resume_checkpoint() {
   return info;
 }
 
+void Trainer::State::park_frozen_if_cached() {
+  // Every input the loader can make is cached: the VAE and text encoders have no work in
+  // training, so they leave the device (sampling's prompts are encoded first; the decoder comes
+  // back for each sampling).
+  const CacheNeeds needs = cache_needs(*loader, true);
+  const CacheMissing missing = cache_missing(needs, latent_cache.get(), text_cache.get());
+  if (!needs.finite) {
+    log("frozen parts stay on the device: shuffled tags make captions the text cache cannot hold in advance");
+    return;
+  }
+  if (missing.total() > 0) {
+    log("frozen parts stay on the device: the caches lack " + std::to_string(missing.images) + " of " +
+        std::to_string(needs.images.size()) + " latents and " + std::to_string(missing.captions) + " of " +
+        std::to_string(needs.captions.size()) + " captions (`zerostudio cache` fills them before training)");
+    return;
+  }
+  std::vector<std::string> prompts = cfg.sampling.prompts;
+  prompts.emplace_back();  // the unconditional prompt of guidance
+  const std::int64_t bytes = model.frozen_bytes();
+  model.park_frozen(device, prompts);
+  log("frozen parts off the device: the caches hold all " + std::to_string(needs.images.size()) + " latents and " +
+      std::to_string(needs.captions.size()) + " captions, so the VAE and text encoders (" +
+      std::to_string(bytes >> 20) + " MiB) leave " + device.str() +
+      (device.is_cpu() ? " (released; read again from the model files to decode samples)" : " for CPU memory"));
+}
+
 void Trainer::State::build_model_and_data(const std::optional<checkpoint::CheckpointInfo>& ckpt) {
   // Device.
   // One GPU per rank on each machine: LOCAL_RANK's (the communicator made it NCCL's device too).
@@ -283,38 +292,25 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(cfg.training.seed) + 1 +
                                          static_cast<std::uint64_t>(rank) * 7919);
 
-  data::LoaderOptions lo;
-  lo.batch_size = cfg.training.batch_size;
-  lo.resolution = cfg.data.resolution;
-  lo.flip_p = cfg.data.flip_p;
-  lo.caption_dropout = cfg.data.caption_dropout;
-  lo.shuffle_tag_p = cfg.data.metadata.shuffle_tag_p;
-  lo.tag_separator = cfg.data.metadata.tag_separator;
-  lo.seed = static_cast<std::uint64_t>(cfg.training.seed);
-  lo.num_workers = static_cast<int>(cfg.data.num_workers);
+  data::LoaderOptions lo = loader_options(cfg);
   lo.shard = rank;
   lo.num_shards = world;
-  lo.buckets = cfg.data.aspect_buckets;
-  lo.bucket_step = cfg.data.bucket_step;
   if (lo.buckets) {
     const std::int64_t f = model.pixel_factor();
     if (lo.bucket_step % f != 0)
       throw Error(ErrorKind::config, "data.bucket_step: " + std::to_string(lo.bucket_step) + " must be a multiple of " +
                                          std::to_string(f) + " (this model's down-sampling)");
   }
-  const std::string cache_root = cfg.data.latent_cache_dir.empty()
-                                     ? (fs::path(cfg.logging.runs_root) / ".latent-cache").string()
-                                     : cfg.data.latent_cache_dir;
-  if (model.vae && cfg.data.cache_latents) {
-    latent_cache = std::make_unique<data::LatentCache>(cache_root, data::LatentCache::vae_key(model.pipeline), cfg.data.resolution);
+  Caches caches = open_caches(cfg, model);
+  latent_cache = std::move(caches.latents);
+  text_cache = std::move(caches.texts);
+  if (latent_cache) {
     lo.content_keys = true;
     log("latent cache: " + latent_cache->dir());
   }
-  if (!model.pipeline.empty() && !model.text_encoder_trained && cfg.data.cache_text_embeddings) {
-    text_cache = std::make_unique<data::LatentCache>(cache_root, data::LatentCache::text_key(model.pipeline), "text");
-    log("text-embedding cache: " + text_cache->dir());
-  }
+  if (text_cache) log("text-embedding cache: " + text_cache->dir());
   loader = std::make_unique<data::DataLoader>(std::move(items), lo, [this](const std::string& w) { warn(w); });
+  if (latent_cache && text_cache) park_frozen_if_cached();
   loader->start(batches_consumed);
 
   emit("run_start", {{"run_dir", run_dir},

@@ -105,6 +105,8 @@ struct Trainer::State {
   checkpoint::CheckpointInfo open_resume_checkpoint();
   /// Device, precision, loss scaler, dataset, model (restored from `ckpt` when resuming), LR
   /// schedule, noise generator and data loader; writes run_start.
+  /// With both caches complete, the frozen parts leave the device (models::DiffusionModel::park_frozen).
+  void park_frozen_if_cached();
   void build_model_and_data(const std::optional<checkpoint::CheckpointInfo>& ckpt);
   /// Several ranks: everyone takes rank 0's initial weights.
   void share_initial_weights();

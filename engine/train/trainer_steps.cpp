@@ -293,6 +293,9 @@ void Trainer::State::finish(const std::string& reason) {
   if (text_cache)
     log("text-embedding cache: " + std::to_string(text_cache->hits()) + " read, " + std::to_string(text_cache->stored()) +
         " encoded and stored");
+  if (model.frozen_parked())
+    log("frozen parts came back " + std::to_string(model.frozen_visits) +
+        " time(s) while training (to decode samples, or for inputs the caches missed)");
   emit("run_end", {{"reason", reason}, {"loss", last_loss}});
   loader.reset();
 }

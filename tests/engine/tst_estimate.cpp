@@ -261,28 +261,41 @@ class TestEstimate : public QObject {
     QTest::addColumn<int>("batch");
     QTest::addColumn<bool>("checkpointing");
     QTest::addColumn<QString>("attention");
-    QTest::newRow("16 px, batch 8") << 16 << 8 << false << "auto";
-    QTest::newRow("32 px, batch 4") << 32 << 4 << false << "auto";
-    QTest::newRow("64 px, batch 2") << 64 << 2 << false << "auto";
-    QTest::newRow("32 px, batch 4, checkpointing") << 32 << 4 << true << "auto";
-    QTest::newRow("64 px, batch 2, checkpointing") << 64 << 2 << true << "auto";
-    QTest::newRow("64 px, batch 2, plain attention") << 64 << 2 << false << "plain";
-    QTest::newRow("64 px, batch 2, checkpointing, plain") << 64 << 2 << true << "plain";
-    QTest::newRow("32 px, batch 4, blocked attention") << 32 << 4 << false << "blocked";
+    QTest::addColumn<int>("depth");  // transformer blocks at the two coarse levels (2: split units)
+    QTest::newRow("16 px, batch 8") << 16 << 8 << false << "auto" << 1;
+    QTest::newRow("32 px, batch 4") << 32 << 4 << false << "auto" << 1;
+    QTest::newRow("64 px, batch 2") << 64 << 2 << false << "auto" << 1;
+    QTest::newRow("32 px, batch 4, checkpointing") << 32 << 4 << true << "auto" << 1;
+    QTest::newRow("64 px, batch 2, checkpointing") << 64 << 2 << true << "auto" << 1;
+    QTest::newRow("64 px, batch 2, plain attention") << 64 << 2 << false << "plain" << 1;
+    QTest::newRow("64 px, batch 2, checkpointing, plain") << 64 << 2 << true << "plain" << 1;
+    QTest::newRow("32 px, batch 4, blocked attention") << 32 << 4 << false << "blocked" << 1;
+    QTest::newRow("32 px, batch 4, two-block transformers") << 32 << 4 << false << "auto" << 2;
+    QTest::newRow("32 px, batch 4, two-block transformers split, checkpointing") << 32 << 4 << true << "auto" << 2;
   }
   void activationsMatchMeasuredPasses() {
     QFETCH(int, resolution);
     QFETCH(int, batch);
     QFETCH(bool, checkpointing);
     QFETCH(QString, attention);
+    QFETCH(int, depth);
     models::AttentionOptions paths;
     paths.mode = models::parse_attention_mode(attention.toStdString());
     auto model = models::DiffusionModel::build_tiny(shape_captions(), "epsilon", 1);
+    config::TrainerConfig cfg = config::load_config_string("version: 1\n", "defaults").config;
+    ModelShape shape = model_shape(cfg);
+    if (depth > 1) {  // the same UNet with deeper transformers, one unit per block
+      models::UNetConfig c = model.unet->config();
+      c.transformer_layers_per_block = {1, depth, depth};
+      model.unet = models::UNet2DConditionModel(c);
+      ModelShape deeper = unet_shape(c);
+      for (const auto& u : shape.units)
+        if (u.kind == UnitKind::text_encoder) deeper.units.push_back(u);
+      shape.units = deeper.units;
+    }
     model.set_attention(paths);
     model.train(true);
     const std::int64_t measured = measured_activations(model, resolution, batch, checkpointing);
-    config::TrainerConfig cfg = config::load_config_string("version: 1\n", "defaults").config;
-    const ModelShape shape = model_shape(cfg);
     EstimateOptions o;
     o.resolution = resolution;
     o.batch_size = batch;

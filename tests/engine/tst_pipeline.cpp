@@ -6,6 +6,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <nlohmann/json.hpp>
 
+#include "core/cpu_allocation_counter.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
@@ -212,6 +213,41 @@ class TestPipeline : public QObject {
     const auto text = source->load_text_encoder("text_encoder")->forward(text_io.tensor("input_ids"));
     QVERIFY(err(text.last_hidden_state, text_io.tensor("last_hidden_state")) <= 1e-4);
     QCOMPARE(source->load_tokenizer("tokenizer").vocab_size(), std::size_t{49408});
+  }
+
+  // Frozen parts off the device (an SDXL-type pipeline: VAE and two text encoders). On the CPU
+  // "off" means released, which the allocation counter sees: the weights' bytes come back to
+  // the allocator. Remembered prompts need no encoder; anything else brings a part back for
+  // one call (counted) and gives the same values as before; the weights are read again in the
+  // dtype they had (bf16 here).
+  void frozenPartsLeaveAndComeBack() {
+    QTemporaryDir dir;
+    const std::string pipeline = (dir.path() + "/tiny-sdxl").toStdString();
+    zs::test::write_tiny_sdxl(pipeline);
+    zs::CpuAllocationCounter counter;  // it sees only what is allocated while it exists
+    DiffusionModel m = DiffusionModel::load_frozen(pipeline);
+    m.frozen_to(at::kBFloat16);
+    m.train(false);
+    const at::Tensor latents = at::randn({1, 4, 8, 8});
+    const TextConditioning prompt = m.condition({"a red fox"}, at::kCPU), other = m.condition({"a blue bird"}, at::kCPU);
+    const at::Tensor image = m.to_images(latents);
+    const std::int64_t bytes = m.frozen_bytes();
+    QVERIFY(bytes > 0);
+    const std::int64_t before = counter.current();
+    m.park_frozen(at::kCPU, {"a red fox", ""});
+    const std::int64_t freed = before - counter.current();
+    qInfo("frozen weights %lld bytes; parking freed %lld", static_cast<long long>(bytes), static_cast<long long>(freed));
+    QVERIFY(m.frozen_parked());
+    QVERIFY2(freed >= bytes * 95 / 100, qPrintable(QString::number(freed)));
+    QCOMPARE(m.frozen_bytes(), std::int64_t{0});
+    const TextConditioning remembered = m.condition({"a red fox", "a red fox"}, at::kCPU);
+    QCOMPARE(m.frozen_visits, std::int64_t{0});
+    QVERIFY(at::equal(remembered.context[1], prompt.context[0]) && at::equal(remembered.pooled[0], prompt.pooled[0]));
+    QVERIFY(at::equal(m.condition({"a blue bird"}, at::kCPU).context, other.context));
+    QCOMPARE(m.frozen_visits, std::int64_t{1});
+    QVERIFY(at::equal(m.to_images(latents), image));
+    QCOMPARE(m.frozen_visits, std::int64_t{2});
+    QCOMPARE(m.frozen_bytes(), std::int64_t{0});  // gone again after each visit
   }
 
   // SDXL both ways: a pipeline written as a single file has OpenCLIP's names and layouts for

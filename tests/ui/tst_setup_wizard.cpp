@@ -18,6 +18,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "core/memory.h"
 #include "memory_panel.h"
 #include "setup_wizard.h"
 #include "test_support.h"
@@ -261,6 +262,54 @@ class TestSetupWizard : public QObject {
     QCOMPARE(w.answer("use_deepspeed"), QString("yes"));
     QVERIFY(w.answer("zero_stage").toInt() >= 1);
     QVERIFY(panel->fitText().contains("fits") && !panel->fitText().contains("does not"));
+  }
+
+  // The device bar is stacked: parameters, gradients, optimizer states, activations, frozen
+  // parts and buffers, summing to the device total, each drawn in its colour (checked on a grab
+  // of the panel); SDXL with the optimizer in CPU memory needs more host memory than this
+  // machine has, and the panel says how much.
+  void memoryPanelStacksTheBreakdown() {
+    SetupWizard w;
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    w.setAnswer("use_cpu", "no");  // one GPU: the bar is against the card
+    w.setAnswer("mixed_precision", "bf16");
+    w.setAnswer("model_source", "sdxl");
+    w.setAnswer("resolution", "1024");
+    w.setAnswer("batch_size", "2");
+    w.setAnswer("gradient_checkpointing", "yes");
+    w.setAnswer("use_deepspeed", "yes");
+    w.setAnswer("zero_stage", "2");
+    w.setAnswer("offload_optimizer", "cpu");
+    QVERIFY(w.result().has_value());
+    auto* panel = w.memoryPanel();
+    panel->setCardBytes(qint64{24} << 30);
+    const auto parts = panel->deviceSegments();
+    QCOMPARE(parts.size(), 6);
+    const QStringList names = {"parameters", "gradients", "optimizer states", "activations", "frozen parts", "buffers"};
+    qint64 sum = 0;
+    for (int i = 0; i < parts.size(); ++i) {
+      QCOMPARE(parts[i].name, names[i]);
+      sum += parts[i].bytes;
+    }
+    QCOMPARE(sum, panel->deviceBytes());
+    QVERIFY(parts[4].bytes > 0);  // a preset: the frozen parts are on the device
+    QVERIFY(panel->cpuBytes() > (qint64{30} << 30));
+    if (zs::physical_memory_bytes() < panel->cpuBytes())
+      QVERIFY2(panel->hostWarning().contains("of CPU memory") && panel->hostWarning().contains("this machine has"),
+               qPrintable(panel->hostWarning()));
+    QVERIFY(panel->deviceText().endsWith("of 24.0 GiB"));
+    QCoreApplication::processEvents();  // the labels' new heights
+    const QImage shot = panel->grab().toImage();
+    QVERIFY(shot.save(QDir(QCoreApplication::applicationDirPath()).filePath("memory_panel_sdxl.png")));
+    auto shows = [&](const QColor& c) {
+      for (int y = 0; y < shot.height(); ++y)
+        for (int x = 0; x < shot.width(); ++x)
+          if (shot.pixelColor(x, y) == c) return true;
+      return false;
+    };
+    for (const auto& part : parts)
+      if (part.bytes > panel->deviceBytes() / 50) QVERIFY2(shows(part.color), qPrintable(part.name));
   }
 
   // The model page shows the parameter count; the dataset page the layout, count and thumbnails.

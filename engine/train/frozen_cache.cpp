@@ -1,0 +1,126 @@
+#include "train/frozen_cache.h"
+
+#include <array>
+#include <filesystem>
+#include <set>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+
+#include "data/dataset.h"
+#include "data/latent_cache.h"
+#include "models/diffusion_model.h"
+
+namespace zs::train {
+
+namespace fs = std::filesystem;
+
+data::MetadataOptions metadata_options(const config::DataMetadataConfig& m) {
+  data::MetadataOptions o;
+  o.consider_every_nth = m.consider_every_nth;
+  o.blacklist_tags = m.blacklist_tags;
+  o.non_caption_tags = m.non_caption_tags;
+  o.replacements = m.replacements;
+  o.tag_separator = m.tag_separator;
+  o.abs_min_score = m.abs_min_score;
+  o.min_score = m.min_score;
+  o.score_tags = m.score_tags;
+  for (const auto& [tag, value] : m.tag_bonus_scores) o.tag_bonus_scores.emplace_back(tag, std::stod(value));
+  return o;
+}
+
+data::LoaderOptions loader_options(const config::TrainerConfig& cfg) {
+  data::LoaderOptions lo;
+  lo.batch_size = cfg.training.batch_size;
+  lo.resolution = cfg.data.resolution;
+  lo.flip_p = cfg.data.flip_p;
+  lo.caption_dropout = cfg.data.caption_dropout;
+  lo.shuffle_tag_p = cfg.data.metadata.shuffle_tag_p;
+  lo.tag_separator = cfg.data.metadata.tag_separator;
+  lo.seed = static_cast<std::uint64_t>(cfg.training.seed);
+  lo.num_workers = static_cast<int>(cfg.data.num_workers);
+  lo.buckets = cfg.data.aspect_buckets;
+  lo.bucket_step = cfg.data.bucket_step;
+  return lo;
+}
+
+Caches::Caches() = default;
+Caches::~Caches() = default;
+Caches::Caches(Caches&&) noexcept = default;
+Caches& Caches::operator=(Caches&&) noexcept = default;
+
+Caches open_caches(const config::TrainerConfig& cfg, const models::DiffusionModel& model) {
+  Caches c;
+  const std::string root = cfg.data.latent_cache_dir.empty() ? (fs::path(cfg.logging.runs_root) / ".latent-cache").string()
+                                                             : cfg.data.latent_cache_dir;
+  if (model.vae && cfg.data.cache_latents)
+    c.latents = std::make_unique<data::LatentCache>(root, data::LatentCache::vae_key(model.pipeline), cfg.data.resolution);
+  if (!model.pipeline.empty() && !model.text_encoder_trained && cfg.data.cache_text_embeddings)
+    c.texts = std::make_unique<data::LatentCache>(root, data::LatentCache::text_key(model.pipeline), "text");
+  return c;
+}
+
+CacheNeeds cache_needs(data::DataLoader& loader, bool latents) {
+  CacheNeeds needs;
+  const auto& o = loader.options();
+  std::set<std::string> captions;
+  for (std::size_t i = 0; i < loader.items().size(); ++i) {
+    const auto& item = loader.items()[i];
+    if (latents) {
+      needs.images.push_back({i, false, loader.cache_key(i, false)});
+      if (o.flip_p > 0) needs.images.push_back({i, true, loader.cache_key(i, true)});
+    }
+    captions.insert(item.caption);
+    if (!item.tags.empty() && o.shuffle_tag_p > 0) needs.finite = false;
+  }
+  if (o.caption_dropout > 0) captions.insert("");
+  needs.captions.assign(captions.begin(), captions.end());
+  return needs;
+}
+
+CacheMissing cache_missing(const CacheNeeds& needs, const data::LatentCache* latents, const data::LatentCache* texts) {
+  CacheMissing m;
+  if (latents)
+    for (const auto& image : needs.images) m.images += !latents->has(image.key);
+  if (texts)
+    for (const auto& caption : needs.captions) m.captions += !texts->has(data::LatentCache::text_content_key(caption));
+  return m;
+}
+
+std::int64_t fill_caches(models::DiffusionModel& model, data::DataLoader& loader, const CacheNeeds& needs,
+                         data::LatentCache* latents, data::LatentCache* texts, const at::Device& device, int rank, int world,
+                         const std::function<void(std::int64_t, std::int64_t)>& progress) {
+  c10::NoGradGuard no_grad;
+  // This process's share: every world-th image and caption.
+  std::vector<const CacheNeeds::Image*> images;
+  std::vector<const std::string*> captions;
+  for (std::size_t i = 0; i < needs.images.size(); ++i)
+    if (static_cast<int>(i % static_cast<std::size_t>(world)) == rank && latents && !latents->has(needs.images[i].key))
+      images.push_back(&needs.images[i]);
+  for (std::size_t i = 0; i < needs.captions.size(); ++i)
+    if (static_cast<int>(i % static_cast<std::size_t>(world)) == rank && texts &&
+        !texts->has(data::LatentCache::text_content_key(needs.captions[i])))
+      captions.push_back(&needs.captions[i]);
+  const auto total = static_cast<std::int64_t>(images.size() + captions.size());
+  std::int64_t done = 0;
+  if (progress) progress(0, total);
+  // The sample drawn from each posterior is thrown away; only the posterior is stored.
+  at::Generator gen = at::detail::createCPUGenerator(0);
+  for (const auto* need : images) {
+    const auto [height, width] = loader.item_size(need->item);
+    std::array<double, 6> geometry{};
+    at::Tensor image = data::DataLoader::load_image(loader.items()[need->item].image, height, width, &geometry);
+    if (need->flip) image = image.flip({2});
+    const std::vector<std::string> keys = {need->key};
+    model.to_model_space(image.unsqueeze(0).to(device), gen, latents, &keys);
+    if (progress) progress(++done, total);
+  }
+  for (const auto* caption : captions) {
+    model.condition({*caption}, device, texts);
+    if (progress) progress(++done, total);
+  }
+  return done;
+}
+
+}  // namespace zs::train

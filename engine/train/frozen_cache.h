@@ -1,0 +1,74 @@
+#pragma once
+// The latent and text-embedding caches as a whole: what a dataset needs in them, what they lack,
+// and the pass that fills them (`zerostudio cache`). A run whose caches hold everything trains
+// without the frozen VAE and text encoders on its device (DiffusionModel::park_frozen).
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <c10/core/Device.h>
+
+#include "config/trainer_config.h"
+
+namespace zs::data {
+class DataLoader;
+class LatentCache;
+struct MetadataOptions;
+struct LoaderOptions;
+}  // namespace zs::data
+namespace zs::models {
+class DiffusionModel;
+}
+
+namespace zs::train {
+
+/// The dataset options of a config (data.metadata.*).
+data::MetadataOptions metadata_options(const config::DataMetadataConfig& m);
+/// How the loader reads a config's dataset (one process; the caller sets shard and num_shards).
+data::LoaderOptions loader_options(const config::TrainerConfig& cfg);
+
+/// The caches a config asks for (data.cache_latents, data.cache_text_embeddings) for `model`:
+/// null where off or where the model has nothing frozen to cache (no VAE; trained text encoder).
+struct Caches {
+  std::unique_ptr<data::LatentCache> latents, texts;
+  Caches();
+  ~Caches();
+  Caches(Caches&&) noexcept;
+  Caches& operator=(Caches&&) noexcept;
+};
+Caches open_caches(const config::TrainerConfig& cfg, const models::DiffusionModel& model);
+
+/// Everything the loader can ask the caches for: each item's image unflipped and, with
+/// data.flip_p > 0, flipped; each caption and, with caption dropout, the empty one. Finite
+/// unless tags are shuffled (then captions cannot all be cached).
+struct CacheNeeds {
+  struct Image {
+    std::size_t item = 0;
+    bool flip = false;
+    std::string key;
+  };
+  std::vector<Image> images;
+  std::vector<std::string> captions;  ///< distinct
+  bool finite = true;
+};
+/// Reads every image file once (its content key).
+CacheNeeds cache_needs(data::DataLoader& loader, bool latents);
+
+/// How many entries the caches lack (only the caches that exist count).
+struct CacheMissing {
+  std::int64_t images = 0, captions = 0;
+  std::int64_t total() const { return images + captions; }
+};
+CacheMissing cache_missing(const CacheNeeds& needs, const data::LatentCache* latents, const data::LatentCache* texts);
+
+/// Encodes and stores what the caches lack, this process's share (every `world`-th need from
+/// `rank`), one image and one caption at a time as training would; `progress(done, total)`
+/// after each. Returns how many entries it stored.
+std::int64_t fill_caches(models::DiffusionModel& model, data::DataLoader& loader, const CacheNeeds& needs,
+                         data::LatentCache* latents, data::LatentCache* texts, const at::Device& device, int rank, int world,
+                         const std::function<void(std::int64_t, std::int64_t)>& progress = {});
+
+}  // namespace zs::train
