@@ -219,6 +219,37 @@ class TestTrainE2E : public QObject {
                qPrintable(QString("step %1: blocked %2, plain %3").arg(i + 1).arg(runs[1][i]).arg(runs[0][i])));
   }
 
+  // training.cpu_checkpointing trains the same run bit for bit, and each rank's metrics say where
+  // the kept unit inputs waited: on the device without it, in CPU memory with it.
+  void cpuCheckpointingTrainsTheSameRun() {
+    QTemporaryDir dir;
+    std::vector<std::vector<double>> runs;
+    std::vector<json> kept;
+    for (bool cpu : {false, true}) {
+      train::TrainerOptions opts;
+      opts.run_dir = dir.path().toStdString() + (cpu ? "/cpu" : "/device");
+      train::TrainerCommands commands;
+      train::Trainer(small_config({"training.gradient_checkpointing=true",
+                                   std::string("training.cpu_checkpointing=") + (cpu ? "true" : "false"),
+                                   "training.max_steps=3", "sampling.every_n_steps=0", "checkpointing.every_n_steps=0",
+                                   "launch.use_cpu=true"}),
+                     opts)
+          .run(commands);
+      const auto events = read_events(opts.run_dir);
+      runs.push_back(losses(events));
+      for (const auto& e : events)
+        if (e["type"] == "metrics") kept.push_back(e["ranks"][0]["checkpointed_inputs"]);
+    }
+    QCOMPARE(runs[0].size(), std::size_t{3});
+    QCOMPARE(runs[1], runs[0]);
+    QCOMPARE(kept.size(), std::size_t{6});
+    for (std::size_t i = 0; i < 3; ++i) {
+      QVERIFY2(kept[i]["device"].get<std::int64_t>() > 0 && kept[i]["cpu"].get<std::int64_t>() == 0, kept[i].dump().c_str());
+      QVERIFY2(kept[3 + i]["device"].get<std::int64_t>() == 0 && kept[3 + i]["cpu"] == kept[i]["device"],
+               kept[3 + i].dump().c_str());
+    }
+  }
+
   // A run that changed the prediction type exports a pipeline whose scheduler says so; the rest
   // of the pipeline's scheduler config is kept as it was.
   void diffusersExportCarriesTheRunsPredictionType() {
