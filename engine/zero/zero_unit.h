@@ -1,6 +1,6 @@
 #pragma once
 // ZeroOptimizer's per-unit bookkeeping, shared by zero_optimizer.cpp (flattening, collectives,
-// hooks) and zero_offload.cpp (the step, masters, offload, state). Not a public header.
+// hooks) and zero_state.cpp (the step, masters, offload, state). Not a public header.
 
 #include <array>
 #include <cstdint>

@@ -14,6 +14,7 @@
 #include "config/config_loader.h"
 #include "config/trainer_config.h"
 #include "data/latent_cache.h"
+#include "estimate/memory_estimator.h"
 #include "estimate/model_shape.h"
 #include "models/diffusers_pipeline.h"
 #include "models/diffusion_model.h"
@@ -240,6 +241,15 @@ class TestPipeline : public QObject {
     QVERIFY(m.frozen_parked());
     QVERIFY2(freed >= bytes * 95 / 100, qPrintable(QString::number(freed)));
     QCOMPARE(m.frozen_bytes(), std::int64_t{0});
+    // The estimator's frozen bytes for this pipeline in bf16 (its VAE upcast to fp32 or not, as
+    // its config says): what parking took off, within 10 %.
+    zs::config::TrainerConfig cfg =
+        zs::config::load_config_string("version: 1\n", "frozen", {"model.path=" + pipeline, "precision=bf16"}).config;
+    zs::estimate::EstimateOptions eo = zs::estimate::options_from_config(cfg);
+    eo.frozen_off_device = false;
+    const std::int64_t estimated = zs::estimate::estimate_memory(zs::estimate::model_shape(cfg), eo).gpu_frozen;
+    qInfo("estimated frozen bytes %lld", static_cast<long long>(estimated));
+    QVERIFY2(std::abs(static_cast<double>(freed) / static_cast<double>(estimated) - 1) <= 0.10, qPrintable(QString::number(estimated)));
     const TextConditioning remembered = m.condition({"a red fox", "a red fox"}, at::kCPU);
     QCOMPARE(m.frozen_visits, std::int64_t{0});
     QVERIFY(at::equal(remembered.context[1], prompt.context[0]) && at::equal(remembered.pooled[0], prompt.pooled[0]));
