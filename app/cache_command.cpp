@@ -114,13 +114,14 @@ int run_cache_command(const std::vector<std::string>& args) {
   lo.num_workers = 0;
   lo.content_keys = true;
   data::DataLoader loader(data::scan_dataset(data_path, train::metadata_options(cfg.data.metadata)), lo);
-  const train::CacheNeeds needs = train::cache_needs(loader, caches.latents != nullptr);
+  // Only this process's share of the image files is read here.
+  const train::CacheNeeds share = train::cache_needs(loader, caches.latents != nullptr, rank, world);
   const bool tty = isatty(STDERR_FILENO) != 0;
   const auto start = std::chrono::steady_clock::now();
   int last = -1;
   const std::string who = world > 1 ? "[process " + std::to_string(rank) + "] " : "";
   const std::int64_t stored = train::fill_caches(
-      model, loader, needs, caches.latents.get(), caches.texts.get(), device, rank, world,
+      model, loader, share, caches.latents.get(), caches.texts.get(), device,
       [&](std::int64_t done, std::int64_t total) {
         const int pct = total ? static_cast<int>(100 * done / total) : 100;
         if (!tty && pct / 5 == last / 5 && done != total) return;
@@ -147,6 +148,8 @@ int run_cache_command(const std::vector<std::string>& args) {
     }
   }
   if (rank != 0) return 0;
+  // The whole dataset for the summary (the first process's own files are not read again).
+  const train::CacheNeeds needs = world > 1 ? train::cache_needs(loader, caches.latents != nullptr) : share;
   const train::CacheMissing missing = train::cache_missing(needs, caches.latents.get(), caches.texts.get());
   std::cout << "caches for " << data_path << ": " << needs.images.size() - static_cast<std::size_t>(missing.images) << "/"
             << needs.images.size() << " latents" << (caches.latents ? " in " + caches.latents->dir() : " (off)") << ", "

@@ -162,12 +162,7 @@ struct Transformer2DModelImpl : torch::nn::Module {
       proj_out_conv = register_module("proj_out", conv(inner, channels, 1));
     }
   }
-  // x [B, C, H, W], context [B, T, Cc] -> [B, C, H, W]
-  at::Tensor forward(const at::Tensor& x, const at::Tensor& context) {
-    at::Tensor t = project_in(x);
-    for (auto& block : blocks) t = block(t, context);
-    return project_out(t, x.size(2), x.size(3), x.size(1)) + x;
-  }
+  // (No forward: the UNet runs a transformer as its pieces, forward_piece, and adds x after.)
   // norm and proj_in: x [B, C, H, W] -> tokens [B, H*W, inner]
   at::Tensor project_in(const at::Tensor& x) {
     const auto b = x.size(0), h = x.size(2), w = x.size(3);
@@ -447,11 +442,9 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
     auto resnet = block->resnets[j];
     x = unit(resnet->unit, x, temb, [resnet](const at::Tensor& in, const at::Tensor& e) mutable { return resnet(in, e); });
     if (block->attentions.empty()) return x;
+    // Each piece its own unit (checkpointed and hooked on its own; one piece when the
+    // transformer is not split), the residual after the last.
     auto attention = block->attentions[j];
-    if (attention->pieces.size() == 1)
-      return unit(attention->pieces[0].first, x, context,
-                  [attention](const at::Tensor& in, const at::Tensor& ctx) mutable { return attention(in, ctx); });
-    // Split: each piece its own unit (checkpointed and hooked on its own), the residual after.
     const int64_t h = x.size(2), w = x.size(3), channels = x.size(1);
     at::Tensor t = x;
     for (const auto& [id, piece] : attention->pieces)

@@ -61,21 +61,23 @@ Caches open_caches(const config::TrainerConfig& cfg, const models::DiffusionMode
   return c;
 }
 
-CacheNeeds cache_needs(data::DataLoader& loader, bool latents) {
+CacheNeeds cache_needs(data::DataLoader& loader, bool latents, int rank, int world) {
   CacheNeeds needs;
   const auto& o = loader.options();
+  const auto mine = [&](std::size_t i) { return static_cast<int>(i % static_cast<std::size_t>(world)) == rank; };
   std::set<std::string> captions;
   for (std::size_t i = 0; i < loader.items().size(); ++i) {
     const auto& item = loader.items()[i];
-    if (latents) {
-      needs.images.push_back({i, false, loader.cache_key(i, false)});
-      if (o.flip_p > 0) needs.images.push_back({i, true, loader.cache_key(i, true)});
-    }
     captions.insert(item.caption);
     if (!item.tags.empty() && o.shuffle_tag_p > 0) needs.finite = false;
+    if (!latents || !mine(i)) continue;
+    needs.images.push_back({i, false, loader.cache_key(i, false)});
+    if (o.flip_p > 0) needs.images.push_back({i, true, loader.cache_key(i, true)});
   }
   if (o.caption_dropout > 0) captions.insert("");
-  needs.captions.assign(captions.begin(), captions.end());
+  std::size_t k = 0;
+  for (const auto& caption : captions)
+    if (mine(k++)) needs.captions.push_back(caption);
   return needs;
 }
 
@@ -89,19 +91,17 @@ CacheMissing cache_missing(const CacheNeeds& needs, const data::LatentCache* lat
 }
 
 std::int64_t fill_caches(models::DiffusionModel& model, data::DataLoader& loader, const CacheNeeds& needs,
-                         data::LatentCache* latents, data::LatentCache* texts, const at::Device& device, int rank, int world,
+                         data::LatentCache* latents, data::LatentCache* texts, const at::Device& device,
                          const std::function<void(std::int64_t, std::int64_t)>& progress) {
   c10::NoGradGuard no_grad;
-  // This process's share: every world-th image and caption.
   std::vector<const CacheNeeds::Image*> images;
   std::vector<const std::string*> captions;
-  for (std::size_t i = 0; i < needs.images.size(); ++i)
-    if (static_cast<int>(i % static_cast<std::size_t>(world)) == rank && latents && !latents->has(needs.images[i].key))
-      images.push_back(&needs.images[i]);
-  for (std::size_t i = 0; i < needs.captions.size(); ++i)
-    if (static_cast<int>(i % static_cast<std::size_t>(world)) == rank && texts &&
-        !texts->has(data::LatentCache::text_content_key(needs.captions[i])))
-      captions.push_back(&needs.captions[i]);
+  if (latents)
+    for (const auto& need : needs.images)
+      if (!latents->has(need.key)) images.push_back(&need);
+  if (texts)
+    for (const auto& caption : needs.captions)
+      if (!texts->has(data::LatentCache::text_content_key(caption))) captions.push_back(&caption);
   const auto total = static_cast<std::int64_t>(images.size() + captions.size());
   std::int64_t done = 0;
   if (progress) progress(0, total);

@@ -54,8 +54,9 @@ struct CacheNeeds {
   std::vector<std::string> captions;  ///< distinct
   bool finite = true;
 };
-/// Reads every image file once (its content key).
-CacheNeeds cache_needs(data::DataLoader& loader, bool latents);
+/// The share of process `rank` of `world` (every world-th item and distinct caption; all of
+/// them by default). Reads each of its image files once (the content key; the loader keeps it).
+CacheNeeds cache_needs(data::DataLoader& loader, bool latents, int rank = 0, int world = 1);
 
 /// How many entries the caches lack (only the caches that exist count).
 struct CacheMissing {
@@ -64,11 +65,10 @@ struct CacheMissing {
 };
 CacheMissing cache_missing(const CacheNeeds& needs, const data::LatentCache* latents, const data::LatentCache* texts);
 
-/// Encodes and stores what the caches lack, this process's share (every `world`-th need from
-/// `rank`), one image and one caption at a time as training would; `progress(done, total)`
-/// after each. Returns how many entries it stored.
+/// Encodes and stores what of `needs` the caches lack, one image and one caption at a time as
+/// training would; `progress(done, total)` after each. Returns how many entries it stored.
 std::int64_t fill_caches(models::DiffusionModel& model, data::DataLoader& loader, const CacheNeeds& needs,
-                         data::LatentCache* latents, data::LatentCache* texts, const at::Device& device, int rank, int world,
+                         data::LatentCache* latents, data::LatentCache* texts, const at::Device& device,
                          const std::function<void(std::int64_t, std::int64_t)>& progress = {});
 
 }  // namespace zs::train

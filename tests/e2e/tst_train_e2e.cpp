@@ -325,7 +325,7 @@ class TestTrainE2E : public QObject {
       QVERIFY(before.images > 0 && before.captions > 0);
       std::int64_t last = -1;
       const std::int64_t stored = train::fill_caches(frozen, loader, needs, caches.latents.get(), caches.texts.get(), at::kCPU,
-                                                     0, 1, [&](std::int64_t done, std::int64_t) { last = done; });
+                                                     [&](std::int64_t done, std::int64_t) { last = done; });
       QCOMPARE(stored, before.total());
       QCOMPARE(last, stored);
       QCOMPARE(train::cache_missing(needs, caches.latents.get(), caches.texts.get()).total(), std::int64_t{0});
