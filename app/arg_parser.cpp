@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/text.h"
+
 namespace zs::cli {
 
 std::string normalize_flag(const std::string& flag) {
@@ -57,7 +59,7 @@ ParsedArgs parse_args(const CommandSpec& spec, const std::vector<std::string>& a
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (only_positional || arg.size() < 2 || arg[0] != '-') {
-      parsed.positional_.push_back(arg);
+      parsed.positional_.push_back(without_trailing_slash(arg));  // folders as shell completion writes them
       continue;
     }
     if (arg == "--") {
@@ -91,7 +93,8 @@ ParsedArgs parse_args(const CommandSpec& spec, const std::vector<std::string>& a
     }
     auto& slot = parsed.values_[it->name];
     if (!slot.empty() && !it->repeatable) throw UsageError("option '" + name + "' given twice");
-    slot.push_back(value);
+    // Paths are taken with or without a trailing slash; --set's KEY=VALUE is the config's to read.
+    slot.push_back(it->repeatable ? value : without_trailing_slash(value));
   }
   if (parsed.help) return parsed;
   const size_t n = parsed.positional_.size();

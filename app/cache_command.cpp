@@ -113,7 +113,11 @@ int run_cache_command(const std::vector<std::string>& args) {
   lo.batch_size = 1;  // the loader only lists items here; it never starts
   lo.num_workers = 0;
   lo.content_keys = true;
-  data::DataLoader loader(data::scan_dataset(data_path, train::metadata_options(cfg.data.metadata)), lo);
+  data::DataLoader loader(
+      data::scan_dataset(data_path, train::metadata_options(cfg.data, [rank](const std::string& w) {
+                           if (rank == 0) std::cerr << "warning: " << w << "\n";
+                         })),
+      lo);
   // Only this process's share of the image files is read here.
   const train::CacheNeeds share = train::cache_needs(loader, caches.latents != nullptr, rank, world);
   const bool tty = isatty(STDERR_FILENO) != 0;

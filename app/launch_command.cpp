@@ -9,6 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +26,7 @@
 #include "config/trainability.h"
 #include "train/events.h"
 #include "train/run_directory.h"
+#include "train/trainer.h"
 
 namespace zs::cli {
 
@@ -32,22 +35,25 @@ namespace {
 const CommandSpec kLaunch{
     "launch",
     "[--num_processes N] [--num_machines M --machine_rank R --main_process_ip IP --main_process_port P] FILE "
-    "[--set KEY=VALUE ...] [--run-dir DIR] [--resume latest|CHECKPOINT]",
+    "[--set KEY=VALUE ...] [--run-dir DIR] [--resume latest|auto|CHECKPOINT]",
     "Start this machine's ranks of a multi-process run (each runs `zerostudio train` on FILE).",
     "The flags default to the config's launch section. --num_processes counts ranks over all machines\n"
     "(as accelerate). Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and\n"
     "MASTER_PORT (as torchrun), an equal share of the cores for its threads, and its output prefixed\n"
     "with [rank R]. Ctrl-C and SIGTERM are passed on to every rank (a second one kills them). The exit\n"
-    "code is the first failing rank's (128 + signal for a killed rank). Under srun or torchrun, run\n"
+    "code is the first failing rank's (128 + signal for a killed rank; 3 when the run ended without\n"
+    "its newest checkpoint). On one machine the ranks meet through a file in a private folder under\n"
+    "$TMPDIR (ZEROSTUDIO_STORE_FILE), so no port is opened; several machines meet at rank 0's store on\n"
+    "--main_process_port, which the other machines must reach. Under srun or torchrun, run\n"
     "`zerostudio train` directly: it joins as the rank those variables describe.",
     {{"num_processes", "N", "Total ranks over all machines (launch.num_processes)"},
      {"num_machines", "M", "Machines (launch.num_machines)"},
      {"machine_rank", "R", "This machine's index (launch.machine_rank)"},
      {"main_process_ip", "IP", "Address of the machine with rank 0 (launch.main_process_ip)"},
-     {"main_process_port", "P", "Port of the rendezvous store (launch.main_process_port)"},
+     {"main_process_port", "P", "Port of the rendezvous store, several machines only (launch.main_process_port)"},
      {"set", "KEY=VALUE", "Override one key (repeatable; passed to every rank)", true},
      {"run_dir", "DIR", "Run directory (passed to every rank)"},
-     {"resume", "latest|CHECKPOINT", "Resume (passed to every rank)"}},
+     {"resume", "latest|auto|CHECKPOINT", "Resume (passed to every rank)"}},
     1, 1};
 
 std::atomic<int> g_signal{0};
@@ -172,8 +178,28 @@ int run_launch_command(const std::vector<std::string>& args) {
   if (n <= 0) throw Error(ErrorKind::io, "cannot find the zerostudio executable (/proc/self/exe)");
   self[n] = '\0';
 
+  // One machine: the ranks meet through a file in a private folder (mode 0700, under $TMPDIR, not
+  // the run folder, which may be on NFS), so no port is open to other machines. Several machines:
+  // rank 0's TCPStore at --main_process_ip:--main_process_port.
+  struct StoreFolder {
+    std::string dir;
+    ~StoreFolder() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } store;
+  if (machines == 1) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/zerostudio-store-XXXXXX";
+    if (!::mkdtemp(pattern.data()))
+      throw Error(ErrorKind::io, pattern + ": cannot create the ranks' private rendezvous folder: " + std::strerror(errno) +
+                                     "; set TMPDIR to a writable folder");
+    store.dir = pattern;
+  }
+  const std::string store_file = store.dir.empty() ? "" : store.dir + "/store";
   std::cout << "[launcher] starting " << local << " of " << total << " ranks on machine " << machine_rank << " ("
-            << threads << " threads each, rendezvous " << ip << ":" << port << ")\n";
+            << threads << " threads each, rendezvous "
+            << (store_file.empty() ? ip + ":" + std::to_string(port) : "through " + store_file + ", no port") << ")\n";
   std::cout.flush();
   std::signal(SIGINT, on_launcher_signal);
   std::signal(SIGTERM, on_launcher_signal);
@@ -202,6 +228,8 @@ int run_launch_command(const std::vector<std::string>& args) {
           {"MASTER_ADDR", ip},                     {"MASTER_PORT", std::to_string(port)},
           {"OMP_NUM_THREADS", std::to_string(threads)}, {"MKL_NUM_THREADS", std::to_string(threads)}};
       for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+      if (store_file.empty()) ::unsetenv("ZEROSTUDIO_STORE_FILE");
+      else ::setenv("ZEROSTUDIO_STORE_FILE", store_file.c_str(), 1);
       std::vector<char*> argv{self};
       for (auto& s : train_args) argv.push_back(s.data());
       argv.push_back(nullptr);
@@ -265,8 +293,11 @@ int run_launch_command(const std::vector<std::string>& args) {
           const std::string ending = ending_of(c, status);
           std::cout << "[launcher] " << ending << "\n";
           std::cout.flush();
-          // Rank 0 reports its own errors; a killed rank 0 and the other ranks cannot.
-          if (c.rank != 0 || WIFSIGNALED(status))
+          // A checkpoint that could not be saved ends every rank at once, agreed, and rank 0 has
+          // said so in the events. Otherwise rank 0 reports its own errors; a killed rank 0 and
+          // the other ranks cannot.
+          const bool save_failed = WIFEXITED(status) && c.code == train::kSaveFailedExit;
+          if (!save_failed && (c.rank != 0 || WIFSIGNALED(status)))
             append_run_event(run_dir.path, "error", {{"message", ending}, {"rank", c.rank}, {"source", "launcher"}});
           if (first_failure == 0) {
             first_failure = c.code;
@@ -293,7 +324,8 @@ int run_launch_command(const std::vector<std::string>& args) {
   }
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
-  if (first_failure) append_run_event(run_dir.path, "run_end", {{"reason", "error"}});  // when rank 0 could not
+  if (first_failure && first_failure != train::kSaveFailedExit)
+    append_run_event(run_dir.path, "run_end", {{"reason", "error"}});  // when rank 0 could not
   std::cout << "[launcher] " << (first_failure ? "failed with exit code " + std::to_string(first_failure) : "all ranks finished")
             << "\n";
   return first_failure;

@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "config/problem.h"
 #include "core/build_info.h"
+#include "core/text.h"
 
 #ifdef ZS_HAVE_GUI
 #include "gui_main.h"
@@ -96,16 +97,16 @@ int main(int argc, char** argv) {
   try {
     return dispatch(argc, argv);
   } catch (const zs::cli::UsageError& e) {
-    std::cerr << "zerostudio: " << e.what() << "\nRun 'zerostudio --help' for usage.\n";
+    std::cerr << "zerostudio: " << zs::printable(e.what()) << "\nRun 'zerostudio --help' for usage.\n";
     return 2;
   } catch (const zs::config::ConfigError& e) {
-    for (const auto& p : e.problems()) std::cerr << "error: " << p.to_string() << "\n";
+    for (const auto& p : e.problems()) std::cerr << "error: " << zs::printable(p.to_string()) << "\n";
     return 1;
   } catch (const zs::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "error: unexpected failure: " << e.what() << "\nPlease report this with the command you ran.\n";
+    std::cerr << "error: unexpected failure: " << zs::printable(e.what()) << "\nPlease report this with the command you ran.\n";
     return 1;
   }
 }

@@ -1,8 +1,11 @@
 // `zerostudio train` and `zerostudio make-dataset`.
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -25,14 +28,19 @@ namespace zs::cli {
 namespace {
 
 const CommandSpec kTrain{
-    "train", "FILE [--set KEY=VALUE ...] [--run-dir DIR] [--resume latest|CHECKPOINT]",
+    "train", "FILE [--set KEY=VALUE ...] [--run-dir DIR] [--resume latest|auto|CHECKPOINT]",
     "Train headless with a trainer config, writing the run directory (events.jsonl, samples, checkpoints).",
     "Ctrl-C (SIGINT) or SIGTERM finishes the current step, writes a checkpoint and exits; a second\n"
     "Ctrl-C stops at once. --resume continues a run in its own directory: `latest` picks its newest\n"
-    "checkpoint; keys that define the model, data and optimizer must not change.",
+    "intact checkpoint; `auto` does the same when there is one and otherwise starts the run (for jobs\n"
+    "that are started by the same command again and again); keys that define the model, data and\n"
+    "optimizer must not change. Exit codes: 0 done, 1 an error (the message names it), 2 bad usage,\n"
+    "3 the run ended without its newest checkpoint on disk (checkpointing.on_save_failure; the message\n"
+    "names the newest saved one).",
     {{"set", "KEY=VALUE", "Override one key, validated by the schema (repeatable)", true},
      {"run_dir", "DIR", "Run directory (default: logging.runs_root/logging.run_name or CONFIG-DATE-TIME)"},
-     {"resume", "latest|CHECKPOINT", "Continue from the run directory's newest checkpoint or from a checkpoint folder"}},
+     {"resume", "latest|auto|CHECKPOINT",
+      "Continue from the run directory's newest checkpoint (auto: or start when it has none) or from a checkpoint folder"}},
     1, 1};
 
 const CommandSpec kMakeDataset{
@@ -128,10 +136,14 @@ int run_train_command(const std::vector<std::string>& args) {
 
   ProgressBar bar;
   train::TrainerOptions options;
-  // Tests make one rank's checkpoint write fail (ZEROSTUDIO_FAIL_SAVE=RANK:STEP) or the rank
+  // Tests make one rank's checkpoint write fail (ZEROSTUDIO_FAIL_SAVE=RANK:STEP[:TIMES]) or the rank
   // itself fail (ZEROSTUDIO_FAIL_AT=RANK:STEP).
   options.fail_save = rank_and_step("ZEROSTUDIO_FAIL_SAVE");
+  if (const char* f = std::getenv("ZEROSTUDIO_FAIL_SAVE"); f && std::count(f, f + std::strlen(f), ':') == 2)
+    options.fail_save_times = std::atoi(std::strrchr(f, ':') + 1);  // RANK:STEP:TIMES
   options.fail_at = rank_and_step("ZEROSTUDIO_FAIL_AT");
+  if (const char* r = std::getenv("ZEROSTUDIO_SAVE_RETRY_SECONDS"); r && *r)  // tests: retry sooner than every minute
+    options.save_retry_interval = std::chrono::milliseconds(static_cast<long>(std::stod(r) * 1000));
   const train::RunDirectory run_dir = train::resolve_run_dir(
       loaded.config, {a.get("run_dir"), a.get("resume"), std::filesystem::path(file).stem().string()});
   // Started by `zerostudio launch`, torchrun or srun: join the world as the rank they describe.
@@ -160,6 +172,7 @@ int run_train_command(const std::vector<std::string>& args) {
     else if (type == "log") bar.message(e.value("message", ""));
     else if (type == "samples") bar.message("samples: " + e.value("dir", ""));
     else if (type == "checkpoint") bar.message("checkpoint: " + e.value("path", ""));
+    else if (type == "save_failed") bar.message("error: " + e.value("message", ""));
     else if (type == "run_start")
       bar.message("run " + e.value("run_dir", "") + ": " + std::to_string(e.value("parameters", 0)) +
                   " parameters on " + e.value("device", "") + ", " + std::to_string(e.value("dataset_size", 0)) + " images");
@@ -180,11 +193,25 @@ int run_train_command(const std::vector<std::string>& args) {
       g_commands = nullptr;
     }
   } restore;
-  const train::RunSummary summary = trainer.run(commands);
+  train::RunSummary summary;
+  try {
+    summary = trainer.run(commands);
+  } catch (const train::SaveFailed& e) {
+    bar.finish();
+    std::cerr << "error: " << e.what() << "\n";
+    return train::kSaveFailedExit;
+  }
   bar.finish();
   if (main_rank)
     std::cout << (summary.reason == "stopped" ? "stopped" : "finished") << " at step " << summary.step << " (loss "
               << summary.last_loss << "); run directory: " << summary.run_dir << "\n";
+  if (summary.last_save_failed) {
+    if (main_rank)
+      std::cerr << "error: the last checkpoint could not be saved (checkpointing.on_save_failure: continue); the newest "
+                   "saved checkpoint is "
+                << (summary.newest_checkpoint.empty() ? std::string("none") : summary.newest_checkpoint) << "\n";
+    return train::kSaveFailedExit;
+  }
   return 0;
 }
 

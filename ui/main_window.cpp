@@ -102,6 +102,19 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 
   connect(m_controller, &RunController::stateChanged, this, &MainWindow::runStateChanged);
   connect(m_controller, &RunController::progressChanged, this, &MainWindow::updateStatus);
+  // A checkpoint that could not be saved: the banner says why and what to do while the run waits
+  // (checkpointing.on_save_failure), and goes once a save succeeds.
+  connect(m_controller, &RunController::saveProblemChanged, this, [this](const QString& message) {
+    if (m_controller->state() == RunState::failed) return;
+    if (message.isEmpty()) {
+      m_error->hide();
+      return;
+    }
+    m_error->setText(tr("<b>Checkpoint not saved:</b> %1<br><small>Free space on that disk (or delete old checkpoints), "
+                        "then use Run &gt; Save now; the run retries by itself too.</small>")
+                         .arg(message.toHtmlEscaped()));
+    m_error->show();
+  });
   connect(m_controller, &RunController::runOpened, this, [this](const QString& dir) {
     addRecentRun(dir);
     setWindowTitle(tr("%1 - ZeroStudio").arg(QFileInfo(dir).fileName()));

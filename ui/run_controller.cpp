@@ -101,6 +101,7 @@ void RunController::reset() {
   m_logs.clear();
   m_lastEvents.clear();
   m_error.clear();
+  m_saveProblem.clear();
   m_step = m_maxSteps = 0;
   m_worldSize = 1;
   m_smoothed = 0;
@@ -386,9 +387,13 @@ QString RunController::handleEvent(const QString& line) {
     setState(RunState::running);
   } else if (type == QLatin1String("error")) {
     m_error = e.value(QStringLiteral("message")).toString();
+  } else if (type == QLatin1String("save_failed") || (type == QLatin1String("checkpoint") && !m_saveProblem.isEmpty())) {
+    m_saveProblem = type == QLatin1String("checkpoint") ? QString() : e.value(QStringLiteral("message")).toString();
+    emit saveProblemChanged(m_saveProblem);
   } else if (type == QLatin1String("run_end")) {
     m_step = step;
-    if (e.value(QStringLiteral("reason")).toString() == QLatin1String("error")) fail(m_error);
+    const QString reason = e.value(QStringLiteral("reason")).toString();
+    if (reason == QLatin1String("error") || reason == QLatin1String("save_failed")) fail(m_error.isEmpty() ? m_saveProblem : m_error);
     else setState(RunState::finished);
     emit progressChanged();
   }

@@ -88,6 +88,8 @@ class RunController : public QObject {
   qint64 maxSteps() const { return m_maxSteps; }
   int worldSize() const { return m_worldSize; }
   QString errorMessage() const { return m_error; }
+  /// The newest save_failed event's message while no checkpoint has been saved since ("" then).
+  QString saveProblem() const { return m_saveProblem; }
   /// The last events as JSON lines (for the error report).
   QStringList lastEvents() const { return m_lastEvents; }
   /// "step 120/2200 · epoch 1.9 · 0.23 s/it · ETA 8:01"
@@ -107,6 +109,7 @@ class RunController : public QObject {
   void checkpointsChanged();
   void logsAdded(int first);
   void progressChanged();
+  void saveProblemChanged(const QString& message);  ///< a save failed ("" once one succeeds again)
 
  private:
   struct Worker;
@@ -126,6 +129,7 @@ class RunController : public QObject {
   double m_smoothed = 0;
   bool m_metricsReset = false;
   QString m_error;
+  QString m_saveProblem;
   QStringList m_lastEvents;
   std::vector<MetricPoint> m_metrics;
   std::vector<SampleStep> m_samples;

@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 
@@ -110,7 +111,8 @@ std::int64_t free_bytes(const std::string& path) {
   return ec ? -1 : static_cast<std::int64_t>(space.available);
 }
 
-CheckpointInfo open_checkpoint(const std::string& path) {
+CheckpointInfo open_checkpoint(const std::string& given) {
+  const std::string path = without_trailing_slash(given);
   const fs::path meta_path = fs::path(path) / "meta.json";
   if (!fs::exists(meta_path))
     throw Error(ErrorKind::checkpoint, path + ": not a checkpoint folder (no meta.json); pass a folder under "

@@ -14,6 +14,7 @@
 #include "checkpoint/sharded_state.h"
 #include "models/single_file_names.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "io/atomic_file.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
@@ -233,7 +234,7 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
                                                       {"config_hash", info.meta.value("config_hash", "")},
                                                       {"weights", kind}};
   ExportResult r;
-  const fs::path model_dir = fs::path(checkpoint).parent_path().parent_path() / "model";
+  const fs::path model_dir = fs::path(without_trailing_slash(checkpoint)).parent_path().parent_path() / "model";
   if (o.format == "safetensors" || o.format == "single-file") {
     if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
     Renames renames;

@@ -10,6 +10,7 @@
 
 #include "config/schema.h"
 #include "config/validation.h"
+#include "core/text.h"
 #include "io/atomic_file.h"
 
 namespace zs::config {
@@ -196,8 +197,8 @@ std::optional<Value> convert(const FieldSpec& f, const YAML::Node& node, std::st
       }
       return Value{*d};
     }
-    case FieldType::string:
-    case FieldType::path: return Value{node.Scalar()};
+    case FieldType::string: return Value{node.Scalar()};
+    case FieldType::path: return Value{without_trailing_slash(node.Scalar())};  // "data/" = "data"
     case FieldType::choice: {
       const std::string got = node.Scalar();
       for (const auto& c : f.choices)

@@ -125,6 +125,10 @@ SchemaBuilder build() {
         "and runs (in the latent cache's folder).");
   s.add("data.latent_cache_dir", T::path, std::string(""), ZS_REF(data.latent_cache_dir),
         "Folder of the latent and text-embedding caches. Empty: `.latent-cache` under `logging.runs_root`.");
+  s.add("data.allow_external_paths", T::boolean, false, ZS_REF(data.allow_external_paths),
+        "Read images that resolve outside the dataset folder (after symlinks): an absolute or `..` path in "
+        "`metadata/*.json` or metadata.csv, or an `images/` that is a symlink elsewhere. Off: such items are "
+        "skipped with a warning, so a downloaded dataset cannot make the trainer read other files.");
 
   s.section("data.metadata", "Options of the metadata-JSON layout: `metadata/**/*.json` files with "
             "`tags`, `score` and `path` (relative to the dataset folder), as in the Lightning SD trainer.");
@@ -387,6 +391,17 @@ SchemaBuilder build() {
   s.add("checkpointing.on_exception", T::boolean, true, ZS_REF(checkpointing.on_exception),
         "Save when training stops on an error or a stop request (one process; with several ranks "
         "the last complete checkpoint stands after an error).");
+  s.add("checkpointing.on_save_failure", T::choice, std::string("pause"), ZS_REF(checkpointing.on_save_failure),
+        "When a checkpoint cannot be saved (a full disk, a rank that cannot write; older checkpoints stay "
+        "intact): `pause` waits, every rank, saying what to free, retries every minute and on Save now, "
+        "and goes on once it is saved (it gives up after `save_retry_minutes`); `stop` ends the run at "
+        "once; `continue` trains on. A run that ends without its newest checkpoint exits with code 3 "
+        "and names the newest saved one.",
+        {"pause", "continue", "stop"});
+  s.add("checkpointing.save_retry_minutes", T::number, 60.0, ZS_REF(checkpointing.save_retry_minutes),
+        "With `on_save_failure: pause`: how long to keep retrying a failed save before the run ends (exit "
+        "code 3), so batch jobs do not idle to their wall time.")
+      .range(0, {});
 
   s.section("logging", "Metrics and where runs go.");
   s.add("logging.every_n_steps", T::integer, I{10}, ZS_REF(logging.every_n_steps),
@@ -410,7 +425,9 @@ SchemaBuilder build() {
   s.add("launch.main_process_ip", T::string, std::string("127.0.0.1"), ZS_REF(launch.main_process_ip),
         "Address of the machine with rank 0 (MASTER_ADDR).");
   s.add("launch.main_process_port", T::integer, I{29500}, ZS_REF(launch.main_process_port),
-        "TCP port of the rendezvous store on the main machine (MASTER_PORT).")
+        "TCP port of the rendezvous store on the main machine (MASTER_PORT) when several machines take part: "
+        "the others must reach it (open it in a firewall between them). One machine opens no port: its ranks "
+        "meet through a file in a private folder.")
       .range(1, 65535);
   s.add("launch.use_cpu", T::boolean, false, ZS_REF(launch.use_cpu),
         "Train on the CPU even where CUDA is present.");

@@ -51,6 +51,7 @@ struct DataConfig {
   bool cache_latents{};          ///< pipelines: keep VAE posteriors on disk and reuse them
   bool cache_text_embeddings{};  ///< pipelines: keep the frozen text encoders' outputs per caption
   std::string latent_cache_dir;  ///< where; empty: logging.runs_root/.latent-cache
+  bool allow_external_paths{};   ///< keep items whose file resolves outside the dataset folder
   DataMetadataConfig metadata;   ///< metadata-JSON layout options
 };
 
@@ -159,6 +160,8 @@ struct CheckpointingConfig {
   std::int64_t overwrite_every_n_steps{};  ///< 0 = off; tag "overwrite"
   double every_n_minutes{};      ///< 0 = off
   bool on_exception{};
+  std::string on_save_failure;   ///< pause | continue | stop
+  double save_retry_minutes{};   ///< pause: give up after this long
 };
 
 struct LoggingConfig {

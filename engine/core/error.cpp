@@ -1,5 +1,7 @@
 #include "core/error.h"
 
+#include "core/text.h"
+
 namespace zs {
 
 std::string_view to_string(ErrorKind kind) {
@@ -13,6 +15,7 @@ std::string_view to_string(ErrorKind kind) {
   return "unknown";
 }
 
-Error::Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+// Messages quote file names and contents: whatever bytes those hold, the message is printable.
+Error::Error(ErrorKind kind, const std::string& message) : std::runtime_error(printable(message)), kind_(kind) {}
 
 }  // namespace zs

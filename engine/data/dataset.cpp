@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "io/atomic_file.h"
 #include "io/image.h"
 
@@ -63,7 +64,19 @@ std::vector<std::string> csv_record(const std::string& s, std::size_t& pos) {
   return fields;
 }
 
-std::vector<DataItem> scan_csv(const fs::path& root) {
+/// Skipped files and items: each reported, the first kept for the error when nothing is left.
+struct Skips {
+  const MetadataOptions& o;
+  std::size_t count = 0;
+  std::string first;
+  void operator()(const std::string& why) {
+    const std::string line = printable(why);
+    if (count++ == 0) first = line;
+    if (o.on_warning) o.on_warning(line);
+  }
+};
+
+std::vector<DataItem> scan_csv(const fs::path& root, Skips& skip) {
   const fs::path csv = root / "metadata.csv";
   const std::string text = io::read_file(csv.string());
   std::size_t pos = 0;
@@ -76,10 +89,14 @@ std::vector<DataItem> scan_csv(const fs::path& root) {
   for (int line = 2; pos < text.size(); ++line) {
     const auto rec = csv_record(text, pos);
     if (rec.size() == 1 && rec[0].empty()) continue;
-    if (rec.size() != header.size())
-      throw Error(ErrorKind::data, csv.string() + ":" + std::to_string(line) + ": has " + std::to_string(rec.size()) +
-                                       " fields, the header has " + std::to_string(header.size()));
-    items.push_back({(root / rec[static_cast<std::size_t>(file_col)]).string(), rec[static_cast<std::size_t>(text_col)]});
+    if (rec.size() != header.size()) {
+      skip(csv.string() + ":" + std::to_string(line) + ": has " + std::to_string(rec.size()) +
+           " fields, the header has " + std::to_string(header.size()) + "; row skipped");
+      continue;
+    }
+    DataItem item{(root / rec[static_cast<std::size_t>(file_col)]).string(), rec[static_cast<std::size_t>(text_col)]};
+    item.source = csv.string() + ":" + std::to_string(line);
+    items.push_back(std::move(item));
   }
   return items;
 }
@@ -98,7 +115,7 @@ std::string format_threshold(double t) {
   return buf;
 }
 
-std::vector<DataItem> scan_metadata(const fs::path& root, const MetadataOptions& o) {
+std::vector<DataItem> scan_metadata(const fs::path& root, const MetadataOptions& o, Skips& skip) {
   std::vector<fs::path> files;
   for (const auto& e : fs::recursive_directory_iterator(root / "metadata"))
     if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
@@ -113,14 +130,20 @@ std::vector<DataItem> scan_metadata(const fs::path& root, const MetadataOptions&
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(io::read_file(file));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(ErrorKind::data, file + ": not valid JSON: " + e.what());
+    } catch (const std::exception& e) {  // not JSON, or unreadable
+      skip(file + ": not valid JSON (" + e.what() + "); skipped");
+      continue;
     }
-    if (!j.is_object() || !j.contains("path") || !j["path"].is_string())
-      throw Error(ErrorKind::data, file + ": needs \"path\" (the image, relative to " + root.string() + ")");
+    if (!j.is_object() || !j.contains("path") || !j["path"].is_string()) {
+      skip(file + ": needs \"path\" (the image, relative to " + root.string() + "); skipped");
+      continue;
+    }
     std::vector<std::string> tags;
     if (j.contains("tags")) {
-      if (!j["tags"].is_array()) throw Error(ErrorKind::data, file + ": \"tags\" must be a list of strings");
+      if (!j["tags"].is_array()) {
+        skip(file + ": \"tags\" must be a list of strings; skipped");
+        continue;
+      }
       for (const auto& t : j["tags"])
         if (t.is_string()) tags.push_back(t.get<std::string>());
     }
@@ -134,7 +157,8 @@ std::vector<DataItem> scan_metadata(const fs::path& root, const MetadataOptions&
       if (bonus < *o.min_score) continue;
     }
     DataItem item;
-    item.image = (root / j["path"].get<std::string>()).string();
+    item.image = (root / j["path"].get<std::string>()).string();  // an absolute "path" replaces root: checked below
+    item.source = file;
     for (const auto& t : tags)
       if (!non_caption.count(t)) item.tags.push_back(apply_replacements(t, o));
     for (const double t : thresholds)
@@ -156,11 +180,12 @@ std::vector<DataItem> scan_dataset(const std::string& root_text, const MetadataO
   if (!fs::is_directory(root, ec))
     throw Error(ErrorKind::data, root_text + ": dataset folder does not exist; set data.path to a folder of images "
                                              "(or data.generate: shapes for the demo data)");
+  Skips skip{metadata};
   std::vector<DataItem> items;
   if (fs::is_directory(root / "metadata")) {
-    items = scan_metadata(root, metadata);
+    items = scan_metadata(root, metadata, skip);
   } else if (fs::exists(root / "metadata.csv")) {
-    items = scan_csv(root);
+    items = scan_csv(root, skip);
   } else if (fs::is_directory(root / "images")) {
     for (const auto& e : fs::directory_iterator(root / "images")) {
       if (!e.is_regular_file() || !is_image(e.path())) continue;
@@ -175,10 +200,31 @@ std::vector<DataItem> scan_dataset(const std::string& root_text, const MetadataO
       items.push_back({e.path().string(), fs::exists(cap) ? read_caption(cap) : std::string()});
     }
   }
+  if (!metadata.allow_external_paths) {
+    // A downloaded dataset must not make the trainer read other files of the machine: every item
+    // resolves (symlinks too) inside the resolved root.
+    const fs::path real_root = fs::canonical(root, ec);
+    std::erase_if(items, [&](const DataItem& item) {
+      std::error_code e;
+      const fs::path real = fs::weakly_canonical(item.image, e);
+      const auto [r, p] = std::mismatch(real_root.begin(), real_root.end(), real.begin(), real.end());
+      if (!e && !ec && r == real_root.end()) return false;
+      // As the metadata wrote it: relative to the root, or the absolute path it gave.
+      const bool under_root = item.image.rfind(root.string(), 0) == 0;
+      const fs::path shown = under_root ? fs::path(item.image).lexically_relative(root) : fs::path(item.image);
+      skip((item.source.empty() ? item.image : item.source) + ": the image " +
+           (item.source.empty() ? std::string() : "'" + shown.string() + "' ") + "resolves to " + real.string() +
+           ", outside the dataset folder " + real_root.string() +
+           "; skipped (set data.allow_external_paths: true if the images live elsewhere on purpose)");
+      return true;
+    });
+  }
   if (items.empty())
     throw Error(ErrorKind::data, root_text + ": no images found (looked for metadata/*.json, metadata.csv, images/ + "
                                              "captions/, and PNG/JPEG files with .txt captions beside them; "
-                                             "data.metadata filters may have left nothing)");
+                                             "data.metadata filters may have left nothing)" +
+                                             (skip.count ? "; " + std::to_string(skip.count) + " skipped, the first: " + skip.first
+                                                         : std::string()));
   std::sort(items.begin(), items.end(), [](const DataItem& a, const DataItem& b) { return a.image < b.image; });
   return items;
 }

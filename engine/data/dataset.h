@@ -25,9 +25,11 @@ struct DataItem {
   std::string image;    ///< absolute or root-relative path of the PNG/JPEG
   std::string caption;  ///< the caption; for metadata-JSON items the tags joined in file order
   std::vector<std::string> tags;  ///< metadata-JSON items: caption tags (the loader may shuffle them)
+  std::string source;   ///< the metadata file (or metadata.csv:LINE) that named it; empty for folder layouts
 };
 
-/// Options of the metadata-JSON layout (the trainer fills them from data.metadata.*).
+/// How a dataset folder is read: the metadata-JSON layout's filters (the trainer fills them from
+/// data.metadata.*), whether items may lie outside the folder, and where warnings go.
 struct MetadataOptions {
   std::int64_t consider_every_nth = 1;
   std::vector<std::string> blacklist_tags;
@@ -38,15 +40,24 @@ struct MetadataOptions {
   std::optional<double> min_score;
   std::vector<double> score_tags;
   std::vector<std::pair<std::string, double>> tag_bonus_scores;
+  /// data.allow_external_paths: keep items whose file resolves outside the dataset folder (an
+  /// `images/` that is a symlink elsewhere). Off: such items are skipped with a warning.
+  bool allow_external_paths = false;
+  /// One line per skipped metadata file, CSV row or item (null: not reported).
+  std::function<void(const std::string&)> on_warning;
 };
 
 /// Finds the examples under `root`, by layout:
 ///  - `metadata/` with JSON files (any depth) {"tags": [...], "score": N, "path": "rel/to/root.png"},
-///    filtered and captioned per `metadata` (bad JSON files name the file and are errors);
+///    filtered and captioned per `metadata`;
 ///  - `metadata.csv` with a header `file_name,text` (paths relative to root);
 ///  - `images/` + `captions/` with the same stems;
 ///  - `name.png|jpg|jpeg` beside `name.txt` (no caption file: empty caption).
-/// Sorted by path. Throws zs::Error(data) naming `root` when it is missing or holds no image.
+/// A metadata file that is not valid or a CSV row with the wrong number of fields is skipped with
+/// a warning naming it, as is an item whose file resolves outside `root` (after symlinks; `root`
+/// itself is resolved first) unless `allow_external_paths`. Sorted by path. Throws
+/// zs::Error(data) naming `root` when it is missing or nothing usable is left (then the first
+/// reason something was skipped is in the message).
 std::vector<DataItem> scan_dataset(const std::string& root, const MetadataOptions& metadata = {});
 
 /// One batch: images [B, 3, R, R] float32 in [-1, 1], captions (after dropout: "" for dropped).

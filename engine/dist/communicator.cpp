@@ -12,6 +12,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef ZS_WITH_CUDA
 #include <c10/cuda/CUDAFunctions.h>
@@ -482,6 +483,7 @@ std::optional<RendezvousInfo> rendezvous_from_env() {
   info.master_port = env_int("MASTER_PORT", 29500);
   if (info.master_port < 1 || info.master_port > 65535)
     throw Error(ErrorKind::distributed, "MASTER_PORT=" + std::to_string(info.master_port) + " is not a TCP port");
+  if (const char* f = std::getenv("ZEROSTUDIO_STORE_FILE"); f && *f) info.store_file = f;
   info.local_rank = env_int("LOCAL_RANK", info.rank);
   info.local_world_size = env_int("LOCAL_WORLD_SIZE", info.world_size);
   return info;
@@ -492,16 +494,23 @@ std::unique_ptr<Communicator> Communicator::single() { return std::make_unique<S
 std::unique_ptr<Communicator> Communicator::connect(const RendezvousInfo& info, std::chrono::milliseconds timeout,
                                                     bool cuda, bool always_group) {
   if (info.world_size == 1 && !always_group) return single();
-  const std::string where = info.master_addr + ":" + std::to_string(info.master_port);
+  const std::string where = info.store_file.empty() ? info.master_addr + ":" + std::to_string(info.master_port)
+                                                    : "the store file " + info.store_file;
   c10::intrusive_ptr<c10d::Store> store;
   try {
-    c10d::TCPStoreOptions o;
-    o.port = static_cast<std::uint16_t>(info.master_port);
-    o.isServer = info.rank == 0;
-    o.numWorkers = info.world_size;
-    o.waitWorkers = false;
-    o.timeout = timeout;
-    store = c10::make_intrusive<c10d::TCPStore>(info.master_addr, o);
+    if (!info.store_file.empty()) {
+      // One machine: the ranks meet in a file of a private folder; nothing listens on the network.
+      store = c10::make_intrusive<c10d::FileStore>(info.store_file, info.world_size);
+      store->setTimeout(timeout);
+    } else {
+      c10d::TCPStoreOptions o;
+      o.port = static_cast<std::uint16_t>(info.master_port);
+      o.isServer = info.rank == 0;
+      o.numWorkers = info.world_size;
+      o.waitWorkers = false;
+      o.timeout = timeout;
+      store = c10::make_intrusive<c10d::TCPStore>(info.master_addr, o);
+    }
   } catch (const std::exception& e) {
     std::string what = e.what();
     if (const auto nl = what.find('\n'); nl != std::string::npos) what.resize(nl);

@@ -25,9 +25,14 @@ struct RendezvousInfo {
   int world_size = 1;                     ///< WORLD_SIZE
   int local_rank = 0;                     ///< LOCAL_RANK: rank on this machine
   int local_world_size = 1;               ///< LOCAL_WORLD_SIZE: ranks on this machine
+  /// ZEROSTUDIO_STORE_FILE: meet through a c10d FileStore at this path instead of rank 0's
+  /// TCPStore, so a one-machine run opens no port (`zerostudio launch` sets it in a private
+  /// folder). Empty: the TCPStore at MASTER_ADDR:MASTER_PORT.
+  std::string store_file;
 };
 
-/// Reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE. nullopt when
+/// Reads MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE and
+/// ZEROSTUDIO_STORE_FILE. nullopt when
 /// RANK and WORLD_SIZE are not both set; throws zs::Error(distributed) naming a malformed variable.
 std::optional<RendezvousInfo> rendezvous_from_env();
 
@@ -42,7 +47,8 @@ class Communicator {
  public:
   /// A world of one: every collective is a no-op (or a copy).
   static std::unique_ptr<Communicator> single();
-  /// Meets the other ranks through a c10d TCPStore hosted by rank 0 and builds the process group
+  /// Meets the other ranks through a c10d TCPStore hosted by rank 0 (or the FileStore at
+  /// info.store_file) and builds the process group
   /// (NCCL when `cuda`, on CUDA device LOCAL_RANK mod the devices, which becomes the current
   /// one; else Gloo). Throws zs::Error(distributed) within `timeout` when a rank is missing or the
   /// store cannot be reached, saying which. A world of one gets single() unless `always_group`

@@ -11,8 +11,15 @@ double unix_time() {
 }
 
 EventLog::EventLog(const std::string& path, Listener listener) : path_(path), listener_(std::move(listener)) {
-  file_ = std::fopen(path.c_str(), "a");
+  file_ = std::fopen(path.c_str(), "a+");
   if (!file_) throw Error(ErrorKind::io, path + ": cannot open the event log for writing");
+  // A process killed in the middle of a line left it unfinished: the next event starts a line.
+  const bool unfinished = std::fseek(file_, -1, SEEK_END) == 0 && std::fgetc(file_) != '\n';
+  std::fseek(file_, 0, SEEK_END);  // from reading to writing
+  if (unfinished) {
+    std::fputc('\n', file_);
+    std::fflush(file_);
+  }
 }
 
 EventLog::~EventLog() {

@@ -16,8 +16,11 @@ namespace zs::train {
 
 namespace fs = std::filesystem;
 
-data::MetadataOptions metadata_options(const config::DataMetadataConfig& m) {
+data::MetadataOptions metadata_options(const config::DataConfig& data, std::function<void(const std::string&)> on_warning) {
+  const config::DataMetadataConfig& m = data.metadata;
   data::MetadataOptions o;
+  o.allow_external_paths = data.allow_external_paths;
+  o.on_warning = std::move(on_warning);
   o.consider_every_nth = m.consider_every_nth;
   o.blacklist_tags = m.blacklist_tags;
   o.non_caption_tags = m.non_caption_tags;

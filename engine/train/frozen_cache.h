@@ -25,8 +25,10 @@ class DiffusionModel;
 
 namespace zs::train {
 
-/// The dataset options of a config (data.metadata.*).
-data::MetadataOptions metadata_options(const config::DataMetadataConfig& m);
+/// How a config's dataset is read (data.metadata.*, data.allow_external_paths); skipped files and
+/// items go to `on_warning`.
+data::MetadataOptions metadata_options(const config::DataConfig& data,
+                                       std::function<void(const std::string&)> on_warning = nullptr);
 /// How the loader reads a config's dataset (one process; the caller sets shard and num_shards).
 data::LoaderOptions loader_options(const config::TrainerConfig& cfg);
 

@@ -11,7 +11,7 @@ namespace zs::train {
 /// What decides a run's folder.
 struct RunDirRequest {
   std::string run_dir;            ///< --run-dir; wins when set
-  std::string resume;             ///< "", "latest" or a checkpoint folder
+  std::string resume;             ///< "", "latest", "auto" or a checkpoint folder
   std::string name_hint = "run";  ///< the config file's stem, for generated names
 };
 
@@ -24,7 +24,7 @@ struct RunDirectory {
 
 /// --run-dir; else the resumed checkpoint's run (<run>/checkpoints/<tag>); else
 /// logging.runs_root / logging.run_name; else logging.runs_root / NAME_HINT-YYYYmmdd-HHMMSS.
-/// Throws zs::Error(config) for --resume latest with neither --run-dir nor logging.run_name.
+/// Throws zs::Error(config) for --resume latest or auto with neither --run-dir nor logging.run_name.
 RunDirectory resolve_run_dir(const config::TrainerConfig& config, const RunDirRequest& request);
 
 }  // namespace zs::train

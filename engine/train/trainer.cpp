@@ -46,6 +46,7 @@ const std::string& Trainer::run_dir() const { return s_->run_dir; }
 RunSummary Trainer::run(TrainerCommands& commands) {
   keep_freed_memory();  // every step reallocates the same buffers: keep them, not their page faults
   State& s = *s_;
+  s.commands = &commands;
   s.start();
   std::string reason = "finished";
   try {
@@ -72,7 +73,10 @@ RunSummary Trainer::run(TrainerCommands& commands) {
     s.fail(e);
     throw;
   }
-  return {s.run_dir, s.step, reason, s.last_loss};
+  RunSummary summary{s.run_dir, s.step, reason, s.last_loss};
+  summary.last_save_failed = s.save_failure.has_value();
+  if (summary.last_save_failed) summary.newest_checkpoint = s.newest_checkpoint();
+  return summary;
 }
 
 }  // namespace zs::train

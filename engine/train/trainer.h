@@ -2,6 +2,7 @@
 // The Trainer: one training run in one process (CPU, or CUDA when present and allowed),
 // writing the run directory that the GUI and scripts read.
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/trainer_config.h"
+#include "core/error.h"
 #include "train/commands.h"
 
 namespace zs::dist {
@@ -24,7 +26,9 @@ namespace zs::train {
 struct TrainerOptions {
   std::string run_dir;      ///< empty: resolve_run_dir decides (run_directory.h)
   std::string name_hint = "run";  ///< used in the automatic run name (e.g. the config file's stem)
-  std::string resume;       ///< "" (fresh), "latest", or a checkpoint folder
+  /// "" (fresh), "latest", "auto" (the newest intact checkpoint when there is one, else a fresh
+  /// start in the same folder), or a checkpoint folder.
+  std::string resume;
   /// Every event written to events.jsonl, as a value (called on the training thread).
   std::function<void(const nlohmann::json&)> on_event;
   /// Called after every optimizer step: (step, max_steps, loss, seconds per step).
@@ -44,11 +48,16 @@ struct TrainerOptions {
   /// passes false, so that a Stop or Pause made while the model loads is not lost.
   bool reset_control = true;
   /// Fault injection for tests: this rank's shard write fails at this step ({rank, step}; the
-  /// CLI sets it from ZEROSTUDIO_FAIL_SAVE=RANK:STEP), as a full disk would.
+  /// CLI sets it from ZEROSTUDIO_FAIL_SAVE=RANK:STEP[:TIMES]), as a full disk would.
   std::optional<std::pair<int, std::int64_t>> fail_save;
+  /// How many times the injected save failure happens at that step (retries included; 0: always).
+  int fail_save_times = 0;
   /// Fault injection for tests: this rank fails with an error at this step ({rank, step}; the CLI
   /// sets it from ZEROSTUDIO_FAIL_AT=RANK:STEP), as a rank that runs out of memory would.
   std::optional<std::pair<int, std::int64_t>> fail_at;
+  /// How often a failed save is retried under checkpointing.on_save_failure: pause (tests shorten
+  /// it; the CLI reads ZEROSTUDIO_SAVE_RETRY_SECONDS).
+  std::chrono::milliseconds save_retry_interval{60'000};
 };
 
 /// What a finished run reports.
@@ -57,6 +66,22 @@ struct RunSummary {
   std::int64_t step = 0;      ///< optimizer steps done
   std::string reason;         ///< finished | stopped
   double last_loss = 0;
+  /// The last save failed (checkpointing.on_save_failure: continue): the newest steps are not on
+  /// disk. The CLI then exits with kSaveFailedExit.
+  bool last_save_failed = false;
+  std::string newest_checkpoint;  ///< the newest complete checkpoint's folder ("" when none)
+};
+
+/// The exit code of `zerostudio train` (and so of `launch`) when the run ended without its
+/// newest checkpoint on disk: a save failed and the run stopped, gave up waiting or went on.
+inline constexpr int kSaveFailedExit = 3;
+
+/// The run ended because a checkpoint could not be saved (checkpointing.on_save_failure: stop, or
+/// pause that gave up or was stopped). The message names the checkpoint, why, and the newest
+/// saved one.
+class SaveFailed : public Error {
+ public:
+  explicit SaveFailed(const std::string& message) : Error(ErrorKind::checkpoint, message) {}
 };
 
 class Trainer {

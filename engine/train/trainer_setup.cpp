@@ -140,14 +140,20 @@ void Trainer::State::prepare_run_directory(bool resuming) {
   }
 }
 
-checkpoint::CheckpointInfo Trainer::State::open_resume_checkpoint() {
+std::optional<checkpoint::CheckpointInfo> Trainer::State::open_resume_checkpoint() {
   // The checkpoint decides the step, and its config must agree on what defines the run.
   checkpoint::CheckpointInfo info;
-  if (opt.resume == "latest") {
+  if (opt.resume == "latest" || opt.resume == "auto") {
     // The newest checkpoint whose files are all there and intact; damaged ones are named.
+    const bool automatic = opt.resume == "auto";
     const auto all = checkpoint::list_checkpoints(checkpoints_dir());
+    if (all.empty() && automatic) {
+      log("--resume auto: no checkpoint in " + checkpoints_dir() + "; starting the run at step 0");
+      return std::nullopt;
+    }
     if (all.empty())
-      throw Error(ErrorKind::checkpoint, checkpoints_dir() + ": no checkpoint to resume from; start without --resume");
+      throw Error(ErrorKind::checkpoint, checkpoints_dir() + ": no checkpoint to resume from; start without --resume "
+                                                            "(or use --resume auto)");
     std::vector<std::string> skipped;
     for (auto it = all.rbegin(); it != all.rend(); ++it) {
       const auto problems = checkpoint::verify_checkpoint(*it);
@@ -157,9 +163,15 @@ checkpoint::CheckpointInfo Trainer::State::open_resume_checkpoint() {
       }
       skipped.push_back(it->tag + " (" + problems.front() + ")");
     }
+    if (info.path.empty() && automatic) {
+      for (const auto& s : skipped) warn("checkpoint " + s + " is damaged");
+      log("--resume auto: no intact checkpoint in " + checkpoints_dir() + "; starting the run at step 0");
+      return std::nullopt;
+    }
     if (info.path.empty())
       throw Error(ErrorKind::checkpoint, checkpoints_dir() + ": every checkpoint is damaged, the newest: " + skipped.front());
     for (const auto& s : skipped) warn("checkpoint " + s + " is damaged; resuming from " + info.tag + " instead");
+    if (automatic) log("--resume auto: resuming " + info.path + " (step " + std::to_string(info.step) + ")");
   } else {
     info = checkpoint::open_checkpoint(opt.resume);
     const auto problems = checkpoint::verify_checkpoint(info);
@@ -215,7 +227,7 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
 
   // Data.
   const std::string data_path = config::dataset_folder(cfg, run_dir);
-  auto items = data::scan_dataset(data_path, metadata_options(cfg.data.metadata));
+  auto items = data::scan_dataset(data_path, metadata_options(cfg.data, [this](const std::string& w) { warn(w); }));
 
   // Model. With zero3_init_flag at stage 3 each UNet unit is built (or loaded) and cut to this
   // rank's shard before the next exists, so no rank ever holds the whole UNet.

@@ -34,6 +34,14 @@ using nlohmann::json;
 /// What the ranks agreed to do before a step (UI commands, signals, timers).
 struct Requests {
   bool stop = false, paused = false, sample = false, save = false, timed_save = false;
+  bool retry_save = false, give_up_save = false;  ///< a failed save's retry timer, its deadline
+};
+
+/// Why the newest save failed (the figures of the first rank that failed).
+struct SaveFailure {
+  std::string tag, message, folder;
+  std::int64_t needed_bytes = 0, free_bytes = -1;
+  int rank = 0;
 };
 
 /// One optimizer step's outcome.
@@ -83,6 +91,12 @@ struct Trainer::State {
   std::int64_t steps_done_here = 0;          // steps of this process (not counting a resumed part)
   std::unique_ptr<ControlFilePoller> control;  // rank 0: the run's control.json
   bool was_paused = false;
+  TrainerCommands* commands = nullptr;  // the UI's and signals' requests (run's argument)
+  // checkpointing.on_save_failure: the newest failure, and while waiting (pause) when the save is
+  // retried and when waiting ends.
+  std::optional<SaveFailure> save_failure;
+  std::optional<std::chrono::steady_clock::time_point> retry_at, give_up_at;
+  int injected_save_failures = 0;  // tests: TrainerOptions::fail_save so far
 
   std::string samples_dir() const { return run_dir + "/samples"; }
   std::string checkpoints_dir() const { return run_dir + "/checkpoints"; }
@@ -101,8 +115,9 @@ struct Trainer::State {
   void phase(const char* what, const std::function<void()>& work);
   /// Rank 0: creates the run directory, events.jsonl, config.yaml and the demo data.
   void prepare_run_directory(bool resuming);
-  /// The checkpoint to resume from (--resume latest|PATH), checked against the config.
-  checkpoint::CheckpointInfo open_resume_checkpoint();
+  /// The checkpoint to resume from (--resume latest|auto|PATH), checked against the config;
+  /// nullopt for auto when the run has no intact checkpoint (it starts afresh in its folder).
+  std::optional<checkpoint::CheckpointInfo> open_resume_checkpoint();
   /// Device, precision, loss scaler, dataset, model (restored from `ckpt` when resuming), LR
   /// schedule, noise generator and data loader; writes run_start.
   /// With both caches complete, the frozen parts leave the device (models::DiffusionModel::park_frozen).
@@ -133,8 +148,17 @@ struct Trainer::State {
   void prune_checkpoints();
   /// The sample grid of the current weights (the EMA's when configured).
   void sample();
-  /// One sharded checkpoint (every rank takes part); false with an error event when not saved.
+  /// One sharded checkpoint (every rank takes part); false with a save_failed event (and
+  /// save_failure set) when not saved.
   bool save(const std::string& reason);
+  /// save(), then checkpointing.on_save_failure when it failed: continue returns false; stop
+  /// throws SaveFailed; pause waits (wait_for_save) and returns true once a retry saved it.
+  bool save_by_policy(const std::string& reason);
+  /// Every rank waits, paused, retrying the save every save_retry_interval and on a save request;
+  /// throws SaveFailed on a stop request or after checkpointing.save_retry_minutes.
+  void wait_for_save(const std::string& reason);
+  /// The newest complete checkpoint's folder ("" when none).
+  std::string newest_checkpoint() const;
   /// Every rank's model-state bytes and memory, gathered for the metrics event (a collective).
   json gather_ranks();
   /// After the loop: the last checkpoint, cache statistics and run_end.

@@ -9,6 +9,7 @@
 #include "checkpoint/sharded_save.h"
 #include "checkpoint/sharded_state.h"
 #include "config/config_writer.h"
+#include "config/value.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "dist/communicator.h"
@@ -43,15 +44,16 @@ Requests Trainer::State::agree_on_commands(TrainerCommands& commands) {
   r.save = commands.take_save_request();
   const double minutes = cfg.checkpointing.every_n_minutes;
   r.timed_save = minutes > 0 && seconds_since(last_save) >= minutes * 60;
+  const auto now = std::chrono::steady_clock::now();
+  r.retry_save = retry_at && now >= *retry_at;
+  r.give_up_save = give_up_at && now >= *give_up_at;
   if (world > 1) {
-    at::Tensor flags = at::tensor(std::vector<float>{float(r.stop), float(r.sample), float(r.save), float(r.timed_save),
-                                                     float(r.paused)});
+    bool* const fields[] = {&r.stop, &r.sample, &r.save, &r.timed_save, &r.paused, &r.retry_save, &r.give_up_save};
+    std::vector<float> values;
+    for (const bool* f : fields) values.push_back(*f ? 1.0f : 0.0f);
+    at::Tensor flags = at::tensor(values);
     comm->all_reduce(flags);
-    r.stop = flags[0].item<float>() > 0;
-    r.sample = flags[1].item<float>() > 0;
-    r.save = flags[2].item<float>() > 0;
-    r.timed_save = flags[3].item<float>() > 0;
-    r.paused = flags[4].item<float>() > 0;
+    for (std::size_t i = 0; i < values.size(); ++i) *fields[i] = flags[static_cast<std::int64_t>(i)].item<float>() > 0;
   }
   if (!r.stop && r.paused != was_paused) {
     was_paused = r.paused;
@@ -64,7 +66,7 @@ void Trainer::State::while_paused(const Requests& r) {
   // Every rank waits here and meets the others at the next agreement (one small all-reduce per
   // wait, far inside the collective timeout); sample and save still work.
   if (r.sample) sample();
-  if (r.save && save("requested")) prune_checkpoints();
+  if (r.save && save_by_policy("requested")) prune_checkpoints();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   interval.start = std::chrono::steady_clock::now();
 }
@@ -215,10 +217,10 @@ void Trainer::State::sample() {
 bool Trainer::State::save_if_due(const Requests& r) {
   const auto& cp = cfg.checkpointing;
   const bool last = step == cfg.training.max_steps;  // the final save follows the loop
-  if (cp.every_n_steps > 0 && step % cp.every_n_steps == 0) return save("periodic");
-  if (r.save) return save("requested");
-  if (r.timed_save && !last) return save("timed");
-  if (cp.overwrite_every_n_steps > 0 && step % cp.overwrite_every_n_steps == 0 && !last) return save("overwrite");
+  if (cp.every_n_steps > 0 && step % cp.every_n_steps == 0) return save_by_policy("periodic");
+  if (r.save) return save_by_policy("requested");
+  if (r.timed_save && !last) return save_by_policy("timed");
+  if (cp.overwrite_every_n_steps > 0 && step % cp.overwrite_every_n_steps == 0 && !last) return save_by_policy("overwrite");
   return false;
 }
 
@@ -258,15 +260,38 @@ bool Trainer::State::save(const std::string& reason) {
                                      {"hysteresis", st.hysteresis}, {"skipped", st.skipped}};
     }
   }
-  if (opt.fail_save && opt.fail_save->first == rank && opt.fail_save->second == step)
+  if (opt.fail_save && opt.fail_save->first == rank && opt.fail_save->second == step &&
+      (opt.fail_save_times == 0 || injected_save_failures++ < opt.fail_save_times))
     request.injected_failure = checkpoint::staging_dir(checkpoints_dir(), request.tag) + "/" +
                                checkpoint::shard_file_name(rank) + ": write failed (injected by ZEROSTUDIO_FAIL_SAVE)";
   const checkpoint::SaveOutcome outcome = checkpoint::save_sharded(*comm, request);
   if (!outcome.saved) {
-    emit("error", {{"message", "checkpoint " + request.tag + " not saved (older checkpoints are kept): " + outcome.problem}});
     if (!main_rank()) rank_log << "checkpoint " << request.tag << ": " << outcome.problem << "\n";
+    // Rank 0 reports the figures of the first rank that failed (every rank checked its own disk).
+    const bool mine = outcome.problem.find("another rank") == std::string::npos &&
+                      outcome.problem.find("rank 0 could not") == std::string::npos;
+    at::Tensor figures = at::tensor(std::vector<std::int64_t>{mine ? 1 : 0, outcome.needed_bytes, outcome.free_bytes});
+    at::Tensor all = at::zeros({3 * world}, at::kLong);
+    if (world > 1) comm->all_gather(figures, all);
+    else all.copy_(figures);
+    SaveFailure f;
+    f.tag = request.tag;
+    f.folder = checkpoints_dir();
+    f.message = "checkpoint " + request.tag + " not saved (older checkpoints are kept): " + outcome.problem;
+    for (int r = 0; r < world; ++r)
+      if (all[3 * r].item<std::int64_t>() != 0 || r == world - 1) {
+        f.rank = all[3 * r].item<std::int64_t>() != 0 ? r : 0;
+        f.needed_bytes = all[3 * f.rank + 1].item<std::int64_t>();
+        f.free_bytes = all[3 * f.rank + 2].item<std::int64_t>();
+        break;
+      }
+    emit("save_failed", {{"tag", f.tag}, {"needed_bytes", f.needed_bytes}, {"free_bytes", f.free_bytes},
+                         {"folder", f.folder}, {"rank", f.rank}, {"message", f.message},
+                         {"policy", cfg.checkpointing.on_save_failure}});
+    save_failure = std::move(f);
     return false;
   }
+  save_failure.reset();
   last_save = std::chrono::steady_clock::now();
   if (main_rank()) emit("checkpoint", {{"path", outcome.info.path}, {"bytes", outcome.info.bytes}, {"reason", reason}});
   return true;
@@ -284,9 +309,9 @@ void Trainer::State::prune_checkpoints() {
 }
 
 void Trainer::State::finish(const std::string& reason) {
-  if (reason == "stopped" && steps_done_here > 0 && save("stopped")) prune_checkpoints();
+  if (reason == "stopped" && steps_done_here > 0 && save_by_policy("stopped")) prune_checkpoints();
   const auto every = cfg.checkpointing.every_n_steps;
-  if (reason == "finished" && (every == 0 || step % every != 0) && save("final")) prune_checkpoints();
+  if (reason == "finished" && (every == 0 || step % every != 0) && save_by_policy("final")) prune_checkpoints();
   if (latent_cache)
     log("latent cache: " + std::to_string(latent_cache->hits()) + " read, " + std::to_string(latent_cache->stored()) +
         " encoded and stored");
@@ -296,22 +321,96 @@ void Trainer::State::finish(const std::string& reason) {
   if (model.frozen_parked())
     log("frozen parts came back " + std::to_string(model.frozen_visits) +
         " time(s) while training (to decode samples, or for inputs the caches missed)");
-  emit("run_end", {{"reason", reason}, {"loss", last_loss}});
+  json end = {{"reason", reason}, {"loss", last_loss}};
+  if (save_failure) {
+    // checkpointing.on_save_failure: continue, and the newest save failed: say what is on disk.
+    const std::string newest = newest_checkpoint();
+    end["last_save_failed"] = save_failure->tag;
+    end["newest_checkpoint"] = newest.empty() ? json(nullptr) : json(newest);
+    warn("the last checkpoint (" + save_failure->tag + ") could not be saved; the newest saved one is " +
+         (newest.empty() ? std::string("none") : newest));
+  }
+  emit("run_end", end);
   loader.reset();
+}
+
+std::string Trainer::State::newest_checkpoint() const {
+  const auto all = checkpoint::list_checkpoints(checkpoints_dir());
+  return all.empty() ? std::string() : all.back().path;
+}
+
+bool Trainer::State::save_by_policy(const std::string& reason) {
+  if (save(reason)) return true;
+  const std::string& policy = cfg.checkpointing.on_save_failure;
+  if (policy == "continue") return false;
+  if (policy == "stop") {
+    const std::string newest = newest_checkpoint();
+    throw SaveFailed(save_failure->message + "; stopping (checkpointing.on_save_failure: stop); the newest saved checkpoint is " +
+                     (newest.empty() ? std::string("none") : newest));
+  }
+  wait_for_save(reason);
+  return true;
+}
+
+void Trainer::State::wait_for_save(const std::string& reason) {
+  using Clock = std::chrono::steady_clock;
+  const double minutes = cfg.checkpointing.save_retry_minutes;
+  const auto retry_every = std::chrono::duration_cast<Clock::duration>(opt.save_retry_interval);
+  retry_at = Clock::now() + retry_every;
+  give_up_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(minutes * 60));
+  struct Clear {
+    State& s;
+    ~Clear() { s.retry_at.reset(), s.give_up_at.reset(); }
+  } clear{*this};
+  const SaveFailure& f = *save_failure;
+  auto mib = [](std::int64_t b) { return std::to_string(b >> 20) + " MiB"; };
+  if (main_rank()) {
+    emit("paused", {{"reason", "save_failed"}, {"tag", f.tag}});
+    log("paused: checkpoint " + f.tag + " could not be saved" +
+        (f.free_bytes >= 0 ? " (" + mib(f.free_bytes) + " free, rank " + std::to_string(f.rank) + "'s shard needs " +
+                                 mib(f.needed_bytes) + ")"
+                           : std::string()) +
+        ". Free space in " + f.folder + " (or delete old checkpoints); the save is retried every " +
+        std::to_string(retry_every.count() / 1'000'000'000) + " s and on Save now, for up to " + config::format_double(minutes) +
+        " minutes (checkpointing.save_retry_minutes); Stop ends the run");
+  }
+  for (;;) {
+    const Requests r = agree_on_commands(*commands);
+    if (r.stop) {
+      const std::string newest = newest_checkpoint();
+      throw SaveFailed("stopped while checkpoint " + f.tag + " could not be saved; the newest saved checkpoint is " +
+                       (newest.empty() ? std::string("none") : newest));
+    }
+    if (r.sample) sample();
+    if (r.save || r.retry_save) {
+      if (save(reason)) {
+        if (main_rank()) emit("resumed", {{"reason", "saved"}, {"tag", reason == "overwrite" ? "overwrite" : "step_" + std::to_string(step)}});
+        return;
+      }
+      retry_at = Clock::now() + retry_every;
+    } else if (r.give_up_save) {
+      const std::string newest = newest_checkpoint();
+      throw SaveFailed(save_failure->message + "; gave up after " + config::format_double(minutes) +
+                       " minutes of retries (checkpointing.save_retry_minutes); the newest saved checkpoint is " +
+                       (newest.empty() ? std::string("none") : newest));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
 }
 
 void Trainer::State::fail(const std::exception& e) {
   emit("error", {{"message", e.what()}});
   // With several ranks the optimizer state is spread over them and a rank may be gone, so there
-  // is no on-exception checkpoint (the last periodic one stands).
-  if (cfg.checkpointing.on_exception && steps_done_here > 0 && world == 1) {
+  // is no on-exception checkpoint (the last periodic one stands); nor when saving is what failed.
+  const bool save_failed = dynamic_cast<const SaveFailed*>(&e) != nullptr;
+  if (cfg.checkpointing.on_exception && steps_done_here > 0 && world == 1 && !save_failed) {
     try {
       if (save("on_exception")) prune_checkpoints();
     } catch (const std::exception& e2) {
       emit("error", {{"message", std::string("the on-exception checkpoint failed too: ") + e2.what()}});
     }
   }
-  emit("run_end", {{"reason", "error"}});
+  emit("run_end", {{"reason", save_failed ? "save_failed" : "error"}});
   loader.reset();
 }
 

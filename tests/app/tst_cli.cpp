@@ -337,6 +337,51 @@ class TestCli : public QObject {
     QVERIFY2(resume.err.contains("no checkpoint to resume from"), qPrintable(resume.err));
   }
 
+  // Every command and key that takes a folder accepts it with a trailing slash (as shell
+  // completion writes it), relative to the working folder or absolute.
+  void foldersWithATrailingSlash_data() {
+    QTest::addColumn<bool>("absolute");
+    QTest::newRow("relative/") << false;
+    QTest::newRow("absolute/") << true;
+  }
+
+  void foldersWithATrailingSlash() {
+    QFETCH(bool, absolute);
+    QTemporaryDir dir;
+    const QString cwd = dir.path();
+    const auto folder = [&](const QString& name) { return (absolute ? cwd + "/" : QString()) + name + "/"; };
+    const auto small = [](int steps) {
+      return QStringList{"--set", "training.max_steps=" + QString::number(steps), "--set", "training.batch_size=4", "--set",
+                         "sampling.prompts=[]", "--set", "checkpointing.every_n_steps=2", "--set", "data.generate=none"};
+    };
+    zs::test::FailureReport report(cwd + "/run");
+    Result r = run({"make-dataset", "shapes", "--out", folder("ds"), "--count", "8", "--size", "16"}, cwd);
+    QVERIFY2(r.code == 0 && QFileInfo::exists(cwd + "/ds/images/00007.png"), qPrintable(r.err));
+    r = run(QStringList{"train", quickstart(), "--run-dir", folder("run"), "--set", "data.path=" + folder("ds"), "--set",
+                        "logging.runs_root=" + folder("runs"), "--set", "data.latent_cache_dir=" + folder("cache")} +
+                small(2),
+            cwd);
+    report.setOutput("train", r.err);
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QVERIFY(QFileInfo::exists(cwd + "/run/checkpoints/step_2/meta.json"));
+    r = run({"checkpoints", folder("run")}, cwd);
+    QVERIFY2(r.code == 0 && r.out.contains("step_2"), qPrintable(r.out + r.err));
+    r = run({"export", folder("run/checkpoints/step_2"), "--format", "diffusers", "-o", folder("out")}, cwd);
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QVERIFY(QFileInfo::exists(cwd + "/out/unet/config.json"));
+    if (zs::test::sharedAvailable()) {  // a diffusers folder (absolute: the fixture's)
+      r = run({"model", "info", zs::test::sharedDir() + "/fixtures/sd15-tiny/"}, cwd);
+      QVERIFY2(r.code == 0, qPrintable(r.err));
+    }
+    // --resume with a checkpoint folder: the run is the folder's, whatever the slash.
+    r = run(QStringList{"train", quickstart(), "--resume", folder("run/checkpoints/step_2"), "--set",
+                        "data.path=" + folder("ds")} + small(3),
+            cwd);
+    report.setOutput("resume", r.err);
+    QVERIFY2(r.code == 0 && r.out.contains("finished at step 3"), qPrintable(r.out + r.err));
+    QVERIFY(QFileInfo::exists(cwd + "/run/checkpoints/step_3/meta.json"));
+  }
+
   void validateGoodAndBadFiles() {
     const Result good = run({"config", "validate", quickstart()});
     QCOMPARE(good.code, 0);

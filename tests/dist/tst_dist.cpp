@@ -17,8 +17,9 @@ namespace {
 struct World {
   std::vector<std::unique_ptr<QProcess>> procs;
   /// Starts `ranks` of a world of `world` ranks (ranks may be fewer: a missing rank).
+  /// `store_file`: meet through a FileStore there (ZEROSTUDIO_STORE_FILE), as `launch` does on one machine.
   World(const QString& scenario, int world, std::vector<int> ranks, int port, double timeout_s,
-        std::function<int(int)> port_of = {}, QStringList extra = {}) {
+        std::function<int(int)> port_of = {}, QStringList extra = {}, const QString& store_file = {}) {
     for (int r : ranks) {
       auto p = std::make_unique<QProcess>();
       QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
@@ -29,6 +30,7 @@ struct World {
       env.insert("LOCAL_RANK", QString::number(r));
       env.insert("LOCAL_WORLD_SIZE", QString::number(world));
       env.insert("OMP_NUM_THREADS", "1");
+      if (!store_file.isEmpty()) env.insert("ZEROSTUDIO_STORE_FILE", store_file);
       p->setProcessEnvironment(env);
       p->setProcessChannelMode(QProcess::MergedChannels);
       p->start(zs::test::distWorkerPath(), QStringList{scenario, QString::number(timeout_s)} + extra);
@@ -83,22 +85,26 @@ class TestDist : public QObject {
     QTest::addColumn<int>("world");
     QTest::addColumn<QString>("variant");  // dist_worker's Variant list
     QTest::addColumn<QString>("backend");
-    QTest::newRow("2 ranks") << 2 << "" << "gloo, native reduce_scatter 0";
-    QTest::newRow("3 ranks") << 3 << "" << "gloo, native reduce_scatter 0";
+    QTest::addColumn<bool>("file_store");
+    QTest::newRow("2 ranks") << 2 << "" << "gloo, native reduce_scatter 0" << false;
+    QTest::newRow("3 ranks") << 3 << "" << "gloo, native reduce_scatter 0" << false;
+    QTest::newRow("3 ranks, file store") << 3 << "" << "gloo, native reduce_scatter 0" << true;
     // CUDA twins: NCCL as a real one-rank group (the lent GPU machines have one device, and NCCL
     // refuses two ranks on one), and Gloo's CUDA path with two ranks on the same device.
-    QTest::newRow("nccl, 1 rank, cuda tensors") << 1 << "nccl" << "nccl, native reduce_scatter 1";
-    QTest::newRow("gloo, 2 ranks, cuda tensors") << 2 << "cuda" << "gloo, native reduce_scatter 0";
+    QTest::newRow("nccl, 1 rank, cuda tensors") << 1 << "nccl" << "nccl, native reduce_scatter 1" << false;
+    QTest::newRow("gloo, 2 ranks, cuda tensors") << 2 << "cuda" << "gloo, native reduce_scatter 0" << false;
   }
 
   void collectives() {
     QFETCH(int, world);
     QFETCH(QString, variant);
     QFETCH(QString, backend);
+    QFETCH(bool, file_store);
     if (variant.contains("cuda") || variant.contains("nccl")) ZS_REQUIRE_CUDA();
     std::vector<int> ranks(static_cast<std::size_t>(world));
     std::iota(ranks.begin(), ranks.end(), 0);
-    World w("collectives", world, ranks, zs::test::freePort(), 30, {}, {variant});
+    QTemporaryDir dir;
+    World w("collectives", world, ranks, zs::test::freePort(), 30, {}, {variant}, file_store ? dir.path() + "/store" : "");
     for (int r = 0; r < world; ++r) {
       QVERIFY(w.wait(r, 60000));
       const QString out = w.out(r);
@@ -411,21 +417,30 @@ class TestDist : public QObject {
     QTest::addColumn<QString>("scenario");
     QTest::addColumn<int>("culprit");
     QTest::addColumn<QString>("named");
-    QTest::newRow("killed") << "die" << 1 << "not reached by rank 1 (last at #1): that rank stopped, died or hangs";
-    QTest::newRow("stalled") << "stall" << 1 << "not reached by rank 1 (last at #1): that rank stopped, died or hangs";
+    QTest::addColumn<bool>("file_store");
+    QTest::newRow("killed") << "die" << 1 << "not reached by rank 1 (last at #1): that rank stopped, died or hangs" << false;
+    QTest::newRow("stalled") << "stall" << 1 << "not reached by rank 1 (last at #1): that rank stopped, died or hangs" << false;
     QTest::newRow("killed inside a collective")
-        << "die_inside" << 1 << "abandoned by rank 1 (started it, then went silent): that rank died or hangs";
-    QTest::newRow("store host killed") << "die0" << 0 << "rank 0 is gone (the rendezvous store it hosts does not answer)";
+        << "die_inside" << 1 << "abandoned by rank 1 (started it, then went silent): that rank died or hangs" << false;
+    QTest::newRow("store host killed") << "die0" << 0 << "rank 0 is gone (the rendezvous store it hosts does not answer)"
+                                       << false;
+    // Through a file store (zerostudio launch on one machine) rank 0 is a rank like the others.
+    QTest::newRow("killed, file store") << "die" << 1 << "not reached by rank 1 (last at #1): that rank stopped, died or hangs"
+                                        << true;
+    QTest::newRow("rank 0 killed, file store") << "die0" << 0
+                                               << "not reached by rank 0 (last at #1): that rank stopped, died or hangs" << true;
   }
 
   void deadOrStalledRankFailsTheOthersWithinTheTimeout() {
     QFETCH(QString, scenario);
     QFETCH(int, culprit);
     QFETCH(QString, named);
+    QFETCH(bool, file_store);
     const double timeout = 4;
     QElapsedTimer clock;
     clock.start();
-    World w(scenario, 3, {0, 1, 2}, zs::test::freePort(), timeout);
+    QTemporaryDir dir;
+    World w(scenario, 3, {0, 1, 2}, zs::test::freePort(), timeout, {}, {}, file_store ? dir.path() + "/store" : "");
     for (int r : {0, 1, 2}) {
       if (r == culprit) continue;
       QVERIFY2(w.wait(r, 30000), "a rank hung");

@@ -4,16 +4,22 @@
 #include <ATen/ATen.h>
 
 #include <csignal>
+#include <set>
+
+#include <unistd.h>
+#include <sys/mount.h>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint.h"
 #include "config/config_loader.h"
 #include "estimate/memory_estimator.h"
 #include "io/image.h"
 #include "io/safetensors.h"
 
 #include <QElapsedTimer>
+#include <QRandomGenerator>
 #include <QFile>
 #include <QProcess>
 #include <QTemporaryDir>
@@ -107,6 +113,13 @@ bool start_long_launch(QProcess& p, const QString& run_dir, const QProcessEnviro
   return false;
 }
 
+/// This process's environment with `vars` set (fault injection, TMPDIR).
+QProcessEnvironment env_with(std::initializer_list<std::pair<QString, QString>> vars) {
+  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+  for (const auto& [k, v] : vars) env.insert(k, v);
+  return env;
+}
+
 /// The launcher's children, in the order it started them (rank 0, rank 1, ...).
 QList<pid_t> children_of(qint64 pid) {
   QFile children(QString("/proc/%1/task/%1/children").arg(pid));
@@ -128,7 +141,10 @@ bool alive(pid_t pid) {
 std::vector<nlohmann::json> events(const QString& run_dir) {
   std::ifstream in((run_dir + "/events.jsonl").toStdString());
   std::vector<nlohmann::json> out;
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  for (std::string line; std::getline(in, line);) {
+    auto e = nlohmann::json::parse(line, nullptr, false);
+    if (e.is_object()) out.push_back(std::move(e));  // a line being written is read next time
+  }
   return out;
 }
 
@@ -140,6 +156,52 @@ bool launcher_wrote(const QString& run_dir, int rank, const std::string& text) {
   for (const auto& e : all)
     named |= e["type"] == "error" && e.value("rank", -1) == rank && e["message"].get<std::string>().find(text) != std::string::npos;
   return named && !all.empty() && all.back()["type"] == "run_end";
+}
+
+
+/// The TCP sockets that `pids` listen on, as "ADDRESS:PORT" in /proc/net's hex, each with
+/// whether it is loopback only (127.0.0.0/8, ::1, or ::ffff:127.x).
+std::vector<std::pair<QString, bool>> listening_sockets(const QList<pid_t>& pids) {
+  std::set<QString> inodes;
+  for (pid_t pid : pids) {
+    const QString fds = QString("/proc/%1/fd").arg(pid);
+    for (const QString& fd : QDir(fds).entryList(QDir::AllEntries | QDir::System | QDir::NoDotAndDotDot)) {
+      char target[256];
+      const ssize_t n = ::readlink(qPrintable(fds + "/" + fd), target, sizeof target - 1);
+      if (n <= 0) continue;
+      const QString t = QString::fromLatin1(target, static_cast<int>(n));
+      if (t.startsWith("socket:[")) inodes.insert(t.mid(8).chopped(1));
+    }
+  }
+  std::vector<std::pair<QString, bool>> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    QFile f(table);
+    if (!f.open(QIODevice::ReadOnly)) continue;
+    const QStringList lines = QString::fromLatin1(f.readAll()).split('\n', Qt::SkipEmptyParts);
+    for (qsizetype i = 1; i < lines.size(); ++i) {
+      const QStringList c = lines[i].simplified().split(' ');
+      if (c.size() < 10 || c[3] != "0A" || !inodes.count(c[9])) continue;  // 0A: LISTEN
+      const QString address = c[1].section(':', 0, 0);
+      const bool loopback = address.size() == 8 ? address.endsWith("7F")  // IPv4, little-endian: 127.x.y.z
+                                                : address == "00000000000000000000000001000000" ||
+                                                      (address.startsWith("0000000000000000FFFF0000") && address.endsWith("7F"));
+      out.emplace_back(c[1], loopback);
+    }
+  }
+  return out;
+}
+
+/// Kills `pid` and every process below it at once (SIGKILL), as a power cut would.
+void kill_tree(pid_t pid) {
+  for (pid_t child : children_of(pid)) kill_tree(child);
+  ::kill(pid, SIGKILL);
+}
+
+/// The newest complete checkpoint of a run, with the problems `verify` finds in it.
+std::pair<QString, std::vector<std::string>> newest_checkpoint(const QString& run_dir) {
+  const auto all = zs::checkpoint::list_checkpoints((run_dir + "/checkpoints").toStdString());
+  if (all.empty()) return {};
+  return {QString::fromStdString(all.back().path), zs::checkpoint::verify_checkpoint(all.back())};
 }
 
 }  // namespace
@@ -371,26 +433,47 @@ class TestLaunch : public QObject {
     QVERIFY(QFile::exists(run + "/checkpoints/step_8/rank2.safetensors"));
   }
 
-  // A rank that cannot write its shard makes that save fail on every rank: an error event, no
-  // folder (not even a hidden one), training goes on, the checkpoints before and after are whole.
+  // A rank that cannot write its shard makes that save fail on every rank: a save_failed event
+  // with rank 1's figures, no folder (not even a hidden one), the checkpoints before and after
+  // are whole. `continue` trains on; `pause` (the default) waits on every rank, retries, and goes
+  // on once the retry saves it.
+  void aFailedShardWriteFailsTheSaveEverywhere_data() {
+    QTest::addColumn<QString>("policy");
+    QTest::addColumn<QStringList>("tags");
+    QTest::newRow("continue") << "continue" << QStringList{"step_2", "step_6"};
+    QTest::newRow("pause") << "pause" << QStringList{"step_2", "step_4", "step_6"};
+  }
+
   void aFailedShardWriteFailsTheSaveEverywhere() {
+    QFETCH(QString, policy);
+    QFETCH(QStringList, tags);
     QTemporaryDir dir;
     const QString run = dir.path() + "/run";
     zs::test::FailureReport report(run);
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.insert("ZEROSTUDIO_FAIL_SAVE", "1:4");
+    // The write fails once: the retry succeeds.
+    const QProcessEnvironment env = env_with({{"ZEROSTUDIO_FAIL_SAVE", "1:4:1"}, {"ZEROSTUDIO_SAVE_RETRY_SECONDS", "1"}});
     const Ended e = cli(launch(2) + QStringList{quickstart(), "--set", "zero.stage=2"} + small_run(run, 6) +
-                            QStringList{"--set", "checkpointing.every_n_steps=2"},
+                            QStringList{"--set", "checkpointing.every_n_steps=2", "--set", "checkpointing.keep_last=0",
+                                        "--set", "checkpointing.on_save_failure=" + policy},
                         report, 180000, env);
     QVERIFY2(e.ok(), e.why());
-    QStringList tags = QDir(run + "/checkpoints").entryList(QDir::Dirs | QDir::NoDotAndDotDot | QDir::Hidden);
-    tags.sort();
-    QCOMPARE(tags, (QStringList{"step_2", "step_6"}));
-    bool reported = false;
-    for (const auto& e : events(run))
-      reported |= e["type"] == "error" &&
-                  e["message"].get<std::string>().rfind("checkpoint step_4 not saved (older checkpoints are kept): another rank", 0) == 0;
+    QStringList found = QDir(run + "/checkpoints").entryList(QDir::Dirs | QDir::NoDotAndDotDot | QDir::Hidden);
+    found.sort();
+    QCOMPARE(found, tags);
+    bool reported = false, paused = false, resumed = false;
+    for (const auto& e : events(run)) {
+      if (e["type"] == "save_failed") {
+        reported = e["tag"] == "step_4" && e["rank"] == 1 && e["needed_bytes"].get<std::int64_t>() > 0 &&
+                   e["folder"].get<std::string>() == (run + "/checkpoints").toStdString() &&
+                   e["message"].get<std::string>().rfind("checkpoint step_4 not saved (older checkpoints are kept): another rank", 0) == 0;
+        QVERIFY2(reported, e.dump().c_str());
+      }
+      paused |= e["type"] == "paused" && e.value("reason", "") == "save_failed";
+      resumed |= e["type"] == "resumed" && e.value("reason", "") == "saved";
+    }
     QVERIFY2(reported, "rank 0 should report that rank 1 could not write its shard");
+    QCOMPARE(paused, policy == "pause");
+    QCOMPARE(resumed, policy == "pause");
     QVERIFY(QFile(run + "/logs/rank1.log").open(QIODevice::ReadOnly));
   }
 
@@ -485,8 +568,7 @@ class TestLaunch : public QObject {
     QTemporaryDir dir;
     const QString run = dir.path() + "/run";
     zs::test::FailureReport report(run);
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.insert("ZEROSTUDIO_FAIL_AT", "1:3");
+    const QProcessEnvironment env = env_with({{"ZEROSTUDIO_FAIL_AT", "1:3"}});
     const Ended e = cli(launch(2) + QStringList{quickstart(), "--set", "zero.stage=2"} + small_run(run, 6), report, 120000, env);
     QVERIFY2(e.in_time, e.why());
     QCOMPARE(e.code, 1);
@@ -514,6 +596,287 @@ class TestLaunch : public QObject {
     bool stopped = false;
     for (const auto& e : events(run)) stopped |= e["type"] == "checkpoint" && e["reason"] == "stopped";
     QVERIFY2(stopped, "the ranks should have stopped cleanly, saving a checkpoint");
+  }
+
+  // One machine: the ranks meet through a file in a private folder, so no socket of the launch
+  // listens beyond loopback (the TCPStore listened on every interface). A process listening on
+  // 0.0.0.0 shows that the check sees such a socket.
+  void oneMachineRunsOpenNoPortBeyondLoopback() {
+    {
+      QProcess open_port;
+      open_port.start("/usr/bin/python3", {"-c", "import socket,time\ns=socket.socket()\ns.bind(('0.0.0.0',0))\n"
+                                                 "s.listen()\nprint('up',flush=True)\ntime.sleep(30)"});
+      QVERIFY2(open_port.waitForReadyRead(20000), "python3 did not start");
+      const auto control = listening_sockets({static_cast<pid_t>(open_port.processId())});
+      open_port.kill();
+      open_port.waitForFinished(5000);
+      QCOMPARE(control.size(), std::size_t{1});
+      QVERIFY2(!control[0].second, qPrintable(control[0].first));
+    }
+    QTemporaryDir dir;
+    const QString run = dir.path() + "/run";
+    zs::test::FailureReport report(run);
+    const QProcessEnvironment env = env_with({{"TMPDIR", dir.path()}});
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    p.setProcessEnvironment(env);
+    p.start(zs::test::cliPath(), launch(2) + QStringList{quickstart()} + small_run(run, 6));
+    QVERIFY(p.waitForStarted());
+    std::set<QString> beyond, loopback;
+    int seen_ranks = 0;
+    QElapsedTimer clock;
+    clock.start();
+    while (p.state() != QProcess::NotRunning && clock.elapsed() < 120000) {
+      QList<pid_t> pids = children_of(p.processId());
+      seen_ranks = std::max(seen_ranks, static_cast<int>(pids.size()));
+      pids << static_cast<pid_t>(p.processId());
+      for (const auto& [where, local] : listening_sockets(pids)) (local ? loopback : beyond).insert(where);
+      QTest::qWait(50);
+    }
+    QVERIFY(p.state() == QProcess::NotRunning || p.waitForFinished(60000));
+    const QString out = QString::fromUtf8(p.readAll());
+    report.setOutput("launcher", out);
+    QCOMPARE(p.exitCode(), 0);
+    QCOMPARE(seen_ranks, 2);
+    QVERIFY2(out.contains("no port"), qPrintable(out));
+    QVERIFY2(beyond.empty(), qPrintable("listening beyond loopback: " + QStringList(beyond.begin(), beyond.end()).join(", ")));
+    qInfo("loopback listeners seen: %d", static_cast<int>(loopback.size()));
+    // The private folder is gone with the launch.
+    QCOMPARE(QDir(dir.path()).entryList({"zerostudio-store-*"}, QDir::Dirs | QDir::Hidden).size(), 0);
+  }
+
+  // checkpointing.on_save_failure with one process (the injected failure: ZEROSTUDIO_FAIL_SAVE):
+  // each policy's exit code, events and the checkpoints left.
+  void savePoliciesWhenASaveFails_data() {
+    QTest::addColumn<QString>("policy");
+    QTest::addColumn<QString>("fail");   // RANK:STEP[:TIMES]
+    QTest::addColumn<QStringList>("sets");
+    QTest::addColumn<int>("code");
+    QTest::addColumn<QStringList>("tags");
+    QTest::addColumn<QString>("said");
+    QTest::newRow("stop") << "stop" << "0:4" << QStringList{} << 3 << QStringList{"step_2"}
+                          << "stopping (checkpointing.on_save_failure: stop); the newest saved checkpoint is ";
+    QTest::newRow("continue, last save fails") << "continue" << "0:8" << QStringList{} << 3
+                                               << QStringList{"step_2", "step_4", "step_6"}
+                                               << "the last checkpoint could not be saved (checkpointing.on_save_failure: "
+                                                  "continue); the newest saved checkpoint is ";
+    QTest::newRow("pause, the retry saves") << "pause" << "0:4:2" << QStringList{} << 0
+                                            << QStringList{"step_2", "step_4", "step_6", "step_8"} << "";
+    QTest::newRow("pause gives up") << "pause" << "0:4" << QStringList{"checkpointing.save_retry_minutes=0.03"} << 3
+                                    << QStringList{"step_2"} << "minutes of retries (checkpointing.save_retry_minutes); "
+                                                                "the newest saved checkpoint is ";
+  }
+
+  void savePoliciesWhenASaveFails() {
+    QFETCH(QString, policy);
+    QFETCH(QString, fail);
+    QFETCH(QStringList, sets);
+    QFETCH(int, code);
+    QFETCH(QStringList, tags);
+    QFETCH(QString, said);
+    QTemporaryDir dir;
+    const QString run = dir.path() + "/run";
+    zs::test::FailureReport report(run);
+    const QProcessEnvironment env = env_with({{"ZEROSTUDIO_FAIL_SAVE", fail}, {"ZEROSTUDIO_SAVE_RETRY_SECONDS", "0.5"}});
+    QStringList args = QStringList{"train", quickstart()} + small_run(run, 8) +
+                       QStringList{"--set", "checkpointing.every_n_steps=2", "--set", "checkpointing.keep_last=0", "--set",
+                                   "checkpointing.on_save_failure=" + policy};
+    for (const QString& s : sets) args << "--set" << s;
+    const Ended e = cli(args, report, 120000, env);
+    QVERIFY2(e.in_time, e.why());
+    QCOMPARE(e.code, code);
+    QStringList found = QDir(run + "/checkpoints").entryList(QDir::Dirs | QDir::NoDotAndDotDot | QDir::Hidden);
+    found.sort();
+    QCOMPARE(found, tags);
+    if (!said.isEmpty()) {
+      QVERIFY2(e.out.contains(said + run + "/checkpoints/" + tags.back()), qPrintable(e.out));
+    }
+    int failures = 0, metrics_after = 0;
+    bool paused = false, resumed = false;
+    const auto all = events(run);
+    for (const auto& ev : all) {
+      if (ev["type"] == "save_failed") {
+        ++failures;
+        QVERIFY(ev["needed_bytes"].get<std::int64_t>() > 0);
+        QVERIFY(ev.contains("free_bytes") && ev["folder"].get<std::string>() == (run + "/checkpoints").toStdString());
+      }
+      if (ev["type"] == "metrics" && failures > 0) ++metrics_after;
+      paused |= ev["type"] == "paused" && ev.value("reason", "") == "save_failed";
+      resumed |= ev["type"] == "resumed" && ev.value("reason", "") == "saved";
+    }
+    QVERIFY(failures >= 1);
+    const std::string end = all.back()["reason"].get<std::string>();
+    if (policy == "stop") {
+      QCOMPARE(failures, 1);
+      QCOMPARE(metrics_after, 0);  // no step after the failed save
+      QCOMPARE(end, std::string("save_failed"));
+    } else if (policy == "continue") {
+      QCOMPARE(end, std::string("finished"));
+      QCOMPARE(all.back()["last_save_failed"].get<std::string>(), std::string("step_8"));
+    } else {
+      QVERIFY(paused);
+      QCOMPARE(resumed, code == 0);
+      QCOMPARE(metrics_after > 0, code == 0);  // waited, then trained on once saved
+      if (code == 0) QCOMPARE(failures, 2);  // the first retry failed too (the injection fails twice)
+      else QVERIFY2(failures >= 3, qPrintable(QString::number(failures)));  // retried until it gave up
+      QCOMPARE(end, std::string(code == 0 ? "finished" : "save_failed"));
+    }
+  }
+
+  // A real full disk: the run's checkpoints/ is a tmpfs with room for one checkpoint. The second
+  // save is refused with the free and needed bytes, the run pauses (the first checkpoint stays
+  // intact), and once the tmpfs grows the retry saves and the run ends normally.
+  void aFullDiskPausesUntilThereIsRoom() {
+    QTemporaryDir dir;
+    zs::test::FailureReport report;
+    // One checkpoint's size, from a run on the ordinary disk.
+    const QString probe = dir.path() + "/probe";
+    report.addRun(probe);
+    const Ended first = cli(QStringList{"train", quickstart()} + small_run(probe, 2), report, 120000);
+    QVERIFY2(first.ok(), first.why());
+    qint64 one = 0;
+    for (const QFileInfo& f : QDir(probe + "/checkpoints/step_2").entryInfoList(QDir::Files)) one += f.size();
+    QVERIFY(one > 0);
+    const QString run = dir.path() + "/run";
+    report.addRun(run);
+    QVERIFY(QDir().mkpath(run + "/checkpoints"));
+    const QByteArray target = (run + "/checkpoints").toUtf8();
+    const auto mount_size = [&](qint64 bytes, bool remount) {
+      const QByteArray opts = "size=" + QByteArray::number((bytes + 4095) / 4096 * 4096) + ",mode=0755";
+      return ::mount("tmpfs", target.constData(), "tmpfs", remount ? MS_REMOUNT : 0, opts.constData()) == 0;
+    };
+    if (!mount_size(one * 3 / 2, false)) {
+      const QString why = QString("cannot mount a tmpfs (%1): needs root").arg(std::strerror(errno));
+      if (qEnvironmentVariableIsSet("CI")) QFAIL(qPrintable(why + " (required in CI)"));
+      QSKIP(qPrintable(why));
+    }
+    struct Unmount {
+      QByteArray path;
+      ~Unmount() { ::umount2(path.constData(), MNT_DETACH); }
+    } unmount{target};
+    const QProcessEnvironment env = env_with({{"ZEROSTUDIO_SAVE_RETRY_SECONDS", "0.5"}});
+    QProcess p;
+    p.setProcessChannelMode(QProcess::MergedChannels);
+    p.setProcessEnvironment(env);
+    p.start(zs::test::cliPath(), QStringList{"train", quickstart()} + small_run(run, 6) +
+                                     QStringList{"--set", "checkpointing.every_n_steps=2", "--set", "checkpointing.keep_last=0"});
+    QElapsedTimer clock;
+    clock.start();
+    nlohmann::json failed;
+    while (failed.is_null() && clock.elapsed() < 120000 && p.state() != QProcess::NotRunning) {
+      for (const auto& e : events(run))
+        if (e["type"] == "save_failed") failed = e;
+      QTest::qWait(100);
+    }
+    QVERIFY2(!failed.is_null(), "no save_failed event");
+    QCOMPARE(failed["tag"].get<std::string>(), std::string("step_4"));
+    QVERIFY2(failed["free_bytes"].get<std::int64_t>() < failed["needed_bytes"].get<std::int64_t>(), failed.dump().c_str());
+    QVERIFY2(failed["message"].get<std::string>().find("MiB free, this rank's shard needs") != std::string::npos,
+             failed.dump().c_str());
+    QTest::qWait(1500);  // paused: still running, still at step 4, step_2 intact
+    QCOMPARE(p.state(), QProcess::Running);
+    const auto [newest, problems] = newest_checkpoint(run);
+    QCOMPARE(newest, run + "/checkpoints/step_2");
+    QVERIFY(problems.empty());
+    QVERIFY2(mount_size(one * 8, true), std::strerror(errno));
+    QVERIFY2(p.waitForFinished(120000), "the run did not go on once there was room");
+    report.setOutput("train", QString::fromUtf8(p.readAll()));
+    QCOMPARE(p.exitCode(), 0);
+    QStringList tags = QDir(run + "/checkpoints").entryList(QDir::Dirs | QDir::NoDotAndDotDot);
+    tags.sort();
+    QCOMPARE(tags, (QStringList{"step_2", "step_4", "step_6"}));
+  }
+
+  // kill -9 at random moments while a checkpoint is saved every step: each time the newest
+  // checkpoint verifies, and the next start (`--resume auto`, as a preemptible job's) resumes it.
+  void killedWhileSavingAlwaysResumes_data() {
+    QTest::addColumn<int>("ranks");
+    QTest::newRow("1 rank") << 1;
+    QTest::newRow("2 ranks") << 2;
+  }
+
+  void killedWhileSavingAlwaysResumes() {
+    QFETCH(int, ranks);
+    QTemporaryDir dir;
+    const QString run = dir.path() + "/run";
+    zs::test::FailureReport report(run);
+    const QProcessEnvironment env = env_with({{"TMPDIR", dir.path()}});  // a killed launcher leaves its store folder here
+    QRandomGenerator random(20261124u + static_cast<quint32>(ranks));
+    QString expected;  // the checkpoint the next start must resume
+    for (int trial = 0; trial < 3; ++trial) {
+      QProcess p;
+      p.setProcessChannelMode(QProcess::MergedChannels);
+      p.setProcessEnvironment(env);
+      const QStringList head = ranks == 1 ? QStringList{"train"} : launch(ranks);
+      p.start(zs::test::cliPath(), head + QStringList{quickstart()} + small_run(run, 100000) +
+                                       QStringList{"--set", "checkpointing.every_n_steps=1", "--resume", "auto"});
+      QVERIFY(p.waitForStarted());
+      // Wait for a new checkpoint of this start, then kill at a random moment of the saving.
+      QElapsedTimer clock;
+      clock.start();
+      int checkpoints = 0;
+      while (checkpoints < 2 && clock.elapsed() < 90000 && p.state() == QProcess::Running) {
+        checkpoints = 0;
+        int starts = 0;
+        for (const auto& e : events(run)) {
+          if (e["type"] == "run_start") ++starts, checkpoints = 0;
+          if (starts == trial + 1 && e["type"] == "checkpoint") ++checkpoints;
+        }
+        QTest::qWait(50);
+      }
+      QVERIFY2(checkpoints >= 2, "no checkpoint saved within 90 s");
+      const int delay = static_cast<int>(random.bounded(600));
+      QTest::qWait(delay);
+      kill_tree(static_cast<pid_t>(p.processId()));
+      p.waitForFinished(10000);
+      report.setOutput(QString("start %1").arg(trial), QString::fromUtf8(p.readAll()));
+      // This start resumed what the previous kill left.
+      QString resumed;
+      for (const auto& e : events(run))
+        if (e["type"] == "run_start")
+          resumed = e["resumed_from"].is_null() ? QString() : QString::fromStdString(e["resumed_from"].get<std::string>());
+      QCOMPARE(resumed, expected);
+      const auto [newest, problems] = newest_checkpoint(run);
+      QVERIFY2(!newest.isEmpty() && problems.empty(),
+               qPrintable(QString("after a kill %1 ms in: %2").arg(delay).arg(problems.empty() ? "none" : problems.front().c_str())));
+      qInfo("trial %d: killed %d ms after the second save; newest %s", trial, delay, qPrintable(QFileInfo(newest).fileName()));
+      expected = newest;
+    }
+  }
+
+  // --resume auto: a run folder without a checkpoint (killed before its first save) starts
+  // again, saying so; one with checkpoints resumes the newest. --resume latest there is an error
+  // that points to auto.
+  void resumeAutoStartsOrResumes() {
+    QTemporaryDir dir;
+    const QString run = dir.path() + "/run";
+    zs::test::FailureReport report(run);
+    {
+      QProcess p;
+      p.setProcessChannelMode(QProcess::MergedChannels);
+      p.start(zs::test::cliPath(), QStringList{"train", quickstart()} + small_run(run, 100000));
+      QElapsedTimer clock;
+      clock.start();
+      bool trained = false;
+      while (!trained && clock.elapsed() < 60000) {
+        for (const auto& e : events(run)) trained |= e["type"] == "metrics";
+        QTest::qWait(50);
+      }
+      QVERIFY(trained);
+      kill_tree(static_cast<pid_t>(p.processId()));
+      p.waitForFinished(10000);
+    }
+    const Ended latest = cli(QStringList{"train", quickstart()} + small_run(run, 4) + QStringList{"--resume", "latest"}, report);
+    QCOMPARE(latest.code, 1);
+    QVERIFY2(latest.out.contains("no checkpoint to resume from") && latest.out.contains("--resume auto"), qPrintable(latest.out));
+    const Ended fresh = cli(QStringList{"train", quickstart()} + small_run(run, 4) + QStringList{"--resume", "auto"}, report);
+    QVERIFY2(fresh.ok(), fresh.why());
+    QVERIFY2(fresh.out.contains("--resume auto: no checkpoint in " + run + "/checkpoints; starting the run at step 0"),
+             qPrintable(fresh.out));
+    const Ended again = cli(QStringList{"train", quickstart()} + small_run(run, 6) + QStringList{"--resume", "auto"}, report);
+    QVERIFY2(again.ok(), again.why());
+    QVERIFY2(again.out.contains("--resume auto: resuming " + run + "/checkpoints/step_4 (step 4)"), qPrintable(again.out));
+    QVERIFY(again.out.contains("finished at step 6"));
   }
 };
 

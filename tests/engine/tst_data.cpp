@@ -282,12 +282,87 @@ class TestData : public QObject {
       reordered |= c != "luna solo by=lulu scr400" && c != "duo pride_flag scr100";
     }
     QVERIFY(reordered);
+    // A broken metadata file is skipped with a warning naming it; the others still count.
     zs::io::write_file_atomic(root + "/metadata/a/b/bad.json", "{\"tags\": [");
+    std::vector<std::string> warnings;
+    o.on_warning = [&](const std::string& w) { warnings.push_back(w); };
+    items = scan_dataset(root, o);
+    QCOMPARE(items.size(), std::size_t{2});
+    QCOMPARE(warnings.size(), std::size_t{1});
+    QVERIFY2(warnings[0].find("bad.json: not valid JSON") != std::string::npos, warnings[0].c_str());
+  }
+
+  // Paths in metadata/*.json and metadata.csv that resolve outside the dataset folder (absolute,
+  // climbing out with .., or through a symlink) are skipped with a warning unless
+  // allow_external_paths; a dataset with nothing usable left is an error that says why.
+  void datasetsCannotReachOutsideTheirFolder() {
+    QTemporaryDir dir;
+    const std::string outside = tmp(dir, "secret.png");
+    zs::io::write_png(outside, draw_shape({"circle", "red", "black"}, 16, 1));
+    const std::string root = tmp(dir, "ds");
+    fs::create_directories(root + "/metadata");
+    fs::create_directories(root + "/images");
+    zs::io::write_png(root + "/images/ok.png", draw_shape({"square", "blue", "black"}, 16, 1));
+    auto meta = [&](const std::string& name, const std::string& path) {
+      zs::io::write_file_atomic(root + "/metadata/" + name + ".json", "{\"tags\": [\"x\"], \"path\": \"" + path + "\"}");
+    };
+    meta("a_ok", "images/ok.png");
+    meta("b_absolute", outside);
+    meta("c_climbs", "../secret.png");
+    meta("d_inside_dots", "images/../images/ok.png");
+    std::vector<std::string> warnings;
+    MetadataOptions o;
+    o.on_warning = [&](const std::string& w) { warnings.push_back(w); };
+    auto items = scan_dataset(root, o);
+    QCOMPARE(items.size(), std::size_t{2});
+    for (const auto& item : items) QVERIFY2(item.image.find("secret") == std::string::npos, item.image.c_str());
+    QCOMPARE(warnings.size(), std::size_t{2});
+    QVERIFY2(warnings[0].find("b_absolute.json: the image") != std::string::npos &&
+                 warnings[0].find("outside the dataset folder") != std::string::npos &&
+                 warnings[0].find("data.allow_external_paths") != std::string::npos,
+             warnings[0].c_str());
+    QVERIFY2(warnings[1].find("c_climbs.json: the image '../secret.png' resolves to " + fs::canonical(outside).string()) !=
+                 std::string::npos,
+             warnings[1].c_str());
+    o.allow_external_paths = true;
+    QCOMPARE(scan_dataset(root, o).size(), std::size_t{4});
+    // metadata.csv: the same rule for file_name; a row with the wrong field count is skipped.
+    const std::string csv = tmp(dir, "csv");
+    fs::create_directories(csv + "/img");
+    zs::io::write_png(csv + "/img/a.png", draw_shape({"circle", "red", "black"}, 16, 1));
+    zs::io::write_file_atomic(csv + "/metadata.csv", "file_name,text\nimg/a.png,fine\n../secret.png,out\nimg/a.png,x,y\n");
+    warnings.clear();
+    o.allow_external_paths = false;
+    items = scan_dataset(csv, o);
+    QCOMPARE(items.size(), std::size_t{1});
+    QCOMPARE(warnings.size(), std::size_t{2});
+    QVERIFY2(warnings[0].find("metadata.csv:4: has 3 fields, the header has 2; row skipped") != std::string::npos, warnings[0].c_str());
+    QVERIFY2(warnings[1].find("metadata.csv:3: the image '../secret.png' resolves to") != std::string::npos, warnings[1].c_str());
+    // images/ as a symlink elsewhere: outside, unless allowed.
+    const std::string linked = tmp(dir, "linked");
+    fs::create_directories(linked);
+    fs::create_directories(tmp(dir, "elsewhere/images"));
+    zs::io::write_png(tmp(dir, "elsewhere/images/e.png"), draw_shape({"circle", "green", "black"}, 16, 1));
+    fs::create_directory_symlink(tmp(dir, "elsewhere/images"), linked + "/images");
     try {
-      scan_dataset(root, o);
-      QFAIL("accepted broken JSON");
+      scan_dataset(linked, o);
+      QFAIL("read an image through a symlink out of the dataset");
     } catch (const zs::Error& e) {
-      QVERIFY2(QString(e.what()).contains("bad.json: not valid JSON"), e.what());
+      QVERIFY2(QString(e.what()).contains("no images found") && QString(e.what()).contains("1 skipped, the first:") &&
+                   QString(e.what()).contains("outside the dataset folder"),
+               e.what());
+    }
+    o.allow_external_paths = true;
+    QCOMPARE(scan_dataset(linked, o).size(), std::size_t{1});
+    // Nothing usable: every metadata file broken.
+    const std::string broken = tmp(dir, "broken");
+    fs::create_directories(broken + "/metadata");
+    zs::io::write_file_atomic(broken + "/metadata/x.json", std::string("{\"path\": 3}"));
+    try {
+      scan_dataset(broken, o);
+      QFAIL("accepted a dataset with nothing usable");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).contains("x.json: needs \"path\""), e.what());
     }
   }
 

@@ -3,7 +3,12 @@
 #include <ATen/ATen.h>
 
 #include <QTemporaryDir>
+#include <QRandomGenerator>
 #include <QtTest>
+
+#include <cstring>
+
+#include "core/text.h"
 
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -118,6 +123,33 @@ class TestSafetensors : public QObject {
       const QString expected = QString::fromStdString(path) + ": not a valid safetensors file: " + message;
       QVERIFY2(QString(e.what()).startsWith(expected), e.what());
     }
+  }
+
+  // Error messages quote headers: whatever bytes a damaged file holds, the message is printable
+  // (no control bytes but newline and tab, no broken UTF-8), with the bytes shown as \xNN.
+  void errorMessagesArePrintable() {
+    QCOMPARE(zs::printable("a\x01" "b\xff" "c\xc3\xa9\n\x1b[31m"), std::string("a\\x01b\\xffc\xc3\xa9\n\\x1b[31m"));
+    QCOMPARE(zs::printable("\xe2\x82"), std::string("\\xe2\\x82"));  // a cut UTF-8 sequence
+    QTemporaryDir dir;
+    const std::string path = (dir.path() + "/fuzz.safetensors").toStdString();
+    const std::string header = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"k":"v"}})";
+    QRandomGenerator random(7);
+    int refused = 0;
+    for (int trial = 0; trial < 300; ++trial) {
+      std::string h = header;
+      for (int k = 0; k < 3; ++k) h[random.bounded(static_cast<quint32>(h.size()))] = static_cast<char>(random.bounded(256));
+      std::string file(8, '\0');
+      const std::uint64_t n = h.size();
+      std::memcpy(file.data(), &n, 8);
+      zs::io::write_file_atomic(path, file + h + std::string(8, '\0'));
+      try {
+        SafetensorsReader reader(path);
+      } catch (const zs::Error& e) {
+        ++refused;
+        QVERIFY2(zs::printable(e.what()) == e.what(), qPrintable(QByteArray(e.what()).toHex()));
+      }
+    }
+    QVERIFY2(refused > 100, qPrintable(QString::number(refused)));
   }
 };
 

@@ -112,6 +112,30 @@ class TestDashboard : public QObject {
     QVERIFY(w.statusText().contains("not a run folder"));
   }
 
+  // A failed save: the banner says why and what to do while the run waits (paused), and goes
+  // once a checkpoint is saved.
+  void aFailedSaveShowsInTheBannerUntilASaveSucceeds() {
+    QTemporaryDir tmp;
+    ScriptedRun run(tmp.path());
+    run.start(1, 10);
+    run.metrics(2, 1);
+    MainWindow w;
+    w.show();
+    QVERIFY(w.openRun(tmp.path()));
+    run.line("{\"type\":\"save_failed\",\"step\":4,\"time\":2,\"tag\":\"step_4\",\"needed_bytes\":33554432,"
+             "\"free_bytes\":26214400,\"folder\":\"x/checkpoints\",\"rank\":0,\"message\":\"checkpoint step_4 not saved "
+             "(older checkpoints are kept): 25 MiB free, the shard needs 32 MiB\"}");
+    run.line("{\"type\":\"paused\",\"step\":4,\"time\":2,\"reason\":\"save_failed\",\"tag\":\"step_4\"}");
+    QTRY_VERIFY(w.errorText().contains("Checkpoint not saved"));
+    QVERIFY2(w.errorText().contains("25 MiB free, the shard needs 32 MiB"), qPrintable(w.errorText()));
+    QVERIFY(w.errorText().contains("Save now"));
+    QTRY_COMPARE(w.controller()->state(), RunState::paused);
+    run.line("{\"type\":\"resumed\",\"step\":4,\"time\":3,\"reason\":\"saved\",\"tag\":\"step_4\"}");
+    run.checkpoint(4);
+    QTRY_VERIFY(w.errorText().isEmpty());
+    QCOMPARE(w.controller()->state(), RunState::running);
+  }
+
   // Pause, stop, sample now and save now are written to the run's control.json.
   void commandsGoThroughTheControlFile() {
     QTemporaryDir tmp;

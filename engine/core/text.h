@@ -1,0 +1,18 @@
+#pragma once
+// Small text helpers for what users type and what messages print.
+
+#include <string>
+#include <string_view>
+
+namespace zs {
+
+/// `text` safe to print: bytes that are not printable are written as \xNN — control bytes
+/// (newline and tab stay), DEL, and bytes that are not part of well-formed UTF-8. So a damaged
+/// file's contents quoted in a message never reach a terminal (or a JSON event) raw.
+std::string printable(std::string_view text);
+
+/// A path without trailing separators, as shell completion writes folders ("runs/x/" ->
+/// "runs/x"); "/" stays "/", and "" stays "".
+std::string without_trailing_slash(std::string_view path);
+
+}  // namespace zs
