@@ -230,6 +230,7 @@ int run_launch_command(const std::vector<std::string>& args) {
       for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
       if (store_file.empty()) ::unsetenv("ZEROSTUDIO_STORE_FILE");
       else ::setenv("ZEROSTUDIO_STORE_FILE", store_file.c_str(), 1);
+      ::setenv("ZEROSTUDIO_LAUNCHER_PID", std::to_string(launcher).c_str(), 1);  // whether it is still there
       std::vector<char*> argv{self};
       for (auto& s : train_args) argv.push_back(s.data());
       argv.push_back(nullptr);

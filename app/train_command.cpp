@@ -1,6 +1,7 @@
 // `zerostudio train` and `zerostudio make-dataset`.
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include <unistd.h>
@@ -134,6 +136,20 @@ int run_train_command(const std::vector<std::string>& args) {
   const config::LoadedConfig loaded = config::load_config_file(file, a.all("set"));
   print_warnings(loaded.warnings);
 
+  // Ranks of `zerostudio launch` on one machine meet through a file in the launcher's private
+  // folder, which the launcher removes at the end. When the launcher was killed, the ranks do:
+  // the last FileStore to go removes the file (on whichever thread lets go of it last), and a
+  // rank that finds the folder empty within a moment removes it.
+  struct StoreFolder {
+    ~StoreFolder() {
+      const char* f = std::getenv("ZEROSTUDIO_STORE_FILE");
+      const char* launcher = std::getenv("ZEROSTUDIO_LAUNCHER_PID");
+      if (!f || !*f || !launcher || std::atol(launcher) == static_cast<long>(::getppid())) return;
+      const std::string folder = std::filesystem::path(f).parent_path().string();
+      for (int i = 0; i < 40 && ::rmdir(folder.c_str()) != 0 && errno == ENOTEMPTY; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } store_folder;
   ProgressBar bar;
   train::TrainerOptions options;
   // Tests make one rank's checkpoint write fail (ZEROSTUDIO_FAIL_SAVE=RANK:STEP[:TIMES]) or the rank

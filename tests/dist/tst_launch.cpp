@@ -583,7 +583,7 @@ class TestLaunch : public QObject {
     const QString run = dir.path() + "/run";
     zs::test::FailureReport report(run);
     QProcess p;
-    QVERIFY2(start_long_launch(p, run), "the launch did not train a step within 60 s");
+    QVERIFY2(start_long_launch(p, run, env_with({{"TMPDIR", dir.path()}})), "the launch did not train a step within 60 s");
     const QList<pid_t> pids = children_of(p.processId());
     QCOMPARE(pids.size(), 2);
     ::kill(static_cast<pid_t>(p.processId()), SIGKILL);
@@ -596,6 +596,8 @@ class TestLaunch : public QObject {
     bool stopped = false;
     for (const auto& e : events(run)) stopped |= e["type"] == "checkpoint" && e["reason"] == "stopped";
     QVERIFY2(stopped, "the ranks should have stopped cleanly, saving a checkpoint");
+    // The last rank to leave removed the rendezvous folder its killed launcher could not.
+    QCOMPARE(QDir(dir.path()).entryList({"zerostudio-store-*"}, QDir::Dirs | QDir::Hidden), QStringList{});
   }
 
   // One machine: the ranks meet through a file in a private folder, so no socket of the launch
