@@ -1,4 +1,5 @@
-// `zerostudio checkpoints` (list and verify a run's checkpoints) and `zerostudio export`.
+// `zerostudio checkpoints` (list and verify a run's checkpoints), `zerostudio export` and
+// `zerostudio tensorboard` (a run's TensorBoard event file from its events).
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -11,10 +12,22 @@
 #include "checkpoint/export.h"
 #include "commands.h"
 #include "core/error.h"
+#include "train/tensorboard.h"
 
 namespace zs::cli {
 
 namespace {
+
+const CommandSpec kTensorBoard{
+    "tensorboard", "RUN_DIR [-o DIR]",
+    "Write a run's TensorBoard event file from its events.jsonl and samples (finished or live runs,\n"
+    "and runs made before logging.tensorboard or by another machine).",
+    "Scalars train/loss, train/loss_smoothed, train/lr, train/grad_norm, train/samples_per_s,\n"
+    "train/s_per_step, train/loss_scale, val/loss, val/loss_ema and memory/rank<R>/<kind>; each sample\n"
+    "grid as the image `samples`; the resolved config as the text `config`. Then:\n"
+    "  tensorboard --logdir DIR",
+    {{"output", "DIR", "Folder of the event file (default: RUN_DIR/tensorboard)", false, "o"}},
+    1, 1};
 
 const CommandSpec kCheckpoints{
     "checkpoints", "RUN_DIR [--verify] [--json]",
@@ -141,6 +154,19 @@ std::function<void(std::size_t, std::size_t)> export_progress(const std::string&
       std::fprintf(stderr, "%s: %zu/%zu tensors\n", verb.c_str(), done, total);
     }
   };
+}
+
+int run_tensorboard_command(const std::vector<std::string>& args) {
+  const ParsedArgs a = parse_args(kTensorBoard, args);
+  if (a.help) {
+    std::cout << kTensorBoard.help();
+    return 0;
+  }
+  const std::string run_dir = a.positional()[0];
+  const auto out = train::write_tensorboard(run_dir, a.get("output", run_dir + "/tensorboard"));
+  std::cout << "wrote " << out.path << ": " << out.written.scalars << " scalars, " << out.written.images << " images, "
+            << out.written.texts << " texts\n";
+  return 0;
 }
 
 }  // namespace zs::cli

@@ -36,6 +36,9 @@ int run_export_command(const std::vector<std::string>& args);
 /// `zerostudio estimate FILE [--num_processes N] [--gpu-memory SIZE] [--json]`.
 int run_estimate_command(const std::vector<std::string>& args);
 
+/// `zerostudio tensorboard RUN_DIR [-o DIR]`.
+int run_tensorboard_command(const std::vector<std::string>& args);
+
 /// `zerostudio cache FILE [--num_processes N] [--run-dir DIR] [--set ...]`.
 int run_cache_command(const std::vector<std::string>& args);
 

@@ -24,10 +24,11 @@ const char* kHelp =
     "same family) with ZeRO sharding and CPU/NVMe offload.\n"
     "\n"
     "Commands:\n"
-    "  train FILE                 train headless (--set, --run-dir, --resume latest|CHECKPOINT)\n"
+    "  train FILE                 train headless (--set, --run-dir, --resume latest|auto|CHECKPOINT)\n"
     "  launch --num_processes N FILE   start this machine's ranks of a multi-process run\n"
     "  make-dataset shapes --out DIR   generate the demo dataset of coloured shapes\n"
     "  checkpoints RUN_DIR        list a run's checkpoints (--verify checks their files)\n"
+    "  tensorboard RUN_DIR        write a run's TensorBoard event file from its events\n"
     "  export CHECKPOINT ...      consolidate a checkpoint (diffusers, single-file, safetensors)\n"
     "  estimate FILE              memory per process and the lowest ZeRO setting that fits\n"
     "  cache FILE                 fill the latent and text caches (--num_processes N)\n"
@@ -45,7 +46,8 @@ const char* kHelp =
     "  -V, --version              show versions and whether CUDA is available\n"
     "\n"
     "Run `zerostudio COMMAND --help` for a command's options. Exit codes: 0 success,\n"
-    "1 a problem with the input (the message names it), 2 bad usage.\n";
+    "1 a problem with the input (the message names it), 2 bad usage, 3 (train, launch) the run\n"
+    "ended without its newest checkpoint on disk.\n";
 
 int run_gui_or_explain(int argc, char** argv, const std::string& config) {
 #ifdef ZS_HAVE_GUI
@@ -79,6 +81,7 @@ int dispatch(int argc, char** argv) {
   if (first == "export") return zs::cli::run_export_command(rest);
   if (first == "estimate") return zs::cli::run_estimate_command(rest);
   if (first == "cache") return zs::cli::run_cache_command(rest);
+  if (first == "tensorboard") return zs::cli::run_tensorboard_command(rest);
   if (first == "model") return zs::cli::run_model_command(rest);
   if (first[0] == '-') throw zs::cli::UsageError("unknown option '" + first + "'");
   const bool looks_like_config = first.ends_with(".yaml") || first.ends_with(".yml");

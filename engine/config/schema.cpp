@@ -407,6 +407,10 @@ SchemaBuilder build() {
   s.add("logging.every_n_steps", T::integer, I{10}, ZS_REF(logging.every_n_steps),
         "Write a metrics event every N optimizer steps.")
       .range(1, {});
+  s.add("logging.tensorboard", T::boolean, true, ZS_REF(logging.tensorboard),
+        "Also write the run's metrics, validation losses, sample grids and config as a TensorBoard event "
+        "file in `tensorboard/` of the run folder (rank 0; flushed at every logging step, so `tensorboard "
+        "--logdir runs` follows live runs).");
   s.add("logging.runs_root", T::path, std::string("runs"), ZS_REF(logging.runs_root),
         "Folder that holds run directories (relative paths resolve against the current folder).");
   s.add("logging.run_name", T::string, std::string(""), ZS_REF(logging.run_name),

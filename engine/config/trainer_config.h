@@ -166,6 +166,7 @@ struct CheckpointingConfig {
 
 struct LoggingConfig {
   std::int64_t every_n_steps{};
+  bool tensorboard{};            ///< also write tensorboard/events.out.tfevents.*
   std::string runs_root;
   std::string run_name;
 };

@@ -26,7 +26,7 @@ EventLog::~EventLog() {
   if (file_) std::fclose(file_);
 }
 
-void EventLog::write(const std::string& type, std::int64_t step, const nlohmann::json& fields) {
+nlohmann::json EventLog::write(const std::string& type, std::int64_t step, const nlohmann::json& fields) {
   nlohmann::json e = {{"type", type}, {"time", unix_time()}, {"step", step}};
   for (const auto& [k, v] : fields.items()) e[k] = v;
   const std::string line = e.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
@@ -36,6 +36,7 @@ void EventLog::write(const std::string& type, std::int64_t step, const nlohmann:
     std::fflush(file_);
   }
   if (listener_) listener_(e);
+  return e;
 }
 
 }  // namespace zs::train

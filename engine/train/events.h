@@ -20,8 +20,8 @@ class EventLog {
   EventLog& operator=(const EventLog&) = delete;
 
   /// Writes {"type": type, "time": now, "step": step, ...fields} as one line and flushes it,
-  /// then hands a copy to the listener. Safe from several threads.
-  void write(const std::string& type, std::int64_t step, const nlohmann::json& fields = nlohmann::json::object());
+  /// then hands a copy to the listener; returns the event as written. Safe from several threads.
+  nlohmann::json write(const std::string& type, std::int64_t step, const nlohmann::json& fields = nlohmann::json::object());
   const std::string& path() const { return path_; }
 
  private:

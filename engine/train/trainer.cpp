@@ -25,7 +25,17 @@ std::vector<std::string> resume_mismatches(const config::TrainerConfig& ckpt, co
 }
 
 void Trainer::State::emit(const std::string& type, const json& fields) {
-  if (events) events->write(type, step, fields);
+  if (events) {
+    const json e = events->write(type, step, fields);
+    if (tensorboard) {
+      try {
+        tensorboard->add(e);
+      } catch (const std::exception& ex) {  // TensorBoard is a view: training goes on without it
+        tensorboard.reset();
+        emit("warning", {{"message", std::string("TensorBoard file no longer written: ") + ex.what()}});
+      }
+    }
+  }
   if (rank_log.is_open() && (type == "log" || type == "warning" || type == "error" || type == "checkpoint" ||
                              type == "run_start" || type == "run_end")) {
     rank_log << "[step " << step << "] " << type << ": " << fields.dump() << "\n";

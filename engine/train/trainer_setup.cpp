@@ -128,6 +128,8 @@ void Trainer::State::prepare_run_directory(bool resuming) {
   if (ec) throw Error(ErrorKind::io, run_dir + ": cannot create the run directory: " + ec.message());
   events = std::make_unique<EventLog>((fs::path(run_dir) / "events.jsonl").string(), opt.on_event);
   config::save_config(cfg, (fs::path(run_dir) / "config.yaml").string());
+  if (cfg.logging.tensorboard)  // a new file per start: TensorBoard reads every file in the folder
+    tensorboard = std::make_unique<TensorBoardLog>((fs::path(run_dir) / "tensorboard").string(), run_dir);
   // Demo data is generated once, by rank 0, before the others look for it.
   const std::string data_path = config::dataset_folder(cfg, run_dir);
   if (cfg.data.generate == "shapes" && !fs::exists(data_path)) {
@@ -291,7 +293,11 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
     if (ckpt->meta.value("world_size", world) != world && ckpt->meta.contains("samples_seen"))
       batches_consumed = ckpt->meta["samples_seen"].get<std::int64_t>() / (world * cfg.training.batch_size);
     last_loss = ckpt->meta.value("loss", 0.0);
-    smoothed_loss = ckpt->meta.value("smoothed_loss", 0.0);
+    // The smoother's own state where the checkpoint has it; older ones: their value, as settled.
+    if (ckpt->meta.contains("smoothed_state"))
+      smoothed.restore(ckpt->meta["smoothed_state"][0].get<double>(), ckpt->meta["smoothed_state"][1].get<std::int64_t>());
+    else
+      smoothed.restore(ckpt->meta.value("smoothed_loss", 0.0), 1'000'000);
     if (scaler && ckpt->meta.contains("loss_scaler")) {
       const json& ls = ckpt->meta["loss_scaler"];
       scaler->load({ls.value("scale", scaler->scale()), ls.value("iter", std::int64_t{0}),

@@ -22,7 +22,9 @@
 #include "train/control_file.h"
 #include "train/events.h"
 #include "train/loss_scaler.h"
+#include "train/loss_smoother.h"
 #include "train/lr_schedule.h"
+#include "train/tensorboard.h"
 #include "train/trainer.h"
 #include "zero/sharded_init.h"
 #include "zero/zero_optimizer.h"
@@ -65,6 +67,7 @@ struct Trainer::State {
   TrainerOptions opt;
   std::string run_dir;
   std::unique_ptr<EventLog> events;  // rank 0 only
+  std::unique_ptr<TensorBoardLog> tensorboard;  // rank 0, logging.tensorboard
   std::shared_ptr<dist::Communicator> comm;
   int rank = 0, world = 1;
   bool main_rank() const { return rank == 0; }
@@ -84,7 +87,7 @@ struct Trainer::State {
   std::int64_t step = 0;              // optimizer steps done
   std::int64_t batches_consumed = 0;  // micro batches taken from the loader
   double last_loss = 0;
-  double smoothed_loss = 0;           // EMA (0.9) of the step losses: checkpointing.keep_best's monitor
+  LossSmoother smoothed;              // of the step losses: the events', TensorBoard's and keep_best's
   // The loop's bookkeeping.
   MetricsInterval interval;
   std::chrono::steady_clock::time_point last_save = std::chrono::steady_clock::now();  // every_n_minutes

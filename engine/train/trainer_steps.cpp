@@ -130,7 +130,7 @@ StepResult Trainer::State::train_step() {
   ++step;
   ++steps_done_here;
   last_loss = done.loss;
-  if (!done.skipped) smoothed_loss = smoothed_loss == 0 ? done.loss : 0.9 * smoothed_loss + 0.1 * done.loss;
+  if (!done.skipped) smoothed.add(done.loss);
   if (cfg.ema.enabled && step % cfg.ema.every_n_steps == 0) optimizer->update_ema();
   done.seconds = seconds_since(started);
   if (steps_done_here == 1)
@@ -150,6 +150,7 @@ void Trainer::State::report_metrics(const StepResult& done) {
   const double secs = seconds_since(interval.start);
   const std::int64_t accum = cfg.training.gradient_accumulation_steps;
   json metrics = {{"loss", interval.good_steps > 0 ? interval.loss / interval.good_steps : done.loss},
+                  {"loss_smoothed", smoothed.value()},
                   {"lr", done.lr},
                   {"grad_norm", interval.good_steps > 0 ? interval.norm / interval.good_steps : 0.0},
                   {"samples_per_s", secs > 0 ? interval.steps * accum * cfg.training.batch_size * world / secs : 0.0},
@@ -244,7 +245,8 @@ bool Trainer::State::save(const std::string& reason) {
                     {"samples_seen", batches_consumed * world * cfg.training.batch_size},
                     {"epoch", static_cast<double>(batches_consumed * world) / loader->batches_per_epoch()},
                     {"loss", last_loss},
-                    {"smoothed_loss", smoothed_loss},
+                    {"smoothed_loss", smoothed.value()},
+                    {"smoothed_state", {smoothed.last(), smoothed.count()}},
                     {"lr", lr->lr(std::max<std::int64_t>(step - 1, 0))},
                     {"time", unix_time()},
                     {"reason", reason},
