@@ -81,11 +81,14 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   m_stop = run->addAction(tr("Stop"), m_controller, &RunController::stop);
   m_sample = run->addAction(tr("Sample now"), m_controller, &RunController::sampleNow);
   m_save = run->addAction(tr("Save now"), m_controller, &RunController::saveNow);
+  m_validate = run->addAction(tr("Validate now"), m_controller, &RunController::validateNow);
   m_start->setObjectName(QStringLiteral("start"));
   m_pause->setObjectName(QStringLiteral("pause"));
   m_stop->setObjectName(QStringLiteral("stop"));
   m_sample->setObjectName(QStringLiteral("sampleNow"));
   m_save->setObjectName(QStringLiteral("saveNow"));
+  m_validate->setObjectName(QStringLiteral("validateNow"));
+  m_validate->setToolTip(tr("Evaluate the validation loss now (validation.path or validation.fraction)"));
   auto* tools = addToolBar(tr("Run"));
   tools->setObjectName(QStringLiteral("runToolBar"));
   tools->addAction(wizard);
@@ -213,7 +216,7 @@ void MainWindow::updateActions() {
   const bool live = m_controller->isActive() && !m_controller->runDir().isEmpty();
   m_start->setEnabled(!owns && !m_configPath.isEmpty());
   // Commands go through the run directory, so they also reach runs started from a terminal.
-  for (QAction* a : {m_pause, m_stop, m_sample, m_save}) a->setEnabled(live);
+  for (QAction* a : {m_pause, m_stop, m_sample, m_save, m_validate}) a->setEnabled(live);
   const QSignalBlocker block(m_pause);
   m_pause->setChecked(m_controller->state() == RunState::paused);
 }

@@ -96,6 +96,7 @@ class MainWindow : public QMainWindow {
   QAction* m_stop = nullptr;
   QAction* m_sample = nullptr;
   QAction* m_save = nullptr;
+  QAction* m_validate = nullptr;
   QString m_configPath;
   int m_configProcesses = 1;
   std::function<bool()> m_askClose;

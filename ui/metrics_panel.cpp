@@ -2,6 +2,7 @@
 
 #include "metrics_panel.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <QCheckBox>
@@ -57,6 +58,12 @@ MetricsPanel::MetricsPanel(QWidget* parent) : QWidget(parent) {
   }
   addGraph(plot("loss"), tr("loss"), QColor(31, 119, 180, 110));
   addGraph(plot("loss"), tr("smoothed"), QColor(214, 39, 40));
+  // Validation losses: points at the steps they were measured (graphs 2 and 3).
+  for (const auto& [name, colour] : {std::pair{tr("val_loss"), kColours[2]}, std::pair{tr("val_loss (EMA)"), kColours[4]}}) {
+    QCPGraph* g = addGraph(plot("loss"), name, colour);
+    g->setLineStyle(QCPGraph::lsNone);
+    g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 7));
+  }
   plot("loss")->legend->setVisible(true);
   addGraph(plot("lr"), tr("lr"), kColours[2]);
   QCustomPlot* tp = plot("throughput");
@@ -129,9 +136,48 @@ void MetricsPanel::setController(RunController* controller) {
   m_controller = controller;
   connect(controller, &RunController::runOpened, this, [this] { clear(); });
   connect(controller, &RunController::metricsAdded, this, &MetricsPanel::append);
+  connect(controller, &RunController::validationAdded, this, &MetricsPanel::appendValidation);
+}
+
+void MetricsPanel::setNote(const QString& name, const QString& text) {
+  QCustomPlot* p = plot(name);
+  auto* note = p->findChild<QCPItemText*>(QStringLiteral("note"));
+  if (!note) {
+    note = new QCPItemText(p);
+    note->setObjectName(QStringLiteral("note"));
+    note->position->setType(QCPItemPosition::ptAxisRectRatio);
+    note->position->setCoords(0.5, 0.5);
+    note->setPositionAlignment(Qt::AlignCenter);
+  }
+  if (note->text() == text && note->visible() == !text.isEmpty()) return;
+  note->setText(text);
+  note->setVisible(!text.isEmpty());
+  // A note replaces the plot: no axis labels to overlap it.
+  p->xAxis->setTickLabels(text.isEmpty());
+  p->yAxis->setTickLabels(text.isEmpty());
+  p->replot(QCustomPlot::rpQueuedReplot);
+}
+
+QString MetricsPanel::plotNote(const QString& name) const {
+  const auto* note = plot(name)->findChild<QCPItemText*>(QStringLiteral("note"));
+  return note && note->visible() ? note->text() : QString();
+}
+
+void MetricsPanel::appendValidation() {
+  if (!m_controller) return;
+  QCustomPlot* p = plot("loss");
+  p->graph(2)->data()->clear();
+  p->graph(3)->data()->clear();
+  for (const ValidationPoint& v : m_controller->validation()) {
+    p->graph(2)->addData(v.step, v.val_loss);
+    if (v.has_ema) p->graph(3)->addData(v.step, v.val_loss_ema);
+  }
+  p->rescaleAxes();
+  p->replot(QCustomPlot::rpQueuedReplot);
 }
 
 void MetricsPanel::clear() {
+  setNote(QStringLiteral("loss_scale"), QString());
   for (QCustomPlot* p : m_plots)
     for (int g = 0; g < p->graphCount(); ++g) p->graph(g)->data()->clear();
   QCustomPlot* mem = plot("memory");
@@ -193,6 +239,11 @@ void MetricsPanel::append(int first) {
     }
   }
   mem->legend->setVisible(m_ranksShown > 0 && m_ranksShown <= 4);
+  // fp32 and bf16 runs scale no loss: say so instead of an empty plot.
+  const bool scaled = std::any_of(points.begin(), points.end(), [](const MetricPoint& p) { return p.has_loss_scale; });
+  setNote(QStringLiteral("loss_scale"),
+          points.empty() || scaled ? QString() : tr("No loss scaling in this run\n(only fp16 runs scale the loss)"));
+  appendValidation();  // a redraw from the start cleared them
   replotAll();
 }
 

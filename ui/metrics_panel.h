@@ -33,12 +33,16 @@ class MetricsPanel : public QWidget {
   bool exportPng(const QString& name, const QString& path) const;
   /// Every graph of the plot as columns: x, then one column per graph.
   bool exportCsv(const QString& name, const QString& path) const;
+  /// The note a plot shows instead of data ("" when none), e.g. a run without loss scaling.
+  QString plotNote(const QString& name) const;
   /// The hover text for the data point of plot `name` nearest to step `x`.
   QString valueText(const QString& name, double x) const;
 
  private:
   void clear();
   void append(int first);
+  void appendValidation();
+  void setNote(const QString& name, const QString& text);
   void replotAll();
   QCustomPlot* makePlot(const QString& name, const QString& title, const QString& yLabel);
 

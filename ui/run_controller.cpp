@@ -97,6 +97,8 @@ void RunController::reset() {
   m_timer->stop();
   m_follow = std::make_unique<Followers>();
   m_metrics.clear();
+  m_validation.clear();
+  m_smoother = train::LossSmoother();
   m_samples.clear();
   m_logs.clear();
   m_lastEvents.clear();
@@ -104,7 +106,7 @@ void RunController::reset() {
   m_saveProblem.clear();
   m_step = m_maxSteps = 0;
   m_worldSize = 1;
-  m_smoothed = 0;
+  m_startStep = 0;
 }
 
 void RunController::open(const QString& runDir) {
@@ -265,6 +267,7 @@ void RunController::stop() {
 
 void RunController::sampleNow() { changeControl(m_runDir, [](train::ControlState& s) { ++s.sample; }); }
 void RunController::saveNow() { changeControl(m_runDir, [](train::ControlState& s) { ++s.save; }); }
+void RunController::validateNow() { changeControl(m_runDir, [](train::ControlState& s) { ++s.validate; }); }
 
 void RunController::setState(RunState state) {
   if (state == m_state) return;
@@ -348,10 +351,13 @@ QString RunController::handleEvent(const QString& line) {
                                     [step](const MetricPoint& p) { return p.step > static_cast<double>(step); });
     if (later != m_metrics.end()) {
       m_metrics.erase(later, m_metrics.end());
-      m_smoothed = m_metrics.empty() ? 0 : m_metrics.back().smoothed;
+      m_smoother = train::LossSmoother();
+      for (const auto& p : m_metrics) m_smoother.add(p.loss);
       m_metricsReset = true;
     }
+    std::erase_if(m_validation, [step](const ValidationPoint& v) { return v.step > static_cast<double>(step); });
     m_maxSteps = static_cast<qint64>(e.value(QStringLiteral("max_steps")).toDouble());
+    m_startStep = step;
     m_worldSize = e.value(QStringLiteral("world_size")).toInt(1);
     m_step = step;
     m_error.clear();
@@ -362,8 +368,10 @@ QString RunController::handleEvent(const QString& line) {
     p.step = static_cast<double>(step);
     p.time = number(e, "time");
     p.loss = number(e, "loss");
-    m_smoothed = m_metrics.empty() ? p.loss : 0.9 * m_smoothed + 0.1 * p.loss;
-    p.smoothed = m_smoothed;
+    // The trainer's smoothed loss (train::LossSmoother over every step); older runs: the same
+    // smoothing over the metrics events.
+    const double fallback = m_smoother.add(p.loss);
+    p.smoothed = e.contains(QStringLiteral("loss_smoothed")) ? number(e, "loss_smoothed") : fallback;
     p.lr = number(e, "lr");
     p.grad_norm = number(e, "grad_norm");
     p.samples_per_s = number(e, "samples_per_s");
@@ -379,6 +387,14 @@ QString RunController::handleEvent(const QString& line) {
     m_metrics.push_back(std::move(p));
     m_step = step;
     emit progressChanged();
+  } else if (type == QLatin1String("validation")) {
+    ValidationPoint v;
+    v.step = static_cast<double>(step);
+    v.val_loss = number(e, "val_loss");
+    v.has_ema = e.contains(QStringLiteral("val_loss_ema"));
+    v.val_loss_ema = v.has_ema ? number(e, "val_loss_ema") : 0;
+    m_validation.push_back(v);
+    emit validationAdded();
   } else if (type == QLatin1String("samples")) {
     addSampleStep(step);
   } else if (type == QLatin1String("paused")) {
@@ -407,8 +423,15 @@ QString RunController::progressText() const {
   if (!m_metrics.empty()) {
     const auto& last = m_metrics.back();
     text += tr(" · epoch %1 · %2 s/it").arg(last.epoch, 0, 'f', 2).arg(last.s_per_step, 0, 'f', 3);
-    if (isActive() && last.s_per_step > 0) {
-      const qint64 secs = static_cast<qint64>((m_maxSteps - m_step) * last.s_per_step);
+    // Wall time per step over the metrics since the run (re)started: sampling, validation and
+    // saving between them count too; with one point, its s/it.
+    const auto first = std::find_if(m_metrics.begin(), m_metrics.end(),
+                                    [this](const MetricPoint& p) { return p.step > static_cast<double>(m_startStep); });
+    double per_step = last.s_per_step;
+    if (first != m_metrics.end() && last.step > first->step && last.time > first->time)
+      per_step = (last.time - first->time) / (last.step - first->step);
+    if (isActive() && per_step > 0) {
+      const qint64 secs = static_cast<qint64>(static_cast<double>(m_maxSteps - m_step) * per_step);
       text += tr(" · ETA %1:%2").arg(secs / 60).arg(secs % 60, 2, 10, QLatin1Char('0'));
     }
   }

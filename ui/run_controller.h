@@ -6,6 +6,7 @@
 // control.json, which rank 0 reads between steps and agrees with the other ranks, so they work
 // the same for one rank or many and for runs started from a terminal.
 
+#include "train/loss_smoother.h"
 #include <memory>
 #include <vector>
 
@@ -34,6 +35,12 @@ struct MetricPoint {
          epoch = 0, loss_scale = 0;
   bool has_loss_scale = false;
   std::vector<RankPoint> ranks;
+};
+
+/// One validation event: the held-out loss (and the EMA weights').
+struct ValidationPoint {
+  double step = 0, val_loss = 0, val_loss_ema = 0;
+  bool has_ema = false;
 };
 
 /// One image-logger step: samples/step_<N>/ with its images and prompts.
@@ -76,6 +83,7 @@ class RunController : public QObject {
   void stop();
   void sampleNow();
   void saveNow();
+  void validateNow();
 
   /// Reads what was appended to the run's files (a timer calls it every 200 ms).
   void poll();
@@ -98,6 +106,7 @@ class RunController : public QObject {
   QStringList rankStates() const;
 
   const std::vector<MetricPoint>& metrics() const { return m_metrics; }
+  const std::vector<ValidationPoint>& validation() const { return m_validation; }
   const std::vector<SampleStep>& samples() const { return m_samples; }
   const std::vector<LogLine>& logs() const { return m_logs; }
 
@@ -105,6 +114,7 @@ class RunController : public QObject {
   void runOpened(const QString& runDir);
   void stateChanged(zs::ui::RunState state);
   void metricsAdded(int first);   ///< metrics()[first..] are new
+  void validationAdded();         ///< validation() changed
   void samplesAdded();
   void checkpointsChanged();
   void logsAdded(int first);
@@ -126,12 +136,14 @@ class RunController : public QObject {
   RunState m_state = RunState::idle;
   qint64 m_step = 0, m_maxSteps = 0;
   int m_worldSize = 1;
-  double m_smoothed = 0;
+  qint64 m_startStep = 0;  // the step the newest run_start began at
   bool m_metricsReset = false;
   QString m_error;
   QString m_saveProblem;
   QStringList m_lastEvents;
   std::vector<MetricPoint> m_metrics;
+  std::vector<ValidationPoint> m_validation;
+  train::LossSmoother m_smoother;  // runs written before the events carried loss_smoothed
   std::vector<SampleStep> m_samples;
   std::vector<LogLine> m_logs;
   QTimer* m_timer = nullptr;

@@ -155,7 +155,8 @@ std::vector<CheckpointInfo> list_checkpoints(const std::string& root) {
   return out;
 }
 
-std::vector<std::string> prune_checkpoints(const std::string& root, std::int64_t keep_last, std::int64_t keep_best) {
+std::vector<std::string> prune_checkpoints(const std::string& root, std::int64_t keep_last, std::int64_t keep_best,
+                                           const std::string& metric) {
   std::vector<std::string> deleted;
   if (keep_last <= 0) return deleted;
   std::vector<CheckpointInfo> pool;  // oldest first
@@ -168,8 +169,8 @@ std::vector<std::string> prune_checkpoints(const std::string& root, std::int64_t
        i < pool.size(); ++i)
     keep.insert(pool[i].tag);
   std::vector<CheckpointInfo> by_loss = pool;
-  std::stable_sort(by_loss.begin(), by_loss.end(), [](const auto& a, const auto& b) {
-    return a.meta.value("smoothed_loss", 1e300) < b.meta.value("smoothed_loss", 1e300);
+  std::stable_sort(by_loss.begin(), by_loss.end(), [&](const auto& a, const auto& b) {
+    return a.meta.value(metric, 1e300) < b.meta.value(metric, 1e300);  // without the metric: last
   });
   for (std::size_t i = 0; i < by_loss.size() && i < static_cast<std::size_t>(std::max<std::int64_t>(keep_best, 0)); ++i)
     keep.insert(by_loss[i].tag);

@@ -368,6 +368,28 @@ SchemaBuilder build() {
   s.add("sampling.use_ema", T::boolean, false, ZS_REF(sampling.use_ema),
         "Sample with the EMA weights (needs `ema.enabled`).");
 
+  s.section("validation", "A held-out loss, comparable across steps and runs: each validation item is "
+            "evaluated at `timesteps` fixed timesteps spread over the schedule, with fixed noise per item and "
+            "timestep, without caption dropout, flips or min-SNR weighting, and without touching the training "
+            "random state. With EMA on, the EMA weights are evaluated too.");
+  s.add("validation.path", T::path, std::string(""), ZS_REF(validation.path),
+        "A second dataset folder (any layout `data.path` accepts) to validate on. Empty: none, or `fraction`.");
+  s.add("validation.fraction", T::number, 0.0, ZS_REF(validation.fraction),
+        "Hold this share of `data.path` out of training to validate on, chosen by a hash of each file's "
+        "path in the dataset, so the split is the same on every run and rank.")
+      .range(0, 0.5);
+  s.add("validation.every_n_steps", T::integer, I{0}, ZS_REF(validation.every_n_steps),
+        "Validate every N optimizer steps; 0: at the last step only (plus `at_start` and Run > Validate now).")
+      .range(0, {});
+  s.add("validation.at_start", T::boolean, false, ZS_REF(validation.at_start),
+        "Also validate before training starts: a baseline, and after a resume the restored weights.");
+  s.add("validation.timesteps", T::integer, I{4}, ZS_REF(validation.timesteps),
+        "Timesteps per item, at the middles of equal slices of the schedule (4 of 1000: 125, 375, 625, 875).")
+      .range(1, 100);
+  s.add("validation.seed", T::integer, I{0}, ZS_REF(validation.seed),
+        "Seed of the validation noise (each item and timestep draws from its own generator).")
+      .range(0, {});
+
   s.section("checkpointing", "When checkpoints are written.");
   s.add("checkpointing.every_n_steps", T::integer, I{500}, ZS_REF(checkpointing.every_n_steps),
         "Save every N optimizer steps; 0 turns periodic saving off.")
@@ -378,9 +400,10 @@ SchemaBuilder build() {
   s.add("checkpointing.keep_best", T::integer, I{0}, ZS_REF(checkpointing.keep_best),
         "With `keep_last`: also keep the K periodic and timed checkpoints with the best `monitor` value.")
       .range(0, {});
-  s.add("checkpointing.monitor", T::choice, std::string("loss"), ZS_REF(checkpointing.monitor),
-        "Metric for `keep_best`: `loss`, the smoothed training loss (lower is better) until there is a "
-        "validation set.", {"loss"});
+  s.add("checkpointing.monitor", T::choice, std::string("auto"), ZS_REF(checkpointing.monitor),
+        "Metric for `keep_best` (lower is better): `loss`, the smoothed training loss; `val_loss`, the newest "
+        "validation loss at the checkpoint's step; `auto`: `val_loss` when a validation set is configured, "
+        "else `loss`.", {"auto", "loss", "val_loss"});
   s.add("checkpointing.overwrite_every_n_steps", T::integer, I{0}, ZS_REF(checkpointing.overwrite_every_n_steps),
         "Also save every N steps into one checkpoint, `overwrite`, that each such save replaces (a "
         "frequent one to resume from after a crash, without filling the disk); 0 turns it off.")

@@ -152,11 +152,21 @@ struct SamplingConfig {
   bool use_ema{};
 };
 
+struct ValidationConfig {
+  std::string path;              ///< a second dataset folder; empty: none (or `fraction`)
+  double fraction{};             ///< held out of the training set by a hash of the file name
+  std::int64_t every_n_steps{};  ///< 0: at the last step only (and at_start, on demand)
+  bool at_start{};
+  std::int64_t timesteps{};      ///< fixed timesteps per item, spread over the schedule
+  std::int64_t seed{};           ///< the noise of each (item, timestep)
+  bool enabled() const { return !path.empty() || fraction > 0; }
+};
+
 struct CheckpointingConfig {
   std::int64_t every_n_steps{};  ///< 0 = no periodic saves
   std::int64_t keep_last{};      ///< 0 = keep all
   std::int64_t keep_best{};      ///< with keep_last: also the best K by monitor
-  std::string monitor;           ///< loss
+  std::string monitor;           ///< auto | loss | val_loss
   std::int64_t overwrite_every_n_steps{};  ///< 0 = off; tag "overwrite"
   double every_n_minutes{};      ///< 0 = off
   bool on_exception{};
@@ -194,6 +204,7 @@ struct TrainerConfig {
   LossScalingConfig loss_scaling;
   EmaConfig ema;
   SamplingConfig sampling;
+  ValidationConfig validation;
   CheckpointingConfig checkpointing;
   LoggingConfig logging;
   LaunchConfig launch;

@@ -108,6 +108,15 @@ void check_data(const TrainerConfig& c, RuleSet& rules) {
                             "data.generate: shapes to generate the demo dataset there)");
 }
 
+void check_validation(const TrainerConfig& c, RuleSet& rules) {
+  if (!c.validation.path.empty() && c.validation.fraction > 0)
+    rules.fail("validation.fraction", "validation.path is set too; validate on a second folder (validation.path) or "
+                                      "on a held-out share of data.path (validation.fraction), not both");
+  if (c.checkpointing.monitor == "val_loss" && !c.validation.enabled())
+    rules.fail("checkpointing.monitor", "val_loss needs a validation set; set validation.path or validation.fraction, "
+                                        "or monitor: auto");
+}
+
 void check_model(const TrainerConfig& c, RuleSet& rules) {
   std::error_code ec;
   if (c.model.path.empty() || !fs::is_regular_file(c.model.path, ec)) return;  // a folder, or not there yet
@@ -139,6 +148,7 @@ std::vector<ConfigProblem> validate(const LoadedConfig& loaded, std::vector<std:
   check_batch(c, rules);
   check_schedule(c, rules);
   check_data(c, rules);
+  check_validation(c, rules);
   check_model(c, rules);
   check_launch(c, rules);
   if (c.sampling.use_ema && !c.ema.enabled)

@@ -23,6 +23,7 @@ ControlState read_control_file(const std::string& run_dir) {
     s.stop = j.value("stop", false);
     s.sample = j.value("sample", std::int64_t{0});
     s.save = j.value("save", std::int64_t{0});
+    s.validate = j.value("validate", std::int64_t{0});
   } catch (const std::exception&) {
     return ControlState{};
   }
@@ -30,7 +31,7 @@ ControlState read_control_file(const std::string& run_dir) {
 }
 
 void write_control_file(const std::string& run_dir, const ControlState& s) {
-  const nlohmann::json j = {{"pause", s.pause}, {"stop", s.stop}, {"sample", s.sample}, {"save", s.save}};
+  const nlohmann::json j = {{"pause", s.pause}, {"stop", s.stop}, {"sample", s.sample}, {"save", s.save}, {"validate", s.validate}};
   io::write_file_atomic(control_file_path(run_dir), j.dump() + "\n");
 }
 
@@ -58,6 +59,7 @@ void ControlFilePoller::poll(TrainerCommands& commands) {
   if (now.pause != seen_.pause) commands.set_paused(now.pause);
   if (now.sample > seen_.sample) commands.request_sample();
   if (now.save > seen_.save) commands.request_save();
+  if (now.validate > seen_.validate) commands.request_validate();
   seen_ = now;
 }
 

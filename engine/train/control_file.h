@@ -18,6 +18,7 @@ struct ControlState {
   bool stop = false;
   std::int64_t sample = 0;  ///< requests so far
   std::int64_t save = 0;
+  std::int64_t validate = 0;
 };
 
 /// `<run_dir>/control.json`.

@@ -14,8 +14,9 @@ std::vector<std::string> resume_mismatches(const config::TrainerConfig& ckpt, co
     // Caches and workers change the speed, not the run (the caches give the same values).
     const bool speed_only = f.path == "data.cache_latents" || f.path == "data.cache_text_embeddings" ||
                             f.path == "data.latent_cache_dir" || f.path == "data.num_workers";
+    // validation.fraction decides which images train.
     const bool fixed = (f.path.starts_with("model.") || f.path.starts_with("data.") || f.path == "training.seed" ||
-                        f.path == "training.batch_size" || (f.path.starts_with("optimizer.") && f.path != "optimizer.lr")) &&
+                        f.path == "validation.fraction" || f.path == "training.batch_size" || (f.path.starts_with("optimizer.") && f.path != "optimizer.lr")) &&
                        !speed_only;
     if (!fixed) continue;
     const std::string a = config::format_value(f.get(ckpt)), b = config::format_value(f.get(now));
@@ -61,6 +62,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
   std::string reason = "finished";
   try {
     if (s.cfg.sampling.at_start && s.step == 0) s.sample();
+    if (s.cfg.validation.at_start) s.validate();  // also after a resume: the restored weights
     s.interval = {};
     while (s.step < s.cfg.training.max_steps) {
       const Requests r = s.agree_on_commands(commands);
@@ -75,6 +77,7 @@ RunSummary Trainer::run(TrainerCommands& commands) {
       const StepResult done = s.train_step();
       s.report_metrics(done);
       s.sample_if_due(r);
+      s.validate_if_due(r);
       if (s.save_if_due(r)) s.prune_checkpoints();
       if (s.interval.steps == 0) s.interval.start = std::chrono::steady_clock::now();  // sampling and saving stay out of throughput
     }

@@ -17,6 +17,7 @@
 #include "io/safetensors.h"
 #include "train/frozen_cache.h"
 #include "train/optimizer_setup.h"
+#include "train/validation_set.h"
 #include "train/trainer_state.h"
 
 namespace zs::train {
@@ -327,6 +328,9 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
     log("latent cache: " + latent_cache->dir());
   }
   if (text_cache) log("text-embedding cache: " + text_cache->dir());
+  // After the model: the tiny preset's vocabulary comes from every image of data.path.
+  validation_items =
+      split_validation(cfg, data_path, items, metadata_options(cfg.data, [this](const std::string& w) { warn(w); }));
   loader = std::make_unique<data::DataLoader>(std::move(items), lo, [this](const std::string& w) { warn(w); });
   if (latent_cache && text_cache) park_frozen_if_cached();
   loader->start(batches_consumed);
@@ -338,7 +342,8 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
                        {"world_size", world},
                        {"device", device.str()},
                        {"dataset", data_path},
-                       {"dataset_size", loader->size()}});
+                       {"dataset_size", loader->size()},
+                       {"validation_size", validation_items.size()}});
 }
 
 }  // namespace zs::train

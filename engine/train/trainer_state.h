@@ -35,7 +35,7 @@ using nlohmann::json;
 
 /// What the ranks agreed to do before a step (UI commands, signals, timers).
 struct Requests {
-  bool stop = false, paused = false, sample = false, save = false, timed_save = false;
+  bool stop = false, paused = false, sample = false, save = false, timed_save = false, validate = false;
   bool retry_save = false, give_up_save = false;  ///< a failed save's retry timer, its deadline
 };
 
@@ -80,6 +80,9 @@ struct Trainer::State {
   at::ScalarType compute = at::kFloat;  // the dtype the model computes in
   std::unique_ptr<LossScaler> scaler;   // fp16 (or when asked for)
   std::unique_ptr<data::DataLoader> loader;
+  std::vector<data::DataItem> validation_items;  // validation.path's, or held out by validation.fraction
+  std::optional<double> last_val_loss;           // the newest validation loss (checkpoints carry it)
+  std::int64_t last_val_step = -1;
   std::unique_ptr<data::LatentCache> latent_cache;  // pipelines with data.cache_latents
   std::unique_ptr<data::LatentCache> text_cache;    // pipelines with data.cache_text_embeddings
   std::unique_ptr<LrSchedule> lr;
@@ -145,6 +148,12 @@ struct Trainer::State {
   void report_metrics(const StepResult& done);
   /// Samples when requested or due (every_n_steps, and at the last step).
   void sample_if_due(const Requests& r);
+  /// Validates when requested or due (validation.every_n_steps, and at the last step).
+  void validate_if_due(const Requests& r);
+  /// The validation loss (and the EMA's) as a `validation` event; every rank takes part.
+  void validate();
+  /// The checkpoint meta field keep_best ranks by: checkpointing.monitor resolved.
+  std::string monitor_field() const;
   /// Saves when due or requested; true when a checkpoint was written.
   bool save_if_due(const Requests& r);
   /// Rank 0: deletes old checkpoints per keep_last / keep_best.

@@ -15,6 +15,7 @@
 #include "dist/communicator.h"
 #include "models/activation_checkpoint.h"
 #include "train/image_logger.h"
+#include "train/validation_set.h"
 #include "train/trainer_state.h"
 
 namespace zs::train {
@@ -42,13 +43,15 @@ Requests Trainer::State::agree_on_commands(TrainerCommands& commands) {
   r.paused = commands.paused();
   r.sample = commands.take_sample_request();
   r.save = commands.take_save_request();
+  r.validate = commands.take_validate_request();
   const double minutes = cfg.checkpointing.every_n_minutes;
   r.timed_save = minutes > 0 && seconds_since(last_save) >= minutes * 60;
   const auto now = std::chrono::steady_clock::now();
   r.retry_save = retry_at && now >= *retry_at;
   r.give_up_save = give_up_at && now >= *give_up_at;
   if (world > 1) {
-    bool* const fields[] = {&r.stop, &r.sample, &r.save, &r.timed_save, &r.paused, &r.retry_save, &r.give_up_save};
+    bool* const fields[] = {&r.stop,   &r.sample,     &r.save,         &r.timed_save,
+                            &r.paused, &r.retry_save, &r.give_up_save, &r.validate};
     std::vector<float> values;
     for (const bool* f : fields) values.push_back(*f ? 1.0f : 0.0f);
     at::Tensor flags = at::tensor(values);
@@ -66,6 +69,7 @@ void Trainer::State::while_paused(const Requests& r) {
   // Every rank waits here and meets the others at the next agreement (one small all-reduce per
   // wait, far inside the collective timeout); sample and save still work.
   if (r.sample) sample();
+  if (r.validate) validate();
   if (r.save && save_by_policy("requested")) prune_checkpoints();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   interval.start = std::chrono::steady_clock::now();
@@ -215,6 +219,37 @@ void Trainer::State::sample() {
   if (main_rank()) emit("samples", {{"dir", folder.dir}, {"count", folder.count}});
 }
 
+void Trainer::State::validate_if_due(const Requests& r) {
+  if (validation_items.empty()) return;
+  const auto every = cfg.validation.every_n_steps;
+  if (r.validate || (every > 0 && step % every == 0) || step == cfg.training.max_steps) validate();
+}
+
+void Trainer::State::validate() {
+  if (validation_items.empty()) return;
+  const auto started = std::chrono::steady_clock::now();
+  auto evaluate = [&] {
+    return validation_loss(model, *schedule, validation_items, cfg, *comm, device, text_cache.get());
+  };
+  json fields = {{"val_loss", evaluate()}};
+  if (cfg.ema.enabled) {  // the EMA's weights too (swapping a sharded EMA is a collective: every rank)
+    optimizer->swap_ema();
+    fields["val_loss_ema"] = evaluate();
+    optimizer->swap_ema();
+  }
+  last_val_loss = fields["val_loss"].get<double>();
+  last_val_step = step;
+  fields["items"] = validation_items.size();
+  fields["timesteps"] = cfg.validation.timesteps;
+  fields["seconds"] = seconds_since(started);
+  emit("validation", fields);
+}
+
+std::string Trainer::State::monitor_field() const {
+  const std::string& m = cfg.checkpointing.monitor;
+  return m == "val_loss" || (m == "auto" && cfg.validation.enabled()) ? "val_loss" : "smoothed_loss";
+}
+
 bool Trainer::State::save_if_due(const Requests& r) {
   const auto& cp = cfg.checkpointing;
   const bool last = step == cfg.training.max_steps;  // the final save follows the loop
@@ -247,6 +282,8 @@ bool Trainer::State::save(const std::string& reason) {
                     {"loss", last_loss},
                     {"smoothed_loss", smoothed.value()},
                     {"smoothed_state", {smoothed.last(), smoothed.count()}},
+                    {"val_loss", last_val_loss ? json(*last_val_loss) : json(nullptr)},
+                    {"val_loss_step", last_val_step},
                     {"lr", lr->lr(std::max<std::int64_t>(step - 1, 0))},
                     {"time", unix_time()},
                     {"reason", reason},
@@ -304,9 +341,10 @@ void Trainer::State::prune_checkpoints() {
   phase("pruning checkpoints", [&] {
     if (!main_rank()) return;
     const auto& cp = cfg.checkpointing;
-    for (const auto& old_tag : checkpoint::prune_checkpoints(checkpoints_dir(), cp.keep_last, cp.keep_best))
+    const std::string metric = monitor_field();
+    for (const auto& old_tag : checkpoint::prune_checkpoints(checkpoints_dir(), cp.keep_last, cp.keep_best, metric))
       log("deleted checkpoint " + old_tag + " (checkpointing.keep_last " + std::to_string(cp.keep_last) + ", keep_best " +
-          std::to_string(cp.keep_best) + ")");
+          std::to_string(cp.keep_best) + " by " + metric + ")");
   });
 }
 

@@ -72,6 +72,7 @@ class TestCli : public QObject {
     QTest::newRow("export checkpoint") << QStringList{"export", "--help"} << "Usage: zerostudio export CHECKPOINT";
     QTest::newRow("estimate") << QStringList{"estimate", "--help"} << "Usage: zerostudio estimate FILE";
     QTest::newRow("cache") << QStringList{"cache", "--help"} << "Usage: zerostudio cache FILE";
+    QTest::newRow("tensorboard") << QStringList{"tensorboard", "--help"} << "Usage: zerostudio tensorboard RUN_DIR";
     QTest::newRow("model info") << QStringList{"model", "info", "--help"} << "Usage: zerostudio model info DIR";
     QTest::newRow("model eval") << QStringList{"model", "eval", "--help"} << "Usage: zerostudio model eval --model DIR";
     QTest::newRow("model convert") << QStringList{"model", "convert", "--help"} << "Usage: zerostudio model convert DIR";

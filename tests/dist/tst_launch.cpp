@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 
 #include <csignal>
+#include <map>
+#include <optional>
 #include <set>
 
 #include <unistd.h>
@@ -202,6 +204,22 @@ std::pair<QString, std::vector<std::string>> newest_checkpoint(const QString& ru
   const auto all = zs::checkpoint::list_checkpoints((run_dir + "/checkpoints").toStdString());
   if (all.empty()) return {};
   return {QString::fromStdString(all.back().path), zs::checkpoint::verify_checkpoint(all.back())};
+}
+
+/// The run's validation events: step -> val_loss.
+std::map<std::int64_t, double> validation_losses(const QString& run_dir) {
+  std::map<std::int64_t, double> out;
+  for (const auto& e : events(run_dir))
+    if (e["type"] == "validation") out[e["step"].get<std::int64_t>()] = e["val_loss"].get<double>();
+  return out;
+}
+
+/// The run's training losses (metrics events), in order.
+std::vector<double> training_losses(const QString& run_dir) {
+  std::vector<double> out;
+  for (const auto& e : events(run_dir))
+    if (e["type"] == "metrics") out.push_back(e["loss"].get<double>());
+  return out;
 }
 
 }  // namespace
@@ -879,6 +897,99 @@ class TestLaunch : public QObject {
     QVERIFY2(again.ok(), again.why());
     QVERIFY2(again.out.contains("--resume auto: resuming " + run + "/checkpoints/step_4 (step 4)"), qPrintable(again.out));
     QVERIFY(again.out.contains("finished at step 6"));
+  }
+
+  // The validation loss at every stage and world size equals a one-process evaluation of the
+  // same weights: at the start (the same initial weights everywhere) against one process at
+  // stage 0, and after two steps against one process at stage 0 resuming that run's checkpoint
+  // (validation.at_start evaluates the restored weights). Stage 3 gathers every unit for each
+  // validation batch on every rank.
+  void validationLossEqualsOneProcess() {
+    QTemporaryDir dir;
+    zs::test::FailureReport report;
+    const QString held = dir.path() + "/held";
+    QCOMPARE(cli({"make-dataset", "shapes", "--out", held, "--count", "12", "--size", "32", "--seed", "5"}, report).code, 0);
+    const QStringList validate = {"--set", "validation.path=" + held, "--set", "validation.at_start=true", "--set",
+                                  "validation.every_n_steps=2"};
+    std::optional<double> first;  // step 0, one process, stage 0
+    for (const auto& [world, stage] : std::vector<std::pair<int, int>>{{1, 0}, {1, 2}, {1, 3}, {2, 0}, {2, 2}, {2, 3}}) {
+      const QString run = dir.path() + QString("/run-%1-%2").arg(world).arg(stage);
+      const QString check = run + "-eval";
+      report.addRun(run);
+      report.addRun(check);
+      const QStringList head = world == 1 ? QStringList{"train"} : launch(world);
+      Ended e = cli(head + QStringList{quickstart(), "--set", "zero.stage=" + QString::number(stage)} + validate + small_run(run, 2),
+                    report);
+      QVERIFY2(e.ok(), e.why());
+      const auto got = validation_losses(run);
+      QCOMPARE(got.size(), std::size_t{2});  // steps 0 and 2
+      if (!first) first = got.at(0);
+      QVERIFY2(std::abs(got.at(0) / *first - 1) < 1e-6,
+               qPrintable(QString("N=%1 stage %2 at the start: %3 vs %4").arg(world).arg(stage).arg(got.at(0), 0, 'g', 12)
+                              .arg(*first, 0, 'g', 12)));
+      e = cli(QStringList{"train", quickstart(), "--set", "zero.stage=0", "--resume", run + "/checkpoints/step_2"} + validate +
+                  small_run(check, 2),
+              report);
+      QVERIFY2(e.ok(), e.why());
+      const double one = validation_losses(check).at(2);
+      QVERIFY2(std::abs(got.at(2) / one - 1) < 1e-6,
+               qPrintable(QString("N=%1 stage %2 at step 2: %3, one process on its weights %4").arg(world).arg(stage)
+                              .arg(got.at(2), 0, 'g', 12).arg(one, 0, 'g', 12)));
+    }
+  }
+
+  // Validating does not touch the training: the same losses as a run without validation (here
+  // with EMA, whose weights are validated too).
+  void aRunWithValidationTrainsTheSameLosses() {
+    QTemporaryDir dir;
+    zs::test::FailureReport report;
+    const QString held = dir.path() + "/held";
+    QCOMPARE(cli({"make-dataset", "shapes", "--out", held, "--count", "8", "--size", "32", "--seed", "5"}, report).code, 0);
+    std::vector<std::vector<double>> losses;
+    for (const bool validated : {false, true}) {
+      const QString run = dir.path() + (validated ? "/with" : "/without");
+      report.addRun(run);
+      QStringList args = QStringList{"train", quickstart(), "--set", "ema.enabled=true"} + small_run(run, 6);
+      if (validated)
+        args << "--set" << "validation.path=" + held << "--set" << "validation.every_n_steps=2" << "--set" << "validation.at_start=true";
+      const Ended e = cli(args, report);
+      QVERIFY2(e.ok(), e.why());
+      losses.push_back(training_losses(run));
+      if (!validated) continue;
+      int with_ema = 0;
+      for (const auto& ev : events(run)) with_ema += ev["type"] == "validation" && ev.contains("val_loss_ema") ? 1 : 0;
+      QCOMPARE(with_ema, 4);  // steps 0, 2, 4, 6
+    }
+    QCOMPARE(losses[0].size(), std::size_t{3});
+    QVERIFY(losses[0] == losses[1]);
+  }
+
+  // validation.fraction holds out the same images on every start: a resumed run validates the
+  // same items at the same steps, to the same values as a straight run, and checkpoints carry
+  // the newest val_loss (checkpointing.monitor auto ranks by it).
+  void resumeKeepsTheSplitAndTheValidations() {
+    QTemporaryDir dir;
+    zs::test::FailureReport report;
+    const QStringList sets = {"--set", "validation.fraction=0.25", "--set", "validation.every_n_steps=2", "--set",
+                              "checkpointing.every_n_steps=2", "--set", "checkpointing.keep_last=0"};
+    const QString straight = dir.path() + "/straight", resumed = dir.path() + "/resumed";
+    report.addRun(straight);
+    report.addRun(resumed);
+    QVERIFY(cli(QStringList{"train", quickstart()} + small_run(straight, 4) + sets, report).ok());
+    QVERIFY(cli(QStringList{"train", quickstart()} + small_run(resumed, 2) + sets, report).ok());
+    const Ended e = cli(QStringList{"train", quickstart()} + small_run(resumed, 4) + sets + QStringList{"--resume", "latest"}, report);
+    QVERIFY2(e.ok(), e.why());
+    const auto a = validation_losses(straight), b = validation_losses(resumed);
+    QCOMPARE(a.size(), std::size_t{2});
+    QVERIFY(a == b);
+    std::vector<std::int64_t> sizes;
+    for (const auto& run : {straight, resumed})
+      for (const auto& ev : events(run))
+        if (ev["type"] == "run_start") sizes.push_back(ev["validation_size"].get<std::int64_t>());
+    QCOMPARE(sizes.size(), std::size_t{3});
+    QVERIFY(sizes[0] > 0 && sizes[0] == sizes[1] && sizes[1] == sizes[2]);
+    std::ifstream meta((straight + "/checkpoints/step_4/meta.json").toStdString());
+    QCOMPARE(nlohmann::json::parse(meta)["val_loss"].get<double>(), a.at(4));
   }
 };
 

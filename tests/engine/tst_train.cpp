@@ -1,7 +1,10 @@
 // Trainer pieces: LR schedules, loss scaling, checkpoints, resume rules, events.
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <tuple>
 
 #include "checkpoint/checkpoint.h"
 #include "config/config_loader.h"
@@ -9,6 +12,7 @@
 #include "io/atomic_file.h"
 #include "train/events.h"
 #include "train/loss_scaler.h"
+#include "train/loss_smoother.h"
 #include "train/lr_schedule.h"
 #include "train/trainer.h"
 
@@ -56,6 +60,24 @@ class TestTrain : public QObject {
   }
 
   // DeepSpeed's DynamicLossScaler rules (deepspeed/runtime/fp16/loss_scaler.py).
+  // The smoothed loss is debiased as TensorBoard's: the first value is itself (not pulled
+  // towards 0 or the first loss), a constant stays that constant, and a checkpointed state
+  // continues exactly.
+  void smoothedLossIsDebiased() {
+    zs::train::LossSmoother s(0.9);
+    QCOMPARE(s.value(), 0.0);
+    QCOMPARE(s.add(2.0), 2.0);
+    QVERIFY(std::abs(s.add(2.0) - 2.0) < 1e-12);
+    // 1 then 0: (0.09·1 + 0.1·0) / (1 − 0.81) = 0.4737, where an undebiased EMA seeded with the
+    // first value says 0.9.
+    zs::train::LossSmoother t(0.9);
+    t.add(1.0);
+    QVERIFY(std::abs(t.add(0.0) - 0.09 / 0.19) < 1e-12);
+    zs::train::LossSmoother u(0.9);
+    u.restore(t.last(), t.count());
+    QCOMPARE(u.add(0.5), t.add(0.5));
+  }
+
   void lossScalerFollowsDeepSpeed() {
     train::LossScaler s({0, 16, 2, 2, 1});  // dynamic from 2^16, window 2, hysteresis 2
     QCOMPARE(s.scale(), 65536.0);
@@ -125,6 +147,15 @@ class TestTrain : public QObject {
     std::vector<std::string> tags;
     for (const auto& c : checkpoint::list_checkpoints(root)) tags.push_back(c.tag);
     QCOMPARE(tags, (std::vector<std::string>{"step_25", "step_50", "overwrite", "step_70"}));
+    // keep_best by val_loss (checkpointing.monitor): the lowest val_loss survives although its
+    // smoothed training loss is the highest; one without a val_loss ranks last.
+    const std::vector<std::tuple<int, double, double>> validated = {{80, 0.1, 0.9}, {90, 0.9, 0.2}, {100, 0.5, 0.5}};
+    for (const auto& [step, loss, val] : validated)
+      checkpoint::save_checkpoint(root, "step_" + std::to_string(step), {{"model.safetensors", {{"w", at::zeros({1})}}}},
+                                  {{"step", step}, {"reason", "periodic"}, {"smoothed_loss", loss}, {"val_loss", val}});
+    gone = checkpoint::prune_checkpoints(root, 1, 1, "val_loss");
+    std::sort(gone.begin(), gone.end());
+    QCOMPARE(gone, (std::vector<std::string>{"step_50", "step_70", "step_80"}));
     try {
       checkpoint::open_checkpoint(root + "/notes");
       QFAIL("opened a folder without meta.json");

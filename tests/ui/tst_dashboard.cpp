@@ -136,6 +136,34 @@ class TestDashboard : public QObject {
     QCOMPARE(w.controller()->state(), RunState::running);
   }
 
+  // Validation losses are points on the loss chart; the loss-scale chart says when a run has no
+  // loss scaling; the smoothed loss is the trainer's; the ETA counts the wall time between
+  // metrics (sampling, validation and saving included); Validate now goes to control.json.
+  void validationPointsLossScaleNoteAndEta() {
+    QTemporaryDir tmp;
+    ScriptedRun run(tmp.path());
+    run.start(1, 100);
+    MainWindow w;
+    w.show();
+    QVERIFY(w.openRun(tmp.path()));
+    run.metrics(10, 1);  // 1 s of wall time per step, 0.25 s/it of training
+    run.metrics(20, 1);
+    run.line("{\"type\":\"validation\",\"step\":10,\"time\":10,\"val_loss\":0.8,\"val_loss_ema\":0.9}");
+    run.line("{\"type\":\"validation\",\"step\":20,\"time\":20,\"val_loss\":0.7}");
+    QTRY_COMPARE(w.metricsPanel()->pointCount("loss", 2), 2);
+    QCOMPARE(w.metricsPanel()->pointCount("loss", 3), 1);
+    QVERIFY2(w.metricsPanel()->plotNote("loss_scale").contains("No loss scaling"), qPrintable(w.metricsPanel()->plotNote("loss_scale")));
+    QVERIFY2(w.progressText().contains("ETA 1:20"), qPrintable(w.progressText()));  // 80 steps × 1 s, not × 0.25 s
+    run.line("{\"type\":\"metrics\",\"step\":30,\"time\":30,\"loss\":0.5,\"loss_smoothed\":0.625,\"lr\":0.001,"
+             "\"grad_norm\":1,\"samples_per_s\":100,\"s_per_step\":0.25,\"epoch\":3,\"loss_scale\":65536,\"ranks\":[]}");
+    QTRY_COMPARE(w.metricsPanel()->pointCount("loss_scale"), 1);
+    QCOMPARE(w.metricsPanel()->plotNote("loss_scale"), QString());
+    QCOMPARE(w.controller()->metrics().back().smoothed, 0.625);
+    QVERIFY(w.findChild<QAction*>("validateNow") != nullptr);
+    w.controller()->validateNow();
+    QCOMPARE(zs::train::read_control_file(tmp.path().toStdString()).validate, std::int64_t{1});
+  }
+
   // Pause, stop, sample now and save now are written to the run's control.json.
   void commandsGoThroughTheControlFile() {
     QTemporaryDir tmp;
@@ -164,11 +192,13 @@ class TestDashboard : public QObject {
     QVERIFY(commands.take_sample_request());
     poller.poll(commands);
     QVERIFY(!commands.take_sample_request());
-    zs::train::write_control_file(fresh.path().toStdString(), {false, true, 1, 1});
+    zs::train::write_control_file(fresh.path().toStdString(), {false, true, 1, 1, 1});
     poller.poll(commands);
     QVERIFY(!commands.paused());
     QVERIFY(commands.stop_requested());
     QVERIFY(commands.take_save_request());
+    QVERIFY(commands.take_validate_request());
+    QVERIFY(!commands.take_validate_request());
   }
 
   // 100 000 metrics: all kept, drawn thinned, exported whole.
