@@ -5,21 +5,13 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "io/tfevents_format.h"
 
 namespace zs::io {
 
 namespace {
 
-// Field numbers (tensorflow/core/util/event.proto, framework/summary.proto, tensor.proto).
-constexpr int kEventWallTime = 1, kEventStep = 2, kEventFileVersion = 3, kEventSummary = 5;
-constexpr int kSummaryValue = 1;
-constexpr int kValueTag = 1, kValueSimpleValue = 2, kValueImage = 4, kValueTensor = 8, kValueMetadata = 9;
-constexpr int kImageHeight = 1, kImageWidth = 2, kImageColorspace = 3, kImageEncoded = 4;
-constexpr int kMetadataPluginData = 1, kPluginName = 1;
-constexpr int kTensorDtype = 1, kTensorStringVal = 8;
-constexpr int kDtString = 7;
-// Wire types.
-constexpr int kVarint = 0, kFixed64 = 1, kBytes = 2, kFixed32 = 5;
+using namespace tfevents;
 
 void varint(std::string& out, std::uint64_t v) {
   while (v >= 0x80) {
@@ -66,7 +58,7 @@ const std::array<std::uint32_t, 256>& crc_table() {
     std::array<std::uint32_t, 256> t{};
     for (std::uint32_t i = 0; i < 256; ++i) {
       std::uint32_t c = i;
-      for (int k = 0; k < 8; ++k) c = c & 1 ? 0x82F63B78u ^ (c >> 1) : c >> 1;
+      for (int k = 0; k < 8; ++k) c = c & 1 ? kCrc32cPolynomial ^ (c >> 1) : c >> 1;
       t[i] = c;
     }
     return t;
@@ -85,7 +77,7 @@ std::uint32_t crc32c(std::string_view data) {
 
 std::uint32_t masked_crc32c(std::string_view data) {
   const std::uint32_t c = crc32c(data);
-  return ((c >> 15) | (c << 17)) + 0xA282EAD8u;
+  return ((c >> 15) | (c << 17)) + kCrcMaskDelta;
 }
 
 TfEventWriter::TfEventWriter(const std::string& path, double wall_time) : path_(path) {
@@ -95,7 +87,7 @@ TfEventWriter::TfEventWriter(const std::string& path, double wall_time) : path_(
     std::string e;
     key(e, kEventWallTime, kFixed64);
     fixed(e, wall_time);
-    bytes_field(e, kEventFileVersion, "brain.Event:2");
+    bytes_field(e, kEventFileVersion, kFileVersion);
     record(e);
     flush();
   }

@@ -1,8 +1,7 @@
 #pragma once
 // TensorBoard event files, written by hand: TFRecord framing around protobuf `Event` messages
 // (tensorflow/core/util/event.proto, summary.proto). Only the fields TensorBoard needs for
-// scalars, PNG images and text are written; the field numbers are in tfevents.cpp, taken from
-// the .proto files (../shared/REFERENCE.md, "TensorBoard event files").
+// scalars, PNG images and text are written; the format's constants are in tfevents_format.h.
 
 #include <cstdint>
 #include <cstdio>
