@@ -163,7 +163,7 @@ QString MetricsPanel::plotNote(const QString& name) const {
   return note && note->visible() ? note->text() : QString();
 }
 
-void MetricsPanel::appendValidation() {
+void MetricsPanel::drawValidation() {
   if (!m_controller) return;
   QCustomPlot* p = plot("loss");
   p->graph(2)->data()->clear();
@@ -172,8 +172,11 @@ void MetricsPanel::appendValidation() {
     p->graph(2)->addData(v.step, v.val_loss);
     if (v.has_ema) p->graph(3)->addData(v.step, v.val_loss_ema);
   }
-  p->rescaleAxes();
-  p->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void MetricsPanel::appendValidation() {
+  drawValidation();
+  replotAll();
 }
 
 void MetricsPanel::clear() {
@@ -243,7 +246,7 @@ void MetricsPanel::append(int first) {
   const bool scaled = std::any_of(points.begin(), points.end(), [](const MetricPoint& p) { return p.has_loss_scale; });
   setNote(QStringLiteral("loss_scale"),
           points.empty() || scaled ? QString() : tr("No loss scaling in this run\n(only fp16 runs scale the loss)"));
-  appendValidation();  // a redraw from the start cleared them
+  drawValidation();  // a redraw from the start cleared them
   replotAll();
 }
 

@@ -42,6 +42,7 @@ class MetricsPanel : public QWidget {
   void clear();
   void append(int first);
   void appendValidation();
+  void drawValidation();  ///< the validation points into the loss plot (no replot)
   void setNote(const QString& name, const QString& text);
   void replotAll();
   QCustomPlot* makePlot(const QString& name, const QString& title, const QString& yLabel);

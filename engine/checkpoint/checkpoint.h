@@ -56,8 +56,9 @@ CheckpointInfo open_checkpoint(const std::string& path);
 
 /// Among the checkpoints whose meta has "reason" "periodic" or "timed", deletes all but the
 /// newest `keep_last` and the `keep_best` with the lowest meta[`metric`] ("smoothed_loss" or
-/// "val_loss"; a checkpoint without it ranks last; keep_last <= 0 keeps all). Checkpoints saved for other reasons (final, stopped, requested, overwrite, on an
-/// exception) are never deleted. Returns the deleted tags.
+/// "val_loss"; a checkpoint without it ranks last; keep_last <= 0 keeps all). Checkpoints saved
+/// for other reasons (final, stopped, requested, overwrite, on an exception) are never deleted.
+/// Returns the deleted tags.
 std::vector<std::string> prune_checkpoints(const std::string& root, std::int64_t keep_last, std::int64_t keep_best = 0,
                                            const std::string& metric = "smoothed_loss");
 

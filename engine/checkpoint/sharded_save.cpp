@@ -38,7 +38,8 @@ SaveOutcome save_sharded(dist::Communicator& comm, const ShardedSave& save) {
     if (ec) out.problem = staging + ": cannot create: " + ec.message();
   }
   if (!all_ok(comm, out.problem.empty())) {
-    if (out.problem.empty()) out.problem = "another rank failed to prepare it";
+    out.own_problem = !out.problem.empty();
+    if (!out.own_problem) out.problem = "another rank failed to prepare it";
     return out;
   }
   // Refuse, with a clear reason, when the shard cannot fit (several ranks share the disk).
@@ -63,6 +64,7 @@ SaveOutcome save_sharded(dist::Communicator& comm, const ShardedSave& save) {
       std::error_code ec;
       io::remove_tree(staging, ec);
     }
+    out.own_problem = !mine_ok;
     if (mine_ok) out.problem = "another rank could not write its shard";
     return out;
   }
@@ -77,7 +79,8 @@ SaveOutcome save_sharded(dist::Communicator& comm, const ShardedSave& save) {
     }
   });
   out.saved = all_ok(comm, out.problem.empty());
-  if (!out.saved && out.problem.empty()) out.problem = "rank 0 could not complete it";
+  out.own_problem = !out.problem.empty();
+  if (!out.saved && !out.own_problem) out.problem = "rank 0 could not complete it";
   return out;
 }
 

@@ -36,6 +36,7 @@ struct SaveOutcome {
   bool saved = false;
   CheckpointInfo info;          ///< rank 0, when saved
   std::string problem;          ///< when not saved: this rank's problem, or that another rank had one
+  bool own_problem = false;     ///< `problem` is this rank's own (not another rank's)
   std::int64_t needed_bytes = 0;  ///< this rank's shard
   std::int64_t free_bytes = -1;   ///< free space where it was to go (-1: unknown)
 };

@@ -16,7 +16,8 @@ std::vector<std::string> resume_mismatches(const config::TrainerConfig& ckpt, co
                             f.path == "data.latent_cache_dir" || f.path == "data.num_workers";
     // validation.fraction decides which images train.
     const bool fixed = (f.path.starts_with("model.") || f.path.starts_with("data.") || f.path == "training.seed" ||
-                        f.path == "validation.fraction" || f.path == "training.batch_size" || (f.path.starts_with("optimizer.") && f.path != "optimizer.lr")) &&
+                        f.path == "validation.fraction" || f.path == "training.batch_size" ||
+                        (f.path.starts_with("optimizer.") && f.path != "optimizer.lr")) &&
                        !speed_only;
     if (!fixed) continue;
     const std::string a = config::format_value(f.get(ckpt)), b = config::format_value(f.get(now));

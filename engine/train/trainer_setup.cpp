@@ -230,7 +230,8 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
 
   // Data.
   const std::string data_path = config::dataset_folder(cfg, run_dir);
-  auto items = data::scan_dataset(data_path, metadata_options(cfg.data, [this](const std::string& w) { warn(w); }));
+  const data::MetadataOptions scan = metadata_options(cfg.data, [this](const std::string& w) { warn(w); });
+  auto items = data::scan_dataset(data_path, scan);
 
   // Model. With zero3_init_flag at stage 3 each UNet unit is built (or loaded) and cut to this
   // rank's shard before the next exists, so no rank ever holds the whole UNet.
@@ -329,8 +330,7 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   }
   if (text_cache) log("text-embedding cache: " + text_cache->dir());
   // After the model: the tiny preset's vocabulary comes from every image of data.path.
-  validation_items =
-      split_validation(cfg, data_path, items, metadata_options(cfg.data, [this](const std::string& w) { warn(w); }));
+  validation_items = split_validation(cfg, data_path, items, scan);
   loader = std::make_unique<data::DataLoader>(std::move(items), lo, [this](const std::string& w) { warn(w); });
   if (latent_cache && text_cache) park_frozen_if_cached();
   loader->start(batches_consumed);

@@ -171,6 +171,8 @@ struct Trainer::State {
   void wait_for_save(const std::string& reason);
   /// The newest complete checkpoint's folder ("" when none).
   std::string newest_checkpoint() const;
+  /// "the newest saved checkpoint is PATH" (or "none"), for messages about a failed save.
+  std::string newest_saved() const;
   /// Every rank's model-state bytes and memory, gathered for the metrics event (a collective).
   json gather_ranks();
   /// After the loop: the last checkpoint, cache statistics and run_end.

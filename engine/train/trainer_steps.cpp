@@ -306,24 +306,22 @@ bool Trainer::State::save(const std::string& reason) {
   const checkpoint::SaveOutcome outcome = checkpoint::save_sharded(*comm, request);
   if (!outcome.saved) {
     if (!main_rank()) rank_log << "checkpoint " << request.tag << ": " << outcome.problem << "\n";
-    // Rank 0 reports the figures of the first rank that failed (every rank checked its own disk).
-    const bool mine = outcome.problem.find("another rank") == std::string::npos &&
-                      outcome.problem.find("rank 0 could not") == std::string::npos;
-    at::Tensor figures = at::tensor(std::vector<std::int64_t>{mine ? 1 : 0, outcome.needed_bytes, outcome.free_bytes});
-    at::Tensor all = at::zeros({3 * world}, at::kLong);
-    if (world > 1) comm->all_gather(figures, all);
-    else all.copy_(figures);
+    // Rank 0 reports the figures of the first rank that failed (every rank checked its own disk;
+    // rank 0's when none had a problem of its own).
+    const at::Tensor figures =
+        at::tensor(std::vector<std::int64_t>{outcome.own_problem ? 1 : 0, outcome.needed_bytes, outcome.free_bytes});
+    at::Tensor flat = at::zeros({3 * world}, at::kLong);  // collectives take flat buffers
+    if (world > 1) comm->all_gather(figures, flat);
+    else flat.copy_(figures);
+    const at::Tensor all = flat.view({world, 3});
     SaveFailure f;
     f.tag = request.tag;
     f.folder = checkpoints_dir();
     f.message = "checkpoint " + request.tag + " not saved (older checkpoints are kept): " + outcome.problem;
-    for (int r = 0; r < world; ++r)
-      if (all[3 * r].item<std::int64_t>() != 0 || r == world - 1) {
-        f.rank = all[3 * r].item<std::int64_t>() != 0 ? r : 0;
-        f.needed_bytes = all[3 * f.rank + 1].item<std::int64_t>();
-        f.free_bytes = all[3 * f.rank + 2].item<std::int64_t>();
-        break;
-      }
+    for (int r = world - 1; r >= 0; --r)
+      if (all[r][0].item<std::int64_t>() != 0) f.rank = r;
+    f.needed_bytes = all[f.rank][1].item<std::int64_t>();
+    f.free_bytes = all[f.rank][2].item<std::int64_t>();
     emit("save_failed", {{"tag", f.tag}, {"needed_bytes", f.needed_bytes}, {"free_bytes", f.free_bytes},
                          {"folder", f.folder}, {"rank", f.rank}, {"message", f.message},
                          {"policy", cfg.checkpointing.on_save_failure}});
@@ -367,8 +365,7 @@ void Trainer::State::finish(const std::string& reason) {
     const std::string newest = newest_checkpoint();
     end["last_save_failed"] = save_failure->tag;
     end["newest_checkpoint"] = newest.empty() ? json(nullptr) : json(newest);
-    warn("the last checkpoint (" + save_failure->tag + ") could not be saved; the newest saved one is " +
-         (newest.empty() ? std::string("none") : newest));
+    warn("the last checkpoint (" + save_failure->tag + ") could not be saved; " + newest_saved());
   }
   emit("run_end", end);
   loader.reset();
@@ -379,14 +376,17 @@ std::string Trainer::State::newest_checkpoint() const {
   return all.empty() ? std::string() : all.back().path;
 }
 
+std::string Trainer::State::newest_saved() const {
+  const std::string newest = newest_checkpoint();
+  return "the newest saved checkpoint is " + (newest.empty() ? std::string("none") : newest);
+}
+
 bool Trainer::State::save_by_policy(const std::string& reason) {
   if (save(reason)) return true;
   const std::string& policy = cfg.checkpointing.on_save_failure;
   if (policy == "continue") return false;
   if (policy == "stop") {
-    const std::string newest = newest_checkpoint();
-    throw SaveFailed(save_failure->message + "; stopping (checkpointing.on_save_failure: stop); the newest saved checkpoint is " +
-                     (newest.empty() ? std::string("none") : newest));
+    throw SaveFailed(save_failure->message + "; stopping (checkpointing.on_save_failure: stop); " + newest_saved());
   }
   wait_for_save(reason);
   return true;
@@ -417,9 +417,7 @@ void Trainer::State::wait_for_save(const std::string& reason) {
   for (;;) {
     const Requests r = agree_on_commands(*commands);
     if (r.stop) {
-      const std::string newest = newest_checkpoint();
-      throw SaveFailed("stopped while checkpoint " + f.tag + " could not be saved; the newest saved checkpoint is " +
-                       (newest.empty() ? std::string("none") : newest));
+      throw SaveFailed("stopped while checkpoint " + f.tag + " could not be saved; " + newest_saved());
     }
     if (r.sample) sample();
     if (r.save || r.retry_save) {
@@ -429,10 +427,8 @@ void Trainer::State::wait_for_save(const std::string& reason) {
       }
       retry_at = Clock::now() + retry_every;
     } else if (r.give_up_save) {
-      const std::string newest = newest_checkpoint();
       throw SaveFailed(save_failure->message + "; gave up after " + config::format_double(minutes) +
-                       " minutes of retries (checkpointing.save_retry_minutes); the newest saved checkpoint is " +
-                       (newest.empty() ? std::string("none") : newest));
+                       " minutes of retries (checkpointing.save_retry_minutes); " + newest_saved());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
