@@ -47,7 +47,7 @@ const CommandSpec kImport{
      kSet},
     0, 0};
 
-const CommandSpec kExport{
+const CommandSpec kConfigExport{
     "config export", "FILE [--accelerate OUT.yaml] [--deepspeed OUT.json]",
     "Write a trainer config's launch and ZeRO settings as accelerate YAML and/or DeepSpeed JSON.",
     "With both, the YAML points at the JSON through deepspeed_config_file.",
@@ -141,7 +141,7 @@ int run_config_command(const std::vector<std::string>& args) {
   };
   const std::map<std::string, Entry> table = {{"validate", {&kValidate, validate}},
                                               {"import", {&kImport, import}},
-                                              {"export", {&kExport, export_files}},
+                                              {"export", {&kConfigExport, export_files}},
                                               {"schema", {&kSchema, schema}}};
   auto it = table.find(args[0]);
   if (it == table.end())

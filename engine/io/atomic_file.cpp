@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 namespace {
 int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return ::remove(path); }
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
+[[noreturn]] void fail_with_errno(const std::string& path, const std::string& what) {
   throw Error(ErrorKind::io, path + ": cannot " + what + ": " + std::strerror(errno));
 }
 }  // namespace
@@ -31,7 +31,7 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
   if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(path, "write (creating " + tmp + ")");
+  if (fd < 0) fail_with_errno(path, "write (creating " + tmp + ")");
   size_t done = 0;
   while (done < contents.size()) {
     const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
@@ -39,17 +39,17 @@ void write_file_atomic(const std::string& path, const std::string& contents) {
       if (errno == EINTR) continue;
       ::close(fd);
       ::unlink(tmp.c_str());
-      fail(path, "write");
+      fail_with_errno(path, "write");
     }
     done += static_cast<size_t>(n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     ::unlink(tmp.c_str());
-    fail(path, "flush");
+    fail_with_errno(path, "flush");
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
-    fail(path, "rename the temporary file onto");
+    fail_with_errno(path, "rename the temporary file onto");
   }
 }
 
@@ -57,7 +57,7 @@ std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     errno = errno ? errno : ENOENT;
-    fail(path, "open");
+    fail_with_errno(path, "open");
   }
   std::ostringstream text;
   text << in.rdbuf();

@@ -17,7 +17,7 @@
 namespace zs::io {
 namespace {
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
+[[noreturn]] void bad_image(const std::string& path, const std::string& what) {
   throw Error(ErrorKind::data, path + ": " + what);
 }
 
@@ -26,18 +26,18 @@ Image decode_png(const std::string& path, const std::string& bytes) {
   std::memset(&img, 0, sizeof img);
   img.version = PNG_IMAGE_VERSION;
   if (!png_image_begin_read_from_memory(&img, bytes.data(), bytes.size()))
-    fail(path, std::string("not a readable PNG (") + img.message + ")");
+    bad_image(path, std::string("not a readable PNG (") + img.message + ")");
   img.format = PNG_FORMAT_RGB;
   Image out;
   out.width = static_cast<int>(img.width);
   out.height = static_cast<int>(img.height);
   if (out.width <= 0 || out.height <= 0 || static_cast<std::uint64_t>(img.width) * img.height > (1ull << 28)) {
     png_image_free(&img);
-    fail(path, "PNG size " + std::to_string(img.width) + "x" + std::to_string(img.height) + " is out of range");
+    bad_image(path, "PNG size " + std::to_string(img.width) + "x" + std::to_string(img.height) + " is out of range");
   }
   out.rgb.resize(PNG_IMAGE_SIZE(img));
   if (!png_image_finish_read(&img, nullptr, out.rgb.data(), 0, nullptr))
-    fail(path, std::string("broken PNG data (") + img.message + ")");
+    bad_image(path, std::string("broken PNG data (") + img.message + ")");
   return out;
 }
 
@@ -63,7 +63,7 @@ Image decode_jpeg(const std::string& path, const std::string& bytes) {
   // No C++ objects with destructors are created between setjmp and the calls that may jump.
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
-    fail(path, std::string("broken JPEG data (") + err.message + ")");
+    bad_image(path, std::string("broken JPEG data (") + err.message + ")");
   }
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
@@ -96,7 +96,7 @@ Image read_image(const std::string& path) {
   if (bytes.size() >= 3 && static_cast<unsigned char>(bytes[0]) == 0xff && static_cast<unsigned char>(bytes[1]) == 0xd8 &&
       static_cast<unsigned char>(bytes[2]) == 0xff)
     return decode_jpeg(path, bytes);
-  fail(path, bytes.empty() ? "empty file" : "neither PNG nor JPEG data");
+  bad_image(path, bytes.empty() ? "empty file" : "neither PNG nor JPEG data");
 }
 
 std::pair<int, int> image_size(const std::string& path) {

@@ -55,7 +55,7 @@ const char* dtype_name(at::ScalarType t) {
   return nullptr;
 }
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
+[[noreturn]] void not_safetensors(const std::string& path, const std::string& what) {
   throw Error(ErrorKind::io, path + ": not a valid safetensors file: " + what);
 }
 
@@ -84,11 +84,11 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
     ::close(fd);
   }
   try {
-    if (size_ < 8) fail(path, "shorter than the 8-byte header length");
+    if (size_ < 8) not_safetensors(path, "shorter than the 8-byte header length");
     std::uint64_t n = 0;
     for (int i = 7; i >= 0; --i) n = (n << 8) | data_[i];  // little-endian
-    if (n > kMaxHeader) fail(path, "header length " + std::to_string(n) + " exceeds the 100 MB limit");
-    if (8 + n > size_) fail(path, "header length " + std::to_string(n) + " runs past the end of the file");
+    if (n > kMaxHeader) not_safetensors(path, "header length " + std::to_string(n) + " exceeds the 100 MB limit");
+    if (8 + n > size_) not_safetensors(path, "header length " + std::to_string(n) + " runs past the end of the file");
     data_start_ = 8 + static_cast<std::size_t>(n);
     const std::string text(reinterpret_cast<const char*>(data_ + 8), static_cast<std::size_t>(n));
 
@@ -103,17 +103,17 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
         return true;
       });
     } catch (const json::exception& e) {
-      fail(path, std::string("header is not valid UTF-8 JSON (") + e.what() + ")");
+      not_safetensors(path, std::string("header is not valid UTF-8 JSON (") + e.what() + ")");
     }
-    if (!duplicate.empty()) fail(path, "tensor '" + duplicate + "' is listed twice");
-    if (!header.is_object()) fail(path, "header is not a JSON object");
+    if (!duplicate.empty()) not_safetensors(path, "tensor '" + duplicate + "' is listed twice");
+    if (!header.is_object()) not_safetensors(path, "header is not a JSON object");
 
     for (auto it = header.begin(); it != header.end(); ++it) {
       const std::string& name = it.key();
       if (name == "__metadata__") {
-        if (!it->is_object()) fail(path, "__metadata__ must map strings to strings");
+        if (!it->is_object()) not_safetensors(path, "__metadata__ must map strings to strings");
         for (auto m = it->begin(); m != it->end(); ++m) {
-          if (!m->is_string()) fail(path, "__metadata__ value of '" + m.key() + "' is not a string");
+          if (!m->is_string()) not_safetensors(path, "__metadata__ value of '" + m.key() + "' is not a string");
           metadata_[m.key()] = m->get<std::string>();
         }
         continue;
@@ -121,30 +121,30 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
       const std::string where = "tensor '" + name + "'";
       const json& e = *it;
       if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
-        fail(path, where + " needs dtype, shape and data_offsets");
+        not_safetensors(path, where + " needs dtype, shape and data_offsets");
       SafetensorsEntry entry;
       entry.name = name;
       if (!e["dtype"].is_string() || !find_dtype(e["dtype"].get<std::string>()))
-        fail(path, where + " has unknown dtype " + e["dtype"].dump());
+        not_safetensors(path, where + " has unknown dtype " + e["dtype"].dump());
       entry.dtype = e["dtype"].get<std::string>();
-      if (!e["shape"].is_array()) fail(path, where + " has a shape that is not a list");
+      if (!e["shape"].is_array()) not_safetensors(path, where + " has a shape that is not a list");
       std::uint64_t elements = 1;
       for (const auto& d : e["shape"]) {
-        if (!d.is_number_unsigned()) fail(path, where + " has a shape entry that is not a non-negative integer");
+        if (!d.is_number_unsigned()) not_safetensors(path, where + " has a shape entry that is not a non-negative integer");
         const std::uint64_t dim = d.get<std::uint64_t>();
-        if (dim != 0 && elements > UINT64_MAX / dim) fail(path, where + " has a shape whose size overflows");
+        if (dim != 0 && elements > UINT64_MAX / dim) not_safetensors(path, where + " has a shape whose size overflows");
         elements *= dim;
         entry.shape.push_back(static_cast<std::int64_t>(dim));
       }
       const auto& off = e["data_offsets"];
       if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
-        fail(path, where + " needs data_offsets [begin, end]");
+        not_safetensors(path, where + " needs data_offsets [begin, end]");
       entry.begin = off[0].get<std::uint64_t>();
       entry.end = off[1].get<std::uint64_t>();
       const std::uint64_t item = safetensors_dtype_size(entry.dtype);
-      if (elements > UINT64_MAX / item) fail(path, where + " has a byte size that overflows");
+      if (elements > UINT64_MAX / item) not_safetensors(path, where + " has a byte size that overflows");
       if (entry.end < entry.begin || entry.end - entry.begin != elements * item)
-        fail(path, where + " has data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) +
+        not_safetensors(path, where + " has data_offsets [" + std::to_string(entry.begin) + ", " + std::to_string(entry.end) +
                        "] that do not match its shape and dtype (" + std::to_string(elements * item) + " bytes)");
       entries_.push_back(std::move(entry));
     }
@@ -154,13 +154,13 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
     std::uint64_t expected = 0;
     for (const auto& entry : entries_) {
       if (entry.begin != expected)
-        fail(path, "tensor '" + entry.name + "' starts at byte " + std::to_string(entry.begin) + " but " +
+        not_safetensors(path, "tensor '" + entry.name + "' starts at byte " + std::to_string(entry.begin) + " but " +
                        (entry.begin > expected ? "a gap" : "an overlap") + " precedes it (expected " +
                        std::to_string(expected) + ")");
       expected = entry.end;
     }
     if (data_start_ + expected != size_)
-      fail(path, "the data section holds " + std::to_string(size_ - data_start_) + " bytes but the tensors need " +
+      not_safetensors(path, "the data section holds " + std::to_string(size_ - data_start_) + " bytes but the tensors need " +
                      std::to_string(expected) + (data_start_ + expected < size_ ? " (trailing bytes)" : " (truncated)"));
   } catch (...) {
     if (data_) ::munmap(const_cast<std::uint8_t*>(data_), size_);

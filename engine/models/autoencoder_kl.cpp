@@ -17,7 +17,14 @@
 
 namespace zs::models {
 
-using namespace torch::nn;
+// Named one by one: a unity batch (CMakeLists.txt, zs_unity) puts later files in this scope too.
+using torch::nn::Conv2d;
+using torch::nn::Conv2dOptions;
+using torch::nn::GroupNorm;
+using torch::nn::GroupNormOptions;
+using torch::nn::Linear;
+using torch::nn::Module;
+using torch::nn::ModuleList;
 using std::int64_t;
 
 namespace {

@@ -21,8 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::int64_t round_up(std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; }
-
 std::string sanitized(const std::string& s) {
   std::string out;
   for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') ? c : '_';

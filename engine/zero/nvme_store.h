@@ -17,6 +17,9 @@ namespace zs::zero {
 /// Bytes every region, transfer and buffer is aligned to (O_DIRECT's requirement).
 constexpr std::int64_t kIoAlignment = 4096;
 
+/// `n` rounded up to a multiple of `to`.
+constexpr std::int64_t round_up(std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; }
+
 /// A CPU tensor of `numel` elements whose storage starts on a kIoAlignment boundary and is
 /// a whole number of kIoAlignment blocks long (so rounded-up transfers stay inside it).
 at::Tensor aligned_buffer(std::int64_t numel, at::ScalarType dtype);

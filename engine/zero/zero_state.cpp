@@ -19,8 +19,6 @@ namespace {
 
 std::int64_t bytes(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<std::int64_t>(t.element_size()) : 0; }
 
-std::int64_t round_up(std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; }
-
 /// The reference arithmetic, in the same order as ReferenceAdamW (every other path is tested
 /// against it): p, m, v updated in place with gradient g.
 void adam_reference(at::Tensor p, at::Tensor m, at::Tensor v, const at::Tensor& g, const ZeroOptions& o, double lr,
