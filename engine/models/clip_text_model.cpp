@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "io/json_file.h"
 #include "models/attention.h"
+#include "models/lora.h"
 
 namespace zs::models {
 
@@ -18,7 +19,6 @@ using nlohmann::json;
 using torch::nn::Embedding;
 using torch::nn::LayerNorm;
 using torch::nn::LayerNormOptions;
-using torch::nn::Linear;
 
 ClipTextConfig ClipTextConfig::from_json(const json& j, const std::string& source) {
   ClipTextConfig c;
@@ -71,29 +71,29 @@ namespace {
 
 struct ClipAttentionImpl : torch::nn::Module, AttentionSite {
   ClipAttentionImpl(std::int64_t dim, std::int64_t heads_) : heads(heads_) {
-    q_proj = register_module("q_proj", Linear(dim, dim));
-    k_proj = register_module("k_proj", Linear(dim, dim));
-    v_proj = register_module("v_proj", Linear(dim, dim));
-    out_proj = register_module("out_proj", Linear(dim, dim));
+    q_proj = register_module("q_proj", AdaptedLinear(dim, dim));
+    k_proj = register_module("k_proj", AdaptedLinear(dim, dim));
+    v_proj = register_module("v_proj", AdaptedLinear(dim, dim));
+    out_proj = register_module("out_proj", AdaptedLinear(dim, dim));
   }
   at::Tensor forward(const at::Tensor& x, const at::Tensor& mask) {
     return out_proj(multi_head_attention(q_proj(x), k_proj(x), v_proj(x), heads, mask, attention));
   }
   std::int64_t heads;
-  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, out_proj{nullptr};
+  AdaptedLinear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, out_proj{nullptr};
 };
 TORCH_MODULE(ClipAttention);
 
 struct ClipMlpImpl : torch::nn::Module {
   ClipMlpImpl(std::int64_t dim, std::int64_t inner, bool quick_)
-      : quick(quick_), fc1(register_module("fc1", Linear(dim, inner))), fc2(register_module("fc2", Linear(inner, dim))) {}
+      : quick(quick_), fc1(register_module("fc1", AdaptedLinear(dim, inner))), fc2(register_module("fc2", AdaptedLinear(inner, dim))) {}
   at::Tensor forward(const at::Tensor& x) {
     at::Tensor h = fc1(x);
     h = quick ? h * at::sigmoid(1.702 * h) : at::gelu(h);
     return fc2(h);
   }
   bool quick;
-  Linear fc1, fc2;
+  AdaptedLinear fc1, fc2;
 };
 TORCH_MODULE(ClipMlp);
 
@@ -121,7 +121,7 @@ struct ClipParts {
   Embedding token_embedding{nullptr}, position_embedding{nullptr};
   std::vector<ClipLayer> layers;
   LayerNorm final_layer_norm{nullptr};
-  Linear text_projection{nullptr};
+  AdaptedLinear text_projection{nullptr};
 };
 }  // namespace detail
 
@@ -146,7 +146,7 @@ ClipTextModelImpl::ClipTextModelImpl(ClipTextConfig config)
       "final_layer_norm", LayerNorm(LayerNormOptions({c.hidden_size}).eps(c.layer_norm_eps)));
   register_module("text_model", text_model);
   if (c.with_projection)
-    p.text_projection = register_module("text_projection", Linear(torch::nn::LinearOptions(c.hidden_size, c.projection_dim).bias(false)));
+    p.text_projection = register_module("text_projection", AdaptedLinear(torch::nn::LinearOptions(c.hidden_size, c.projection_dim).bias(false)));
   // CLIP's initialisation: small normal embeddings (LibTorch's default N(0,1) would swamp the positions).
   c10::NoGradGuard no_grad;
   p.token_embedding->weight.normal_(0, 0.02);

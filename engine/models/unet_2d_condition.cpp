@@ -13,17 +13,16 @@
 #include "core/error.h"
 #include "models/activation_checkpoint.h"
 #include "models/attention.h"
+#include "models/lora.h"
 
 namespace zs::models {
 
 namespace F = torch::nn::functional;
-using torch::nn::Conv2d;
 using torch::nn::Conv2dOptions;
 using torch::nn::GroupNorm;
 using torch::nn::GroupNormOptions;
 using torch::nn::LayerNorm;
 using torch::nn::LayerNormOptions;
-using torch::nn::Linear;
 using torch::nn::LinearOptions;
 using torch::nn::ModuleList;
 
@@ -35,8 +34,8 @@ std::int64_t ParamUnit::numel() const {
 
 namespace {
 
-Conv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride = 1) {
-  return Conv2d(Conv2dOptions(in, out, k).stride(stride).padding(k / 2));
+AdaptedConv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride = 1) {
+  return AdaptedConv2d(Conv2dOptions(in, out, k).stride(stride).padding(k / 2));
 }
 
 // ---- ResnetBlock2D: norm1, conv1, time_emb_proj, norm2, conv2, conv_shortcut ----
@@ -44,7 +43,7 @@ struct ResnetBlock2DImpl : torch::nn::Module {
   ResnetBlock2DImpl(int64_t in, int64_t out, int64_t temb, int64_t groups, double eps)
       : norm1(register_module("norm1", GroupNorm(GroupNormOptions(groups, in).eps(eps)))),
         conv1(register_module("conv1", conv(in, out, 3))),
-        time_emb_proj(register_module("time_emb_proj", Linear(temb, out))),
+        time_emb_proj(register_module("time_emb_proj", AdaptedLinear(temb, out))),
         norm2(register_module("norm2", GroupNorm(GroupNormOptions(groups, out).eps(eps)))),
         conv2(register_module("conv2", conv(out, out, 3))) {
     if (in != out) conv_shortcut = register_module("conv_shortcut", conv(in, out, 1));
@@ -57,11 +56,11 @@ struct ResnetBlock2DImpl : torch::nn::Module {
     return (conv_shortcut ? conv_shortcut(x) : x) + h;
   }
   GroupNorm norm1;
-  Conv2d conv1;
-  Linear time_emb_proj;
+  AdaptedConv2d conv1;
+  AdaptedLinear time_emb_proj;
   GroupNorm norm2;
-  Conv2d conv2;
-  Conv2d conv_shortcut{nullptr};
+  AdaptedConv2d conv2;
+  AdaptedConv2d conv_shortcut{nullptr};
   std::size_t unit = 0;
 };
 TORCH_MODULE(ResnetBlock2D);
@@ -70,10 +69,10 @@ TORCH_MODULE(ResnetBlock2D);
 struct AttentionImpl : torch::nn::Module, AttentionSite {
   AttentionImpl(int64_t query_dim, int64_t context_dim, int64_t heads_, int64_t head_dim) : heads(heads_) {
     const int64_t inner = heads * head_dim;
-    to_q = register_module("to_q", Linear(LinearOptions(query_dim, inner).bias(false)));
-    to_k = register_module("to_k", Linear(LinearOptions(context_dim, inner).bias(false)));
-    to_v = register_module("to_v", Linear(LinearOptions(context_dim, inner).bias(false)));
-    to_out_0 = Linear(inner, query_dim);
+    to_q = register_module("to_q", AdaptedLinear(LinearOptions(query_dim, inner).bias(false)));
+    to_k = register_module("to_k", AdaptedLinear(LinearOptions(context_dim, inner).bias(false)));
+    to_v = register_module("to_v", AdaptedLinear(LinearOptions(context_dim, inner).bias(false)));
+    to_out_0 = AdaptedLinear(inner, query_dim);
     auto list = ModuleList();
     list->push_back(to_out_0);
     list->push_back(torch::nn::Dropout(0.0));
@@ -85,23 +84,23 @@ struct AttentionImpl : torch::nn::Module, AttentionSite {
     return to_out_0(multi_head_attention(to_q(x), to_k(ctx), to_v(ctx), heads, {}, attention));
   }
   int64_t heads;
-  Linear to_q{nullptr}, to_k{nullptr}, to_v{nullptr}, to_out_0{nullptr};
+  AdaptedLinear to_q{nullptr}, to_k{nullptr}, to_v{nullptr}, to_out_0{nullptr};
 };
 TORCH_MODULE(Attention);
 
 // ---- GEGLU feed-forward: ff.net.0.proj, ff.net.2 ----
 struct GEGLUImpl : torch::nn::Module {
-  GEGLUImpl(int64_t in, int64_t out) : proj(register_module("proj", Linear(in, out * 2))) {}
+  GEGLUImpl(int64_t in, int64_t out) : proj(register_module("proj", AdaptedLinear(in, out * 2))) {}
   at::Tensor forward(const at::Tensor& x) {
     const auto parts = proj(x).chunk(2, -1);
     return parts[0] * at::gelu(parts[1]);
   }
-  Linear proj;
+  AdaptedLinear proj;
 };
 TORCH_MODULE(GEGLU);
 
 struct FeedForwardImpl : torch::nn::Module {
-  explicit FeedForwardImpl(int64_t dim) : geglu(GEGLU(dim, dim * 4)), out(Linear(dim * 4, dim)) {
+  explicit FeedForwardImpl(int64_t dim) : geglu(GEGLU(dim, dim * 4)), out(AdaptedLinear(dim * 4, dim)) {
     auto net = ModuleList();
     net->push_back(geglu);
     net->push_back(torch::nn::Dropout(0.0));
@@ -110,7 +109,7 @@ struct FeedForwardImpl : torch::nn::Module {
   }
   at::Tensor forward(const at::Tensor& x) { return out(geglu(x)); }
   GEGLU geglu;
-  Linear out;
+  AdaptedLinear out;
 };
 TORCH_MODULE(FeedForward);
 
@@ -146,7 +145,7 @@ struct Transformer2DModelImpl : torch::nn::Module {
     const int64_t inner = heads * head_dim;
     norm = register_module("norm", GroupNorm(GroupNormOptions(groups, channels).eps(1e-6)));
     if (linear) {
-      proj_in_linear = register_module("proj_in", Linear(channels, inner));
+      proj_in_linear = register_module("proj_in", AdaptedLinear(channels, inner));
     } else {
       proj_in_conv = register_module("proj_in", conv(channels, inner, 1));
     }
@@ -157,7 +156,7 @@ struct Transformer2DModelImpl : torch::nn::Module {
     }
     register_module("transformer_blocks", list);
     if (linear) {
-      proj_out_linear = register_module("proj_out", Linear(inner, channels));
+      proj_out_linear = register_module("proj_out", AdaptedLinear(inner, channels));
     } else {
       proj_out_conv = register_module("proj_out", conv(inner, channels, 1));
     }
@@ -187,8 +186,8 @@ struct Transformer2DModelImpl : torch::nn::Module {
   }
   bool use_linear;
   GroupNorm norm{nullptr};
-  Conv2d proj_in_conv{nullptr}, proj_out_conv{nullptr};
-  Linear proj_in_linear{nullptr}, proj_out_linear{nullptr};
+  AdaptedConv2d proj_in_conv{nullptr}, proj_out_conv{nullptr};
+  AdaptedLinear proj_in_linear{nullptr}, proj_out_linear{nullptr};
   std::vector<BasicTransformerBlock> blocks;
   std::vector<std::pair<std::size_t, UNetUnitPlan>> pieces;  // unit id and plan, one per unit
 };
@@ -205,7 +204,7 @@ struct SamplerImpl : torch::nn::Module {
                                         .mode(torch::kNearest)));
   }
   bool down;
-  Conv2d conv_{nullptr};
+  AdaptedConv2d conv_{nullptr};
   std::size_t unit = 0;
 };
 TORCH_MODULE(Sampler);
@@ -243,9 +242,9 @@ CheckpointedFn sampler_fn(Sampler sampler) {
 
 struct TimestepEmbeddingImpl : torch::nn::Module {
   TimestepEmbeddingImpl(int64_t in, int64_t dim)
-      : linear_1(register_module("linear_1", Linear(in, dim))), linear_2(register_module("linear_2", Linear(dim, dim))) {}
+      : linear_1(register_module("linear_1", AdaptedLinear(in, dim))), linear_2(register_module("linear_2", AdaptedLinear(dim, dim))) {}
   at::Tensor forward(const at::Tensor& x) { return linear_2(at::silu(linear_1(x))); }
-  Linear linear_1, linear_2;
+  AdaptedLinear linear_1, linear_2;
 };
 TORCH_MODULE(TimestepEmbedding);
 
@@ -270,13 +269,13 @@ struct UnitViewImpl : torch::nn::Module {
 
 namespace detail {
 struct UNetParts {
-  Conv2d conv_in{nullptr};
+  AdaptedConv2d conv_in{nullptr};
   TimestepEmbedding time_embedding{nullptr};
   TimestepEmbedding add_embedding{nullptr};
   std::vector<Block> down, up;
   Block mid{nullptr};
   GroupNorm conv_norm_out{nullptr};
-  Conv2d conv_out{nullptr};
+  AdaptedConv2d conv_out{nullptr};
 };
 }  // namespace detail
 

@@ -1,0 +1,177 @@
+#include "models/lora.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <torch/nn/functional/conv.h>
+
+#include "core/error.h"
+
+namespace zs::models {
+
+namespace {
+
+at::Tensor dropped(const at::Tensor& x, double p, bool training) {
+  return (training && p > 0) ? at::dropout(x, p, true) : x;
+}
+
+// The adapter's input in the dtype its weights have (mixed precision: the compute dtype).
+at::Tensor as_adapter_input(const at::Tensor& x, const LoraAdapter& a) {
+  return x.scalar_type() == a.down.scalar_type() ? x : x.to(a.down.scalar_type());
+}
+
+}  // namespace
+
+at::Tensor LoraAdapter::linear_update(const at::Tensor& x, bool training) const {
+  const at::Tensor h = at::linear(dropped(as_adapter_input(x, *this), dropout, training), down);
+  return at::linear(h, up).mul(scale()).to(x.scalar_type());
+}
+
+at::Tensor LoraAdapter::conv_update(const at::Tensor& x, bool training,
+                                    const torch::nn::detail::ConvNdOptions<2>& o) const {
+  namespace F = torch::nn::functional;
+  const auto down_options = F::Conv2dFuncOptions().stride(o.stride()).padding(o.padding()).dilation(o.dilation());
+  const at::Tensor h = F::conv2d(dropped(as_adapter_input(x, *this), dropout, training), down, down_options);
+  return at::conv2d(h, up).mul(scale()).to(x.scalar_type());
+}
+
+at::Tensor AdaptedLinearImpl::forward(const at::Tensor& x) {
+  at::Tensor y = LinearImpl::forward(x);
+  if (lora && lora->enabled) y = y + lora->linear_update(x, is_training());
+  return y;
+}
+
+at::Tensor AdaptedConv2dImpl::forward(const at::Tensor& x) {
+  at::Tensor y = Conv2dImpl::forward(x);
+  if (lora && lora->enabled) y = y + lora->conv_update(x, is_training(), options);
+  return y;
+}
+
+at::Tensor& LoraLayer::weight() const {
+  if (conv) return dynamic_cast<AdaptedConv2dImpl*>(layer)->weight;
+  return dynamic_cast<AdaptedLinearImpl*>(layer)->weight;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> LoraLayer::tensors() const {
+  return {{name + ".lora_down.weight", adapter->down}, {name + ".lora_up.weight", adapter->up}};
+}
+
+bool lora_target_matches(const std::string& name, const std::vector<std::string>& targets) {
+  for (const auto& t : targets) {
+    if (t.empty()) continue;
+    if (name == t) return true;
+    if (name.size() > t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0 &&
+        name[name.size() - t.size() - 1] == '.')
+      return true;
+  }
+  return false;
+}
+
+std::vector<std::string> default_unet_lora_targets() { return {"to_q", "to_k", "to_v", "to_out.0"}; }
+std::vector<std::string> default_text_encoder_lora_targets() { return {"q_proj", "k_proj", "v_proj", "out_proj"}; }
+
+namespace {
+
+// Every adaptable layer below `root`, in module order (named_modules is depth-first, in
+// registration order).
+template <typename Visit>
+void for_each_adaptable(torch::nn::Module& root, Visit&& visit) {
+  for (const auto& item : root.named_modules("", false)) {
+    torch::nn::Module* m = item.value().get();
+    if (auto* l = dynamic_cast<AdaptedLinearImpl*>(m)) {
+      visit(item.key(), m, l->lora, false);
+    } else if (auto* c = dynamic_cast<AdaptedConv2dImpl*>(m)) {
+      visit(item.key(), m, c->lora, true);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<LoraLayer> attach_lora(torch::nn::Module& root, const std::vector<std::string>& targets,
+                                   const LoraOptions& o, std::uint64_t seed, at::ScalarType dtype) {
+  if (o.rank < 1) throw Error(ErrorKind::config, "lora.rank: must be at least 1 (got " + std::to_string(o.rank) + ")");
+  if (o.init != "kaiming" && o.init != "gaussian")
+    throw Error(ErrorKind::config, "lora.init: '" + o.init + "' is not one of kaiming, gaussian");
+  std::vector<bool> used(targets.size(), false);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for_each_adaptable(root, [&](const std::string& name, torch::nn::Module* m, std::shared_ptr<LoraAdapter>& slot,
+                               bool conv) {
+    bool selected = false;
+    for (std::size_t i = 0; i < targets.size(); ++i)
+      if (lora_target_matches(name, {targets[i]})) used[i] = selected = true;
+    if (!selected || slot) return;
+    const at::Tensor& w = conv ? dynamic_cast<AdaptedConv2dImpl*>(m)->weight : dynamic_cast<AdaptedLinearImpl*>(m)->weight;
+    const std::int64_t out = w.size(0), in = w.size(1);
+    std::vector<std::int64_t> down_shape{o.rank, in}, up_shape{out, o.rank};
+    if (conv) {
+      down_shape.push_back(w.size(2));
+      down_shape.push_back(w.size(3));
+      up_shape.push_back(1);
+      up_shape.push_back(1);
+    }
+    auto a = std::make_shared<LoraAdapter>();
+    a->alpha = o.alpha;
+    a->dropout = o.dropout;
+    // Drawn on the CPU in float64 from the one generator (the same numbers on every rank and
+    // device), then moved to the layer's device.
+    at::Tensor down = at::empty(down_shape, at::TensorOptions().dtype(at::kDouble));
+    if (o.init == "kaiming") {
+      // LibTorch's (and PyTorch's) Linear default: kaiming_uniform(a = √5) = U(−1/√fan_in, 1/√fan_in).
+      const double fan_in = static_cast<double>(down.numel() / o.rank);
+      const double bound = 1.0 / std::sqrt(fan_in);
+      down.uniform_(-bound, bound, gen);
+    } else {
+      down.normal_(0.0, 1.0 / static_cast<double>(o.rank), gen);
+    }
+    const auto opts = at::TensorOptions().dtype(dtype).device(w.device());
+    a->down = down.to(opts);
+    a->up = at::zeros(up_shape, opts);
+    slot = std::move(a);
+  });
+  for (std::size_t i = 0; i < targets.size(); ++i)
+    if (!used[i])
+      throw Error(ErrorKind::config, "lora targets: '" + targets[i] +
+                                         "' names no Linear or Conv2d layer of the model (targets name a layer's last "
+                                         "path components, e.g. to_q, to_out.0, ff.net.2, proj_in, conv1)");
+  return lora_layers(root);
+}
+
+std::vector<LoraLayer> lora_layers(torch::nn::Module& root) {
+  std::vector<LoraLayer> out;
+  for_each_adaptable(root, [&](const std::string& name, torch::nn::Module* m, std::shared_ptr<LoraAdapter>& slot,
+                               bool conv) {
+    if (slot) out.push_back(LoraLayer{name, slot, m, conv});
+  });
+  return out;
+}
+
+at::Tensor lora_delta(const LoraLayer& l) {
+  const LoraAdapter& a = *l.adapter;
+  if (!l.conv) return at::matmul(a.up, a.down).mul(a.scale());
+  // up is 1×1: delta[o, i, kh, kw] = Σ_r up[o, r] · down[r, i, kh, kw].
+  const at::Tensor up2 = a.up.flatten(1);                       // [out, rank]
+  const at::Tensor down2 = a.down.flatten(1);                   // [rank, in·kh·kw]
+  return at::matmul(up2, down2).mul(a.scale()).view({a.up.size(0), a.down.size(1), a.down.size(2), a.down.size(3)});
+}
+
+void merge_lora(torch::nn::Module& root) {
+  at::NoGradGuard no_grad;
+  for (const auto& l : lora_layers(root)) {
+    at::Tensor& w = l.weight();
+    w.add_(lora_delta(l).to(w.scalar_type()));
+  }
+  detach_lora(root);
+}
+
+void detach_lora(torch::nn::Module& root) {
+  for_each_adaptable(root, [](const std::string&, torch::nn::Module*, std::shared_ptr<LoraAdapter>& slot, bool) {
+    slot.reset();
+  });
+}
+
+void set_lora_enabled(torch::nn::Module& root, bool on) {
+  for (const auto& l : lora_layers(root)) l.adapter->enabled = on;
+}
+
+}  // namespace zs::models
