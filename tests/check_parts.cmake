@@ -1,8 +1,8 @@
 cmake_minimum_required(VERSION 3.22)  # IN_LIST
-# Run by CTest: every test function of EXE (its -functions list) must be in FUNCTIONS, the
+# Run by CTest: every test function of test TEST in suite EXE (its -functions list) must be in FUNCTIONS, the
 # union of the parts a split test runs, and every listed function must exist; otherwise a new
 # test function would never run, or a renamed one would fail to match.
-execute_process(COMMAND ${EXE} -functions OUTPUT_VARIABLE out RESULT_VARIABLE rc)
+execute_process(COMMAND ${EXE} ${TEST} -functions OUTPUT_VARIABLE out RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "${EXE} -functions failed (${rc}):\n${out}")
 endif()

@@ -18,7 +18,11 @@ namespace zs::test {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string fixture_path(const std::string& rel) { return (sharedDir() + "/fixtures/").toStdString() + rel; }
+std::string fixture_path(const std::string& rel) { return fixture(QString::fromStdString(rel)); }
+
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
 
 std::shared_ptr<models::UNet2DConditionModelImpl> load_fixture_unet() {
   models::UNet2DConditionModel unet(models::UNetConfig::from_file(fixture_path("sd15-tiny/unet/config.json")));

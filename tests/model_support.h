@@ -5,6 +5,10 @@
 #include <memory>
 #include <string>
 
+namespace at {
+class Tensor;
+}
+
 namespace zs::models {
 struct ClipTextConfig;
 class UNet2DConditionModelImpl;
@@ -14,6 +18,9 @@ namespace zs::test {
 
 /// `rel` under ../shared/fixtures.
 std::string fixture_path(const std::string& rel);
+
+/// max |a − b|, computed in float64.
+double max_abs_diff(const at::Tensor& a, const at::Tensor& b);
 
 /// The sd15-tiny fixture's UNet with its weights, every tensor loaded (throws otherwise); hold it
 /// as a models::UNet2DConditionModel. Needs the shared fixtures.

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 
 #include <QDir>
 #include <QFile>
@@ -15,6 +16,7 @@ namespace zs::test {
 
 QString sharedDir() { return QDir::cleanPath(QStringLiteral(ZS_SHARED_DIR)); }
 bool sharedAvailable() { return QFileInfo(sharedDir() + QStringLiteral("/fixtures")).isDir(); }
+std::string fixture(const QString& rel) { return (sharedDir() + QStringLiteral("/fixtures/") + rel).toStdString(); }
 QString testDataDir() { return QStringLiteral(ZS_TEST_DATA_DIR); }
 QString sourceDir() { return QStringLiteral(ZS_SOURCE_DIR); }
 QString binaryDir() { return QStringLiteral(ZS_BINARY_DIR); }
@@ -32,6 +34,29 @@ int freePort() {
   ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(s);
   return ntohs(a.sin_port);
+}
+
+namespace {
+std::map<std::string, TestFactory>& registry() {
+  static std::map<std::string, TestFactory> tests;  // filled by static initialisers
+  return tests;
+}
+}  // namespace
+
+bool registerTest(const char* file, TestFactory make) {
+  const QString stem = QFileInfo(QString::fromUtf8(file)).completeBaseName();
+  return registry().emplace(stem.toStdString(), make).second;
+}
+
+std::unique_ptr<QObject> makeTest(const std::string& name) {
+  const auto it = registry().find(name);
+  return it == registry().end() ? nullptr : it->second();
+}
+
+QStringList registeredTests() {
+  QStringList names;
+  for (const auto& entry : registry()) names << QString::fromStdString(entry.first);
+  return names;
 }
 
 void FailureReport::setOutput(const QString& label, const QString& text) {

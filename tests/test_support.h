@@ -1,8 +1,13 @@
 #pragma once
 // Helpers shared by the test executables.
 
+#include <memory>
+#include <string>
+
 #include <QString>
 #include <QStringList>
+
+class QObject;
 
 namespace zs::test {
 
@@ -12,6 +17,9 @@ QString sharedDir();
 /// True when the shared fixtures exist. When they do not: under CI (CI set) the test
 /// fails; elsewhere it is skipped with a message. Use through ZS_REQUIRE_SHARED().
 bool sharedAvailable();
+
+/// `rel` under ../shared/fixtures, as a std::string for the engine's readers.
+std::string fixture(const QString& rel);
 
 /// tests/data in the source tree.
 QString testDataDir();
@@ -46,7 +54,24 @@ class FailureReport {
   QStringList m_runs, m_labels, m_outputs;
 };
 
+/// The test executables are suites of several Qt Test classes (so that their sources can be
+/// compiled several to a translation unit); each class registers itself under its file's name
+/// (tests/engine/tst_lora.cpp: tst_lora) through ZS_TEST_MAIN, and `SUITE tst_lora [ARGS]` runs it
+/// with Qt Test's arguments (test_main.cpp).
+using TestFactory = std::unique_ptr<QObject> (*)();
+bool registerTest(const char* file, TestFactory make);
+/// The registered test `name`, or null.
+std::unique_ptr<QObject> makeTest(const std::string& name);
+/// Every registered name, sorted.
+QStringList registeredTests();
+
 }  // namespace zs::test
+
+/// Registers TestClass as its file's test (replaces QTEST_MAIN and QTEST_GUILESS_MAIN: the suite's
+/// main makes a QApplication when the suite links Qt Widgets, a QCoreApplication otherwise).
+#define ZS_TEST_MAIN(TestClass)                                                                     \
+  static const bool zs_registered_##TestClass = zs::test::registerTest(                             \
+      __FILE__, []() -> std::unique_ptr<QObject> { return std::make_unique<TestClass>(); })
 
 /// Skips (or under CI fails) the current test when ../shared is missing.
 #define ZS_REQUIRE_SHARED()                                                                         \

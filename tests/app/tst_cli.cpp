@@ -558,5 +558,5 @@ class TestCli : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestCli)
+ZS_TEST_MAIN(TestCli);
 #include "tst_cli.moc"

@@ -224,5 +224,5 @@ class TestTensorBoard : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestTensorBoard)
+ZS_TEST_MAIN(TestTensorBoard);
 #include "tst_tensorboard.moc"

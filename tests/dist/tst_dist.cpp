@@ -517,5 +517,5 @@ class TestDist : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestDist)
+ZS_TEST_MAIN(TestDist);
 #include "tst_dist.moc"

@@ -993,5 +993,5 @@ class TestLaunch : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestLaunch)
+ZS_TEST_MAIN(TestLaunch);
 #include "tst_launch.moc"

@@ -221,5 +221,5 @@ class TestDashboardE2e : public QObject {
   }
 };
 
-QTEST_MAIN(TestDashboardE2e)
+ZS_TEST_MAIN(TestDashboardE2e);
 #include "tst_dashboard_e2e.moc"

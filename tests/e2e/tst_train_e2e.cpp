@@ -866,5 +866,5 @@ class TestTrainE2E : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestTrainE2E)
+ZS_TEST_MAIN(TestTrainE2E);
 #include "tst_train_e2e.moc"

@@ -13,8 +13,11 @@
 #include "core/cpu_allocation_counter.h"
 #include "models/attention.h"
 #include "models/unet_2d_condition.h"
+#include "model_support.h"
+#include "test_support.h"
 
 using namespace zs::models;
+using zs::test::max_abs_diff;
 
 namespace {
 
@@ -33,7 +36,6 @@ Run run(const at::Tensor& q0, const at::Tensor& k0, const at::Tensor& v0, const 
 }
 
 double max_abs(const at::Tensor& t) { return t.abs().max().item<double>(); }
-double max_diff(const at::Tensor& a, const at::Tensor& b) { return max_abs(a.to(at::kDouble) - b.to(at::kDouble)); }
 
 AttentionOptions mode(AttentionMode m, std::int64_t block_q = 0, std::int64_t block_k = 0) {
   AttentionOptions o;
@@ -109,7 +111,7 @@ class TestAttention : public QObject {
         {"output", {ref.out, got.out}}, {"dq", {ref.dq, got.dq}}, {"dk", {ref.dk, got.dk}}, {"dv", {ref.dv, got.dv}}};
     for (const auto& [what, pair] : fp32) {
       QVERIFY2(pair.second.isfinite().all().item<bool>(), what);
-      const double err = max_diff(pair.first, pair.second), tol = 1e-5 * max_abs(pair.first);
+      const double err = max_abs_diff(pair.first, pair.second), tol = 1e-5 * max_abs(pair.first);
       QVERIFY2(err <= tol, qPrintable(QString("fp32 %1: max |Δ| %2 > %3").arg(what).arg(err).arg(tol)));
     }
 
@@ -126,7 +128,7 @@ class TestAttention : public QObject {
         {"output", exact.out, plain16.out, blocked16.out}, {"dq", exact.dq, plain16.dq, blocked16.dq},
         {"dk", exact.dk, plain16.dk, blocked16.dk}, {"dv", exact.dv, plain16.dv, blocked16.dv}};
     for (const auto& [what, reference, plain, mine] : bf16) {
-      const double err = max_diff(reference, mine), plain_err = max_diff(reference, plain);
+      const double err = max_abs_diff(reference, mine), plain_err = max_abs_diff(reference, plain);
       const double tol = std::ldexp(1.0, -7) * max_abs(reference);
       QVERIFY2(err <= tol, qPrintable(QString("bf16 %1: max |Δ| %2 > 2^-7 · max = %3").arg(what).arg(err).arg(tol)));
       QVERIFY2(err <= plain_err, qPrintable(QString("bf16 %1: blocked max |Δ| %2 worse than plain's %3")
@@ -141,10 +143,10 @@ class TestAttention : public QObject {
                      v = at::randn({1, 90, 24}, at::kDouble), g = at::randn({1, 130, 24}, at::kDouble);
     const Run ref = run(q, k, v, g, 3, {}, mode(AttentionMode::plain));
     const Run got = run(q, k, v, g, 3, {}, mode(AttentionMode::blocked, 17, 23));
-    QVERIFY(max_diff(ref.out, got.out) < 1e-12);
-    QVERIFY(max_diff(ref.dq, got.dq) < 1e-12);
-    QVERIFY(max_diff(ref.dk, got.dk) < 1e-12);
-    QVERIFY(max_diff(ref.dv, got.dv) < 1e-12);
+    QVERIFY(max_abs_diff(ref.out, got.out) < 1e-12);
+    QVERIFY(max_abs_diff(ref.dq, got.dq) < 1e-12);
+    QVERIFY(max_abs_diff(ref.dk, got.dk) < 1e-12);
+    QVERIFY(max_abs_diff(ref.dv, got.dv) < 1e-12);
   }
 
   /// Forward + backward of one SDXL-shaped transformer unit at 64×64 tokens: the blocked path's
@@ -219,5 +221,5 @@ class TestAttention : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestAttention)
+ZS_TEST_MAIN(TestAttention);
 #include "tst_attention.moc"

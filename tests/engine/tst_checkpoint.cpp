@@ -22,10 +22,12 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "model_support.h"
 #include "test_support.h"
 
 using namespace zs;
 namespace fs = std::filesystem;
+using zs::test::max_abs_diff;
 
 namespace {
 
@@ -81,10 +83,6 @@ std::string make_sharded_checkpoint(const std::string& run, models::DiffusionMod
   }
   nlohmann::json meta = {{"step", 7}, {"config_hash", "abcd1234"}, {"sharding", checkpoint::sharding_json(units, kRanks, 2)}};
   return checkpoint::finalize_checkpoint(root, "step_7", meta).path;
-}
-
-double max_diff(const at::Tensor& a, const at::Tensor& b) {
-  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
 
 }  // namespace
@@ -337,5 +335,5 @@ class TestCheckpoint : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestCheckpoint)
+ZS_TEST_MAIN(TestCheckpoint);
 #include "tst_checkpoint.moc"

@@ -414,5 +414,5 @@ launch: {num_processes: 4, num_machines: 2, machine_rank: 1, main_process_ip: 10
   }
 };
 
-QTEST_GUILESS_MAIN(TestConfig)
+ZS_TEST_MAIN(TestConfig);
 #include "tst_config.moc"

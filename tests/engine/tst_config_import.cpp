@@ -307,5 +307,5 @@ class TestConfigImport : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestConfigImport)
+ZS_TEST_MAIN(TestConfigImport);
 #include "tst_config_import.moc"

@@ -22,12 +22,9 @@
 #include "test_support.h"
 
 using namespace zs::models;
+using zs::test::fixture;
 
 namespace {
-
-std::string fixture(const QString& rel) { return zs::test::fixture_path(rel.toStdString()); }
-
-UNet2DConditionModel load_tiny_unet() { return UNet2DConditionModel(zs::test::load_fixture_unet()); }
 
 /// ‖a − b‖ / ‖b‖, computed in float64 on the CPU.
 double rel_l2(const at::Tensor& a, const at::Tensor& b) {
@@ -44,7 +41,7 @@ double rel_max(const at::Tensor& a, const at::Tensor& b) {
 /// The UNet's output and every gradient (parameters and both inputs) on the fixture's inputs,
 /// with the model and inputs in `dtype` on `device`; everything returned as float32 on the CPU.
 std::map<std::string, at::Tensor> unet_run(const at::Device& device, at::ScalarType dtype) {
-  UNet2DConditionModel unet = load_tiny_unet();
+  UNet2DConditionModel unet(zs::test::load_fixture_unet());
   unet->to(device, dtype);
   const zs::io::SafetensorsReader ref(fixture("sd15-tiny-reference/unet_grad.safetensors"));
   const at::Tensor sample = ref.tensor("sample").to(device, dtype).requires_grad_(true);
@@ -200,5 +197,5 @@ class TestCuda : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestCuda)
+ZS_TEST_MAIN(TestCuda);
 #include "tst_cuda.moc"

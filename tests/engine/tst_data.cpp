@@ -447,5 +447,5 @@ class TestData : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestData)
+ZS_TEST_MAIN(TestData);
 #include "tst_data.moc"

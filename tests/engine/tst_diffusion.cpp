@@ -13,10 +13,10 @@
 #include "test_support.h"
 
 using namespace zs::diffusion;
+using zs::test::fixture;
 
 namespace {
-std::string fixture(const QString& rel) { return (zs::test::sharedDir() + "/fixtures/" + rel).toStdString(); }
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>(); }
+double max_abs_diff_f32(const at::Tensor& a, const at::Tensor& b) { return (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>(); }
 }  // namespace
 
 class TestDiffusion : public QObject {
@@ -27,8 +27,8 @@ class TestDiffusion : public QObject {
     ZS_REQUIRE_SHARED();
     const NoiseSchedule s(ScheduleConfig::from_file(fixture("sd15-tiny/scheduler/scheduler_config.json")));
     const zs::io::SafetensorsReader ref(fixture("sd15-tiny-reference/scheduler_io.safetensors"));
-    QVERIFY(max_abs_diff(s.betas(), ref.tensor("betas")) <= 1e-7);
-    QVERIFY(max_abs_diff(s.alphas_cumprod(), ref.tensor("alphas_cumprod")) <= 1e-6);
+    QVERIFY(max_abs_diff_f32(s.betas(), ref.tensor("betas")) <= 1e-7);
+    QVERIFY(max_abs_diff_f32(s.alphas_cumprod(), ref.tensor("alphas_cumprod")) <= 1e-6);
   }
 
   void addNoiseAndVelocity() {
@@ -36,8 +36,8 @@ class TestDiffusion : public QObject {
     const NoiseSchedule s(ScheduleConfig::from_file(fixture("sd15-tiny/scheduler/scheduler_config.json")));
     const zs::io::SafetensorsReader ref(fixture("sd15-tiny-reference/scheduler_io.safetensors"));
     const at::Tensor x0 = ref.tensor("x0"), noise = ref.tensor("noise"), t = ref.tensor("noise_timesteps");
-    QVERIFY(max_abs_diff(s.add_noise(x0, noise, t), ref.tensor("noisy")) <= 1e-5);
-    QVERIFY(max_abs_diff(s.velocity(x0, noise, t), ref.tensor("velocity")) <= 1e-5);
+    QVERIFY(max_abs_diff_f32(s.add_noise(x0, noise, t), ref.tensor("noisy")) <= 1e-5);
+    QVERIFY(max_abs_diff_f32(s.velocity(x0, noise, t), ref.tensor("velocity")) <= 1e-5);
     QVERIFY(at::equal(s.target(x0, noise, t), noise));
   }
 
@@ -52,8 +52,8 @@ class TestDiffusion : public QObject {
     for (const int t : {901, 401, 1}) {
       const std::string k = "ddim_step_t" + std::to_string(t) + ".";
       const auto r = ddim.step(ref.tensor(k + "model_output"), t, ref.tensor(k + "sample"));
-      QVERIFY2(max_abs_diff(r.prev_sample, ref.tensor(k + "prev_sample")) <= 1e-4, k.c_str());
-      QVERIFY2(max_abs_diff(r.pred_original_sample, ref.tensor(k + "pred_original_sample")) <= 1e-4, k.c_str());
+      QVERIFY2(max_abs_diff_f32(r.prev_sample, ref.tensor(k + "prev_sample")) <= 1e-4, k.c_str());
+      QVERIFY2(max_abs_diff_f32(r.pred_original_sample, ref.tensor(k + "pred_original_sample")) <= 1e-4, k.c_str());
     }
   }
 
@@ -74,7 +74,7 @@ class TestDiffusion : public QObject {
     const at::Tensor xt = s.add_noise(x0, noise, t);
     const DdimSampler ddim(s, 20);
     const auto r = ddim.step(s.velocity(x0, noise, t), 500, xt);
-    QVERIFY(max_abs_diff(r.pred_original_sample, x0) < 1e-4);
+    QVERIFY(max_abs_diff_f32(r.pred_original_sample, x0) < 1e-4);
   }
 
   void clipSampleClampsX0() {
@@ -124,5 +124,5 @@ class TestDiffusion : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestDiffusion)
+ZS_TEST_MAIN(TestDiffusion);
 #include "tst_diffusion.moc"

@@ -23,5 +23,5 @@ class TestFixtures : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestFixtures)
+ZS_TEST_MAIN(TestFixtures);
 #include "tst_fixtures.moc"

@@ -15,12 +15,11 @@
 #include <QtTest>
 
 using namespace zs::models;
+using zs::test::fixture;
+using zs::test::max_abs_diff;
+
 
 namespace {
-
-std::string fixture(const std::string& rel) { return zs::test::fixture_path(rel); }
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 // kohya's sd-scripts default module set (networks/lora.py: every Linear and 1×1 Conv2d below a
 // Transformer2DModel; every Linear of CLIPAttention and CLIPMLP), as our targets.
@@ -28,10 +27,10 @@ const std::vector<std::string> kKohyaUNet = {"to_q", "to_k", "to_v", "to_out.0",
                                              "proj_in", "proj_out"};
 const std::vector<std::string> kKohyaText = {"q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"};
 
-using Shapes = std::map<std::string, std::vector<std::int64_t>>;
+using LoraShapes = std::map<std::string, std::vector<std::int64_t>>;
 
 // kohya keys and shapes of every adapter of one part.
-void add_kohya(Shapes& out, torch::nn::Module& root, LoraPart part, bool sdxl, const UNetConfig& unet) {
+void add_kohya(LoraShapes& out, torch::nn::Module& root, LoraPart part, bool sdxl, const UNetConfig& unet) {
   const auto layers = lora_layers(root);
   std::vector<std::string> paths;
   for (const auto& l : layers) paths.push_back(l.name);
@@ -44,7 +43,7 @@ void add_kohya(Shapes& out, torch::nn::Module& root, LoraPart part, bool sdxl, c
 
 struct Layout {
   std::size_t unet_modules = 0, text_modules = 0;
-  Shapes keys;
+  LoraShapes keys;
 };
 
 // Full-size SD 1.5 or SDXL base with kohya's default targets at rank 8, built with the Meta
@@ -195,7 +194,7 @@ class TestLora : public QObject {
     QCOMPARE(l.unet_modules, std::size_t{192});
     QCOMPARE(l.text_modules, std::size_t{72});
     QCOMPARE(l.keys.size(), std::size_t{2 * (192 + 72)});
-    const Shapes expected = {
+    const LoraShapes expected = {
         {"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q.lora_down.weight", {8, 320}},
         {"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q.lora_up.weight", {320, 8}},
         {"lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn2_to_k.lora_down.weight", {8, 768}},
@@ -220,7 +219,7 @@ class TestLora : public QObject {
     const Layout l = kohya_layout(true);
     QCOMPARE(l.unet_modules, std::size_t{722});
     QCOMPARE(l.text_modules, std::size_t{72 + 192});
-    const Shapes expected = {
+    const LoraShapes expected = {
         {"lora_unet_input_blocks_4_1_transformer_blocks_0_attn2_to_k.lora_down.weight", {8, 2048}},
         {"lora_unet_input_blocks_4_1_transformer_blocks_0_attn2_to_k.lora_up.weight", {640, 8}},
         {"lora_unet_input_blocks_4_1_proj_in.lora_down.weight", {8, 640}},
@@ -251,5 +250,5 @@ class TestLora : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestLora)
+ZS_TEST_MAIN(TestLora);
 #include "tst_lora.moc"

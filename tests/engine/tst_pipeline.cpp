@@ -379,5 +379,5 @@ class TestPipeline : public QObject {
   }
 };
 
-QTEST_MAIN(TestPipeline)
+ZS_TEST_MAIN(TestPipeline);
 #include "tst_pipeline.moc"

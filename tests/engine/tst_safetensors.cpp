@@ -153,5 +153,5 @@ class TestSafetensors : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestSafetensors)
+ZS_TEST_MAIN(TestSafetensors);
 #include "tst_safetensors.moc"

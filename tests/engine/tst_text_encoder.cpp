@@ -17,13 +17,15 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "model_support.h"
 #include "test_support.h"
 
 using namespace zs::models;
+using zs::test::fixture;
+using zs::test::max_abs_diff;
+
 
 namespace {
-std::string fixture(const QString& rel) { return (zs::test::sharedDir() + "/fixtures/" + rel).toStdString(); }
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 }  // namespace
 
 class TestTextEncoder : public QObject {
@@ -156,5 +158,5 @@ class TestTextEncoder : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestTextEncoder)
+ZS_TEST_MAIN(TestTextEncoder);
 #include "tst_text_encoder.moc"

@@ -191,5 +191,5 @@ class TestTrain : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestTrain)
+ZS_TEST_MAIN(TestTrain);
 #include "tst_train.moc"

@@ -23,14 +23,13 @@
 #include "test_support.h"
 
 using namespace zs::models;
+using zs::test::fixture;
+using zs::test::max_abs_diff;
+
 
 namespace {
 
-std::string fixture(const QString& rel) { return zs::test::fixture_path(rel.toStdString()); }
-
 UNet2DConditionModel load_tiny_unet() { return UNet2DConditionModel(zs::test::load_fixture_unet()); }
-
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 }  // namespace
 
@@ -348,5 +347,5 @@ class TestUNet : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestUNet)
+ZS_TEST_MAIN(TestUNet);
 #include "tst_unet.moc"

@@ -10,13 +10,15 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "model_support.h"
 #include "test_support.h"
 
 using namespace zs::models;
+using zs::test::fixture;
+using zs::test::max_abs_diff;
+
 
 namespace {
-std::string fixture(const QString& rel) { return (zs::test::sharedDir() + "/fixtures/" + rel).toStdString(); }
-double max_abs_diff(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 AutoencoderKL fixture_vae() {
   AutoencoderKL vae(AutoencoderKLConfig::from_file(fixture("sd15-tiny/vae/config.json")));
@@ -100,5 +102,5 @@ class TestVae : public QObject {
   }
 };
 
-QTEST_MAIN(TestVae)
+ZS_TEST_MAIN(TestVae);
 #include "tst_vae.moc"

@@ -369,5 +369,5 @@ class TestZero : public QObject {
   }
 };
 
-QTEST_GUILESS_MAIN(TestZero)
+ZS_TEST_MAIN(TestZero);
 #include "tst_zero.moc"

@@ -234,5 +234,5 @@ class TestDashboard : public QObject {
   }
 };
 
-QTEST_MAIN(TestDashboard)
+ZS_TEST_MAIN(TestDashboard);
 #include "tst_dashboard.moc"

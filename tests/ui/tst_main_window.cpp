@@ -70,5 +70,5 @@ class TestMainWindow : public QObject {
   }
 };
 
-QTEST_MAIN(TestMainWindow)
+ZS_TEST_MAIN(TestMainWindow);
 #include "tst_main_window.moc"

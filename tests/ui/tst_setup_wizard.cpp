@@ -395,5 +395,5 @@ class TestSetupWizard : public QObject {
   }
 };
 
-QTEST_MAIN(TestSetupWizard)
+ZS_TEST_MAIN(TestSetupWizard);
 #include "tst_setup_wizard.moc"
