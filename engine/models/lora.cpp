@@ -146,6 +146,20 @@ std::vector<LoraLayer> lora_layers(torch::nn::Module& root) {
   return out;
 }
 
+std::vector<LoraLayer> adaptable_layers(torch::nn::Module& root) {
+  std::vector<LoraLayer> out;
+  for_each_adaptable(root, [&](const std::string& name, torch::nn::Module* m, std::shared_ptr<LoraAdapter>& slot,
+                               bool conv) { out.push_back(LoraLayer{name, slot, m, conv}); });
+  return out;
+}
+
+void set_adapter(const LoraLayer& l, std::shared_ptr<LoraAdapter> adapter) {
+  if (l.conv)
+    dynamic_cast<AdaptedConv2dImpl&>(*l.layer).lora = std::move(adapter);
+  else
+    dynamic_cast<AdaptedLinearImpl&>(*l.layer).lora = std::move(adapter);
+}
+
 at::Tensor lora_delta(const LoraLayer& l) {
   const LoraAdapter& a = *l.adapter;
   if (!l.conv) return at::matmul(a.up, a.down).mul(a.scale());
@@ -168,6 +182,19 @@ void detach_lora(torch::nn::Module& root) {
   for_each_adaptable(root, [](const std::string&, torch::nn::Module*, std::shared_ptr<LoraAdapter>& slot, bool) {
     slot.reset();
   });
+}
+
+ParamUnit lora_unit(torch::nn::Module& root, const std::string& name, const std::string& prefix) {
+  for (auto& p : root.parameters()) p.set_requires_grad(false);
+  ParamUnit unit{name, {}};
+  for (const auto& l : lora_layers(root))
+    for (auto& [key, t] : l.tensors()) {
+      t.set_requires_grad(true);
+      unit.parameters.emplace_back(prefix + key, t);
+    }
+  if (unit.parameters.empty())
+    throw Error(ErrorKind::config, name + ": the model has no LoRA adapters to train (lora targets selected no layer)");
+  return unit;
 }
 
 void set_lora_enabled(torch::nn::Module& root, bool on) {

@@ -18,6 +18,8 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
+#include "models/param_unit.h"
+
 namespace zs::models {
 
 /// How adapters start and scale (`lora.*` in the trainer config).
@@ -91,6 +93,10 @@ std::vector<LoraLayer> attach_lora(torch::nn::Module& root, const std::vector<st
                                    const LoraOptions& o, std::uint64_t seed, at::ScalarType dtype = at::kFloat);
 /// Every adapted layer of `root`, in module order.
 std::vector<LoraLayer> lora_layers(torch::nn::Module& root);
+/// Every layer of `root` that can take an adapter (its adapter null where none is attached).
+std::vector<LoraLayer> adaptable_layers(torch::nn::Module& root);
+/// Attaches `adapter` to the layer of `l`, replacing the one it had (null: detaches).
+void set_adapter(const LoraLayer& l, std::shared_ptr<LoraAdapter> adapter);
 /// The weight update of one adapted layer, scaled, in the shape of its weight.
 at::Tensor lora_delta(const LoraLayer& l);
 /// Adds every adapter's update into its layer's weight and removes the adapters.
@@ -99,5 +105,14 @@ void merge_lora(torch::nn::Module& root);
 void detach_lora(torch::nn::Module& root);
 /// Turns every adapter of `root` on or off.
 void set_lora_enabled(torch::nn::Module& root, bool on);
+
+/// The optimizer unit of LoRA training on `root`: every adapter's down and up tensor, named
+/// `prefix` + "<layer>.lora_down.weight" / ".lora_up.weight", made to require gradients, while
+/// every base parameter of `root` is frozen (requires_grad off: no gradient, no optimizer
+/// state). One unit for all of a part's adapters: they are small (SD 1.5's attention at rank 16:
+/// 0.8 M elements), so ZeRO keeps the unit whole at stage 3 (name it in persistent_units) and
+/// shards its optimizer states and gradients at stages 1-3 like any unit's. Throws
+/// zs::Error(config) when `root` has no adapter.
+ParamUnit lora_unit(torch::nn::Module& root, const std::string& name, const std::string& prefix);
 
 }  // namespace zs::models

@@ -25,6 +25,7 @@
 #include "checkpoint/sharded_state.h"
 #include "dist/communicator.h"
 #include "io/safetensors.h"
+#include "models/lora.h"
 #include "models/unet_2d_condition.h"
 #include "train/loss_scaler.h"
 #include "zero/reference_adamw.h"
@@ -106,9 +107,10 @@ models::UNet2DConditionModel small_unet() { return two_level_unet(11, 3, {16, 32
 /// bf16 (bf16 compute with fp32 masters), ckpt (activation checkpointing on the sharded model
 /// only), opt=cpu|nvme and param=cpu|nvme (offload), nvme=DIR (the NVMe folder), subgroup=N,
 /// cuda (the ZeRO model computes on the GPU; the reference stays on the CPU), nccl (NCCL
-/// instead of Gloo, a real group even for one rank; implies cuda).
+/// instead of Gloo, a real group even for one rank; implies cuda), lora (LoRA training: rank-4
+/// adapters on the attention projections and the resnets' conv1, the base frozen).
 struct Variant {
-  bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false;
+  bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false, lora = false;
   zero::ZeroOptions::Offload opt = zero::ZeroOptions::Offload::none, param = zero::ZeroOptions::Offload::none;
   std::string nvme;
   std::int64_t sub_group = 1'000'000'000;
@@ -123,6 +125,7 @@ struct Variant {
       else if (f == "ckpt") ckpt = true;
       else if (f == "cuda") cuda = true;
       else if (f == "nccl") nccl = cuda = true;
+      else if (f == "lora") lora = true;
       else if (f.rfind("opt=", 0) == 0) opt = device(f.substr(4));
       else if (f.rfind("param=", 0) == 0) param = device(f.substr(6));
       else if (f.rfind("nvme=", 0) == 0) nvme = f.substr(5);
@@ -170,13 +173,32 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, con
   o.sub_group_size = v.sub_group;
   o.run_tag = "dist-test";
   o.log = [](const std::string& line) { std::printf("log %s\n", line.c_str()); };
-  zero::ZeroOptimizer opt(unet->units(), c, o);
-  nvme_dirs = opt.nvme_dirs();
-  unet->set_unit_hooks(opt.unit_hooks());  // stage 3 gathers there; every stage overlaps its reduction
-  unet->set_gradient_checkpointing(v.ckpt);  // stage 3 must gather a unit again for its rerun
-  if (stage == 3 && !check(opt.sharded_units() + 1 == unet->units().size(), "every unit but io is sharded")) return 1;
   std::vector<std::pair<std::string, at::Tensor>> ref_params;
-  for (const auto& p : ref->named_parameters()) ref_params.emplace_back(p.key(), p.value());
+  std::vector<models::ParamUnit> units;
+  std::map<std::string, at::Tensor> base_before;
+  if (v.lora) {
+    // The same adapters on both sides (one seed), in the compute dtype; the optimizer sees one
+    // unit of adapters, kept whole at stage 3 (the base stays as it is, frozen).
+    models::LoraOptions lo;
+    lo.rank = 4;
+    lo.alpha = 8;
+    for (auto* m : {&unet, &ref}) models::attach_lora(**m, {"to_q", "to_k", "to_v", "to_out.0", "conv1"}, lo, 7, dtype);
+    units.push_back(models::lora_unit(*unet, "lora_unet", ""));
+    ref_params = models::lora_unit(*ref, "lora_unet", "").parameters;
+    o.persistent_units.push_back("lora_unet");
+    for (const auto& p : unet->named_parameters()) base_before[p.key()] = p.value().detach().clone();
+  } else {
+    units = unet->units();
+    for (const auto& p : ref->named_parameters()) ref_params.emplace_back(p.key(), p.value());
+  }
+  zero::ZeroOptimizer opt(std::move(units), c, o);
+  nvme_dirs = opt.nvme_dirs();
+  // Stage 3 gathers through the hooks; every stage overlaps its reduction there. The LoRA unit is
+  // not one of the model's units, so it is reduced after backward instead.
+  if (!v.lora) unet->set_unit_hooks(opt.unit_hooks());
+  unet->set_gradient_checkpointing(v.ckpt);  // stage 3 must gather a unit again for its rerun
+  if (stage == 3 && !v.lora && !check(opt.sharded_units() + 1 == unet->units().size(), "every unit but io is sharded")) return 1;
+  if (v.lora && !check(opt.sharded_units() == 0, "the LoRA unit is kept whole")) return 1;
   zero::ReferenceAdamW ref_opt(ref_params, 0.9, 0.999, 1e-8, 0.01);
   opt.enable_ema(0.8);
   zero::ReferenceEma ref_ema(ref_params, 0.8);
@@ -235,8 +257,20 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, con
   const double tolerance = v.bf16 ? 0.05 : v.cuda ? (f64 ? 1e-4 : 5e-4) : f64 ? 1e-10 : 2e-5;
   std::map<std::string, at::Tensor> mine;
   for (const auto& [name, p] : opt.full_parameters()) mine[name] = p;
-  if (mine.empty())
-    for (const auto& p : unet->named_parameters()) mine[p.key()] = p.value().detach().cpu();
+  if (mine.empty()) {
+    if (v.lora) {
+      for (const auto& l : models::lora_layers(*unet))
+        for (const auto& [name, t] : l.tensors()) mine[name] = t.detach().cpu();
+    } else {
+      for (const auto& p : unet->named_parameters()) mine[p.key()] = p.value().detach().cpu();
+    }
+  }
+  // LoRA: the frozen base is bit for bit what it was.
+  for (const auto& p : unet->named_parameters()) {
+    const auto it = base_before.find(p.key());
+    if (it != base_before.end() && !check(at::equal(p.value().detach().cpu(), it->second), ("base changed: " + p.key()).c_str()))
+      return 1;
+  }
   std::map<std::string, at::Tensor> ema;
   for (const auto& [name, t] : opt.ema_state()) ema[name] = t;
   double worst = 0;

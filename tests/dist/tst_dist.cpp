@@ -266,6 +266,27 @@ class TestDist : public QObject {
 
   void offloadMatchesOneProcess() { zeroStagesMatchOneProcess(); }
 
+  // LoRA (dist_worker's "lora": adapters on the attention projections and LoCon on the resnets'
+  // conv1, base frozen): the adapters, their Adam moments and EMA after 5 steps equal one process
+  // training them on the same samples, at every stage, with 1 and 2 ranks, offload, accumulation
+  // with clipping and gradient checkpointing; the base is bit for bit unchanged.
+  void loraMatchesOneProcess_data() {
+    QTest::addColumn<int>("stage");
+    QTest::addColumn<int>("world");
+    QTest::addColumn<int>("accum");
+    QTest::addColumn<double>("clip");
+    QTest::addColumn<QString>("variant");
+    for (int stage : {0, 1, 2, 3})
+      for (int world : {1, 2})
+        QTest::addRow("lora, stage %d, %d ranks, f64", stage, world) << stage << world << 1 << 0.0 << "f64,lora";
+    QTest::newRow("lora, stage 2, 2 ranks, optimizer to cpu, accumulation 2, clipping, f64")
+        << 2 << 2 << 2 << 0.05 << "f64,lora,opt=cpu";
+    QTest::newRow("lora, stage 3, 2 ranks, optimizer to nvme, f64") << 3 << 2 << 1 << 0.0 << "f64,lora,opt=nvme,nvme=@";
+    QTest::newRow("lora, stage 3, 2 ranks, accumulation 2, gradient checkpointing, f64") << 3 << 2 << 2 << 0.0 << "f64,lora,ckpt";
+  }
+
+  void loraMatchesOneProcess() { zeroStagesMatchOneProcess(); }
+
   // The CUDA paths against the CPU reference (the reference model always trains on the CPU):
   // a real one-rank NCCL group (tests bypass the one-process shortcut) and two Gloo ranks on
   // CUDA tensors, every stage, with offload (pinned CPU copies) and bf16. Skipped without CUDA.

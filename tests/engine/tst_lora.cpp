@@ -2,9 +2,10 @@
 #include <map>
 
 #include <ATen/ATen.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include "checkpoint/lora_file.h"
 #include "core/error.h"
+#include "io/safetensors.h"
 #include "models/clip_text_model.h"
 #include "models/lora.h"
 #include "models/lora_names.h"
@@ -12,11 +13,14 @@
 #include "model_support.h"
 #include "test_support.h"
 
+#include <QTemporaryDir>
 #include <QtTest>
 
 using namespace zs::models;
 using zs::test::fixture;
 using zs::test::max_abs_diff;
+using zs::checkpoint::LoraFileFormat;
+using zs::checkpoint::LoraModelPart;
 
 
 namespace {
@@ -49,7 +53,7 @@ struct Layout {
 // Full-size SD 1.5 or SDXL base with kohya's default targets at rank 8, built with the Meta
 // dispatch key included (no memory is touched; only names and shapes are read).
 Layout kohya_layout(bool xl) {
-  c10::impl::IncludeDispatchKeyGuard meta(c10::DispatchKeySet(c10::DispatchKey::Meta));
+  const zs::test::MetaTensorScope meta;
   LoraOptions o;
   o.rank = 8;
   o.alpha = 8;
@@ -72,6 +76,50 @@ Layout kohya_layout(bool xl) {
 void randomize_up(torch::nn::Module& root) {
   at::NoGradGuard no_grad;
   for (const auto& l : lora_layers(root)) l.adapter->up.normal_(0.0, 0.05);
+}
+
+// A tiny model of a family with adapters on the attention projections and (LoCon) the resnets'
+// 3×3 conv1, rank 4, alpha 2 (scale 0.5), up drawn at random as after training.
+struct AdaptedTinyModel {
+  UNetConfig unet_config;
+  UNet2DConditionModel unet{nullptr};
+  ClipTextModel te{nullptr}, te2{nullptr};
+  std::vector<LoraModelPart> parts() const {
+    std::vector<LoraModelPart> p{{LoraPart::unet, unet.ptr().get()}, {LoraPart::text_encoder, te.ptr().get()}};
+    if (te2) p.push_back({LoraPart::text_encoder_2, te2.ptr().get()});
+    return p;
+  }
+  std::size_t adapted() const {
+    std::size_t n = 0;
+    for (const auto& p : parts()) n += lora_layers(*p.root).size();
+    return n;
+  }
+};
+
+AdaptedTinyModel tiny_model(const UNetConfig& uc, bool sdxl, bool with_adapters) {
+  AdaptedTinyModel m;
+  m.unet_config = uc;
+  m.unet = UNet2DConditionModel(uc);
+  m.te = ClipTextModel(ClipTextConfig::from_file(fixture("sd15-tiny/text_encoder/config.json")));
+  if (sdxl) m.te2 = ClipTextModel(zs::test::open_clip_config(128, 3, 32));
+  if (with_adapters) {
+    LoraOptions o;
+    o.rank = 4;
+    o.alpha = 2;
+    std::vector<std::string> targets = default_unet_lora_targets();
+    targets.push_back("conv1");
+    attach_lora(*m.unet, targets, o, 1);
+    attach_lora(*m.te, default_text_encoder_lora_targets(), o, 2);
+    if (sdxl) attach_lora(*m.te2, default_text_encoder_lora_targets(), o, 3);
+    for (const auto& p : m.parts()) randomize_up(*p.root);
+  }
+  return m;
+}
+
+const zs::io::SafetensorsEntry* entry(const zs::io::SafetensorsReader& r, const std::string& name) {
+  for (const auto& e : r.entries())
+    if (e.name == name) return &e;
+  return nullptr;
 }
 
 }  // namespace
@@ -242,11 +290,137 @@ class TestLora : public QObject {
   }
 
   void defaultTargetsAreTheAttentionProjections() {
-    c10::impl::IncludeDispatchKeyGuard meta(c10::DispatchKeySet(c10::DispatchKey::Meta));
+    const zs::test::MetaTensorScope meta;
     UNet2DConditionModel unet(UNetConfig::sd15());
     QCOMPARE(attach_lora(*unet, default_unet_lora_targets(), LoraOptions{}, 1).size(), std::size_t{16 * 2 * 4});
     ClipTextModel te(ClipTextConfig{});
     QCOMPARE(attach_lora(*te, default_text_encoder_lora_targets(), LoraOptions{}, 1).size(), std::size_t{12 * 4});
+  }
+  // The layout of sd-scripts' networks/lora.py (save_weights: lora_down/lora_up weights and a
+  // scalar alpha buffer per module; the ss_* keys of train_network.py) and of diffusers'
+  // pytorch_lora_weights.safetensors (peft's lora_A/lora_B under unet. / text_encoder.,
+  // metadata {"format": "pt"}: diffusers' loaders/lora_base.py write_lora_layers).
+  void loraFilesHoldTheLayoutsTheirReadersExpect() {
+    ZS_REQUIRE_SHARED();
+    QTemporaryDir dir;
+    const AdaptedTinyModel m = tiny_model(UNetConfig::from_file(fixture("sd15-tiny/unet/config.json")), false, true);
+    const std::size_t n = m.adapted();
+    QVERIFY(n > 20);
+    const std::string kohya = dir.filePath("kohya.safetensors").toStdString();
+    zs::checkpoint::write_lora_file(kohya, m.parts(), m.unet_config, LoraFileFormat::kohya, {});
+    const zs::io::SafetensorsReader k(kohya);
+    QCOMPARE(k.entries().size(), 3 * n);
+    const std::string q = "lora_unet_down_blocks_0_attentions_0_transformer_blocks_0_attn1_to_q";
+    const std::map<std::string, std::vector<std::int64_t>> shapes = {
+        {q + ".lora_down.weight", {4, 32}},
+        {q + ".lora_up.weight", {32, 4}},
+        {q + ".alpha", {}},
+        {"lora_unet_mid_block_attentions_0_transformer_blocks_0_attn2_to_k.lora_down.weight", {4, 32}},
+        {"lora_unet_up_blocks_1_attentions_1_transformer_blocks_0_attn1_to_out_0.lora_up.weight", {32, 4}},
+        {"lora_unet_down_blocks_1_resnets_0_conv1.lora_down.weight", {4, 32, 3, 3}},
+        {"lora_unet_down_blocks_1_resnets_0_conv1.lora_up.weight", {64, 4, 1, 1}},
+        {"lora_te_text_model_encoder_layers_0_self_attn_q_proj.lora_down.weight", {4, 32}},
+        {"lora_te_text_model_encoder_layers_0_self_attn_out_proj.alpha", {}},
+    };
+    for (const auto& [key, shape] : shapes) {
+      const auto* e = entry(k, key);
+      QVERIFY2(e, key.c_str());
+      QVERIFY2(e->shape == shape, key.c_str());
+      QCOMPARE(e->dtype, std::string("F16"));  // sd-scripts' usual --save_precision fp16
+    }
+    QCOMPARE(k.tensor(q + ".alpha").to(at::kDouble).item<double>(), 2.0);
+    const std::map<std::string, std::string> ss = {
+        {"ss_network_module", "networks.lora"}, {"ss_network_dim", "4"}, {"ss_network_alpha", "2.0"},
+        {"ss_network_args", R"({"conv_alpha":"2.0","conv_dim":"4"})"}, {"ss_v2", "False"},
+        {"ss_base_model_version", "sd_v1"}};
+    for (const auto& [key, value] : ss) QCOMPARE(k.metadata().at(key), value);
+
+    const std::string peft = dir.filePath("pytorch_lora_weights.safetensors").toStdString();
+    zs::checkpoint::write_lora_file(peft, m.parts(), m.unet_config, LoraFileFormat::diffusers, {});
+    const zs::io::SafetensorsReader d(peft);
+    QCOMPARE(d.entries().size(), 2 * n);
+    QVERIFY(entry(d, "unet.down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.lora_A.weight"));
+    QVERIFY(entry(d, "unet.up_blocks.1.resnets.0.conv1.lora_B.weight"));
+    QVERIFY(entry(d, "text_encoder.text_model.encoder.layers.1.self_attn.v_proj.lora_B.weight"));
+    QCOMPARE(d.metadata(), (std::map<std::string, std::string>{{"format", "pt"}}));
+    QCOMPARE(zs::checkpoint::detect_lora_format(kohya), LoraFileFormat::kohya);
+    QCOMPARE(zs::checkpoint::detect_lora_format(peft), LoraFileFormat::diffusers);
+  }
+
+  // Written, then read into a fresh model of the same shape: every layer's update scale·up·down
+  // comes back (kohya keeps alpha; diffusers carries the scale inside lora_B), for SD 1.x and
+  // SDXL (whose kohya UNet keys are LDM names, mapped back to the layers).
+  void loraFilesReadBackIntoTheSameUpdates_data() {
+    QTest::addColumn<bool>("sdxl");
+    QTest::addColumn<bool>("kohya");
+    QTest::newRow("sd15 kohya") << false << true;
+    QTest::newRow("sd15 diffusers") << false << false;
+    QTest::newRow("sdxl kohya") << true << true;
+    QTest::newRow("sdxl diffusers") << true << false;
+  }
+  void loraFilesReadBackIntoTheSameUpdates() {
+    ZS_REQUIRE_SHARED();
+    QFETCH(bool, sdxl);
+    QFETCH(bool, kohya);
+    QTemporaryDir dir;
+    UNetConfig uc = UNetConfig::from_file(fixture("sd15-tiny/unet/config.json"));
+    if (sdxl) {
+      zs::test::write_tiny_sdxl(dir.filePath("xl").toStdString());
+      uc = UNetConfig::from_file(dir.filePath("xl/unet/config.json").toStdString());
+    }
+    const AdaptedTinyModel trained = tiny_model(uc, sdxl, true);
+    const AdaptedTinyModel fresh = tiny_model(uc, sdxl, false);
+    const auto format = kohya ? LoraFileFormat::kohya : LoraFileFormat::diffusers;
+    zs::checkpoint::LoraFileOptions o;
+    o.sdxl = sdxl;
+    o.dtype = at::kFloat;
+    const std::string path = dir.filePath("lora.safetensors").toStdString();
+    zs::checkpoint::write_lora_file(path, trained.parts(), uc, format, o);
+    QCOMPARE(zs::checkpoint::read_lora_file(path, fresh.parts(), uc, sdxl), trained.adapted());
+    QCOMPARE(fresh.adapted(), trained.adapted());
+    for (std::size_t p = 0; p < trained.parts().size(); ++p) {
+      const auto a = lora_layers(*trained.parts()[p].root), b = lora_layers(*fresh.parts()[p].root);
+      QCOMPARE(a.size(), b.size());
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        QCOMPARE(b[i].name, a[i].name);
+        const double d = max_abs_diff(lora_delta(a[i]), lora_delta(b[i]));
+        QVERIFY2(d <= 1e-7, qPrintable(QString::fromStdString(a[i].name) + ": " + QString::number(d)));
+      }
+    }
+  }
+
+  void aLoraOfAnotherModelIsRefusedByName() {
+    ZS_REQUIRE_SHARED();
+    QTemporaryDir dir;
+    const AdaptedTinyModel m = tiny_model(UNetConfig::from_file(fixture("sd15-tiny/unet/config.json")), false, true);
+    const std::string path = dir.filePath("lora.safetensors").toStdString();
+    zs::checkpoint::write_lora_file(path, m.parts(), m.unet_config, LoraFileFormat::kohya, {});
+    // Read into the text encoder alone: the UNet's first key names no layer.
+    const AdaptedTinyModel fresh = tiny_model(m.unet_config, false, false);
+    try {
+      zs::checkpoint::read_lora_file(path, {{LoraPart::text_encoder, fresh.te.ptr().get()}}, m.unet_config, false);
+      QFAIL("read");
+    } catch (const zs::Error& e) {
+      const QString what = e.what();
+      QVERIFY2(what.contains("lora.safetensors") && what.contains("'lora_unet_") && what.contains("names no layer"),
+               e.what());
+    }
+    const std::string other = dir.filePath("weights.safetensors").toStdString();
+    zs::io::write_safetensors(other, {{"x", at::zeros({2})}});
+    try {
+      zs::checkpoint::detect_lora_format(other);
+      QFAIL("detect");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).contains("weights.safetensors: not a LoRA file"), e.what());
+    }
+    // A model without adapters has nothing to export.
+    try {
+      zs::checkpoint::write_lora_file(dir.filePath("none.safetensors").toStdString(), fresh.parts(), m.unet_config,
+                                      LoraFileFormat::kohya, {});
+      QFAIL("write");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).contains("no adapters"), e.what());
+    }
   }
 };
 

@@ -3,7 +3,6 @@
 // checkpoints (SD 1.x and SDXL): names both ways, configs inferred from shapes, the fixture's
 // reference outputs reproduced from one.
 #include <ATen/ATen.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <nlohmann/json.hpp>
 
 #include "core/cpu_allocation_counter.h"
@@ -59,7 +58,7 @@ using Shapes = std::map<std::string, std::vector<std::int64_t>>;
 /// modules built with the Meta dispatch key included, which skips their initialisation (their
 /// memory is never touched; only names and shapes are read).
 Shapes standard_single_file(bool xl) {
-  c10::impl::IncludeDispatchKeyGuard meta(c10::DispatchKeySet(c10::DispatchKey::Meta));
+  const zs::test::MetaTensorScope meta;
   Shapes out;
   auto shapes_of = [](const torch::nn::Module& m, std::vector<std::string>& names) {
     Shapes s;

@@ -1,0 +1,171 @@
+#include "checkpoint/lora_file.h"
+
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "models/unet_config.h"
+
+namespace zs::checkpoint {
+
+namespace {
+
+constexpr const char* kKohyaDown = ".lora_down.weight";
+constexpr const char* kKohyaUp = ".lora_up.weight";
+constexpr const char* kKohyaAlpha = ".alpha";
+constexpr const char* kPeftDown = ".lora_A.weight";
+constexpr const char* kPeftUp = ".lora_B.weight";
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+/// A number as Python's str(float) writes it (sd-scripts' metadata): "16.0", "0.5", "0.1" — the
+/// shortest text that reads back as the same double.
+std::string python_float(double v) {
+  if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v)) + ".0";
+  for (int digits = 1;; ++digits) {
+    std::ostringstream out;
+    out.precision(digits);
+    out << v;
+    if (digits >= 17 || std::stod(out.str()) == v) return out.str();
+  }
+}
+
+/// The key stem of every layer of one part in one format, in layer order.
+std::vector<std::string> lora_stems(const LoraModelPart& part, const std::vector<models::LoraLayer>& layers,
+                                    const models::UNetConfig& unet, LoraFileFormat format, bool sdxl) {
+  std::vector<std::string> paths;
+  paths.reserve(layers.size());
+  for (const auto& l : layers) paths.push_back(l.name);
+  if (format == LoraFileFormat::kohya) return models::kohya_lora_stems(part.part, sdxl, paths, unet);
+  const std::string component = models::diffusers_lora_component(part.part);
+  for (auto& p : paths) p = component + "." + p;
+  return paths;
+}
+
+}  // namespace
+
+LoraFileContent lora_file_content(const std::vector<LoraModelPart>& parts, const models::UNetConfig& unet,
+                                  LoraFileFormat format, const LoraFileOptions& options) {
+  LoraFileContent file;
+  std::int64_t rank = 0, conv_rank = 0;
+  double alpha = 0, conv_alpha = 0;
+  const auto stored = [&](const at::Tensor& t) { return t.detach().to(at::kCPU).to(options.dtype).contiguous(); };
+  for (const auto& part : parts) {
+    const std::vector<models::LoraLayer> layers = models::lora_layers(*part.root);
+    const std::vector<std::string> stems = lora_stems(part, layers, unet, format, options.sdxl);
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const models::LoraAdapter& a = *layers[i].adapter;
+      // A 3×3 convolution's adapter is LoCon's "conv_dim"; 1×1 convolutions and Linear layers
+      // are the network's dim (sd-scripts counts 1×1 convolutions with the Linear layers).
+      const bool conv3 = layers[i].conv && a.down.size(2) * a.down.size(3) > 1;
+      (conv3 ? conv_rank : rank) = a.rank();
+      (conv3 ? conv_alpha : alpha) = a.alpha;
+      if (format == LoraFileFormat::kohya) {
+        file.tensors.emplace_back(stems[i] + kKohyaDown, stored(a.down));
+        file.tensors.emplace_back(stems[i] + kKohyaUp, stored(a.up));
+        file.tensors.emplace_back(stems[i] + kKohyaAlpha, stored(at::scalar_tensor(a.alpha, at::kDouble)));
+      } else {
+        file.tensors.emplace_back(stems[i] + kPeftDown, stored(a.down));
+        file.tensors.emplace_back(stems[i] + kPeftUp, stored(a.up.to(at::kDouble).mul(a.scale())));
+      }
+    }
+  }
+  if (file.tensors.empty())
+    throw Error(ErrorKind::config, "LoRA export: the model has no adapters (was it trained with training.method: lora?)");
+  if (format == LoraFileFormat::kohya) {
+    nlohmann::json args = nlohmann::json::object();
+    if (conv_rank > 0) {
+      args["conv_dim"] = std::to_string(conv_rank);
+      args["conv_alpha"] = python_float(conv_alpha);
+    }
+    if (rank == 0) {  // only 3×3 convolutions adapted
+      rank = conv_rank;
+      alpha = conv_alpha;
+    }
+    file.metadata = {{"ss_network_module", "networks.lora"},
+                     {"ss_network_dim", std::to_string(rank)},
+                     {"ss_network_alpha", python_float(alpha)},
+                     {"ss_network_args", args.dump()},
+                     {"ss_v2", "False"},
+                     {"ss_base_model_version", options.sdxl ? "sdxl_base_v1-0" : "sd_v1"}};
+  } else {
+    file.metadata = {{"format", "pt"}};
+  }
+  for (const auto& [key, value] : options.metadata) file.metadata[key] = value;
+  return file;
+}
+
+void write_lora_file(const std::string& path, const std::vector<LoraModelPart>& parts, const models::UNetConfig& unet,
+                     LoraFileFormat format, const LoraFileOptions& options) {
+  const LoraFileContent file = lora_file_content(parts, unet, format, options);
+  io::write_safetensors(path, file.tensors, file.metadata);
+}
+
+LoraFileFormat detect_lora_format(const std::string& path) {
+  const io::SafetensorsReader reader(path);
+  for (const auto& e : reader.entries()) {
+    if (ends_with(e.name, kKohyaDown)) return LoraFileFormat::kohya;
+    if (ends_with(e.name, kPeftDown)) return LoraFileFormat::diffusers;
+  }
+  throw Error(ErrorKind::io, path + ": not a LoRA file (no '*.lora_down.weight' or '*.lora_A.weight' tensor)");
+}
+
+std::size_t read_lora_file(const std::string& path, const std::vector<LoraModelPart>& parts,
+                           const models::UNetConfig& unet, bool sdxl, at::ScalarType dtype) {
+  const LoraFileFormat format = detect_lora_format(path);
+  const io::SafetensorsReader reader(path);
+  // Every adaptable layer of the model under its stem in this format.
+  std::map<std::string, models::LoraLayer> by_stem;
+  for (const auto& part : parts) {
+    if (part.part == models::LoraPart::text_encoder_2 && !sdxl) continue;
+    const std::vector<models::LoraLayer> layers = models::adaptable_layers(*part.root);
+    const std::vector<std::string> stems = lora_stems(part, layers, unet, format, sdxl);
+    for (std::size_t i = 0; i < layers.size(); ++i) by_stem.emplace(stems[i], layers[i]);
+  }
+  const std::string down_tail = format == LoraFileFormat::kohya ? kKohyaDown : kPeftDown;
+  const std::string up_tail = format == LoraFileFormat::kohya ? kKohyaUp : kPeftUp;
+  // Every adapter is read and checked before any is attached: a refused file leaves the model as it was.
+  std::vector<std::pair<const models::LoraLayer*, std::shared_ptr<models::LoraAdapter>>> found;
+  for (const auto& e : reader.entries()) {
+    if (!ends_with(e.name, down_tail)) continue;
+    const std::string stem = e.name.substr(0, e.name.size() - down_tail.size());
+    const auto it = by_stem.find(stem);
+    if (it == by_stem.end())
+      throw Error(ErrorKind::checkpoint, path + ": '" + e.name + "' names no layer of this model (a LoRA for another " +
+                                             "model family or architecture?)");
+    if (!reader.contains(stem + up_tail))
+      throw Error(ErrorKind::checkpoint, path + ": '" + e.name + "' has no '" + stem + up_tail + "'");
+    const models::LoraLayer& layer = it->second;
+    const at::Tensor& w = layer.weight();
+    auto a = std::make_shared<models::LoraAdapter>();
+    const auto opts = at::TensorOptions().dtype(dtype).device(w.device());
+    a->down = reader.tensor(e.name).to(opts);
+    a->up = reader.tensor(stem + up_tail).to(opts);
+    const std::int64_t r = a->down.size(0);
+    const bool fits = a->down.dim() == w.dim() && a->up.dim() == w.dim() && a->up.size(1) == r &&
+                      a->down.size(1) == w.size(1) && a->up.size(0) == w.size(0) &&
+                      (!layer.conv || (a->down.size(2) == w.size(2) && a->down.size(3) == w.size(3) &&
+                                       a->up.size(2) == 1 && a->up.size(3) == 1));
+    if (!fits)
+      throw Error(ErrorKind::checkpoint, path + ": the shapes of '" + stem + "' do not fit the layer " + layer.name);
+    // kohya: the stored alpha (a file without it means alpha = rank, as sd-scripts reads it);
+    // diffusers: alpha = rank, the scale being inside up.
+    const std::string alpha_key = stem + kKohyaAlpha;
+    a->alpha = format == LoraFileFormat::kohya && reader.contains(alpha_key)
+                   ? reader.tensor(alpha_key).to(at::kDouble).item<double>()
+                   : static_cast<double>(r);
+    found.emplace_back(&layer, std::move(a));
+  }
+  for (auto& [layer, adapter] : found) models::set_adapter(*layer, std::move(adapter));
+  return found.size();
+}
+
+}  // namespace zs::checkpoint
