@@ -20,6 +20,7 @@ std::string fixture(const QString& rel) { return (sharedDir() + QStringLiteral("
 QString testDataDir() { return QStringLiteral(ZS_TEST_DATA_DIR); }
 QString sourceDir() { return QStringLiteral(ZS_SOURCE_DIR); }
 QString binaryDir() { return QStringLiteral(ZS_BINARY_DIR); }
+QString quickstart() { return sourceDir() + QStringLiteral("/configs/quickstart.yaml"); }
 QString cliPath() { return QStringLiteral(ZS_CLI_PATH); }
 QString distWorkerPath() { return QStringLiteral(ZS_DIST_WORKER); }
 

@@ -27,6 +27,8 @@ QString testDataDir();
 QString sourceDir();
 /// The build folder (screenshots and scratch output go here).
 QString binaryDir();
+/// configs/quickstart.yaml in the source tree.
+QString quickstart();
 /// The built `zerostudio` executable.
 QString cliPath();
 /// The built test worker for multi-process scenarios (tests/dist/dist_worker.cpp).

@@ -226,7 +226,10 @@ SafetensorsStreamWriter::SafetensorsStreamWriter(std::string path, std::vector<E
   std::string prefix(8, '\0');
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((static_cast<std::uint64_t>(text.size()) >> (8 * i)) & 0xff);
   const std::filesystem::path p(path_);
-  tmp_ = (p.parent_path() / ("." + p.filename().string() + ".tmp")).string();
+  std::string hidden = ".";  // not "." + name: GCC 12 warns falsely on that at -O3
+  hidden += p.filename().string();
+  hidden += ".tmp";
+  tmp_ = (p.parent_path() / hidden).string();
   file_ = std::fopen(tmp_.c_str(), "wb");
   if (!file_) throw Error(ErrorKind::io, tmp_ + ": cannot create: " + std::strerror(errno));
   if (std::fwrite(prefix.data(), 1, 8, file_) != 8 || std::fwrite(text.data(), 1, text.size(), file_) != text.size())

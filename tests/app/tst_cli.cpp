@@ -39,7 +39,7 @@ Result run(const QStringList& args, const QString& cwd = QString()) {
           QString::fromUtf8(p.readAllStandardError())};
 }
 
-QString quickstart() { return zs::test::sourceDir() + "/configs/quickstart.yaml"; }
+using zs::test::quickstart;
 QString seed(const char* name) { return zs::test::testDataDir() + "/seeds/" + name; }
 
 }  // namespace

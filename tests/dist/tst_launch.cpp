@@ -75,13 +75,13 @@ QStringList launch(int processes) {
   return {"launch", "--num_processes", QString::number(processes), "--main_process_port", QString::number(zs::test::freePort())};
 }
 
-QString quickstart() { return zs::test::sourceDir() + "/configs/quickstart.yaml"; }
+using zs::test::quickstart;
 
 /// The engine's own accounting of one rank (a metrics event's ranks[r]) against the memory
 /// estimate for the quickstart with `sets` at two processes: every figure within 10 %.
 void compare_with_estimate(const nlohmann::json& rank, std::vector<std::string> sets) {
   sets.push_back("launch.num_processes=2");
-  const auto cfg = zs::config::load_config_file((zs::test::sourceDir() + "/configs/quickstart.yaml").toStdString(), sets).config;
+  const auto cfg = zs::config::load_config_file(zs::test::quickstart().toStdString(), sets).config;
   const auto e = zs::estimate::estimate_memory(zs::estimate::model_shape(cfg), zs::estimate::options_from_config(cfg));
   auto near = [&](const char* where, const char* what, double got, double want) {
     const bool ok = want == 0 ? got == 0 : std::abs(got / want - 1) <= 0.10;

@@ -51,7 +51,7 @@ class TestDashboardE2e : public QObject {
     w.resize(1280, 820);
     w.show();
     QVERIFY(QTest::qWaitForWindowExposed(&w));
-    QVERIFY(w.openConfig(zs::test::sourceDir() + "/configs/quickstart.yaml"));
+    QVERIFY(w.openConfig(zs::test::quickstart()));
     w.controller()->setOverrides(smallRun(tmp.path()));
     QVERIFY(w.startRun());
     QVERIFY(w.controller()->ownsRun());
@@ -125,7 +125,7 @@ class TestDashboardE2e : public QObject {
     QTemporaryDir tmp;
     MainWindow w;
     w.show();
-    QVERIFY(w.openConfig(zs::test::sourceDir() + "/configs/quickstart.yaml"));
+    QVERIFY(w.openConfig(zs::test::quickstart()));
     QStringList sets = smallRun(tmp.path());
     sets.replaceInStrings("training.max_steps=30", "training.max_steps=100000");
     w.controller()->setOverrides(sets);
@@ -152,7 +152,7 @@ class TestDashboardE2e : public QObject {
       sets.replaceInStrings("training.max_steps=30", "training.max_steps=100000");
       c.setOverrides(sets);
       QString error;
-      QVERIFY2(c.startInProcess(zs::test::sourceDir() + "/configs/quickstart.yaml", tmp.path() + "/early", {}, &error),
+      QVERIFY2(c.startInProcess(zs::test::quickstart(), tmp.path() + "/early", {}, &error),
                qPrintable(error));
       c.stop();  // at once: the trainer is still setting up
       QTRY_VERIFY_WITH_TIMEOUT(c.state() == RunState::finished || c.state() == RunState::failed, 120000);
@@ -168,7 +168,7 @@ class TestDashboardE2e : public QObject {
     sets.replaceInStrings("training.max_steps=30", "training.max_steps=100000");
     sets.replaceInStrings("checkpointing.every_n_steps=20", "checkpointing.every_n_steps=0");
     c.setOverrides(sets);
-    QVERIFY(c.startInProcess(zs::test::sourceDir() + "/configs/quickstart.yaml", tmp.path() + "/run"));
+    QVERIFY(c.startInProcess(zs::test::quickstart(), tmp.path() + "/run"));
     QTRY_VERIFY_WITH_TIMEOUT(!c.metrics().empty(), 120000);
     c.setPaused(true);
     QTRY_COMPARE_WITH_TIMEOUT(c.state(), RunState::paused, 30000);
@@ -191,7 +191,7 @@ class TestDashboardE2e : public QObject {
     sets.replaceInStrings("checkpointing.every_n_steps=20", "checkpointing.every_n_steps=0");
     c.setOverrides(sets);
     QString error;
-    QVERIFY2(c.startProcesses(zs::test::sourceDir() + "/configs/quickstart.yaml", 2, tmp.path() + "/run", &error),
+    QVERIFY2(c.startProcesses(zs::test::quickstart(), 2, tmp.path() + "/run", &error),
              qPrintable(error));
     QTRY_VERIFY_WITH_TIMEOUT(!c.metrics().empty(), 120000);
     QCOMPARE(c.worldSize(), 2);

@@ -840,7 +840,7 @@ class TestTrainE2E : public QObject {
     zs::test::FailureReport report(run);
     QProcess p;
     p.setProcessChannelMode(QProcess::MergedChannels);
-    p.start(zs::test::cliPath(), {"train", zs::test::sourceDir() + "/configs/quickstart.yaml", "--run-dir", run,
+    p.start(zs::test::cliPath(), {"train", zs::test::quickstart(), "--run-dir", run,
                           "--set", "data.generate_count=64", "--set", "data.resolution=16", "--set", "training.batch_size=4",
                           "--set", "training.max_steps=100000", "--set", "sampling.every_n_steps=0",
                           "--set", "logging.every_n_steps=1"});

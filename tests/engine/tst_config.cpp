@@ -83,7 +83,7 @@ class TestConfig : public QObject {
   }
 
   void parsesQuickstart() {
-    const auto loaded = load_config_file((zs::test::sourceDir() + "/configs/quickstart.yaml").toStdString());
+    const auto loaded = load_config_file(zs::test::quickstart().toStdString());
     const TrainerConfig& c = loaded.config;
     QCOMPARE(c.model.preset, std::string("tiny"));
     QCOMPARE(c.data.generate, std::string("shapes"));
@@ -327,7 +327,7 @@ logging:
   void roundTrip_data() {
     QTest::addColumn<QString>("yaml");
     QTest::newRow("defaults") << "";
-    QFile quick(zs::test::sourceDir() + "/configs/quickstart.yaml");
+    QFile quick(zs::test::quickstart());
     QVERIFY(quick.open(QIODevice::ReadOnly));
     QTest::newRow("quickstart") << QString::fromUtf8(quick.readAll());
     QTest::newRow("metadata maps") << R"(

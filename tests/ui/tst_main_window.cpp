@@ -18,7 +18,7 @@ class TestMainWindow : public QObject {
     QSignalSpy opened(&window, &zs::ui::MainWindow::configOpened);
     window.show();
     QVERIFY(QTest::qWaitForWindowExposed(&window));
-    QVERIFY(window.openConfig(zs::test::sourceDir() + "/configs/quickstart.yaml"));
+    QVERIFY(window.openConfig(zs::test::quickstart()));
     QCOMPARE(opened.count(), 1);
     QCOMPARE(opened.at(0).at(1).toBool(), true);
     QCOMPARE(window.statusText(), QString("quickstart.yaml: valid"));
@@ -41,7 +41,7 @@ class TestMainWindow : public QObject {
   void newConfigGoesThroughTheWizard() {
     QTemporaryDir dir;
     zs::ui::MainWindow window;
-    QVERIFY(window.openConfig(zs::test::sourceDir() + "/configs/quickstart.yaml"));
+    QVERIFY(window.openConfig(zs::test::quickstart()));
     auto* action = window.findChild<QAction*>("newConfig");
     QVERIFY(action);
     action->trigger();
