@@ -109,8 +109,15 @@ int info(const ParsedArgs& a) {
         bytes += static_cast<std::int64_t>(fs::file_size(f));
       }
       std::cout << "  " << params << " parameters  ";
-      for (const auto& [d, n] : dtypes) std::cout << d << (dtypes.size() > 1 ? "(" + std::to_string(n) + ") " : " ");
-      std::cout << estimate::format_bytes(bytes) << (files.size() > 1 ? " in " + std::to_string(files.size()) + " shards" : "");
+      for (const auto& [d, n] : dtypes) {
+        std::cout << d;
+        if (dtypes.size() > 1)
+          std::cout << '(' << n << ") ";
+        else
+          std::cout << ' ';
+      }
+      std::cout << estimate::format_bytes(bytes);
+      if (files.size() > 1) std::cout << " in " << files.size() << " shards";
     } else if (c.class_name.find("Tokenizer") != std::string::npos) {
       try {
         const auto t = p.load_tokenizer(c.name);
