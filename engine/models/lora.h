@@ -109,9 +109,10 @@ void set_lora_enabled(torch::nn::Module& root, bool on);
 /// The optimizer unit of LoRA training on `root`: every adapter's down and up tensor, named
 /// `prefix` + "<layer>.lora_down.weight" / ".lora_up.weight", made to require gradients, while
 /// every base parameter of `root` is frozen (requires_grad off: no gradient, no optimizer
-/// state). One unit for all of a part's adapters: they are small (SD 1.5's attention at rank 16:
-/// 0.8 M elements), so ZeRO keeps the unit whole at stage 3 (name it in persistent_units) and
-/// shards its optimizer states and gradients at stages 1-3 like any unit's. Throws
+/// state). One unit for all of a part's adapters: they are small (SD 1.5's attention
+/// projections at rank 16: 3.19 M elements, 0.37 % of its UNet's 859.5 M), so ZeRO keeps the unit
+/// whole at stage 3 (name it in persistent_units) and shards its optimizer states and gradients
+/// at stages 1-3 like any unit's. Throws
 /// zs::Error(config) when `root` has no adapter.
 ParamUnit lora_unit(torch::nn::Module& root, const std::string& name, const std::string& prefix);
 

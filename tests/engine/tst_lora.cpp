@@ -293,6 +293,12 @@ class TestLora : public QObject {
     const zs::test::MetaTensorScope meta;
     UNet2DConditionModel unet(UNetConfig::sd15());
     QCOMPARE(attach_lora(*unet, default_unet_lora_targets(), LoraOptions{}, 1).size(), std::size_t{16 * 2 * 4});
+    // At rank 16: per transformer of width d, 14·16·d + 2·16·768 (the cross-attention's to_k and
+    // to_v read the 768-wide text); widths 320 ×5, 640 ×5, 1280 ×6 — what models/lora.h quotes.
+    std::int64_t elements = 0;
+    for (const auto& l : lora_layers(*unet)) elements += l.adapter->down.numel() + l.adapter->up.numel();
+    QCOMPARE(elements, std::int64_t{14 * 16 * (5 * 320 + 5 * 640 + 6 * 1280) + 16 * 2 * 16 * 768});
+    QCOMPARE(elements, std::int64_t{3'188'736});
     ClipTextModel te(ClipTextConfig{});
     QCOMPARE(attach_lora(*te, default_text_encoder_lora_targets(), LoraOptions{}, 1).size(), std::size_t{12 * 4});
   }
