@@ -22,10 +22,6 @@ constexpr const char* kKohyaAlpha = ".alpha";
 constexpr const char* kPeftDown = ".lora_A.weight";
 constexpr const char* kPeftUp = ".lora_B.weight";
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 /// A number as Python's str(float) writes it (sd-scripts' metadata): "16.0", "0.5", "0.1" — the
 /// shortest text that reads back as the same double.
 std::string python_float(double v) {
@@ -48,6 +44,15 @@ std::vector<std::string> lora_stems(const LoraModelPart& part, const std::vector
   const std::string component = models::diffusers_lora_component(part.part);
   for (auto& p : paths) p = component + "." + p;
   return paths;
+}
+
+/// The format of an open LoRA file, from its first adapter key.
+LoraFileFormat format_of(const io::SafetensorsReader& reader) {
+  for (const auto& e : reader.entries()) {
+    if (e.name.ends_with(kKohyaDown)) return LoraFileFormat::kohya;
+    if (e.name.ends_with(kPeftDown)) return LoraFileFormat::diffusers;
+  }
+  throw Error(ErrorKind::io, reader.path() + ": not a LoRA file (no '*.lora_down.weight' or '*.lora_A.weight' tensor)");
 }
 
 }  // namespace
@@ -109,19 +114,12 @@ void write_lora_file(const std::string& path, const std::vector<LoraModelPart>& 
   io::write_safetensors(path, file.tensors, file.metadata);
 }
 
-LoraFileFormat detect_lora_format(const std::string& path) {
-  const io::SafetensorsReader reader(path);
-  for (const auto& e : reader.entries()) {
-    if (ends_with(e.name, kKohyaDown)) return LoraFileFormat::kohya;
-    if (ends_with(e.name, kPeftDown)) return LoraFileFormat::diffusers;
-  }
-  throw Error(ErrorKind::io, path + ": not a LoRA file (no '*.lora_down.weight' or '*.lora_A.weight' tensor)");
-}
+LoraFileFormat detect_lora_format(const std::string& path) { return format_of(io::SafetensorsReader(path)); }
 
 std::size_t read_lora_file(const std::string& path, const std::vector<LoraModelPart>& parts,
                            const models::UNetConfig& unet, bool sdxl, at::ScalarType dtype) {
-  const LoraFileFormat format = detect_lora_format(path);
   const io::SafetensorsReader reader(path);
+  const LoraFileFormat format = format_of(reader);
   // Every adaptable layer of the model under its stem in this format.
   std::map<std::string, models::LoraLayer> by_stem;
   for (const auto& part : parts) {
@@ -135,7 +133,7 @@ std::size_t read_lora_file(const std::string& path, const std::vector<LoraModelP
   // Every adapter is read and checked before any is attached: a refused file leaves the model as it was.
   std::vector<std::pair<const models::LoraLayer*, std::shared_ptr<models::LoraAdapter>>> found;
   for (const auto& e : reader.entries()) {
-    if (!ends_with(e.name, down_tail)) continue;
+    if (!e.name.ends_with(down_tail)) continue;
     const std::string stem = e.name.substr(0, e.name.size() - down_tail.size());
     const auto it = by_stem.find(stem);
     if (it == by_stem.end())

@@ -70,24 +70,6 @@ bool lora_target_matches(const std::string& name, const std::vector<std::string>
 std::vector<std::string> default_unet_lora_targets() { return {"to_q", "to_k", "to_v", "to_out.0"}; }
 std::vector<std::string> default_text_encoder_lora_targets() { return {"q_proj", "k_proj", "v_proj", "out_proj"}; }
 
-namespace {
-
-// Every adaptable layer below `root`, in module order (named_modules is depth-first, in
-// registration order).
-template <typename Visit>
-void for_each_adaptable(torch::nn::Module& root, Visit&& visit) {
-  for (const auto& item : root.named_modules("", false)) {
-    torch::nn::Module* m = item.value().get();
-    if (auto* l = dynamic_cast<AdaptedLinearImpl*>(m)) {
-      visit(item.key(), m, l->lora, false);
-    } else if (auto* c = dynamic_cast<AdaptedConv2dImpl*>(m)) {
-      visit(item.key(), m, c->lora, true);
-    }
-  }
-}
-
-}  // namespace
-
 std::vector<LoraLayer> attach_lora(torch::nn::Module& root, const std::vector<std::string>& targets,
                                    const LoraOptions& o, std::uint64_t seed, at::ScalarType dtype) {
   if (o.rank < 1) throw Error(ErrorKind::config, "lora.rank: must be at least 1 (got " + std::to_string(o.rank) + ")");
@@ -95,16 +77,15 @@ std::vector<LoraLayer> attach_lora(torch::nn::Module& root, const std::vector<st
     throw Error(ErrorKind::config, "lora.init: '" + o.init + "' is not one of kaiming, gaussian");
   std::vector<bool> used(targets.size(), false);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
-  for_each_adaptable(root, [&](const std::string& name, torch::nn::Module* m, std::shared_ptr<LoraAdapter>& slot,
-                               bool conv) {
+  for (const LoraLayer& l : adaptable_layers(root)) {
     bool selected = false;
     for (std::size_t i = 0; i < targets.size(); ++i)
-      if (lora_target_matches(name, {targets[i]})) used[i] = selected = true;
-    if (!selected || slot) return;
-    const at::Tensor& w = conv ? dynamic_cast<AdaptedConv2dImpl*>(m)->weight : dynamic_cast<AdaptedLinearImpl*>(m)->weight;
+      if (lora_target_matches(l.name, {targets[i]})) used[i] = selected = true;
+    if (!selected || l.adapter) continue;
+    const at::Tensor& w = l.weight();
     const std::int64_t out = w.size(0), in = w.size(1);
     std::vector<std::int64_t> down_shape{o.rank, in}, up_shape{out, o.rank};
-    if (conv) {
+    if (l.conv) {
       down_shape.push_back(w.size(2));
       down_shape.push_back(w.size(3));
       up_shape.push_back(1);
@@ -127,8 +108,8 @@ std::vector<LoraLayer> attach_lora(torch::nn::Module& root, const std::vector<st
     const auto opts = at::TensorOptions().dtype(dtype).device(w.device());
     a->down = down.to(opts);
     a->up = at::zeros(up_shape, opts);
-    slot = std::move(a);
-  });
+    set_adapter(l, std::move(a));
+  }
   for (std::size_t i = 0; i < targets.size(); ++i)
     if (!used[i])
       throw Error(ErrorKind::config, "lora targets: '" + targets[i] +
@@ -137,19 +118,22 @@ std::vector<LoraLayer> attach_lora(torch::nn::Module& root, const std::vector<st
   return lora_layers(root);
 }
 
-std::vector<LoraLayer> lora_layers(torch::nn::Module& root) {
+std::vector<LoraLayer> adaptable_layers(torch::nn::Module& root) {
+  // named_modules is depth-first, in registration order: module order.
   std::vector<LoraLayer> out;
-  for_each_adaptable(root, [&](const std::string& name, torch::nn::Module* m, std::shared_ptr<LoraAdapter>& slot,
-                               bool conv) {
-    if (slot) out.push_back(LoraLayer{name, slot, m, conv});
-  });
+  for (const auto& item : root.named_modules("", false)) {
+    torch::nn::Module* m = item.value().get();
+    if (auto* l = dynamic_cast<AdaptedLinearImpl*>(m))
+      out.push_back(LoraLayer{item.key(), l->lora, m, false});
+    else if (auto* c = dynamic_cast<AdaptedConv2dImpl*>(m))
+      out.push_back(LoraLayer{item.key(), c->lora, m, true});
+  }
   return out;
 }
 
-std::vector<LoraLayer> adaptable_layers(torch::nn::Module& root) {
-  std::vector<LoraLayer> out;
-  for_each_adaptable(root, [&](const std::string& name, torch::nn::Module* m, std::shared_ptr<LoraAdapter>& slot,
-                               bool conv) { out.push_back(LoraLayer{name, slot, m, conv}); });
+std::vector<LoraLayer> lora_layers(torch::nn::Module& root) {
+  std::vector<LoraLayer> out = adaptable_layers(root);
+  std::erase_if(out, [](const LoraLayer& l) { return !l.adapter; });
   return out;
 }
 
@@ -179,9 +163,7 @@ void merge_lora(torch::nn::Module& root) {
 }
 
 void detach_lora(torch::nn::Module& root) {
-  for_each_adaptable(root, [](const std::string&, torch::nn::Module*, std::shared_ptr<LoraAdapter>& slot, bool) {
-    slot.reset();
-  });
+  for (const auto& l : lora_layers(root)) set_adapter(l, nullptr);
 }
 
 ParamUnit lora_unit(torch::nn::Module& root, const std::string& name, const std::string& prefix) {
