@@ -4,9 +4,16 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 namespace at {
 class Tensor;
+}
+
+namespace zs::config {
+struct TrainerConfig;
 }
 
 namespace zs::models {
@@ -58,5 +65,15 @@ models::ClipTextConfig open_clip_config(std::int64_t hidden, std::int64_t layers
 /// CLIPTextModelWithProjection; the sd15-tiny fixture's tokenizer twice (the second padding with
 /// "!" as SDXL's tokenizer_2 does) and scheduler. Needs the shared fixtures.
 void write_tiny_sdxl(const std::string& dir);
+
+/// The end-to-end tests' small quickstart run (16 px, batch 8, 30 steps, 5 DDIM steps, EMA,
+/// samples and checkpoints every 15 steps), with `extra` key=value settings on top.
+config::TrainerConfig small_config(std::vector<std::string> extra = {});
+/// A run directory's events.jsonl, one object a line.
+std::vector<nlohmann::json> read_events(const std::string& run_dir);
+/// The last checkpoint the events name ("" when none).
+std::string checkpoint_dir(const std::vector<nlohmann::json>& events);
+/// The losses of the metrics events, in order.
+std::vector<double> losses(const std::vector<nlohmann::json>& events);
 
 }  // namespace zs::test

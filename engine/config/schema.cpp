@@ -196,6 +196,18 @@ SchemaBuilder build() {
   s.add("training.min_snr_gamma", T::number, 0.0, ZS_REF(training.min_snr_gamma),
         "Min-SNR-γ loss weighting (5 is typical); 0 turns it off.")
       .range(0, {});
+  s.add("training.method", T::choice, std::string("full"), ZS_REF(training.method),
+        "full: every UNet weight trains. lora: the UNet's weights stay frozen and low-rank adapters "
+        "on the layers `lora.targets` names train instead (the `lora` section); checkpoints then hold "
+        "the adapters (and any trained text encoder) and refer to the base model by path and hash.",
+        {"full", "lora"});
+  s.add("training.train_text_encoder", T::choice, std::string("auto"), ZS_REF(training.train_text_encoder),
+        "The text encoders (SD 1.x's one, SDXL's two, together). auto: the quickstart's own tiny "
+        "encoder trains in full, a pipeline's encoders stay frozen. none: frozen. full: every weight "
+        "trains (as optimizer units like the UNet's: sharded, offloaded, checkpointed). lora: "
+        "adapters on `lora.text_encoder_targets`. A trained encoder's outputs are not cached "
+        "(data.cache_text_embeddings applies to frozen encoders only).",
+        {"auto", "none", "full", "lora"});
 
   s.section("optimizer", "The optimizer (AdamW with fp32 master weights).");
   s.add("optimizer.type", T::choice, std::string("AdamW"), ZS_REF(optimizer.type),
@@ -212,6 +224,39 @@ SchemaBuilder build() {
   s.add("optimizer.weight_decay", T::number, 1e-2, ZS_REF(optimizer.weight_decay),
         "Decoupled weight decay.")
       .range(0, {});
+  s.add("optimizer.text_encoder_lr", T::number, Value{}, ZS_REF(optimizer.text_encoder_lr),
+        "Peak learning rate of trained text encoders (full or LoRA); the schedule shapes it as "
+        "`lr`. null: `lr`. Text encoders usually want less than the UNet (kohya: `--text_encoder_lr`).")
+      .allow_null().range(0, {});
+
+  s.section("lora", "LoRA adapters (training.method: lora, training.train_text_encoder: lora): a layer "
+                    "computes W·x + (alpha/rank)·up(down(x)) with W frozen.");
+  s.add("lora.rank", T::integer, I{16}, ZS_REF(lora.rank),
+        "Rank of every adapter (kohya's `network_dim`, peft's `r`).")
+      .range(1, {});
+  s.add("lora.alpha", T::number, Value{}, ZS_REF(lora.alpha),
+        "The adapters' scale is alpha / rank. null: rank (scale 1, as diffusers' training scripts). "
+        "kohya's sd-scripts default to 1 (scale 1/rank); exports carry the value either way.")
+      .allow_null().range(0, {});
+  s.add("lora.dropout", T::number, 0.0, ZS_REF(lora.dropout),
+        "Dropout on each adapter's input while training.")
+      .range(0, 1);
+  s.add("lora.targets", T::string_list, std::vector<std::string>{"to_q", "to_k", "to_v", "to_out.0"},
+        ZS_REF(lora.targets),
+        "UNet layers that get adapters, by the last components of their diffusers paths: the "
+        "attention projections by default; also e.g. `ff.net.0.proj`, `ff.net.2` (feed-forward), "
+        "`proj_in`, `proj_out` (the transformers' in/out), `conv1`, `conv2`, `conv_shortcut` (the "
+        "resnets' convolutions: LoCon), or a longer path such as `attn2.to_k`. A target that selects "
+        "no layer is refused by name.");
+  s.add("lora.text_encoder_targets", T::string_list, std::vector<std::string>{"q_proj", "k_proj", "v_proj", "out_proj"},
+        ZS_REF(lora.text_encoder_targets),
+        "Text-encoder layers that get adapters (train_text_encoder: lora): CLIP's attention "
+        "projections by default; also `fc1`, `fc2` (the MLPs).");
+  s.add("lora.init", T::choice, std::string("kaiming"), ZS_REF(lora.init),
+        "How adapters start; `up` starts at zero either way, so training starts from the base model. "
+        "kaiming: `down` Kaiming-uniform (a = √5), as kohya's sd-scripts and peft's default. "
+        "gaussian: `down` ~ N(0, 1/rank), as peft's `init_lora_weights=\"gaussian\"`.",
+        {"kaiming", "gaussian"});
 
   s.section("scheduler", "Learning-rate schedule (DeepSpeed's names).");
   s.add("scheduler.type", T::choice, std::string("constant"), ZS_REF(scheduler.type),

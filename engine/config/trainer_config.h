@@ -66,6 +66,8 @@ struct TrainingConfig {
   bool cpu_checkpointing{};                    ///< checkpointed unit inputs wait in CPU memory
   std::string attention;                       ///< auto | plain | blocked
   double min_snr_gamma{};                      ///< min-SNR-γ loss weighting; 0 = off
+  std::string method;                          ///< full | lora (the UNet's base frozen, adapters trained)
+  std::string train_text_encoder;              ///< auto | none | full | lora
 };
 
 struct OptimizerConfig {
@@ -74,6 +76,16 @@ struct OptimizerConfig {
   std::vector<double> betas;   ///< [β1, β2]
   double eps{};
   double weight_decay{};
+  std::optional<double> text_encoder_lr;  ///< trained text encoders; null: lr
+};
+
+struct LoraConfig {
+  std::int64_t rank{};
+  std::optional<double> alpha;                    ///< null: rank (scale 1)
+  double dropout{};
+  std::vector<std::string> targets;               ///< UNet layers, by their paths' last components
+  std::vector<std::string> text_encoder_targets;  ///< CLIP layers, likewise
+  std::string init;                               ///< kaiming | gaussian
 };
 
 struct SchedulerConfig {
@@ -199,6 +211,7 @@ struct TrainerConfig {
   DataConfig data;
   TrainingConfig training;
   OptimizerConfig optimizer;
+  LoraConfig lora;
   SchedulerConfig scheduler;
   ZeroConfig zero;
   LossScalingConfig loss_scaling;

@@ -130,6 +130,24 @@ void check_model(const TrainerConfig& c, RuleSet& rules) {
     rules.fail("model.config_path", "folder '" + c.model.config_path + "' does not exist");
 }
 
+void check_lora(const TrainerConfig& c, RuleSet& rules) {
+  const bool te_trained = c.training.train_text_encoder == "full" || c.training.train_text_encoder == "lora" ||
+                          (c.training.train_text_encoder == "auto" && c.model.path.empty());
+  if (c.training.method == "lora" && c.lora.targets.empty())
+    rules.fail("lora.targets", "training.method is lora but no layer is named; keep the default (to_q, to_k, to_v, "
+                               "to_out.0) or name the layers that get adapters");
+  if (c.training.train_text_encoder == "lora" && c.lora.text_encoder_targets.empty())
+    rules.fail("lora.text_encoder_targets", "training.train_text_encoder is lora but no layer is named; keep the "
+                                            "default (q_proj, k_proj, v_proj, out_proj)");
+  if (c.optimizer.text_encoder_lr && !te_trained)
+    rules.warn("optimizer.text_encoder_lr", "no text encoder trains (training.train_text_encoder: " +
+                                                c.training.train_text_encoder + "), so this learning rate is unused");
+  if (te_trained && !c.model.path.empty() && c.data.cache_text_embeddings)
+    rules.warn("data.cache_text_embeddings", "the text encoders train (training.train_text_encoder: " +
+                                                 c.training.train_text_encoder +
+                                                 "), so their outputs change every step and are not cached");
+}
+
 void check_launch(const TrainerConfig& c, RuleSet& rules) {
   const auto& l = c.launch;
   if (l.machine_rank >= l.num_machines)
@@ -151,6 +169,7 @@ std::vector<ConfigProblem> validate(const LoadedConfig& loaded, std::vector<std:
   check_validation(c, rules);
   check_model(c, rules);
   check_launch(c, rules);
+  check_lora(c, rules);
   if (c.sampling.use_ema && !c.ema.enabled)
     rules.fail("sampling.use_ema", "sampling with EMA weights needs ema.enabled: true");
   return rules.take();

@@ -13,6 +13,8 @@
 #include "data/latent_cache.h"
 #include "models/diffusers_pipeline.h"
 #include "models/model_source.h"
+#include "models/weights.h"
+#include "io/safetensors.h"
 
 namespace zs::models {
 
@@ -108,7 +110,7 @@ void DiffusionModel::load_frozen_parts(DiffusionModel& m, const ModelSource& p, 
   m.vae = p.load_vae();
   m.text_encoder = p.load_text_encoder("text_encoder");
   m.clip_tokenizer = std::make_shared<ClipTokenizer>(p.load_tokenizer("tokenizer"));
-  m.text_encoder_trained = false;
+  m.text_training = TextEncoderTraining::frozen;
   m.pipeline = fs::absolute(dir).lexically_normal().string();
   if (!config_path.empty()) m.config_path = fs::absolute(config_path).lexically_normal().string();
   for (auto& param : m.vae->parameters()) param.set_requires_grad(false);
@@ -142,6 +144,12 @@ DiffusionModel DiffusionModel::load_folder(const std::string& dir, const UnitBui
                                            " does not match the tokenizer's " + std::to_string(m.tokenizer.vocab_size()));
   m.text_encoder = ClipTextModel(t);
   m.schedule = diffusion::ScheduleConfig::from_file(dir + "/scheduler/scheduler_config.json");
+  // A preset's base weights, where the run keeps them (train/lora_setup.h: LoRA, frozen encoder);
+  // otherwise the checkpoint's shards hold every weight.
+  const std::string unet_file = dir + "/unet/diffusion_pytorch_model.safetensors";
+  const std::string text_file = dir + "/text_encoder/model.safetensors";
+  if (!on_unit && fs::exists(unet_file)) load_weights(*m.unet, io::SafetensorsReader(unet_file));
+  if (fs::exists(text_file)) load_weights(*m.text_encoder, io::SafetensorsReader(text_file));
   return m;
 }
 
@@ -204,8 +212,10 @@ std::vector<std::pair<std::string, torch::nn::Module*>> DiffusionModel::frozen_p
   std::vector<std::pair<std::string, torch::nn::Module*>> out;
   if (pipeline.empty()) return out;
   if (image && vae) out.emplace_back("vae", vae.ptr().get());
-  if (text && !text_encoder_trained) out.emplace_back("text_encoder", text_encoder.ptr().get());
-  if (text && text_encoder_2) out.emplace_back("text_encoder_2", text_encoder_2.ptr().get());
+  if (text && !text_encoders_trained()) {
+    out.emplace_back("text_encoder", text_encoder.ptr().get());
+    if (text_encoder_2) out.emplace_back("text_encoder_2", text_encoder_2.ptr().get());
+  }
   return out;
 }
 
@@ -270,7 +280,7 @@ TextConditioning DiffusionModel::condition(const std::vector<std::string>& capti
     const auto opts = text_encoder->parameters().front().options().device(device);
     return {at::cat(context).to(opts), pool.empty() ? at::Tensor() : at::cat(pool).to(opts)};
   }
-  if (cache && clip_tokenizer && !text_encoder_trained && !captions.empty()) {
+  if (cache && clip_tokenizer && !text_encoders_trained() && !captions.empty()) {
     // Each caption's rows from the cache, or encoded (on its own, as below) and stored.
     const bool pooled = static_cast<bool>(text_encoder_2);
     const std::vector<std::string> names = pooled ? std::vector<std::string>{"context", "pooled"} : std::vector<std::string>{"context"};
@@ -292,9 +302,11 @@ TextConditioning DiffusionModel::condition(const std::vector<std::string>& capti
     const auto opts = text_encoder->parameters().front().options().device(device);
     return {at::stack(context).to(opts), pooled ? at::stack(pool).to(opts) : at::Tensor()};
   }
-  if (!clip_tokenizer) return {text_encoder->forward(tokenizer.encode_batch(captions).to(device)).last_hidden_state, {}};
-  const at::Tensor ids = frame_batch(*clip_tokenizer, captions, device);
-  if (text_encoder_trained) return {text_encoder->forward(ids).last_hidden_state, {}};
+  if (!clip_tokenizer) {  // the tiny preset's word tokenizer
+    const c10::AutoGradMode grad(c10::GradMode::is_enabled() && text_encoders_trained());
+    return {text_encoder->forward(tokenizer.encode_batch(captions).to(device)).last_hidden_state, {}};
+  }
+  if (text_encoders_trained()) return encode_clip(captions, device);  // the whole batch, with gradients
   c10::NoGradGuard no_grad;  // frozen encoders
   const FrozenVisit visit(*this, true, false);
   if (captions.size() > 1) {
@@ -309,6 +321,11 @@ TextConditioning DiffusionModel::condition(const std::vector<std::string>& capti
     }
     return {at::cat(contexts), pooled.empty() ? at::Tensor() : at::cat(pooled)};
   }
+  return encode_clip(captions, device);
+}
+
+TextConditioning DiffusionModel::encode_clip(const std::vector<std::string>& captions, const at::Device& device) {
+  const at::Tensor ids = frame_batch(*clip_tokenizer, captions, device);
   if (!text_encoder_2) return {text_encoder->forward(ids).last_hidden_state, {}};  // SD 1.x: the last hidden state
   // SDXL: both penultimate hidden states side by side, and encoder 2's projected pooled output.
   const ClipTextOutput one = text_encoder->forward(ids);
@@ -359,9 +376,23 @@ std::int64_t DiffusionModel::pixel_factor() const {
 std::vector<std::pair<std::string, at::Tensor>> DiffusionModel::named_parameters() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& p : unet->named_parameters()) out.emplace_back("unet." + p.key(), p.value());
-  if (text_encoder_trained)
-    for (const auto& p : text_encoder->named_parameters()) out.emplace_back("text_encoder." + p.key(), p.value());
+  if (text_training == TextEncoderTraining::full)
+    for (const auto& [component, encoder] : text_encoders())
+      for (const auto& p : encoder->named_parameters()) out.emplace_back(component + "." + p.key(), p.value());
   return out;
+}
+
+std::vector<std::pair<std::string, ClipTextModel>> DiffusionModel::text_encoders() const {
+  std::vector<std::pair<std::string, ClipTextModel>> out;
+  if (text_encoder) out.emplace_back("text_encoder", text_encoder);
+  if (text_encoder_2) out.emplace_back("text_encoder_2", text_encoder_2);
+  return out;
+}
+
+void DiffusionModel::set_text_training(TextEncoderTraining t) {
+  text_training = t;
+  for (const auto& [component, encoder] : text_encoders())
+    for (auto& p : encoder->parameters()) p.set_requires_grad(t == TextEncoderTraining::full);
 }
 
 void DiffusionModel::to(const at::Device& device, bool with_unet) {
@@ -372,16 +403,17 @@ void DiffusionModel::to(const at::Device& device, bool with_unet) {
 }
 
 void DiffusionModel::frozen_to(at::ScalarType compute) {
+  // Encoders trained in full keep their precision (the optimizer casts them); LoRA's frozen
+  // bases compute in the compute dtype like any frozen part.
+  if (text_training != TextEncoderTraining::full)
+    for (auto& [component, encoder] : text_encoders()) encoder->to(compute);
   if (pipeline.empty()) return;
-  text_encoder->to(compute);
-  if (text_encoder_2) text_encoder_2->to(compute);
   if (vae && !vae->config().force_upcast) vae->to(compute);
 }
 
 void DiffusionModel::train(bool on) {
   if (unet) unet->train(on);
-  text_encoder->train(on && text_encoder_trained);
-  if (text_encoder_2) text_encoder_2->train(false);
+  for (auto& [component, encoder] : text_encoders()) encoder->train(on && text_encoders_trained());
   if (vae) vae->train(false);
 }
 

@@ -38,6 +38,13 @@ struct PipelineRef {
   std::string prediction_type;  ///< the run's (it replaces the scheduler config's)
 };
 
+/// How the text encoders (SD 1.x's one, SDXL's two) train.
+enum class TextEncoderTraining {
+  frozen,  ///< no gradients; outputs may be cached (a pipeline's default)
+  full,    ///< every weight trains (the tiny preset's default)
+  lora,    ///< frozen weights, trained adapters (models/lora.h)
+};
+
 class DiffusionModel {
  public:
   /// The quickstart's tiny pixel-space model for `resolution`-pixel images, with a tokenizer
@@ -87,9 +94,16 @@ class DiffusionModel {
   /// Image pixels per pixel at the UNet's bottom (VAE × UNet down-sampling): image sides must
   /// be multiples of it.
   std::int64_t pixel_factor() const;
-  /// Every trained parameter, named "unet.<diffusers name>" and "text_encoder.<HF name>" (the
-  /// text encoder only when it is trained).
+  /// Every parameter of the trainable parts, named "unet.<diffusers name>" and
+  /// "text_encoder.<HF name>" / "text_encoder_2.<HF name>" (text encoders only when they train in
+  /// full). Under LoRA the UNet's are the frozen base.
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+  /// The text encoders by component name: text_encoder, and SDXL's text_encoder_2.
+  std::vector<std::pair<std::string, ClipTextModel>> text_encoders() const;
+  /// How the text encoders train from now on: their weights require gradients under full only
+  /// (LoRA's adapters are made trainable by models::lora_unit).
+  void set_text_training(TextEncoderTraining t);
+  bool text_encoders_trained() const { return text_training != TextEncoderTraining::frozen; }
   /// Everything to `device`; without the UNet when `with_unet` is false (the ZeRO optimizer moves
   /// it there unit by unit).
   void to(const at::Device& device, bool with_unet = true);
@@ -121,12 +135,15 @@ class DiffusionModel {
   std::shared_ptr<ClipTokenizer> clip_tokenizer;  ///< pipelines: used instead of `tokenizer`
   ClipTextModel text_encoder_2{nullptr};          ///< SDXL: CLIPTextModelWithProjection, frozen
   std::shared_ptr<ClipTokenizer> clip_tokenizer_2;  ///< SDXL: its tokenizer (pads with "!")
-  bool text_encoder_trained = true;            ///< false for pipelines: frozen, not in the optimizer
+  TextEncoderTraining text_training = TextEncoderTraining::full;  ///< pipelines: frozen unless set
   std::string pipeline;                        ///< the diffusers folder or single file a pipeline model came from
   std::string config_path;                     ///< a single file's companion folder (tokenizers, configs)
 
  private:
   friend class FrozenVisit;
+  /// The CLIP encoders' conditioning for `captions` (SD 1.x: the last hidden state; SDXL: both
+  /// penultimate states side by side and the pooled projection), with gradients when enabled.
+  TextConditioning encode_clip(const std::vector<std::string>& captions, const at::Device& device);
   static void load_frozen_parts(DiffusionModel& m, const ModelSource& p, bool sdxl, const std::string& dir,
                                 const std::string& config_path);
   std::vector<std::pair<std::string, torch::nn::Module*>> frozen_parts(bool text, bool image) const;

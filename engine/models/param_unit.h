@@ -20,6 +20,14 @@ struct ParamUnit {
   /// themselves are empty placeholders. Undefined otherwise.
   at::Tensor shard;
   std::vector<std::vector<std::int64_t>> shapes;
+  /// This unit's learning rate relative to the one each step is given (a text encoder trained
+  /// with optimizer.text_encoder_lr: that over optimizer.lr, so the schedule shapes both alike).
+  double lr_scale = 1.0;
+  /// Frozen (LoRA's base): the optimizer lays the unit out, moves it to the compute device and
+  /// dtype and, where the plan shards it (stage 3), keeps only this rank's shard and gathers it
+  /// around the unit's forward and backward like a trained unit; but it takes no gradient,
+  /// master, moments, EMA or checkpoint space, and is never updated.
+  bool frozen = false;
   /// Number of elements over all parameters.
   std::int64_t numel() const;
 };

@@ -59,7 +59,7 @@ Caches open_caches(const config::TrainerConfig& cfg, const models::DiffusionMode
                                                              : cfg.data.latent_cache_dir;
   if (model.vae && cfg.data.cache_latents)
     c.latents = std::make_unique<data::LatentCache>(root, data::LatentCache::vae_key(model.pipeline), cfg.data.resolution);
-  if (!model.pipeline.empty() && !model.text_encoder_trained && cfg.data.cache_text_embeddings)
+  if (!model.pipeline.empty() && !model.text_encoders_trained() && cfg.data.cache_text_embeddings)
     c.texts = std::make_unique<data::LatentCache>(root, data::LatentCache::text_key(model.pipeline), "text");
   return c;
 }

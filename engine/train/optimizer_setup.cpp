@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "models/diffusion_model.h"
+#include "models/lora.h"
 #include "zero/sharded_init.h"
 #include "zero/zero_optimizer.h"
 
@@ -54,16 +55,36 @@ std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig&
                                           const std::string& run_tag,
                                           std::function<void(const std::string&)> log,
                                           const zero::ShardedInit* sharded_init) {
+  zero::ZeroOptions zo = zero_options(cfg);
   std::vector<models::ParamUnit> units = model.unet->units();
   if (sharded_init) sharded_init->attach(units);
   for (auto& u : units)
     for (auto& [name, p] : u.parameters) name = "unet." + name;
-  if (model.text_encoder_trained) {  // a pipeline's text encoder is frozen: not optimized, not sharded
-    models::ParamUnit text{"text_encoder", {}};
-    for (const auto& p : model.text_encoder->named_parameters()) text.parameters.emplace_back("text_encoder." + p.key(), p.value());
-    units.push_back(std::move(text));
+  if (cfg.training.method == "lora") {
+    // The UNet's units are its frozen base (moved, and at stage 3 partitioned and gathered, as
+    // trained ones; no gradients or optimizer state); the adapters are one trained unit after
+    // them, kept whole at stage 3.
+    for (auto& u : units) u.frozen = true;
+    units.push_back(models::lora_unit(*model.unet, "lora_unet", "unet."));
+    zo.persistent_units.push_back("lora_unet");
   }
-  zero::ZeroOptions zo = zero_options(cfg);
+  // Trained text encoders: one unit each (after the UNet's, whose indices the hooks use), with
+  // their own learning rate relative to the UNet's; frozen ones are not optimized or sharded.
+  const double te_scale = cfg.optimizer.text_encoder_lr && cfg.optimizer.lr > 0 ? *cfg.optimizer.text_encoder_lr / cfg.optimizer.lr : 1.0;
+  for (auto& [component, encoder] : model.text_encoders()) {
+    if (model.text_training == models::TextEncoderTraining::full) {
+      models::ParamUnit text{component, {}};
+      for (const auto& p : encoder->named_parameters()) text.parameters.emplace_back(component + "." + p.key(), p.value());
+      text.lr_scale = te_scale;
+      units.push_back(std::move(text));
+    } else if (model.text_training == models::TextEncoderTraining::lora) {
+      units.push_back(models::lora_unit(*encoder, "lora_" + component, component + "."));
+      units.back().lr_scale = te_scale;
+    } else {
+      continue;
+    }
+    zo.persistent_units.push_back(units.back().name);
+  }
   zo.compute_dtype = compute;
   zo.device = device;
   zo.run_tag = run_tag;

@@ -34,7 +34,10 @@ at::ScalarType compute_dtype(const std::string& precision, const c10::Device& de
 /// the device, compute precision, NVMe run tag and log are the caller's to add.
 zero::ZeroOptions zero_options(const config::TrainerConfig& cfg);
 
-/// A ZeroOptimizer over the UNet's units plus the text encoder as one more unit (also in one
+/// A ZeroOptimizer over the UNet's units — under training.method lora these are frozen (the
+/// base: moved, and at stage 3 partitioned, but not optimized) and one unit of its adapters
+/// follows ("lora_unet", names "unet.<layer>.lora_down.weight") — plus each trained text encoder as one more unit ("text_encoder", or under LoRA
+/// "lora_text_encoder"; SDXL also "…text_encoder_2") with optimizer.text_encoder_lr (also in one
 /// process at stage 0, where it does AdamW's arithmetic: one optimizer, one checkpoint format),
 /// with the config's stage, buckets, offload (NVMe folders named after `run_tag`) and compute
 /// precision and device (the UNet may still be on the CPU: it moves there unit by unit), its

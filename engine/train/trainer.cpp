@@ -15,9 +15,12 @@ std::vector<std::string> resume_mismatches(const config::TrainerConfig& ckpt, co
     const bool speed_only = f.path == "data.cache_latents" || f.path == "data.cache_text_embeddings" ||
                             f.path == "data.latent_cache_dir" || f.path == "data.num_workers";
     // validation.fraction decides which images train.
+    // The method, the trained encoders and the adapters' shape decide what the checkpoint holds.
     const bool fixed = (f.path.starts_with("model.") || f.path.starts_with("data.") || f.path == "training.seed" ||
+                        f.path == "training.method" || f.path == "training.train_text_encoder" ||
+                        f.path.starts_with("lora.") ||
                         f.path == "validation.fraction" || f.path == "training.batch_size" ||
-                        (f.path.starts_with("optimizer.") && f.path != "optimizer.lr")) &&
+                        (f.path.starts_with("optimizer.") && f.path != "optimizer.lr" && f.path != "optimizer.text_encoder_lr")) &&
                        !speed_only;
     if (!fixed) continue;
     const std::string a = config::format_value(f.get(ckpt)), b = config::format_value(f.get(now));

@@ -16,6 +16,7 @@
 #include "dist/communicator.h"
 #include "io/safetensors.h"
 #include "train/frozen_cache.h"
+#include "train/lora_setup.h"
 #include "train/optimizer_setup.h"
 #include "train/validation_set.h"
 #include "train/trainer_state.h"
@@ -237,7 +238,11 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   // rank's shard before the next exists, so no rank ever holds the whole UNet.
   const std::string model_dir = (fs::path(run_dir) / "model").string();
   models::UnitBuilt on_unit;
-  if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag) {
+  const bool lora = cfg.training.method == "lora";
+  if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag && lora)
+    log("zero3_init_flag: not used under training.method lora (the adapters are shaped after the whole base layers; "
+        "the frozen base is partitioned as the optimizer takes it)");
+  if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag && !lora) {
     sharded_init = std::make_unique<zero::ShardedInit>(zero::plan_options(zero_options(cfg), world, rank));
     on_unit = sharded_init->callback();
   }
@@ -246,7 +251,11 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
     const std::string ckpt_model = (fs::path(ckpt->path).parent_path().parent_path() / "model").string();
     const bool here = fs::exists(fs::path(model_dir) / "unet" / "config.json");
     model = models::DiffusionModel::load_folder(here ? model_dir : ckpt_model, on_unit);
-    if (!here) model.save_folder(model_dir);
+    model.set_text_training(text_training_of(cfg, model));
+    if (!here) {
+      model.save_folder(model_dir);
+      if (rank == 0 && checkpoint_needs_base(cfg, model)) save_preset_base(model, model_dir);
+    }
   } else if (!cfg.model.path.empty()) {
     // A diffusers pipeline folder or single file: the UNet trains from its weights; VAE and text
     // encoders are frozen.
@@ -263,11 +272,28 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
                                                  static_cast<std::uint64_t>(cfg.training.seed), on_unit);
     if (rank == 0) model.save_folder(model_dir);
   }
+  model.set_text_training(text_training_of(cfg, model));
+  if (checkpoint_needs_base(cfg, model)) {
+    // The checkpoints will hold adapters (or leave a frozen encoder out): they name the base, and
+    // a resumed run must find the same one.
+    if (!ckpt && rank == 0) save_preset_base(model, model_dir);
+    if (main_rank()) {
+      base_model = base_model_reference(model, model_dir);
+      if (ckpt && ckpt->meta.contains("base_model")) check_base_model(ckpt->meta["base_model"], base_model, ckpt->path);
+    }
+  }
   // Frozen parts to the compute dtype while still in CPU memory, then to the device; the UNet
-  // goes there unit by unit as the optimizer takes it, so loading never puts the whole model on
-  // the device at full precision.
+  // (trained, or LoRA's frozen base) goes there unit by unit as the optimizer takes it, so loading
+  // never puts the whole model on the device at full precision.
   model.frozen_to(compute);
   model.to(device, /*with_unet=*/false);
+  if (lora || model.text_training == models::TextEncoderTraining::lora) {
+    const std::size_t adapted = attach_adapters(cfg, model);
+    log("LoRA: " + std::to_string(adapted) + " layers adapted (rank " + std::to_string(cfg.lora.rank) + ", alpha " +
+        nlohmann::json(lora_options(cfg.lora).alpha).dump() + (lora ? ", UNet" : "") +
+        (model.text_training == models::TextEncoderTraining::lora ? ", text encoders" : "") + ")" +
+        (lora && cfg.zero.stage == 3 ? "; the frozen UNet base is partitioned over the ranks like trained units" : ""));
+  }
   model.train(true);
   model.unet->set_gradient_checkpointing(cfg.training.gradient_checkpointing);
   model.unet->set_cpu_checkpointing(cfg.training.cpu_checkpointing);

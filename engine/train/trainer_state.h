@@ -80,6 +80,7 @@ struct Trainer::State {
   at::ScalarType compute = at::kFloat;  // the dtype the model computes in
   std::unique_ptr<LossScaler> scaler;   // fp16 (or when asked for)
   std::unique_ptr<data::DataLoader> loader;
+  json base_model;  ///< rank 0: the base a LoRA run's checkpoints refer to (train/lora_setup.h); null otherwise
   std::vector<data::DataItem> validation_items;  // validation.path's, or held out by validation.fraction
   std::optional<double> last_val_loss;           // the newest validation loss (checkpoints carry it)
   std::int64_t last_val_step = -1;

@@ -293,6 +293,12 @@ bool Trainer::State::save(const std::string& reason) {
                     {"config_hash", config_hash(cfg)},
                     {"sharding", checkpoint::sharding_json(optimizer->layout(), world, static_cast<int>(cfg.zero.stage))},
                     {"config", config::to_yaml(cfg)}};
+    if (!base_model.is_null()) request.meta["base_model"] = base_model;
+    if (cfg.training.method == "lora" || model.text_training == models::TextEncoderTraining::lora)
+      request.meta["lora"] = {{"rank", cfg.lora.rank},
+                              {"alpha", cfg.lora.alpha.value_or(static_cast<double>(cfg.lora.rank))},
+                              {"unet", cfg.training.method == "lora"},
+                              {"text_encoders", model.text_training == models::TextEncoderTraining::lora}};
     if (scaler) {
       const auto st = scaler->state();
       request.meta["loss_scaler"] = {{"scale", st.scale}, {"iter", st.iter}, {"last_overflow", st.last_overflow},

@@ -39,17 +39,24 @@ double ReferenceAdamW::clip_grad_norm(double max_norm) {
   return total;
 }
 
-void ReferenceAdamW::step(double lr) {
+void ReferenceAdamW::set_lr_scale(const std::string& prefix, double scale) {
+  lr_scale_.resize(params_.size(), 1.0);
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (params_[i].first.starts_with(prefix)) lr_scale_[i] = scale;
+}
+
+void ReferenceAdamW::step(double step_lr) {
   c10::NoGradGuard no_grad;
   ++step_;
   const double c1 = 1.0 - std::pow(beta1_, static_cast<double>(step_));
   const double c2 = 1.0 - std::pow(beta2_, static_cast<double>(step_));
-  const double step_size = lr / c1;
   const double sqrt_c2 = std::sqrt(c2);
   for (std::size_t i = 0; i < params_.size(); ++i) {
     at::Tensor& p = params_[i].second;
     const at::Tensor& g = p.grad();
     if (!g.defined()) continue;
+    const double lr = step_lr * (lr_scale_.empty() ? 1.0 : lr_scale_[i]);
+    const double step_size = lr / c1;
     if (weight_decay_ > 0) p.mul_(1.0 - lr * weight_decay_);
     exp_avg_[i].mul_(beta1_).add_(g, 1.0 - beta1_);
     exp_avg_sq_[i].mul_(beta2_).addcmul_(g, g, 1.0 - beta2_);

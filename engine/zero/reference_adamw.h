@@ -19,8 +19,11 @@ class ReferenceAdamW {
   void zero_grad();
   /// Global L2 norm of the gradients; scales them to `max_norm` when above it (<= 0: no clipping).
   double clip_grad_norm(double max_norm);
-  /// One update with learning rate `lr`.
+  /// One update with learning rate `lr` (× the parameter's scale).
   void step(double lr);
+  /// Parameters whose name starts with `prefix` update with `scale` × the step's learning rate
+  /// (a parameter group with its own lr, as ParamUnit::lr_scale).
+  void set_lr_scale(const std::string& prefix, double scale);
   /// exp_avg.<name>, exp_avg_sq.<name> for every parameter, and step.
   NamedTensors state() const;
   /// Restores state(); `get(name)` returns the stored tensor or throws. Throws zs::Error(checkpoint)
@@ -32,6 +35,7 @@ class ReferenceAdamW {
  private:
   NamedTensors params_;
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<double> lr_scale_;
   double beta1_, beta2_, eps_, weight_decay_;
   std::int64_t step_ = 0;
 };

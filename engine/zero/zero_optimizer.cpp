@@ -26,6 +26,20 @@ class NothingPending final : public dist::PendingCollective {
 
 }  // namespace
 
+// Where each parameter sits in the unit's flat buffer (shapes from the placeholders' record
+// when the unit was built into shards).
+void ZeroOptimizer::lay_out(Unit& u, const models::ParamUnit& pu) {
+  const bool prebuilt = pu.shard.defined();
+  for (std::size_t i = 0; i < pu.parameters.size(); ++i) {
+    const auto shape = prebuilt ? pu.shapes.at(i) : pu.parameters[i].second.sizes().vec();
+    const std::int64_t n = c10::multiply_integers(shape);
+    u.offsets.push_back(u.numel);
+    u.sizes.push_back(n);
+    u.shapes.push_back(shape);
+    u.numel += n;
+  }
+}
+
 PlanOptions plan_options(const ZeroOptions& o, int world_size, int rank) {
   PlanOptions p;
   p.stage = o.stage;
@@ -41,21 +55,23 @@ PlanOptions plan_options(const ZeroOptions& o, int world_size, int rank) {
 
 ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communicator& comm, ZeroOptions options)
     : comm_(comm), o_(std::move(options)) {
-  // The layout and treatment of every unit: the plan (zero_plan.h), from the units' sizes.
-  std::vector<std::pair<std::string, std::int64_t>> sizes;
+  // The layout and treatment of every unit: the plan (zero_plan.h), from the units' sizes; the
+  // frozen units get theirs from the same rules, apart (plan() describes what is trained).
+  std::vector<std::pair<std::string, std::int64_t>> sizes, frozen_sizes;
   for (const auto& pu : units) {
     std::int64_t n = 0;
     for (std::size_t i = 0; i < pu.parameters.size(); ++i)
       n += pu.shard.defined() ? c10::multiply_integers(pu.shapes.at(i)) : pu.parameters[i].second.numel();
-    sizes.emplace_back(pu.name, n);
+    (pu.frozen ? frozen_sizes : sizes).emplace_back(pu.name, n);
   }
   plan_ = make_plan(plan_options(o_, comm_.world_size(), comm_.rank()), sizes);
+  const Plan frozen_plan = make_plan(plan_options(o_, comm_.world_size(), comm_.rank()), frozen_sizes);
   c10::NoGradGuard no_grad;
   // Precisions: the parameters arrive in their training precision (fp32, or fp64 in tests); the
   // model computes in compute_dtype; separate masters exist when those differ or when offloading.
   at::TensorOptions given = at::TensorOptions().dtype(at::kFloat);
   for (const auto& pu : units)
-    if (!pu.parameters.empty()) {
+    if (!pu.parameters.empty() && !pu.frozen) {
       given = pu.parameters.front().second.options();
       break;
     }
@@ -73,20 +89,19 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communi
                     : given.dtype(master_dtype_);
   const at::TensorOptions moment_opts = masters_ ? state_opts_ : compute_opts_;
   const bool nvme_optimizer = o_.offload_optimizer == ZeroOptions::Offload::nvme;
-  for (std::size_t k = 0; k < units.size(); ++k) {
-    auto& pu = units[k];
-    const UnitPlan& up = plan_.units[k];
+  std::size_t trained = 0, frozen = 0;
+  for (auto& pu : units) {
+    if (pu.frozen) {
+      frozen_.push_back(make_frozen_unit(pu, frozen_plan.units[frozen++]));
+      by_index_.push_back(frozen_.back().get());
+      continue;
+    }
+    const UnitPlan& up = plan_.units[trained++];
     auto u = std::make_unique<Unit>();
     u->name = pu.name;
+    u->lr_scale = pu.lr_scale;
     const bool prebuilt = pu.shard.defined();  // zero3_init_flag: only this rank's shard exists
-    for (std::size_t i = 0; i < pu.parameters.size(); ++i) {
-      const auto shape = prebuilt ? pu.shapes.at(i) : pu.parameters[i].second.sizes().vec();
-      const std::int64_t n = c10::multiply_integers(shape);
-      u->offsets.push_back(u->numel);
-      u->sizes.push_back(n);
-      u->shapes.push_back(shape);
-      u->numel += n;
-    }
+    lay_out(*u, pu);
     u->padded = up.padded;
     u->shard = up.shard;
     u->owned = up.owned;
@@ -132,10 +147,11 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communi
     const bool offloaded = o_.offload_optimizer != ZeroOptions::Offload::none;
     if (up.reduced_copy) u->shard_grad = at::zeros({u->owned}, offloaded ? state_opts_ : compute_opts_);
     units_.push_back(std::move(u));
-    release(units_.size() - 1);  // stage 3: the gathered copy goes now, not after the whole model
+    by_index_.push_back(units_.back().get());
+    release(*units_.back());  // stage 3: the gathered copy goes now, not after the whole model
   }
   const bool pin = o_.pin_memory && at::globalContext().hasCUDA();
-  for (auto& u : units_) {
+  for (Unit* u : by_index_) {
     if (!u->sharded) continue;
     if (o_.offload_param == ZeroOptions::Offload::cpu) {
       u->shard_param = u->shard_param.to(at::kCPU);
@@ -147,11 +163,58 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communi
       for (at::Tensor* t : {&u->master, &u->exp_avg, &u->exp_avg_sq, &u->shard_grad})
         if (t->defined()) *t = t->pin_memory();
   init_offload();  // NVMe files (moves the shards and the initial optimizer state there)
-  for (std::size_t i = 0; i < units_.size(); ++i) release(i);
+  for (Unit* u : by_index_) release(*u);
   ensure_grads();
 }
 
-bool ZeroOptimizer::is_sharded(std::size_t unit) const { return units_[unit]->sharded; }
+std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_frozen_unit(models::ParamUnit& pu, const UnitPlan& up) {
+  auto u = std::make_unique<Unit>();
+  u->name = pu.name;
+  u->frozen = true;
+  const bool prebuilt = pu.shard.defined();
+  lay_out(*u, pu);
+  u->padded = up.padded;
+  u->shard = up.shard;
+  u->owned = up.shard;
+  u->owned_offset = comm_.rank() * up.shard;
+  u->sharded = up.sharded;
+  if (prebuilt) {
+    if (!u->sharded || pu.shard.numel() != u->shard)
+      throw Error(ErrorKind::config, "frozen unit " + u->name + " was built into shards but is not sharded here");
+    u->shard_param = pu.shard.to(compute_opts_);
+    for (const auto& param : pu.parameters) u->params.push_back(param);
+    return u;
+  }
+  // Straight into the compute dtype on the device, one parameter at a time: a frozen unit never
+  // needs its full precision again.
+  u->flat_param = at::empty({u->padded}, compute_opts_);
+  if (u->padded > u->numel) u->flat_param.narrow(0, u->numel, u->padded - u->numel).zero_();
+  for (std::size_t i = 0; i < pu.parameters.size(); ++i) {
+    at::Tensor p = pu.parameters[i].second;
+    at::Tensor slot = u->flat_param.narrow(0, u->offsets[i], u->sizes[i]);
+    slot.copy_(p.detach().reshape({-1}));
+    p.set_requires_grad(false);
+    p.set_data(slot.view(u->shapes[i]));
+    u->params.emplace_back(pu.parameters[i].first, p);
+  }
+  if (u->sharded) u->shard_param = u->flat_param.narrow(0, u->owned_offset, u->shard).clone();
+  release(*u);
+  return u;
+}
+
+bool ZeroOptimizer::is_sharded(std::size_t unit) const { return indexed(unit).sharded; }
+
+std::int64_t ZeroOptimizer::frozen_numel() const {
+  std::int64_t n = 0;
+  for (const auto& u : frozen_) n += u->numel;
+  return n;
+}
+
+std::size_t ZeroOptimizer::sharded_frozen_units() const {
+  std::size_t n = 0;
+  for (const auto& u : frozen_) n += u->sharded;
+  return n;
+}
 
 std::size_t ZeroOptimizer::sharded_units() const {
   std::size_t n = 0;
@@ -160,8 +223,8 @@ std::size_t ZeroOptimizer::sharded_units() const {
 }
 
 void ZeroOptimizer::prefetch(std::size_t unit) {
-  if (unit >= units_.size()) return;
-  Unit& u = *units_[unit];
+  if (unit >= by_index_.size()) return;
+  Unit& u = indexed(unit);
   if (!u.sharded || u.flat_param.defined() || u.gathering || u.padded > o_.prefetch_bucket_size) return;
   if (shard_is_unit(u)) return;  // nothing to fetch
   c10::NoGradGuard no_grad;
@@ -188,7 +251,7 @@ void ZeroOptimizer::prefetch(std::size_t unit) {
 }
 
 void ZeroOptimizer::gather(std::size_t unit) {
-  Unit& u = *units_[unit];
+  Unit& u = indexed(unit);
   u.hooked = true;  // from now on its updated shards may be gathered while the forward goes on
   if (u.post_gather) {
     u.post_gather->wait();
@@ -224,8 +287,9 @@ bool ZeroOptimizer::shard_is_unit(const Unit& u) const {
          u.shard_param.scalar_type() == compute_opts_.dtype().toScalarType();
 }
 
-void ZeroOptimizer::release(std::size_t unit) {
-  Unit& u = *units_[unit];
+void ZeroOptimizer::release(std::size_t unit) { release(indexed(unit)); }
+
+void ZeroOptimizer::release(Unit& u) {
   if (!u.sharded) return;
   if (u.gathering) {  // never drop a buffer a collective is still writing
     u.gathering->wait();
@@ -277,7 +341,8 @@ bool ZeroOptimizer::settle_grad(Unit& u, bool block) {
 }
 
 bool ZeroOptimizer::wants_backward_hook(std::size_t unit) const {
-  const Unit& u = *units_[unit];
+  const Unit& u = indexed(unit);
+  if (u.frozen) return u.sharded;  // nothing to reduce; the gathered copy goes after its backward
   // The io unit runs at both ends of the forward: it is reduced with the rest after backward.
   return u.hook_grads || (unit != 0 && plan_.overlap_comm && last_micro_ && comm_.world_size() > 1);
 }
@@ -344,7 +409,11 @@ void ZeroOptimizer::drain_reductions(const Unit* keep) {
 }
 
 void ZeroOptimizer::reduce_unit(std::size_t unit) {
-  Unit& u = *units_[unit];
+  Unit& u = indexed(unit);
+  if (u.frozen) {
+    release(u);
+    return;
+  }
   if (!u.hook_grads) {
     if (plan_.overlap_comm && last_micro_ && comm_.world_size() > 1) {
       launch_reduce(u);
@@ -457,9 +526,10 @@ void ZeroOptimizer::reduce_gradients() {
   }
   // Units whose backward hook already started their reduction are finished here; the rest
   // (io, text encoder, anything the hooks missed) are reduced now.
-  for (std::size_t i = 0; i < units_.size(); ++i) {
-    Unit& u = *units_[i];
-    if (u.hook_grads) reduce_unit(i);  // normally done by its backward hook already
+  for (std::size_t i = 0; i < by_index_.size(); ++i) {
+    Unit& u = indexed(i);
+    if (u.frozen) release(u);  // regathered for a backward whose input needed no gradient
+    else if (u.hook_grads) reduce_unit(i);  // normally done by its backward hook already
     else launch_reduce(u);
   }
   for (auto& u : units_) finish_reduce(*u);

@@ -85,6 +85,9 @@ class ZeroOptimizer final {
   /// Flattens every unit's parameters (their names must be unique; they name the state).
   /// Parameters keep their identity: the module still trains them, as views (or, at stage 3,
   /// as empty tensors between gathers). Unit i must be the model's unit i for the hooks.
+  /// Frozen units (ParamUnit::frozen, LoRA's base) are laid out, moved to the compute device and
+  /// dtype, sharded and gathered the same way, but are not trained: everything below that speaks
+  /// of units, parameters, gradients, state, EMA, layout or shards means the trained ones.
   ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communicator& comm, ZeroOptions options);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
@@ -102,7 +105,7 @@ class ZeroOptimizer final {
   /// Global L2 norm of the gradients before clipping (a collective when the ranks hold different
   /// parts); scales them to `max_norm` when above it (max_norm <= 0: no clipping).
   double clip_grad_norm(double max_norm);
-  /// One AdamW update of the rank's part with learning rate `lr`; the units kept whole are
+  /// One AdamW update of the rank's part with learning rate `lr` (× each unit's lr_scale); the units kept whole are
   /// all-gathered afterwards.
   void step(double lr);
   /// Loss scaling: multiplies the reduced gradients by `inv_scale` and reports whether any of
@@ -163,6 +166,9 @@ class ZeroOptimizer final {
   std::int64_t numel() const;
   /// Units whose parameters are sharded (stage 3).
   std::size_t sharded_units() const;
+  /// Frozen units: elements (Ψ of the frozen base) and how many of them are sharded.
+  std::int64_t frozen_numel() const;
+  std::size_t sharded_frozen_units() const;
   /// Padded elements of the units kept whole (all of them below stage 3).
   std::int64_t persistent_numel() const;
   /// Padded elements of the units whose full gradient buffer stays (stages 0-1: all; 2-3: the
@@ -182,6 +188,14 @@ class ZeroOptimizer final {
  private:
   struct Unit;
   struct Offload;  // NVMe stores, staging buffers and the sub-group plan (zero_unit.h)
+  /// The unit the hooks call `index` (trained or frozen, in the order the constructor got them).
+  Unit& indexed(std::size_t index) const { return *by_index_.at(index); }
+  /// Fills a unit's offsets, sizes, shapes and numel from its parameters.
+  static void lay_out(Unit& u, const models::ParamUnit& pu);
+  /// Lays out a frozen unit in the compute dtype on the compute device (only its shard when sharded).
+  std::unique_ptr<Unit> make_frozen_unit(models::ParamUnit& pu, const UnitPlan& up);
+  /// Stage 3: drops a sharded unit's gathered copy (its parameters become empty tensors).
+  void release(Unit& u);
   void ensure_grads();
   void reduce_scatter_into_shard(Unit& u, const at::Tensor& full_grad);
   void launch_reduce(Unit& u);
@@ -220,7 +234,9 @@ class ZeroOptimizer final {
   bool last_micro_ = true;
   double ema_decay_ = -1;  // < 0: no EMA
   bool ema_swapped_ = false;
-  std::vector<std::unique_ptr<Unit>> units_;
+  std::vector<std::unique_ptr<Unit>> units_;   // the trained units, in order
+  std::vector<std::unique_ptr<Unit>> frozen_;  // the frozen ones, in order
+  std::vector<Unit*> by_index_;                // every unit as the constructor got them (the hooks' indices)
   std::vector<Unit*> in_flight_;  // reductions started by the hooks, oldest first
   dist::Communicator& comm_;
   ZeroOptions o_;

@@ -131,12 +131,12 @@ void ZeroOptimizer::init_offload() {
   if (o_.offload_param == O::nvme) {
     const std::int64_t elem = static_cast<std::int64_t>(compute_opts_.dtype().itemsize());
     std::int64_t need = 0;
-    for (const auto& u : units_)
+    for (const Unit* u : by_index_)
       if (u->sharded) need += round_up(std::max<std::int64_t>(u->shard, 1) * elem, kIoAlignment);
     NvmeStore::check_space(o_.param_nvme_path, need, "zero.offload_param.nvme_path");
     offload_->param_store = std::make_unique<NvmeStore>(o_.param_nvme_path, o_.run_tag + "-params", comm_.rank(), o_.aio);
     auto& store = *offload_->param_store;
-    for (auto& u : units_) {
+    for (Unit* u : by_index_) {  // frozen shards too
       if (!u->sharded) continue;
       u->region_param = store.add_region("params.swp", u->shard, compute_opts_.dtype().toScalarType());
       u->param_staging = aligned_buffer(u->shard, compute_opts_.dtype().toScalarType());
@@ -242,7 +242,8 @@ bool ZeroOptimizer::unscale_and_check_overflow(double inv_scale) {
   return bad;
 }
 
-void ZeroOptimizer::step_in_memory(Unit& u, double lr) {
+void ZeroOptimizer::step_in_memory(Unit& u, double step_lr) {
+  const double lr = step_lr * u.lr_scale;
   at::Tensor p = owned_params(u);
   const at::Tensor g = step_grad(u);
   if (masters_ && copies_->asynchronous() && u.master.device().is_cpu() && p.is_cuda()) {
@@ -308,7 +309,7 @@ void ZeroOptimizer::step_nvme(double lr) {
       if (u.region_param >= 0 && !seen) touched_params.push_back(&u);
       adam_master(buf[0].narrow(0, piece.buffer_offset, piece.count), buf[1].narrow(0, piece.buffer_offset, piece.count),
                   buf[2].narrow(0, piece.buffer_offset, piece.count), step_grad(u).narrow(0, piece.first, piece.count),
-                  o_, lr, step_, p.narrow(0, piece.first, piece.count));
+                  o_, lr * u.lr_scale, step_, p.narrow(0, piece.first, piece.count));
     }
     writes[k] = transfer(k, true);
   }
@@ -354,6 +355,9 @@ NamedTensors ZeroOptimizer::state() const {
 ModelStateBytes ZeroOptimizer::model_state() const {
   const bool on_device = o_.offload_optimizer == ZeroOptions::Offload::none;
   ModelStateBytes b;
+  for (const auto& u : frozen_)  // a frozen base: its parameters alone
+    b.parameters += u->sharded ? (o_.offload_param == ZeroOptions::Offload::none ? bytes(u->shard_param) : 0)
+                               : bytes(u->flat_param);
   for (const auto& u : units_) {
     b.parameters += u->sharded ? (o_.offload_param == ZeroOptions::Offload::none ? bytes(u->shard_param) : 0)
                                : bytes(u->flat_param);
@@ -375,7 +379,7 @@ OffloadedBytes ZeroOptimizer::offloaded() const {
       b.optimizer_states += bytes(u->master) + bytes(u->exp_avg) + bytes(u->exp_avg_sq);
     }
   if (o_.offload_param == ZeroOptions::Offload::cpu)
-    for (const auto& u : units_) b.parameters += u->sharded ? bytes(u->shard_param) : 0;
+    for (const Unit* u : by_index_) b.parameters += u->sharded ? bytes(u->shard_param) : 0;
   if (offload_) {
     if (offload_->optimizer_store) b.nvme_bytes += offload_->optimizer_store->bytes();
     if (offload_->param_store) b.nvme_bytes += offload_->param_store->bytes();

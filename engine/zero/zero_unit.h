@@ -20,6 +20,8 @@ namespace zs::zero {
 
 struct ZeroOptimizer::Unit {
   std::string name;
+  double lr_scale = 1.0;     // the unit's learning rate relative to step()'s
+  bool frozen = false;       // not trained: only laid out, moved, sharded and gathered
   bool sharded = false;      // only the shard is kept between gathers (the plan's stage-3 units)
   bool hook_grads = false;   // no gradient buffer between backwards: the unit's backward hook
                              // reduce-scatters its fresh gradients

@@ -25,6 +25,7 @@
 #include "checkpoint/sharded_state.h"
 #include "dist/communicator.h"
 #include "io/safetensors.h"
+#include "models/clip_text_model.h"
 #include "models/lora.h"
 #include "models/unet_2d_condition.h"
 #include "train/loss_scaler.h"
@@ -108,9 +109,13 @@ models::UNet2DConditionModel small_unet() { return two_level_unet(11, 3, {16, 32
 /// only), opt=cpu|nvme and param=cpu|nvme (offload), nvme=DIR (the NVMe folder), subgroup=N,
 /// cuda (the ZeRO model computes on the GPU; the reference stays on the CPU), nccl (NCCL
 /// instead of Gloo, a real group even for one rank; implies cuda), lora (LoRA training: rank-4
-/// adapters on the attention projections and the resnets' conv1, the base frozen).
+/// adapters on the attention projections and the resnets' conv1; the base frozen, given to the
+/// optimizer as frozen units, so stage 3 partitions it), te=full|lora (a small CLIP text encoder
+/// makes the UNet's context from token ids and trains in full, or through adapters on its
+/// attention projections).
 struct Variant {
   bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false, lora = false;
+  std::string te;  // "", full or lora
   zero::ZeroOptions::Offload opt = zero::ZeroOptions::Offload::none, param = zero::ZeroOptions::Offload::none;
   std::string nvme;
   std::int64_t sub_group = 1'000'000'000;
@@ -126,6 +131,7 @@ struct Variant {
       else if (f == "cuda") cuda = true;
       else if (f == "nccl") nccl = cuda = true;
       else if (f == "lora") lora = true;
+      else if (f.rfind("te=", 0) == 0) te = f.substr(3);
       else if (f.rfind("opt=", 0) == 0) opt = device(f.substr(4));
       else if (f.rfind("param=", 0) == 0) param = device(f.substr(6));
       else if (f.rfind("nvme=", 0) == 0) nvme = f.substr(5);
@@ -173,33 +179,80 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, con
   o.sub_group_size = v.sub_group;
   o.run_tag = "dist-test";
   o.log = [](const std::string& line) { std::printf("log %s\n", line.c_str()); };
-  std::vector<std::pair<std::string, at::Tensor>> ref_params;
-  std::vector<models::ParamUnit> units;
+  std::vector<std::pair<std::string, at::Tensor>> ref_params, live_params;
+  std::vector<models::ParamUnit> units = unet->units();
   std::map<std::string, at::Tensor> base_before;
+  models::LoraOptions lo;
+  lo.rank = 4;
+  lo.alpha = 8;
   if (v.lora) {
-    // The same adapters on both sides (one seed), in the compute dtype; the optimizer sees one
-    // unit of adapters, kept whole at stage 3 (the base stays as it is, frozen).
-    models::LoraOptions lo;
-    lo.rank = 4;
-    lo.alpha = 8;
+    // The same adapters on both sides (one seed), in the compute dtype; the optimizer sees the
+    // base as frozen units (partitioned at stage 3) and one unit of adapters, kept whole.
     for (auto* m : {&unet, &ref}) models::attach_lora(**m, {"to_q", "to_k", "to_v", "to_out.0", "conv1"}, lo, 7, dtype);
+    for (const auto& p : unet->named_parameters()) base_before[p.key()] = p.value().detach().clone();
+    for (auto& u : units) u.frozen = true;
     units.push_back(models::lora_unit(*unet, "lora_unet", ""));
     ref_params = models::lora_unit(*ref, "lora_unet", "").parameters;
     o.persistent_units.push_back("lora_unet");
-    for (const auto& p : unet->named_parameters()) base_before[p.key()] = p.value().detach().clone();
   } else {
-    units = unet->units();
     for (const auto& p : ref->named_parameters()) ref_params.emplace_back(p.key(), p.value());
   }
+  // The text encoder (te=full|lora): the same weights on both sides; the context comes from it.
+  models::ClipTextModel te{nullptr}, ref_te{nullptr};
+  if (!v.te.empty()) {
+    models::ClipTextConfig tc;
+    tc.vocab_size = 40;
+    tc.hidden_size = 16;
+    tc.intermediate_size = 32;
+    tc.num_attention_heads = 2;
+    tc.num_hidden_layers = 2;
+    tc.max_position_embeddings = 4;
+    tc.eos_token_id = 39;
+    te = models::ClipTextModel(tc);
+    ref_te = models::ClipTextModel(tc);
+    te->to(dtype);
+    ref_te->to(dtype);
+    {
+      c10::NoGradGuard no_grad;
+      auto from = te->named_parameters();
+      for (auto& p : ref_te->named_parameters()) p.value().copy_(from[p.key()]);
+    }
+    if (v.te == "lora") {
+      for (auto* m : {&te, &ref_te}) models::attach_lora(**m, {"q_proj", "k_proj", "v_proj", "out_proj"}, lo, 8, dtype);
+      units.push_back(models::lora_unit(*te, "lora_text_encoder", "text_encoder."));
+      for (auto& p : models::lora_unit(*ref_te, "lora_text_encoder", "text_encoder.").parameters) ref_params.push_back(p);
+      o.persistent_units.push_back("lora_text_encoder");
+    } else {
+      models::ParamUnit text{"text_encoder", {}};
+      for (const auto& p : te->named_parameters()) text.parameters.emplace_back("text_encoder." + p.key(), p.value());
+      for (const auto& p : ref_te->named_parameters()) ref_params.emplace_back("text_encoder." + p.key(), p.value());
+      units.push_back(std::move(text));
+    }
+    units.back().lr_scale = 0.5;  // optimizer.text_encoder_lr = lr / 2
+    te->to(dev);
+  }
+  for (const auto& u : units)
+    if (!u.frozen) live_params.insert(live_params.end(), u.parameters.begin(), u.parameters.end());
   zero::ZeroOptimizer opt(std::move(units), c, o);
   nvme_dirs = opt.nvme_dirs();
-  // Stage 3 gathers through the hooks; every stage overlaps its reduction there. The LoRA unit is
-  // not one of the model's units, so it is reduced after backward instead.
-  if (!v.lora) unet->set_unit_hooks(opt.unit_hooks());
+  // Stage 3 gathers through the hooks (LoRA: the frozen base's units); every stage overlaps its
+  // reduction there (the units after the UNet's are reduced after backward).
+  unet->set_unit_hooks(opt.unit_hooks());
   unet->set_gradient_checkpointing(v.ckpt);  // stage 3 must gather a unit again for its rerun
-  if (stage == 3 && !v.lora && !check(opt.sharded_units() + 1 == unet->units().size(), "every unit but io is sharded")) return 1;
+  const std::size_t unet_units = unet->units().size();
+  if (stage == 3 && !v.lora && !check(opt.sharded_units() + 1 == unet_units, "every unit but io is sharded")) return 1;
   if (v.lora && !check(opt.sharded_units() == 0, "the LoRA unit is kept whole")) return 1;
+  if (v.lora && stage == 3 && !check(opt.sharded_frozen_units() + 1 == unet_units, "every base unit but io is sharded"))
+    return 1;
+  // The context of rows [from, from + n): the text encoder's output for their token ids, or the
+  // random context itself.
+  auto context = [&](models::ClipTextModel& enc, const at::Tensor& ctx, const at::Tensor& ids, std::int64_t from,
+                     std::int64_t n, const at::Device& where) {
+    if (!enc) return ctx.narrow(0, from, n).to(where);
+    return enc->forward(ids.narrow(0, from, n).to(where)).last_hidden_state;
+  };
   zero::ReferenceAdamW ref_opt(ref_params, 0.9, 0.999, 1e-8, 0.01);
+  if (!v.te.empty()) ref_opt.set_lr_scale("text_encoder.", 0.5);
   opt.enable_ema(0.8);
   zero::ReferenceEma ref_ema(ref_params, 0.8);
   const std::int64_t G = 12, per_rank = G / world, micro = per_rank / accum;
@@ -207,12 +260,13 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, con
     at::Generator gen = at::detail::createCPUGenerator(100 + step);
     const at::Tensor x = at::randn({G, 3, 8, 8}, gen).to(dtype), target = at::randn({G, 3, 8, 8}, gen).to(dtype);
     const at::Tensor t = at::randint(0, 1000, {G}, gen, at::kLong), ctx = at::randn({G, 4, 16}, gen).to(dtype);
+    const at::Tensor ids = at::randint(0, 40, {G, 4}, gen, at::kLong);
     opt.zero_grad();
     for (int k = 0; k < accum; ++k) {
       opt.set_last_micro_step(k == accum - 1);
       const std::int64_t from = rank * per_rank + k * micro;
       const at::Tensor out = unet->forward(x.narrow(0, from, micro).to(dev), t.narrow(0, from, micro).to(dev),
-                                           ctx.narrow(0, from, micro).to(dev));
+                                           context(te, ctx, ids, from, micro, dev));
       ((out - target.narrow(0, from, micro).to(dev)).pow(2).mean() / accum).backward();
     }
     opt.reduce_gradients();
@@ -226,7 +280,8 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, con
       ref_opt.zero_grad();
       for (int k = 0; k < accum; ++k) {
         const std::int64_t from = r * per_rank + k * micro;
-        const at::Tensor out = ref->forward(x.narrow(0, from, micro), t.narrow(0, from, micro), ctx.narrow(0, from, micro));
+        const at::Tensor out =
+            ref->forward(x.narrow(0, from, micro), t.narrow(0, from, micro), context(ref_te, ctx, ids, from, micro, at::kCPU));
         ((out - target.narrow(0, from, micro)).pow(2).mean() / accum).backward();
       }
       c10::NoGradGuard no_grad;
@@ -257,19 +312,17 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, con
   const double tolerance = v.bf16 ? 0.05 : v.cuda ? (f64 ? 1e-4 : 5e-4) : f64 ? 1e-10 : 2e-5;
   std::map<std::string, at::Tensor> mine;
   for (const auto& [name, p] : opt.full_parameters()) mine[name] = p;
-  if (mine.empty()) {
-    if (v.lora) {
-      for (const auto& l : models::lora_layers(*unet))
-        for (const auto& [name, t] : l.tensors()) mine[name] = t.detach().cpu();
-    } else {
-      for (const auto& p : unet->named_parameters()) mine[p.key()] = p.value().detach().cpu();
+  if (mine.empty())  // the model's own tensors are the trained ones
+    for (const auto& [name, p] : live_params) mine[name] = p.detach().cpu();
+  // LoRA: the frozen base is bit for bit what it was (gathered unit by unit where partitioned).
+  if (v.lora) {
+    const auto base_units = unet->units();
+    for (std::size_t i = 0; i < base_units.size(); ++i) {
+      opt.gather(i);
+      for (const auto& [name, p] : base_units[i].parameters)
+        if (!check(at::equal(p.detach().cpu(), base_before.at(name)), ("base changed: " + name).c_str())) return 1;
+      opt.release(i);
     }
-  }
-  // LoRA: the frozen base is bit for bit what it was.
-  for (const auto& p : unet->named_parameters()) {
-    const auto it = base_before.find(p.key());
-    if (it != base_before.end() && !check(at::equal(p.value().detach().cpu(), it->second), ("base changed: " + p.key()).c_str()))
-      return 1;
   }
   std::map<std::string, at::Tensor> ema;
   for (const auto& [name, t] : opt.ema_state()) ema[name] = t;
@@ -315,6 +368,19 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, con
   }
   const auto b = opt.model_state();
   const auto off = opt.offloaded();
+  if (v.lora && stage == 3 && world > 1) {
+    // The frozen base is partitioned: the device holds less than the whole base (io stays whole),
+    // and nothing of it with its shards in CPU memory.
+    const auto elt = static_cast<std::int64_t>(c10::elementSize(dtype));
+    std::printf("frozen %lld on device %lld offloaded %lld\n", static_cast<long long>(opt.frozen_numel() * elt),
+                static_cast<long long>(b.parameters), static_cast<long long>(off.parameters));
+    if (v.param == zero::ZeroOptions::Offload::none &&
+        !check(b.parameters < opt.frozen_numel() * elt * 3 / 4, "the frozen base is partitioned on the device"))
+      return 1;
+    if (v.param == zero::ZeroOptions::Offload::cpu &&
+        !check(off.parameters >= opt.frozen_numel() * elt / 4, "the frozen base's shards are in CPU memory"))
+      return 1;
+  }
   std::printf("offloaded %lld %lld %lld %lld\n", static_cast<long long>(off.parameters),
               static_cast<long long>(off.gradients), static_cast<long long>(off.optimizer_states),
               static_cast<long long>(off.nvme_bytes));

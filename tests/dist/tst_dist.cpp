@@ -283,6 +283,20 @@ class TestDist : public QObject {
         << 2 << 2 << 2 << 0.05 << "f64,lora,opt=cpu";
     QTest::newRow("lora, stage 3, 2 ranks, optimizer to nvme, f64") << 3 << 2 << 1 << 0.0 << "f64,lora,opt=nvme,nvme=@";
     QTest::newRow("lora, stage 3, 2 ranks, accumulation 2, gradient checkpointing, f64") << 3 << 2 << 2 << 0.0 << "f64,lora,ckpt";
+    QTest::newRow("lora, stage 3, 2 ranks, base shards and optimizer to cpu, f64") << 3 << 2 << 1 << 0.0 << "f64,lora,param=cpu,opt=cpu";
+    QTest::newRow("lora, stage 3, 2 ranks, base shards to nvme, f64") << 3 << 2 << 1 << 0.0 << "f64,lora,param=nvme,nvme=@";
+    // Text encoders as optimizer units: adapters on the UNet and the encoder together, and the
+    // encoder trained in full beside the whole UNet.
+    for (int stage : {0, 1, 2, 3})
+      for (int world : {1, 2}) {
+        QTest::addRow("lora + text-encoder lora, stage %d, %d ranks, f64", stage, world)
+            << stage << world << 1 << 0.0 << "f64,lora,te=lora";
+        QTest::addRow("full text encoder, stage %d, %d ranks, f64", stage, world) << stage << world << 1 << 0.0 << "f64,te=full";
+      }
+    QTest::newRow("lora + text-encoder lora, stage 2, 2 ranks, optimizer to cpu, accumulation 2, clipping, f64")
+        << 2 << 2 << 2 << 0.05 << "f64,lora,te=lora,opt=cpu";
+    QTest::newRow("full text encoder, stage 3, 2 ranks, params and optimizer to cpu, gradient checkpointing, f64")
+        << 3 << 2 << 1 << 0.0 << "f64,te=full,param=cpu,opt=cpu,ckpt";
   }
 
   void loraMatchesOneProcess() { zeroStagesMatchOneProcess(); }

@@ -39,42 +39,10 @@ using nlohmann::json;
 
 namespace {
 
-/// Small and fast: 16 px, batch 8, 5 DDIM steps.
-config::TrainerConfig small_config(std::vector<std::string> extra = {}) {
-  std::vector<std::string> sets = {
-      "data.generate=shapes",        "data.generate_count=64",      "data.resolution=16",
-      "data.num_workers=1",          "training.batch_size=8",       "training.max_steps=30",
-      "optimizer.lr=0.002",          "scheduler.type=cosine",       "scheduler.warmup_steps=5",
-      "sampling.every_n_steps=15",   "sampling.ddim_steps=5",       "sampling.guidance_scale=2",
-      "sampling.images_per_prompt=2", "checkpointing.every_n_steps=15", "logging.every_n_steps=1",
-      "ema.enabled=true",            "ema.decay=0.9",               "model.prediction_type=v_prediction"};
-  sets.insert(sets.end(), extra.begin(), extra.end());
-  auto loaded = config::load_config_string("", "e2e", sets);
-  loaded.config.sampling.prompts = {"a red circle on a blue background", "a green square on a black background"};
-  return loaded.config;
-}
-
-std::vector<json> read_events(const std::string& run_dir) {
-  std::ifstream in(run_dir + "/events.jsonl");
-  std::vector<json> out;
-  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
-  return out;
-}
-
-/// The last checkpoint an event names.
-std::string checkpoint_dir(const std::vector<json>& events) {
-  std::string out;
-  for (const auto& e : events)
-    if (e["type"] == "checkpoint") out = e["path"].get<std::string>();
-  return out;
-}
-
-std::vector<double> losses(const std::vector<json>& events) {
-  std::vector<double> out;
-  for (const auto& e : events)
-    if (e["type"] == "metrics") out.push_back(e["loss"].get<double>());
-  return out;
-}
+using zs::test::checkpoint_dir;
+using zs::test::losses;
+using zs::test::read_events;
+using zs::test::small_config;
 
 /// The prediction type in an exported diffusers folder's scheduler config.
 std::string exported_prediction(const std::string& folder) {

@@ -1,0 +1,92 @@
+#include "train/lora_setup.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <vector>
+
+#include "core/error.h"
+#include "data/latent_cache.h"
+#include "models/model_source.h"
+#include "models/weights.h"
+
+namespace zs::train {
+
+namespace fs = std::filesystem;
+
+models::TextEncoderTraining text_training_of(const config::TrainerConfig& cfg, const models::DiffusionModel& model) {
+  const std::string& t = cfg.training.train_text_encoder;
+  if (t == "none") return models::TextEncoderTraining::frozen;
+  if (t == "full") return models::TextEncoderTraining::full;
+  if (t == "lora") return models::TextEncoderTraining::lora;
+  return model.text_training;  // auto
+}
+
+models::LoraOptions lora_options(const config::LoraConfig& c) {
+  models::LoraOptions o;
+  o.rank = c.rank;
+  o.alpha = c.alpha.value_or(static_cast<double>(c.rank));
+  o.dropout = c.dropout;
+  o.init = c.init;
+  return o;
+}
+
+std::size_t attach_adapters(const config::TrainerConfig& cfg, models::DiffusionModel& model) {
+  const models::LoraOptions o = lora_options(cfg.lora);
+  const auto seed = static_cast<std::uint64_t>(cfg.training.seed);
+  std::size_t n = 0;
+  if (cfg.training.method == "lora") n += models::attach_lora(*model.unet, cfg.lora.targets, o, seed + 1000).size();
+  if (model.text_training == models::TextEncoderTraining::lora) {
+    std::uint64_t k = 1;
+    for (auto& [component, encoder] : model.text_encoders())
+      n += models::attach_lora(*encoder, cfg.lora.text_encoder_targets, o, seed + 1000 + k++).size();
+  }
+  return n;
+}
+
+bool checkpoint_needs_base(const config::TrainerConfig& cfg, const models::DiffusionModel& model) {
+  // A pipeline's frozen encoders under full training are what they always were: the pipeline's.
+  return cfg.training.method == "lora" || model.text_training == models::TextEncoderTraining::lora ||
+         (model.pipeline.empty() && model.text_training == models::TextEncoderTraining::frozen);
+}
+
+void save_preset_base(const models::DiffusionModel& model, const std::string& model_dir) {
+  if (!model.pipeline.empty()) return;
+  for (const char* sub : {"unet", "text_encoder"}) fs::create_directories(fs::path(model_dir) / sub);
+  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"producer", "zerostudio"}};
+  models::save_weights(*model.unet, model_dir + "/unet/diffusion_pytorch_model.safetensors", "", meta);
+  models::save_weights(*model.text_encoder, model_dir + "/text_encoder/model.safetensors", "", meta);
+}
+
+nlohmann::json base_model_reference(const models::DiffusionModel& model, const std::string& model_dir) {
+  const std::string root = model.pipeline.empty() ? model_dir : model.pipeline;
+  std::vector<std::string> files;
+  if (models::is_single_file(root)) {
+    files.push_back(root);
+  } else {
+    std::error_code ec;
+    for (const auto& e : fs::recursive_directory_iterator(root, ec)) {
+      const std::string ext = e.path().extension().string();
+      if (e.is_regular_file() && (ext == ".safetensors" || ext == ".bin")) files.push_back(e.path().string());
+    }
+    std::sort(files.begin(), files.end());
+  }
+  if (files.empty())
+    throw Error(ErrorKind::checkpoint, root + ": no weight files (*.safetensors) to refer the checkpoints to");
+  // Each file's CRC-32 and size under its path below the root, hashed together.
+  std::string listing;
+  for (const auto& f : files)
+    listing += fs::relative(f, models::is_single_file(root) ? fs::path(root).parent_path() : fs::path(root)).string() +
+               "=" + data::LatentCache::content_key(f) + "\n";
+  return {{"path", root}, {"hash", data::LatentCache::text_content_key(listing)}, {"files", files.size()}};
+}
+
+void check_base_model(const nlohmann::json& saved, const nlohmann::json& now, const std::string& checkpoint) {
+  const std::string was = saved.value("hash", ""), is = now.value("hash", "");
+  if (was == is) return;
+  throw Error(ErrorKind::checkpoint,
+              checkpoint + ": holds only what was trained on top of the base model " + saved.value("path", "?") +
+                  " (content hash " + was + "), but " + now.value("path", "?") + " has changed since (hash now " + is +
+                  "); put the base model it was trained on back, or start a new run");
+}
+
+}  // namespace zs::train

@@ -1,0 +1,203 @@
+// End to end: LoRA and text-encoder training through the Trainer (training.method,
+// training.train_text_encoder, the lora section): what trains, what a checkpoint holds and
+// refers to, resume (also at another stage), a changed base refused, the pipelines' encoders.
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint.h"
+#include "config/trainer_config.h"
+#include "core/error.h"
+#include "io/image.h"
+#include "io/safetensors.h"
+#include "train/trainer.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "model_support.h"
+#include "test_support.h"
+
+using namespace zs;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+/// Parameter names and elements a checkpoint holds, by unit.
+struct Held {
+  std::set<std::string> units, names;
+  std::int64_t numel = 0;
+};
+
+Held held(const std::string& checkpoint) {
+  const auto info = checkpoint::open_checkpoint(checkpoint);
+  Held h;
+  for (const auto& unit : info.meta["sharding"]["units"]) {
+    h.units.insert(unit["name"].get<std::string>());
+    h.numel += unit["numel"].get<std::int64_t>();
+    for (const auto& p : unit["params"]) h.names.insert(p["name"].get<std::string>());
+  }
+  return h;
+}
+
+bool is_adapter(const std::string& name) {
+  return name.ends_with(".lora_down.weight") || name.ends_with(".lora_up.weight");
+}
+
+train::RunSummary train_run(const config::TrainerConfig& cfg, const std::string& run_dir, std::string resume = {}) {
+  train::TrainerOptions o;
+  o.run_dir = run_dir;
+  o.resume = std::move(resume);
+  train::TrainerCommands commands;
+  return train::Trainer(cfg, o).run(commands);
+}
+
+}  // namespace
+
+class TestLoraE2E : public QObject {
+  Q_OBJECT
+
+ private slots:
+
+  // The quickstart with adapters on the UNet and its text encoder: only adapters train and are
+  // saved; the checkpoint names its base (the run's model folder) by hash; samples are drawn.
+  void quickstartLoraCheckpointsOnlyAdapters() {
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString() + "/run";
+    const auto cfg = zs::test::small_config({"training.method=lora", "training.train_text_encoder=lora", "lora.rank=4",
+                                             "training.max_steps=6", "sampling.every_n_steps=6",
+                                             "checkpointing.every_n_steps=6", "optimizer.lr=0.01"});
+    const auto summary = train_run(cfg, run);
+    QCOMPARE(summary.step, std::int64_t{6});
+    const auto events = zs::test::read_events(run);
+    const auto l = zs::test::losses(events);
+    QVERIFY(!l.empty() && std::isfinite(l.back()));
+    QVERIFY(fs::exists(run + "/samples/step_6/grid.png"));
+    const Held h = held(zs::test::checkpoint_dir(events));
+    QCOMPARE(h.units, (std::set<std::string>{"lora_unet", "lora_text_encoder"}));
+    bool unet = false, text = false;
+    for (const auto& name : h.names) {
+      QVERIFY2(is_adapter(name), name.c_str());
+      unet |= name.starts_with("unet.");
+      text |= name.starts_with("text_encoder.");
+    }
+    QVERIFY(unet && text);
+    // Small: the adapters are a few percent of the UNet the base file holds.
+    const io::SafetensorsReader base(run + "/model/unet/diffusion_pytorch_model.safetensors");
+    std::int64_t base_numel = 0;
+    for (const auto& e : base.entries()) base_numel += c10::multiply_integers(e.shape);
+    QVERIFY2(h.numel * 10 < base_numel, qPrintable(QString("%1 adapter vs %2 base elements").arg(h.numel).arg(base_numel)));
+    const auto meta = checkpoint::open_checkpoint(zs::test::checkpoint_dir(events)).meta;
+    QVERIFY2(meta.contains("base_model") && meta["base_model"]["hash"].get<std::string>().size() >= 8, meta.dump().c_str());
+    QCOMPARE(meta["lora"]["rank"].get<int>(), 4);
+    QVERIFY(meta["lora"]["unet"].get<bool>() && meta["lora"]["text_encoders"].get<bool>());
+    // The log says what was adapted.
+    bool said = false;
+    for (const auto& e : events)
+      if (e["type"] == "log" && e["message"].get<std::string>().starts_with("LoRA: ")) said = true;
+    QVERIFY(said);
+  }
+
+  // Stop and resume equals a straight run; resuming at stage 3 (the base partitioned, gathered by
+  // the hooks) carries on from the same adapters; a changed base is refused, naming it.
+  void loraResumesAndRefusesAChangedBase() {
+    QTemporaryDir dir;
+    const auto cfg = zs::test::small_config({"training.method=lora", "lora.rank=4", "training.max_steps=8",
+                                             "sampling.every_n_steps=0", "checkpointing.every_n_steps=4",
+                                             "optimizer.lr=0.01", "launch.use_cpu=true"});
+    const std::string straight = dir.path().toStdString() + "/straight";
+    train_run(cfg, straight);
+    const auto want = zs::test::losses(zs::test::read_events(straight));
+    QCOMPARE(want.size(), std::size_t{8});
+
+    // The same run stopped after step 4 (its checkpoint), resumed at stage 3.
+    const std::string resumed = dir.path().toStdString() + "/resumed";
+    auto first = cfg;
+    first.training.max_steps = 4;
+    train_run(first, resumed);
+    auto stage3 = cfg;
+    stage3.zero.stage = 3;
+    train_run(stage3, resumed, "latest");
+    const auto got = zs::test::losses(zs::test::read_events(resumed));
+    QCOMPARE(got.size(), want.size());
+    for (std::size_t i = 0; i < want.size(); ++i)
+      QVERIFY2(std::abs(got[i] - want[i]) <= 1e-5 * std::abs(want[i]),
+               qPrintable(QString("step %1: %2 vs %3").arg(i + 1).arg(got[i]).arg(want[i])));
+
+    // Another base under the same path: the resume is refused and says which base.
+    const std::string base_file = resumed + "/model/unet/diffusion_pytorch_model.safetensors";
+    {
+      const io::SafetensorsReader reader(base_file);
+      std::vector<std::pair<std::string, at::Tensor>> tensors;
+      for (const auto& e : reader.entries()) tensors.emplace_back(e.name, reader.tensor(e.name).clone());
+      tensors.front().second.add_(1.0);
+      io::write_safetensors(base_file, tensors, {{"format", "pt"}});
+    }
+    auto more = cfg;
+    more.training.max_steps = 10;
+    try {
+      train_run(more, resumed, "latest");
+      QFAIL("resumed onto a changed base");
+    } catch (const Error& e) {
+      const QString what = e.what();
+      QVERIFY2(what.contains("base model") && what.contains(QString::fromStdString(resumed + "/model")) &&
+                   what.contains("has changed"),
+               e.what());
+    }
+  }
+
+  // A pipeline: LoRA on the UNet with its text encoder trained in full (its own learning rate);
+  // the trained encoder's outputs are not cached.
+  void pipelineLoraWithAFullTextEncoder() {
+    ZS_REQUIRE_SHARED();
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString() + "/run";
+    const auto cfg = zs::test::small_config(
+        {"model.path=" + zs::test::fixture_path("sd15-tiny"), "model.prediction_type=epsilon", "data.resolution=32",
+         "training.method=lora", "training.train_text_encoder=full", "optimizer.text_encoder_lr=0.0005",
+         "training.max_steps=3", "sampling.every_n_steps=3", "checkpointing.every_n_steps=3", "ema.enabled=false",
+         "data.cache_text_embeddings=true", "data.latent_cache_dir=" + dir.path().toStdString() + "/cache"});
+    train_run(cfg, run);
+    const auto events = zs::test::read_events(run);
+    const Held h = held(zs::test::checkpoint_dir(events));
+    QCOMPARE(h.units, (std::set<std::string>{"lora_unet", "text_encoder"}));
+    QVERIFY(h.names.contains("text_encoder.text_model.final_layer_norm.weight"));
+    for (const auto& name : h.names)
+      if (name.starts_with("unet.")) QVERIFY2(is_adapter(name), name.c_str());
+    for (const auto& e : events)
+      if (e["type"] == "log")
+        QVERIFY2(!e["message"].get<std::string>().starts_with("text-embedding cache"), e.dump().c_str());
+    QVERIFY(fs::exists(run + "/samples/step_3/grid.png"));
+  }
+
+  // SDXL: text-encoder LoRA adapts both encoders (their own units) beside a fully trained UNet.
+  void sdxlTextEncoderLoraAdaptsBoth() {
+    ZS_REQUIRE_SHARED();
+    QTemporaryDir dir;
+    const std::string model = dir.path().toStdString() + "/tiny-sdxl";
+    fs::create_directories(model);
+    zs::test::write_tiny_sdxl(model);
+    const std::string run = dir.path().toStdString() + "/run";
+    const auto cfg = zs::test::small_config({"model.path=" + model, "model.prediction_type=epsilon", "data.resolution=32",
+                                             "training.train_text_encoder=lora", "lora.rank=2", "training.max_steps=2",
+                                             "sampling.every_n_steps=0", "checkpointing.every_n_steps=2",
+                                             "ema.enabled=false"});
+    train_run(cfg, run);
+    const Held h = held(zs::test::checkpoint_dir(zs::test::read_events(run)));
+    QVERIFY(h.units.contains("lora_text_encoder") && h.units.contains("lora_text_encoder_2"));
+    bool unet = false, one = false, two = false;
+    for (const auto& name : h.names) {
+      if (name.starts_with("unet.")) unet |= !is_adapter(name);
+      one |= name.starts_with("text_encoder.") && is_adapter(name);
+      two |= name.starts_with("text_encoder_2.") && is_adapter(name);
+    }
+    QVERIFY(unet && one && two);
+  }
+};
+
+ZS_TEST_MAIN(TestLoraE2E);
+#include "tst_lora_e2e.moc"
