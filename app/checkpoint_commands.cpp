@@ -38,21 +38,31 @@ const CommandSpec kCheckpoints{
     1, 1};
 
 const CommandSpec kExport{
-    "export", "CHECKPOINT --format diffusers|single-file|safetensors [--dtype fp16|bf16|fp32] [--ema] -o OUT",
+    "export",
+    "CHECKPOINT --format diffusers|single-file|safetensors|lora-kohya|lora-diffusers [--merge] "
+    "[--dtype fp16|bf16|fp32] [--ema] -o OUT",
     "Consolidate a sharded checkpoint for other tools.",
     "The shards are read one tensor at a time and written as they come, so memory stays near the\n"
     "largest tensor (plus the checkpoint's index), whatever the model's size or the number of\n"
     "ranks that saved it. No training world is started.\n"
-    "  safetensors  OUT is a file: the UNet under diffusers' names, with __metadata__ (step,\n"
-    "               config hash, which weights).\n"
-    "  diffusers    OUT is a new folder: unet/ (config.json, diffusion_pytorch_model.safetensors),\n"
-    "               text_encoder/, and the run's scheduler/ and tokenizer/.\n"
-    "  single-file  OUT is a file in the original Stable Diffusion layout (model.diffusion_model.*,\n"
-    "               cond_stage_model.transformer.*), as A1111 and ComfyUI load it.",
-    {{"format", "FORMAT", "diffusers, single-file or safetensors"},
-     {"dtype", "DTYPE", "fp16, bf16 or fp32 (default fp32, as stored)"},
+    "  safetensors     OUT is a file: the UNet under diffusers' names, with __metadata__ (step,\n"
+    "                  config hash, which weights).\n"
+    "  diffusers       OUT is a new folder: unet/ (config.json, diffusion_pytorch_model.safetensors),\n"
+    "                  text_encoder/, and the run's scheduler/ and tokenizer/.\n"
+    "  single-file     OUT is a file in the original Stable Diffusion layout (model.diffusion_model.*,\n"
+    "                  cond_stage_model.transformer.*), as A1111 and ComfyUI load it.\n"
+    "  lora-kohya      OUT is a file: a LoRA checkpoint's adapters as kohya's sd-scripts write them\n"
+    "                  (lora_unet_*/lora_te_*, .lora_down/.lora_up/.alpha, ss_* metadata), which\n"
+    "                  A1111 and ComfyUI load. fp16 unless --dtype says otherwise.\n"
+    "  lora-diffusers  OUT is a file: pytorch_lora_weights.safetensors as diffusers'\n"
+    "                  load_lora_weights reads it (unet./text_encoder. lora_A/lora_B).\n"
+    "A LoRA checkpoint holds adapters, not full weights: the first three formats need --merge,\n"
+    "which writes the base model's weights with the adapters merged in (scale alpha/rank).",
+    {{"format", "FORMAT", "diffusers, single-file, safetensors, lora-kohya or lora-diffusers"},
+     {"merge", "", "LoRA checkpoints: full weights with the adapters merged into the base"},
+     {"dtype", "DTYPE", "fp16, bf16 or fp32 (default fp32, as stored; LoRA files fp16)"},
      {"ema", "", "Export the EMA weights"},
-     {"output", "OUT", "Output file (safetensors) or folder (diffusers)", false, "o"}},
+     {"output", "OUT", "Output file (safetensors, single-file, LoRA) or folder (diffusers)", false, "o"}},
     1, 1};
 
 std::string local_time(double unix_seconds) {
@@ -124,17 +134,21 @@ int run_export_command(const std::vector<std::string>& args) {
     std::cout << kExport.help();
     return 0;
   }
-  if (!a.has("format")) throw UsageError("export needs --format diffusers|single-file|safetensors");
-  if (!a.has("output")) throw UsageError("export needs -o OUT (a file for safetensors, a new folder for diffusers)");
+  if (!a.has("format")) throw UsageError("export needs --format diffusers|single-file|safetensors|lora-kohya|lora-diffusers");
+  if (!a.has("output")) throw UsageError("export needs -o OUT (a file, or a new folder for diffusers)");
   checkpoint::ExportOptions o;
   o.format = a.get("format");
-  if (o.format != "diffusers" && o.format != "safetensors" && o.format != "single-file")
-    throw UsageError("--format " + o.format + " is not one of diffusers, single-file, safetensors");
-  o.dtype = export_dtype(a.get("dtype", "fp32"));
+  const bool lora_file = o.format == "lora-kohya" || o.format == "lora-diffusers";
+  if (o.format != "diffusers" && o.format != "safetensors" && o.format != "single-file" && !lora_file)
+    throw UsageError("--format " + o.format + " is not one of diffusers, single-file, safetensors, lora-kohya, lora-diffusers");
+  o.merge = a.has("merge");
+  if (o.merge && lora_file) throw UsageError("--merge writes full weights: use it with diffusers, single-file or safetensors");
+  o.dtype = export_dtype(a.get("dtype", lora_file ? "fp16" : "fp32"));
   o.ema = a.has("ema");
   o.progress = export_progress("exporting");
   const auto r = checkpoint::export_checkpoint(a.positional()[0], a.get("output"), o);
   for (const auto& f : r.files) std::printf("wrote %s\n", f.c_str());
+  for (const auto& n : r.notes) std::printf("note: %s\n", n.c_str());
   std::printf("%zu tensors, %.1f MB\n", r.tensors, static_cast<double>(r.bytes) / 1e6);
   return 0;
 }

@@ -4,7 +4,6 @@
 #include <fstream>
 
 #include <ATen/ATen.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <nlohmann/json.hpp>
 
 #include "config/config_loader.h"
@@ -22,13 +21,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::string fixture_path(const std::string& rel) { return fixture(QString::fromStdString(rel)); }
-
-MetaTensorScope::MetaTensorScope()
-    : saved_(std::make_unique<c10::impl::ForceDispatchKeyGuard>(c10::impl::tls_local_dispatch_key_set())) {
-  c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::Meta, true);
-}
-
-MetaTensorScope::~MetaTensorScope() = default;  // the saved guard puts the thread's keys back
 
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();

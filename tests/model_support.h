@@ -8,6 +8,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/meta_tensors.h"
+
 namespace at {
 class Tensor;
 }
@@ -21,28 +23,10 @@ struct ClipTextConfig;
 class UNet2DConditionModelImpl;
 }
 
-namespace c10::impl {
-struct ForceDispatchKeyGuard;
-}
-
 namespace zs::test {
 
-/// While alive, new tensors of this thread are meta tensors (shapes only: full-size SD 1.5 and
-/// SDXL modules are built without touching memory), and on destruction the thread's dispatch
-/// keys are restored exactly. c10's IncludeDispatchKeyGuard does not: removing Meta from a key
-/// set clears only its functionality bit (LibTorch 1.13's note "Removing keys from
-/// DispatchKeySet only affects functionality keys"), so the Meta backend bit stayed and every
-/// later CPU operation of the thread dispatched to Meta kernels (`item()` threw).
-class MetaTensorScope {
- public:
-  MetaTensorScope();
-  ~MetaTensorScope();
-  MetaTensorScope(const MetaTensorScope&) = delete;
-  MetaTensorScope& operator=(const MetaTensorScope&) = delete;
-
- private:
-  std::unique_ptr<c10::impl::ForceDispatchKeyGuard> saved_;
-};
+/// Shapes-only model building (engine/core/meta_tensors.h).
+using MetaTensorScope = zs::MetaTensorScope;
 
 /// `rel` under ../shared/fixtures.
 std::string fixture_path(const std::string& rel);

@@ -4,6 +4,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 
 #include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
@@ -11,6 +13,8 @@
 #include <ATen/ATen.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/export_sources.h"
+#include "checkpoint/lora_export.h"
 #include "checkpoint/sharded_state.h"
 #include "models/single_file_names.h"
 #include "core/error.h"
@@ -39,22 +43,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// (name in the checkpoint, name in the output file) for the parameters starting with `prefix`.
-using Renames = std::vector<std::pair<std::string, std::string>>;
-
-Renames strip_prefix(const ShardReader& shards, const std::string& prefix, const std::string& new_prefix = "") {
-  Renames out;
-  for (const auto& name : shards.parameter_names())
-    if (name.rfind(prefix, 0) == 0) out.emplace_back(name, new_prefix + name.substr(prefix.size()));
-  return out;
-}
-
-/// A tensor from elsewhere (an untouched pipeline component), read when its turn comes.
-struct Extra {
-  std::string name;
-  std::vector<std::int64_t> shape;
-  std::function<at::Tensor()> read;
-};
+using Extra = ExportTensor;
 
 /// Streams `tensors` into `path` one at a time, converted to the export dtype.
 std::int64_t stream_extras(const std::vector<Extra>& tensors, const std::string& path, const ExportOptions& o,
@@ -73,20 +62,40 @@ std::int64_t stream_extras(const std::vector<Extra>& tensors, const std::string&
   return static_cast<std::int64_t>(fs::file_size(path));
 }
 
-/// Streams `renames` (consolidated from the shards), then `extras`, into `path`.
-std::int64_t stream_tensors(const ShardReader& shards, const Renames& renames, const std::string& kind,
-                            const std::string& path, const ExportOptions& o,
-                            const std::map<std::string, std::string>& metadata, std::size_t& done, std::size_t total,
-                            const std::vector<Extra>& extras = {}) {
-  if (renames.empty()) throw Error(ErrorKind::checkpoint, path + ": nothing to export");
-  std::map<std::string, std::vector<std::int64_t>> shapes;
-  for (const auto& u : shards.units())
-    for (const auto& p : u.params) shapes[p.name] = p.shape;
-  std::vector<Extra> all;
-  for (const auto& [from, to] : renames)
-    all.push_back({to, shapes.at(from), [&shards, from = from, &kind] { return shards.parameter(from, kind); }});
-  all.insert(all.end(), extras.begin(), extras.end());
-  return stream_extras(all, path, o, metadata, done, total);
+/// `tensors` renamed by `rename` (name -> new name).
+ExportTensors renamed(ExportTensors tensors, const std::function<std::string(const std::string&)>& rename) {
+  for (auto& t : tensors) t.name = rename(t.name);
+  return tensors;
+}
+
+/// A text encoder's tensors (transformers names) under the single-file names: SD 1.x's under
+/// cond_stage_model.transformer., SDXL's first under conditioner.embedders.0.transformer., its
+/// second (CLIPTextModelWithProjection) in OpenCLIP's layout (q, k, v fused into in_proj, the
+/// projection transposed).
+ExportTensors single_file_text_encoder(const std::string& component, bool xl, const ExportTensors& hf) {
+  if (component == "text_encoder")
+    return renamed(hf, [xl](const std::string& n) { return (xl ? kSingleFileXLTextEncoder : kSingleFileTextEncoder) + n; });
+  std::map<std::string, const ExportTensor*> by_name;
+  std::vector<std::string> names;
+  for (const auto& t : hf) {
+    by_name[t.name] = &t;
+    names.push_back(t.name);
+  }
+  ExportTensors out;
+  for (const auto& t : models::open_clip_text_names(names)) {
+    std::vector<std::int64_t> shape = by_name.at(t.parts[0])->shape;
+    if (t.parts.size() > 1) shape[0] *= static_cast<std::int64_t>(t.parts.size());
+    if (t.transposed) std::swap(shape[0], shape[1]);
+    std::vector<std::function<at::Tensor()>> reads;
+    for (const auto& p : t.parts) reads.push_back(by_name.at(p)->read);
+    out.push_back({kSingleFileXLTextEncoder2 + t.name, shape, [reads, transposed = t.transposed] {
+                     std::vector<at::Tensor> parts;
+                     for (const auto& r : reads) parts.push_back(r());
+                     const at::Tensor x = parts.size() > 1 ? at::cat(parts, 0) : parts[0];
+                     return transposed ? x.t().contiguous() : x;
+                   }});
+  }
+  return out;
 }
 
 void copy_folder(const fs::path& from, const fs::path& to) {
@@ -103,19 +112,25 @@ const io::SafetensorsReader* keep_open(std::vector<std::unique_ptr<io::Safetenso
   return sources.back().get();
 }
 
-/// The frozen components of the model a run was trained from, under their single-file names:
-/// a single file's own non-UNet tensors as they are; a diffusers folder's VAE, text encoder
-/// (SDXL: under conditioner.embedders.0) and SDXL's OpenCLIP text encoder 2 renamed (q, k, v
-/// fused into in_proj, the projection transposed). Readers stay alive in `sources`.
-std::vector<Extra> frozen_single_file_tensors(const std::string& source,
+/// The frozen components of the model a run was trained from, under their single-file names,
+/// leaving out the text encoders in `own` (the export writes those itself): a single file's own
+/// VAE and text-encoder tensors as they are; a diffusers folder's VAE renamed and its text
+/// encoders as single_file_text_encoder names them. Readers stay alive in `sources`.
+std::vector<Extra> frozen_single_file_tensors(const std::string& source, const std::set<std::string>& own,
                                               std::vector<std::unique_ptr<io::SafetensorsReader>>& sources) {
   std::vector<Extra> extras;
   auto open = [&](const std::string& file) { return keep_open(sources, file); };
   if (models::is_single_file(source)) {
     const io::SafetensorsReader* reader = open(source);
+    std::vector<std::string> prefixes = {kSingleFileVae};
+    if (!own.contains("text_encoder")) {
+      prefixes.push_back("cond_stage_model.");
+      prefixes.push_back("conditioner.embedders.0.");
+    }
+    if (!own.contains("text_encoder_2")) prefixes.push_back("conditioner.embedders.1.");
     for (const auto& e : reader->entries())
-      for (const char* prefix : {kSingleFileVae, "cond_stage_model.", "conditioner."})
-        if (e.name.rfind(prefix, 0) == 0)
+      for (const auto& prefix : prefixes)
+        if (e.name.starts_with(prefix))
           extras.push_back({e.name, e.shape, [reader, name = e.name] { return reader->tensor(name); }});
     return extras;
   }
@@ -134,33 +149,14 @@ std::vector<Extra> frozen_single_file_tensors(const std::string& source,
     }
   }
   const bool xl = pipeline.has("text_encoder_2");
-  for (const auto& file : pipeline.weight_files("text_encoder")) {
-    const io::SafetensorsReader* reader = open(file);
-    for (const auto& e : reader->entries())
-      extras.push_back({(xl ? kSingleFileXLTextEncoder : kSingleFileTextEncoder) + e.name, e.shape,
-                        [reader, name = e.name] { return reader->tensor(name); }});
-  }
-  if (!xl) return extras;
-  // OpenCLIP's layout for encoder 2: its tensors may sit in any of the shards.
-  std::map<std::string, std::pair<const io::SafetensorsReader*, std::vector<std::int64_t>>> where;
-  std::vector<std::string> names;
-  for (const auto& file : pipeline.weight_files("text_encoder_2")) {
-    const io::SafetensorsReader* reader = open(file);
-    for (const auto& e : reader->entries()) {
-      where[e.name] = {reader, e.shape};
-      names.push_back(e.name);
+  for (const std::string component : {"text_encoder", "text_encoder_2"}) {
+    if (own.contains(component) || !pipeline.has(component)) continue;
+    ExportTensors hf;
+    for (const auto& file : pipeline.weight_files(component)) {
+      const io::SafetensorsReader* reader = open(file);
+      for (const auto& e : reader->entries()) hf.push_back({e.name, e.shape, [reader, name = e.name] { return reader->tensor(name); }});
     }
-  }
-  for (const auto& t : models::open_clip_text_names(names)) {
-    std::vector<std::int64_t> shape = where.at(t.parts[0]).second;
-    if (t.parts.size() > 1) shape[0] *= static_cast<std::int64_t>(t.parts.size());
-    if (t.transposed) std::swap(shape[0], shape[1]);
-    extras.push_back({kSingleFileXLTextEncoder2 + t.name, shape, [t, where] {
-                        std::vector<at::Tensor> parts;
-                        for (const auto& p : t.parts) parts.push_back(where.at(p).first->tensor(p));
-                        const at::Tensor x = parts.size() > 1 ? at::cat(parts, 0) : parts[0];
-                        return t.transposed ? x.t().contiguous() : x;
-                      }});
+    for (auto& t : single_file_text_encoder(component, xl, hf)) extras.push_back(std::move(t));
   }
   return extras;
 }
@@ -169,8 +165,8 @@ std::vector<Extra> frozen_single_file_tensors(const std::string& source,
 /// text_encoder/ (SDXL: text_encoder_2/), the tokenizers from its companion folder, scheduler/
 /// and model_index.json with the run's prediction type. The file's UNet is not read (the
 /// checkpoint's is exported).
-void write_single_file_components(const models::PipelineRef& ref, const fs::path& root, const ExportOptions& o,
-                                  ExportResult& r) {
+void write_single_file_components(const models::PipelineRef& ref, const std::set<std::string>& own,
+                                  const fs::path& root, const ExportOptions& o, ExportResult& r) {
   const std::string& config_path = ref.config_path;
   const auto file = models::SingleFileModel::open(ref.path, config_path);
   const bool xl = file.has("text_encoder_2");
@@ -190,8 +186,17 @@ void write_single_file_components(const models::PipelineRef& ref, const fs::path
   };
   const auto vae = file.load_vae();
   component("vae", *vae, vae->config().to_json(), "diffusion_pytorch_model.safetensors");
-  const auto text_encoder = file.load_text_encoder("text_encoder");
-  component("text_encoder", *text_encoder, text_encoder->config().to_json(), "model.safetensors");
+  // A text encoder the export writes itself (trained, or with adapters merged) gets its config here.
+  auto text_encoder = [&](const std::string& name, const models::ClipTextConfig& config) {
+    if (own.contains(name)) {
+      fs::create_directories(root / name);
+      io::write_file_atomic((root / name / "config.json").string(), config.to_json().dump(2) + "\n");
+      return;
+    }
+    const auto encoder = file.load_text_encoder(name);
+    component(name, *encoder, encoder->config().to_json(), "model.safetensors");
+  };
+  text_encoder("text_encoder", file.info().text_encoder);
   // The tokenizer files as the companion folder has them (SDXL's second pads with "!").
   auto tokenizer = [&](const std::string& name) {
     const fs::path from = models::companion_tokenizer_dir(config_path, name);
@@ -203,8 +208,7 @@ void write_single_file_components(const models::PipelineRef& ref, const fs::path
   };
   tokenizer("tokenizer");
   if (xl) {
-    const auto text_encoder_2 = file.load_text_encoder("text_encoder_2");
-    component("text_encoder_2", *text_encoder_2, text_encoder_2->config().to_json(), "model.safetensors");
+    text_encoder("text_encoder_2", file.info().text_encoder_2);
     tokenizer("tokenizer_2");
     index["text_encoder_2"] = {"transformers", "CLIPTextModelWithProjection"};
     index["tokenizer_2"] = {"transformers", "CLIPTokenizer"};
@@ -226,54 +230,93 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
   const std::string kind = o.ema ? "ema" : "weights";
   if (o.ema && !shards.has("ema"))
     throw Error(ErrorKind::checkpoint, checkpoint + ": has no EMA weights (the run had ema.enabled: false); drop --ema");
-  std::size_t total = 0, done = 0;
-  for (const auto& u : shards.units()) total += u.params.size();
+  const fs::path model_dir = fs::path(without_trailing_slash(checkpoint)).parent_path().parent_path() / "model";
+  const bool lora = is_lora_checkpoint(info.meta);
+  if (o.format == "lora-kohya" || o.format == "lora-diffusers") {
+    if (!lora)
+      throw Error(ErrorKind::config, checkpoint + ": holds no LoRA adapters (the run trained the full model); export "
+                                                  "--format diffusers, single-file or safetensors");
+    return export_lora_file(info, shards, model_dir.string(), out, o);
+  }
+  if (o.format != "safetensors" && o.format != "single-file" && o.format != "diffusers")
+    throw Error(ErrorKind::config, "export format '" + o.format +
+                                       "' does not exist (diffusers, single-file, safetensors, lora-kohya, lora-diffusers)");
+  if (lora && !o.merge)
+    throw Error(ErrorKind::config, checkpoint + ": holds LoRA adapters, not full weights; export --format lora-kohya or "
+                                                "lora-diffusers for the adapters, or add --merge for full weights with "
+                                                "them merged into the base model");
+  if (!lora && o.merge)
+    throw Error(ErrorKind::config, checkpoint + ": holds no LoRA adapters to merge; drop --merge");
+
+  // The weights, part by part, under diffusers/transformers names: the checkpoint's trained
+  // tensors, or (LoRA) the base's with the adapters merged. `own` text encoders are written here;
+  // a pipeline's other components come from the pipeline.
+  const CheckpointAdapters adapters = lora ? read_checkpoint_adapters(shards, info.meta, kind) : CheckpointAdapters{};
+  auto adapters_of = [&](const std::string& c) { return adapters.contains(c) ? adapters.at(c) : ComponentAdapters{}; };
+  // Where the checkpoint leaves parts out (adapters; a preset's frozen text encoder), the base has them.
+  std::optional<BaseModel> base;
+  if (lora || info.meta.contains("base_model")) base.emplace(model_dir.string());
+  const ExportTensors unet = adapters.contains("unet") ? base->unet(adapters.at("unet")) : shard_tensors(shards, "unet.", kind);
+  std::map<std::string, ExportTensors> text_encoders;
+  for (const std::string component : {"text_encoder", "text_encoder_2"}) {
+    ExportTensors t = shard_tensors(shards, component + ".", kind);
+    if (t.empty() && base && (adapters.contains(component) || base->preset())) t = base->text_encoder(component, adapters_of(component));
+    if (!t.empty()) text_encoders[component] = std::move(t);
+  }
+  std::set<std::string> own;
+  for (const auto& [component, t] : text_encoders) own.insert(component);
+
+  std::size_t total = unet.size(), done = 0;
+  for (const auto& [component, t] : text_encoders) total += t.size();
   const std::map<std::string, std::string> metadata = {{"format", "pt"},
                                                       {"producer", "zerostudio"},
                                                       {"step", std::to_string(info.step)},
                                                       {"config_hash", info.meta.value("config_hash", "")},
-                                                      {"weights", kind}};
+                                                      {"weights", kind + (lora ? "+merged lora" : "")}};
   ExportResult r;
-  const fs::path model_dir = fs::path(without_trailing_slash(checkpoint)).parent_path().parent_path() / "model";
-  if (o.format == "safetensors" || o.format == "single-file") {
+  const models::PipelineRef ref = models::DiffusionModel::pipeline_of(model_dir.string());
+  const std::string& source = ref.path;
+  if (o.format == "safetensors") {
     if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
-    Renames renames;
-    if (o.format == "safetensors") {
-      renames = strip_prefix(shards, "unet.");
-    } else {
-      // The original SD layout: UNet blocks renumbered, the text encoder under cond_stage_model.
-      const auto unet_config = models::UNetConfig::from_file((model_dir / "unet" / "config.json").string());
-      const Renames unet = strip_prefix(shards, "unet.");
-      std::vector<std::string> names;
-      for (const auto& [from, to] : unet) names.push_back(to);
-      const auto ldm = single_file_unet_names(names, static_cast<int>(unet_config.layers_per_block));
-      for (std::size_t i = 0; i < unet.size(); ++i) renames.emplace_back(unet[i].first, kSingleFileUNet + ldm[i].second);
-      for (auto& r : strip_prefix(shards, "text_encoder.", kSingleFileTextEncoder)) renames.push_back(r);
-    }
-    // A run trained from a pipeline: the untouched VAE and text encoders join the file from there.
-    std::vector<std::unique_ptr<io::SafetensorsReader>> sources;
-    std::vector<Extra> extras;
-    const std::string source = o.format == "single-file" ? models::DiffusionModel::pipeline_of(model_dir.string()).path : "";
-    if (!source.empty()) extras = frozen_single_file_tensors(source, sources);
-    r.bytes += stream_tensors(shards, renames, kind, out, o, metadata, done, renames.size() + extras.size(), extras);
+    r.bytes += stream_extras(unet, out, o, metadata, done, unet.size());
     r.files.push_back(out);
-  } else if (o.format == "diffusers") {
+  } else if (o.format == "single-file") {
+    // The original SD layout: UNet blocks renumbered, the text encoders under their LDM names, and
+    // a pipeline's untouched VAE and text encoders from there.
+    if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
+    const auto unet_config = models::UNetConfig::from_file((model_dir / "unet" / "config.json").string());
+    std::vector<std::string> names;
+    for (const auto& t : unet) names.push_back(t.name);
+    const auto ldm = single_file_unet_names(names, static_cast<int>(unet_config.layers_per_block));
+    ExportTensors all = unet;
+    for (std::size_t i = 0; i < all.size(); ++i) all[i].name = kSingleFileUNet + ldm[i].second;
+    const bool xl = !unet_config.addition_embed_type.empty();
+    for (const auto& [component, t] : text_encoders)
+      for (auto& e : single_file_text_encoder(component, xl, t)) all.push_back(std::move(e));
+    std::vector<std::unique_ptr<io::SafetensorsReader>> sources;
+    if (!source.empty())
+      for (auto& e : frozen_single_file_tensors(source, own, sources)) all.push_back(std::move(e));
+    r.bytes += stream_extras(all, out, o, metadata, done, all.size());
+    r.files.push_back(out);
+  } else {
     std::error_code ec;
     if (fs::exists(out) && !fs::is_empty(out, ec))
       throw Error(ErrorKind::io, out + ": exists and is not empty; choose a new folder for the export");
     const fs::path root(out);
-    const models::PipelineRef ref = models::DiffusionModel::pipeline_of(model_dir.string());
-    const std::string& source = ref.path;
     if (!source.empty() && models::is_single_file(source)) {
-      write_single_file_components(ref, root, o, r);
+      write_single_file_components(ref, own, root, o, r);
     } else if (!source.empty()) {
-      // Trained from a diffusers pipeline: every untouched component (VAE, text encoder,
-      // tokenizer, scheduler, model_index.json, …) comes from it, beside the trained UNet.
+      // Trained from a diffusers pipeline: every untouched component (VAE, frozen text encoders,
+      // tokenizers, scheduler, model_index.json, …) comes from it, beside the trained ones.
       fs::create_directories(root);
       for (const auto& entry : fs::directory_iterator(source)) {
-        if (entry.path().filename() == "unet") continue;
-        if (entry.is_directory()) copy_folder(entry.path(), root / entry.path().filename());
-        else fs::copy_file(entry.path(), root / entry.path().filename(), fs::copy_options::overwrite_existing);
+        const std::string name = entry.path().filename().string();
+        if (name == "unet") continue;
+        if (entry.is_directory()) copy_folder(entry.path(), root / name);
+        else fs::copy_file(entry.path(), root / name, fs::copy_options::overwrite_existing);
+        if (own.contains(name))  // its weights are written below; its config stays
+          for (const auto& f : fs::directory_iterator(root / name))
+            if (f.path().extension() != ".json" || f.path().filename().string().ends_with(".index.json")) fs::remove(f.path());
       }
       // The scheduler as the pipeline has it, but with what the run trained to predict.
       const std::string scheduler = (root / "scheduler" / "scheduler_config.json").string();
@@ -284,26 +327,27 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
           io::write_file_atomic(scheduler, j.dump(2) + "\n");
         }
       }
+    } else {
+      // A preset model: its text encoder's config, the run's scheduler and tokenizer.
+      for (const auto& [component, t] : text_encoders) {
+        fs::create_directories(root / component);
+        fs::copy_file(model_dir / component / "config.json", root / component / "config.json",
+                      fs::copy_options::overwrite_existing, ec);
+      }
+      copy_folder(model_dir / "scheduler", root / "scheduler");
+      copy_folder(model_dir / "tokenizer", root / "tokenizer");
     }
     fs::create_directories(root / "unet");
     fs::copy_file(model_dir / "unet" / "config.json", root / "unet" / "config.json", fs::copy_options::overwrite_existing, ec);
     if (ec) throw Error(ErrorKind::io, (model_dir / "unet" / "config.json").string() + ": cannot copy: " + ec.message());
     const std::string unet_file = (root / "unet" / "diffusion_pytorch_model.safetensors").string();
-    r.bytes += stream_tensors(shards, strip_prefix(shards, "unet."), kind, unet_file, o, metadata, done, total);
+    r.bytes += stream_extras(unet, unet_file, o, metadata, done, total);
     r.files.push_back(unet_file);
-    if (source.empty()) {
-      // A preset model: its trained text encoder and the run's scheduler and tokenizer.
-      fs::create_directories(root / "text_encoder");
-      fs::copy_file(model_dir / "text_encoder" / "config.json", root / "text_encoder" / "config.json",
-                    fs::copy_options::overwrite_existing, ec);
-      const std::string text_file = (root / "text_encoder" / "model.safetensors").string();
-      r.bytes += stream_tensors(shards, strip_prefix(shards, "text_encoder."), kind, text_file, o, metadata, done, total);
-      copy_folder(model_dir / "scheduler", root / "scheduler");
-      copy_folder(model_dir / "tokenizer", root / "tokenizer");
-      r.files.push_back(text_file);
+    for (const auto& [component, t] : text_encoders) {
+      const std::string file = (root / component / "model.safetensors").string();
+      r.bytes += stream_extras(t, file, o, metadata, done, total);
+      r.files.push_back(file);
     }
-  } else {
-    throw Error(ErrorKind::config, "export format '" + o.format + "' does not exist (diffusers, single-file, safetensors)");
   }
   r.tensors = done;
   return r;
@@ -323,7 +367,7 @@ ExportResult convert_to_single_file(const std::string& pipeline_dir, const std::
       tensors.push_back({kSingleFileUNet + ldm[i].second, reader->entries()[i].shape,
                          [reader, from = ldm[i].first] { return reader->tensor(from); }});
   }
-  for (auto& e : frozen_single_file_tensors(pipeline_dir, sources)) tensors.push_back(std::move(e));
+  for (auto& e : frozen_single_file_tensors(pipeline_dir, {}, sources)) tensors.push_back(std::move(e));
   if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
   ExportResult r;
   r.bytes = stream_extras(tensors, out, o, {{"format", "pt"}, {"producer", "zerostudio"}}, r.tensors, tensors.size());

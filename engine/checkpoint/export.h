@@ -7,6 +7,8 @@
 //                the LDM block numbering, first_stage_model.* for the VAE,
 //                cond_stage_model.transformer.* for the text encoder; SDXL:
 //                conditioner.embedders.0/1.*), as A1111 and ComfyUI load it.
+//   lora-kohya, lora-diffusers: a LoRA checkpoint's adapters as one file (checkpoint/lora_file.h);
+//                full-weight formats of a LoRA checkpoint need `merge`.
 //   diffusers:   a folder diffusers reads: unet/config.json + unet/diffusion_pytorch_model.safetensors,
 //                text_encoder/config.json + text_encoder/model.safetensors, and the run's
 //                scheduler/ and tokenizer/ folders copied.
@@ -22,8 +24,15 @@
 namespace zs::checkpoint {
 
 struct ExportOptions {
-  std::string format = "safetensors";      ///< safetensors | single-file | diffusers
-  std::optional<at::ScalarType> dtype;     ///< fp16 / bf16 / fp32; unset: as stored (fp32)
+  /// safetensors | single-file | diffusers (full weights), lora-kohya | lora-diffusers (a LoRA
+  /// checkpoint's adapters as one file: checkpoint/lora_file.h)
+  std::string format = "safetensors";
+  /// fp16 / bf16 / fp32; unset: as stored (fp32), and for LoRA files fp16 (sd-scripts'
+  /// --save_precision fp16)
+  std::optional<at::ScalarType> dtype;
+  /// A LoRA checkpoint in a full-weight format: the base model's weights with the adapters merged
+  /// in (W + alpha/rank · up·down), streamed like the others.
+  bool merge = false;
   bool ema = false;                        ///< the EMA weights instead of the trained ones
   /// Called after each tensor: (tensors written, tensors in all).
   std::function<void(std::size_t, std::size_t)> progress;
@@ -34,6 +43,7 @@ struct ExportOptions {
 
 struct ExportResult {
   std::vector<std::string> files;  ///< what was written
+  std::vector<std::string> notes;  ///< what the user should know about it (e.g. what a LoRA file cannot hold)
   std::size_t tensors = 0;
   std::int64_t bytes = 0;
 };

@@ -34,16 +34,21 @@ std::string python_float(double v) {
   }
 }
 
-/// The key stem of every layer of one part in one format, in layer order.
+/// The key stem of each of `paths` (layers of one part) in one format, in their order.
+std::vector<std::string> lora_stems(models::LoraPart part, std::vector<std::string> paths,
+                                    const models::UNetConfig& unet, LoraFileFormat format, bool sdxl) {
+  if (format == LoraFileFormat::kohya) return models::kohya_lora_stems(part, sdxl, paths, unet);
+  const std::string component = models::diffusers_lora_component(part);
+  for (auto& p : paths) p = component + "." + p;
+  return paths;
+}
+
 std::vector<std::string> lora_stems(const LoraModelPart& part, const std::vector<models::LoraLayer>& layers,
                                     const models::UNetConfig& unet, LoraFileFormat format, bool sdxl) {
   std::vector<std::string> paths;
   paths.reserve(layers.size());
   for (const auto& l : layers) paths.push_back(l.name);
-  if (format == LoraFileFormat::kohya) return models::kohya_lora_stems(part.part, sdxl, paths, unet);
-  const std::string component = models::diffusers_lora_component(part.part);
-  for (auto& p : paths) p = component + "." + p;
-  return paths;
+  return lora_stems(part.part, std::move(paths), unet, format, sdxl);
 }
 
 /// The format of an open LoRA file, from its first adapter key.
@@ -57,30 +62,52 @@ LoraFileFormat format_of(const io::SafetensorsReader& reader) {
 
 }  // namespace
 
+std::vector<LoraFileLayer> lora_file_layers(const std::vector<LoraModelPart>& parts) {
+  std::vector<LoraFileLayer> out;
+  for (const auto& part : parts)
+    for (const auto& l : models::lora_layers(*part.root)) out.push_back({part.part, l.name, l.adapter});
+  return out;
+}
+
 LoraFileContent lora_file_content(const std::vector<LoraModelPart>& parts, const models::UNetConfig& unet,
+                                  LoraFileFormat format, const LoraFileOptions& options) {
+  return lora_file_content(lora_file_layers(parts), unet, format, options);
+}
+
+LoraFileContent lora_file_content(const std::vector<LoraFileLayer>& layers, const models::UNetConfig& unet,
                                   LoraFileFormat format, const LoraFileOptions& options) {
   LoraFileContent file;
   std::int64_t rank = 0, conv_rank = 0;
   double alpha = 0, conv_alpha = 0;
   const auto stored = [&](const at::Tensor& t) { return t.detach().to(at::kCPU).to(options.dtype).contiguous(); };
-  for (const auto& part : parts) {
-    const std::vector<models::LoraLayer> layers = models::lora_layers(*part.root);
-    const std::vector<std::string> stems = lora_stems(part, layers, unet, format, options.sdxl);
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-      const models::LoraAdapter& a = *layers[i].adapter;
-      // A 3×3 convolution's adapter is LoCon's "conv_dim"; 1×1 convolutions and Linear layers
-      // are the network's dim (sd-scripts counts 1×1 convolutions with the Linear layers).
-      const bool conv3 = layers[i].conv && a.down.size(2) * a.down.size(3) > 1;
-      (conv3 ? conv_rank : rank) = a.rank();
-      (conv3 ? conv_alpha : alpha) = a.alpha;
-      if (format == LoraFileFormat::kohya) {
-        file.tensors.emplace_back(stems[i] + kKohyaDown, stored(a.down));
-        file.tensors.emplace_back(stems[i] + kKohyaUp, stored(a.up));
-        file.tensors.emplace_back(stems[i] + kKohyaAlpha, stored(at::scalar_tensor(a.alpha, at::kDouble)));
-      } else {
-        file.tensors.emplace_back(stems[i] + kPeftDown, stored(a.down));
-        file.tensors.emplace_back(stems[i] + kPeftUp, stored(a.up.to(at::kDouble).mul(a.scale())));
+  // Stems part by part (SDXL's LDM names need all of a part's paths at once).
+  std::vector<std::string> stems(layers.size());
+  for (const auto part : {models::LoraPart::unet, models::LoraPart::text_encoder, models::LoraPart::text_encoder_2}) {
+    std::vector<std::size_t> index;
+    std::vector<std::string> paths;
+    for (std::size_t i = 0; i < layers.size(); ++i)
+      if (layers[i].part == part) {
+        index.push_back(i);
+        paths.push_back(layers[i].path);
       }
+    if (paths.empty()) continue;
+    const auto part_stems = lora_stems(part, std::move(paths), unet, format, options.sdxl);
+    for (std::size_t k = 0; k < index.size(); ++k) stems[index[k]] = part_stems[k];
+  }
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const models::LoraAdapter& a = *layers[i].adapter;
+    // A 3×3 convolution's adapter is LoCon's "conv_dim"; 1×1 convolutions and Linear layers
+    // are the network's dim (sd-scripts counts 1×1 convolutions with the Linear layers).
+    const bool conv3 = a.down.dim() == 4 && a.down.size(2) * a.down.size(3) > 1;
+    (conv3 ? conv_rank : rank) = a.rank();
+    (conv3 ? conv_alpha : alpha) = a.alpha;
+    if (format == LoraFileFormat::kohya) {
+      file.tensors.emplace_back(stems[i] + kKohyaDown, stored(a.down));
+      file.tensors.emplace_back(stems[i] + kKohyaUp, stored(a.up));
+      file.tensors.emplace_back(stems[i] + kKohyaAlpha, stored(at::scalar_tensor(a.alpha, at::kDouble)));
+    } else {
+      file.tensors.emplace_back(stems[i] + kPeftDown, stored(a.down));
+      file.tensors.emplace_back(stems[i] + kPeftUp, stored(a.up.to(at::kDouble).mul(a.scale())));
     }
   }
   if (file.tensors.empty())
@@ -108,10 +135,15 @@ LoraFileContent lora_file_content(const std::vector<LoraModelPart>& parts, const
   return file;
 }
 
+void write_lora_file(const std::string& path, const std::vector<LoraFileLayer>& layers, const models::UNetConfig& unet,
+                     LoraFileFormat format, const LoraFileOptions& options) {
+  const LoraFileContent file = lora_file_content(layers, unet, format, options);
+  io::write_safetensors(path, file.tensors, file.metadata);
+}
+
 void write_lora_file(const std::string& path, const std::vector<LoraModelPart>& parts, const models::UNetConfig& unet,
                      LoraFileFormat format, const LoraFileOptions& options) {
-  const LoraFileContent file = lora_file_content(parts, unet, format, options);
-  io::write_safetensors(path, file.tensors, file.metadata);
+  write_lora_file(path, lora_file_layers(parts), unet, format, options);
 }
 
 LoraFileFormat detect_lora_format(const std::string& path) { return format_of(io::SafetensorsReader(path)); }

@@ -48,16 +48,30 @@ struct LoraFileOptions {
   std::map<std::string, std::string> metadata;
 };
 
-/// The tensors and metadata of a LoRA file of `parts`' adapters, in layer order.
+/// One adapted layer as a LoRA file holds it (no module needed: exports read adapters from a
+/// checkpoint).
+struct LoraFileLayer {
+  models::LoraPart part;
+  std::string path;                                    ///< the layer's module path below its part's root
+  std::shared_ptr<const models::LoraAdapter> adapter;  ///< a 4-d down matrix marks a convolution
+};
+
+/// Every adapted layer of `parts`, in layer order.
+std::vector<LoraFileLayer> lora_file_layers(const std::vector<LoraModelPart>& parts);
+
+/// The tensors and metadata of a LoRA file of these adapters, in layer order.
 struct LoraFileContent {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   std::map<std::string, std::string> metadata;
 };
+LoraFileContent lora_file_content(const std::vector<LoraFileLayer>& layers, const models::UNetConfig& unet,
+                                  LoraFileFormat format, const LoraFileOptions& options);
 LoraFileContent lora_file_content(const std::vector<LoraModelPart>& parts, const models::UNetConfig& unet,
                                   LoraFileFormat format, const LoraFileOptions& options);
 
-/// Writes `parts`' adapters to `path` (atomically). Throws zs::Error(config) when no part has an
-/// adapter.
+/// Writes the adapters to `path` (atomically). Throws zs::Error(config) when there is none.
+void write_lora_file(const std::string& path, const std::vector<LoraFileLayer>& layers, const models::UNetConfig& unet,
+                     LoraFileFormat format, const LoraFileOptions& options);
 void write_lora_file(const std::string& path, const std::vector<LoraModelPart>& parts, const models::UNetConfig& unet,
                      LoraFileFormat format, const LoraFileOptions& options);
 

@@ -144,9 +144,10 @@ void set_adapter(const LoraLayer& l, std::shared_ptr<LoraAdapter> adapter) {
     dynamic_cast<AdaptedLinearImpl&>(*l.layer).lora = std::move(adapter);
 }
 
-at::Tensor lora_delta(const LoraLayer& l) {
-  const LoraAdapter& a = *l.adapter;
-  if (!l.conv) return at::matmul(a.up, a.down).mul(a.scale());
+at::Tensor lora_delta(const LoraLayer& l) { return lora_delta(*l.adapter); }
+
+at::Tensor lora_delta(const LoraAdapter& a) {
+  if (a.down.dim() != 4) return at::matmul(a.up, a.down).mul(a.scale());
   // up is 1×1: delta[o, i, kh, kw] = Σ_r up[o, r] · down[r, i, kh, kw].
   const at::Tensor up2 = a.up.flatten(1);                       // [out, rank]
   const at::Tensor down2 = a.down.flatten(1);                   // [rank, in·kh·kw]

@@ -99,6 +99,8 @@ std::vector<LoraLayer> adaptable_layers(torch::nn::Module& root);
 void set_adapter(const LoraLayer& l, std::shared_ptr<LoraAdapter> adapter);
 /// The weight update of one adapted layer, scaled, in the shape of its weight.
 at::Tensor lora_delta(const LoraLayer& l);
+/// The same from the adapter alone (a 4-d down matrix: a convolution's [out, in, kh, kw]).
+at::Tensor lora_delta(const LoraAdapter& a);
 /// Adds every adapter's update into its layer's weight and removes the adapters.
 void merge_lora(torch::nn::Module& root);
 /// Removes every adapter of `root`.

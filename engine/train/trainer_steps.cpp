@@ -298,7 +298,8 @@ bool Trainer::State::save(const std::string& reason) {
       request.meta["lora"] = {{"rank", cfg.lora.rank},
                               {"alpha", cfg.lora.alpha.value_or(static_cast<double>(cfg.lora.rank))},
                               {"unet", cfg.training.method == "lora"},
-                              {"text_encoders", model.text_training == models::TextEncoderTraining::lora}};
+                              {"text_encoders", model.text_training == models::TextEncoderTraining::lora},
+                              {"dropout", cfg.lora.dropout}};
     if (scaler) {
       const auto st = scaler->state();
       request.meta["loss_scaler"] = {{"scale", st.scale}, {"iter", st.iter}, {"last_overflow", st.last_overflow},

@@ -2,17 +2,24 @@
 // training.train_text_encoder, the lora section): what trains, what a checkpoint holds and
 // refers to, resume (also at another stage), a changed base refused, the pipelines' encoders.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/export.h"
+#include "checkpoint/lora_file.h"
+#include "checkpoint/sharded_state.h"
 #include "config/trainer_config.h"
 #include "core/error.h"
 #include "io/image.h"
 #include "io/safetensors.h"
+#include "models/diffusion_model.h"
+#include "models/weights.h"
 #include "train/trainer.h"
 
 #include <QTemporaryDir>
@@ -54,6 +61,25 @@ train::RunSummary train_run(const config::TrainerConfig& cfg, const std::string&
   o.resume = std::move(resume);
   train::TrainerCommands commands;
   return train::Trainer(cfg, o).run(commands);
+}
+
+checkpoint::ExportResult export_as(const std::string& ckpt, const std::string& out, const std::string& format,
+                                   bool merge = false, std::optional<at::ScalarType> dtype = {}) {
+  checkpoint::ExportOptions o;
+  o.format = format;
+  o.merge = merge;
+  o.dtype = dtype;
+  return checkpoint::export_checkpoint(ckpt, out, o);
+}
+
+/// Rows of a fixed random batch through `unet` ([2, C, H, W] samples, timesteps 10 and 700).
+at::Tensor unet_output(models::UNet2DConditionModel& unet, std::int64_t channels, std::int64_t size, std::int64_t context) {
+  at::Generator gen = at::detail::createCPUGenerator(5);
+  const at::Tensor x = at::randn({2, channels, size, size}, gen);
+  const at::Tensor ctx = at::randn({2, 4, context}, gen);
+  c10::NoGradGuard no_grad;
+  unet->eval();
+  return unet->forward(x, at::tensor({10, 700}, at::kLong), ctx);
 }
 
 }  // namespace
@@ -150,6 +176,89 @@ class TestLoraE2E : public QObject {
     }
   }
 
+  // A LoRA checkpoint exports as kohya's and diffusers' LoRA files and, merged, as full weights:
+  // the adapters read back from the file onto the base compute what the merged export computes.
+  void loraCheckpointExportsAsFilesAndMerged() {
+    QTemporaryDir dir;
+    const std::string run = dir.path().toStdString() + "/run";
+    const auto cfg = zs::test::small_config({"training.method=lora", "training.train_text_encoder=lora", "lora.rank=4",
+                                             "lora.alpha=2", "training.max_steps=4", "sampling.every_n_steps=0",
+                                             "checkpointing.every_n_steps=4", "optimizer.lr=0.02"});
+    train_run(cfg, run);
+    const std::string ckpt = zs::test::checkpoint_dir(zs::test::read_events(run));
+    const std::string out = dir.path().toStdString() + "/exports";
+
+    // kohya: three tensors a layer, fp16, sd-scripts' metadata.
+    export_as(ckpt, out + "/kohya.safetensors", "lora-kohya");
+    const io::SafetensorsReader kohya(out + "/kohya.safetensors");
+    std::size_t unet_downs = 0, te_downs = 0;
+    for (const auto& e : kohya.entries()) {
+      if (!e.name.ends_with(".lora_down.weight")) continue;
+      QCOMPARE(e.dtype, std::string("F16"));
+      unet_downs += e.name.starts_with("lora_unet_");
+      te_downs += e.name.starts_with("lora_te_");
+    }
+    const Held h = held(ckpt);
+    std::size_t unet_adapters = 0, te_adapters = 0;
+    for (const auto& n : h.names)
+      if (n.ends_with(".lora_down.weight")) (n.starts_with("unet.") ? unet_adapters : te_adapters)++;
+    QVERIFY(unet_downs > 0 && te_downs > 0);
+    QCOMPARE(unet_downs, unet_adapters);
+    QCOMPARE(te_downs, te_adapters);
+    QCOMPARE(kohya.entries().size(), 3 * (unet_downs + te_downs));
+    QCOMPARE(kohya.metadata().at("ss_network_dim"), std::string("4"));
+    QCOMPARE(kohya.metadata().at("ss_network_alpha"), std::string("2.0"));
+    QCOMPARE(kohya.metadata().at("ss_base_model_version"), std::string("sd_v1"));
+
+    // diffusers, in fp32 to compare exactly: the base with the file's adapters...
+    export_as(ckpt, out + "/pytorch_lora_weights.safetensors", "lora-diffusers", false, at::kFloat);
+    auto adapted = models::DiffusionModel::load_folder(run + "/model");
+    const std::size_t read = checkpoint::read_lora_file(
+        out + "/pytorch_lora_weights.safetensors",
+        {{models::LoraPart::unet, adapted.unet.ptr().get()}, {models::LoraPart::text_encoder, adapted.text_encoder.ptr().get()}},
+        adapted.unet->config(), false);
+    QCOMPARE(read, unet_adapters + te_adapters);
+    const auto& uc = adapted.unet->config();
+    const at::Tensor want = unet_output(adapted.unet, uc.in_channels, 16, uc.cross_attention_dim);
+    models::set_lora_enabled(*adapted.unet, false);  // the adapters matter: the base alone differs
+    QVERIFY(zs::test::max_abs_diff(unet_output(adapted.unet, uc.in_channels, 16, uc.cross_attention_dim), want) > 1e-4);
+
+    // ... equals the merged diffusers export.
+    export_as(ckpt, out + "/merged", "diffusers", true);
+    models::UNet2DConditionModel merged(models::UNetConfig::from_file(out + "/merged/unet/config.json"));
+    const auto report = models::load_weights(*merged, io::SafetensorsReader(out + "/merged/unet/diffusion_pytorch_model.safetensors"));
+    QVERIFY(report.unexpected.empty());
+    const at::Tensor got = unet_output(merged, uc.in_channels, 16, uc.cross_attention_dim);
+    const double diff = zs::test::max_abs_diff(got, want), scale = want.abs().max().item<double>();
+    QVERIFY2(diff <= 1e-5 * scale, qPrintable(QString("merged export differs by %1 (scale %2)").arg(diff).arg(scale)));
+    // The text encoder was merged too: it differs from the base's.
+    const io::SafetensorsReader te(out + "/merged/text_encoder/model.safetensors");
+    const io::SafetensorsReader te_base(run + "/model/text_encoder/model.safetensors");
+    bool changed = false;
+    for (const auto& e : te.entries())
+      changed |= e.name.ends_with("q_proj.weight") && !at::equal(te.tensor(e.name), te_base.tensor(e.name));
+    QVERIFY(changed);
+
+    // Single file, merged: the UNet and the text encoder under the original names.
+    export_as(ckpt, out + "/merged.safetensors", "single-file", true);
+    const io::SafetensorsReader single(out + "/merged.safetensors");
+    std::size_t ldm_unet = 0, ldm_text = 0;
+    for (const auto& e : single.entries()) {
+      ldm_unet += e.name.starts_with("model.diffusion_model.");
+      ldm_text += e.name.starts_with("cond_stage_model.transformer.");
+    }
+    QCOMPARE(ldm_unet, adapted.unet->named_parameters().size());
+    QCOMPARE(ldm_text, te.entries().size());
+
+    // Full-weight formats need --merge; LoRA formats need a LoRA checkpoint.
+    try {
+      export_as(ckpt, out + "/plain", "diffusers");
+      QFAIL("exported adapters as full weights");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).contains("lora-kohya") && QString(e.what()).contains("--merge"), e.what());
+    }
+  }
+
   // A pipeline: LoRA on the UNet with its text encoder trained in full (its own learning rate);
   // the trained encoder's outputs are not cached.
   void pipelineLoraWithAFullTextEncoder() {
@@ -172,6 +281,18 @@ class TestLoraE2E : public QObject {
       if (e["type"] == "log")
         QVERIFY2(!e["message"].get<std::string>().starts_with("text-embedding cache"), e.dump().c_str());
     QVERIFY(fs::exists(run + "/samples/step_3/grid.png"));
+    // Its LoRA file leaves the fully trained encoder out and says so; a merged export writes it.
+    const std::string ckpt = zs::test::checkpoint_dir(events);
+    const auto lora_file = export_as(ckpt, dir.path().toStdString() + "/lora.safetensors", "lora-kohya");
+    QVERIFY(!lora_file.notes.empty() && lora_file.notes[0].find("text_encoder was trained in full") != std::string::npos);
+    const std::string merged = dir.path().toStdString() + "/merged";
+    export_as(ckpt, merged, "diffusers", true);
+    const io::SafetensorsReader te(merged + "/text_encoder/model.safetensors");
+    const auto info = checkpoint::open_checkpoint(ckpt);
+    const checkpoint::ShardReader shards(ckpt, info.meta["sharding"]);
+    const std::string name = "text_model.final_layer_norm.weight";
+    QVERIFY(at::equal(te.tensor(name), shards.parameter("text_encoder." + name, "weights").to(at::kFloat)));
+    QVERIFY(fs::exists(merged + "/text_encoder/config.json") && fs::exists(merged + "/vae/config.json"));
   }
 
   // SDXL: text-encoder LoRA adapts both encoders (their own units) beside a fully trained UNet.
@@ -196,6 +317,25 @@ class TestLoraE2E : public QObject {
       two |= name.starts_with("text_encoder_2.") && is_adapter(name);
     }
     QVERIFY(unet && one && two);
+    // Merged exports: both encoders with their adapters folded in; the single file's second
+    // encoder in OpenCLIP's layout.
+    const std::string ckpt = zs::test::checkpoint_dir(zs::test::read_events(run));
+    export_as(ckpt, dir.path().toStdString() + "/merged", "diffusers", true);
+    for (const std::string c : {"text_encoder", "text_encoder_2"}) {
+      const io::SafetensorsReader got(dir.path().toStdString() + "/merged/" + c + "/model.safetensors");
+      const io::SafetensorsReader was(model + "/" + c + "/model.safetensors");
+      QCOMPARE(got.entries().size(), was.entries().size());
+      const std::string q = "text_model.encoder.layers.0.self_attn.q_proj.weight";
+      QVERIFY2(!at::equal(got.tensor(q), was.tensor(q).to(at::kFloat)), c.c_str());
+    }
+    export_as(ckpt, dir.path().toStdString() + "/merged.safetensors", "single-file", true);
+    const io::SafetensorsReader single(dir.path().toStdString() + "/merged.safetensors");
+    std::size_t in_proj = 0, first = 0;
+    for (const auto& e : single.entries()) {
+      in_proj += e.name.starts_with("conditioner.embedders.1.") && e.name.ends_with("attn.in_proj_weight");
+      first += e.name.starts_with("conditioner.embedders.0.");
+    }
+    QVERIFY(in_proj > 0 && first > 0);
   }
 };
 

@@ -1,0 +1,145 @@
+#include "checkpoint/export_sources.h"
+
+#include <filesystem>
+#include <set>
+
+#include <ATen/ATen.h>
+
+#include "checkpoint/sharded_state.h"
+#include "core/error.h"
+#include "core/meta_tensors.h"
+#include "io/safetensors.h"
+#include "models/diffusers_pipeline.h"
+#include "models/diffusion_model.h"
+#include "models/single_file_model.h"
+#include "models/unet_2d_condition.h"
+
+namespace zs::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kDown = ".lora_down.weight";
+constexpr const char* kUp = ".lora_up.weight";
+
+bool is_adapter_name(const std::string& name) { return name.ends_with(kDown) || name.ends_with(kUp); }
+
+/// Every tensor of safetensors files, each read from its (shared, kept open) reader.
+ExportTensors file_tensors(const std::vector<std::string>& files) {
+  ExportTensors out;
+  for (const auto& f : files) {
+    auto reader = std::make_shared<io::SafetensorsReader>(f);
+    for (const auto& e : reader->entries()) out.push_back({e.name, e.shape, [reader, name = e.name] { return reader->tensor(name); }});
+  }
+  return out;
+}
+
+/// `base` with each adapter's update added to the weight of its layer ("<path>.weight"), in
+/// float32. Throws zs::Error(checkpoint) naming an adapter whose layer the base lacks.
+ExportTensors merged(ExportTensors base, const ComponentAdapters& adapters, const std::string& component) {
+  std::set<std::string> used;
+  for (auto& t : base) {
+    if (!t.name.ends_with(".weight")) continue;
+    const auto it = adapters.find(t.name.substr(0, t.name.size() - 7));
+    if (it == adapters.end()) continue;
+    used.insert(it->first);
+    t.read = [read = t.read, adapter = it->second, shape = t.shape] {
+      return read().to(at::kFloat) + models::lora_delta(*adapter).to(at::kFloat).reshape(shape);
+    };
+  }
+  for (const auto& [path, adapter] : adapters)
+    if (!used.contains(path))
+      throw Error(ErrorKind::checkpoint, component + ": the adapter of '" + path +
+                                             "' has no weight in the base model to merge into (another base?)");
+  return base;
+}
+
+}  // namespace
+
+bool is_lora_checkpoint(const nlohmann::json& meta) { return meta.contains("lora"); }
+
+CheckpointAdapters read_checkpoint_adapters(const ShardReader& shards, const nlohmann::json& meta, const std::string& kind) {
+  const double alpha = meta.contains("lora") ? meta["lora"].value("alpha", 0.0) : 0.0;
+  CheckpointAdapters out;
+  for (const auto& name : shards.parameter_names()) {
+    if (!name.ends_with(kDown)) continue;
+    const std::string stem = name.substr(0, name.size() - std::string(kDown).size());
+    const auto dot = stem.find('.');
+    auto a = std::make_shared<models::LoraAdapter>();
+    a->down = shards.parameter(name, kind).to(at::kFloat);
+    a->up = shards.parameter(stem + kUp, kind).to(at::kFloat);
+    a->alpha = alpha > 0 ? alpha : static_cast<double>(a->down.size(0));
+    out[stem.substr(0, dot)][stem.substr(dot + 1)] = std::move(a);
+  }
+  return out;
+}
+
+ExportTensors shard_tensors(const ShardReader& shards, const std::string& prefix, const std::string& kind) {
+  std::map<std::string, std::vector<std::int64_t>> shapes;
+  for (const auto& u : shards.units())
+    for (const auto& p : u.params) shapes[p.name] = p.shape;
+  ExportTensors out;
+  for (const auto& name : shards.parameter_names())
+    if (name.starts_with(prefix) && !is_adapter_name(name))
+      out.push_back({name.substr(prefix.size()), shapes.at(name), [&shards, name, kind] { return shards.parameter(name, kind); }});
+  return out;
+}
+
+BaseModel::BaseModel(const std::string& model_dir) : model_dir_(model_dir) {
+  const models::PipelineRef ref = models::DiffusionModel::pipeline_of(model_dir);
+  source_ = ref.path;
+  config_path_ = ref.config_path;
+  if (preset() && !fs::exists(fs::path(model_dir) / "unet" / "diffusion_pytorch_model.safetensors"))
+    throw Error(ErrorKind::checkpoint, model_dir + ": holds no base weights (unet/diffusion_pytorch_model.safetensors); "
+                                       "runs since LoRA training keep them there when their checkpoints need a base");
+}
+
+ExportTensors BaseModel::unet(const ComponentAdapters& adapters) const {
+  ExportTensors base;
+  if (preset()) {
+    base = file_tensors({model_dir_ + "/unet/diffusion_pytorch_model.safetensors"});
+  } else if (!models::is_single_file(source_)) {
+    base = file_tensors(models::DiffusersPipeline::open(source_).weight_files("unet"));
+  } else {
+    // A single file names the UNet its own way: the names and shapes come from the module (built
+    // as shapes only), the values through the file's name mapping.
+    auto file = std::make_shared<models::SingleFileModel>(models::SingleFileModel::open(source_, config_path_));
+    const models::TensorLookup lookup = file->unet_weights();
+    std::vector<std::pair<std::string, std::vector<std::int64_t>>> shapes;
+    {
+      const MetaTensorScope meta;
+      const models::UNet2DConditionModel skeleton(file->unet_config());
+      for (const auto& p : skeleton->named_parameters()) shapes.emplace_back(p.key(), p.value().sizes().vec());
+    }
+    for (const auto& [name, shape] : shapes)
+      base.push_back({name, shape, [file, lookup, name = name] {
+                        at::Tensor t = lookup(name);
+                        if (!t.defined()) throw Error(ErrorKind::checkpoint, file->root() + ": has no UNet tensor for " + name);
+                        return t;
+                      }});
+  }
+  return merged(std::move(base), adapters, "unet");
+}
+
+ExportTensors BaseModel::text_encoder(const std::string& component, const ComponentAdapters& adapters) const {
+  ExportTensors base;
+  if (preset()) {
+    const std::string file = model_dir_ + "/" + component + "/model.safetensors";
+    if (!fs::exists(file)) return {};
+    base = file_tensors({file});
+  } else if (!models::is_single_file(source_)) {
+    const auto pipeline = models::DiffusersPipeline::open(source_);
+    if (!pipeline.has(component)) return {};
+    base = file_tensors(pipeline.weight_files(component));
+  } else {
+    const auto file = models::SingleFileModel::open(source_, config_path_);
+    if (!file.has(component)) return {};
+    const models::ClipTextModel encoder = file.load_text_encoder(component);
+    for (const auto& p : encoder->named_parameters())
+      base.push_back({p.key(), p.value().sizes().vec(), [t = p.value()] { return t; }});
+  }
+  return merged(std::move(base), adapters, component);
+}
+
+}  // namespace zs::checkpoint
