@@ -86,6 +86,7 @@ QString CheckpointBrowser::checkpointPath(int row) const { return row >= 0 && ro
 void CheckpointBrowser::refresh() {
   m_table->setRowCount(0);
   m_paths.clear();
+  m_lora.clear();
   if (!m_controller || m_controller->runDir().isEmpty()) return;
   std::vector<checkpoint::CheckpointInfo> list;
   try {
@@ -97,6 +98,7 @@ void CheckpointBrowser::refresh() {
     const int row = m_table->rowCount();
     m_table->insertRow(row);
     m_paths << QString::fromStdString(c.path);
+    m_lora << c.meta.contains("lora");
     // The nearest sample grid at or before the checkpoint's step.
     const SampleStep* nearest = nullptr;
     for (const auto& s : m_controller->samples())
@@ -117,10 +119,12 @@ void CheckpointBrowser::refresh() {
     const double loss = c.meta.value("smoothed_loss", c.meta.value("loss", std::nan("")));
     m_table->setItem(row, 3, new QTableWidgetItem(std::isnan(loss) ? QString() : QString::number(loss, 'g', 4)));
     m_table->setItem(row, 4, new QTableWidgetItem(QLocale().formattedDataSize(c.bytes)));
-    m_table->setItem(row, 5, new QTableWidgetItem(tr("stage %1 · %2 rank(s) · %3")
-                                                      .arg(c.meta.value("stage", 0))
-                                                      .arg(c.meta.value("world_size", 1))
-                                                      .arg(QString::fromStdString(c.meta.value("reason", std::string())))));
+    QString what = tr("stage %1 · %2 rank(s) · %3")
+                       .arg(c.meta.value("stage", 0))
+                       .arg(c.meta.value("world_size", 1))
+                       .arg(QString::fromStdString(c.meta.value("reason", std::string())));
+    if (m_lora.back()) what += tr(" · LoRA rank %1").arg(c.meta["lora"].value("rank", 0));
+    m_table->setItem(row, 5, new QTableWidgetItem(what));
   }
 }
 
@@ -158,11 +162,26 @@ CheckpointBrowser::~CheckpointBrowser() {
   }
 }
 
+bool CheckpointBrowser::isLora(int row) const { return m_lora.value(row, false); }
+
+QList<QPair<QString, QString>> CheckpointBrowser::exportChoices(int row) const {
+  if (!isLora(row))
+    return {{tr("diffusers folder"), QStringLiteral("diffusers")},
+            {tr("single-file SD checkpoint"), QStringLiteral("single-file")},
+            {tr("consolidated safetensors"), QStringLiteral("safetensors")}};
+  return {{tr("LoRA file, kohya layout (A1111, ComfyUI)"), QStringLiteral("lora-kohya")},
+          {tr("LoRA file, diffusers layout (load_lora_weights)"), QStringLiteral("lora-diffusers")},
+          {tr("diffusers folder, adapters merged"), QStringLiteral("diffusers+merge")},
+          {tr("single-file SD checkpoint, adapters merged"), QStringLiteral("single-file+merge")},
+          {tr("consolidated safetensors, adapters merged"), QStringLiteral("safetensors+merge")}};
+}
+
 QString CheckpointBrowser::exportCheckpoint(int row, const QString& format, const QString& dtype, bool ema,
-                                            const QString& out, bool wait) {
+                                            const QString& out, bool wait, bool merge) {
   if (m_exportThread) return tr("An export is still running; wait for it or cancel it.");
   checkpoint::ExportOptions o;
   o.format = format.toStdString();
+  o.merge = merge;
   if (dtype == QLatin1String("fp16")) o.dtype = at::kHalf;
   else if (dtype == QLatin1String("bf16")) o.dtype = at::kBFloat16;
   else o.dtype = at::kFloat;
@@ -214,9 +233,7 @@ void CheckpointBrowser::exportSelected() {
   dialog.setWindowTitle(tr("Export checkpoint"));
   auto* form = new QFormLayout(&dialog);
   auto* format = new QComboBox(&dialog);
-  format->addItem(tr("diffusers folder"), QStringLiteral("diffusers"));
-  format->addItem(tr("single-file SD checkpoint"), QStringLiteral("single-file"));
-  format->addItem(tr("consolidated safetensors"), QStringLiteral("safetensors"));
+  for (const auto& [label, value] : exportChoices(row)) format->addItem(label, value);
   auto* dtype = new QComboBox(&dialog);
   for (const char* d : {"fp16", "bf16", "fp32"}) dtype->addItem(QLatin1String(d), QLatin1String(d));
   auto* ema = new QCheckBox(tr("EMA weights"), &dialog);
@@ -233,10 +250,13 @@ void CheckpointBrowser::exportSelected() {
   connect(box, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
   if (dialog.exec() != QDialog::Accepted) return;
   QString target = out->text();
-  if (format->currentData().toString() != QLatin1String("diffusers") && !target.endsWith(QLatin1String(".safetensors")))
+  QString chosen = format->currentData().toString();
+  const bool merge = chosen.endsWith(QLatin1String("+merge"));
+  chosen.remove(QStringLiteral("+merge"));
+  if (chosen != QLatin1String("diffusers") && !target.endsWith(QLatin1String(".safetensors")))
     target += QStringLiteral(".safetensors");
   QDir().mkpath(QFileInfo(target).absolutePath());
-  exportCheckpoint(row, format->currentData().toString(), dtype->currentData().toString(), ema->isChecked(), target, false);
+  exportCheckpoint(row, chosen, dtype->currentData().toString(), ema->isChecked(), target, false, merge);
 }
 
 }  // namespace zs::ui

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <memory>
 
+#include <QList>
+#include <QPair>
 #include <QString>
 #include <QStringList>
 #include <QWidget>
@@ -37,10 +39,18 @@ class CheckpointBrowser : public QWidget {
   QStringList verify(int row, bool quiet = false);
   /// Deletes the checkpoint folder; asks first unless `confirmed`.
   bool remove(int row, bool confirmed = false);
-  /// Exports row's checkpoint ("diffusers", "single-file", "safetensors"; dtype "fp32"/"fp16"/"bf16")
-  /// on a worker thread with a progress dialog (its Cancel stops the export, removing the file
-  /// being written); with `wait`, returns when done. Error text on failure. One export at a time.
-  QString exportCheckpoint(int row, const QString& format, const QString& dtype, bool ema, const QString& out, bool wait);
+  /// Exports row's checkpoint ("diffusers", "single-file", "safetensors", and for a LoRA checkpoint
+  /// "lora-kohya", "lora-diffusers"; dtype "fp32"/"fp16"/"bf16"; `merge`: a LoRA checkpoint's
+  /// adapters merged into full weights) on a worker thread with a progress dialog (its Cancel
+  /// stops the export, removing the file being written); with `wait`, returns when done. Error
+  /// text on failure. One export at a time.
+  QString exportCheckpoint(int row, const QString& format, const QString& dtype, bool ema, const QString& out, bool wait,
+                           bool merge = false);
+  /// Whether row's checkpoint holds LoRA adapters (training.method lora or text-encoder LoRA).
+  bool isLora(int row) const;
+  /// The choices the Export dialog offers for row: (label, format), the format with "+merge" for
+  /// a LoRA checkpoint's merged full weights.
+  QList<QPair<QString, QString>> exportChoices(int row) const;
 
  signals:
   /// "Resume from" on a checkpoint folder.
@@ -54,6 +64,7 @@ class CheckpointBrowser : public QWidget {
   std::shared_ptr<std::atomic<bool>> m_cancelExport;  // set to stop it
   QTableWidget* m_table = nullptr;
   QStringList m_paths;
+  QList<bool> m_lora;  // per row: a LoRA checkpoint
 };
 
 }  // namespace zs::ui

@@ -43,6 +43,11 @@ bool model_file(const SetupAnswers& a) { return get(a, "model_source") == "file"
 bool data_folder(const SetupAnswers& a) { return get(a, "data_source") == "folder"; }
 bool warmup(const SetupAnswers& a) { return get(a, "lr_scheduler") != "constant"; }
 bool sampling(const SetupAnswers& a) { return as_int(a, "sampling_every") > 0; }
+bool lora(const SetupAnswers& a) { return get(a, "training_method") == "lora"; }
+bool text_trained(const SetupAnswers& a) {
+  const std::string t = get(a, "train_text_encoder");
+  return t == "full" || t == "lora" || (t == "auto" && get(a, "model_source") == "tiny");
+}
 
 const std::vector<std::pair<std::string, std::string>> kOffload = {
     {"none", "none"}, {"cpu", "cpu"}, {"nvme", "nvme"}};
@@ -134,6 +139,31 @@ std::vector<SetupQuestion> make_questions() {
        {{"constant", "constant"}, {"cosine", "cosine"}, {"WarmupLR", "WarmupLR"}, {"WarmupDecayLR", "WarmupDecayLR"}},
        "", {"scheduler"}},
       {"warmup_steps", "training", "Warmup steps", Kind::integer, {}, "", {"scheduler.warmup_steps"}, warmup},
+      {"training_method", "training", "What do you want to train?", Kind::choice,
+       {{"full", "The whole UNet (full fine-tuning)"}, {"lora", "LoRA adapters on a frozen UNet"}},
+       "LoRA trains small low-rank adapters (a few MB) and fits much smaller cards; the frozen base is still "
+       "sharded by ZeRO stage 3 like trained weights.",
+       {"training.method"}},
+      {"lora_rank", "training", "LoRA rank", Kind::integer, {},
+       "Rank of every adapter (kohya's network_dim): 4-32 is usual; memory and file size grow with it.",
+       {"lora.rank"}, lora},
+      {"lora_alpha", "training", "LoRA alpha (empty: the rank, scale 1)", Kind::text, {},
+       "The adapters' scale is alpha / rank; kohya's sd-scripts default to 1.", {"lora.alpha"}, lora},
+      {"lora_targets", "training", "UNet layers that get adapters (one per line)", Kind::lines, {},
+       "By the last parts of their names: to_q, to_k, to_v, to_out.0 (attention, the default); ff.net.0.proj, "
+       "ff.net.2 (feed-forward); proj_in, proj_out; conv1, conv2 (the resnets' convolutions: LoCon).",
+       {"lora.targets"}, lora},
+      {"train_text_encoder", "training", "Train the text encoders?", Kind::choice,
+       {{"auto", "auto: the tiny model's own trains, a pipeline's stay frozen"},
+        {"none", "No: frozen (their outputs can be cached)"},
+        {"full", "Yes, every weight"},
+        {"lora", "Yes, with LoRA adapters on their attention"}},
+       "SD 1.x's text encoder, or SDXL's two together. A trained encoder is sharded, offloaded and checkpointed "
+       "like the UNet, and its outputs are not cached.",
+       {"training.train_text_encoder"}},
+      {"text_encoder_lr", "training", "Text encoders' learning rate (empty: the UNet's)", Kind::text, {},
+       "Text encoders usually want less than the UNet (kohya: --text_encoder_lr).", {"optimizer.text_encoder_lr"},
+       text_trained},
       {"gradient_checkpointing", "training", "Recompute activations in backward (gradient checkpointing)?", Kind::yes_no,
        {}, "About half the activation memory for one more forward's time.", {"training.gradient_checkpointing"}},
       {"ema", "training", "Keep an EMA of the weights (in CPU memory)?", Kind::yes_no, {}, "", {"ema"}},
@@ -238,6 +268,14 @@ SetupAnswers answers_from_config(const TrainerConfig& c) {
   a["learning_rate"] = number_text(c.optimizer.lr);
   a["lr_scheduler"] = c.scheduler.type;
   a["warmup_steps"] = std::to_string(c.scheduler.warmup_steps);
+  a["training_method"] = c.training.method;
+  a["lora_rank"] = std::to_string(c.lora.rank);
+  a["lora_alpha"] = c.lora.alpha ? number_text(*c.lora.alpha) : "";
+  std::string targets;
+  for (const auto& t : c.lora.targets) targets += t + "\n";
+  a["lora_targets"] = targets;
+  a["train_text_encoder"] = c.training.train_text_encoder;
+  a["text_encoder_lr"] = c.optimizer.text_encoder_lr ? number_text(*c.optimizer.text_encoder_lr) : "";
   a["gradient_checkpointing"] = bool_answer(c.training.gradient_checkpointing);
   a["ema"] = bool_answer(c.ema.enabled);
   a["sampling_every"] = std::to_string(c.sampling.every_n_steps);
@@ -317,6 +355,15 @@ std::vector<std::string> settings_from_answers(const SetupAnswers& a) {
   text("optimizer.lr", "learning_rate");
   text("scheduler.type", "lr_scheduler");
   if (warmup(a)) text("scheduler.warmup_steps", "warmup_steps");
+  text("training.method", "training_method");
+  if (lora(a)) {
+    text("lora.rank", "lora_rank");
+    set("lora.alpha", get(a, "lora_alpha").empty() ? "null" : yaml_scalar(get(a, "lora_alpha")));
+    set("lora.targets", quoted_list(get(a, "lora_targets")));
+  }
+  text("training.train_text_encoder", "train_text_encoder");
+  if (text_trained(a))
+    set("optimizer.text_encoder_lr", get(a, "text_encoder_lr").empty() ? "null" : yaml_scalar(get(a, "text_encoder_lr")));
   flag("training.gradient_checkpointing", "gradient_checkpointing");
   flag("ema.enabled", "ema");
   text("sampling.every_n_steps", "sampling_every");

@@ -27,8 +27,33 @@ int64_t align_up(int64_t n) { return (n + kIoAlignment - 1) / kIoAlignment * kIo
 
 int compute_bytes(const std::string& precision) { return precision == "fp32" ? 4 : 2; }
 
-/// The ZeRO plan the optimizer would make for this model (rank 0's layout).
-zero::Plan plan_for(const ModelShape& model, const EstimateOptions& o) {
+/// One unit as the optimizer would hold it.
+struct PlannedUnit {
+  std::string name;  // what the plan's persistence rules go by: io, text_encoder, lora_*, or unit
+  int64_t parameters = 0;
+  bool frozen = false;  // laid out and (stage 3) sharded, but not trained
+};
+
+/// The units a run under `o` gives the optimizer, in its order: the UNet's (frozen under LoRA),
+/// the trained text encoders (a pipeline's trained in full are units; the tiny preset's is
+/// frozen unless it trains in full), then the adapters, kept whole.
+std::vector<PlannedUnit> planned_units(const ModelShape& model, const EstimateOptions& o) {
+  std::vector<PlannedUnit> out;
+  for (const auto& u : model.units) {
+    const bool text = u.kind == UnitKind::text_encoder;
+    out.push_back({u.kind == UnitKind::io ? "io" : text ? "text_encoder" : "unit", u.parameters,
+                   text ? o.text_training != "full" : o.lora});
+  }
+  if (o.text_training == "full")
+    for (const auto& t : model.text_encoders) out.push_back({"text_encoder", t.parameters, false});
+  if (o.lora && model.lora_unet_parameters > 0) out.push_back({"lora_unet", model.lora_unet_parameters, false});
+  if (o.text_training == "lora" && model.lora_text_parameters > 0)
+    out.push_back({"lora_text_encoder", model.lora_text_parameters, false});
+  return out;
+}
+
+/// The ZeRO plan the optimizer would make for these units (rank 0's layout).
+zero::Plan plan_for(const std::vector<PlannedUnit>& units, const EstimateOptions& o) {
   zero::PlanOptions p;
   p.stage = o.stage;
   p.world_size = o.world_size;
@@ -36,11 +61,11 @@ zero::Plan plan_for(const ModelShape& model, const EstimateOptions& o) {
   p.offload_param = o.offload_param;
   p.persistence_threshold = o.persistence_threshold;
   p.overlap_comm = o.overlap_comm;
-  std::vector<std::pair<std::string, int64_t>> units;
-  for (const auto& u : model.units)
-    units.emplace_back(u.kind == UnitKind::io ? "io" : u.kind == UnitKind::text_encoder ? "text_encoder" : "unit",
-                       u.parameters);
-  return zero::make_plan(p, units);
+  p.persistent_units.push_back("lora_unet");
+  p.persistent_units.push_back("lora_text_encoder");
+  std::vector<std::pair<std::string, int64_t>> sizes;
+  for (const auto& u : units) sizes.emplace_back(u.name, u.parameters);
+  return zero::make_plan(p, sizes);
 }
 
 struct UnitActivation {
@@ -127,9 +152,13 @@ ActivationBytes activation_split(const ModelShape& model, const EstimateOptions&
   // Forward order: the text encoder runs first, then io's input layers and the UNet units.
   // Backward walks it in reverse and frees each unit's saved tensors as it goes, so the peak is
   // the largest (everything saved up to unit k) + (what unit k's backward allocates).
+  // A frozen text encoder runs without gradients: it keeps nothing.
   std::vector<const UnitShape*> order;
+  const bool text_trained = o.text_training != "frozen";
   for (const auto& u : model.units)
-    if (u.kind == UnitKind::text_encoder) order.push_back(&u);
+    if (u.kind == UnitKind::text_encoder && text_trained) order.push_back(&u);
+  if (text_trained)
+    for (const auto& u : model.text_encoders) order.push_back(&u);
   for (const auto& u : model.units)
     if (u.kind != UnitKind::text_encoder) order.push_back(&u);
   // kept: saved on the device; inputs: unit inputs kept by checkpoints (on the device, or in
@@ -162,8 +191,14 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   if (o.stage != 3) o.offload_param = Offload::none;  // DeepSpeed ignores it below stage 3; so do we
   MemoryEstimate e;
   e.options = o;
-  e.parameters = model.trainable_parameters();
-  e.frozen_parameters = model.frozen_parameters;
+  const std::vector<PlannedUnit> units = planned_units(model, o);
+  for (const auto& u : units) (u.frozen ? e.frozen_base_parameters : e.parameters) += u.parameters;
+  e.adapter_parameters = (o.lora ? model.lora_unet_parameters : 0) + (o.text_training == "lora" ? model.lora_text_parameters : 0);
+  // A pipeline's text encoders are frozen parts unless they train in full.
+  int64_t trained_text = 0;
+  if (o.text_training == "full")
+    for (const auto& t : model.text_encoders) trained_text += t.parameters;
+  e.frozen_parameters = model.frozen_parameters - trained_text;
   e.frozen_fp32_parameters = model.frozen_fp32_parameters;
   const int64_t c = compute_bytes(o.precision);
   const bool masters = c < 4 || o.offload_optimizer != Offload::none;
@@ -173,8 +208,24 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   int64_t gathered_after_step = 0;  // elements of the units all-gathered after the step
   int64_t hook_total = 0;           // elements of the units whose hooks reduce their gradients
   std::vector<int64_t> sharded_padded;
-  const zero::Plan plan = plan_for(model, o);
-  for (const zero::UnitPlan& l : plan.units) {
+  const zero::Plan plan = plan_for(units, o);
+  for (std::size_t k = 0; k < plan.units.size(); ++k) {
+    const zero::UnitPlan& l = plan.units[k];
+    if (units[k].frozen) {
+      // A frozen base: its parameters alone, whole or (stage 3) this rank's shard, gathered as
+      // trained units are.
+      if (!l.sharded) {
+        e.gpu.parameters += c * l.padded;
+      } else {
+        sharded_padded.push_back(l.padded);
+        sharded_shards += l.shard;
+        largest_sharded = std::max(largest_sharded, l.padded);
+        if (o.offload_param == Offload::none) e.gpu.parameters += c * l.shard;
+        else if (o.offload_param == Offload::cpu) e.cpu.parameters += c * l.shard;
+        else e.nvme += align_up(c * l.shard);
+      }
+      continue;
+    }
     owned_total += l.owned;
     max_owned = std::max(max_owned, l.owned);
     if (l.gather_after_step) gathered_after_step += l.padded;
@@ -237,8 +288,8 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   // Frozen components (VAE, text encoders), in the compute dtype, the VAE in fp32 when it asks
   // for it (force_upcast): on the device while training, unless both caches are on, when they
   // wait in CPU memory (the caches assumed complete; a CPU-only run releases them instead).
-  const int64_t frozen = c * (model.frozen_parameters - model.frozen_fp32_parameters) + 4 * model.frozen_fp32_parameters;
-  if (o.frozen_off_device && model.frozen_parameters > 0) {
+  const int64_t frozen = c * (e.frozen_parameters - model.frozen_fp32_parameters) + 4 * model.frozen_fp32_parameters;
+  if (o.frozen_off_device && e.frozen_parameters > 0) {
     e.cpu.parameters += frozen;
     // The pass that fills the caches: the frozen weights and one image through the VAE encoder
     // without gradients (about three 128-channel maps at full size alive at once).
@@ -265,9 +316,10 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   // Loading: every process builds the trainable model in fp32 in CPU memory (the optimizer then
   // moves it to the device unit by unit) and reads the frozen parts in fp32 before casting them;
   // with zero3_init_flag at stage 3 it keeps only its shards and one whole unit at a time.
-  const int64_t trainable_fp32 = o.stage == 3 && o.zero3_init ? 4 * (whole_total + sharded_shards + largest_sharded)
-                                                               : 4 * e.parameters;
-  e.cpu_load_peak = trainable_fp32 + 4 * model.frozen_parameters;
+  const int64_t trainable_fp32 = o.stage == 3 && o.zero3_init && !o.lora
+                                    ? 4 * (whole_total + sharded_shards + largest_sharded)
+                                    : 4 * (e.parameters + e.frozen_base_parameters);
+  e.cpu_load_peak = trainable_fp32 + 4 * e.frozen_parameters;
   if (o.cpu_memory > 0)
     e.cpu_fits = std::max(e.cpu.total(), e.cpu_load_peak) * std::max(o.processes_per_machine, 1) <= o.cpu_memory;
   e.deepspeed = deepspeed_estimator(model, o);
@@ -337,6 +389,10 @@ int64_t zero_paper_bytes(int64_t psi, int world_size, int stage) {
 
 EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   EstimateOptions o;
+  o.lora = cfg.training.method == "lora";
+  const std::string& t = cfg.training.train_text_encoder;
+  // auto: the tiny preset's own encoder trains in full; a pipeline's stay frozen.
+  o.text_training = t == "full" || t == "lora" ? t : t == "none" ? "frozen" : cfg.model.path.empty() && cfg.model.preset == "tiny" ? "full" : "frozen";
   o.world_size = static_cast<int>(cfg.launch.num_processes);
   o.processes_per_machine = static_cast<int>(std::max<int64_t>(cfg.launch.num_processes / std::max<int64_t>(cfg.launch.num_machines, 1), 1));
   o.stage = static_cast<int>(cfg.zero.stage);
@@ -349,7 +405,9 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   o.cpu_checkpointing = cfg.training.cpu_checkpointing;
   o.attention.mode = models::parse_attention_mode(cfg.training.attention);
   o.ema = cfg.ema.enabled;
-  o.frozen_off_device = !cfg.model.path.empty() && cfg.data.cache_latents && cfg.data.cache_text_embeddings;
+  // A trained text encoder is never cached, so the frozen parts stay on the device then.
+  o.frozen_off_device = !cfg.model.path.empty() && cfg.data.cache_latents && cfg.data.cache_text_embeddings &&
+                        o.text_training == "frozen";
   o.overlap_comm = cfg.zero.overlap_comm;
   o.zero3_init = cfg.zero.zero3_init_flag;
   o.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
@@ -412,6 +470,9 @@ nlohmann::json breakdown_json(const MemoryBreakdown& b) {
 nlohmann::json to_json(const MemoryEstimate& e) {
   nlohmann::json j;
   j["parameters"] = e.parameters;
+  j["adapter_parameters"] = e.adapter_parameters;
+  j["frozen_base_parameters"] = e.frozen_base_parameters;
+  j["text_encoders"] = e.options.text_training;
   j["frozen_parameters"] = e.frozen_parameters;
   j["frozen_fp32_parameters"] = e.frozen_fp32_parameters;
   j["world_size"] = e.options.world_size;
@@ -444,8 +505,15 @@ std::string to_table(const MemoryEstimate& e, const ModelShape& model) {
   const auto& o = e.options;
   char line[160];
   out << "Model " << model.name << ": " << e.parameters << " trainable parameters";
-  if (model.frozen_parameters > 0)
-    out << " (+" << model.frozen_parameters << " frozen: VAE and text encoders, "
+  if (e.adapter_parameters > 0)
+    out << " (" << e.adapter_parameters << " in LoRA adapters"
+        << (e.frozen_base_parameters > 0 ? ", on a frozen base of " + std::to_string(e.frozen_base_parameters) +
+                                               (o.stage == 3 ? " partitioned like trained units" : "")
+                                         : std::string())
+        << ")";
+  if (e.options.text_training != "frozen") out << "; text encoders: " << e.options.text_training;
+  if (e.frozen_parameters > 0)
+    out << " (+" << e.frozen_parameters << " frozen: VAE and text encoders, "
         << (e.cache_pass > 0 ? "off the device: both caches on" : "on the device") << ")";
   out << "\nZeRO stage " << o.stage << ", " << o.world_size << " process(es), " << o.precision
       << ", optimizer offload " << offload_name(o.offload_optimizer) << ", parameter offload "

@@ -37,6 +37,13 @@ struct EstimateOptions {
   bool cpu_checkpointing = false;      ///< with checkpointing: the kept unit inputs in CPU memory
   models::AttentionOptions attention;  ///< training.attention: plain keeps tokens² probabilities per head
   bool ema = false;                    ///< EMA of the rank's part, fp32 in CPU memory
+  /// training.method lora: the UNet's weights are a frozen base (whole, or at stage 3 sharded,
+  /// in the compute dtype; no gradients, masters, moments or EMA) and its adapters
+  /// (ModelShape::lora_unet_parameters) are what trains.
+  bool lora = false;
+  /// How the text encoders train: frozen, full (optimizer units like the UNet's) or lora (frozen
+  /// bases, adapters ModelShape::lora_text_parameters trained). Trained ones keep activations.
+  std::string text_training = "frozen";
   /// Both caches on (data.cache_latents and data.cache_text_embeddings): assumed complete
   /// (`zerostudio cache`), so the frozen VAE and text encoders wait in CPU memory instead of on
   /// the device; the cache-filling pass is estimated on its own (MemoryEstimate::cache_pass).
@@ -81,7 +88,10 @@ struct DeepSpeedFigures {
 };
 
 struct MemoryEstimate {
-  std::int64_t parameters = 0;  ///< Ψ: trainable parameters
+  std::int64_t parameters = 0;  ///< Ψ: trainable parameters (LoRA: the adapters, and any fully trained text encoder)
+  std::int64_t adapter_parameters = 0;      ///< of those, LoRA adapters
+  std::int64_t frozen_base_parameters = 0;  ///< LoRA's frozen UNet (and a preset's frozen text encoder): laid out
+                                            ///< like trained units (sharded at stage 3), parameters only
   std::int64_t frozen_parameters = 0;  ///< VAE and text encoders (in gpu.parameters, or cpu.parameters when off the device)
   std::int64_t frozen_fp32_parameters = 0;  ///< of those, kept in fp32 (VAE with force_upcast)
   EstimateOptions options;

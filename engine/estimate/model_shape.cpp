@@ -5,12 +5,15 @@
 
 #include "config/trainer_config.h"
 #include "core/error.h"
+#include "core/meta_tensors.h"
 #include "data/shapes.h"
 #include "io/safetensors.h"
 #include "models/autoencoder_kl.h"
 #include "models/diffusers_pipeline.h"
 #include "models/single_file_model.h"
 #include "models/diffusion_model.h"
+#include "models/lora.h"
+#include "models/unet_2d_condition.h"
 
 namespace zs::estimate {
 namespace {
@@ -100,13 +103,53 @@ ModelShape unet_shape(const models::UNetConfig& c) {
 int64_t unet_parameter_count(const models::UNetConfig& config) { return unet_shape(config).trainable_parameters(); }
 
 
-ModelShape model_shape(const config::TrainerConfig& cfg) {
+namespace {
+
+/// The architectures model_shape read: the UNet's config and the text encoders' (frozen ones;
+/// the tiny preset's modules themselves).
+struct Architecture {
+  models::UNetConfig unet;
+  std::vector<std::pair<std::string, models::ClipTextConfig>> text_encoders;
+  std::shared_ptr<models::DiffusionModel> tiny;
+};
+
+/// CLIP ViT-L/14's text tower (SD 1.x, SDXL's first) and OpenCLIP ViT-bigG/14's (SDXL's second).
+models::ClipTextConfig clip_l() {
+  models::ClipTextConfig c;  // the struct's defaults are CLIP-L's
+  return c;
+}
+models::ClipTextConfig clip_big_g() {
+  models::ClipTextConfig c;
+  c.hidden_size = 1280;
+  c.intermediate_size = 5120;
+  c.num_attention_heads = 20;
+  c.num_hidden_layers = 32;
+  c.hidden_act = "gelu";
+  c.with_projection = true;
+  c.projection_dim = 1280;
+  return c;
+}
+
+UnitShape text_encoder_unit(const std::string& name, const models::ClipTextConfig& c, std::int64_t parameters) {
+  UnitShape u{name, UnitKind::text_encoder};
+  u.parameters = parameters;
+  u.largest_module = c.vocab_size * c.hidden_size;
+  u.in_channels = u.out_channels = c.hidden_size;
+  u.heads = c.num_attention_heads;
+  u.depth = c.num_hidden_layers;
+  return u;
+}
+
+ModelShape shape_of(const config::TrainerConfig& cfg, Architecture& arch) {
   // A ready config names the folder a user will fill in; until it exists, model.preset (sd15,
   // sdxl) describes the architecture.
   const bool placeholder = !cfg.model.path.empty() && !std::filesystem::exists(cfg.model.path) && cfg.model.preset != "tiny";
   if (!cfg.model.path.empty() && !placeholder && models::is_single_file(cfg.model.path)) {
     // A single file: the configs from its header (or the companion folder), counts from its shapes.
     const auto file = models::SingleFileModel::open(cfg.model.path, cfg.model.config_path);
+    arch.unet = file.info().unet;
+    arch.text_encoders.emplace_back("text_encoder", file.info().text_encoder);
+    if (file.info().family == "sdxl") arch.text_encoders.emplace_back("text_encoder_2", file.info().text_encoder_2);
     ModelShape m = unet_shape(file.info().unet);
     m.name = cfg.model.path;
     m.latent_factor = static_cast<int>(file.info().vae.downsample_factor());
@@ -121,7 +164,12 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
     if (!std::filesystem::exists(unet))
       throw Error(ErrorKind::config, "model.path: " + unet.string() +
                                          " not found (the estimate needs a diffusers folder's unet/config.json)");
-    ModelShape m = unet_shape(models::UNetConfig::from_file(unet.string()));
+    arch.unet = models::UNetConfig::from_file(unet.string());
+    for (const char* part : {"text_encoder", "text_encoder_2"}) {
+      const auto te = std::filesystem::path(cfg.model.path) / part / "config.json";
+      if (std::filesystem::exists(te)) arch.text_encoders.emplace_back(part, models::ClipTextConfig::from_file(te.string()));
+    }
+    ModelShape m = unet_shape(arch.unet);
     m.name = cfg.model.path;
     const auto vae = std::filesystem::path(cfg.model.path) / "vae" / "config.json";
     bool upcast = true;
@@ -148,14 +196,19 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
     return m;
   }
   if (cfg.model.preset == "sd15") {
-    ModelShape m = unet_shape(models::UNetConfig::sd15());
+    arch.unet = models::UNetConfig::sd15();
+    arch.text_encoders.emplace_back("text_encoder", clip_l());
+    ModelShape m = unet_shape(arch.unet);
     m.name = "sd15";
     m.frozen_parameters = 123'060'480 + 83'653'863;  // CLIP ViT-L/14 text encoder, VAE
     m.frozen_fp32_parameters = 83'653'863;            // the VAE (force_upcast, diffusers' default)
     return m;
   }
   if (cfg.model.preset == "sdxl") {
-    ModelShape m = unet_shape(models::UNetConfig::sdxl());
+    arch.unet = models::UNetConfig::sdxl();
+    arch.text_encoders.emplace_back("text_encoder", clip_l());
+    arch.text_encoders.emplace_back("text_encoder_2", clip_big_g());
+    ModelShape m = unet_shape(arch.unet);
     m.name = "sdxl";
     m.context_dim = 2048;
     m.frozen_parameters = 123'060'480 + 694'659'840 + 83'653'863;  // CLIP-L, OpenCLIP bigG with projection, VAE
@@ -169,7 +222,9 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
     for (const auto& colour : data::shape_palette())
       for (const auto& back : data::shape_palette())
         if (std::string(colour.name) != back.name) captions.push_back(data::shape_caption({shape, colour.name, back.name}));
-  const auto tiny = models::DiffusionModel::build_tiny(captions, "epsilon", 0);
+  arch.tiny = std::make_shared<models::DiffusionModel>(models::DiffusionModel::build_tiny(captions, "epsilon", 0));
+  const auto& tiny = *arch.tiny;
+  arch.unet = tiny.unet->config();
   ModelShape m = unet_shape(tiny.unet->config());
   m.name = "tiny";
   m.latent_factor = 1;
@@ -184,6 +239,46 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
   text.depth = tc.num_hidden_layers;
   m.context_tokens = tc.max_position_embeddings;
   m.units.push_back(text);
+  return m;
+}
+
+}  // namespace
+
+ModelShape model_shape(const config::TrainerConfig& cfg) {
+  Architecture arch;
+  ModelShape m = shape_of(cfg, arch);
+  // The text encoders a pipeline has, counted from their configs (shapes only).
+  for (const auto& [name, c] : arch.text_encoders) {
+    std::int64_t n = 0;
+    {
+      const MetaTensorScope meta;
+      const models::ClipTextModel encoder(c);
+      for (const auto& p : encoder->parameters()) n += p.numel();
+    }
+    m.text_encoders.push_back(text_encoder_unit(name, c, n));
+  }
+  // Adapters for the config's targets and rank, counted on the modules (built as shapes only).
+  const bool lora_unet = cfg.training.method == "lora", lora_text = cfg.training.train_text_encoder == "lora";
+  if (lora_unet) {
+    if (arch.tiny) {
+      m.lora_unet_parameters = models::lora_parameter_count(*arch.tiny->unet, cfg.lora.targets, cfg.lora.rank);
+    } else {
+      const MetaTensorScope meta;
+      models::UNet2DConditionModel unet(arch.unet);
+      m.lora_unet_parameters = models::lora_parameter_count(*unet, cfg.lora.targets, cfg.lora.rank);
+    }
+  }
+  if (lora_text) {
+    if (arch.tiny) {
+      m.lora_text_parameters = models::lora_parameter_count(*arch.tiny->text_encoder, cfg.lora.text_encoder_targets, cfg.lora.rank);
+    } else {
+      for (const auto& [name, c] : arch.text_encoders) {
+        const MetaTensorScope meta;
+        models::ClipTextModel encoder(c);
+        m.lora_text_parameters += models::lora_parameter_count(*encoder, cfg.lora.text_encoder_targets, cfg.lora.rank);
+      }
+    }
+  }
   return m;
 }
 

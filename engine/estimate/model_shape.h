@@ -45,6 +45,11 @@ struct ModelShape {
   std::int64_t context_dim = 768;
   std::int64_t time_embed_dim = 1280;
   std::int64_t frozen_parameters = 0;  ///< VAE and frozen text encoders (not trained, not sharded)
+  /// A pipeline's text encoders (their parameters are in frozen_parameters; the tiny preset's
+  /// trained encoder is in `units` instead): what training.train_text_encoder full or lora trains.
+  std::vector<UnitShape> text_encoders;
+  std::int64_t lora_unet_parameters = 0;  ///< adapters the config's lora section puts on the UNet (0: none asked)
+  std::int64_t lora_text_parameters = 0;  ///< ... on the text encoders (train_text_encoder: lora)
   std::int64_t frozen_fp32_parameters = 0;  ///< of those, kept in fp32 (a VAE with force_upcast)
   std::int64_t trainable_parameters() const;
   /// Parameters of the largest single layer of any unit (a 2560->1280 3x3 conv in SD 1.5 and SDXL).

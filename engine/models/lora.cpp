@@ -131,6 +131,16 @@ std::vector<LoraLayer> adaptable_layers(torch::nn::Module& root) {
   return out;
 }
 
+std::int64_t lora_parameter_count(torch::nn::Module& root, const std::vector<std::string>& targets, std::int64_t rank) {
+  std::int64_t n = 0;
+  for (const LoraLayer& l : adaptable_layers(root)) {
+    if (!lora_target_matches(l.name, targets)) continue;
+    const at::Tensor& w = l.weight();
+    n += rank * (w.numel() / w.size(0) + w.size(0));
+  }
+  return n;
+}
+
 std::vector<LoraLayer> lora_layers(torch::nn::Module& root) {
   std::vector<LoraLayer> out = adaptable_layers(root);
   std::erase_if(out, [](const LoraLayer& l) { return !l.adapter; });

@@ -91,6 +91,10 @@ std::vector<std::string> default_text_encoder_lora_targets();
 /// selects nothing, naming it. Returns every adapted layer of `root`.
 std::vector<LoraLayer> attach_lora(torch::nn::Module& root, const std::vector<std::string>& targets,
                                    const LoraOptions& o, std::uint64_t seed, at::ScalarType dtype = at::kFloat);
+/// Elements the adapters of rank `rank` on the layers of `root` that `targets` select would have
+/// (rank × (in + out) for a Linear layer, rank × (in·kh·kw + out) for a convolution); `root` may
+/// be built on the meta device (models are counted, not allocated).
+std::int64_t lora_parameter_count(torch::nn::Module& root, const std::vector<std::string>& targets, std::int64_t rank);
 /// Every adapted layer of `root`, in module order.
 std::vector<LoraLayer> lora_layers(torch::nn::Module& root);
 /// Every layer of `root` that can take an adapter (its adapter null where none is attached).

@@ -78,6 +78,12 @@ std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig&
       text.lr_scale = te_scale;
       units.push_back(std::move(text));
     } else if (model.text_training == models::TextEncoderTraining::lora) {
+      // The encoder's base as a frozen unit (kept whole: it runs once, before the UNet), then its adapters.
+      models::ParamUnit base{component, {}};
+      for (const auto& p : encoder->named_parameters()) base.parameters.emplace_back(component + "." + p.key(), p.value());
+      base.frozen = true;
+      units.push_back(std::move(base));
+      zo.persistent_units.push_back(component);
       units.push_back(models::lora_unit(*encoder, "lora_" + component, component + "."));
       units.back().lr_scale = te_scale;
     } else {

@@ -13,6 +13,9 @@
 #include <QtTest>
 
 #include "checkpoint_browser.h"
+#include "config/trainer_config.h"
+#include "model_support.h"
+#include "train/trainer.h"
 #include "log_view.h"
 #include "main_window.h"
 #include "metrics_panel.h"
@@ -121,6 +124,45 @@ class TestDashboardE2e : public QObject {
   }
 
   // Closing during a run asks; "no" keeps the window, "yes" stops the run (it saves) and closes.
+  // A LoRA run's checkpoints say so in the browser, whose Export offers the LoRA files and the
+  // merged full weights, and both export.
+  void loraCheckpointsOfferLoraExports() {
+    QTemporaryDir tmp;
+    const std::string run = tmp.path().toStdString() + "/lora-run";
+    zs::train::TrainerOptions opts;
+    opts.run_dir = run;
+    zs::train::TrainerCommands commands;
+    zs::train::Trainer(zs::test::small_config({"training.method=lora", "training.train_text_encoder=lora", "lora.rank=4",
+                                               "training.max_steps=3", "sampling.every_n_steps=0",
+                                               "checkpointing.every_n_steps=3"}),
+                       opts)
+        .run(commands);
+    RunController controller;
+    QVERIFY(controller.attach(QString::fromStdString(run)));
+    CheckpointBrowser browser;
+    browser.setController(&controller);
+    browser.refresh();
+    QCOMPARE(browser.rowCount(), 1);
+    QVERIFY(browser.isLora(0));
+    QVERIFY(browser.table()->item(0, 5)->text().contains("LoRA rank 4"));
+    QStringList formats;
+    for (const auto& [label, format] : browser.exportChoices(0)) formats << format;
+    QCOMPARE(formats, (QStringList{"lora-kohya", "lora-diffusers", "diffusers+merge", "single-file+merge", "safetensors+merge"}));
+    const QString lora = tmp.path() + "/lora.safetensors";
+    QString error = browser.exportCheckpoint(0, "lora-kohya", "fp16", false, lora, true);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+    QVERIFY(QFileInfo(lora).size() > 1000);
+    error = browser.exportCheckpoint(0, "diffusers", "fp32", false, tmp.path() + "/merged", true, true);
+    QVERIFY2(error.isEmpty(), qPrintable(error));
+    QVERIFY(QFileInfo::exists(tmp.path() + "/merged/unet/diffusion_pytorch_model.safetensors"));
+    QVERIFY(QFileInfo::exists(tmp.path() + "/merged/text_encoder/model.safetensors"));
+    // Without --merge a full-weight format is refused with the way out.
+    error = browser.exportCheckpoint(0, "diffusers", "fp32", false, tmp.path() + "/plain", true);
+    QVERIFY2(error.contains("--merge"), qPrintable(error));
+    browser.resize(900, 300);
+    grab(&browser, "checkpoints_lora");
+  }
+
   void closingDuringARunAsks() {
     QTemporaryDir tmp;
     MainWindow w;

@@ -14,6 +14,7 @@
 #include "models/activation_checkpoint.h"
 #include "dist/communicator.h"
 #include "models/diffusion_model.h"
+#include "train/lora_setup.h"
 #include "train/optimizer_setup.h"
 #include "zero/zero_optimizer.h"
 
@@ -236,6 +237,14 @@ class TestEstimate : public QObject {
     QTest::newRow("bf16 stage 2, cpu optimizer") << "precision=bf16,zero.stage=2,zero.offload_optimizer.device=cpu";
     QTest::newRow("fp32 stage 3, cpu optimizer and parameters")
         << "precision=fp32,zero.stage=3,zero.offload_optimizer.device=cpu,zero.offload_param.device=cpu";
+    // LoRA: the UNet a frozen base (sharded at stage 3), adapters and the encoder trained.
+    QTest::newRow("lora, bf16 stage 2") << "precision=bf16,zero.stage=2,training.method=lora";
+    QTest::newRow("lora + text-encoder lora, bf16 stage 3")
+        << "precision=bf16,zero.stage=3,training.method=lora,training.train_text_encoder=lora,zero.stage3_param_persistence_threshold=0";
+    QTest::newRow("lora, fp32 stage 3, cpu optimizer and parameters")
+        << "precision=fp32,zero.stage=3,training.method=lora,zero.offload_optimizer.device=cpu,zero.offload_param.device=cpu";
+    QTest::newRow("full text encoder, lora rank 4, bf16 stage 1")
+        << "precision=bf16,zero.stage=1,training.method=lora,lora.rank=4,training.train_text_encoder=full";
   }
   void engineAccountingMatches() {
     QFETCH(QString, sets);
@@ -243,6 +252,8 @@ class TestEstimate : public QObject {
     for (const auto& s : sets.split(',')) overrides.push_back(s.toStdString());
     const auto cfg = config::load_config_file((test::sourceDir() + "/configs/quickstart.yaml").toStdString(), overrides).config;
     auto model = models::DiffusionModel::build_tiny(shape_captions(), "epsilon", 1);
+    model.set_text_training(train::text_training_of(cfg, model));
+    train::attach_adapters(cfg, model);  // the trainer's LoRA setup (nothing without it)
     auto comm = dist::Communicator::single();
     auto opt = train::make_optimizer(cfg, model, *comm, train::compute_dtype(cfg.precision, at::kCPU), at::kCPU, "estimate",
                                        {});
@@ -366,6 +377,39 @@ class TestEstimate : public QObject {
     QVERIFY2(std::abs(ratio - 1) <= 0.10, qPrintable(QString("measured/estimated kept inputs = %1").arg(ratio)));
     QCOMPARE(on_device.cpu, std::int64_t{0});
     QVERIFY(in_cpu.device < on_device.device);
+  }
+
+  // LoRA on SD 1.5 (README): rank 16 on the attention projections at 512 px, batch 4, bf16 fits an
+  // 8 GB card with room to spare at stage 0; the adapters are what trains (3,188,736 elements,
+  // tst_lora's formula), the frozen base counts its bf16 weights only, and stage 3 over 2 ranks
+  // halves them.
+  void loraOnSd15FitsAnEightGigabyteCard() {
+    const std::string yaml = "version: 1\nmodel: {preset: sd15}\nprecision: bf16\ndata: {resolution: 512}\n"
+                             "training: {batch_size: 4, method: lora}\nlora: {rank: 16}\nema: {enabled: false}\n"
+                             "launch: {use_cpu: false}\n";
+    config::TrainerConfig cfg = config::load_config_string(yaml, "sd15-lora").config;
+    const ModelShape sd15 = model_shape(cfg);
+    QCOMPARE(sd15.lora_unet_parameters, std::int64_t{3'188'736});
+    EstimateOptions o = options_from_config(cfg);
+    o.gpu_memory = parse_bytes("8GiB");
+    const MemoryEstimate e = estimate_memory(sd15, o);
+    QCOMPARE(e.parameters, std::int64_t{3'188'736});
+    QCOMPARE(e.frozen_base_parameters, std::int64_t{859'520'964});
+    qInfo("SD 1.5 LoRA rank 16, 512 px, batch 4, bf16: %.2f GiB on the device", static_cast<double>(e.gpu.total()) / (1 << 30));
+    QVERIFY(e.fits);
+    QVERIFY(e.gpu.total() < parse_bytes("7GiB"));
+    // Adapters' state is ZeRO's for their Ψ: 2 bytes of gradients, 12 of fp32 masters and moments.
+    QCOMPARE(e.gpu.optimizer_states, 12 * std::int64_t{3'188'736});
+    // The device's weights: the bf16 base and adapters, the bf16 text encoder and the fp32 VAE.
+    QCOMPARE(e.gpu.parameters, 2 * (std::int64_t{859'520'964} + 3'188'736 + 123'060'480) + 4 * 83'653'863);
+    // Text-encoder LoRA adds CLIP-L's attention projections: 12 layers x 4 x 16 x (768 + 768).
+    cfg.training.train_text_encoder = "lora";
+    QCOMPARE(model_shape(cfg).lora_text_parameters, std::int64_t{12 * 4 * 16 * 1536});
+    // Stage 3 over 2 ranks: the frozen base is sharded (io and small units stay whole).
+    o.stage = 3;
+    o.world_size = 2;
+    const MemoryEstimate e3 = estimate_memory(sd15, o);
+    QVERIFY(e3.gpu.parameters < e.gpu.parameters - parse_bytes("700MiB"));
   }
 
   // The lowest setting that fits, and what a user can check by hand for SD 1.5 and SDXL.
