@@ -211,28 +211,11 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   const zero::Plan plan = plan_for(units, o);
   for (std::size_t k = 0; k < plan.units.size(); ++k) {
     const zero::UnitPlan& l = plan.units[k];
-    if (units[k].frozen) {
-      // A frozen base: its parameters alone, whole or (stage 3) this rank's shard, gathered as
-      // trained units are.
-      if (!l.sharded) {
-        e.gpu.parameters += c * l.padded;
-      } else {
-        sharded_padded.push_back(l.padded);
-        sharded_shards += l.shard;
-        largest_sharded = std::max(largest_sharded, l.padded);
-        if (o.offload_param == Offload::none) e.gpu.parameters += c * l.shard;
-        else if (o.offload_param == Offload::cpu) e.cpu.parameters += c * l.shard;
-        else e.nvme += align_up(c * l.shard);
-      }
-      continue;
-    }
-    owned_total += l.owned;
-    max_owned = std::max(max_owned, l.owned);
-    if (l.gather_after_step) gathered_after_step += l.padded;
-    // Parameters (compute dtype): whole units everywhere; stage 3 keeps the rank's shard.
+    // Parameters (compute dtype): whole units everywhere; stage 3 keeps the rank's shard. A
+    // frozen base (LoRA) is laid out and gathered the same way, and has nothing else.
     if (!l.sharded) {
       e.gpu.parameters += c * l.padded;
-      whole_total += l.padded;
+      if (!units[k].frozen) whole_total += l.padded;
     } else {
       sharded_padded.push_back(l.padded);
       sharded_shards += l.shard;
@@ -244,6 +227,10 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
         param_staging += align_up(c * l.shard);
       }
     }
+    if (units[k].frozen) continue;
+    owned_total += l.owned;
+    max_owned = std::max(max_owned, l.owned);
+    if (l.gather_after_step) gathered_after_step += l.padded;
     // Gradients: the full buffer where backward accumulates (stages 0-1, units kept whole), and
     // the rank's reduced part (stages 2-3; with optimizer offload an fp32 copy in CPU memory).
     if (!l.hook_grads) {
