@@ -34,8 +34,8 @@ std::string with_article(const std::string& word) {
   return (vowel ? "an " : "a ") + word;
 }
 
-const PaletteColour& colour_named(const std::string& name) {
-  for (const auto& c : shape_palette())
+const PaletteColour& colour_named(const std::string& name, const std::vector<PaletteColour>& palette) {
+  for (const auto& c : palette)
     if (name == c.name) return c;
   throw Error(ErrorKind::data, "unknown shape colour \"" + name + "\"");
 }
@@ -74,8 +74,12 @@ std::optional<ShapeSpec> parse_shape_caption(const std::string& caption) {
 }
 
 io::Image draw_shape(const ShapeSpec& spec, int size, std::uint64_t seed) {
-  const auto& fg = colour_named(spec.colour).rgb;
-  const auto& bg = colour_named(spec.background).rgb;
+  return draw_shape(spec, size, seed, shape_palette());
+}
+
+io::Image draw_shape(const ShapeSpec& spec, int size, std::uint64_t seed, const std::vector<PaletteColour>& palette) {
+  const auto& fg = colour_named(spec.colour, palette).rgb;
+  const auto& bg = colour_named(spec.background, palette).rgb;
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
   const double s = size * (0.55 + 0.30 * uni(rng));
@@ -129,8 +133,9 @@ void generate_shapes_dataset(const std::string& dir, int count, int size, std::u
   if (ec) throw Error(ErrorKind::io, dir + ": cannot move the generated dataset into place: " + ec.message());
 }
 
-ShapeReading read_shape_image(const io::Image& image) {
-  const auto& palette = shape_palette();
+ShapeReading read_shape_image(const io::Image& image) { return read_shape_image(image, shape_palette()); }
+
+ShapeReading read_shape_image(const io::Image& image, const std::vector<PaletteColour>& palette) {
   const int w = image.width, h = image.height;
   // Nearest palette colour of every pixel.
   std::vector<int> label(static_cast<std::size_t>(w) * h);

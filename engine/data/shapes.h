@@ -38,6 +38,8 @@ std::optional<ShapeSpec> parse_shape_caption(const std::string& caption);
 /// Draws `spec` at `size`×`size`: the shape spans 55–85 % of the side at a random position,
 /// anti-aliased. `seed` fixes size and position.
 io::Image draw_shape(const ShapeSpec& spec, int size, std::uint64_t seed);
+/// The same with the colours named from `palette` (e.g. the demo palette plus a colour of one's own).
+io::Image draw_shape(const ShapeSpec& spec, int size, std::uint64_t seed, const std::vector<PaletteColour>& palette);
 
 /// Writes `count` images in the flat-files layout: DIR/images/NNNNN.png + DIR/captions/NNNNN.txt.
 /// The same seed gives the same files. `progress(done, count)` is called as files are written.
@@ -54,5 +56,7 @@ struct ShapeReading {
 };
 /// Reads background colour, shape colour and shape from an image (of any size).
 ShapeReading read_shape_image(const io::Image& image);
+/// The same, reading colours as the nearest of `palette`.
+ShapeReading read_shape_image(const io::Image& image, const std::vector<PaletteColour>& palette);
 
 }  // namespace zs::data

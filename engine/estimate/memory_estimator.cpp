@@ -11,6 +11,7 @@
 #include "config/trainer_config.h"
 #include "core/error.h"
 #include "models/attention_options.h"
+#include "models/diffusion_model.h"
 
 namespace zs::estimate {
 namespace {
@@ -379,7 +380,8 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   o.lora = cfg.training.method == "lora";
   const std::string& t = cfg.training.train_text_encoder;
   // auto: the tiny preset's own encoder trains in full; a pipeline's stay frozen.
-  o.text_training = t == "full" || t == "lora" ? t : t == "none" ? "frozen" : cfg.model.path.empty() && cfg.model.preset == "tiny" ? "full" : "frozen";
+  const bool tiny = (cfg.model.path.empty() && cfg.model.preset == "tiny") || models::DiffusionModel::is_preset_folder(cfg.model.path);
+  o.text_training = t == "full" || t == "lora" ? t : t == "none" ? "frozen" : tiny ? "full" : "frozen";
   o.world_size = static_cast<int>(cfg.launch.num_processes);
   o.processes_per_machine = static_cast<int>(std::max<int64_t>(cfg.launch.num_processes / std::max<int64_t>(cfg.launch.num_machines, 1), 1));
   o.stage = static_cast<int>(cfg.zero.stage);

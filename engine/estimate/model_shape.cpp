@@ -193,6 +193,12 @@ ModelShape shape_of(const config::TrainerConfig& cfg, Architecture& arch) {
     } catch (const Error&) {
       // A folder without model_index.json (a UNet alone): nothing frozen to count.
     }
+    if (models::DiffusionModel::is_preset_folder(cfg.model.path)) {
+      // A tiny-preset model folder: pixel space, its text encoder counted below (frozen unless trained).
+      m.latent_factor = 1;
+      m.sample_channels = arch.unet.in_channels;
+      m.preset_folder = true;
+    }
     return m;
   }
   if (cfg.model.preset == "sd15") {
@@ -256,6 +262,7 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
       for (const auto& p : encoder->parameters()) n += p.numel();
     }
     m.text_encoders.push_back(text_encoder_unit(name, c, n));
+    if (m.preset_folder) m.frozen_parameters += n;  // a pipeline's are counted from its files above
   }
   // Adapters for the config's targets and rank, counted on the modules (built as shapes only).
   const bool lora_unet = cfg.training.method == "lora", lora_text = cfg.training.train_text_encoder == "lora";

@@ -48,6 +48,7 @@ struct ModelShape {
   /// A pipeline's text encoders (their parameters are in frozen_parameters; the tiny preset's
   /// trained encoder is in `units` instead): what training.train_text_encoder full or lora trains.
   std::vector<UnitShape> text_encoders;
+  bool preset_folder = false;  ///< a tiny-preset model folder (model.path): its text encoder trains by default
   std::int64_t lora_unet_parameters = 0;  ///< adapters the config's lora section puts on the UNet (0: none asked)
   std::int64_t lora_text_parameters = 0;  ///< ... on the text encoders (train_text_encoder: lora)
   std::int64_t frozen_fp32_parameters = 0;  ///< of those, kept in fp32 (a VAE with force_upcast)

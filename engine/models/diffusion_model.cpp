@@ -129,6 +129,12 @@ PipelineRef DiffusionModel::pipeline_of(const std::string& dir) {
   return ref;
 }
 
+bool DiffusionModel::is_preset_folder(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(fs::path(dir) / "tokenizer" / "tokenizer.json", ec) &&
+         fs::is_regular_file(fs::path(dir) / "unet" / "config.json", ec) && !fs::exists(fs::path(dir) / "model_index.json", ec);
+}
+
 DiffusionModel DiffusionModel::load_folder(const std::string& dir, const UnitBuilt& on_unit) {
   if (const PipelineRef ref = pipeline_of(dir); !ref.path.empty()) {
     // The pipeline's own UNet (same config as the run's unet/config.json); the checkpoint's

@@ -62,7 +62,14 @@ class DiffusionModel {
   /// Only a pipeline's frozen parts (VAE, text encoders, tokenizers), without its UNet: what
   /// `zerostudio cache` encodes with.
   static DiffusionModel load_frozen(const std::string& dir, const std::string& config_path = "");
+  /// A run's model/ folder, or a tiny-preset model exported as a diffusers folder (unet/,
+  /// text_encoder/ with their weights, its word tokenizer, scheduler/): the configs, and the
+  /// weights where the folder has them.
   static DiffusionModel load_folder(const std::string& dir, const UnitBuilt& on_unit = {});
+  /// Whether `dir` is a tiny-preset model folder load_folder reads (its word tokenizer's
+  /// tokenizer/tokenizer.json and unet/config.json, no model_index.json): `zerostudio export
+  /// --format diffusers` of a quickstart checkpoint, which model.path can name to train on.
+  static bool is_preset_folder(const std::string& dir);
   /// Where a model folder written by save_folder() came from: its pipeline.json (the diffusers
   /// folder or single file, a single file's companion folder, the prediction type); an empty
   /// path for a model built from a preset. Throws zs::Error(checkpoint) naming the reference

@@ -256,6 +256,15 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
       model.save_folder(model_dir);
       if (rank == 0 && checkpoint_needs_base(cfg, model)) save_preset_base(model, model_dir);
     }
+  } else if (!cfg.model.path.empty() && models::DiffusionModel::is_preset_folder(cfg.model.path)) {
+    // A tiny-preset model exported as a folder (a quickstart checkpoint, `export --format
+    // diffusers`): training goes on from its weights, with its own tokenizer.
+    if (sharded_init) {
+      log("zero3_init_flag: not used for a preset model folder (it is loaded whole)");
+      sharded_init.reset();
+    }
+    model = models::DiffusionModel::load_folder(cfg.model.path);
+    if (rank == 0) model.save_folder(model_dir);
   } else if (!cfg.model.path.empty()) {
     // A diffusers pipeline folder or single file: the UNet trains from its weights; VAE and text
     // encoders are frozen.

@@ -259,6 +259,30 @@ class TestLoraE2E : public QObject {
     }
   }
 
+  // A quickstart checkpoint exported as a diffusers folder is a model.path to train on (here
+  // LoRA): the run starts from its weights and tokenizer, not a fresh tiny model.
+  void exportedQuickstartModelIsABase() {
+    QTemporaryDir dir;
+    const std::string first = dir.path().toStdString() + "/first", base = dir.path().toStdString() + "/base";
+    train_run(zs::test::small_config({"training.max_steps=3", "sampling.every_n_steps=0", "checkpointing.every_n_steps=3",
+                                      "ema.enabled=false"}),
+              first);
+    export_as(zs::test::checkpoint_dir(zs::test::read_events(first)), base, "diffusers");
+    QVERIFY(models::DiffusionModel::is_preset_folder(base));
+    const std::string second = dir.path().toStdString() + "/second";
+    train_run(zs::test::small_config({"model.path=" + base, "training.method=lora", "training.train_text_encoder=lora",
+                                      "training.max_steps=2", "sampling.every_n_steps=2", "checkpointing.every_n_steps=2",
+                                      "ema.enabled=false"}),
+              second);
+    // The run's base is the exported model, bit for bit.
+    for (const std::string part : {"unet/diffusion_pytorch_model.safetensors", "text_encoder/model.safetensors"}) {
+      const io::SafetensorsReader got(second + "/model/" + part), want(base + "/" + part);
+      QCOMPARE(got.entries().size(), want.entries().size());
+      for (const auto& e : want.entries()) QVERIFY2(at::equal(got.tensor(e.name), want.tensor(e.name)), e.name.c_str());
+    }
+    QVERIFY(fs::exists(second + "/samples/step_2/grid.png"));
+  }
+
   // A pipeline: LoRA on the UNet with its text encoder trained in full (its own learning rate);
   // the trained encoder's outputs are not cached.
   void pipelineLoraWithAFullTextEncoder() {
