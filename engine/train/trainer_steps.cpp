@@ -209,7 +209,9 @@ void Trainer::State::sample() {
   // A long phase: the ranks that do not render wait for rank 0 as long as it is alive, however
   // long the grid takes (not a collective's timeout).
   const bool swap = cfg.sampling.use_ema && cfg.ema.enabled;
-  const bool compute = main_rank() || (world > 1 && optimizer->sharded_units() > 0);
+  // (LoRA's frozen base counts: its shards are gathered the same way.)
+  const bool compute =
+      main_rank() || (world > 1 && optimizer->sharded_units() + optimizer->sharded_frozen_units() > 0);
   SampleFolder folder;
   phase("sampling", [&] {
     if (swap) optimizer->swap_ema();

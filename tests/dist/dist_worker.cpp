@@ -424,14 +424,28 @@ int reshard(dist::Communicator& c, const std::string& phase, int stage, const st
   o.offload_optimizer = v.opt;
   o.offload_param = v.param;
   o.optimizer_nvme_path = o.param_nvme_path = v.nvme;
-  zero::ZeroOptimizer opt(unet->units(), c, o);
+  // LoRA: the base as frozen units (partitioned at stage 3), the adapters one unit kept whole.
+  std::vector<models::ParamUnit> units = unet->units();
+  if (v.lora) {
+    models::LoraOptions lo;
+    lo.rank = 4;
+    lo.alpha = 8;
+    models::attach_lora(*unet, {"to_q", "to_k", "to_v", "to_out.0", "conv1"}, lo, 7, at::kDouble);
+    for (auto& u : units) u.frozen = true;
+    units.push_back(models::lora_unit(*unet, "lora_unet", ""));
+    o.persistent_units.push_back("lora_unet");
+  }
+  std::vector<std::pair<std::string, at::Tensor>> live;  // the trained tensors, as the model holds them
+  for (const auto& u : units)
+    if (!u.frozen) live.insert(live.end(), u.parameters.begin(), u.parameters.end());
+  zero::ZeroOptimizer opt(std::move(units), c, o);
   unet->set_unit_hooks(opt.unit_hooks());
   opt.enable_ema(0.8);
   auto whole = [&] {
     std::map<std::string, at::Tensor> out;
     for (const auto& [name, t] : opt.full_parameters()) out["w." + name] = t;
     if (out.empty())
-      for (const auto& p : unet->named_parameters()) out["w." + p.key()] = p.value().detach().clone();
+      for (const auto& [name, t] : live) out["w." + name] = t.detach().clone();
     for (const auto& [name, t] : opt.state()) out["s." + name] = t;
     for (const auto& [name, t] : opt.ema_state()) out["e." + name] = t;
     return out;

@@ -179,6 +179,9 @@ class TestDist : public QObject {
     QTest::newRow("stage 2 on 2 ranks -> stage 0 on 1 rank") << 2 << 2 << 0 << 1 << "";
     QTest::newRow("stage 3 on 3 ranks -> stage 1 on 2 ranks, optimizer on nvme") << 3 << 3 << 1 << 2 << "opt=nvme,nvme=@";
     QTest::newRow("stage 0 on 1 rank -> stage 3 on 2 ranks, params on cpu") << 0 << 1 << 3 << 2 << "param=cpu,opt=cpu";
+    QTest::newRow("lora: stage 3 on 2 ranks -> stage 1 on 3 ranks") << 3 << 2 << 1 << 3 << "lora";
+    QTest::newRow("lora: stage 0 on 1 rank -> stage 3 on 2 ranks, base shards and optimizer on cpu")
+        << 0 << 1 << 3 << 2 << "lora,param=cpu,opt=cpu";
     QTest::newRow("stage 1 on 3 ranks -> stage 2 on 3 ranks") << 1 << 3 << 2 << 3 << "";
   }
 
@@ -197,7 +200,7 @@ class TestDist : public QObject {
     };
     {
       World save("reshard", save_world, ranks(save_world), zs::test::freePort(), 60, {},
-                 {"save", QString::number(save_stage), dir.path(), ""});
+                 {"save", QString::number(save_stage), dir.path(), load_variant.contains("lora") ? "lora" : ""});
       for (int r = 0; r < save_world; ++r) {
         QVERIFY(save.wait(r, 120000));
         QVERIFY2(save.code(r) == 0, qPrintable(save.out(r)));

@@ -414,6 +414,42 @@ class TestLaunch : public QObject {
     QVERIFY(QFile::exists(run + "/samples/step_20/007.png"));
   }
 
+  // LoRA with text-encoder LoRA through the real trainer on 2 ranks at stage 3 (the frozen base
+  // partitioned), resumed in one process at stage 0: the checkpoint holds adapters only.
+  void loraOnTwoRanksAtStage3ResumesInOneProcess() {
+    QTemporaryDir dir;
+    const QString run = dir.path() + "/run";
+    zs::test::FailureReport report(run);
+    auto go = [&](const QStringList& head, int stage, int steps, bool resume) {
+      QStringList args = head + QStringList{quickstart(), "--set", "zero.stage=" + QString::number(stage), "--set",
+                                            "training.method=lora", "--set", "training.train_text_encoder=lora", "--set",
+                                            "lora.rank=4", "--set", "ema.enabled=true"} +
+                         small_run(run, steps);
+      if (resume) args += QStringList{"--resume", "latest"};
+      return cli(args, report);
+    };
+    Ended e = go(launch(2), 3, 4, false);
+    QVERIFY2(e.ok(), e.why());
+    e = go({"train"}, 0, 6, true);
+    QVERIFY2(e.ok(), e.why());
+    bool partitioned = false, resumed = false;
+    std::string last;
+    for (const auto& ev : events(run)) {
+      if (ev["type"] == "log") {
+        const std::string m = ev["message"].get<std::string>();
+        partitioned |= m.starts_with("LoRA: ") && m.find("partitioned over the ranks") != std::string::npos;
+        resumed |= m == "resumed a checkpoint of 2 ranks at stage 3 on 1 ranks at stage 0";
+      }
+      if (ev["type"] == "metrics") QVERIFY(std::isfinite(ev["loss"].get<double>()));
+      if (ev["type"] == "checkpoint") last = ev["path"].get<std::string>();
+    }
+    QVERIFY(partitioned && resumed);
+    QVERIFY(QFile::exists(run + "/samples/step_4/grid.png"));
+    const nlohmann::json meta = nlohmann::json::parse(std::ifstream(last + "/meta.json"));
+    for (const auto& unit : meta["sharding"]["units"])
+      QVERIFY2(unit["name"].get<std::string>().starts_with("lora_"), unit.dump().c_str());
+  }
+
   // A checkpoint of 2 ranks at stage 2 resumes in one process at stage 0, and then on 3 ranks at
   // stage 3 (the exact-continuation check across layouts is tst_dist's
   // shardsResumeUnderAnotherLayout; here the per-rank data split changes with the world size).

@@ -459,6 +459,7 @@ class TestEstimate : public QObject {
     QTest::newRow("sd15 zero2 offload") << "sd15-finetune-zero2-offload.yaml" << qint64{859'520'964};
     QTest::newRow("sdxl zero2 offload") << "sdxl-finetune-zero2-offload.yaml" << qint64{2'567'463'684};
     QTest::newRow("sdxl zero3 nvme") << "sdxl-zero3-nvme.yaml" << qint64{2'567'463'684};
+    QTest::newRow("sd15 lora") << "sd15-lora.yaml" << qint64{859'520'964};
   }
   void readyConfigsValidateAndEstimate() {
     QFETCH(QString, file);
@@ -473,6 +474,11 @@ class TestEstimate : public QObject {
           e.gpu.total() / 1073741824.0, e.cpu.total() / 1073741824.0, e.nvme / 1073741824.0, e.fits ? "yes" : "no");
     QVERIFY(e.gpu.total() > 0);
     if (cfg.zero.offload_optimizer.device != "none") QVERIFY(e.cpu.optimizer_states + e.nvme > 0);
+    if (cfg.training.method == "lora") {  // README: it fits an 8 GB card as it is
+      QCOMPARE(e.parameters, std::int64_t{3'188'736});
+      o.gpu_memory = parse_bytes("8GiB");
+      QVERIFY(estimate_memory(m, o).fits);
+    }
   }
 
   void jsonHasTheDocumentedKeys() {

@@ -128,7 +128,10 @@ class TestUNet : public QObject {
     qInfo("gradient checkpointing: worst relative gradient difference %.3g; peak CPU bytes during forward+backward "
           "%lld without, %lld with (%.0f %%)", worst, static_cast<long long>(peak[0]), static_cast<long long>(peak[1]),
           100.0 * static_cast<double>(peak[1]) / static_cast<double>(peak[0]));
-    QVERIFY(worst <= 1e-6);
+    // float32: the rerun forward and its own backward add in another order where OpenBLAS picks
+    // its kernels by alignment and CPU (1.63e-6 on an AMD EPYC VM, below 1e-6 on the machine the
+    // bound was first set on); a checkpointing bug moves gradients by far more.
+    QVERIFY(worst <= 1e-5);
     QVERIFY2(peak[1] < peak[0] * 8 / 10, "checkpointing should cut the peak by more than 20 %");
   }
 
