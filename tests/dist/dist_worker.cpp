@@ -554,7 +554,10 @@ int overflow_skips_everywhere(dist::Communicator& c, int stage) {
 /// The step time of ZeRO stage `stage` against stage 0, on two copies of one model, steps
 /// alternated (a slow spell of the machine hits both alike), the median of 5 timed steps each
 /// after 2 warm-up steps. Rank 0 prints "timing ratio R stage S_ms stage0 B_ms".
-int stage_timing(dist::Communicator& c, int stage) {
+/// Step time of `stage` against stage 0 in the same processes, alternated. `lora`: "" (full
+/// training both), "lora" (LoRA both: the frozen base gathered at stage 3 against stage 0), or
+/// "lora-vs-full" (LoRA at `stage` against full training at stage 0).
+int stage_timing(dist::Communicator& c, int stage, const std::string& lora) {
   keep_freed_memory();  // as the trainer does
   at::set_num_threads(1);
   auto build = [] { return two_level_unet(5, 4, {64, 128}, 2, 64, {4, 4}, 16); };
@@ -569,7 +572,16 @@ int stage_timing(dist::Communicator& c, int stage) {
     zero::ZeroOptions o;
     o.stage = i == 0 ? 0 : stage;
     o.reduce_bucket_size = 5'000'000;
-    sides[i].opt = std::make_unique<zero::ZeroOptimizer>(sides[i].unet->units(), c, o);
+    std::vector<models::ParamUnit> units = sides[i].unet->units();
+    if (lora == "lora" || (lora == "lora-vs-full" && i == 1)) {
+      models::LoraOptions lo;
+      lo.rank = 8;
+      models::attach_lora(*sides[i].unet, models::default_unet_lora_targets(), lo, 3);
+      for (auto& u : units) u.frozen = true;
+      units.push_back(models::lora_unit(*sides[i].unet, "lora_unet", ""));
+      o.persistent_units.push_back("lora_unet");
+    }
+    sides[i].opt = std::make_unique<zero::ZeroOptimizer>(std::move(units), c, o);
     sides[i].unet->set_unit_hooks(sides[i].opt->unit_hooks());
   }
   at::Generator gen = at::detail::createCPUGenerator(31 + c.rank());
@@ -590,7 +602,9 @@ int stage_timing(dist::Communicator& c, int stage) {
     return v[v.size() / 2];
   };
   const double zero = median(sides[0].ms), other = median(sides[1].ms);
-  if (c.rank() == 0) std::printf("timing ratio %.3f stage%d %.1f stage0 %.1f\n", other / zero, stage, other, zero);
+  if (c.rank() == 0)
+    std::printf("timing ratio %.3f stage%d%s %.1f stage0%s %.1f\n", other / zero, stage, lora.empty() ? "" : " lora", other,
+                lora == "lora" ? " lora" : "", zero);
   return 0;
 }
 
@@ -655,7 +669,7 @@ int main(int argc, char** argv) {
     } else if (scenario == "long_phase") {
       rc = long_phase(*comm, argv[3], std::stod(argv[2]));
     } else if (scenario == "timing") {
-      rc = stage_timing(*comm, std::stoi(argv[3]));
+      rc = stage_timing(*comm, std::stoi(argv[3]), argc > 4 ? argv[4] : "");
     } else if (scenario == "overflow") {
       rc = overflow_skips_everywhere(*comm, std::stoi(argv[3]));
     } else if (scenario == "die" || scenario == "stall" || scenario == "die0" || scenario == "die_inside") {

@@ -424,18 +424,24 @@ class TestDist : public QObject {
   void zeroStagesCostAboutWhatStage0Costs_data() {
     QTest::addColumn<int>("stage");
     QTest::addColumn<int>("world");
+    QTest::addColumn<QString>("lora");
     for (int world : {1, 2})
-      for (int stage : {1, 2, 3}) QTest::addRow("stage %d, N=%d", stage, world) << stage << world;
+      for (int stage : {1, 2, 3}) QTest::addRow("stage %d, N=%d", stage, world) << stage << world << "";
+    // LoRA: gathering the frozen base at stage 3 costs what gathering trained units does, and a
+    // LoRA step costs no more than a full one.
+    QTest::newRow("lora, stage 3 against lora, stage 0, N=2") << 3 << 2 << "lora";
+    QTest::newRow("lora, stage 0 against full, stage 0, N=1") << 0 << 1 << "lora-vs-full";
   }
 
   void zeroStagesCostAboutWhatStage0Costs() {
     QFETCH(int, stage);
     QFETCH(int, world);
+    QFETCH(QString, lora);
     QString last;
     for (int attempt = 0; attempt < 2; ++attempt) {
       std::vector<int> ranks(static_cast<std::size_t>(world));
       std::iota(ranks.begin(), ranks.end(), 0);
-      World w("timing", world, ranks, zs::test::freePort(), 60, {}, {QString::number(stage)});
+      World w("timing", world, ranks, zs::test::freePort(), 60, {}, {QString::number(stage), lora});
       for (int r = 0; r < world; ++r) {
         QVERIFY(w.wait(r, 120000));
         const QString out = w.out(r);
