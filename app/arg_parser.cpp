@@ -6,6 +6,15 @@
 
 namespace zs::cli {
 
+std::vector<const CommandSpec*>& command_registry() {
+  static std::vector<const CommandSpec*> registry;
+  return registry;
+}
+
+RegisterCommands::RegisterCommands(std::initializer_list<const CommandSpec*> specs) {
+  for (const CommandSpec* s : specs) command_registry().push_back(s);
+}
+
 std::string normalize_flag(const std::string& flag) {
   std::string name = flag.substr(flag.find_first_not_of('-'));
   std::replace(name.begin(), name.end(), '-', '_');

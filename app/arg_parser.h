@@ -3,6 +3,7 @@
 // underscores (--num-processes = --num_processes, as accelerate spells them), as
 // "--flag value" or "--flag=value".
 
+#include <initializer_list>
 #include <limits>
 #include <map>
 #include <optional>
@@ -38,6 +39,14 @@ struct CommandSpec {
   size_t max_positional = 0;
 
   std::string help() const;
+};
+
+/// Every command's spec, as the command files register them (the shell completion and the man
+/// page are generated from these tables, so they list exactly what --help lists).
+std::vector<const CommandSpec*>& command_registry();
+/// Registers specs at start-up: `const RegisterCommands kRegisterTrain{{&kTrain, &kMakeDataset}};`.
+struct RegisterCommands {
+  RegisterCommands(std::initializer_list<const CommandSpec*> specs);
 };
 
 /// Parsed flags and positional arguments.

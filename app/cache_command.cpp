@@ -58,6 +58,8 @@ pid_t spawn_share(const std::vector<std::string>& args, int rank, int world) {
   return pid;
 }
 
+const RegisterCommands kRegisterCacheCommand{{&kCache}};
+
 }  // namespace
 
 int run_cache_command(const std::vector<std::string>& args) {

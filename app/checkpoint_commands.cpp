@@ -74,6 +74,8 @@ std::string local_time(double unix_seconds) {
   return buf;
 }
 
+const RegisterCommands kRegisterCheckpointCommands{{&kTensorBoard, &kCheckpoints, &kExport}};
+
 }  // namespace
 
 int run_checkpoints_command(const std::vector<std::string>& args) {

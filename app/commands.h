@@ -45,6 +45,12 @@ int run_cache_command(const std::vector<std::string>& args);
 /// `zerostudio model {info,eval,convert}`: diffusers folders and single files.
 int run_model_command(const std::vector<std::string>& args);
 
+/// `zerostudio completion bash|--commands` and `zerostudio manpage` (shell_docs.cpp).
+int run_completion_command(const std::vector<std::string>& args);
+int run_manpage_command(const std::vector<std::string>& args);
+/// What `zerostudio --help` prints (main.cpp).
+const char* top_level_help();
+
 /// --dtype fp16|bf16|fp32 (default fp32) as an export dtype; throws UsageError for others.
 std::optional<c10::ScalarType> export_dtype(const std::string& dtype);
 /// Prints "exporting: done/total tensors" to stderr at every tenth.

@@ -122,6 +122,8 @@ int schema(const ParsedArgs& a) {
   return 0;
 }
 
+const RegisterCommands kRegisterConfigCommand{{&kValidate, &kImport, &kConfigExport, &kSchema, &kConfig}};
+
 }  // namespace
 
 int run_config_command(const std::vector<std::string>& args) {

@@ -86,6 +86,8 @@ const CommandSpec kInit{
      {"from", "FILE", "Config to start from"}},
     0, 0};
 
+const RegisterCommands kRegisterConfigInit{{&kInit}};
+
 }  // namespace
 
 int run_config_init(const std::vector<std::string>& args) {

@@ -29,6 +29,8 @@ const CommandSpec kEstimate{
      {"set", "KEY=VALUE", "Override one key, validated by the schema (repeatable)", true}},
     1, 1};
 
+const RegisterCommands kRegisterEstimateCommand{{&kEstimate}};
+
 }  // namespace
 
 int run_estimate_command(const std::vector<std::string>& args) {

@@ -135,6 +135,8 @@ void append_run_event(const std::string& run_dir, const std::string& type, const
   }
 }
 
+const RegisterCommands kRegisterLaunchCommand{{&kLaunch}};
+
 }  // namespace
 
 int run_launch_command(const std::vector<std::string>& args) {

@@ -29,7 +29,8 @@ const char* kHelp =
     "  make-dataset shapes --out DIR   generate the demo dataset of coloured shapes\n"
     "  checkpoints RUN_DIR        list a run's checkpoints (--verify checks their files)\n"
     "  tensorboard RUN_DIR        write a run's TensorBoard event file from its events\n"
-    "  export CHECKPOINT ...      consolidate a checkpoint (diffusers, single-file, safetensors)\n"
+    "  export CHECKPOINT ...      consolidate a checkpoint (diffusers, single-file, safetensors,\n"
+    "                             LoRA files for kohya/A1111/ComfyUI and diffusers, --merge)\n"
     "  estimate FILE              memory per process and the lowest ZeRO setting that fits\n"
     "  cache FILE                 fill the latent and text caches (--num_processes N)\n"
     "  model info DIR|FILE        a diffusers folder's or single file's components\n"
@@ -40,6 +41,8 @@ const char* kHelp =
     "  config import ...          accelerate YAML / DeepSpeed JSON -> trainer config\n"
     "  config export FILE ...     trainer config -> accelerate YAML / DeepSpeed JSON\n"
     "  config schema [--markdown] reference of every trainer key\n"
+    "  completion bash            the bash completion script\n"
+    "  manpage                    the zerostudio(1) man page\n"
     "\n"
     "Options:\n"
     "  -h, --help                 show this help\n"
@@ -48,6 +51,12 @@ const char* kHelp =
     "Run `zerostudio COMMAND --help` for a command's options. Exit codes: 0 success,\n"
     "1 a problem with the input (the message names it), 2 bad usage, 3 (train, launch) the run\n"
     "ended without its newest checkpoint on disk.\n";
+
+}  // namespace
+
+const char* zs::cli::top_level_help() { return kHelp; }
+
+namespace {
 
 int run_gui_or_explain(int argc, char** argv, const std::string& config) {
 #ifdef ZS_HAVE_GUI
@@ -83,6 +92,8 @@ int dispatch(int argc, char** argv) {
   if (first == "cache") return zs::cli::run_cache_command(rest);
   if (first == "tensorboard") return zs::cli::run_tensorboard_command(rest);
   if (first == "model") return zs::cli::run_model_command(rest);
+  if (first == "completion") return zs::cli::run_completion_command(rest);
+  if (first == "manpage") return zs::cli::run_manpage_command(rest);
   if (first[0] == '-') throw zs::cli::UsageError("unknown option '" + first + "'");
   const bool looks_like_config = first.ends_with(".yaml") || first.ends_with(".yml");
   if (looks_like_config && args.size() == 1) {

@@ -202,6 +202,8 @@ int convert(const ParsedArgs& a) {
   return 0;
 }
 
+const RegisterCommands kRegisterModelCommand{{&kInfo, &kEval, &kConvert, &kModel}};
+
 }  // namespace
 
 int run_model_command(const std::vector<std::string>& args) {

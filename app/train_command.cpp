@@ -124,6 +124,8 @@ class ProgressBar {
   std::int64_t last_bucket_ = -1;
 };
 
+const RegisterCommands kRegisterTrainCommand{{&kTrain, &kMakeDataset}};
+
 }  // namespace
 
 int run_train_command(const std::vector<std::string>& args) {

@@ -4,15 +4,17 @@
 #include <QFileInfo>
 #include <QIcon>
 
+#include "app_settings.h"
 #include "main_window.h"
 
 namespace zs::ui {
 
 int run_gui(int argc, char** argv, const std::string& config_path) {
   QApplication app(argc, argv);
-  QApplication::setApplicationName(QStringLiteral("ZeroStudio"));
+  setUpSettings();  // QSettings (recent runs) under $XDG_CONFIG_HOME/zerostudio
+  QApplication::setApplicationDisplayName(QStringLiteral("ZeroStudio"));
   QApplication::setApplicationVersion(QStringLiteral(ZS_VERSION));
-  QApplication::setOrganizationName(QStringLiteral("ZeroStudio"));  // QSettings: recent runs
+  QApplication::setDesktopFileName(QStringLiteral("org.zerostudio.ZeroStudio"));
   QApplication::setWindowIcon(QIcon(QStringLiteral(":/icons/zerostudio.svg")));
   MainWindow window;
   const QString path = QString::fromStdString(config_path);

@@ -24,6 +24,7 @@
 #include <QPushButton>
 #include <QToolButton>
 #include <QVBoxLayout>
+#include <QScrollArea>
 #include <QWizardPage>
 
 #include "memory_panel.h"
@@ -39,7 +40,15 @@ class QuestionPage : public QWizardPage {
  public:
   QuestionPage(SetupWizard* wizard, std::string id, const QString& title) : m_wizard(wizard), m_id(std::move(id)) {
     setTitle(title);
-    auto* outer = new QVBoxLayout(this);
+    auto* page = new QVBoxLayout(this);
+    page->setContentsMargins(0, 0, 0, 0);
+    // The questions scroll when a page has more than the window holds: rows keep their natural
+    // height instead of being squeezed until labels are cut.
+    auto* scroll = new QScrollArea(this);
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
+    auto* content = new QWidget(scroll);
+    auto* outer = new QVBoxLayout(content);
     m_form = new QFormLayout;
     m_form->setFieldGrowthPolicy(QFormLayout::ExpandingFieldsGrow);
     m_form->setRowWrapPolicy(QFormLayout::WrapAllRows);  // accelerate's questions are long: label above
@@ -47,12 +56,14 @@ class QuestionPage : public QWizardPage {
     m_extra = new QVBoxLayout;
     outer->addLayout(m_extra);
     outer->addStretch(1);
+    scroll->setWidget(content);
+    page->addWidget(scroll, 1);
     m_problems = new QLabel(this);
     m_problems->setObjectName(QStringLiteral("problems"));
     m_problems->setWordWrap(true);
     m_problems->setStyleSheet(QStringLiteral("color: #c0392b;"));
     m_problems->setTextInteractionFlags(Qt::TextSelectableByMouse);
-    outer->addWidget(m_problems);
+    page->addWidget(m_problems);
   }
   bool isComplete() const override { return m_wizard->problemsOnPage(QString::fromStdString(m_id)).isEmpty(); }
   void updateState() {

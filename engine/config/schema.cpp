@@ -124,7 +124,8 @@ SchemaBuilder build() {
         "outputs on disk, keyed by the caption's text and the encoders, and reuse them in later steps "
         "and runs (in the latent cache's folder).");
   s.add("data.latent_cache_dir", T::path, std::string(""), ZS_REF(data.latent_cache_dir),
-        "Folder of the latent and text-embedding caches. Empty: `.latent-cache` under `logging.runs_root`.");
+        "Folder of the latent and text-embedding caches. Empty: `.latent-cache` under `logging.runs_root` "
+        "(the installed program: `$XDG_CACHE_HOME/zerostudio/latents`).");
   s.add("data.allow_external_paths", T::boolean, false, ZS_REF(data.allow_external_paths),
         "Read images that resolve outside the dataset folder (after symlinks): an absolute or `..` path in "
         "`metadata/*.json` or metadata.csv, or an `images/` that is a symlink elsewhere. Off: such items are "
@@ -480,7 +481,8 @@ SchemaBuilder build() {
         "file in `tensorboard/` of the run folder (rank 0; flushed at every logging step, so `tensorboard "
         "--logdir runs` follows live runs).");
   s.add("logging.runs_root", T::path, std::string("runs"), ZS_REF(logging.runs_root),
-        "Folder that holds run directories (relative paths resolve against the current folder).");
+        "Folder that holds run directories (relative paths resolve against the current folder). The "
+        "installed program (a package) reads the default `runs` as `~/ZeroStudio/runs`.");
   s.add("logging.run_name", T::string, std::string(""), ZS_REF(logging.run_name),
         "Name of the run directory; empty: the config file's name and the start time.");
 

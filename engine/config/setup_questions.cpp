@@ -139,21 +139,21 @@ std::vector<SetupQuestion> make_questions() {
        {{"constant", "constant"}, {"cosine", "cosine"}, {"WarmupLR", "WarmupLR"}, {"WarmupDecayLR", "WarmupDecayLR"}},
        "", {"scheduler"}},
       {"warmup_steps", "training", "Warmup steps", Kind::integer, {}, "", {"scheduler.warmup_steps"}, warmup},
-      {"training_method", "training", "What do you want to train?", Kind::choice,
+      {"training_method", "method", "What do you want to train?", Kind::choice,
        {{"full", "The whole UNet (full fine-tuning)"}, {"lora", "LoRA adapters on a frozen UNet"}},
        "LoRA trains small low-rank adapters (a few MB) and fits much smaller cards; the frozen base is still "
        "sharded by ZeRO stage 3 like trained weights.",
        {"training.method"}},
-      {"lora_rank", "training", "LoRA rank", Kind::integer, {},
+      {"lora_rank", "method", "LoRA rank", Kind::integer, {},
        "Rank of every adapter (kohya's network_dim): 4-32 is usual; memory and file size grow with it.",
        {"lora.rank"}, lora},
-      {"lora_alpha", "training", "LoRA alpha (empty: the rank, scale 1)", Kind::text, {},
+      {"lora_alpha", "method", "LoRA alpha (empty: the rank, scale 1)", Kind::text, {},
        "The adapters' scale is alpha / rank; kohya's sd-scripts default to 1.", {"lora.alpha"}, lora},
-      {"lora_targets", "training", "UNet layers that get adapters (one per line)", Kind::lines, {},
+      {"lora_targets", "method", "UNet layers that get adapters (one per line)", Kind::lines, {},
        "By the last parts of their names: to_q, to_k, to_v, to_out.0 (attention, the default); ff.net.0.proj, "
        "ff.net.2 (feed-forward); proj_in, proj_out; conv1, conv2 (the resnets' convolutions: LoCon).",
        {"lora.targets"}, lora},
-      {"train_text_encoder", "training", "Train the text encoders?", Kind::choice,
+      {"train_text_encoder", "method", "Train the text encoders?", Kind::choice,
        {{"auto", "auto: the tiny model's own trains, a pipeline's stay frozen"},
         {"none", "No: frozen (their outputs can be cached)"},
         {"full", "Yes, every weight"},
@@ -161,7 +161,7 @@ std::vector<SetupQuestion> make_questions() {
        "SD 1.x's text encoder, or SDXL's two together. A trained encoder is sharded, offloaded and checkpointed "
        "like the UNet, and its outputs are not cached.",
        {"training.train_text_encoder"}},
-      {"text_encoder_lr", "training", "Text encoders' learning rate (empty: the UNet's)", Kind::text, {},
+      {"text_encoder_lr", "method", "Text encoders' learning rate (empty: the UNet's)", Kind::text, {},
        "Text encoders usually want less than the UNet (kohya: --text_encoder_lr).", {"optimizer.text_encoder_lr"},
        text_trained},
       {"gradient_checkpointing", "training", "Recompute activations in backward (gradient checkpointing)?", Kind::yes_no,
@@ -212,7 +212,8 @@ std::string quoted_list(const std::string& lines) {
 const std::vector<std::pair<std::string, std::string>>& setup_pages() {
   static const std::vector<std::pair<std::string, std::string>> pages = {
       {"environment", "Machines"},    {"deepspeed", "DeepSpeed / ZeRO"}, {"processes", "Processes and precision"},
-      {"model", "Model"},             {"dataset", "Dataset"},           {"training", "Training"},
+      {"model", "Model"},             {"method", "What to train"},      {"dataset", "Dataset"},
+      {"training", "Training"},
       {"sampling", "Sample images"},  {"output", "Checkpoints and output"}};
   return pages;
 }

@@ -20,7 +20,7 @@ using SetupAnswers = std::map<std::string, std::string>;
 struct SetupQuestion {
   enum class Kind { choice, integer, number, text, lines, folder, file, yes_no };
   std::string id;        ///< e.g. "zero_stage"
-  std::string page;      ///< page id: environment, deepspeed, processes, model, dataset, training, sampling, output
+  std::string page;      ///< page id: environment, deepspeed, processes, model, method, dataset, training, sampling, output
   std::string prompt;    ///< the question, worded as accelerate asks it where it asks it
   Kind kind = Kind::text;
   std::vector<std::pair<std::string, std::string>> choices;  ///< (answer, label) for `choice`

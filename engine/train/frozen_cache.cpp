@@ -8,6 +8,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
 
+#include "core/install_paths.h"
 #include "data/dataset.h"
 #include "data/latent_cache.h"
 #include "models/diffusion_model.h"
@@ -55,7 +56,7 @@ Caches& Caches::operator=(Caches&&) noexcept = default;
 
 Caches open_caches(const config::TrainerConfig& cfg, const models::DiffusionModel& model) {
   Caches c;
-  const std::string root = cfg.data.latent_cache_dir.empty() ? (fs::path(cfg.logging.runs_root) / ".latent-cache").string()
+  const std::string root = cfg.data.latent_cache_dir.empty() ? default_cache_dir(cfg.logging.runs_root)
                                                              : cfg.data.latent_cache_dir;
   if (model.vae && cfg.data.cache_latents)
     c.latents = std::make_unique<data::LatentCache>(root, data::LatentCache::vae_key(model.pipeline), cfg.data.resolution);

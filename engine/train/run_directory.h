@@ -23,7 +23,9 @@ struct RunDirectory {
 };
 
 /// --run-dir; else the resumed checkpoint's run (<run>/checkpoints/<tag>); else
-/// logging.runs_root / logging.run_name; else logging.runs_root / NAME_HINT-YYYYmmdd-HHMMSS.
+/// ROOT / logging.run_name; else ROOT / NAME_HINT-YYYYmmdd-HHMMSS, where ROOT is
+/// logging.runs_root (the installed program reads its default as ~/ZeroStudio/runs:
+/// core/install_paths.h).
 /// Throws zs::Error(config) for --resume latest or auto with neither --run-dir nor logging.run_name.
 RunDirectory resolve_run_dir(const config::TrainerConfig& config, const RunDirRequest& request);
 

@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 
 #include <QProcess>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -48,6 +49,70 @@ class TestCli : public QObject {
   Q_OBJECT
 
  private slots:
+  // The bash completion is made from the commands' own tables: for every command it lists, every
+  // flag its --help prints is offered (bash runs the script), the top-level --help names every
+  // command, and the man page carries every command and flag and renders without groff warnings.
+  void completionAndManPageFollowEveryHelp() {
+    const Result commands = run({"completion", "--commands"});
+    QCOMPARE(commands.code, 0);
+    const QStringList names = commands.out.split('\n', Qt::SkipEmptyParts);
+    QVERIFY(names.contains("train") && names.contains("config validate") && names.contains("model convert"));
+    const Result script = run({"completion", "bash"});
+    QCOMPARE(script.code, 0);
+    QTemporaryDir dir;
+    const QString file = dir.path() + "/zerostudio.bash";
+    QFile f(file);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(script.out.toUtf8());
+    f.close();
+    const Result man = run({"manpage"});
+    QCOMPARE(man.code, 0);
+    const QString top = run({"--help"}).out;
+    const QRegularExpression flag(R"((?:^|\s)(--[a-z0-9_]+|-[a-zA-Z])\b)");
+    for (const QString& name : names) {
+      QVERIFY2(top.contains("  " + name.section(' ', 0, 0)), qPrintable(name + " is not in --help"));
+      QVERIFY2(man.out.contains(".SS \"" + QString(name).replace("-", "\\-") + "\""), qPrintable(name + " is not in the man page"));
+      const Result help = run(name.split(' ') + QStringList{"--help"});
+      QCOMPARE(help.code, 0);
+      QStringList wanted;
+      const QString options = help.out.section("\nOptions:\n", 1).section("\n\n", 0, 0);
+      for (const QString& line : options.split('\n')) {
+        auto it = flag.globalMatch(line.trimmed().section("  ", 0, 0));  // the flag column, not the help text
+        while (it.hasNext()) wanted << it.next().captured(1);
+      }
+      // What the script offers after "zerostudio <name> -".
+      QStringList words = QStringList{"zerostudio"} + name.split(' ') + QStringList{"-"};
+      QProcess bash;
+      bash.start("bash", {"-c", QString("source %1; COMP_WORDS=(%2); COMP_CWORD=%3; _zerostudio; printf '%s\\n' \"${COMPREPLY[@]}\"")
+                                    .arg(file, words.join(' '), QString::number(words.size() - 1))});
+      QVERIFY(bash.waitForFinished(20000));
+      const QStringList offered = QString::fromUtf8(bash.readAllStandardOutput()).split('\n', Qt::SkipEmptyParts);
+      for (const QString& w : wanted) {
+        QVERIFY2(offered.contains(w), qPrintable(name + ": " + w + " is not completed (offered: " + offered.join(' ') + ")"));
+        if (w.startsWith("--") && w != "--help")
+          QVERIFY2(man.out.contains("\\fB\\-\\-" + w.mid(2) + "\\fR"), qPrintable(name + ": " + w + " is not in the man page"));
+      }
+    }
+    // A flag's value from the few words its usage lists.
+    QProcess bash;
+    bash.start("bash", {"-c", QString("source %1; COMP_WORDS=(zerostudio export ckpt --format lora-); COMP_CWORD=4; _zerostudio; "
+                                      "printf '%s\\n' \"${COMPREPLY[@]}\"").arg(file)});
+    QVERIFY(bash.waitForFinished(20000));
+    QCOMPARE(QString::fromUtf8(bash.readAllStandardOutput()).split('\n', Qt::SkipEmptyParts),
+             (QStringList{"lora-kohya", "lora-diffusers"}));
+    // The man page renders cleanly.
+    const QString page = dir.path() + "/zerostudio.1";
+    QFile m(page);
+    QVERIFY(m.open(QIODevice::WriteOnly));
+    m.write(man.out.toUtf8());
+    m.close();
+    QProcess groff;
+    groff.start("groff", {"-man", "-Tutf8", "-ww", "-z", page});
+    QVERIFY(groff.waitForFinished(20000));
+    QCOMPARE(groff.exitCode(), 0);
+    QCOMPARE(QString::fromUtf8(groff.readAllStandardError()), QString());
+  }
+
   void versionAndHelp() {
     const Result v = run({"--version"});
     QCOMPARE(v.code, 0);

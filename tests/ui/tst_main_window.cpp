@@ -1,18 +1,45 @@
 // The main window: opens a trainer config, shows its problems, and renders (grabbed to PNG).
+#include <QDir>
 #include <QFile>
 #include <QImage>
+#include <QSettings>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "app_settings.h"
 #include "main_window.h"
 #include "setup_wizard.h"
 #include "test_support.h"
+
+using zs::ui::migrateLegacySettings;
 
 class TestMainWindow : public QObject {
   Q_OBJECT
 
  private slots:
+  // Settings move from ~/.config/ZeroStudio/ZeroStudio.conf to the XDG place,
+  // $XDG_CONFIG_HOME/zerostudio/zerostudio.conf, once; a newer file there is never overwritten.
+  void oldSettingsMoveToTheXdgFolder() {
+    QTemporaryDir home;
+    QDir().mkpath(home.path() + "/ZeroStudio");
+    {
+      QSettings old(home.path() + "/ZeroStudio/ZeroStudio.conf", QSettings::IniFormat);
+      old.setValue("recentRuns", QStringList{"/runs/a", "/runs/b"});
+    }
+    QVERIFY(migrateLegacySettings(home.path()));
+    QVERIFY(!QFile::exists(home.path() + "/ZeroStudio/ZeroStudio.conf"));
+    QVERIFY(!QDir(home.path() + "/ZeroStudio").exists());
+    const QSettings moved(home.path() + "/zerostudio/zerostudio.conf", QSettings::IniFormat);
+    QCOMPARE(moved.value("recentRuns").toStringList(), (QStringList{"/runs/a", "/runs/b"}));
+    QDir().mkpath(home.path() + "/ZeroStudio");
+    QFile stale(home.path() + "/ZeroStudio/ZeroStudio.conf");
+    QVERIFY(stale.open(QIODevice::WriteOnly));
+    stale.close();
+    QVERIFY(!migrateLegacySettings(home.path()));  // the new one stays as it is
+    QCOMPARE(QSettings(home.path() + "/zerostudio/zerostudio.conf", QSettings::IniFormat).value("recentRuns").toStringList().size(), 2);
+  }
+
   void opensQuickstartAndRenders() {
     zs::ui::MainWindow window;
     QSignalSpy opened(&window, &zs::ui::MainWindow::configOpened);

@@ -311,7 +311,7 @@ class TestSetupWizard : public QObject {
     // A target that names no layer is refused when the run starts, naming it; the wizard keeps
     // what the config can check: an empty list.
     w.setAnswer("lora_targets", "");
-    QVERIFY(!w.problemsOnPage("training").isEmpty());
+    QVERIFY(!w.problemsOnPage("method").isEmpty());
   }
 
   // The device bar is stacked: parameters, gradients, optimizer states, activations, frozen
@@ -441,7 +441,7 @@ class TestSetupWizard : public QObject {
       QVERIFY(nextEnabled(w));
       w.next();
     }
-    QCOMPARE(pages, 9);  // eight question pages and the YAML
+    QCOMPARE(pages, 10);  // nine question pages and the YAML
   }
 };
 

@@ -1,0 +1,152 @@
+// The Debian package: CPack builds it from this build folder, dpkg-deb and lintian check it, and
+// the program runs from the package's files unpacked into a temporary root (dpkg -x): --version,
+// `config validate` of every installed config, and a few quickstart steps, which land in
+// ~/ZeroStudio/runs (the installed program's runs root; HOME is a temporary folder here). The
+// desktop entry and AppStream metadata are validated as installed. Every tool is in the
+// Makefile's package list, so nothing here skips for want of one.
+#include <QDir>
+#include <QDirIterator>
+#include <QFile>
+#include <QProcess>
+#include <QProcessEnvironment>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "test_support.h"
+
+namespace {
+
+struct Ran {
+  int code = -1;
+  QString out;  // stdout and stderr together
+};
+
+Ran run(const QString& program, const QStringList& args, const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment(),
+        int timeout_ms = 300000) {
+  QProcess p;
+  p.setProcessEnvironment(env);
+  p.setProcessChannelMode(QProcess::MergedChannels);
+  p.start(program, args);
+  if (!p.waitForStarted(20000)) return {-1, program + ": did not start"};
+  if (!p.waitForFinished(timeout_ms)) {
+    p.kill();
+    p.waitForFinished();
+    return {-1, program + ": timed out\n" + QString::fromUtf8(p.readAll())};
+  }
+  return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2, QString::fromUtf8(p.readAll())};
+}
+
+/// Whether this build has the GUI (then the package has its desktop entry, icons and metadata).
+bool gui_build() {
+  QFile cache(zs::test::binaryDir() + "/CMakeCache.txt");
+  return cache.open(QIODevice::ReadOnly) && cache.readAll().contains("ZS_BUILD_GUI:BOOL=ON");
+}
+
+QString version() {
+  const Ran v = run(zs::test::cliPath(), {"--version"});
+  return v.out.section(' ', 1, 1).section('\n', 0, 0).trimmed();  // "zerostudio 0.1.0 ..."
+}
+
+}  // namespace
+
+class TestPackage : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void debianPackageInstallsAndRuns() {
+    QTemporaryDir out, root, home;
+    // 1. The package, from this build (no rebuild: the build is complete when tests run).
+    const Ran cpack = run("cpack", {"-G", "DEB", "--config", zs::test::binaryDir() + "/CPackConfig.cmake", "-B", out.path()});
+    QVERIFY2(cpack.code == 0, qPrintable(cpack.out));
+    const QString deb = out.path() + "/zerostudio_" + version() + "_amd64.deb";
+    QVERIFY2(QFile::exists(deb), qPrintable("no " + deb + "\n" + cpack.out));
+
+    // 2. Its dependencies were computed from the binary's libraries (dpkg-shlibdeps).
+    const Ran depends = run("dpkg-deb", {"-f", deb, "Depends"});
+    QCOMPARE(depends.code, 0);
+    for (const char* lib : {"libtorch", "libyaml-cpp", "libpng16", "libjpeg", "liburing", "libicu", "libstdc++6",
+                            "libopenblas0-pthread"})
+      QVERIFY2(depends.out.contains(lib), qPrintable(QString(lib) + " missing from Depends: " + depends.out));
+    if (gui_build())
+    for (const char* lib : {"libqt6widgets6", "libqcustomplot"})
+      QVERIFY2(depends.out.contains(lib), qPrintable(QString(lib) + " missing from Depends: " + depends.out));
+
+    // 3. lintian: no errors.
+    const Ran lintian = run("lintian", {"--tag-display-limit", "0", deb});
+    QStringList errors;
+    for (const QString& line : lintian.out.split('\n'))
+      if (line.startsWith("E: ")) errors << line;
+    qInfo("lintian: %d line(s), %lld error(s)", static_cast<int>(lintian.out.count('\n')), static_cast<long long>(errors.size()));
+    QVERIFY2(errors.isEmpty(), qPrintable(lintian.out));
+
+    // 4. Unpacked into a temporary root: every part is where the system expects it.
+    const Ran x = run("dpkg", {"-x", deb, root.path()});
+    QVERIFY2(x.code == 0, qPrintable(x.out));
+    const QString usr = root.path() + "/usr";
+    const QStringList expected = {"bin/zerostudio",
+                                  "share/zerostudio/configs/quickstart.yaml",
+                                  "share/zerostudio/configs/sd15-lora.yaml",
+                                  "share/man/man1/zerostudio.1.gz",
+                                  "share/bash-completion/completions/zerostudio",
+                                  "share/doc/zerostudio/copyright",
+                                  "share/doc/zerostudio/changelog.gz",
+                                  "share/doc/zerostudio/README.md",
+                                  "share/doc/zerostudio/guide/README.md"};
+    for (const QString& f : expected) QVERIFY2(QFile::exists(usr + "/" + f), qPrintable(f + " is not in the package"));
+    if (gui_build()) {
+    for (const QString& f : {QString("share/applications/org.zerostudio.ZeroStudio.desktop"),
+                             QString("share/metainfo/org.zerostudio.ZeroStudio.metainfo.xml"),
+                             QString("share/icons/hicolor/scalable/apps/zerostudio.svg"),
+                             QString("share/icons/hicolor/48x48/apps/zerostudio.png"),
+                             QString("share/icons/hicolor/256x256/apps/zerostudio.png")})
+      QVERIFY2(QFile::exists(usr + "/" + f), qPrintable(f + " is not in the package"));
+    const Ran desktop = run("desktop-file-validate", {usr + "/share/applications/org.zerostudio.ZeroStudio.desktop"});
+    QVERIFY2(desktop.code == 0 && !desktop.out.contains("error:"), qPrintable(desktop.out));
+    const Ran appstream = run("appstreamcli", {"validate", "--no-net", usr + "/share/metainfo/org.zerostudio.ZeroStudio.metainfo.xml"});
+    QVERIFY2(appstream.code == 0, qPrintable(appstream.out));
+    }
+
+    // 5. The unpacked program runs: it finds its libraries on the system and knows it is installed.
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("HOME", home.path());
+    env.remove("XDG_CONFIG_HOME");
+    env.remove("XDG_CACHE_HOME");
+    env.remove("ZEROSTUDIO_INSTALLED");
+    const QString exe = usr + "/bin/zerostudio";
+    const Ran v = run(exe, {"--version"}, env);
+    QVERIFY2(v.code == 0 && v.out.startsWith("zerostudio " + version()), qPrintable(v.out));
+    QDirIterator configs(usr + "/share/zerostudio/configs", {"*.yaml"});
+    int validated = 0;
+    while (configs.hasNext()) {
+      const QString config = configs.next();
+      const Ran check = run(exe, {"config", "validate", config}, env);
+      QVERIFY2(check.code == 0, qPrintable(config + ":\n" + check.out));
+      ++validated;
+    }
+    QVERIFY(validated >= 5);
+    const Ran train = run(exe, {"train", usr + "/share/zerostudio/configs/quickstart.yaml", "--set", "training.max_steps=3", "--set",
+                               "data.generate_count=32", "--set", "training.batch_size=4", "--set", "sampling.every_n_steps=0",
+                               "--set", "checkpointing.every_n_steps=0", "--set", "logging.run_name=from-the-package"},
+                          env);
+    QVERIFY2(train.code == 0, qPrintable(train.out));
+    const QString run_dir = home.path() + "/ZeroStudio/runs/from-the-package";
+    QVERIFY2(QFile::exists(run_dir + "/checkpoints/step_3/meta.json"), qPrintable("no checkpoint in " + run_dir + "\n" + train.out));
+    // The man page renders.
+    const Ran man = run("sh", {"-c", "zcat '" + usr + "/share/man/man1/zerostudio.1.gz' | groff -man -Tutf8 -ww -z"});
+    QVERIFY2(man.code == 0 && man.out.isEmpty(), qPrintable(man.out));
+    // A pipeline's latents go to the XDG cache folder ($XDG_CACHE_HOME unset: ~/.cache/zerostudio).
+    ZS_REQUIRE_SHARED();
+    const Ran pipeline = run(exe, {"train", usr + "/share/zerostudio/configs/quickstart.yaml", "--set",
+                                   "model.path=" + QString::fromStdString(zs::test::fixture("sd15-tiny")), "--set",
+                                   "model.prediction_type=epsilon", "--set", "data.resolution=32", "--set",
+                                   "data.generate_count=16", "--set", "training.batch_size=4", "--set", "training.max_steps=1",
+                                   "--set", "sampling.every_n_steps=0", "--set", "checkpointing.every_n_steps=0", "--set",
+                                   "logging.run_name=pipeline", "--set", "ema.enabled=false"},
+                             env);
+    QVERIFY2(pipeline.code == 0, qPrintable(pipeline.out));
+    QVERIFY2(QDir(home.path() + "/.cache/zerostudio/latents").exists(), qPrintable(pipeline.out));
+  }
+};
+
+ZS_TEST_MAIN(TestPackage);
+#include "tst_package.moc"
