@@ -15,13 +15,10 @@
 //
 //   bench_lora_quality [--base-run DIR] [--base-budget-s 600] [--budget-s 240] [--rank 8]
 //                      [--work-dir build/bench_lora] [--per-prompt 2] [--set K=V ...]
-#include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <random>
-#include <thread>
 
 #include <ATen/ATen.h>
 
@@ -37,6 +34,8 @@
 #include "train/image_logger.h"
 #include "train/trainer.h"
 
+#include "budget_run.h"
+
 namespace fs = std::filesystem;
 using namespace zs;
 
@@ -49,26 +48,6 @@ std::vector<data::PaletteColour> extended_palette() {
   std::vector<data::PaletteColour> p = data::shape_palette();
   p.push_back({kNewColour, {0, 200, 210}});
   return p;
-}
-
-/// Trains `cfg` into `run_dir` for at most `budget` seconds; returns the seconds it took.
-double train_within(const config::TrainerConfig& cfg, const std::string& run_dir, double budget, std::int64_t& steps) {
-  train::TrainerOptions opt;
-  opt.run_dir = run_dir;
-  train::Trainer trainer(cfg, opt);
-  train::TrainerCommands commands;
-  const auto t0 = std::chrono::steady_clock::now();
-  std::atomic<bool> done{false};
-  std::thread watchdog([&] {
-    while (!done && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < budget)
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    if (!done) commands.request_stop();
-  });
-  const auto summary = trainer.run(commands);
-  done = true;
-  watchdog.join();
-  steps = summary.step;
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 /// `count` images in the flat-files layout: every other one a cyan shape, the rest the
@@ -166,10 +145,10 @@ int main(int argc, char** argv) {
     if (base_run.empty()) {
       base_run = work + "/base_run";
       io::remove_tree(base_run, ec);
-      std::int64_t steps = 0;
       const auto cfg = config::load_config_file(quickstart).config;
-      base_secs = train_within(cfg, base_run, base_budget, steps);
-      std::printf("base: quickstart trained %lld of %lld steps in %.0f s\n", static_cast<long long>(steps),
+      const bench::BudgetRun base = bench::train_within_budget(cfg, base_run, base_budget);
+      base_secs = base.seconds;
+      std::printf("base: quickstart trained %lld of %lld steps in %.0f s\n", static_cast<long long>(base.summary.step),
                   static_cast<long long>(cfg.training.max_steps), base_secs);
     }
     const std::string base_model = work + "/base_model";
@@ -199,8 +178,9 @@ int main(int argc, char** argv) {
                                      "checkpointing.every_n_steps=100"};
     sets.insert(sets.end(), overrides.begin(), overrides.end());
     const auto lora_cfg = config::load_config_file(quickstart, sets).config;
-    std::int64_t lora_steps = 0;
-    const double lora_secs = train_within(lora_cfg, lora_run, budget, lora_steps);
+    const bench::BudgetRun lora_run_result = bench::train_within_budget(lora_cfg, lora_run, budget);
+    const std::int64_t lora_steps = lora_run_result.summary.step;
+    const double lora_secs = lora_run_result.seconds;
     std::printf("LoRA: rank %d on the UNet's attention and feed-forward and the text encoder's attention, %lld steps in "
                 "%.0f s\n", rank, static_cast<long long>(lora_steps), lora_secs);
 

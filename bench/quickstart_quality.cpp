@@ -5,11 +5,9 @@
 //
 //   bench_quickstart_quality [--config FILE] [--budget-s 600] [--run-dir DIR] [--per-prompt 2] [--set K=V ...]
 //   bench_quickstart_quality --score-only RUN_DIR [--config FILE]   (score a finished run again)
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
-#include <thread>
 
 #include <ATen/ATen.h>
 
@@ -25,6 +23,8 @@
 #include "models/weights.h"
 #include "train/image_logger.h"
 #include "train/trainer.h"
+
+#include "budget_run.h"
 
 namespace fs = std::filesystem;
 using namespace zs;
@@ -104,21 +104,9 @@ int main(int argc, char** argv) {
     if (!score_only) {
     std::error_code ec;
     io::remove_tree(run_dir, ec);
-    train::TrainerOptions opt;
-    opt.run_dir = run_dir;
-    train::Trainer trainer(loaded.config, opt);
-    train::TrainerCommands commands;
-    const auto t0 = std::chrono::steady_clock::now();
-    std::atomic<bool> done{false};
-    std::thread watchdog([&] {
-      while (!done && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < budget)
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-      if (!done) commands.request_stop();
-    });
-    const auto summary = trainer.run(commands);
-    done = true;
-    watchdog.join();
-    secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const bench::BudgetRun run = bench::train_within_budget(loaded.config, run_dir, budget);
+    const auto& summary = run.summary;
+    secs = run.seconds;
     last_step = summary.step;
     std::printf("trained %lld of %lld steps in %.0f s (budget %.0f s, dataset generation included), %s\n",
                 static_cast<long long>(summary.step), static_cast<long long>(loaded.config.training.max_steps), secs,

@@ -151,12 +151,8 @@ std::vector<Extra> frozen_single_file_tensors(const std::string& source, const s
   const bool xl = pipeline.has("text_encoder_2");
   for (const std::string component : {"text_encoder", "text_encoder_2"}) {
     if (own.contains(component) || !pipeline.has(component)) continue;
-    ExportTensors hf;
-    for (const auto& file : pipeline.weight_files(component)) {
-      const io::SafetensorsReader* reader = open(file);
-      for (const auto& e : reader->entries()) hf.push_back({e.name, e.shape, [reader, name = e.name] { return reader->tensor(name); }});
-    }
-    for (auto& t : single_file_text_encoder(component, xl, hf)) extras.push_back(std::move(t));
+    for (auto& t : single_file_text_encoder(component, xl, file_tensors(pipeline.weight_files(component))))
+      extras.push_back(std::move(t));
   }
   return extras;
 }

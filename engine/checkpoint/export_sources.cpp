@@ -25,16 +25,6 @@ constexpr const char* kUp = ".lora_up.weight";
 
 bool is_adapter_name(const std::string& name) { return name.ends_with(kDown) || name.ends_with(kUp); }
 
-/// Every tensor of safetensors files, each read from its (shared, kept open) reader.
-ExportTensors file_tensors(const std::vector<std::string>& files) {
-  ExportTensors out;
-  for (const auto& f : files) {
-    auto reader = std::make_shared<io::SafetensorsReader>(f);
-    for (const auto& e : reader->entries()) out.push_back({e.name, e.shape, [reader, name = e.name] { return reader->tensor(name); }});
-  }
-  return out;
-}
-
 /// `base` with each adapter's update added to the weight of its layer ("<path>.weight"), in
 /// float32. Throws zs::Error(checkpoint) naming an adapter whose layer the base lacks.
 ExportTensors merged(ExportTensors base, const ComponentAdapters& adapters, const std::string& component) {
@@ -58,6 +48,15 @@ ExportTensors merged(ExportTensors base, const ComponentAdapters& adapters, cons
 }  // namespace
 
 bool is_lora_checkpoint(const nlohmann::json& meta) { return meta.contains("lora"); }
+
+ExportTensors file_tensors(const std::vector<std::string>& files) {
+  ExportTensors out;
+  for (const auto& f : files) {
+    auto reader = std::make_shared<io::SafetensorsReader>(f);
+    for (const auto& e : reader->entries()) out.push_back({e.name, e.shape, [reader, name = e.name] { return reader->tensor(name); }});
+  }
+  return out;
+}
 
 CheckpointAdapters read_checkpoint_adapters(const ShardReader& shards, const nlohmann::json& meta, const std::string& kind) {
   const double alpha = meta.contains("lora") ? meta["lora"].value("alpha", 0.0) : 0.0;

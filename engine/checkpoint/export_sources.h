@@ -40,6 +40,9 @@ bool is_lora_checkpoint(const nlohmann::json& meta);
 CheckpointAdapters read_checkpoint_adapters(const ShardReader& shards, const nlohmann::json& meta,
                                             const std::string& kind);
 
+/// Every tensor of safetensors files under its own name, each read from its (shared, kept open) reader.
+ExportTensors file_tensors(const std::vector<std::string>& files);
+
 /// The checkpoint's parameters whose names start with `prefix`, named without it (adapters left out).
 ExportTensors shard_tensors(const ShardReader& shards, const std::string& prefix, const std::string& kind);
 

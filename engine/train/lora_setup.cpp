@@ -59,8 +59,9 @@ void save_preset_base(const models::DiffusionModel& model, const std::string& mo
 
 nlohmann::json base_model_reference(const models::DiffusionModel& model, const std::string& model_dir) {
   const std::string root = model.pipeline.empty() ? model_dir : model.pipeline;
+  const bool single = models::is_single_file(root);
   std::vector<std::string> files;
-  if (models::is_single_file(root)) {
+  if (single) {
     files.push_back(root);
   } else {
     std::error_code ec;
@@ -75,7 +76,7 @@ nlohmann::json base_model_reference(const models::DiffusionModel& model, const s
   // Each file's CRC-32 and size under its path below the root, hashed together.
   std::string listing;
   for (const auto& f : files)
-    listing += fs::relative(f, models::is_single_file(root) ? fs::path(root).parent_path() : fs::path(root)).string() +
+    listing += fs::relative(f, single ? fs::path(root).parent_path() : fs::path(root)).string() +
                "=" + data::LatentCache::content_key(f) + "\n";
   return {{"path", root}, {"hash", data::LatentCache::text_content_key(listing)}, {"files", files.size()}};
 }

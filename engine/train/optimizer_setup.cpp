@@ -72,17 +72,16 @@ std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig&
   // their own learning rate relative to the UNet's; frozen ones are not optimized or sharded.
   const double te_scale = cfg.optimizer.text_encoder_lr && cfg.optimizer.lr > 0 ? *cfg.optimizer.text_encoder_lr / cfg.optimizer.lr : 1.0;
   for (auto& [component, encoder] : model.text_encoders()) {
+    // The whole encoder as one unit, named after its component.
+    models::ParamUnit whole{component, {}};
+    for (const auto& p : encoder->named_parameters()) whole.parameters.emplace_back(component + "." + p.key(), p.value());
     if (model.text_training == models::TextEncoderTraining::full) {
-      models::ParamUnit text{component, {}};
-      for (const auto& p : encoder->named_parameters()) text.parameters.emplace_back(component + "." + p.key(), p.value());
-      text.lr_scale = te_scale;
-      units.push_back(std::move(text));
+      whole.lr_scale = te_scale;
+      units.push_back(std::move(whole));
     } else if (model.text_training == models::TextEncoderTraining::lora) {
       // The encoder's base as a frozen unit (kept whole: it runs once, before the UNet), then its adapters.
-      models::ParamUnit base{component, {}};
-      for (const auto& p : encoder->named_parameters()) base.parameters.emplace_back(component + "." + p.key(), p.value());
-      base.frozen = true;
-      units.push_back(std::move(base));
+      whole.frozen = true;
+      units.push_back(std::move(whole));
       zo.persistent_units.push_back(component);
       units.push_back(models::lora_unit(*encoder, "lora_" + component, component + "."));
       units.back().lr_scale = te_scale;

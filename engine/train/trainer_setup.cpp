@@ -239,23 +239,21 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   const std::string model_dir = (fs::path(run_dir) / "model").string();
   models::UnitBuilt on_unit;
   const bool lora = cfg.training.method == "lora";
-  if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag && lora)
-    log("zero3_init_flag: not used under training.method lora (the adapters are shaped after the whole base layers; "
-        "the frozen base is partitioned as the optimizer takes it)");
-  if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag && !lora) {
-    sharded_init = std::make_unique<zero::ShardedInit>(zero::plan_options(zero_options(cfg), world, rank));
-    on_unit = sharded_init->callback();
+  if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag) {
+    if (lora) {
+      log("zero3_init_flag: not used under training.method lora (the adapters are shaped after the whole base "
+          "layers; the frozen base is partitioned as the optimizer takes it)");
+    } else {
+      sharded_init = std::make_unique<zero::ShardedInit>(zero::plan_options(zero_options(cfg), world, rank));
+      on_unit = sharded_init->callback();
+    }
   }
   if (ckpt) {
     // Resuming into another run directory takes the model description from the checkpoint's run.
     const std::string ckpt_model = (fs::path(ckpt->path).parent_path().parent_path() / "model").string();
     const bool here = fs::exists(fs::path(model_dir) / "unet" / "config.json");
     model = models::DiffusionModel::load_folder(here ? model_dir : ckpt_model, on_unit);
-    model.set_text_training(text_training_of(cfg, model));
-    if (!here) {
-      model.save_folder(model_dir);
-      if (rank == 0 && checkpoint_needs_base(cfg, model)) save_preset_base(model, model_dir);
-    }
+    if (!here) model.save_folder(model_dir);
   } else if (!cfg.model.path.empty() && models::DiffusionModel::is_preset_folder(cfg.model.path)) {
     // A tiny-preset model exported as a folder (a quickstart checkpoint, `export --format
     // diffusers`): training goes on from its weights, with its own tokenizer.
@@ -284,8 +282,10 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   model.set_text_training(text_training_of(cfg, model));
   if (checkpoint_needs_base(cfg, model)) {
     // The checkpoints will hold adapters (or leave a frozen encoder out): they name the base, and
-    // a resumed run must find the same one.
-    if (!ckpt && rank == 0) save_preset_base(model, model_dir);
+    // a resumed run must find the same one. A preset's base goes into the run's model folder when
+    // the run starts, or when it resumes into another folder.
+    const bool base_here = fs::exists(fs::path(model_dir) / "unet" / "diffusion_pytorch_model.safetensors");
+    if ((!ckpt || !base_here) && rank == 0) save_preset_base(model, model_dir);
     if (main_rank()) {
       base_model = base_model_reference(model, model_dir);
       if (ckpt && ckpt->meta.contains("base_model")) check_base_model(ckpt->meta["base_model"], base_model, ckpt->path);

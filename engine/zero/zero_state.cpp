@@ -355,12 +355,10 @@ NamedTensors ZeroOptimizer::state() const {
 ModelStateBytes ZeroOptimizer::model_state() const {
   const bool on_device = o_.offload_optimizer == ZeroOptions::Offload::none;
   ModelStateBytes b;
-  for (const auto& u : frozen_)  // a frozen base: its parameters alone
+  for (const Unit* u : by_index_)  // parameters of every unit, a frozen base's too (it has nothing else)
     b.parameters += u->sharded ? (o_.offload_param == ZeroOptions::Offload::none ? bytes(u->shard_param) : 0)
                                : bytes(u->flat_param);
   for (const auto& u : units_) {
-    b.parameters += u->sharded ? (o_.offload_param == ZeroOptions::Offload::none ? bytes(u->shard_param) : 0)
-                               : bytes(u->flat_param);
     // The full buffer backward accumulates into (units whose hook does not take the gradients;
     // at stages 2-3 it is freed after each reduction and comes back at zero_grad, so it counts),
     // then the rank's reduced part when it lives on the device.
