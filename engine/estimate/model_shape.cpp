@@ -253,19 +253,20 @@ ModelShape shape_of(const config::TrainerConfig& cfg, Architecture& arch) {
 ModelShape model_shape(const config::TrainerConfig& cfg) {
   Architecture arch;
   ModelShape m = shape_of(cfg, arch);
-  // The text encoders a pipeline has, counted from their configs (shapes only).
+  // The text encoders a pipeline has, and the adapters the config's lora section would put on
+  // them and on the UNet: counted on the modules built as shapes only.
+  const bool lora_unet = cfg.training.method == "lora", lora_text = cfg.training.train_text_encoder == "lora";
   for (const auto& [name, c] : arch.text_encoders) {
+    const MetaTensorScope meta;
+    models::ClipTextModel encoder(c);
     std::int64_t n = 0;
-    {
-      const MetaTensorScope meta;
-      const models::ClipTextModel encoder(c);
-      for (const auto& p : encoder->parameters()) n += p.numel();
-    }
+    for (const auto& p : encoder->parameters()) n += p.numel();
     m.text_encoders.push_back(text_encoder_unit(name, c, n));
     if (m.preset_folder) m.frozen_parameters += n;  // a pipeline's are counted from its files above
+    if (lora_text) m.lora_text_parameters += models::lora_parameter_count(*encoder, cfg.lora.text_encoder_targets, cfg.lora.rank);
   }
-  // Adapters for the config's targets and rank, counted on the modules (built as shapes only).
-  const bool lora_unet = cfg.training.method == "lora", lora_text = cfg.training.train_text_encoder == "lora";
+  if (arch.tiny && lora_text)
+    m.lora_text_parameters = models::lora_parameter_count(*arch.tiny->text_encoder, cfg.lora.text_encoder_targets, cfg.lora.rank);
   if (lora_unet) {
     if (arch.tiny) {
       m.lora_unet_parameters = models::lora_parameter_count(*arch.tiny->unet, cfg.lora.targets, cfg.lora.rank);
@@ -273,17 +274,6 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
       const MetaTensorScope meta;
       models::UNet2DConditionModel unet(arch.unet);
       m.lora_unet_parameters = models::lora_parameter_count(*unet, cfg.lora.targets, cfg.lora.rank);
-    }
-  }
-  if (lora_text) {
-    if (arch.tiny) {
-      m.lora_text_parameters = models::lora_parameter_count(*arch.tiny->text_encoder, cfg.lora.text_encoder_targets, cfg.lora.rank);
-    } else {
-      for (const auto& [name, c] : arch.text_encoders) {
-        const MetaTensorScope meta;
-        models::ClipTextModel encoder(c);
-        m.lora_text_parameters += models::lora_parameter_count(*encoder, cfg.lora.text_encoder_targets, cfg.lora.rank);
-      }
     }
   }
   return m;
