@@ -1,7 +1,9 @@
 # ZeroStudio: two commands do all the setup on Debian 12.
-#   make run    install what is missing, build, run the quickstart (GUI with a display, else headless)
-#   make test   install what is missing, build, run every test
-# Other targets: deps, configure, build, package, bench, docs, guide, clean.
+#   make run           install what is missing, build, run the quickstart (GUI with a display, else headless)
+#   make test          install what is missing, build, run every test (Debian's LibTorch 1.13, no Python)
+#   make test-torch2   the same code against PyTorch 2.x's LibTorch with the CUDA paths compiled, in
+#                      build-torch2/, plus the Python peer tests (the pinned environment in .venv/)
+# Other targets: deps, peers, configure, build, build-torch2, package, bench, docs, guide, clean.
 
 BUILD      ?= build
 BUILD_TYPE ?= Release
@@ -13,14 +15,22 @@ PACKAGES := build-essential cmake ninja-build ccache pkg-config git \
             libtorch-dev libgloo-dev libopenblas0-pthread \
             qt6-base-dev qt6-qpa-plugins libqcustomplot-dev libyaml-cpp-dev nlohmann-json3-dev \
             liburing-dev libpng-dev libjpeg-dev zlib1g-dev libicu-dev \
-            xvfb xauth fonts-dejavu-core python3-torch \
+            xvfb xauth fonts-dejavu-core python3-torch python3-venv \
             dpkg-dev lintian appstream desktop-file-utils groff-base
+
+# The pinned peer environment: Debian's Python 3.11 (python3-venv) with tests/peers/requirements.txt.
+VENV        := .venv
+PEER_PY     := $(VENV)/bin/python
+PIP_VERSION := 25.3
+TORCH2_BUILD ?= build-torch2
+# What make test-torch2 runs: unit and e2e tests, one exactness row per ZeRO stage, the peer tests.
+TORCH2_LABELS := unit|e2e|dist_row|peers
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 ZS := $(BUILD)/app/zerostudio
 
-.PHONY: all deps configure build run test package bench docs guide clean
+.PHONY: all deps peers configure build run test configure-torch2 build-torch2 test-torch2 package bench docs guide clean
 
 all: build
 
@@ -56,6 +66,45 @@ test: build
 	@cd $(BUILD) && if [ -n "$$DISPLAY" ]; then ctest --output-on-failure -j $(JOBS); \
 	  else xvfb-run -a -s "-screen 0 1280x1024x24" ctest --output-on-failure -j $(JOBS); fi
 
+# The pinned peer environment, made again only when tests/peers/requirements.txt changes. deepspeed
+# is an sdist whose setup imports torch: it goes in last, without build isolation (its build
+# dependencies are pinned in the first pass) and without its CUDA ops. pip's cache keeps the
+# wheels (about 3 GB with torch's CUDA libraries) for the next clone.
+$(VENV)/.pinned: tests/peers/requirements.txt
+	@$(MAKE) --no-print-directory deps
+	@start=$$(date +%s); set -e; \
+	rm -rf $(VENV); /usr/bin/python3 -m venv $(VENV); \
+	$(PEER_PY) -m pip install --disable-pip-version-check -q pip==$(PIP_VERSION); \
+	grep -v '^deepspeed==' tests/peers/requirements.txt > $(VENV)/requirements-first.txt; \
+	$(PEER_PY) -m pip install --disable-pip-version-check -q -r $(VENV)/requirements-first.txt; \
+	DS_BUILD_OPS=0 $(PEER_PY) -m pip install --disable-pip-version-check -q --no-build-isolation --no-deps \
+	  $$(grep '^deepspeed==' tests/peers/requirements.txt); \
+	$(PEER_PY) -m pip check; \
+	cp tests/peers/requirements.txt $@; \
+	echo "make peers: $(VENV) installed in $$(( $$(date +%s) - start )) s"
+
+peers: $(VENV)/.pinned
+
+# The PyTorch 2.x build: .venv's LibTorch (C++11 ABI, CUDA 13), the CUDA paths required,
+# warnings as errors, the peer tests registered.
+configure-torch2: peers
+	cmake -S . -B $(TORCH2_BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
+	  -DCMAKE_PREFIX_PATH="$$($(PEER_PY) -c 'import torch; print(torch.utils.cmake_prefix_path)')" \
+	  -DZS_PEER_PYTHON=$(abspath $(PEER_PY)) -DZS_REQUIRE_CUDA_BUILD=ON -DZS_WERROR=ON $(CMAKE_ARGS)
+
+build-torch2: configure-torch2
+	cmake --build $(TORCH2_BUILD) -j $(JOBS)
+
+# PyTorch's wheel gives each process as many OpenMP threads as there are cores (Debian's 1.13: one);
+# with tests running $(JOBS) at a time that oversubscribes the cores, and OpenMP's spinning threads
+# then made tests 6-9x slower (tst_train_e2e hit its 300 s limit). Each test gets its share of the
+# cores, as zerostudio launch gives each rank.
+TEST_THREADS = $(shell n=$$(( $$(nproc) / $(JOBS) )); [ $$n -ge 1 ] && echo $$n || echo 1)
+test-torch2: build-torch2
+	@cd $(TORCH2_BUILD) && export OMP_NUM_THREADS=$(TEST_THREADS) && \
+	  if [ -n "$$DISPLAY" ]; then ctest --output-on-failure -j $(JOBS) -L '$(TORCH2_LABELS)'; \
+	  else xvfb-run -a -s "-screen 0 1280x1024x24" ctest --output-on-failure -j $(JOBS) -L '$(TORCH2_LABELS)'; fi
+
 # The Debian package (CPack): $(BUILD)/zerostudio_<version>_amd64.deb, dependencies computed by
 # dpkg-shlibdeps; tst_package builds it too and checks it with lintian.
 package: build
@@ -73,4 +122,4 @@ docs: build
 	$(ZS) config schema --markdown > docs/CONFIG.md
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(TORCH2_BUILD)

@@ -24,6 +24,7 @@
 #include "commands.h"
 #include "config/config_loader.h"
 #include "config/trainability.h"
+#include "io/atomic_file.h"
 #include "train/events.h"
 #include "train/run_directory.h"
 #include "train/trainer.h"
@@ -187,7 +188,7 @@ int run_launch_command(const std::vector<std::string>& args) {
     std::string dir;
     ~StoreFolder() {
       std::error_code ec;
-      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+      if (!dir.empty()) io::remove_tree(dir, ec);  // never std::filesystem::remove_all (atomic_file.h)
     }
   } store;
   if (machines == 1) {

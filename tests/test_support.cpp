@@ -19,6 +19,7 @@ bool sharedAvailable() { return QFileInfo(sharedDir() + QStringLiteral("/fixture
 std::string fixture(const QString& rel) { return (sharedDir() + QStringLiteral("/fixtures/") + rel).toStdString(); }
 QString testDataDir() { return QStringLiteral(ZS_TEST_DATA_DIR); }
 QString sourceDir() { return QStringLiteral(ZS_SOURCE_DIR); }
+QString peerFixture(const QString& rel) { return sourceDir() + QStringLiteral("/tests/fixtures/") + rel; }
 QString binaryDir() { return QStringLiteral(ZS_BINARY_DIR); }
 QString quickstart() { return sourceDir() + QStringLiteral("/configs/quickstart.yaml"); }
 QString cliPath() { return QStringLiteral(ZS_CLI_PATH); }

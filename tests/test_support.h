@@ -23,6 +23,8 @@ std::string fixture(const QString& rel);
 
 /// tests/data in the source tree.
 QString testDataDir();
+/// `rel` under tests/fixtures: golden files that tests/fixtures/gen/*.py make with the pinned peers.
+QString peerFixture(const QString& rel);
 /// The repository root.
 QString sourceDir();
 /// The build folder (screenshots and scratch output go here).

@@ -6,16 +6,9 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
-#include <torch/version.h>
 
 #include "core/error.h"
-
-// LibTorch 2.3 made Allocator::allocate non-const and added copy_data.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-#define ZS_ALLOCATE_CONST
-#else
-#define ZS_ALLOCATE_CONST const
-#endif
+#include "core/torch_compat.h"
 
 namespace zs {
 
@@ -56,7 +49,7 @@ void counted_delete(void* ptr) {
 struct CpuAllocationCounter::Impl final : public c10::Allocator {
   c10::Allocator* inner = nullptr;
 
-  c10::DataPtr allocate(std::size_t n) ZS_ALLOCATE_CONST override {
+  c10::DataPtr allocate(std::size_t n) ZS_ALLOCATOR_ALLOCATE_CONST override {
     Table& t = table();
     c10::DataPtr d = inner->allocate(n);
     void* data = d.release_context();  // the default allocator's context is the pointer itself

@@ -315,30 +315,41 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
 }
 
 DeepSpeedFigures deepspeed_estimator(const ModelShape& model, const EstimateOptions& o) {
+  // DeepSpeed's estimate_zero2_model_states_mem_needs (runtime/zero/stage_1_and_2.py) and
+  // estimate_zero3_model_states_mem_needs (runtime/zero/stage3.py), term by term and in their
+  // order of evaluation, so the truncation to whole bytes agrees; tst_estimate checks every case
+  // of tests/fixtures/deepspeed_estimator.json, written by DeepSpeed itself.
   DeepSpeedFigures d;
-  const double psi = static_cast<double>(model.trainable_parameters()), abf = 1.5;
-  const double gpus = std::max(o.world_size, 1), per_node = std::max(o.processes_per_machine, 1);
-  const double nodes = std::max(1.0, gpus / per_node);
+  d.total_parameters = model.trainable_parameters();
+  d.largest_layer_parameters = model.largest_module();
+  const double total = static_cast<double>(d.total_parameters), abf = 1.5;
+  const double total_gpus = std::max(o.world_size, 1), per_node = std::max(o.processes_per_machine, 1);
+  const double nodes = std::max(1.0, std::floor(total_gpus / per_node));
+  const bool cpu_offload = o.offload_optimizer != Offload::none;  // DeepSpeed's estimator knows cpu only
+  auto bytes = [](double v) { return static_cast<int64_t>(v); };
   if (o.stage == 2) {
     d.available = true;
-    if (o.offload_optimizer != Offload::none) {
-      d.gpu = static_cast<int64_t>(2 * psi);
-      d.cpu = static_cast<int64_t>(psi * std::max(4 * per_node, 16.0) * abf);
+    if (cpu_offload) {
+      d.gpu = bytes(2 * total);
+      d.cpu = bytes(total * std::max(4 * total_gpus, 16.0) * abf);
     } else {
-      d.gpu = static_cast<int64_t>(2 * psi + 18 * psi / gpus);
-      d.cpu = static_cast<int64_t>(4 * psi * per_node * abf);
+      d.gpu = bytes(2 * total + std::floor(18 * total / total_gpus));
+      d.cpu = bytes(total * 4 * per_node * abf);
     }
   } else if (o.stage == 3) {
     d.available = true;
-    const double largest_layer = 4.0 * static_cast<double>(model.largest_module());
-    if (o.offload_optimizer != Offload::none && o.offload_param != Offload::none) {
-      d.gpu = static_cast<int64_t>(largest_layer);
-      d.cpu = static_cast<int64_t>(18 * psi / nodes * abf);
-    } else if (o.offload_optimizer != Offload::none) {
-      d.gpu = static_cast<int64_t>(largest_layer + 2 * psi / gpus);
-      d.cpu = static_cast<int64_t>(16 * psi / nodes * abf);
+    const double largest = static_cast<double>(d.largest_layer_parameters), largest_memory = 4 * largest;
+    const double gpus_factor = 1 / nodes;
+    const bool zero_init = o.zero3_init;
+    if (cpu_offload && o.offload_param != Offload::none) {
+      d.gpu = bytes(largest_memory);
+      d.cpu = bytes(zero_init ? total * 18 * gpus_factor * abf : total * std::max(4 * per_node, 18 * gpus_factor) * abf);
+    } else if (cpu_offload) {
+      d.gpu = bytes(largest_memory + std::floor(2 * total / total_gpus));
+      d.cpu = bytes(zero_init ? total * 16 * gpus_factor * abf : total * std::max(4 * per_node, 16 * gpus_factor) * abf);
     } else {
-      d.gpu = static_cast<int64_t>(largest_layer + 18 * psi / gpus);
+      d.gpu = bytes(largest_memory + std::floor(18 * total / total_gpus));
+      d.cpu = bytes(zero_init ? largest * 4 * per_node * abf : total * 4 * per_node * abf);
     }
   }
   return d;
@@ -485,7 +496,9 @@ nlohmann::json to_json(const MemoryEstimate& e) {
     j["suggestion"] = nullptr;
   if (e.deepspeed.available)
     j["deepspeed_estimator"] = {{"gpu", e.deepspeed.gpu},
-                                {"cpu_per_machine", e.deepspeed.cpu >= 0 ? nlohmann::json(e.deepspeed.cpu) : nlohmann::json()}};
+                                {"cpu_per_machine", e.deepspeed.cpu >= 0 ? nlohmann::json(e.deepspeed.cpu) : nlohmann::json()},
+                                {"total_parameters", e.deepspeed.total_parameters},
+                                {"largest_layer_parameters", e.deepspeed.largest_layer_parameters}};
   return j;
 }
 

@@ -80,11 +80,14 @@ struct Suggestion {
 };
 
 /// DeepSpeed's own estimators (estimate_zero2/zero3_model_states_mem_needs) for the same setup,
-/// for comparison: model states only, GPU per process, CPU per machine, 1.5 buffer factor.
+/// for comparison: model states only, GPU per process, CPU per machine, 1.5 buffer factor. Stage
+/// 3 follows zero3_init_flag (DeepSpeed's zero_init); NVMe offload counts as its cpu_offload.
 struct DeepSpeedFigures {
   bool available = false;  ///< DeepSpeed has estimators for stages 2 and 3 only
-  std::int64_t gpu = 0;
-  std::int64_t cpu = -1;   ///< -1: DeepSpeed gives no CPU figure for this case
+  std::int64_t gpu = 0;    ///< bytes per process
+  std::int64_t cpu = -1;   ///< bytes per machine (-1: not available)
+  std::int64_t total_parameters = 0;          ///< DeepSpeed's inputs: the trainable parameters
+  std::int64_t largest_layer_parameters = 0;  ///< and the largest layer's (stage 3)
 };
 
 struct MemoryEstimate {

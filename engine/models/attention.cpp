@@ -10,7 +10,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/module.h>
-#include <torch/version.h>
+
+#include "core/torch_compat.h"
 
 namespace zs::models {
 
@@ -138,15 +139,11 @@ at::Tensor multi_head_attention(const at::Tensor& q, const at::Tensor& k, const 
   const auto d = inner / heads;
   const AttentionPath path = choose_attention_path(o, nq, nk, q.is_cuda());
   record(path, nq, nk);
-#if TORCH_VERSION_MAJOR >= 2
-  if (path == AttentionPath::fused) {
+  if (compat::kHasFusedAttention && path == AttentionPath::fused) {
     auto heads_first = [&](const at::Tensor& t, std::int64_t n) { return t.reshape({b, n, heads, d}).transpose(1, 2); };
-    const at::Tensor qh = heads_first(q, nq), kh = heads_first(k, nk), vh = heads_first(v, nk);
-    const at::Tensor out = mask.defined() ? at::scaled_dot_product_attention(qh, kh, vh, mask)
-                                          : at::scaled_dot_product_attention(qh, kh, vh);
+    const at::Tensor out = compat::scaled_dot_product_attention(heads_first(q, nq), heads_first(k, nk), heads_first(v, nk), mask);
     return out.transpose(1, 2).reshape({b, nq, inner});  // [B, H, Nq, d] -> [B, Nq, H·d]
   }
-#endif
   // [B, N, H·d] -> [B·H, N, d]
   auto split = [&](const at::Tensor& t, std::int64_t n) {
     return t.reshape({b, n, heads, d}).permute({0, 2, 1, 3}).reshape({b * heads, n, d});

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include <torch/version.h>
+#include "core/torch_compat.h"
 
 namespace zs::models {
 
@@ -36,7 +36,7 @@ AttentionPath choose_attention_path(const AttentionOptions& o, std::int64_t nq, 
     case AttentionMode::blocked: return AttentionPath::blocked;
     case AttentionMode::automatic: break;
   }
-  if (TORCH_VERSION_MAJOR >= 2 && on_cuda) return AttentionPath::fused;
+  if (compat::kHasFusedAttention && on_cuda) return AttentionPath::fused;
   // Cross-attention over a short context (77 CLIP tokens) keeps Nq × 77 probabilities, no more
   // than its inputs: the plain path is faster there (bench_attention: blocked 1.2-2.7×).
   return std::min(nq, nk) >= o.blocked_from_tokens ? AttentionPath::blocked : AttentionPath::plain;

@@ -11,6 +11,7 @@
 
 #include "config/config_loader.h"
 #include "core/cpu_allocation_counter.h"
+#include "core/torch_compat.h"
 #include "models/attention.h"
 #include "models/unet_2d_condition.h"
 #include "model_support.h"
@@ -182,11 +183,10 @@ class TestAttention : public QObject {
     QCOMPARE(choose_attention_path(o, 4096, 4096, false), AttentionPath::blocked);
     QCOMPARE(choose_attention_path(mode(AttentionMode::plain), 4096, 4096, false), AttentionPath::plain);
     QCOMPARE(choose_attention_path(mode(AttentionMode::blocked), 16, 16, false), AttentionPath::blocked);
-#if TORCH_VERSION_MAJOR >= 2
-    QCOMPARE(choose_attention_path(o, 16, 16, true), AttentionPath::fused);
-#else
-    QCOMPARE(choose_attention_path(o, 4096, 4096, true), AttentionPath::blocked);
-#endif
+    if (zs::compat::kHasFusedAttention)
+      QCOMPARE(choose_attention_path(o, 16, 16, true), AttentionPath::fused);
+    else
+      QCOMPARE(choose_attention_path(o, 4096, 4096, true), AttentionPath::blocked);
     QCOMPARE(parse_attention_mode("auto"), AttentionMode::automatic);
     QVERIFY_THROWS_EXCEPTION(std::invalid_argument, parse_attention_mode("flash"));
   }

@@ -1,5 +1,7 @@
 // The memory estimator: parameter counts from configs, ZeRO's model-state formulas, activations
 // against measured forward/backward passes of the tiny model, suggestions, the JSON the CLI prints.
+#include <map>
+
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
@@ -18,6 +20,7 @@
 #include "train/optimizer_setup.h"
 #include "zero/zero_optimizer.h"
 
+#include <QFile>
 #include <QtTest>
 
 #include "test_support.h"
@@ -133,34 +136,46 @@ class TestEstimate : public QObject {
     QCOMPARE(unet_shape(models::UNetConfig::sdxl()).largest_module(), std::int64_t{29'492'480});
   }
 
-  // DeepSpeed's estimator terms, for comparison (REFERENCE: estimate_zero2/zero3_model_states_mem_needs).
-  void deepspeedEstimatorTerms() {
-    const ModelShape m = unet_shape(models::UNetConfig::sd15());
-    const double psi = 859'520'964.0;
+  // DeepSpeed's estimator figures, for comparison: every case of tests/fixtures/deepspeed_estimator.json,
+  // written by DeepSpeed's own estimate_zero2_model_states_mem_needs (runtime/zero/stage_1_and_2.py)
+  // and estimate_zero3_model_states_mem_needs (runtime/zero/stage3.py) through
+  // tests/fixtures/gen/deepspeed_estimator.py (the peer test fixtures_are_current reruns it).
+  void deepspeedEstimatorMatchesDeepSpeed() {
+    QFile f(zs::test::peerFixture("deepspeed_estimator.json"));
+    QVERIFY2(f.open(QIODevice::ReadOnly), qPrintable(f.fileName()));
+    const auto doc = nlohmann::json::parse(f.readAll().toStdString());
+    const std::map<std::string, ModelShape> models = {{"sd15", unet_shape(models::UNetConfig::sd15())},
+                                                      {"sdxl", unet_shape(models::UNetConfig::sdxl())},
+                                                      {"uniform", uniform_model(8, 1'000'000)}};
+    int checked = 0;
+    for (const auto& c : doc.at("cases")) {
+      const ModelShape& m = models.at(c.at("model").get<std::string>());
+      QCOMPARE(m.trainable_parameters(), c.at("total_params").get<std::int64_t>());
+      QCOMPARE(m.largest_module(), c.at("largest_layer_params").get<std::int64_t>());
+      EstimateOptions o;
+      o.processes_per_machine = c.at("gpus_per_node").get<int>();
+      o.world_size = o.processes_per_machine * c.at("nodes").get<int>();
+      o.stage = c.at("stage").get<int>();
+      o.offload_optimizer = c.at("offload_optimizer").get<bool>() ? Offload::cpu : Offload::none;
+      o.offload_param = c.at("offload_param").get<bool>() ? Offload::cpu : Offload::none;
+      o.zero3_init = c.at("zero_init").get<bool>();
+      const DeepSpeedFigures d = deepspeed_estimator(m, o);
+      const std::string what = c.dump();
+      QVERIFY2(d.available, what.c_str());
+      QVERIFY2(d.gpu == c.at("gpu").get<std::int64_t>(), (what + ": ours " + std::to_string(d.gpu)).c_str());
+      QVERIFY2(d.cpu == c.at("cpu").get<std::int64_t>(), (what + ": ours " + std::to_string(d.cpu)).c_str());
+      ++checked;
+    }
+    QVERIFY(checked >= 100);
     EstimateOptions o;
-    o.world_size = 8;
-    o.processes_per_machine = 8;
-    o.stage = 2;
-    DeepSpeedFigures d = deepspeed_estimator(m, o);
-    QCOMPARE(d.gpu, static_cast<std::int64_t>(2 * psi + 18 * psi / 8));
-    QCOMPARE(d.cpu, static_cast<std::int64_t>(4 * psi * 8 * 1.5));
-    o.offload_optimizer = Offload::cpu;
-    d = deepspeed_estimator(m, o);
-    QCOMPARE(d.gpu, static_cast<std::int64_t>(2 * psi));
-    QCOMPARE(d.cpu, static_cast<std::int64_t>(psi * 32 * 1.5));
-    o.stage = 3;
-    o.offload_param = Offload::cpu;
-    d = deepspeed_estimator(m, o);
-    QCOMPARE(d.gpu, std::int64_t{4 * 29'492'480});
-    QCOMPARE(d.cpu, static_cast<std::int64_t>(18 * psi * 1.5));
     o.stage = 1;
-    QVERIFY(!deepspeed_estimator(m, o).available);
+    QVERIFY(!deepspeed_estimator(models.at("sd15"), o).available);  // DeepSpeed has no stage-1 estimator
     // Our stage 3 working set (the largest unit plus the prefetched one, gathered in bf16) is
     // what the device holds beyond the shards, not 4 x the largest layer.
+    o.world_size = o.processes_per_machine = 8;
     o.stage = 3;
     o.precision = "bf16";
-    o.offload_optimizer = o.offload_param = Offload::none;
-    const MemoryEstimate e = estimate_memory(m, o);
+    const MemoryEstimate e = estimate_memory(models.at("sd15"), o);
     QVERIFY(e.gpu.buffers > 2 * 29'492'480);
   }
 
