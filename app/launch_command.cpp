@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,7 +42,9 @@ const CommandSpec kLaunch{
     "The flags default to the config's launch section. --num_processes counts ranks over all machines\n"
     "(as accelerate). Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and\n"
     "MASTER_PORT (as torchrun), an equal share of the cores for its threads, and its output prefixed\n"
-    "with [rank R]. Ctrl-C and SIGTERM are passed on to every rank (a second one kills them). The exit\n"
+    "with [rank R]. Ctrl-C and SIGTERM are passed on to every rank (a second one kills them). A rank\n"
+    "that dies (a signal, an error) or stalls (no heartbeat for launch.heartbeat_timeout_s) ends the\n"
+    "run: the others get SIGTERM at once and are killed after launch.failure_grace_s. The exit\n"
     "code is the first failing rank's (128 + signal for a killed rank; 3 when the run ended without\n"
     "its newest checkpoint). On one machine the ranks meet through a file in a private folder under\n"
     "$TMPDIR (ZEROSTUDIO_STORE_FILE), so no port is opened; several machines meet at rank 0's store on\n"
@@ -65,10 +68,15 @@ extern "C" void on_launcher_signal(int sig) {
   g_signal_count.fetch_add(1);
 }
 
+using Clock = std::chrono::steady_clock;
+
 struct Child {
   int rank = 0;
   pid_t pid = -1;
   int fd = -1;            // read end of its stdout+stderr
+  int beat_fd = -1;       // our end of its heartbeat socket (ZEROSTUDIO_HEARTBEAT_FD on its side)
+  Clock::time_point last_beat;  // its last heartbeat (or its start)
+  bool stalled = false;   // killed by us for a stopped heartbeat
   std::string pending;    // partial line
   std::string last_error; // the last "error: ..." line it printed
   bool running = true;
@@ -102,7 +110,10 @@ std::string signal_text(int sig) {
 }
 
 /// What ended a rank, for the launcher's output and the run's events.
-std::string ending_of(const Child& c, int status) {
+std::string ending_of(const Child& c, int status, std::int64_t heartbeat_timeout_s) {
+  if (c.stalled)
+    return "rank " + std::to_string(c.rank) + " stalled (no heartbeat for " + std::to_string(heartbeat_timeout_s) +
+           " s, launch.heartbeat_timeout_s) and was killed";
   if (WIFSIGNALED(status))
     return "rank " + std::to_string(c.rank) + " was killed by " + signal_text(WTERMSIG(status)) +
            (WTERMSIG(status) == SIGKILL ? " (out of memory? see dmesg)" : "");
@@ -208,8 +219,12 @@ int run_launch_command(const std::vector<std::string>& args) {
   std::signal(SIGTERM, on_launcher_signal);
   std::vector<Child> children;
   for (int i = 0; i < local; ++i) {
-    int fds[2];
+    int fds[2], beat[2];
     if (::pipe(fds) != 0) throw Error(ErrorKind::io, "cannot create a pipe for a rank's output");
+    // The heartbeat: a socket (not a pipe), so that a rank whose launcher is gone gets EPIPE from
+    // send(MSG_NOSIGNAL) instead of SIGPIPE.
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, beat) != 0)
+      throw Error(ErrorKind::io, "cannot create a socket for a rank's heartbeat");
     Child c;
     c.rank = machine_rank * local + i;
     const pid_t launcher = ::getpid();
@@ -223,6 +238,7 @@ int run_launch_command(const std::vector<std::string>& args) {
       ::dup2(fds[1], STDERR_FILENO);
       ::close(fds[0]);
       ::close(fds[1]);
+      ::fcntl(beat[1], F_SETFD, 0);  // this rank's end survives exec; ours (beat[0]) does not
       std::signal(SIGINT, SIG_DFL);
       std::signal(SIGTERM, SIG_DFL);
       const std::map<std::string, std::string> env = {
@@ -234,6 +250,7 @@ int run_launch_command(const std::vector<std::string>& args) {
       if (store_file.empty()) ::unsetenv("ZEROSTUDIO_STORE_FILE");
       else ::setenv("ZEROSTUDIO_STORE_FILE", store_file.c_str(), 1);
       ::setenv("ZEROSTUDIO_LAUNCHER_PID", std::to_string(launcher).c_str(), 1);  // whether it is still there
+      ::setenv("ZEROSTUDIO_HEARTBEAT_FD", std::to_string(beat[1]).c_str(), 1);
       std::vector<char*> argv{self};
       for (auto& s : train_args) argv.push_back(s.data());
       argv.push_back(nullptr);
@@ -242,15 +259,21 @@ int run_launch_command(const std::vector<std::string>& args) {
       ::_exit(127);
     }
     ::close(fds[1]);
+    ::close(beat[1]);
     if (c.pid < 0) throw Error(ErrorKind::io, "cannot start rank " + std::to_string(c.rank));
     c.fd = fds[0];
+    c.beat_fd = beat[0];
+    ::fcntl(c.beat_fd, F_SETFL, ::fcntl(c.beat_fd, F_GETFL) | O_NONBLOCK);
+    c.last_beat = Clock::now();
     children.push_back(c);
   }
 
   int first_failure = 0;
   int forwarded = 0;
-  std::chrono::steady_clock::time_point kill_at = std::chrono::steady_clock::time_point::max();
-  const auto grace = std::chrono::seconds(loaded.config.launch.timeout_s + 15);
+  Clock::time_point kill_at = Clock::time_point::max();
+  const auto& lc = loaded.config.launch;
+  const auto heartbeat_timeout = std::chrono::seconds(lc.heartbeat_timeout_s);
+  Clock::time_point last_round = Clock::now();
   for (;;) {
     // Pass signals on: the first politely, a second one as SIGKILL.
     if (g_signal_count > forwarded) {
@@ -260,25 +283,52 @@ int run_launch_command(const std::vector<std::string>& args) {
         if (c.running) ::kill(c.pid, sig);
     }
     std::vector<pollfd> fds;
-    for (auto& c : children)
-      if (c.fd >= 0) fds.push_back({c.fd, POLLIN, 0});
-    if (!fds.empty()) ::poll(fds.data(), fds.size(), 200);
     for (auto& c : children) {
-      if (c.fd < 0) continue;
+      if (c.fd >= 0) fds.push_back({c.fd, POLLIN, 0});
+      if (c.beat_fd >= 0) fds.push_back({c.beat_fd, POLLIN, 0});
+    }
+    if (!fds.empty()) ::poll(fds.data(), fds.size(), 200);
+    const auto now = Clock::now();
+    // A launcher that was itself stopped (Ctrl-Z, a frozen machine) heard no heartbeats either:
+    // what it missed meanwhile does not count against the ranks.
+    if (now - last_round > std::chrono::seconds(2))
+      for (auto& c : children) c.last_beat += now - last_round;
+    last_round = now;
+    for (auto& c : children) {
       for (const auto& p : fds) {
-        if (p.fd != c.fd || !(p.revents & (POLLIN | POLLHUP))) continue;
+        if (!(p.revents & (POLLIN | POLLHUP | POLLERR))) continue;
         char buf[4096];
-        const ssize_t got = ::read(c.fd, buf, sizeof buf);
-        if (got > 0) {
-          c.pending.append(buf, static_cast<std::size_t>(got));
-          flush_lines(c, false);
-        } else if (got == 0) {
-          flush_lines(c, true);
-          ::close(c.fd);
-          c.fd = -1;
+        if (p.fd == c.fd && c.fd >= 0) {
+          const ssize_t got = ::read(c.fd, buf, sizeof buf);
+          if (got > 0) {
+            c.pending.append(buf, static_cast<std::size_t>(got));
+            flush_lines(c, false);
+          } else if (got == 0) {
+            flush_lines(c, true);
+            ::close(c.fd);
+            c.fd = -1;
+          }
+        } else if (p.fd == c.beat_fd && c.beat_fd >= 0) {
+          const ssize_t got = ::read(c.beat_fd, buf, sizeof buf);
+          if (got > 0) {
+            c.last_beat = now;
+          } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+            ::close(c.beat_fd);  // it exited (or closed its end): waitpid says how
+            c.beat_fd = -1;
+          }
         }
       }
     }
+    // A rank whose heartbeat stopped is stalled (stopped, frozen, swapped out): dead to the others,
+    // who wait for it in a collective that no socket error ends. It is killed like a dead rank.
+    for (auto& c : children)
+      if (c.running && !c.stalled && c.beat_fd >= 0 && now - c.last_beat > heartbeat_timeout) {
+        c.stalled = true;
+        std::cout << "[launcher] rank " << c.rank << " sent no heartbeat for " << lc.heartbeat_timeout_s
+                  << " s (launch.heartbeat_timeout_s): it stalled; killing it\n";
+        std::cout.flush();
+        ::kill(c.pid, SIGKILL);
+      }
     bool any_running = false;
     for (auto& c : children) {
       if (!c.running) continue;
@@ -294,18 +344,36 @@ int run_launch_command(const std::vector<std::string>& args) {
             ::close(c.fd);
             c.fd = -1;
           }
-          const std::string ending = ending_of(c, status);
+          const std::string ending = ending_of(c, status, lc.heartbeat_timeout_s);
           std::cout << "[launcher] " << ending << "\n";
           std::cout.flush();
           // A checkpoint that could not be saved ends every rank at once, agreed, and rank 0 has
           // said so in the events. Otherwise rank 0 reports its own errors; a killed rank 0 and
           // the other ranks cannot.
-          const bool save_failed = WIFEXITED(status) && c.code == train::kSaveFailedExit;
+          const bool save_failed = WIFEXITED(status) && c.code == train::kSaveFailedExit && !c.stalled;
           if (!save_failed && (c.rank != 0 || WIFSIGNALED(status)))
             append_run_event(run_dir.path, "error", {{"message", ending}, {"rank", c.rank}, {"source", "launcher"}});
           if (first_failure == 0) {
             first_failure = c.code;
-            kill_at = std::chrono::steady_clock::now() + grace;
+            if (save_failed) {
+              // The others end with it on their own, agreed; wait as long as their collectives may.
+              kill_at = Clock::now() + std::chrono::seconds(lc.timeout_s + 15);
+            } else {
+              // The others cannot finish a step without it: tell them to stop now, give them a
+              // moment to write their logs, then kill what is left (as torchrun's agent does).
+              bool told = false;
+              for (auto& o : children)
+                if (o.running && o.pid != c.pid) {
+                  ::kill(o.pid, SIGTERM);
+                  told = true;
+                }
+              if (told) {
+                std::cout << "[launcher] stopping the other ranks (SIGTERM; killed after " << lc.failure_grace_s
+                          << " s, launch.failure_grace_s)\n";
+                std::cout.flush();
+              }
+              kill_at = Clock::now() + std::chrono::seconds(lc.failure_grace_s);
+            }
           }
         }
       } else {
@@ -317,15 +385,17 @@ int run_launch_command(const std::vector<std::string>& args) {
       for (auto& c : children) open |= c.fd >= 0;
       if (!open) break;
     }
-    if (std::chrono::steady_clock::now() > kill_at) {
+    if (Clock::now() > kill_at) {
       for (auto& c : children)
         if (c.running) {
           std::cout << "[launcher] rank " << c.rank << " still running after the failure; killing it\n";
           ::kill(c.pid, SIGKILL);
         }
-      kill_at = std::chrono::steady_clock::time_point::max();
+      kill_at = Clock::time_point::max();
     }
   }
+  for (auto& c : children)
+    if (c.beat_fd >= 0) ::close(c.beat_fd);
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
   if (first_failure && first_failure != train::kSaveFailedExit)

@@ -13,6 +13,8 @@
 #include <thread>
 #include <utility>
 
+#include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "arg_parser.h"
@@ -124,6 +126,40 @@ class ProgressBar {
   std::int64_t last_bucket_ = -1;
 };
 
+/// A rank of `zerostudio launch` sends its launcher a byte twice a second, from a thread of its own,
+/// on the socket ZEROSTUDIO_HEARTBEAT_FD names: a rank that is stopped or frozen falls silent, and the
+/// launcher ends the run after launch.heartbeat_timeout_s instead of leaving the others waiting in
+/// a collective. Ranks started by torchrun or srun have no such socket and beat nothing.
+class LauncherHeartbeat {
+ public:
+  LauncherHeartbeat() {
+    const char* fd = std::getenv("ZEROSTUDIO_HEARTBEAT_FD");
+    if (!fd || !*fd) return;
+    fd_ = std::atoi(fd);
+    ::unsetenv("ZEROSTUDIO_HEARTBEAT_FD");  // not for processes this rank may start
+    ::fcntl(fd_, F_SETFD, FD_CLOEXEC);
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        // MSG_NOSIGNAL: a launcher that is gone gives EPIPE, not SIGPIPE; DONTWAIT: never blocks.
+        if (::send(fd_, "b", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno == EPIPE) break;
+        for (int i = 0; i < 5 && !stop_.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    });
+  }
+  ~LauncherHeartbeat() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) ::close(fd_);
+  }
+  LauncherHeartbeat(const LauncherHeartbeat&) = delete;
+  LauncherHeartbeat& operator=(const LauncherHeartbeat&) = delete;
+
+ private:
+  int fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 const RegisterCommands kRegisterTrainCommand{{&kTrain, &kMakeDataset}};
 
 }  // namespace
@@ -134,6 +170,7 @@ int run_train_command(const std::vector<std::string>& args) {
     std::cout << kTrain.help();
     return 0;
   }
+  const LauncherHeartbeat heartbeat;  // first: the launcher counts from our start
   const std::string file = a.positional()[0];
   const config::LoadedConfig loaded = config::load_config_file(file, a.all("set"));
   print_warnings(loaded.warnings);
@@ -160,6 +197,12 @@ int run_train_command(const std::vector<std::string>& args) {
   if (const char* f = std::getenv("ZEROSTUDIO_FAIL_SAVE"); f && std::count(f, f + std::strlen(f), ':') == 2)
     options.fail_save_times = std::atoi(std::strrchr(f, ':') + 1);  // RANK:STEP:TIMES
   options.fail_at = rank_and_step("ZEROSTUDIO_FAIL_AT");
+  // Tests kill ranks inside a save: ZEROSTUDIO_ANNOUNCE_SAVES=1 prints a line as each save starts.
+  if (const char* an = std::getenv("ZEROSTUDIO_ANNOUNCE_SAVES"); an && std::string(an) == "1")
+    options.on_save_start = [](const std::string& tag) {
+      std::fprintf(stderr, "test hook: saving %s\n", tag.c_str());
+      std::fflush(stderr);
+    };
   if (const char* r = std::getenv("ZEROSTUDIO_SAVE_RETRY_SECONDS"); r && *r)  // tests: retry sooner than every minute
     options.save_retry_interval = std::chrono::milliseconds(static_cast<long>(std::stod(r) * 1000));
   const train::RunDirectory run_dir = train::resolve_run_dir(
@@ -191,9 +234,13 @@ int run_train_command(const std::vector<std::string>& args) {
     else if (type == "samples") bar.message("samples: " + e.value("dir", ""));
     else if (type == "checkpoint") bar.message("checkpoint: " + e.value("path", ""));
     else if (type == "save_failed") bar.message("error: " + e.value("message", ""));
-    else if (type == "run_start")
+    else if (type == "run_start") {
       bar.message("run " + e.value("run_dir", "") + ": " + std::to_string(e.value("parameters", 0)) +
                   " parameters on " + e.value("device", "") + ", " + std::to_string(e.value("dataset_size", 0)) + " images");
+      if (e.contains("resumed_from") && e["resumed_from"].is_string())
+        bar.message("resumed from " + e["resumed_from"].get<std::string>() + " at step " +
+                    std::to_string(e.value("step", std::int64_t{0})));
+    }
   };
   train::Trainer trainer(loaded.config, options);
   train::TrainerCommands commands;

@@ -508,6 +508,17 @@ SchemaBuilder build() {
   s.add("launch.timeout_s", T::integer, I{300}, ZS_REF(launch.timeout_s),
         "Seconds a rendezvous or collective may wait before every rank stops with an error.")
       .range(1, {});
+  s.add("launch.failure_grace_s", T::integer, I{10}, ZS_REF(launch.failure_grace_s),
+        "zerostudio launch: when a rank ends abnormally (a signal, or an error), the other ranks get SIGTERM at "
+        "once and this many seconds to write their logs; then what is left is killed, so a dead rank ends the "
+        "whole run within seconds, as torchrun does. Ranks started by torchrun or srun stop when a collective "
+        "times out (launch.timeout_s).")
+      .range(1, {});
+  s.add("launch.heartbeat_timeout_s", T::integer, I{60}, ZS_REF(launch.heartbeat_timeout_s),
+        "zerostudio launch: a rank whose heartbeat (sent twice a second by a thread of its own) stops for this "
+        "many seconds is stalled (stopped, frozen, swapped out) and is treated as dead: it is killed and the run "
+        "ends as for any dead rank.")
+      .range(1, {});
   return s;
 }
 

@@ -201,6 +201,8 @@ struct LaunchConfig {
   std::int64_t main_process_port{};
   bool use_cpu{};
   std::int64_t timeout_s{};
+  std::int64_t failure_grace_s{};      ///< zerostudio launch: SIGTERM to the others, then SIGKILL after this
+  std::int64_t heartbeat_timeout_s{};  ///< zerostudio launch: a rank silent this long is stalled (dead)
 };
 
 /// The whole trainer configuration (one YAML file).

@@ -55,6 +55,8 @@ struct TrainerOptions {
   /// Fault injection for tests: this rank fails with an error at this step ({rank, step}; the CLI
   /// sets it from ZEROSTUDIO_FAIL_AT=RANK:STEP), as a rank that runs out of memory would.
   std::optional<std::pair<int, std::int64_t>> fail_at;
+  /// Called on every rank as a checkpoint's save starts, with its tag (tests kill ranks inside saves).
+  std::function<void(const std::string&)> on_save_start;
   /// How often a failed save is retried under checkpointing.on_save_failure: pause (tests shorten
   /// it; the CLI reads ZEROSTUDIO_SAVE_RETRY_SECONDS).
   std::chrono::milliseconds save_retry_interval{60'000};

@@ -312,6 +312,7 @@ bool Trainer::State::save(const std::string& reason) {
       (opt.fail_save_times == 0 || injected_save_failures++ < opt.fail_save_times))
     request.injected_failure = checkpoint::staging_dir(checkpoints_dir(), request.tag) + "/" +
                                checkpoint::shard_file_name(rank) + ": write failed (injected by ZEROSTUDIO_FAIL_SAVE)";
+  if (opt.on_save_start) opt.on_save_start(request.tag);
   const checkpoint::SaveOutcome outcome = checkpoint::save_sharded(*comm, request);
   if (!outcome.saved) {
     if (!main_rank()) rank_log << "checkpoint " << request.tag << ": " << outcome.problem << "\n";
