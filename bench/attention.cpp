@@ -3,12 +3,16 @@
 // alternated in the same process: time and peak CPU memory (CpuAllocationCounter), as ratios.
 //
 //   bench_attention [--tokens 256,1024,4096] [--keys 0] [--heads 10] [--head-dim 64] [--batch 1]
-//                   [--reps 5] [--block-elements N]
+//                   [--reps 5] [--block-elements N] [--python /usr/bin/python3,.venv/bin/python]
 //
 // --keys 0: self-attention (keys = tokens); otherwise cross-attention over that many keys (77: a
 // CLIP context). Shapes default to SDXL's 64×64-latent level (10 heads of 64). Every figure is
 // the median of --reps timed runs after one untimed run of each path. Freed memory is kept for
 // reuse (zs::keep_freed_memory), as in training; LibTorch's own thread count is used.
+// A second table, measured in the same run, is the Python baseline (bench/attention_baseline.py)
+// on the same shapes and thread count in each PyTorch given: Debian's python3-torch (1.13) and,
+// where `make peers` made it, the pinned PyTorch 2.x of .venv with its fused
+// scaled_dot_product_attention.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +26,8 @@
 #include "core/cpu_allocation_counter.h"
 #include "core/memory.h"
 #include "models/attention.h"
+#include "python_baseline.h"
+#include "source_dir.h"
 
 using namespace zs::models;
 
@@ -65,6 +71,7 @@ int main(int argc, char** argv) {
   std::vector<std::int64_t> tokens = {256, 1024, 4096};
   std::int64_t keys = 0, heads = 10, head_dim = 64, batch = 1, block_elements = AttentionOptions{}.block_elements;
   int reps = 5;
+  std::vector<std::string> pythons = baseline_pythons();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--tokens") tokens = parse_list(v);
@@ -74,6 +81,7 @@ int main(int argc, char** argv) {
     else if (k == "--batch") batch = std::stoll(v);
     else if (k == "--reps") reps = std::max(1, std::stoi(v));
     else if (k == "--block-elements") block_elements = std::stoll(v);
+    else if (k == "--python") pythons = split_list(v);
     else {
       std::fprintf(stderr, "bench_attention: unknown option %s\n", k.c_str());
       return 2;
@@ -116,5 +124,28 @@ int main(int argc, char** argv) {
   std::printf("time: blocked / plain (median of %d alternated runs); memory: peak bytes allocated during the\n"
               "call, blocked / plain (q, k, v and the upstream gradient are outside it).\n",
               reps);
+  if (pythons.empty()) return 0;
+  // The Python baselines, same shapes and threads, in the same run.
+  std::printf("\nPython baseline (bench/attention_baseline.py), %d threads: plain = q kT, softmax kept; sdpa = "
+              "F.scaled_dot_product_attention\n%8s %6s %-18s %11s %11s\n",
+              at::get_num_threads(), "queries", "keys", "torch", "plain ms", "sdpa ms");
+  const std::string script = std::string(zs_bench_source_dir()) + "/bench/attention_baseline.py";
+  for (const std::int64_t n : tokens)
+    for (const std::string& py : pythons) {
+      std::ostringstream cmd;
+      cmd << py << " " << script << " --tokens " << n << " --keys " << keys << " --heads " << heads << " --head-dim "
+          << head_dim << " --batch " << batch << " --reps " << reps << " --threads " << at::get_num_threads()
+          << " 2>/dev/null";
+      const std::string out = run_command(cmd.str());
+      if (number_after(out, "plain_ms") <= 0) {
+        std::printf("%8lld %6lld %-18s did not run (%s)\n", static_cast<long long>(n),
+                    static_cast<long long>(keys > 0 ? keys : n), "", py.c_str());
+        continue;
+      }
+      char sdpa[32] = "-";
+      if (number_after(out, "sdpa_ms") > 0) std::snprintf(sdpa, sizeof sdpa, "%.1f", number_after(out, "sdpa_ms"));
+      std::printf("%8lld %6lld %-18s %11.1f %11s\n", static_cast<long long>(n), static_cast<long long>(keys > 0 ? keys : n),
+                  word_after(out, "torch").c_str(), number_after(out, "plain_ms"), sdpa);
+    }
   return 0;
 }

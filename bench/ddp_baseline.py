@@ -158,7 +158,7 @@ def worker(rank, a, port):
         if step >= 2:
             times.append(time.perf_counter() - t0)
     if rank == 0:
-        print(f"ddp world {a.world} params {params} step_ms {1000 * sum(times) / len(times):.1f}", flush=True)
+        print(f"ddp world {a.world} params {params} step_ms {1000 * sum(times) / len(times):.1f} torch {torch.__version__}", flush=True)
     dist.destroy_process_group()
 
 

@@ -26,6 +26,7 @@
 #include <ATen/ATen.h>
 #include <torch/cuda.h>
 
+#include "python_baseline.h"
 #include "source_dir.h"
 #include "core/memory.h"
 #include "dist/communicator.h"
@@ -138,16 +139,6 @@ int child(const Args& a, const std::string& name) {
                 phase[2] / a.steps, phase[3] / a.steps);
   std::printf("\n");
   return 0;
-}
-
-std::string run_command(const std::string& cmd) {
-  std::string out;
-  if (FILE* f = popen(cmd.c_str(), "r")) {
-    char buf[4096];
-    while (fgets(buf, sizeof buf, f)) out += buf;
-    pclose(f);
-  }
-  return out;
 }
 
 double field(const std::string& line, const std::string& key) {

@@ -1,10 +1,11 @@
 // bench_zero_step: step time and model-state bytes per rank for ZeRO stages 0-3 (and offload
 // variants) at N = 1 and 2, on the quickstart's UNet and on a ~54 M-parameter one, against
-// Debian's python3-torch running the same architecture with DistributedDataParallel on Gloo
-// (bench/ddp_baseline.py) in the same run.
+// PyTorch running the same architecture with DistributedDataParallel on Gloo
+// (bench/ddp_baseline.py) in the same run: Debian's python3-torch (1.13) and, where `make peers`
+// has made it, the pinned PyTorch 2.x of .venv — one DDP row and one "vs DDP" column for each.
 //
 //   bench_zero_step [--steps 20] [--only tiny|large] [--worlds 1,2] [--stages 1,2,3] [--repeats 3]
-//                   [--offload 0|1] [--profile 0|1] [--python /usr/bin/python3]
+//                   [--offload 0|1] [--profile 0|1] [--python /usr/bin/python3,.venv/bin/python]
 //
 // Every stage is measured against stage 0 in the same processes: each rank builds two copies of
 // the model, one under stage 0 and one under the stage measured, and alternates between them in
@@ -30,6 +31,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "python_baseline.h"
 #include "source_dir.h"
 #include "core/memory.h"
 #include "dist/communicator.h"
@@ -224,13 +226,7 @@ std::string run_python(const std::string& python, const std::string& script, con
       << " --heads " << m.heads << " --down " << m.down << " --cross " << m.cross << " --groups " << m.groups
       << " --layers " << m.layers << " --res " << m.res << " --batch " << m.batch << " --steps " << steps << " --port "
       << port << " 2>/dev/null";
-  std::string out;
-  if (FILE* f = popen(cmd.str().c_str(), "r")) {
-    char buf[4096];
-    while (fgets(buf, sizeof buf, f)) out += buf;
-    pclose(f);
-  }
-  return out;
+  return run_command(cmd.str());
 }
 
 double field(const std::string& line, const std::string& key) {
@@ -251,7 +247,8 @@ std::string line_of(const std::string& out, const std::string& spec) {
 int main(int argc, char** argv) {
   int steps = 20, repeats = 3;
   bool profile = false, offload = false;
-  std::string only, python = "/usr/bin/python3", worlds_arg = "1,2", stages_arg = "1,2,3";
+  std::string only, worlds_arg = "1,2", stages_arg = "1,2,3";
+  std::vector<std::string> pythons = baseline_pythons();
   if (argc >= 7 && std::string(argv[1]) == "--child") {
     std::vector<Run> runs;
     for (int i = 6; i < argc; ++i) runs.push_back(Run::parse(argv[i]));
@@ -263,7 +260,7 @@ int main(int argc, char** argv) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--steps") steps = std::atoi(v.c_str());
     else if (k == "--only") only = v;
-    else if (k == "--python") python = v;
+    else if (k == "--python") pythons = split_list(v);
     else if (k == "--repeats") repeats = std::max(1, std::atoi(v.c_str()));
     else if (k == "--profile") profile = v == "1";
     else if (k == "--offload") offload = v == "1";
@@ -293,6 +290,7 @@ int main(int argc, char** argv) {
     double psi = 0, p = 0, g = 0, o = 0;
   };
   std::map<std::string, Result> results;  // key: model/world/label
+  std::map<std::size_t, std::string> torch_versions;  // of each Python that ran the baseline
   auto record = [&](Result& res, const std::string& line) {
     res.ms.push_back(field(line, "step_ms"));
     res.psi = field(line, "psi");
@@ -306,9 +304,17 @@ int main(int argc, char** argv) {
       if (!only.empty() && m.name != only) continue;
       for (int world : worlds) {
         const std::string base = m.name + "/" + std::to_string(world) + "/";
-        const std::string ddp = run_python(python, script, m, world, steps, ++port);
-        results[base + "DDP"].ms.push_back(field(ddp, "step_ms"));
-        results[base + "DDP"].psi = field(ddp, "params");
+        for (std::size_t i = 0; i < pythons.size(); ++i) {
+          const std::string ddp = run_python(pythons[i], script, m, world, steps, ++port);
+          if (field(ddp, "step_ms") <= 0) {
+            std::fprintf(stderr, "bench_zero_step: %s did not run bench/ddp_baseline.py\n", pythons[i].c_str());
+            continue;
+          }
+          Result& res = results[base + "DDP" + std::to_string(i)];
+          res.ms.push_back(field(ddp, "step_ms"));
+          res.psi = field(ddp, "params");
+          torch_versions[i] = word_after(ddp, "torch");
+        }
         for (const Run& r : runs) {
           const std::string out = run_world(self,
                                             {"--child", m.name, std::to_string(steps), profile ? "1" : "0", nvme_dir,
@@ -329,36 +335,49 @@ int main(int argc, char** argv) {
       }
     }
   if (offload) rmdir(nvme_dir.c_str());
-  std::printf("%-6s %2s %-12s %10s %9s %10s %13s %13s %13s %8s\n", "model", "N", "run", "step ms", "vs DDP", "vs stage 0",
-              "params B/rank", "grads B/rank", "optim B/rank", "vs 16Ψ");
+  // One "vs DDP" column per PyTorch that ran the baseline (Debian's 1.13, the pinned 2.x).
+  std::vector<std::size_t> ran;
+  for (const auto& [i, version] : torch_versions) ran.push_back(i);
+  std::printf("%-6s %2s %-16s %10s", "model", "N", "run", "step ms");
+  for (const std::size_t i : ran) std::printf(" %14s", ("vs DDP " + short_version(torch_versions[i])).c_str());
+  std::printf(" %10s %13s %13s %13s %8s\n", "vs stage 0", "params B/rank", "grads B/rank", "optim B/rank", "vs 16Ψ");
   std::vector<Run> rows{{0, "none"}};
   rows.insert(rows.end(), runs.begin(), runs.end());
   for (const auto& m : specs()) {
     if (!only.empty() && m.name != only) continue;
     for (int world : worlds) {
       const std::string base = m.name + "/" + std::to_string(world) + "/";
-      const Result& ddp = results[base + "DDP"];
-      const double ddp_ms = median(ddp.ms);
-      std::printf("%-6s %2d %-12s %10.1f %9s %10s %13.0f %13.0f %13.0f %8.3f\n", m.name.c_str(), world, "DDP", ddp_ms,
-                  "1.00", "", 4 * ddp.psi, 4 * ddp.psi, 8 * ddp.psi, 1.0);
+      auto ddp_ms = [&](std::size_t i) { return median(results[base + "DDP" + std::to_string(i)].ms); };
+      for (const std::size_t i : ran) {
+        const Result& ddp = results[base + "DDP" + std::to_string(i)];
+        std::printf("%-6s %2d %-16s %10.1f", m.name.c_str(), world, ("DDP " + torch_versions[i]).substr(0, 16).c_str(),
+                    ddp_ms(i));
+        for (const std::size_t j : ran) std::printf(" %13.2fx", ddp_ms(j) > 0 ? ddp_ms(j) / ddp_ms(i) : 0.0);
+        std::printf(" %10s %13.0f %13.0f %13.0f %8.3f\n", "", 4 * ddp.psi, 4 * ddp.psi, 8 * ddp.psi, 1.0);
+      }
       for (const Run& r : rows) {
         const Result& res = results[base + r.label()];
         const double ms = median(res.ms);
-        if (res.psi > 0 && ddp.psi > 0 && res.psi != ddp.psi)
-          std::printf("  (parameter counts differ: ZeroStudio %.0f, PyTorch %.0f)\n", res.psi, ddp.psi);
+        for (const std::size_t i : ran) {
+          const double psi = results[base + "DDP" + std::to_string(i)].psi;
+          if (res.psi > 0 && psi > 0 && res.psi != psi)
+            std::printf("  (parameter counts differ: ZeroStudio %.0f, PyTorch %s %.0f)\n", res.psi,
+                        torch_versions[i].c_str(), psi);
+        }
         const double ratio = r.stage == 0 && r.offload == "none" ? 1.0 : median(res.ratio);
-        std::printf("%-6s %2d %-12s %10.1f %8.2fx %9.2fx %13.0f %13.0f %13.0f %8.3f\n", m.name.c_str(), world,
-                    r.label().c_str(), ms, ms > 0 && ddp_ms > 0 ? ddp_ms / ms : 0.0, ratio, res.p, res.g, res.o,
+        std::printf("%-6s %2d %-16s %10.1f", m.name.c_str(), world, r.label().c_str(), ms);
+        for (const std::size_t i : ran) std::printf(" %13.2fx", ms > 0 && ddp_ms(i) > 0 ? ddp_ms(i) / ms : 0.0);
+        std::printf(" %9.2fx %13.0f %13.0f %13.0f %8.3f\n", ratio, res.p, res.g, res.o,
                     res.psi > 0 ? (res.p + res.g + res.o) / (16 * res.psi) : 0.0);
         if (profile)
-          std::printf("%-22s forward %.1f, backward %.1f, reduce %.1f, step %.1f ms\n", "", median(res.phases[0]),
+          std::printf("%-26s forward %.1f, backward %.1f, reduce %.1f, step %.1f ms\n", "", median(res.phases[0]),
                       median(res.phases[1]), median(res.phases[2]), median(res.phases[3]));
       }
     }
   }
   std::printf("Medians over %d repeat(s) of the median of %d timed steps. Each run shares its processes with\n"
               "stage 0, in alternating blocks of 3 steps (the first untimed); \"vs stage 0\" is the median of those same-process ratios (stage 0's own\n"
-              "row pools every pairing). vs DDP: DDP step time / ZeroStudio's (above 1: faster). The +cpu/+nvme rows have\n"
+              "row pools every pairing). vs DDP <torch>: that PyTorch's DDP step time / this row's (above 1: this row is faster). The +cpu/+nvme rows have\n"
               "the optimizer states offloaded. vs 16Ψ: model-state bytes per rank relative to replicated fp32 Adam\n"
               "(ZeRO: stage 1 ½+½/N, stage 2 ¼+¾/N, stage 3 1/N).\n",
               repeats, steps);
