@@ -175,8 +175,8 @@ bool RunController::startInProcess(const QString& configPath, const QString& run
   opts.reset_control = false;
   open(QString::fromStdString(opts.run_dir));
   setState(RunState::starting);
-  m_worker = std::make_unique<Worker>();
-  Worker* w = m_worker.get();
+  auto w = std::make_shared<Worker>();
+  m_worker = w;
   w->thread = QThread::create([w, cfg = std::move(cfg), opts = std::move(opts)]() mutable {
     try {
       train::Trainer trainer(std::move(cfg), std::move(opts));
@@ -188,6 +188,9 @@ bool RunController::startInProcess(const QString& configPath, const QString& run
     }
   });
   connect(w->thread, &QThread::finished, this, [this, w] {
+    w->thread->deleteLater();
+    w->thread = nullptr;
+    if (m_worker != w) return;  // a newer run owns the controller: this one's end is not its news
     poll();
     QString message;
     {
@@ -198,8 +201,6 @@ bool RunController::startInProcess(const QString& configPath, const QString& run
       if (!message.isEmpty()) fail(message);
       else setState(RunState::finished);
     }
-    w->thread->deleteLater();
-    w->thread = nullptr;
   });
   w->thread->start();
   return true;

@@ -149,7 +149,10 @@ class RunController : public QObject {
   QTimer* m_timer = nullptr;
   QProcess* m_process = nullptr;
   QString m_processOutput;
-  std::unique_ptr<Worker> m_worker;
+  // Shared with the worker thread's function and its finished-handler, so a run started while
+  // the previous thread's queued finished signal is still pending (its run_end already read from
+  // the events) never frees what that thread or handler still uses.
+  std::shared_ptr<Worker> m_worker;
   struct Followers;
   std::unique_ptr<Followers> m_follow;
 };

@@ -10,7 +10,11 @@
 #include <QTableWidget>
 #include <QTabWidget>
 #include <QTemporaryDir>
+#include <QElapsedTimer>
 #include <QtTest>
+
+#include <chrono>
+#include <thread>
 
 #include "checkpoint_browser.h"
 #include "config/trainer_config.h"
@@ -218,6 +222,42 @@ class TestDashboardE2e : public QObject {
     QTRY_COMPARE_WITH_TIMEOUT(c.state(), RunState::running, 30000);
     c.stop();
     QTRY_COMPARE_WITH_TIMEOUT(c.state(), RunState::finished, 120000);
+  }
+
+  // A run started while the previous run's thread has ended but its finished signal is still
+  // queued (the GUI thread was busy: the start came first) keeps its own state: the old thread's
+  // end neither frees what its handler still uses nor ends the new run.
+  void aRunStartedBeforeTheLastThreadsEndIsDeliveredKeepsItsOwnState() {
+    QTemporaryDir tmp;
+    RunController c;
+    QStringList sets = smallRun(tmp.path());
+    sets.replaceInStrings("training.max_steps=30", "training.max_steps=2");
+    sets.replaceInStrings("sampling.every_n_steps=10", "sampling.every_n_steps=0");
+    sets.replaceInStrings("checkpointing.every_n_steps=20", "checkpointing.every_n_steps=0");
+    c.setOverrides(sets);
+    QString error;
+    QVERIFY2(c.startInProcess(zs::test::quickstart(), tmp.path() + "/first", {}, &error), qPrintable(error));
+    // Wait for the run's end without running the event loop, so its finished signal stays queued.
+    QElapsedTimer clock;
+    clock.start();
+    auto ended = [&] {
+      QFile f(tmp.path() + "/first/events.jsonl");
+      return f.open(QIODevice::ReadOnly) && f.readAll().contains("\"type\":\"run_end\"");
+    };
+    while (!ended() && clock.elapsed() < 120000) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    QVERIFY(ended());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // the thread's last destructors
+    QVERIFY2(!c.ownsRun(), "the first run's thread should have ended by now");
+    sets.replaceInStrings("training.max_steps=2", "training.max_steps=100000");
+    c.setOverrides(sets);
+    QVERIFY2(c.startInProcess(zs::test::quickstart(), tmp.path() + "/second", {}, &error), qPrintable(error));
+    // Now the first thread's end is delivered; the second run goes on regardless.
+    QTRY_VERIFY_WITH_TIMEOUT(!c.metrics().empty() || !c.isActive(), 120000);
+    QVERIFY2(c.isActive(), qPrintable(QString("the second run reads state %1: %2").arg(static_cast<int>(c.state())).arg(c.errorMessage())));
+    QVERIFY(c.ownsRun());
+    c.stop();
+    QTRY_VERIFY_WITH_TIMEOUT(c.state() == RunState::finished || c.state() == RunState::failed, 120000);
+    QVERIFY2(c.state() == RunState::finished, qPrintable(c.errorMessage()));
   }
 
   // Two ranks in child processes: Pause, Save now, Sample now and Stop reach both through the
