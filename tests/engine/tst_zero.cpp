@@ -269,7 +269,9 @@ class TestZero : public QObject {
     try {
       store = std::make_unique<zero::NvmeStore>(dir.path().toStdString(), "t", 0, o);
     } catch (const Error& e) {
-      QSKIP(qPrintable(QString("backend not available here: %1").arg(e.what())));
+      // make test installs liburing-dev, and CI's machine allows io_uring: a skip there would hide
+      // a build that lost it.
+      ZS_SKIP_UNLESS_CI(QString("backend %1 not available here: %2").arg(backend, e.what()));
     }
     QCOMPARE(QString::fromStdString(store->io().backend()), backend);
     const std::int64_t n = 300'001;
