@@ -123,12 +123,15 @@ DdimSampler::DdimSampler(const NoiseSchedule& schedule, std::int64_t steps) : sc
   if (c.timestep_spacing == "leading") {
     for (std::int64_t i = steps - 1; i >= 0; --i) timesteps_.push_back(i * step_ratio_ + c.steps_offset);
   } else if (c.timestep_spacing == "trailing") {
+    // diffusers: np.round(np.arange(T, 0, -T / steps)) - 1. np.round rounds halves to even, as
+    // std::nearbyint does in the default rounding mode (std::llround would round them up).
     const double ratio = static_cast<double>(T) / steps;
     for (std::int64_t i = 0; i < steps; ++i)
-      timesteps_.push_back(static_cast<std::int64_t>(std::llround(T - i * ratio)) - 1);
-  } else {  // linspace
+      timesteps_.push_back(static_cast<std::int64_t>(std::nearbyint(T - i * ratio)) - 1);
+  } else {  // linspace: np.linspace(0, T - 1, steps).round()[::-1], i·step with the end exact
+    const double step = static_cast<double>(T - 1) / static_cast<double>(std::max<std::int64_t>(steps - 1, 1));
     for (std::int64_t i = steps - 1; i >= 0; --i)
-      timesteps_.push_back(static_cast<std::int64_t>(std::llround(static_cast<double>(T - 1) * i / std::max<std::int64_t>(steps - 1, 1))));
+      timesteps_.push_back(i == steps - 1 && steps > 1 ? T - 1 : static_cast<std::int64_t>(std::nearbyint(i * step)));
   }
   for (auto& t : timesteps_) t = std::clamp<std::int64_t>(t, 0, T - 1);
   final_alpha_cumprod_ = c.set_alpha_to_one ? 1.0 : schedule.alphas_cumprod()[0].item<double>();

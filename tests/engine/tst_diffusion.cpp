@@ -1,6 +1,7 @@
 // Noise schedules, targets and DDIM against diffusers' values in the fixtures.
 #include <ATen/ATen.h>
 
+#include <QFile>
 #include <QtTest>
 
 #include <fstream>
@@ -112,6 +113,51 @@ class TestDiffusion : public QObject {
     const NoiseSchedule s(c);
     const DdimSampler ddim(s, 4);
     QCOMPARE(ddim.timesteps(), (std::vector<std::int64_t>{999, 749, 499, 249}));
+  }
+
+  // Against the pinned current diffusers (tests/fixtures/ddim_scheduler.json, written by
+  // tests/fixtures/gen/ddim_scheduler.py with diffusers' schedulers/scheduling_ddim.py
+  // DDIMScheduler): the schedule, the inference timesteps for 10 and 25 steps, three DDIM steps
+  // each and the training targets, for SD 1.x's configuration, v-prediction with trailing
+  // spacing, the quickstart's cosine with clip_sample and a linear schedule with linspace spacing.
+  void ddimMatchesThePinnedDiffusers() {
+    QFile f(zs::test::peerFixture("ddim_scheduler.json"));
+    QVERIFY2(f.open(QIODevice::ReadOnly), qPrintable(f.fileName()));
+    const auto doc = nlohmann::json::parse(f.readAll().toStdString());
+    const auto shape = doc.at("shape").get<std::vector<std::int64_t>>();
+    auto tensor = [&](const nlohmann::json& values) {
+      return at::tensor(values.get<std::vector<float>>()).reshape(shape);
+    };
+    const at::Tensor x0 = tensor(doc.at("x0")), noise = tensor(doc.at("noise"));
+    const at::Tensor model_output = tensor(doc.at("model_output")), sample = tensor(doc.at("sample"));
+    const at::Tensor train_t = at::tensor(doc.at("train_timesteps").get<std::vector<std::int64_t>>());
+    QCOMPARE(doc.at("cases").size(), std::size_t{4});
+    for (const auto& c : doc.at("cases")) {
+      const std::string name = c.at("name").get<std::string>();
+      const NoiseSchedule s(ScheduleConfig::from_json(c.at("config"), name));
+      const at::Tensor want = at::tensor(c.at("alphas_cumprod").get<std::vector<float>>());
+      QVERIFY2(max_abs_diff_f32(s.alphas_cumprod(), want) <= 1e-6, name.c_str());
+      QVERIFY2(max_abs_diff_f32(s.add_noise(x0, noise, train_t), tensor(c.at("add_noise"))) <= 1e-5, name.c_str());
+      QVERIFY2(max_abs_diff_f32(s.velocity(x0, noise, train_t), tensor(c.at("velocity"))) <= 1e-5, name.c_str());
+      for (const auto& inf : c.at("inference")) {
+        const DdimSampler ddim(s, inf.at("num_inference_steps").get<std::int64_t>());
+        const std::string what = name + ", " + std::to_string(inf.at("num_inference_steps").get<int>()) + " steps";
+        QVERIFY2(ddim.timesteps() == inf.at("timesteps").get<std::vector<std::int64_t>>(), what.c_str());
+        for (const auto& st : inf.at("steps")) {
+          const auto r = ddim.step(model_output, st.at("t").get<std::int64_t>(), sample);
+          const std::string at_t = what + ", t " + std::to_string(st.at("t").get<int>());
+          // Relative to the values' size: at t = 999 of a linear schedule ᾱ is 4e-5, and x0 = (x − √(1−ᾱ)·ε)/√ᾱ
+          // amplifies float32's last bits by 1/√ᾱ ≈ 160 (values up to 5e2 there).
+          for (const std::string key : {"prev_sample", "pred_original_sample"}) {
+            const at::Tensor ours = key == "prev_sample" ? r.prev_sample : r.pred_original_sample;
+            const at::Tensor theirs = tensor(st.at(key));
+            const double scale = std::max(1.0, theirs.abs().max().item<double>());
+            const double diff = max_abs_diff_f32(ours, theirs);
+            QVERIFY2(diff <= 1e-5 * scale, (at_t + ", " + key + ": " + std::to_string(diff) + " of " + std::to_string(scale)).c_str());
+          }
+        }
+      }
+    }
   }
 
   void badConfigNamesTheKey() {
