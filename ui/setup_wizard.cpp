@@ -341,19 +341,20 @@ void SetupWizard::updateModelInfo() {
     return;
   }
   try {
-    auto it = m_shapes.find(key);
-    if (it == m_shapes.end()) {
-      config::TrainerConfig c = config::TrainerConfig::defaults();
-      if (source == "folder") {
-        c.model.path = key;
-      } else if (source == "file") {
-        c.model.path = m_answers["model_file"];
-        c.model.config_path = m_answers["model_config_path"];
-      } else {
-        c.model.preset = key;
-      }
-      it = m_shapes.emplace(key, estimate::model_shape(c)).first;
+    config::TrainerConfig c = config::TrainerConfig::defaults();
+    if (source == "folder") {
+      c.model.path = key;
+    } else if (source == "file") {
+      c.model.path = m_answers["model_file"];
+      c.model.config_path = m_answers["model_config_path"];
+    } else {
+      c.model.preset = key;
     }
+    // The model alone (full training): keyed by all that the shape depends on, so the memory
+    // estimate's shapes for LoRA or trained encoders are never taken for this one, nor this for them.
+    const std::string shape_key = estimate::model_shape_key(c);
+    auto it = m_shapes.find(shape_key);
+    if (it == m_shapes.end()) it = m_shapes.emplace(shape_key, estimate::model_shape(c)).first;
     const auto& m = it->second;
     QString text = tr("%1 trainable parameters (%2 units)")
                        .arg(QLocale().toString(static_cast<qlonglong>(m.trainable_parameters())))
@@ -406,7 +407,7 @@ void SetupWizard::updateMemory() {
     return;
   }
   const auto& cfg = m_result->config;
-  const std::string key = cfg.model.path.empty() ? cfg.model.preset : cfg.model.path;
+  const std::string key = estimate::model_shape_key(cfg);  // the LoRA rank and targets change the shape
   try {
     auto it = m_shapes.find(key);
     if (it == m_shapes.end()) it = m_shapes.emplace(key, estimate::model_shape(cfg)).first;

@@ -87,7 +87,7 @@ class SetupWizard : public QWizard {
   std::map<std::string, QWidget*> m_rows;          ///< by question id: the form row's field
   std::map<std::string, QWidget*> m_helpRows;      ///< by question id: its help line
   std::map<std::string, QuestionPage*> m_pages;    ///< by page id
-  std::map<std::string, estimate::ModelShape> m_shapes;  ///< model shapes by preset or folder
+  std::map<std::string, estimate::ModelShape> m_shapes;  ///< model shapes by estimate::model_shape_key
   MemoryPanel* m_memory = nullptr;
   QLabel* m_modelInfo = nullptr;
   QLabel* m_datasetInfo = nullptr;

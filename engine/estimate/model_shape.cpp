@@ -279,4 +279,15 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
   return m;
 }
 
+std::string model_shape_key(const config::TrainerConfig& cfg) {
+  // Keep in step with what shape_of and model_shape read (their only inputs are these fields).
+  std::string key = cfg.model.preset + '\n' + cfg.model.path + '\n' + cfg.model.config_path + '\n' +
+                    cfg.training.method + '\n' + cfg.training.train_text_encoder + '\n' + std::to_string(cfg.lora.rank);
+  for (const auto* list : {&cfg.lora.targets, &cfg.lora.text_encoder_targets}) {
+    key += '\n';
+    for (const auto& t : *list) key += t + ',';
+  }
+  return key;
+}
+
 }  // namespace zs::estimate

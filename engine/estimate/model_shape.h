@@ -68,4 +68,10 @@ std::int64_t unet_parameter_count(const models::UNetConfig& config);
 /// model.path. Throws zs::Error naming the file when the folder's config cannot be read.
 ModelShape model_shape(const config::TrainerConfig& config);
 
+/// Everything model_shape(config) reads, as one string: two configs with the same key have the
+/// same shape (a cache key for callers that estimate often, such as the wizard). The model
+/// (preset, path, config_path) and what trains (training.method, training.train_text_encoder,
+/// lora.rank, lora.targets, lora.text_encoder_targets).
+std::string model_shape_key(const config::TrainerConfig& config);
+
 }  // namespace zs::estimate

@@ -5,6 +5,8 @@
 #include "config/config_import.h"
 #include "config/config_loader.h"
 
+#include <nlohmann/json.hpp>
+
 #include <QAbstractButton>
 #include <QCheckBox>
 #include <QComboBox>
@@ -14,6 +16,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QListWidget>
+#include <QProcess>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -292,14 +295,35 @@ class TestSetupWizard : public QObject {
           static_cast<long long>(lora));
     QVERIFY(lora < full / 2);
     QVERIFY(panel->fitText().contains("fits") && !panel->fitText().contains("does not"));
+    w.setAnswer("runs_root", dir.path());
+    // The panel's figure is `zerostudio estimate`'s for the same answers, whatever changed last
+    // (the wizard once kept the shape of the first model it saw and ignored LoRA's rank and targets).
+    QString error;
+    const QString path = dir.path() + "/lora.yaml";
+    auto sameAsTheCli = [&](const char* what) {
+      QVERIFY2(w.saveTo(path, false, &error), qPrintable(error));
+      QProcess p;
+      p.start(zs::test::cliPath(), {"estimate", path, "--json"});
+      QVERIFY(p.waitForFinished(120000));
+      const QByteArray out = p.readAllStandardOutput();
+      QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+      const auto e = nlohmann::json::parse(out.toStdString());
+      const qint64 cli = e["gpu"]["total"].get<qint64>();
+      QVERIFY2(panel->deviceBytes() == cli,
+               qPrintable(QString("%1: wizard %2, zerostudio estimate %3").arg(what).arg(panel->deviceBytes()).arg(cli)));
+    };
+    sameAsTheCli("LoRA rank 16");
+    w.setAnswer("lora_rank", "64");
+    QVERIFY(panel->deviceBytes() > lora);
+    sameAsTheCli("LoRA rank 64");
+    w.setAnswer("lora_rank", "16");
     w.setAnswer("lora_targets", "to_q\nto_v\nff.net.2\n");
+    sameAsTheCli("LoRA on to_q, to_v, ff.net.2");
     w.setAnswer("train_text_encoder", "lora");
     QVERIFY(w.isAsked("text_encoder_lr"));
     w.setAnswer("text_encoder_lr", "5e-5");
-    w.setAnswer("runs_root", dir.path());
+    sameAsTheCli("LoRA with text-encoder LoRA");
     QVERIFY(goTo(w, "summary"));
-    const QString path = dir.path() + "/lora.yaml";
-    QString error;
     QVERIFY2(w.saveTo(path, false, &error), qPrintable(error));
     const auto c = zs::config::load_config_file(path.toStdString()).config;
     QCOMPARE(c.training.method, std::string("lora"));
