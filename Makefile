@@ -1,6 +1,6 @@
 # ZeroStudio: two commands do all the setup on Debian 12.
 #   make run           install what is missing, build, run the quickstart (GUI with a display, else headless)
-#   make test          install what is missing, build, run every test (Debian's LibTorch 1.13, no Python)
+#   make test          install what is missing, build, run every test (Debian's LibTorch 1.13, no peer Python)
 #   make test-torch2   the same code against PyTorch 2.x's LibTorch with the CUDA paths compiled, in
 #                      build-torch2/, plus the Python peer tests (the pinned environment in .venv/)
 # Other targets: deps, peers, configure, build, build-torch2, package, bench, docs, guide, clean.
