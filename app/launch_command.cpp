@@ -350,7 +350,7 @@ int run_launch_command(const std::vector<std::string>& args) {
           // A checkpoint that could not be saved ends every rank at once, agreed, and rank 0 has
           // said so in the events. Otherwise rank 0 reports its own errors; a killed rank 0 and
           // the other ranks cannot.
-          const bool save_failed = WIFEXITED(status) && c.code == train::kSaveFailedExit && !c.stalled;
+          const bool save_failed = WIFEXITED(status) && c.code == train::kSaveFailedExit;
           if (!save_failed && (c.rank != 0 || WIFSIGNALED(status)))
             append_run_event(run_dir.path, "error", {{"message", ending}, {"rank", c.rank}, {"source", "launcher"}});
           if (first_failure == 0) {
