@@ -137,15 +137,15 @@ int main(int argc, char** argv) {
           << head_dim << " --batch " << batch << " --reps " << reps << " --threads " << at::get_num_threads()
           << " 2>/dev/null";
       const std::string out = run_command(cmd.str());
-      if (number_after(out, "plain_ms") <= 0) {
-        std::printf("%8lld %6lld %-18s did not run (%s)\n", static_cast<long long>(n),
-                    static_cast<long long>(keys > 0 ? keys : n), "", py.c_str());
+      const double plain_ms = number_after(out, "plain_ms"), sdpa_ms = number_after(out, "sdpa_ms");
+      const auto nq = static_cast<long long>(n), nk = static_cast<long long>(keys > 0 ? keys : n);
+      if (plain_ms <= 0) {
+        std::printf("%8lld %6lld %-18s did not run (%s)\n", nq, nk, "", py.c_str());
         continue;
       }
       char sdpa[32] = "-";
-      if (number_after(out, "sdpa_ms") > 0) std::snprintf(sdpa, sizeof sdpa, "%.1f", number_after(out, "sdpa_ms"));
-      std::printf("%8lld %6lld %-18s %11.1f %11s\n", static_cast<long long>(n), static_cast<long long>(keys > 0 ? keys : n),
-                  word_after(out, "torch").c_str(), number_after(out, "plain_ms"), sdpa);
+      if (sdpa_ms > 0) std::snprintf(sdpa, sizeof sdpa, "%.1f", sdpa_ms);
+      std::printf("%8lld %6lld %-18s %11.1f %11s\n", nq, nk, word_after(out, "torch").c_str(), plain_ms, sdpa);
     }
   return 0;
 }

@@ -229,11 +229,6 @@ std::string run_python(const std::string& python, const std::string& script, con
   return run_command(cmd.str());
 }
 
-double field(const std::string& line, const std::string& key) {
-  const auto at = line.find(key + " ");
-  return at == std::string::npos ? -1 : std::atof(line.c_str() + at + key.size() + 1);
-}
-
 }  // namespace
 
 /// The line of run `spec` in a child's output ("" when missing).
@@ -292,12 +287,12 @@ int main(int argc, char** argv) {
   std::map<std::string, Result> results;  // key: model/world/label
   std::map<std::size_t, std::string> torch_versions;  // of each Python that ran the baseline
   auto record = [&](Result& res, const std::string& line) {
-    res.ms.push_back(field(line, "step_ms"));
-    res.psi = field(line, "psi");
+    res.ms.push_back(number_after(line, "step_ms"));
+    res.psi = number_after(line, "psi");
     std::istringstream bytes(line.substr(line.find("bytes ") + 6));
     bytes >> res.p >> res.g >> res.o;
     const char* names[4] = {"forward", "backward", "reduce", "step"};
-    for (int i = 0; i < 4; ++i) res.phases[i].push_back(field(line, names[i]));
+    for (int i = 0; i < 4; ++i) res.phases[i].push_back(number_after(line, names[i]));
   };
   for (int rep = 0; rep < repeats; ++rep)
     for (const auto& m : specs()) {
@@ -306,13 +301,14 @@ int main(int argc, char** argv) {
         const std::string base = m.name + "/" + std::to_string(world) + "/";
         for (std::size_t i = 0; i < pythons.size(); ++i) {
           const std::string ddp = run_python(pythons[i], script, m, world, steps, ++port);
-          if (field(ddp, "step_ms") <= 0) {
+          const double ms = number_after(ddp, "step_ms");
+          if (ms <= 0) {
             std::fprintf(stderr, "bench_zero_step: %s did not run bench/ddp_baseline.py\n", pythons[i].c_str());
             continue;
           }
           Result& res = results[base + "DDP" + std::to_string(i)];
-          res.ms.push_back(field(ddp, "step_ms"));
-          res.psi = field(ddp, "params");
+          res.ms.push_back(ms);
+          res.psi = number_after(ddp, "params");
           torch_versions[i] = word_after(ddp, "torch");
         }
         for (const Run& r : runs) {
@@ -329,7 +325,7 @@ int main(int argc, char** argv) {
           record(results[base + "stage 0"], zero);
           Result& res = results[base + r.label()];
           record(res, mine);
-          res.ratio.push_back(field(mine, "step_ms") / field(zero, "step_ms"));
+          res.ratio.push_back(number_after(mine, "step_ms") / number_after(zero, "step_ms"));
         }
         std::fprintf(stderr, "repeat %d/%d: %s N=%d done\n", rep + 1, repeats, m.name.c_str(), world);
       }
