@@ -330,6 +330,16 @@ void SetupWizard::refresh() {
   }
 }
 
+const estimate::ModelShape& SetupWizard::shapeOf(const config::TrainerConfig& cfg) {
+  // Keyed by all that the shape depends on: LoRA's rank and targets and the text encoders'
+  // training change it, so the model page's shape (full training) is never taken for a LoRA
+  // estimate's, nor the other way round.
+  const std::string key = estimate::model_shape_key(cfg);
+  auto it = m_shapes.find(key);
+  if (it == m_shapes.end()) it = m_shapes.emplace(key, estimate::model_shape(cfg)).first;
+  return it->second;
+}
+
 void SetupWizard::updateModelInfo() {
   if (!m_modelInfo) return;
   const std::string source = m_answers["model_source"];
@@ -350,12 +360,7 @@ void SetupWizard::updateModelInfo() {
     } else {
       c.model.preset = key;
     }
-    // The model alone (full training): keyed by all that the shape depends on, so the memory
-    // estimate's shapes for LoRA or trained encoders are never taken for this one, nor this for them.
-    const std::string shape_key = estimate::model_shape_key(c);
-    auto it = m_shapes.find(shape_key);
-    if (it == m_shapes.end()) it = m_shapes.emplace(shape_key, estimate::model_shape(c)).first;
-    const auto& m = it->second;
+    const estimate::ModelShape& m = shapeOf(c);  // the model alone, as fully trained
     QString text = tr("%1 trainable parameters (%2 units)")
                        .arg(QLocale().toString(static_cast<qlonglong>(m.trainable_parameters())))
                        .arg(m.units.size());
@@ -407,15 +412,13 @@ void SetupWizard::updateMemory() {
     return;
   }
   const auto& cfg = m_result->config;
-  const std::string key = estimate::model_shape_key(cfg);  // the LoRA rank and targets change the shape
   try {
-    auto it = m_shapes.find(key);
-    if (it == m_shapes.end()) it = m_shapes.emplace(key, estimate::model_shape(cfg)).first;
+    const estimate::ModelShape& shape = shapeOf(cfg);
     estimate::EstimateOptions o = estimate::options_from_config(cfg);
     const bool cpu_run = cfg.launch.use_cpu;
     o.cpu_memory = physical_memory_bytes();
     o.gpu_memory = cpu_run ? o.cpu_memory : m_memory->cardBytes();
-    m_memory->showEstimate(estimate::estimate_memory(it->second, o), cpu_run);
+    m_memory->showEstimate(estimate::estimate_memory(shape, o), cpu_run);
   } catch (const std::exception& e) {
     m_memory->showUnavailable(QString::fromUtf8(e.what()));
   }

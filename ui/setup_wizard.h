@@ -71,6 +71,8 @@ class SetupWizard : public QWizard {
   void answerChanged(const std::string& id, const QString& value);
   void showAnswers();  // answers -> widgets (signals blocked)
   void refresh();      // validation, visibility, problems, model/dataset info, memory panel
+  /// The shape of `cfg`'s model as it trains (m_shapes caches it by estimate::model_shape_key).
+  const estimate::ModelShape& shapeOf(const config::TrainerConfig& cfg);
   void updateModelInfo();
   void updateDatasetInfo();
   void updateMemory();
