@@ -89,9 +89,5 @@ QStringList registeredTests();
 /// Skips (or under CI fails) the current test when ../shared is missing.
 #define ZS_REQUIRE_SHARED()                                                                         \
   do {                                                                                              \
-    if (!zs::test::sharedAvailable()) {                                                             \
-      if (qEnvironmentVariableIsSet("CI"))                                                          \
-        QFAIL(qPrintable("shared fixtures missing at " + zs::test::sharedDir() + " (required in CI)")); \
-      QSKIP(qPrintable("shared fixtures not found at " + zs::test::sharedDir()));                   \
-    }                                                                                               \
+    if (!zs::test::sharedAvailable()) ZS_SKIP_UNLESS_CI("shared fixtures not found at " + zs::test::sharedDir()); \
   } while (0)

@@ -98,12 +98,13 @@ void compare_with_estimate(const nlohmann::json& rank, std::vector<std::string> 
   near("offloaded", "nvme_bytes", off["nvme_bytes"].get<double>(), e.nvme);
 }
 
-/// Starts two ranks on a practically endless run into `run_dir` and waits until they have
-/// trained a step (a metrics event).
-bool start_long_launch(QProcess& p, const QString& run_dir, const QProcessEnvironment& env = {}) {
+/// Starts two ranks on a practically endless run into `run_dir` (with `extra` arguments after the
+/// small run's) and waits until they have trained a step (a metrics event).
+bool start_long_launch(QProcess& p, const QString& run_dir, const QProcessEnvironment& env = {},
+                       const QStringList& extra = {}) {
   p.setProcessChannelMode(QProcess::MergedChannels);
   if (!env.isEmpty()) p.setProcessEnvironment(env);
-  p.start(zs::test::cliPath(), launch(2) + QStringList{quickstart()} + small_run(run_dir, 100000));
+  p.start(zs::test::cliPath(), launch(2) + QStringList{quickstart()} + small_run(run_dir, 100000) + extra);
   if (!p.waitForStarted()) return false;
   QElapsedTimer clock;
   clock.start();
@@ -725,19 +726,10 @@ class TestLaunch : public QObject {
     const QString run = dir.path() + "/run";
     zs::test::FailureReport report(run);
     QProcess p;
-    p.setProcessChannelMode(QProcess::MergedChannels);
-    p.setProcessEnvironment(env_with({{"TMPDIR", dir.path()}}));
-    p.start(zs::test::cliPath(), launch(2) + QStringList{quickstart()} + small_run(run, 100000) +
-                                     QStringList{"--set", "launch.timeout_s=300", "--set", "launch.heartbeat_timeout_s=5",
-                                                 "--set", "launch.failure_grace_s=2"});
-    QElapsedTimer clock;
-    clock.start();
-    bool trained = false;
-    while (!trained && clock.elapsed() < 60000) {
-      for (const auto& e : events(run)) trained |= e["type"] == "metrics";
-      QTest::qWait(100);
-    }
-    QVERIFY2(trained, "the launch did not train a step within 60 s");
+    QVERIFY2(start_long_launch(p, run, env_with({{"TMPDIR", dir.path()}}),
+                               {"--set", "launch.timeout_s=300", "--set", "launch.heartbeat_timeout_s=5", "--set",
+                                "launch.failure_grace_s=2"}),
+             "the launch did not train a step within 60 s");
     const QList<pid_t> pids = children_of(p.processId());
     QCOMPARE(pids.size(), 2);
     QElapsedTimer ended;
