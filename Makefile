@@ -61,10 +61,19 @@ build: deps $(BUILD)/CMakeCache.txt
 run: build
 	@scripts/run_quickstart.sh $(ZS)
 
-# Every test; UI tests need a display, so without one the whole run goes under xvfb-run.
+# $(call run_ctest,BUILD_DIR,CTEST_ARGS): the tests of a build folder, $(JOBS) at a time, each with its
+# share of the cores as OpenMP threads (zerostudio launch gives each rank the same). Debian's
+# LibTorch uses one thread anyway; PyTorch's wheel takes one per core, and two tests at a time on
+# two cores then oversubscribed them: OpenMP's spinning threads made tests 6-9x slower
+# (tst_train_e2e hit its 300 s limit). UI tests need a display: without one, under xvfb-run.
+TEST_THREADS = $(shell n=$$(( $$(nproc) / $(JOBS) )); [ $$n -ge 1 ] && echo $$n || echo 1)
+run_ctest = cd $(1) && export OMP_NUM_THREADS=$(TEST_THREADS) && \
+  if [ -n "$$DISPLAY" ]; then ctest --output-on-failure -j $(JOBS) $(2); \
+  else xvfb-run -a -s "-screen 0 1280x1024x24" ctest --output-on-failure -j $(JOBS) $(2); fi
+
+# Every test.
 test: build
-	@cd $(BUILD) && if [ -n "$$DISPLAY" ]; then ctest --output-on-failure -j $(JOBS); \
-	  else xvfb-run -a -s "-screen 0 1280x1024x24" ctest --output-on-failure -j $(JOBS); fi
+	@$(call run_ctest,$(BUILD),)
 
 # The pinned peer environment, made again only when tests/peers/requirements.txt changes. deepspeed
 # is an sdist whose setup imports torch: it goes in last, without build isolation (its build
@@ -95,15 +104,8 @@ configure-torch2: peers
 build-torch2: configure-torch2
 	cmake --build $(TORCH2_BUILD) -j $(JOBS)
 
-# PyTorch's wheel gives each process as many OpenMP threads as there are cores (Debian's 1.13: one);
-# with tests running $(JOBS) at a time that oversubscribes the cores, and OpenMP's spinning threads
-# then made tests 6-9x slower (tst_train_e2e hit its 300 s limit). Each test gets its share of the
-# cores, as zerostudio launch gives each rank.
-TEST_THREADS = $(shell n=$$(( $$(nproc) / $(JOBS) )); [ $$n -ge 1 ] && echo $$n || echo 1)
 test-torch2: build-torch2
-	@cd $(TORCH2_BUILD) && export OMP_NUM_THREADS=$(TEST_THREADS) && \
-	  if [ -n "$$DISPLAY" ]; then ctest --output-on-failure -j $(JOBS) -L '$(TORCH2_LABELS)'; \
-	  else xvfb-run -a -s "-screen 0 1280x1024x24" ctest --output-on-failure -j $(JOBS) -L '$(TORCH2_LABELS)'; fi
+	@$(call run_ctest,$(TORCH2_BUILD),-L '$(TORCH2_LABELS)')
 
 # The Debian package (CPack): $(BUILD)/zerostudio_<version>_amd64.deb, dependencies computed by
 # dpkg-shlibdeps; tst_package builds it too and checks it with lintian.
