@@ -19,7 +19,7 @@
 #include "data/dataset.h"
 #include "data/latent_cache.h"
 #include "models/attention_options.h"
-#include "models/diffusion_model.h"
+#include "models/sd/diffusion_model.h"
 #include "train/frozen_cache.h"
 #include "train/optimizer_setup.h"
 #include "train/run_directory.h"

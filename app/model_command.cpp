@@ -17,8 +17,8 @@
 #include "io/atomic_file.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
-#include "models/diffusers_pipeline.h"
-#include "models/single_file_model.h"
+#include "models/sd/diffusers_pipeline.h"
+#include "models/sd/single_file_model.h"
 
 namespace zs::cli {
 namespace {

@@ -23,7 +23,7 @@
 #include "config/trainability.h"
 #include "core/build_info.h"
 #include "data/shapes.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "train/run_directory.h"
 #include "train/trainer.h"
 
@@ -208,7 +208,7 @@ int run_train_command(const std::vector<std::string>& args) {
   const train::RunDirectory run_dir = train::resolve_run_dir(
       loaded.config, {a.get("run_dir"), a.get("resume"), std::filesystem::path(file).stem().string()});
   // Started by `zerostudio launch`, torchrun or srun: join the world as the rank they describe.
-  const auto info = dist::rendezvous_from_env();
+  const auto info = comm::rendezvous_from_env();
   const bool several = info && info->world_size > 1;
   if (several && run_dir.generated)
     throw UsageError("with several ranks, every rank needs the same run directory: pass --run-dir DIR "
@@ -219,7 +219,7 @@ int run_train_command(const std::vector<std::string>& args) {
   if (several) {
     const auto& c = loaded.config;
     const bool cuda = !c.launch.use_cpu && build_info().cuda_available;
-    options.comm = dist::Communicator::connect(*info, std::chrono::seconds(c.launch.timeout_s), cuda);
+    options.comm = comm::Communicator::connect(*info, std::chrono::seconds(c.launch.timeout_s), cuda);
     main_rank = info->rank == 0;
   }
   options.resume = a.get("resume");

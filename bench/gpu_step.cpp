@@ -29,8 +29,8 @@
 #include "python_baseline.h"
 #include "source_dir.h"
 #include "core/memory.h"
-#include "dist/communicator.h"
-#include "models/unet_2d_condition.h"
+#include "comm/communicator.h"
+#include "models/sd/unet_2d_condition.h"
 #include "zero/zero_optimizer.h"
 
 using namespace zs;
@@ -77,7 +77,7 @@ int child(const Args& a, const std::string& name) {
   at::manual_seed(0);
   const models::UNetConfig cfg = a.model == "sdxl" ? models::UNetConfig::sdxl() : models::UNetConfig::sd15();
   models::UNet2DConditionModel unet(cfg);
-  auto comm = dist::Communicator::single();
+  auto comm = comm::Communicator::single();
   zero::ZeroOptions o;
   o.stage = s.stage;
   o.compute_dtype = at::kBFloat16;

@@ -29,7 +29,7 @@
 #include "data/shapes.h"
 #include "io/atomic_file.h"
 #include "io/image.h"
-#include "models/diffusion_model.h"
+#include "models/sd/diffusion_model.h"
 #include "models/lora.h"
 #include "train/image_logger.h"
 #include "train/trainer.h"

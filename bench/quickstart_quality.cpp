@@ -19,7 +19,7 @@
 #include "io/atomic_file.h"
 #include "io/image.h"
 #include "io/safetensors.h"
-#include "models/diffusion_model.h"
+#include "models/sd/diffusion_model.h"
 #include "models/weights.h"
 #include "train/image_logger.h"
 #include "train/trainer.h"

@@ -34,8 +34,8 @@
 #include "python_baseline.h"
 #include "source_dir.h"
 #include "core/memory.h"
-#include "dist/communicator.h"
-#include "models/unet_2d_condition.h"
+#include "comm/communicator.h"
+#include "models/sd/unet_2d_condition.h"
 #include "zero/zero_optimizer.h"
 
 using namespace zs;
@@ -107,8 +107,8 @@ double median(std::vector<double> v) {
 /// all-gather after it).
 int child(const ModelSpec& m, const std::vector<Run>& runs, int steps, bool profile, const std::string& nvme_dir) {
   keep_freed_memory();  // as the trainer does
-  const auto info = dist::rendezvous_from_env();
-  auto comm = dist::Communicator::connect(*info, std::chrono::seconds(300));
+  const auto info = comm::rendezvous_from_env();
+  auto comm = comm::Communicator::connect(*info, std::chrono::seconds(300));
   at::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / comm->world_size()));
   struct Side {
     Run run;

@@ -11,7 +11,7 @@
 #include "io/safetensors.h"
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
-#include "models/unet_2d_condition.h"
+#include "models/sd/unet_2d_condition.h"
 #include "models/weights.h"
 #include "test_support.h"
 

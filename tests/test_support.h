@@ -33,7 +33,7 @@ QString binaryDir();
 QString quickstart();
 /// The built `zerostudio` executable.
 QString cliPath();
-/// The built test worker for multi-process scenarios (tests/dist/dist_worker.cpp).
+/// The built test worker for multi-process scenarios (tests/comm/dist_worker.cpp).
 QString distWorkerPath();
 /// A loopback TCP port that is free right now (for rendezvous in multi-process tests).
 int freePort();

@@ -9,10 +9,10 @@
 #include "core/error.h"
 #include "core/meta_tensors.h"
 #include "io/safetensors.h"
-#include "models/diffusers_pipeline.h"
-#include "models/diffusion_model.h"
-#include "models/single_file_model.h"
-#include "models/unet_2d_condition.h"
+#include "models/sd/diffusers_pipeline.h"
+#include "models/sd/diffusion_model.h"
+#include "models/sd/single_file_model.h"
+#include "models/sd/unet_2d_condition.h"
 
 namespace zs::checkpoint {
 

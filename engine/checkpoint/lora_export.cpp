@@ -7,7 +7,7 @@
 #include "checkpoint/lora_file.h"
 #include "checkpoint/sharded_state.h"
 #include "core/error.h"
-#include "models/unet_config.h"
+#include "models/sd/unet_config.h"
 
 namespace zs::checkpoint {
 

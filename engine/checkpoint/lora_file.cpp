@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
-#include "models/unet_config.h"
+#include "models/sd/unet_config.h"
 
 namespace zs::checkpoint {
 

@@ -1,5 +1,5 @@
 #pragma once
-// LoRA files as the tools that use them read them (key names: models/lora_names.h).
+// LoRA files as the tools that use them read them (key names: models/sd/lora_names.h).
 //  - kohya (sd-scripts' networks/lora.py; A1111 and ComfyUI load it): per adapted layer
 //    "<stem>.lora_down.weight", "<stem>.lora_up.weight" and a scalar "<stem>.alpha" (the scale is
 //    alpha / rank), and sd-scripts' "ss_*" metadata: ss_network_module "networks.lora",
@@ -21,7 +21,7 @@
 #include <c10/core/ScalarType.h>
 
 #include "models/lora.h"
-#include "models/lora_names.h"
+#include "models/sd/lora_names.h"
 
 namespace torch::nn {
 class Module;

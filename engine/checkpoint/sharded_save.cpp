@@ -5,7 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "checkpoint/sharded_state.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 
@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 namespace {
 
 /// Whether every rank is fine (a collective with several ranks).
-bool all_ok(dist::Communicator& comm, bool ok) {
+bool all_ok(comm::Communicator& comm, bool ok) {
   if (comm.world_size() == 1) return ok;
   at::Tensor flag = at::full({1}, ok ? 0.0 : 1.0);
   comm.all_reduce(flag);
@@ -25,7 +25,7 @@ bool all_ok(dist::Communicator& comm, bool ok) {
 
 }  // namespace
 
-SaveOutcome save_sharded(dist::Communicator& comm, const ShardedSave& save) {
+SaveOutcome save_sharded(comm::Communicator& comm, const ShardedSave& save) {
   SaveOutcome out;
   const bool main_rank = comm.rank() == 0;
   const std::string staging = staging_dir(save.checkpoints_dir, save.tag);

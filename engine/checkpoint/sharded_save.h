@@ -15,7 +15,7 @@
 
 #include "checkpoint/checkpoint.h"
 
-namespace zs::dist {
+namespace zs::comm {
 class Communicator;
 }
 
@@ -44,6 +44,6 @@ struct SaveOutcome {
 /// Saves `save` as a collective over `comm` (every rank calls it with its own shard). Never
 /// throws for a failed save: the outcome says why. A shard that cannot fit the free space
 /// (estimated ×2 with several ranks, which share the disk) is refused before anything is written.
-SaveOutcome save_sharded(dist::Communicator& comm, const ShardedSave& save);
+SaveOutcome save_sharded(comm::Communicator& comm, const ShardedSave& save);
 
 }  // namespace zs::checkpoint

@@ -6,7 +6,7 @@
 //
 // Differences that need no wrapper, because the code is written to the part both versions share:
 // - c10d: ProcessGroupGloo/ProcessGroupNCCL derive from ProcessGroup in 1.13 and from Backend in
-//   2.x; dist/communicator.cpp holds them through a template over the group class and calls only
+//   2.x; comm/communicator.cpp holds them through a template over the group class and calls only
 //   the collectives both have (allreduce, allgather, send, recv, barrier, ...).
 // - The CUDA caching allocator's DeviceStats moved to c10::CachingDeviceAllocator in 2.x; the CUDA
 //   namespace still re-exports getDeviceStats, and core/memory.cpp reads its result through `auto`.

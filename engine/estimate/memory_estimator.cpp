@@ -11,7 +11,7 @@
 #include "config/trainer_config.h"
 #include "core/error.h"
 #include "models/attention_options.h"
-#include "models/diffusion_model.h"
+#include "models/sd/diffusion_model.h"
 
 namespace zs::estimate {
 namespace {
@@ -80,7 +80,7 @@ struct UnitActivation {
 };
 
 /// Element counts of what autograd keeps for one unit and one sample, from the ops the engine's
-/// modules run (models/unet_2d_condition.cpp, attention.cpp, clip_text_model.cpp).
+/// modules run (models/sd/unet_2d_condition.cpp, attention.cpp, clip_text_model.cpp).
 UnitActivation unit_activation(const UnitShape& u, const ModelShape& m, int64_t side, const EstimateOptions& o) {
   UnitActivation a;
   const double s = std::pow(static_cast<double>(std::max<int64_t>(side >> u.level, 1)), 2);

@@ -9,11 +9,11 @@
 #include "data/shapes.h"
 #include "io/safetensors.h"
 #include "models/autoencoder_kl.h"
-#include "models/diffusers_pipeline.h"
-#include "models/single_file_model.h"
-#include "models/diffusion_model.h"
+#include "models/sd/diffusers_pipeline.h"
+#include "models/sd/single_file_model.h"
+#include "models/sd/diffusion_model.h"
 #include "models/lora.h"
-#include "models/unet_2d_condition.h"
+#include "models/sd/unet_2d_condition.h"
 
 namespace zs::estimate {
 namespace {

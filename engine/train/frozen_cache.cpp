@@ -11,7 +11,7 @@
 #include "core/install_paths.h"
 #include "data/dataset.h"
 #include "data/latent_cache.h"
-#include "models/diffusion_model.h"
+#include "models/sd/diffusion_model.h"
 
 namespace zs::train {
 

@@ -10,7 +10,7 @@
 
 #include "config/trainer_config.h"
 #include "io/image.h"
-#include "models/diffusion_model.h"
+#include "models/sd/diffusion_model.h"
 
 namespace zs::train {
 

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "data/latent_cache.h"
-#include "models/model_source.h"
+#include "models/sd/model_source.h"
 #include "models/weights.h"
 
 namespace zs::train {

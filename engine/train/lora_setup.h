@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/trainer_config.h"
-#include "models/diffusion_model.h"
+#include "models/sd/diffusion_model.h"
 #include "models/lora.h"
 
 namespace zs::train {

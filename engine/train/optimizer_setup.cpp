@@ -1,8 +1,8 @@
 #include "train/optimizer_setup.h"
 
 #include "core/error.h"
-#include "dist/communicator.h"
-#include "models/diffusion_model.h"
+#include "comm/communicator.h"
+#include "models/sd/diffusion_model.h"
 #include "models/lora.h"
 #include "zero/sharded_init.h"
 #include "zero/zero_optimizer.h"
@@ -51,7 +51,7 @@ zero::ZeroOptions zero_options(const config::TrainerConfig& cfg) {
 }
 
 std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
-                                          dist::Communicator& comm, at::ScalarType compute, const at::Device& device,
+                                          comm::Communicator& comm, at::ScalarType compute, const at::Device& device,
                                           const std::string& run_tag,
                                           std::function<void(const std::string&)> log,
                                           const zero::ShardedInit* sharded_init) {

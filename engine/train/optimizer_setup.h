@@ -12,7 +12,7 @@
 #include "train/loss_scaler.h"
 #include "zero/zero_optimizer.h"
 
-namespace zs::dist {
+namespace zs::comm {
 class Communicator;
 }
 namespace zs::models {
@@ -44,7 +44,7 @@ zero::ZeroOptions zero_options(const config::TrainerConfig& cfg);
 /// hooks installed on the UNet. `log` receives one-line notes (which I/O backend
 /// NVMe uses). `sharded_init`: the UNet units built straight into shards (zero3_init_flag).
 std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
-                                          dist::Communicator& comm, at::ScalarType compute, const at::Device& device,
+                                          comm::Communicator& comm, at::ScalarType compute, const at::Device& device,
                                           const std::string& run_tag,
                                           std::function<void(const std::string&)> log,
                                           const zero::ShardedInit* sharded_init = nullptr);

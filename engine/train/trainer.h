@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "train/commands.h"
 
-namespace zs::dist {
+namespace zs::comm {
 class Communicator;
 }
 
@@ -35,7 +35,7 @@ struct TrainerOptions {
   std::function<void(std::int64_t, std::int64_t, double, double)> on_step;
   /// The ranks of a multi-process run (null: one process). Rank 0 writes the run directory;
   /// every rank writes logs/rank<R>.log. Ranks train with zero::ZeroOptimizer.
-  std::shared_ptr<dist::Communicator> comm;
+  std::shared_ptr<comm::Communicator> comm;
   /// Loss scaling on or off regardless of precision (unset: on for fp16 only, as DeepSpeed).
   /// Tests turn it on for fp32/bf16 runs on the CPU.
   std::optional<bool> loss_scaling;

@@ -13,7 +13,7 @@
 #include "config/trainability.h"
 #include "core/error.h"
 #include "data/shapes.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "io/safetensors.h"
 #include "train/frozen_cache.h"
 #include "train/lora_setup.h"
@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 void Trainer::State::phase(const char* what, const std::function<void()>& work) { comm->long_phase(what, work); }
 
 void Trainer::State::start() {
-  comm = opt.comm ? opt.comm : std::shared_ptr<dist::Communicator>(dist::Communicator::single());
+  comm = opt.comm ? opt.comm : std::shared_ptr<comm::Communicator>(comm::Communicator::single());
   rank = comm->rank();
   world = comm->world_size();
   const bool resuming = !opt.resume.empty();

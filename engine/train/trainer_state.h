@@ -18,7 +18,7 @@
 #include "data/dataset.h"
 #include "data/latent_cache.h"
 #include "diffusion/noise_schedule.h"
-#include "models/diffusion_model.h"
+#include "models/sd/diffusion_model.h"
 #include "train/control_file.h"
 #include "train/events.h"
 #include "train/loss_scaler.h"
@@ -68,7 +68,7 @@ struct Trainer::State {
   std::string run_dir;
   std::unique_ptr<EventLog> events;  // rank 0 only
   std::unique_ptr<TensorBoardLog> tensorboard;  // rank 0, logging.tensorboard
-  std::shared_ptr<dist::Communicator> comm;
+  std::shared_ptr<comm::Communicator> comm;
   int rank = 0, world = 1;
   bool main_rank() const { return rank == 0; }
   std::ofstream rank_log;
@@ -111,7 +111,7 @@ struct Trainer::State {
   void log(const std::string& message) { emit("log", {{"message", message}}); }
   void warn(const std::string& message) { emit("warning", {{"message", message}}); }
 
-  // Setup (trainer_setup.cpp). Every phase runs as a long phase (dist::Communicator::long_phase):
+  // Setup (trainer_setup.cpp). Every phase runs as a long phase (comm::Communicator::long_phase):
   // a failure on one rank stops all of them at once, and a rank that takes long (rank 0 making
   // the demo data, a slow disk) is waited for as long as it is alive.
   /// Connects the ranks, prepares the run directory, builds model, data and optimizer and

@@ -12,7 +12,7 @@
 #include "config/value.h"
 #include "core/error.h"
 #include "core/memory.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "models/activation_checkpoint.h"
 #include "train/image_logger.h"
 #include "train/validation_set.h"

@@ -10,8 +10,8 @@
 
 #include "core/error.h"
 #include "diffusion/noise_schedule.h"
-#include "dist/communicator.h"
-#include "models/diffusion_model.h"
+#include "comm/communicator.h"
+#include "models/sd/diffusion_model.h"
 
 namespace zs::train {
 
@@ -50,7 +50,7 @@ std::vector<std::int64_t> validation_timesteps(std::int64_t count, std::int64_t 
 
 double validation_loss(models::DiffusionModel& model, const diffusion::NoiseSchedule& schedule,
                        const std::vector<data::DataItem>& items, const config::TrainerConfig& cfg,
-                       dist::Communicator& comm, const c10::Device& device, data::LatentCache* text_cache) {
+                       comm::Communicator& comm, const c10::Device& device, data::LatentCache* text_cache) {
   c10::NoGradGuard no_grad;
   const bool was_training = model.unet->is_training();
   model.train(false);

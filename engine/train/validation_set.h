@@ -11,7 +11,7 @@
 namespace zs::diffusion {
 class NoiseSchedule;
 }
-namespace zs::dist {
+namespace zs::comm {
 class Communicator;
 }
 namespace zs::models {
@@ -44,6 +44,6 @@ std::vector<std::int64_t> validation_timesteps(std::int64_t count, std::int64_t 
 /// evaluation of the same weights.
 double validation_loss(models::DiffusionModel& model, const diffusion::NoiseSchedule& schedule,
                        const std::vector<data::DataItem>& items, const config::TrainerConfig& cfg,
-                       dist::Communicator& comm, const c10::Device& device, data::LatentCache* text_cache);
+                       comm::Communicator& comm, const c10::Device& device, data::LatentCache* text_cache);
 
 }  // namespace zs::train

@@ -11,7 +11,7 @@
 
 #include "core/copy_stream.h"
 #include "core/error.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "zero/zero_unit.h"
 
 namespace zs::zero {
@@ -19,7 +19,7 @@ namespace zs::zero {
 namespace {
 
 /// A collective that had nothing to do.
-class NothingPending final : public dist::PendingCollective {
+class NothingPending final : public comm::PendingCollective {
  public:
   void wait() override {}
 };
@@ -53,7 +53,7 @@ PlanOptions plan_options(const ZeroOptions& o, int world_size, int rank) {
   return p;
 }
 
-ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communicator& comm, ZeroOptions options)
+ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, comm::Communicator& comm, ZeroOptions options)
     : comm_(comm), o_(std::move(options)) {
   // The layout and treatment of every unit: the plan (zero_plan.h), from the units' sizes; the
   // frozen units get theirs from the same rules, apart (plan() describes what is trained).
@@ -603,7 +603,7 @@ void ZeroOptimizer::gather_whole_units(bool defer) {
   // allgather_bucket_size elements in flight.
   c10::NoGradGuard no_grad;
   finish_gathers();
-  std::deque<std::pair<std::int64_t, std::unique_ptr<dist::PendingCollective>>> flying;
+  std::deque<std::pair<std::int64_t, std::unique_ptr<comm::PendingCollective>>> flying;
   std::int64_t in_flight = 0;
   for (auto& u : units_) {
     if (!u->gather_after_step || (defer && u->hooked)) continue;

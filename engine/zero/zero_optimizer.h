@@ -36,7 +36,7 @@
 namespace zs {
 class CopyStream;
 }
-namespace zs::dist {
+namespace zs::comm {
 class Communicator;
 }
 
@@ -88,7 +88,7 @@ class ZeroOptimizer final {
   /// Frozen units (ParamUnit::frozen, LoRA's base) are laid out, moved to the compute device and
   /// dtype, sharded and gathered the same way, but are not trained: everything below that speaks
   /// of units, parameters, gradients, state, EMA, layout or shards means the trained ones.
-  ZeroOptimizer(std::vector<models::ParamUnit> units, dist::Communicator& comm, ZeroOptions options);
+  ZeroOptimizer(std::vector<models::ParamUnit> units, comm::Communicator& comm, ZeroOptions options);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
@@ -238,7 +238,7 @@ class ZeroOptimizer final {
   std::vector<std::unique_ptr<Unit>> frozen_;  // the frozen ones, in order
   std::vector<Unit*> by_index_;                // every unit as the constructor got them (the hooks' indices)
   std::vector<Unit*> in_flight_;  // reductions started by the hooks, oldest first
-  dist::Communicator& comm_;
+  comm::Communicator& comm_;
   ZeroOptions o_;
   Plan plan_;
   at::ScalarType master_dtype_ = at::kFloat;

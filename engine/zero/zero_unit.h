@@ -12,7 +12,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "core/copy_stream.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "zero/nvme_store.h"
 #include "zero/zero_optimizer.h"
 
@@ -29,7 +29,7 @@ struct ZeroOptimizer::Unit {
   bool partitioned_grads = false;  // the full gradient buffer goes after each reduction
   bool gather_after_step = false;  // whole, updated in shards: all-gathered after the step
   bool hooked = false;             // the model's forward reaches it through a unit hook
-  std::unique_ptr<dist::PendingCollective> post_gather;  // its gather after the step, still running
+  std::unique_ptr<comm::PendingCollective> post_gather;  // its gather after the step, still running
   std::vector<std::pair<std::string, at::Tensor>> params;  // views into flat_param
   std::vector<std::int64_t> offsets;
   std::vector<std::int64_t> sizes;                   // elements per parameter
@@ -48,12 +48,12 @@ struct ZeroOptimizer::Unit {
                              // offload, every stage: fp32 on the CPU)
   at::Tensor master;         // [owned] fp32 master weights (mixed precision / offload; not NVMe)
   at::Tensor exp_avg, exp_avg_sq;  // [owned] (not NVMe)
-  std::unique_ptr<dist::PendingCollective> pending;  // a gradient reduction under way
+  std::unique_ptr<comm::PendingCollective> pending;  // a gradient reduction under way
   bool reduced = false;                               // its gradients were reduced in this step
   at::Tensor part;                                    // its reduce-scatter output (stage 2/3)
   at::Tensor ema;                                     // CPU, float32: EMA of the owned slice
   at::Tensor ema_saved;                               // live owned params while the EMA is swapped in
-  std::unique_ptr<dist::PendingCollective> gathering; // stage 3: a prefetch under way into flat_param
+  std::unique_ptr<comm::PendingCollective> gathering; // stage 3: a prefetch under way into flat_param
   at::Tensor gather_source;                           // what that prefetch sends (kept alive)
   // NVMe regions (-1: none) and, for parameter shards, a read under way.
   int region_master = -1, region_exp_avg = -1, region_exp_avg_sq = -1, region_param = -1;

@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "io/image.h"
 #include "io/safetensors.h"
-#include "models/diffusion_model.h"
+#include "models/sd/diffusion_model.h"
 #include "models/weights.h"
 #include "train/trainer.h"
 

@@ -13,7 +13,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/export.h"
-#include "models/diffusion_model.h"
+#include "models/sd/diffusion_model.h"
 #include "config/config_loader.h"
 #include "core/error.h"
 #include "io/atomic_file.h"

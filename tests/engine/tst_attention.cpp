@@ -13,7 +13,7 @@
 #include "core/cpu_allocation_counter.h"
 #include "core/torch_compat.h"
 #include "models/attention.h"
-#include "models/unet_2d_condition.h"
+#include "models/sd/unet_2d_condition.h"
 #include "model_support.h"
 #include "test_support.h"
 

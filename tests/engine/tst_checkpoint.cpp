@@ -10,13 +10,13 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/export.h"
 #include "checkpoint/sharded_state.h"
-#include "models/single_file_names.h"
+#include "models/sd/single_file_names.h"
 #include "core/cpu_allocation_counter.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
-#include "models/diffusion_model.h"
-#include "models/unet_2d_condition.h"
+#include "models/sd/diffusion_model.h"
+#include "models/sd/unet_2d_condition.h"
 #include "models/weights.h"
 
 #include <QTemporaryDir>

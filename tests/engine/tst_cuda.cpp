@@ -12,7 +12,7 @@
 #include "core/memory.h"
 #include "io/safetensors.h"
 #include "models/attention.h"
-#include "models/unet_2d_condition.h"
+#include "models/sd/unet_2d_condition.h"
 
 // Qt's `slots` macro would break LibTorch's headers: Qt comes after them.
 #include <QtTest>

@@ -14,8 +14,8 @@
 #include "estimate/memory_estimator.h"
 #include "estimate/model_shape.h"
 #include "models/activation_checkpoint.h"
-#include "dist/communicator.h"
-#include "models/diffusion_model.h"
+#include "comm/communicator.h"
+#include "models/sd/diffusion_model.h"
 #include "train/lora_setup.h"
 #include "train/optimizer_setup.h"
 #include "zero/zero_optimizer.h"
@@ -269,7 +269,7 @@ class TestEstimate : public QObject {
     auto model = models::DiffusionModel::build_tiny(shape_captions(), "epsilon", 1);
     model.set_text_training(train::text_training_of(cfg, model));
     train::attach_adapters(cfg, model);  // the trainer's LoRA setup (nothing without it)
-    auto comm = dist::Communicator::single();
+    auto comm = comm::Communicator::single();
     auto opt = train::make_optimizer(cfg, model, *comm, train::compute_dtype(cfg.precision, at::kCPU), at::kCPU, "estimate",
                                        {});
     const auto e = estimate_memory(model_shape(cfg), options_from_config(cfg));

@@ -1,4 +1,4 @@
-// LoRA adapters (models/lora.h) and the key names LoRA files use (models/lora_names.h).
+// LoRA adapters (models/lora.h) and the key names LoRA files use (models/sd/lora_names.h).
 #include <map>
 
 #include <ATen/ATen.h>
@@ -8,8 +8,8 @@
 #include "io/safetensors.h"
 #include "models/clip_text_model.h"
 #include "models/lora.h"
-#include "models/lora_names.h"
-#include "models/unet_2d_condition.h"
+#include "models/sd/lora_names.h"
+#include "models/sd/unet_2d_condition.h"
 #include "model_support.h"
 #include "test_support.h"
 

@@ -15,10 +15,10 @@
 #include "data/latent_cache.h"
 #include "estimate/memory_estimator.h"
 #include "estimate/model_shape.h"
-#include "models/diffusers_pipeline.h"
-#include "models/diffusion_model.h"
-#include "models/single_file_model.h"
-#include "models/single_file_names.h"
+#include "models/sd/diffusers_pipeline.h"
+#include "models/sd/diffusion_model.h"
+#include "models/sd/single_file_model.h"
+#include "models/sd/single_file_names.h"
 
 #include <QDir>
 #include <QFile>

@@ -17,7 +17,7 @@
 #include "core/error.h"
 #include "core/cpu_allocation_counter.h"
 #include "io/safetensors.h"
-#include "models/unet_2d_condition.h"
+#include "models/sd/unet_2d_condition.h"
 #include "models/weights.h"
 #include "model_support.h"
 #include "test_support.h"

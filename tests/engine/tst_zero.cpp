@@ -11,7 +11,7 @@
 #include "core/cpu_allocation_counter.h"
 #include "core/error.h"
 #include "estimate/memory_estimator.h"
-#include "models/unet_2d_condition.h"
+#include "models/sd/unet_2d_condition.h"
 #include "zero/sharded_init.h"
 #include "io/async_file_io.h"
 #include "zero/nvme_store.h"

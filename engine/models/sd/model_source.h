@@ -1,7 +1,7 @@
 #pragma once
 // Where a Stable Diffusion model's components come from: a diffusers pipeline folder
-// (models/diffusers_pipeline.h) or a single-file checkpoint in the original layout
-// (models/single_file_model.h). DiffusionModel::load_pipeline reads either through this.
+// (models/sd/diffusers_pipeline.h) or a single-file checkpoint in the original layout
+// (models/sd/single_file_model.h). DiffusionModel::load_pipeline reads either through this.
 
 #include <memory>
 #include <string>
@@ -10,7 +10,7 @@
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
 #include "models/clip_tokenizer.h"
-#include "models/unet_2d_condition.h"
+#include "models/sd/unet_2d_condition.h"
 #include "models/weights.h"
 
 namespace zs::models {

@@ -11,7 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 
-namespace zs::dist {
+namespace zs::comm {
 
 class RingCollectives {
  public:
@@ -42,4 +42,4 @@ class RingCollectives {
   std::shared_ptr<State> state_;
 };
 
-}  // namespace zs::dist
+}  // namespace zs::comm

@@ -1,4 +1,4 @@
-#include "models/single_file_names.h"
+#include "models/sd/single_file_names.h"
 
 #include <map>
 #include <regex>

@@ -11,8 +11,8 @@
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
 #include "models/clip_tokenizer.h"
-#include "models/model_source.h"
-#include "models/unet_2d_condition.h"
+#include "models/sd/model_source.h"
+#include "models/sd/unet_2d_condition.h"
 
 namespace zs::models {
 

@@ -23,11 +23,11 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "checkpoint/sharded_state.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "io/safetensors.h"
 #include "models/clip_text_model.h"
 #include "models/lora.h"
-#include "models/unet_2d_condition.h"
+#include "models/sd/unet_2d_condition.h"
 #include "train/loss_scaler.h"
 #include "zero/reference_adamw.h"
 #include "zero/reference_ema.h"
@@ -44,7 +44,7 @@ bool check(bool ok, const char* what) {
 
 /// Every collective on tensors at `device` (cpu, or cuda: NCCL's own, or Gloo's CUDA path), and
 /// the trainer's kind of small CPU tensors next to them (NCCL stages those through the device).
-int collectives(dist::Communicator& c, const at::Device& device) {
+int collectives(comm::Communicator& c, const at::Device& device) {
   const int r = c.rank(), n = c.world_size();
   const auto on = at::TensorOptions().device(device);
   bool ok = true;
@@ -152,7 +152,7 @@ long count_files(const std::string& dir) {
 
 /// 5 AdamW steps under ZeRO `stage` against one process training the whole batch; prints the
 /// model-state bytes for the memory test.
-int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, const Variant& v,
+int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, const Variant& v,
                    std::vector<std::string>& nvme_dirs) {
   const bool f64 = v.f64;
   const int rank = c.rank(), world = c.world_size();
@@ -396,7 +396,7 @@ int zero_exactness(dist::Communicator& c, int stage, int accum, double clip, con
 
 /// One step of the reshard scenario: rank r trains on its slice of global batch `step` (12
 /// samples, the same data whatever the world size), float64.
-void reshard_step(dist::Communicator& c, models::UNet2DConditionModel& unet, zero::ZeroOptimizer& opt, int step) {
+void reshard_step(comm::Communicator& c, models::UNet2DConditionModel& unet, zero::ZeroOptimizer& opt, int step) {
   const std::int64_t G = 12, per_rank = G / c.world_size(), from = c.rank() * per_rank;
   at::Generator gen = at::detail::createCPUGenerator(500 + step);
   const at::Tensor x = at::randn({G, 3, 8, 8}, gen).to(at::kDouble), target = at::randn({G, 3, 8, 8}, gen).to(at::kDouble);
@@ -415,7 +415,7 @@ void reshard_step(dist::Communicator& c, models::UNet2DConditionModel& unet, zer
 /// writes its shard (rank 0 the index), then 3 more steps; rank 0 keeps the final weights,
 /// moments and EMA as the reference. "load": another stage / world size / offload loads the
 /// shards, takes the same 3 steps and must end where the reference did.
-int reshard(dist::Communicator& c, const std::string& phase, int stage, const std::string& dir, const Variant& v) {
+int reshard(comm::Communicator& c, const std::string& phase, int stage, const std::string& dir, const Variant& v) {
   auto unet = small_unet();
   unet->to(at::kDouble);
   zero::ZeroOptions o;
@@ -497,7 +497,7 @@ int reshard(dist::Communicator& c, const std::string& phase, int stage, const st
 
 /// Loss scaling across ranks: rank 1 alone sees an inf gradient; every rank must report the
 /// overflow and skip (weights unchanged everywhere); the next, clean step updates everywhere.
-int overflow_skips_everywhere(dist::Communicator& c, int stage) {
+int overflow_skips_everywhere(comm::Communicator& c, int stage) {
   auto unet = small_unet();
   zero::ZeroOptions o;
   o.stage = stage;
@@ -557,7 +557,7 @@ int overflow_skips_everywhere(dist::Communicator& c, int stage) {
 /// Step time of `stage` against stage 0 in the same processes, alternated. `lora`: "" (full
 /// training both), "lora" (LoRA both: the frozen base gathered at stage 3 against stage 0), or
 /// "lora-vs-full" (LoRA at `stage` against full training at stage 0).
-int stage_timing(dist::Communicator& c, int stage, const std::string& lora) {
+int stage_timing(comm::Communicator& c, int stage, const std::string& lora) {
   keep_freed_memory();  // as the trainer does
   at::set_num_threads(1);
   auto build = [] { return two_level_unet(5, 4, {64, 128}, 2, 64, {4, 4}, 16); };
@@ -612,7 +612,7 @@ int stage_timing(dist::Communicator& c, int stage, const std::string& lora) {
 /// timeout; the others must wait for it), "dies" (rank 1 is killed in the middle of its work) or
 /// "throws" (rank 2's work fails). Then one collective, which must work after a good phase.
 /// Prints the error and returns 3 when the phase fails here.
-int long_phase(dist::Communicator& c, const std::string& how, double timeout_s) {
+int long_phase(comm::Communicator& c, const std::string& how, double timeout_s) {
   const auto t0 = std::chrono::steady_clock::now();
   try {
     c.long_phase("the test phase", [&] {
@@ -640,7 +640,7 @@ int main(int argc, char** argv) {
   const std::string scenario = argc > 1 ? argv[1] : "collectives";
   const double timeout_s = argc > 2 ? std::stod(argv[2]) : 20;
   try {
-    const auto info = dist::rendezvous_from_env();
+    const auto info = comm::rendezvous_from_env();
     if (!info) {
       std::fprintf(stderr, "RANK/WORLD_SIZE not set\n");
       return 2;
@@ -653,7 +653,7 @@ int main(int argc, char** argv) {
       at::globalContext().setAllowTF32CuDNN(false);
       at::globalContext().setAllowTF32CuBLAS(false);
     }
-    auto comm = dist::Communicator::connect(*info, std::chrono::milliseconds(static_cast<long>(timeout_s * 1000)),
+    auto comm = comm::Communicator::connect(*info, std::chrono::milliseconds(static_cast<long>(timeout_s * 1000)),
                                             variant.nccl, /*always_group=*/variant.nccl);
     int rc = 0;
     if (scenario == "collectives") {

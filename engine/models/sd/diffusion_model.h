@@ -13,7 +13,7 @@
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
 #include "models/clip_tokenizer.h"
-#include "models/unet_2d_condition.h"
+#include "models/sd/unet_2d_condition.h"
 #include "models/word_tokenizer.h"
 
 namespace zs::data {
@@ -52,7 +52,7 @@ class DiffusionModel {
   static DiffusionModel build_tiny(const std::vector<std::string>& captions, const std::string& prediction_type,
                                    std::uint64_t seed, const UnitBuilt& on_unit = {});
   /// A Stable Diffusion 1.x or SDXL model: a diffusers pipeline folder, or a single-file
-  /// checkpoint with its companion `config_path` (models/single_file_model.h). The UNet is
+  /// checkpoint with its companion `config_path` (models/sd/single_file_model.h). The UNet is
   /// trained from its weights; the VAE and CLIP text encoders are frozen; the scheduler config's
   /// prediction type is replaced by `prediction_type`.
   static DiffusionModel load_pipeline(const std::string& dir, const std::string& prediction_type,

@@ -1,4 +1,4 @@
-#include "models/diffusion_model.h"
+#include "models/sd/diffusion_model.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -11,8 +11,8 @@
 #include "io/atomic_file.h"
 #include "io/json_file.h"
 #include "data/latent_cache.h"
-#include "models/diffusers_pipeline.h"
-#include "models/model_source.h"
+#include "models/sd/diffusers_pipeline.h"
+#include "models/sd/model_source.h"
 #include "models/weights.h"
 #include "io/safetensors.h"
 

@@ -2,7 +2,7 @@
 // A Stable Diffusion single-file checkpoint (`.safetensors` in the original LDM layout, as
 // A1111 and ComfyUI use): model.diffusion_model.* (UNet), first_stage_model.* (VAE) and
 // cond_stage_model.transformer.* (SD 1.x) or conditioner.embedders.{0,1}.* (SDXL). The names
-// map through models/single_file_names.h, the configs are inferred from the tensor shapes (or
+// map through models/sd/single_file_names.h, the configs are inferred from the tensor shapes (or
 // taken from a companion diffusers folder), and since such a file carries no vocabulary the
 // tokenizers come from that companion folder.
 
@@ -13,7 +13,7 @@
 #include <vector>
 #include <string>
 
-#include "models/model_source.h"
+#include "models/sd/model_source.h"
 
 namespace zs::io {
 class SafetensorsReader;

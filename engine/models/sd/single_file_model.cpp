@@ -1,4 +1,4 @@
-#include "models/single_file_model.h"
+#include "models/sd/single_file_model.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
-#include "models/single_file_names.h"
+#include "models/sd/single_file_names.h"
 #include "models/weights.h"
 
 namespace zs::models {

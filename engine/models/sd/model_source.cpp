@@ -1,12 +1,12 @@
-#include "models/model_source.h"
+#include "models/sd/model_source.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <set>
 
 #include "core/error.h"
-#include "models/diffusers_pipeline.h"
-#include "models/single_file_model.h"
+#include "models/sd/diffusers_pipeline.h"
+#include "models/sd/single_file_model.h"
 
 namespace zs::models {
 

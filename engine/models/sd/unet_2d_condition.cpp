@@ -1,4 +1,4 @@
-#include "models/unet_2d_condition.h"
+#include "models/sd/unet_2d_condition.h"
 
 #include <cmath>
 

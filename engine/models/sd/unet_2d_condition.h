@@ -11,7 +11,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "models/param_unit.h"
-#include "models/unet_config.h"
+#include "models/sd/unet_config.h"
 
 namespace zs::models {
 

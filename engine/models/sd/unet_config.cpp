@@ -1,4 +1,4 @@
-#include "models/unet_config.h"
+#include "models/sd/unet_config.h"
 
 #include <algorithm>
 

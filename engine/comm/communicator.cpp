@@ -1,4 +1,4 @@
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -20,9 +20,9 @@
 #endif
 
 #include "core/error.h"
-#include "dist/ring_collectives.h"
+#include "comm/ring_collectives.h"
 
-namespace zs::dist {
+namespace zs::comm {
 
 namespace {
 
@@ -566,4 +566,4 @@ std::unique_ptr<Communicator> Communicator::connect(const RendezvousInfo& info, 
   }
 }
 
-}  // namespace zs::dist
+}  // namespace zs::comm

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "models/unet_config.h"
+#include "models/sd/unet_config.h"
 
 namespace zs::models {
 

@@ -1,9 +1,9 @@
-#include "models/lora_names.h"
+#include "models/sd/lora_names.h"
 
 #include <set>
 
 #include "core/error.h"
-#include "models/single_file_names.h"
+#include "models/sd/single_file_names.h"
 
 namespace zs::models {
 

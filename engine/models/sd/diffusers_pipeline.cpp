@@ -1,4 +1,4 @@
-#include "models/diffusers_pipeline.h"
+#include "models/sd/diffusers_pipeline.h"
 
 #include <filesystem>
 #include <memory>

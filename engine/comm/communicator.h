@@ -15,7 +15,7 @@
 
 #include <ATen/core/Tensor.h>
 
-namespace zs::dist {
+namespace zs::comm {
 
 /// Where this process sits, as torchrun describes it in the environment.
 struct RendezvousInfo {
@@ -103,4 +103,4 @@ class Communicator {
   std::chrono::milliseconds timeout_;
 };
 
-}  // namespace zs::dist
+}  // namespace zs::comm

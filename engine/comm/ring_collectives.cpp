@@ -1,4 +1,4 @@
-#include "dist/ring_collectives.h"
+#include "comm/ring_collectives.h"
 
 #include <condition_variable>
 #include <cstdint>
@@ -8,7 +8,7 @@
 
 #include <ATen/ATen.h>
 
-namespace zs::dist {
+namespace zs::comm {
 
 struct RingCollectives::State {
   int rank = 0, world = 1;
@@ -124,4 +124,4 @@ std::shared_future<void> RingCollectives::start_all_gather(const at::Tensor& sha
   return enqueue(true, flat, shard);
 }
 
-}  // namespace zs::dist
+}  // namespace zs::comm
