@@ -79,6 +79,7 @@ int child(const Args& a, const std::string& name) {
   models::UNet2DConditionModel unet(cfg);
   auto comm = comm::Communicator::single();
   zero::ZeroOptions o;
+  o.persistence_threshold = 0;  // every unit sharded at stage 3 (zero.stage3_param_persistence_threshold: 0)
   o.stage = s.stage;
   o.compute_dtype = at::kBFloat16;
   o.device = dev;

@@ -124,6 +124,7 @@ int child(const ModelSpec& m, const std::vector<Run>& runs, int steps, bool prof
     at::manual_seed(0);
     side.unet = models::UNet2DConditionModel(config_of(m));
     zero::ZeroOptions o;
+    o.persistence_threshold = 0;  // every unit sharded at stage 3 (zero.stage3_param_persistence_threshold: 0)
     o.stage = side.run.stage;
     o.reduce_bucket_size = 50'000'000;
     if (side.run.offload == "cpu") o.offload_optimizer = zero::ZeroOptions::Offload::cpu;

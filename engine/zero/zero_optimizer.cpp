@@ -67,8 +67,27 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, comm::Communi
   plan_ = make_plan(plan_options(o_, comm_.world_size(), comm_.rank()), sizes);
   const Plan frozen_plan = make_plan(plan_options(o_, comm_.world_size(), comm_.rank()), frozen_sizes);
   c10::NoGradGuard no_grad;
-  // Precisions: the parameters arrive in their training precision (fp32, or fp64 in tests); the
-  // model computes in compute_dtype; separate masters exist when those differ or when offloading.
+  choose_precisions(units);
+  std::size_t trained = 0, frozen = 0;
+  for (auto& pu : units) {
+    if (pu.frozen) {
+      frozen_.push_back(make_frozen_unit(pu, frozen_plan.units[frozen++]));
+      by_index_.push_back(frozen_.back().get());
+      continue;
+    }
+    units_.push_back(make_trained_unit(pu, plan_.units[trained++]));
+    by_index_.push_back(units_.back().get());
+    release(*units_.back());  // stage 3: the gathered copy goes now, not after the whole model
+  }
+  place_offloaded_state();
+  init_offload();  // NVMe files (moves the shards and the initial optimizer state there)
+  for (Unit* u : by_index_) release(*u);
+  ensure_grads();
+}
+
+void ZeroOptimizer::choose_precisions(const std::vector<models::ParamUnit>& units) {
+  // The parameters arrive in their training precision (fp32, or fp64 in tests); the model
+  // computes in compute_dtype; separate masters exist when those differ or when offloading.
   at::TensorOptions given = at::TensorOptions().dtype(at::kFloat);
   for (const auto& pu : units)
     if (!pu.parameters.empty() && !pu.frozen) {
@@ -76,6 +95,7 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, comm::Communi
       break;
     }
   if (o_.device) given = given.device(*o_.device);
+  given_opts_ = given;
   const at::ScalarType given_type = given.dtype().toScalarType();
   master_dtype_ = given_type == at::kHalf || given_type == at::kBFloat16 ? at::kFloat : given_type;
   const at::ScalarType compute = o_.compute_dtype.value_or(given.dtype().toScalarType());
@@ -87,72 +107,59 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, comm::Communi
   state_opts_ = o_.offload_optimizer != ZeroOptions::Offload::none
                     ? at::TensorOptions().dtype(master_dtype_).device(at::kCPU)
                     : given.dtype(master_dtype_);
+}
+
+std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_trained_unit(models::ParamUnit& pu, const UnitPlan& up) {
   const at::TensorOptions moment_opts = masters_ ? state_opts_ : compute_opts_;
   const bool nvme_optimizer = o_.offload_optimizer == ZeroOptions::Offload::nvme;
-  std::size_t trained = 0, frozen = 0;
-  for (auto& pu : units) {
-    if (pu.frozen) {
-      frozen_.push_back(make_frozen_unit(pu, frozen_plan.units[frozen++]));
-      by_index_.push_back(frozen_.back().get());
-      continue;
+  auto u = std::make_unique<Unit>();
+  u->name = pu.name;
+  u->lr_scale = pu.lr_scale;
+  const bool prebuilt = pu.shard.defined();  // zero3_init_flag: only this rank's shard exists
+  lay_out(*u, pu);
+  u->plan = up;
+  if (prebuilt && (!u->plan.sharded || pu.shard.numel() != u->plan.shard))
+    throw Error(ErrorKind::config, "unit " + u->name + " was built into shards (zero.zero3_init_flag) but is not sharded "
+                                   "here (zero.stage " + std::to_string(o_.stage) + ")");
+  at::Tensor mine;  // the owned weights at full precision
+  if (prebuilt) {
+    mine = pu.shard.to(given_opts_.dtype(master_dtype_));
+    u->shard_param = mine.to(compute_opts_.dtype());
+    for (const auto& param : pu.parameters) u->params.push_back(param);
+  } else {
+    at::Tensor full = at::zeros({u->plan.padded}, given_opts_.dtype(master_dtype_));  // the weights at full precision
+    for (std::size_t i = 0; i < pu.parameters.size(); ++i)
+      full.narrow(0, u->offsets[i], u->sizes[i]).copy_(pu.parameters[i].second.detach().reshape({-1}));
+    u->flat_param = full.to(compute_opts_.dtype());
+    for (std::size_t i = 0; i < pu.parameters.size(); ++i) {
+      at::Tensor p = pu.parameters[i].second;
+      p.set_data(u->flat_param.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]));
+      u->params.emplace_back(pu.parameters[i].first, p);
     }
-    const UnitPlan& up = plan_.units[trained++];
-    auto u = std::make_unique<Unit>();
-    u->name = pu.name;
-    u->lr_scale = pu.lr_scale;
-    const bool prebuilt = pu.shard.defined();  // zero3_init_flag: only this rank's shard exists
-    lay_out(*u, pu);
-    u->padded = up.padded;
-    u->shard = up.shard;
-    u->owned = up.owned;
-    u->owned_offset = up.owned_offset;
-    u->sharded = up.sharded;
-    u->hook_grads = up.hook_grads;
-    u->reduce_scatter = up.reduce_scatter;
-    u->partitioned_grads = up.partitioned_grads;
-    u->gather_after_step = up.gather_after_step;
-    if (prebuilt && (!u->sharded || pu.shard.numel() != u->shard))
-      throw Error(ErrorKind::config, "unit " + u->name + " was built into shards (zero.zero3_init_flag) but is not sharded "
-                                     "here (zero.stage " + std::to_string(o_.stage) + ")");
-    at::Tensor mine;  // the owned weights at full precision
-    if (prebuilt) {
-      mine = pu.shard.to(given.dtype(master_dtype_));
-      u->shard_param = mine.to(compute_opts_.dtype());
-      for (const auto& param : pu.parameters) u->params.push_back(param);
-    } else {
-      at::Tensor full = at::zeros({u->padded}, given.dtype(master_dtype_));  // the weights at full precision
-      for (std::size_t i = 0; i < pu.parameters.size(); ++i)
-        full.narrow(0, u->offsets[i], u->sizes[i]).copy_(pu.parameters[i].second.detach().reshape({-1}));
-      u->flat_param = full.to(compute_opts_.dtype());
-      for (std::size_t i = 0; i < pu.parameters.size(); ++i) {
-        at::Tensor p = pu.parameters[i].second;
-        p.set_data(u->flat_param.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]));
-        u->params.emplace_back(pu.parameters[i].first, p);
-      }
-      mine = full.narrow(0, u->owned_offset, u->owned);
-      // Stage 3: the unit keeps only its shard from here (the rest of the model still arrives
-      // whole; zero3_init_flag builds it into shards instead).
-      if (u->sharded) u->shard_param = u->flat_param.narrow(0, u->owned_offset, u->shard).clone();
-    }
-    if (masters_) {
-      if (nvme_optimizer) u->init_master = mine.to(at::kCPU).clone();
-      else u->master = mine.to(state_opts_).clone();
-    }
-    if (!nvme_optimizer) {
-      u->exp_avg = at::zeros({u->owned}, moment_opts);
-      u->exp_avg_sq = at::zeros({u->owned}, moment_opts);
-    }
-    // On the device the reduced gradients stay in the compute dtype (ZeRO's 2Ψ/N at stage 2-3; the
-    // step upcasts one unit at a time); the offloaded copy is fp32, as DeepSpeed's.
-    const bool offloaded = o_.offload_optimizer != ZeroOptions::Offload::none;
-    if (up.reduced_copy) u->shard_grad = at::zeros({u->owned}, offloaded ? state_opts_ : compute_opts_);
-    units_.push_back(std::move(u));
-    by_index_.push_back(units_.back().get());
-    release(*units_.back());  // stage 3: the gathered copy goes now, not after the whole model
+    mine = full.narrow(0, u->plan.owned_offset, u->plan.owned);
+    // Stage 3: the unit keeps only its shard from here (the rest of the model still arrives
+    // whole; zero3_init_flag builds it into shards instead).
+    if (u->plan.sharded) u->shard_param = u->flat_param.narrow(0, u->plan.owned_offset, u->plan.shard).clone();
   }
+  if (masters_) {
+    if (nvme_optimizer) u->init_master = mine.to(at::kCPU).clone();
+    else u->master = mine.to(state_opts_).clone();
+  }
+  if (!nvme_optimizer) {
+    u->exp_avg = at::zeros({u->plan.owned}, moment_opts);
+    u->exp_avg_sq = at::zeros({u->plan.owned}, moment_opts);
+  }
+  // On the device the reduced gradients stay in the compute dtype (ZeRO's 2Ψ/N at stage 2-3; the
+  // step upcasts one unit at a time); the offloaded copy is fp32, as DeepSpeed's.
+  const bool offloaded = o_.offload_optimizer != ZeroOptions::Offload::none;
+  if (up.reduced_copy) u->shard_grad = at::zeros({u->plan.owned}, offloaded ? state_opts_ : compute_opts_);
+  return u;
+}
+
+void ZeroOptimizer::place_offloaded_state() {
   const bool pin = o_.pin_memory && at::globalContext().hasCUDA();
   for (Unit* u : by_index_) {
-    if (!u->sharded) continue;
+    if (!u->plan.sharded) continue;
     if (o_.offload_param == ZeroOptions::Offload::cpu) {
       u->shard_param = u->shard_param.to(at::kCPU);
       if (pin) u->shard_param = u->shard_param.pin_memory();
@@ -162,9 +169,6 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, comm::Communi
     for (auto& u : units_)
       for (at::Tensor* t : {&u->master, &u->exp_avg, &u->exp_avg_sq, &u->shard_grad})
         if (t->defined()) *t = t->pin_memory();
-  init_offload();  // NVMe files (moves the shards and the initial optimizer state there)
-  for (Unit* u : by_index_) release(*u);
-  ensure_grads();
 }
 
 std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_frozen_unit(models::ParamUnit& pu, const UnitPlan& up) {
@@ -173,13 +177,15 @@ std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_frozen_unit(models::Par
   u->frozen = true;
   const bool prebuilt = pu.shard.defined();
   lay_out(*u, pu);
-  u->padded = up.padded;
-  u->shard = up.shard;
-  u->owned = up.shard;
-  u->owned_offset = comm_.rank() * up.shard;
-  u->sharded = up.sharded;
+  // Its layout and sharding are the plan's; it owns its shard for the layout only and has no
+  // gradients to reduce or weights to update.
+  u->plan = up;
+  u->plan.owned = up.shard;
+  u->plan.owned_offset = comm_.rank() * up.shard;
+  u->plan.hook_grads = u->plan.reduce_scatter = u->plan.partitioned_grads = false;
+  u->plan.reduced_copy = u->plan.gather_after_step = false;
   if (prebuilt) {
-    if (!u->sharded || pu.shard.numel() != u->shard)
+    if (!u->plan.sharded || pu.shard.numel() != u->plan.shard)
       throw Error(ErrorKind::config, "frozen unit " + u->name + " was built into shards but is not sharded here");
     u->shard_param = pu.shard.to(compute_opts_);
     for (const auto& param : pu.parameters) u->params.push_back(param);
@@ -187,8 +193,8 @@ std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_frozen_unit(models::Par
   }
   // Straight into the compute dtype on the device, one parameter at a time: a frozen unit never
   // needs its full precision again.
-  u->flat_param = at::empty({u->padded}, compute_opts_);
-  if (u->padded > u->numel) u->flat_param.narrow(0, u->numel, u->padded - u->numel).zero_();
+  u->flat_param = at::empty({u->plan.padded}, compute_opts_);
+  if (u->plan.padded > u->numel) u->flat_param.narrow(0, u->numel, u->plan.padded - u->numel).zero_();
   for (std::size_t i = 0; i < pu.parameters.size(); ++i) {
     at::Tensor p = pu.parameters[i].second;
     at::Tensor slot = u->flat_param.narrow(0, u->offsets[i], u->sizes[i]);
@@ -197,12 +203,12 @@ std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_frozen_unit(models::Par
     p.set_data(slot.view(u->shapes[i]));
     u->params.emplace_back(pu.parameters[i].first, p);
   }
-  if (u->sharded) u->shard_param = u->flat_param.narrow(0, u->owned_offset, u->shard).clone();
+  if (u->plan.sharded) u->shard_param = u->flat_param.narrow(0, u->plan.owned_offset, u->plan.shard).clone();
   release(*u);
   return u;
 }
 
-bool ZeroOptimizer::is_sharded(std::size_t unit) const { return indexed(unit).sharded; }
+bool ZeroOptimizer::is_sharded(std::size_t unit) const { return indexed(unit).plan.sharded; }
 
 std::int64_t ZeroOptimizer::frozen_numel() const {
   std::int64_t n = 0;
@@ -212,31 +218,31 @@ std::int64_t ZeroOptimizer::frozen_numel() const {
 
 std::size_t ZeroOptimizer::sharded_frozen_units() const {
   std::size_t n = 0;
-  for (const auto& u : frozen_) n += u->sharded;
+  for (const auto& u : frozen_) n += u->plan.sharded;
   return n;
 }
 
 std::size_t ZeroOptimizer::sharded_units() const {
   std::size_t n = 0;
-  for (const auto& u : units_) n += u->sharded;
+  for (const auto& u : units_) n += u->plan.sharded;
   return n;
 }
 
 void ZeroOptimizer::prefetch(std::size_t unit) {
   if (unit >= by_index_.size()) return;
   Unit& u = indexed(unit);
-  if (!u.sharded || u.flat_param.defined() || u.gathering || u.padded > o_.prefetch_bucket_size) return;
+  if (!u.plan.sharded || u.flat_param.defined() || u.gathering || u.plan.padded > o_.prefetch_bucket_size) return;
   if (shard_is_unit(u)) return;  // nothing to fetch
   c10::NoGradGuard no_grad;
   if (u.region_param >= 0) {
     // NVMe: start reading the shard; the all-gather runs when the unit is needed.
-    if (u.param_read == 0) u.param_read = offload_->param_store->read(u.region_param, 0, u.shard, u.param_staging.data_ptr());
+    if (u.param_read == 0) u.param_read = offload_->param_store->read(u.region_param, 0, u.plan.shard, u.param_staging.data_ptr());
     return;
   }
-  u.flat_param = at::empty({u.padded}, compute_opts_);
+  u.flat_param = at::empty({u.plan.padded}, compute_opts_);
   if (copies_->asynchronous() && u.shard_param.device().is_cpu()) {
     // An offloaded shard goes up and is gathered on the side stream while this unit computes.
-    at::Tensor src = u.shard_param, dst = at::empty({u.shard}, compute_opts_), flat = u.flat_param;
+    at::Tensor src = u.shard_param, dst = at::empty({u.plan.shard}, compute_opts_), flat = u.flat_param;
     u.gather_fence = copies_->run(
         [&] {
           dst.copy_(src, /*non_blocking=*/true);
@@ -257,7 +263,7 @@ void ZeroOptimizer::gather(std::size_t unit) {
     u.post_gather->wait();
     u.post_gather.reset();
   }
-  if (!u.sharded) return;
+  if (!u.plan.sharded) return;
   c10::NoGradGuard no_grad;
   if (u.gathering) {
     u.gathering->wait();
@@ -270,7 +276,7 @@ void ZeroOptimizer::gather(std::size_t unit) {
   } else if (!u.flat_param.defined()) {
     // The shard from wherever it lives (device, CPU, or the NVMe file: a prefetched read).
     const at::Tensor source = owned_params(u).to(compute_opts_.device());
-    u.flat_param = at::empty({u.padded}, compute_opts_);
+    u.flat_param = at::empty({u.plan.padded}, compute_opts_);
     comm_.all_gather(source, u.flat_param);
   } else if (!u.params.empty() && u.params[0].second.numel() == u.sizes[0]) {
     return;  // already gathered and in place
@@ -290,7 +296,7 @@ bool ZeroOptimizer::shard_is_unit(const Unit& u) const {
 void ZeroOptimizer::release(std::size_t unit) { release(indexed(unit)); }
 
 void ZeroOptimizer::release(Unit& u) {
-  if (!u.sharded) return;
+  if (!u.plan.sharded) return;
   if (u.gathering) {  // never drop a buffer a collective is still writing
     u.gathering->wait();
     u.gathering.reset();
@@ -303,7 +309,7 @@ void ZeroOptimizer::release(Unit& u) {
 }
 
 void ZeroOptimizer::reduce_scatter_into_shard(Unit& u, const at::Tensor& full_grad) {
-  at::Tensor part = at::empty({u.shard}, full_grad.options());
+  at::Tensor part = at::empty({u.plan.shard}, full_grad.options());
   comm_.reduce_scatter(full_grad, part);
   // Offload: the gradient leaves the device here, into the fp32 CPU copy the step reads.
   deposit_grad(u, part, 1.0 / comm_.world_size(), /*accumulate=*/true);
@@ -319,7 +325,7 @@ void ZeroOptimizer::deposit_grad(Unit& u, const at::Tensor& part, double scale, 
   // (settle_grad), so backward never waits for the copy.
   settle_grad(u);  // an earlier micro-step's gradient still in the same staging buffer
   if (!u.grad_host.defined())
-    u.grad_host = at::empty({u.owned}, part.options().device(at::kCPU).pinned_memory(true));
+    u.grad_host = at::empty({u.plan.owned}, part.options().device(at::kCPU).pinned_memory(true));
   at::Tensor host = u.grad_host;
   u.grad_fence = copies_->run([&] { host.copy_(part, /*non_blocking=*/true); }, {part});
   u.grad_pending = true;
@@ -342,32 +348,32 @@ bool ZeroOptimizer::settle_grad(Unit& u, bool block) {
 
 bool ZeroOptimizer::wants_backward_hook(std::size_t unit) const {
   const Unit& u = indexed(unit);
-  if (u.frozen) return u.sharded;  // nothing to reduce; the gathered copy goes after its backward
+  if (u.frozen) return u.plan.sharded;  // nothing to reduce; the gathered copy goes after its backward
   // The io unit runs at both ends of the forward: it is reduced with the rest after backward.
-  return u.hook_grads || (unit != 0 && plan_.overlap_comm && last_micro_ && comm_.world_size() > 1);
+  return u.plan.hook_grads || (unit != 0 && plan_.overlap_comm && last_micro_ && comm_.world_size() > 1);
 }
 
 void ZeroOptimizer::launch_reduce(Unit& u) {
   // Once per step for the units kept whole (a second reduction would reduce the reduced sums).
   if (u.pending || u.reduced || !u.flat_grad.defined()) return;
-  if (!u.reduce_scatter) {
+  if (!u.plan.reduce_scatter) {
     u.pending = comm_.all_reduce_async(u.flat_grad);
   } else if (comm_.world_size() == 1) {
     // One rank: the reduce-scatter is the identity; the buffer is its own part.
-    u.part = u.flat_grad.narrow(0, u.owned_offset, u.owned);
+    u.part = u.flat_grad.narrow(0, u.plan.owned_offset, u.plan.owned);
     u.pending = std::make_unique<NothingPending>();
   } else {
     // Without a separate reduced copy (stage 1) the owned range of the full buffer receives it.
-    u.part = u.shard_grad.defined() ? at::empty({u.shard}, u.flat_grad.options())
-                                    : u.flat_grad.narrow(0, u.owned_offset, u.owned);
+    u.part = u.shard_grad.defined() ? at::empty({u.plan.shard}, u.flat_grad.options())
+                                    : u.flat_grad.narrow(0, u.plan.owned_offset, u.plan.owned);
     u.pending = comm_.reduce_scatter_async(u.flat_grad, u.part);
   }
   in_flight_.push_back(&u);
 }
 
 void ZeroOptimizer::stage_owned_grad(Unit& u) {
-  if (!u.reduce_scatter && u.shard_grad.defined() && u.flat_grad.defined())
-    deposit_grad(u, u.flat_grad.narrow(0, u.owned_offset, u.owned), 1.0, /*accumulate=*/false);
+  if (!u.plan.reduce_scatter && u.shard_grad.defined() && u.flat_grad.defined())
+    deposit_grad(u, u.flat_grad.narrow(0, u.plan.owned_offset, u.plan.owned), 1.0, /*accumulate=*/false);
 }
 
 void ZeroOptimizer::finish_reduce(Unit& u) {
@@ -376,7 +382,7 @@ void ZeroOptimizer::finish_reduce(Unit& u) {
   u.pending.reset();
   u.reduced = true;
   in_flight_.erase(std::remove(in_flight_.begin(), in_flight_.end(), &u), in_flight_.end());
-  if (!u.reduce_scatter) {
+  if (!u.plan.reduce_scatter) {
     if (comm_.world_size() > 1) u.flat_grad.div_(comm_.world_size());
     stage_owned_grad(u);
     return;
@@ -384,7 +390,7 @@ void ZeroOptimizer::finish_reduce(Unit& u) {
   if (u.shard_grad.defined()) deposit_grad(u, u.part, 1.0 / comm_.world_size(), /*accumulate=*/true);  // every micro-step adds
   else u.part.mul_(1.0 / comm_.world_size());  // the owned range of the full buffer itself
   u.part = at::Tensor();
-  if (!u.partitioned_grads) return;
+  if (!u.plan.partitioned_grads) return;
   // Only the shard is kept: the full gradient buffer goes until the next backward.
   for (auto& [name, p] : u.params) p.mutable_grad() = at::Tensor();
   u.flat_grad = at::Tensor();
@@ -398,7 +404,7 @@ void ZeroOptimizer::drain_reductions(const Unit* keep) {
   // stage 2 and 34 % at stage 3 on the 54 M-parameter bench model at N = 2.
   auto elements = [&] {
     std::int64_t n = 0;
-    for (const Unit* u : in_flight_) n += u->padded;
+    for (const Unit* u : in_flight_) n += u->plan.padded;
     return n;
   };
   while (!in_flight_.empty() && in_flight_.front() != keep && elements() > o_.reduce_bucket_size)
@@ -414,7 +420,7 @@ void ZeroOptimizer::reduce_unit(std::size_t unit) {
     release(u);
     return;
   }
-  if (!u.hook_grads) {
+  if (!u.plan.hook_grads) {
     if (plan_.overlap_comm && last_micro_ && comm_.world_size() > 1) {
       launch_reduce(u);
       if (o_.offload_optimizer != ZeroOptions::Offload::none) drain_reductions(&u);
@@ -426,7 +432,7 @@ void ZeroOptimizer::reduce_unit(std::size_t unit) {
   // reduce-scattered into the shard (every micro-step) and dropped, so at most about two units'
   // full gradients are alive at once.
   bool any = false;
-  at::Tensor full = at::empty({u.padded}, compute_opts_);
+  at::Tensor full = at::empty({u.plan.padded}, compute_opts_);
   for (std::size_t i = 0; i < u.params.size(); ++i) {
     at::Tensor& p = u.params[i].second;
     at::Tensor slot = full.narrow(0, u.offsets[i], u.sizes[i]);
@@ -438,7 +444,7 @@ void ZeroOptimizer::reduce_unit(std::size_t unit) {
     p.mutable_grad() = at::Tensor();
     any = true;
   }
-  if (u.padded > u.numel) full.narrow(0, u.numel, u.padded - u.numel).zero_();
+  if (u.plan.padded > u.numel) full.narrow(0, u.numel, u.plan.padded - u.numel).zero_();
   if (any) {
     if (!plan_.overlap_comm) {
       reduce_scatter_into_shard(u, full);
@@ -459,8 +465,8 @@ ZeroOptimizer::~ZeroOptimizer() = default;
 
 void ZeroOptimizer::ensure_grads() {
   for (auto& u : units_) {
-    if (u->hook_grads || u->flat_grad.defined()) continue;
-    u->flat_grad = at::zeros({u->padded}, compute_opts_);
+    if (u->plan.hook_grads || u->flat_grad.defined()) continue;
+    u->flat_grad = at::zeros({u->plan.padded}, compute_opts_);
     for (std::size_t i = 0; i < u->params.size(); ++i) {
       at::Tensor& p = u->params[i].second;
       // Backward accumulates into these views in place, so gradients land in the flat buffer.
@@ -474,7 +480,7 @@ void ZeroOptimizer::zero_grad() {
   for (auto& u : units_) {
     u->reduced = false;
     if (u->shard_grad.defined()) u->shard_grad.zero_();
-    if (u->hook_grads) {
+    if (u->plan.hook_grads) {
       for (auto& [name, p] : u->params) p.mutable_grad() = at::Tensor();
     } else {
       u->flat_grad.zero_();
@@ -505,8 +511,8 @@ void ZeroOptimizer::reduce_gradients() {
         comm_.all_reduce(flat);
         std::int64_t off = 0;
         for (auto* u : bucket) {
-          u->flat_grad.copy_(flat.narrow(0, off, u->padded));
-          off += u->padded;
+          u->flat_grad.copy_(flat.narrow(0, off, u->plan.padded));
+          off += u->plan.padded;
         }
       }
       for (auto* u : bucket) u->flat_grad.div_(world);
@@ -515,7 +521,7 @@ void ZeroOptimizer::reduce_gradients() {
     };
     for (auto& u : units_) {
       bucket.push_back(u.get());
-      in_bucket += u->padded;
+      in_bucket += u->plan.padded;
       if (in_bucket >= o_.reduce_bucket_size) flush();
     }
     flush();
@@ -529,7 +535,7 @@ void ZeroOptimizer::reduce_gradients() {
   for (std::size_t i = 0; i < by_index_.size(); ++i) {
     Unit& u = indexed(i);
     if (u.frozen) release(u);  // regathered for a backward whose input needed no gradient
-    else if (u.hook_grads) reduce_unit(i);  // normally done by its backward hook already
+    else if (u.plan.hook_grads) reduce_unit(i);  // normally done by its backward hook already
     else launch_reduce(u);
   }
   for (auto& u : units_) finish_reduce(*u);
@@ -606,20 +612,20 @@ void ZeroOptimizer::gather_whole_units(bool defer) {
   std::deque<std::pair<std::int64_t, std::unique_ptr<comm::PendingCollective>>> flying;
   std::int64_t in_flight = 0;
   for (auto& u : units_) {
-    if (!u->gather_after_step || (defer && u->hooked)) continue;
-    while (!flying.empty() && in_flight + u->padded > o_.allgather_bucket_size) {
+    if (!u->plan.gather_after_step || (defer && u->hooked)) continue;
+    while (!flying.empty() && in_flight + u->plan.padded > o_.allgather_bucket_size) {
       flying.front().second->wait();
       in_flight -= flying.front().first;
       flying.pop_front();
     }
-    flying.emplace_back(u->padded, comm_.all_gather_async(u->flat_param.narrow(0, u->owned_offset, u->owned), u->flat_param));
-    in_flight += u->padded;
+    flying.emplace_back(u->plan.padded, comm_.all_gather_async(u->flat_param.narrow(0, u->plan.owned_offset, u->plan.owned), u->flat_param));
+    in_flight += u->plan.padded;
   }
   for (auto& [elements, pending] : flying) pending->wait();
   if (!defer) return;
   for (auto& u : units_)  // in forward order, as the hooks will wait for them
-    if (u->gather_after_step && u->hooked)
-      u->post_gather = comm_.all_gather_async(u->flat_param.narrow(0, u->owned_offset, u->owned), u->flat_param);
+    if (u->plan.gather_after_step && u->hooked)
+      u->post_gather = comm_.all_gather_async(u->flat_param.narrow(0, u->plan.owned_offset, u->plan.owned), u->flat_param);
 }
 
 void ZeroOptimizer::finish_gathers() {
@@ -632,21 +638,21 @@ void ZeroOptimizer::finish_gathers() {
 
 std::int64_t ZeroOptimizer::padded_numel() const {
   std::int64_t n = 0;
-  for (const auto& u : units_) n += u->padded;
+  for (const auto& u : units_) n += u->plan.padded;
   return n;
 }
 
 std::int64_t ZeroOptimizer::persistent_numel() const {
   std::int64_t n = 0;
   for (const auto& u : units_)
-    if (!u->sharded) n += u->padded;
+    if (!u->plan.sharded) n += u->plan.padded;
   return n;
 }
 
 std::int64_t ZeroOptimizer::whole_gradient_numel() const {
   std::int64_t n = 0;
   for (const auto& u : units_)
-    if (!u->hook_grads) n += u->padded;
+    if (!u->plan.hook_grads) n += u->plan.padded;
   return n;
 }
 

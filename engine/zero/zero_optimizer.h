@@ -46,7 +46,7 @@ struct ZeroOptions {
   int stage = 0;                                   ///< 0-3
   std::int64_t reduce_bucket_size = 500'000'000;   ///< elements per gradient collective (stages 0-1)
   std::int64_t allgather_bucket_size = 500'000'000;  ///< elements per parameter all-gather after the step
-  std::int64_t persistence_threshold = 0;          ///< stage 3: units with fewer elements stay whole
+  std::int64_t persistence_threshold = kDefaultPersistenceThreshold;  ///< stage 3: units with fewer elements stay whole
   std::vector<std::string> persistent_units = {"io", "text_encoder"};  ///< stage 3: always whole
   /// Reduce a unit's gradients as soon as its backward is done (needs the hooks); unset: the
   /// plan's default (on).
@@ -194,6 +194,13 @@ class ZeroOptimizer final {
   static void lay_out(Unit& u, const models::ParamUnit& pu);
   /// Lays out a frozen unit in the compute dtype on the compute device (only its shard when sharded).
   std::unique_ptr<Unit> make_frozen_unit(models::ParamUnit& pu, const UnitPlan& up);
+  /// A trained unit: laid out as `up` says, its weights moved into the flat buffer (or its
+  /// prebuilt shard taken), masters and moments created where the optimizer state lives.
+  std::unique_ptr<Unit> make_trained_unit(models::ParamUnit& pu, const UnitPlan& up);
+  /// The precisions and where things live, from the units' parameters and the options.
+  void choose_precisions(const std::vector<models::ParamUnit>& units);
+  /// Offloaded parameter shards and optimizer state to CPU memory (pinned with CUDA).
+  void place_offloaded_state();
   /// Stage 3: drops a sharded unit's gathered copy (its parameters become empty tensors).
   void release(Unit& u);
   void ensure_grads();
@@ -244,6 +251,7 @@ class ZeroOptimizer final {
   at::ScalarType master_dtype_ = at::kFloat;
   bool masters_ = false;  // separate master weights (mixed precision or optimizer offload)
   at::TensorOptions compute_opts_, state_opts_;  // where/what the model computes; where the optimizer state lives
+  at::TensorOptions given_opts_;  // the trained parameters' own precision, on the compute device
   std::unique_ptr<Offload> offload_;
   std::unique_ptr<CopyStream> copies_;  // host<->device copies (a side stream on CUDA)
   std::vector<Unit*> depositing_;       // units with a gradient deposit under way, oldest first

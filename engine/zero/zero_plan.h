@@ -25,6 +25,10 @@
 
 namespace zs::zero {
 
+/// zero.stage3_param_persistence_threshold's default (DeepSpeed's): the schema's default is this
+/// constant, so the config, the optimizer's options and the estimator cannot disagree.
+inline constexpr std::int64_t kDefaultPersistenceThreshold = 100'000;
+
 /// Where offloaded data lives.
 enum class Offload { none, cpu, nvme };
 
@@ -35,7 +39,7 @@ struct PlanOptions {
   int rank = 0;                               ///< this rank: which part it owns
   Offload offload_optimizer = Offload::none;  ///< masters, moments and the reduced gradients
   Offload offload_param = Offload::none;      ///< stage 3: the parameter shards
-  std::int64_t persistence_threshold = 0;     ///< stage 3: units with fewer elements stay whole
+  std::int64_t persistence_threshold = kDefaultPersistenceThreshold;  ///< stage 3: units with fewer elements stay whole
   std::vector<std::string> persistent_units = {"io", "text_encoder"};  ///< stage 3: always whole
   /// Reduce each unit's gradients as soon as its backward is done. Unset: on at every stage (on the
   /// large model at N = 2 it took stage 0 from 1275 to 734 ms per step; DeepSpeed turns it on for

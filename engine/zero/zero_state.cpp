@@ -83,17 +83,17 @@ void ZeroOptimizer::init_offload() {
   if (o_.offload_optimizer == O::nvme) {
     const std::int64_t elem = static_cast<std::int64_t>(c10::elementSize(master_dtype_));
     std::int64_t need = 0;
-    for (const auto& u : units_) need += 3 * round_up(std::max<std::int64_t>(u->owned, 1) * elem, kIoAlignment);
+    for (const auto& u : units_) need += 3 * round_up(std::max<std::int64_t>(u->plan.owned, 1) * elem, kIoAlignment);
     NvmeStore::check_space(o_.optimizer_nvme_path, need, "zero.offload_optimizer.nvme_path");
     offload_->optimizer_store = std::make_unique<NvmeStore>(o_.optimizer_nvme_path, o_.run_tag + "-optimizer",
                                                             comm_.rank(), o_.aio);
     auto& store = *offload_->optimizer_store;
     for (auto& u : units_) {
-      u->region_master = store.add_region("master.swp", u->owned, master_dtype_);
-      u->region_exp_avg = store.add_region("exp_avg.swp", u->owned, master_dtype_);
-      u->region_exp_avg_sq = store.add_region("exp_avg_sq.swp", u->owned, master_dtype_);
+      u->region_master = store.add_region("master.swp", u->plan.owned, master_dtype_);
+      u->region_exp_avg = store.add_region("exp_avg.swp", u->plan.owned, master_dtype_);
+      u->region_exp_avg_sq = store.add_region("exp_avg_sq.swp", u->plan.owned, master_dtype_);
       write_state(*u, 0, u->init_master);
-      const at::Tensor zeros = at::zeros({u->owned}, at::TensorOptions().dtype(master_dtype_));
+      const at::Tensor zeros = at::zeros({u->plan.owned}, at::TensorOptions().dtype(master_dtype_));
       write_state(*u, 1, zeros);
       write_state(*u, 2, zeros);
       u->init_master = at::Tensor();
@@ -113,8 +113,8 @@ void ZeroOptimizer::init_offload() {
       in_group = 0;
     };
     for (auto& u : units_) {
-      for (std::int64_t first = 0; first < u->owned; first += group) {
-        const std::int64_t count = std::min(group, u->owned - first);
+      for (std::int64_t first = 0; first < u->plan.owned; first += group) {
+        const std::int64_t count = std::min(group, u->plan.owned - first);
         if (in_group > 0 && in_group + count > group) close();
         const std::int64_t offset = current.empty() ? 0 : round_up(current.back().buffer_offset + current.back().count, block);
         current.push_back({u.get(), first, count, offset});
@@ -132,16 +132,16 @@ void ZeroOptimizer::init_offload() {
     const std::int64_t elem = static_cast<std::int64_t>(compute_opts_.dtype().itemsize());
     std::int64_t need = 0;
     for (const Unit* u : by_index_)
-      if (u->sharded) need += round_up(std::max<std::int64_t>(u->shard, 1) * elem, kIoAlignment);
+      if (u->plan.sharded) need += round_up(std::max<std::int64_t>(u->plan.shard, 1) * elem, kIoAlignment);
     NvmeStore::check_space(o_.param_nvme_path, need, "zero.offload_param.nvme_path");
     offload_->param_store = std::make_unique<NvmeStore>(o_.param_nvme_path, o_.run_tag + "-params", comm_.rank(), o_.aio);
     auto& store = *offload_->param_store;
     for (Unit* u : by_index_) {  // frozen shards too
-      if (!u->sharded) continue;
-      u->region_param = store.add_region("params.swp", u->shard, compute_opts_.dtype().toScalarType());
-      u->param_staging = aligned_buffer(u->shard, compute_opts_.dtype().toScalarType());
+      if (!u->plan.sharded) continue;
+      u->region_param = store.add_region("params.swp", u->plan.shard, compute_opts_.dtype().toScalarType());
+      u->param_staging = aligned_buffer(u->plan.shard, compute_opts_.dtype().toScalarType());
       u->param_staging.copy_(u->shard_param);
-      store.wait(store.write(u->region_param, 0, u->shard, u->param_staging.data_ptr()));
+      store.wait(store.write(u->region_param, 0, u->plan.shard, u->param_staging.data_ptr()));
       u->shard_param = at::Tensor();  // from now on the shard lives in the file
     }
     say(store, "parameters");
@@ -164,8 +164,8 @@ at::Tensor ZeroOptimizer::read_state(Unit& u, int kind) {
     return masters_ ? u.master : owned_params(u);
   }
   auto& store = *offload_->optimizer_store;
-  at::Tensor buf = aligned_buffer(u.owned, master_dtype_);
-  store.wait(store.read(region, 0, u.owned, buf.data_ptr()));
+  at::Tensor buf = aligned_buffer(u.plan.owned, master_dtype_);
+  store.wait(store.read(region, 0, u.plan.owned, buf.data_ptr()));
   return buf;
 }
 
@@ -177,21 +177,21 @@ void ZeroOptimizer::write_state(Unit& u, int kind, const at::Tensor& values) {
     return;
   }
   auto& store = *offload_->optimizer_store;
-  at::Tensor buf = aligned_buffer(u.owned, master_dtype_);
+  at::Tensor buf = aligned_buffer(u.plan.owned, master_dtype_);
   buf.copy_(values.reshape({-1}));
-  store.wait(store.write(region, 0, u.owned, buf.data_ptr()));
+  store.wait(store.write(region, 0, u.plan.owned, buf.data_ptr()));
 }
 
 at::Tensor ZeroOptimizer::step_grad(Unit& u) const {
   if (u.shard_grad.defined()) return u.shard_grad;
-  return u.flat_grad.narrow(0, u.owned_offset, u.owned);
+  return u.flat_grad.narrow(0, u.plan.owned_offset, u.plan.owned);
 }
 
 at::Tensor ZeroOptimizer::owned_params(Unit& u) {
-  if (!u.sharded) return u.flat_param.narrow(0, u.owned_offset, u.owned);
+  if (!u.plan.sharded) return u.flat_param.narrow(0, u.plan.owned_offset, u.plan.owned);
   if (u.region_param < 0) return u.shard_param;
   auto& store = *offload_->param_store;
-  if (u.param_read == 0) u.param_read = store.read(u.region_param, 0, u.shard, u.param_staging.data_ptr());
+  if (u.param_read == 0) u.param_read = store.read(u.region_param, 0, u.plan.shard, u.param_staging.data_ptr());
   store.wait(u.param_read);
   u.param_read = 0;
   return u.param_staging;
@@ -201,7 +201,7 @@ void ZeroOptimizer::store_owned_params(Unit& u, const at::Tensor& values) {
   if (u.region_param < 0) return;
   if (values.data_ptr() != u.param_staging.data_ptr()) u.param_staging.copy_(values);
   auto& store = *offload_->param_store;
-  store.wait(store.write(u.region_param, 0, u.shard, u.param_staging.data_ptr()));
+  store.wait(store.write(u.region_param, 0, u.plan.shard, u.param_staging.data_ptr()));
 }
 
 at::Tensor ZeroOptimizer::owned_weights(Unit& u) {
@@ -249,7 +249,7 @@ void ZeroOptimizer::step_in_memory(Unit& u, double step_lr) {
   if (masters_ && copies_->asynchronous() && u.master.device().is_cpu() && p.is_cuda()) {
     // The CPU step writes the new weights into pinned memory; they go up on the side stream
     // while the CPU updates the next unit (step() makes the compute stream wait for them).
-    if (!u.param_host.defined()) u.param_host = at::empty({u.owned}, p.options().device(at::kCPU).pinned_memory(true));
+    if (!u.param_host.defined()) u.param_host = at::empty({u.plan.owned}, p.options().device(at::kCPU).pinned_memory(true));
     copies_->wait_on_host(u.param_fence);  // the last step's copy out of the same buffer
     adam_master(u.master, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_, u.param_host);
     at::Tensor host = u.param_host;
@@ -335,8 +335,8 @@ NamedTensors ZeroOptimizer::state() const {
   NamedTensors out;
   for (const auto& u : units_) {
     at::Tensor m = self.read_state(*u, 1).contiguous(), v = self.read_state(*u, 2).contiguous();
-    if (u->owned != u->padded) {
-      at::Tensor fm = at::zeros({u->padded}, m.options()), fv = at::zeros({u->padded}, v.options());
+    if (u->plan.owned != u->plan.padded) {
+      at::Tensor fm = at::zeros({u->plan.padded}, m.options()), fv = at::zeros({u->plan.padded}, v.options());
       comm_.all_gather(m, fm);
       comm_.all_gather(v, fv);
       m = fm;
@@ -356,13 +356,13 @@ ModelStateBytes ZeroOptimizer::model_state() const {
   const bool on_device = o_.offload_optimizer == ZeroOptions::Offload::none;
   ModelStateBytes b;
   for (const Unit* u : by_index_)  // parameters of every unit, a frozen base's too (it has nothing else)
-    b.parameters += u->sharded ? (o_.offload_param == ZeroOptions::Offload::none ? bytes(u->shard_param) : 0)
+    b.parameters += u->plan.sharded ? (o_.offload_param == ZeroOptions::Offload::none ? bytes(u->shard_param) : 0)
                                : bytes(u->flat_param);
   for (const auto& u : units_) {
     // The full buffer backward accumulates into (units whose hook does not take the gradients;
     // at stages 2-3 it is freed after each reduction and comes back at zero_grad, so it counts),
     // then the rank's reduced part when it lives on the device.
-    if (!u->hook_grads) b.gradients += u->padded * static_cast<std::int64_t>(c10::elementSize(compute_opts_.dtype().toScalarType()));
+    if (!u->plan.hook_grads) b.gradients += u->plan.padded * static_cast<std::int64_t>(c10::elementSize(compute_opts_.dtype().toScalarType()));
     if (on_device && u->shard_grad.defined()) b.gradients += bytes(u->shard_grad);
     if (on_device) b.optimizer_states += bytes(u->master) + bytes(u->exp_avg) + bytes(u->exp_avg_sq);
   }
@@ -377,7 +377,7 @@ OffloadedBytes ZeroOptimizer::offloaded() const {
       b.optimizer_states += bytes(u->master) + bytes(u->exp_avg) + bytes(u->exp_avg_sq);
     }
   if (o_.offload_param == ZeroOptions::Offload::cpu)
-    for (const Unit* u : by_index_) b.parameters += u->sharded ? bytes(u->shard_param) : 0;
+    for (const Unit* u : by_index_) b.parameters += u->plan.sharded ? bytes(u->shard_param) : 0;
   if (offload_) {
     if (offload_->optimizer_store) b.nvme_bytes += offload_->optimizer_store->bytes();
     if (offload_->param_store) b.nvme_bytes += offload_->param_store->bytes();
@@ -396,14 +396,14 @@ NamedTensors ZeroOptimizer::full_parameters() {
       // The fp32 masters, not the compute copy: checkpoints keep full precision.
       const at::Tensor mine = read_state(*u, 0).contiguous();
       flat = mine;
-      if (u->owned != u->padded) {
-        flat = at::empty({u->padded}, mine.options());
+      if (u->plan.owned != u->plan.padded) {
+        flat = at::empty({u->plan.padded}, mine.options());
         comm_.all_gather(mine, flat);
       }
     } else {
       flat = u->flat_param;
-      if (u->sharded && !flat.defined()) {
-        flat = at::empty({u->padded}, compute_opts_);
+      if (u->plan.sharded && !flat.defined()) {
+        flat = at::empty({u->plan.padded}, compute_opts_);
         comm_.all_gather(owned_params(*u).to(compute_opts_.device()), flat);
       }
     }
@@ -430,8 +430,8 @@ NamedTensors ZeroOptimizer::ema_state() {
   if (ema_decay_ < 0) return out;
   for (auto& u : units_) {
     at::Tensor full = u->ema;
-    if (u->owned != u->padded) {
-      full = at::zeros({u->padded}, u->ema.options());
+    if (u->plan.owned != u->plan.padded) {
+      full = at::zeros({u->plan.padded}, u->ema.options());
       comm_.all_gather(u->ema, full);
     }
     for (std::size_t i = 0; i < u->params.size(); ++i)
@@ -467,7 +467,7 @@ std::vector<checkpoint::UnitLayout> ZeroOptimizer::layout() const {
     checkpoint::UnitLayout l;
     l.name = u->name;
     l.numel = u->numel;
-    l.padded = u->padded;
+    l.padded = u->plan.padded;
     l.dtype = master_dtype_ == at::kDouble ? "F64" : "F32";
     for (std::size_t i = 0; i < u->params.size(); ++i) l.params.push_back({u->params[i].first, u->offsets[i], u->shapes[i]});
     out.push_back(std::move(l));
@@ -494,14 +494,14 @@ void ZeroOptimizer::load_shards(const ShardSource& read, std::int64_t steps, boo
   finish_gathers();
   c10::NoGradGuard no_grad;
   for (auto& u : units_) {
-    const at::Tensor w = read(u->name, "weights", u->owned_offset, u->owned);
+    const at::Tensor w = read(u->name, "weights", u->plan.owned_offset, u->plan.owned);
     at::Tensor live = owned_params(*u);
     live.copy_(w);
     store_owned_params(*u, live);
     if (masters_) write_state(*u, 0, w.to(at::TensorOptions().dtype(master_dtype_)));
-    write_state(*u, 1, read(u->name, "exp_avg", u->owned_offset, u->owned));
-    write_state(*u, 2, read(u->name, "exp_avg_sq", u->owned_offset, u->owned));
-    if (with_ema && ema_decay_ >= 0) u->ema.copy_(read(u->name, "ema", u->owned_offset, u->owned));
+    write_state(*u, 1, read(u->name, "exp_avg", u->plan.owned_offset, u->plan.owned));
+    write_state(*u, 2, read(u->name, "exp_avg_sq", u->plan.owned_offset, u->plan.owned));
+    if (with_ema && ema_decay_ >= 0) u->ema.copy_(read(u->name, "ema", u->plan.owned_offset, u->plan.owned));
   }
   step_ = steps;
   gather_whole_units();

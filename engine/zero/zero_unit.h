@@ -22,12 +22,7 @@ struct ZeroOptimizer::Unit {
   std::string name;
   double lr_scale = 1.0;     // the unit's learning rate relative to step()'s
   bool frozen = false;       // not trained: only laid out, moved, sharded and gathered
-  bool sharded = false;      // only the shard is kept between gathers (the plan's stage-3 units)
-  bool hook_grads = false;   // no gradient buffer between backwards: the unit's backward hook
-                             // reduce-scatters its fresh gradients
-  bool reduce_scatter = false;     // reduced by reduce-scatter into the owned part (else all-reduce)
-  bool partitioned_grads = false;  // the full gradient buffer goes after each reduction
-  bool gather_after_step = false;  // whole, updated in shards: all-gathered after the step
+  UnitPlan plan;             // how the plan treats it (zero_plan.h): layout, sharding, reductions
   bool hooked = false;             // the model's forward reaches it through a unit hook
   std::unique_ptr<comm::PendingCollective> post_gather;  // its gather after the step, still running
   std::vector<std::pair<std::string, at::Tensor>> params;  // views into flat_param
@@ -35,10 +30,6 @@ struct ZeroOptimizer::Unit {
   std::vector<std::int64_t> sizes;                   // elements per parameter
   std::vector<std::vector<std::int64_t>> shapes;     // shapes (stage 3 empties the tensors)
   std::int64_t numel = 0;    // real elements
-  std::int64_t padded = 0;   // multiple of world size
-  std::int64_t shard = 0;    // padded / world
-  std::int64_t owned = 0;         // elements this rank updates: padded at stage 0, shard otherwise
-  std::int64_t owned_offset = 0;  // where they start in the unit's flat buffer
   at::Tensor flat_param;     // [padded] compute dtype (stage 3 sharded units: only while gathered)
   at::Tensor shard_param;    // [shard] stage 3 sharded units: this rank's parameters (CPU with
                              // param offload; undefined with NVMe, where they live in a file)

@@ -162,6 +162,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   unet->to(dtype);
   ref->to(dtype);
   zero::ZeroOptions o;
+  o.persistence_threshold = 0;  // every unit sharded at stage 3 (zero.stage3_param_persistence_threshold: 0)
   o.stage = stage;
   o.weight_decay = 0.01;
   // Adam's first steps are close to sign descent, so last-bit differences in a gradient element
@@ -419,6 +420,7 @@ int reshard(comm::Communicator& c, const std::string& phase, int stage, const st
   auto unet = small_unet();
   unet->to(at::kDouble);
   zero::ZeroOptions o;
+  o.persistence_threshold = 0;  // every unit sharded at stage 3 (zero.stage3_param_persistence_threshold: 0)
   o.stage = stage;
   o.weight_decay = 0.01;
   o.offload_optimizer = v.opt;
@@ -500,6 +502,7 @@ int reshard(comm::Communicator& c, const std::string& phase, int stage, const st
 int overflow_skips_everywhere(comm::Communicator& c, int stage) {
   auto unet = small_unet();
   zero::ZeroOptions o;
+  o.persistence_threshold = 0;  // every unit sharded at stage 3 (zero.stage3_param_persistence_threshold: 0)
   o.stage = stage;
   zero::ZeroOptimizer opt(unet->units(), c, o);
   unet->set_unit_hooks(opt.unit_hooks());
@@ -570,6 +573,7 @@ int stage_timing(comm::Communicator& c, int stage, const std::string& lora) {
   for (int i = 0; i < 2; ++i) {
     sides[i].unet = build();
     zero::ZeroOptions o;
+    o.persistence_threshold = 0;  // every unit sharded at stage 3 (zero.stage3_param_persistence_threshold: 0)
     o.stage = i == 0 ? 0 : stage;
     o.reduce_bucket_size = 5'000'000;
     std::vector<models::ParamUnit> units = sides[i].unet->units();
