@@ -24,6 +24,7 @@
 #include "core/build_info.h"
 #include "data/shapes.h"
 #include "comm/communicator.h"
+#include "train/event_types.h"
 #include "train/run_directory.h"
 #include "train/trainer.h"
 
@@ -228,13 +229,13 @@ int run_train_command(const std::vector<std::string>& args) {
     if (main_rank) bar.update(step, total, loss, sps);
   };
   options.on_event = [&bar](const nlohmann::json& e) {
-    const std::string type = e.value("type", "");
-    if (type == "warning") bar.message("warning: " + e.value("message", ""));
-    else if (type == "log") bar.message(e.value("message", ""));
-    else if (type == "samples") bar.message("samples: " + e.value("dir", ""));
-    else if (type == "checkpoint") bar.message("checkpoint: " + e.value("path", ""));
-    else if (type == "save_failed") bar.message("error: " + e.value("message", ""));
-    else if (type == "run_start") {
+    const std::string type = e.value(train::event::type, "");
+    if (type == train::event::warning) bar.message("warning: " + e.value(train::event::message, ""));
+    else if (type == train::event::log) bar.message(e.value(train::event::message, ""));
+    else if (type == train::event::samples) bar.message("samples: " + e.value(train::event::dir, ""));
+    else if (type == train::event::checkpoint) bar.message("checkpoint: " + e.value(train::event::path, ""));
+    else if (type == train::event::save_failed) bar.message("error: " + e.value(train::event::message, ""));
+    else if (type == train::event::run_start) {
       bar.message("run " + e.value("run_dir", "") + ": " + std::to_string(e.value("parameters", 0)) +
                   " parameters on " + e.value("device", "") + ", " + std::to_string(e.value("dataset_size", 0)) + " images");
       if (e.contains("resumed_from") && e["resumed_from"].is_string())

@@ -2,6 +2,7 @@
 #include "config/config_loader.h"
 #include "train/commands.h"
 #include "train/control_file.h"
+#include "train/event_types.h"
 #include "train/file_follower.h"
 #include "train/run_directory.h"
 #include "train/trainer.h"
@@ -64,6 +65,8 @@ void changeControl(const QString& runDir, const std::function<void(train::Contro
     // The run may be gone or read-only (a finished run on a shared disk): nothing to command.
   }
 }
+
+namespace event = zs::train::event;
 
 double number(const QJsonObject& o, const char* key) { return o.value(QLatin1String(key)).toDouble(std::nan("")); }
 
@@ -295,7 +298,7 @@ void RunController::poll() {
     const QString line = QString::fromStdString(raw);
     m_lastEvents << line;
     if (m_lastEvents.size() > 20) m_lastEvents.removeFirst();
-    if (handleEvent(line) == QLatin1String("checkpoint")) checkpoints = true;
+    if (handleEvent(line) == QLatin1String(event::checkpoint)) checkpoints = true;
   }
   // Rank logs: logs/rank<R>.log, found as they appear.
   const int firstLog = static_cast<int>(m_logs.size());
@@ -343,9 +346,9 @@ void RunController::addSampleStep(qint64 step) {
 
 QString RunController::handleEvent(const QString& line) {
   const QJsonObject e = QJsonDocument::fromJson(line.toUtf8()).object();
-  const QString type = e.value(QStringLiteral("type")).toString();
-  const qint64 step = static_cast<qint64>(e.value(QStringLiteral("step")).toDouble());
-  if (type == QLatin1String("run_start")) {
+  const QString type = e.value(QLatin1String(event::type)).toString();
+  const qint64 step = static_cast<qint64>(e.value(QLatin1String(event::step)).toDouble());
+  if (type == QLatin1String(event::run_start)) {
     // A resumed run continues from its checkpoint's step: what was logged after that step
     // belongs to the abandoned part and is dropped from the charts (the file keeps it).
     const auto later = std::find_if(m_metrics.begin(), m_metrics.end(),
@@ -357,64 +360,64 @@ QString RunController::handleEvent(const QString& line) {
       m_metricsReset = true;
     }
     std::erase_if(m_validation, [step](const ValidationPoint& v) { return v.step > static_cast<double>(step); });
-    m_maxSteps = static_cast<qint64>(e.value(QStringLiteral("max_steps")).toDouble());
+    m_maxSteps = static_cast<qint64>(e.value(QLatin1String(event::max_steps)).toDouble());
     m_startStep = step;
-    m_worldSize = e.value(QStringLiteral("world_size")).toInt(1);
+    m_worldSize = e.value(QLatin1String(event::world_size)).toInt(1);
     m_step = step;
     m_error.clear();
     if (m_state == RunState::starting || m_state == RunState::idle || m_state == RunState::finished)
       setState(RunState::running);
-  } else if (type == QLatin1String("metrics")) {
+  } else if (type == QLatin1String(event::metrics)) {
     MetricPoint p;
     p.step = static_cast<double>(step);
-    p.time = number(e, "time");
-    p.loss = number(e, "loss");
+    p.time = number(e, event::time);
+    p.loss = number(e, event::loss);
     // The trainer's smoothed loss (train::LossSmoother over every step); older runs: the same
     // smoothing over the metrics events.
     const double fallback = m_smoother.add(p.loss);
-    p.smoothed = e.contains(QStringLiteral("loss_smoothed")) ? number(e, "loss_smoothed") : fallback;
-    p.lr = number(e, "lr");
-    p.grad_norm = number(e, "grad_norm");
-    p.samples_per_s = number(e, "samples_per_s");
-    p.s_per_step = number(e, "s_per_step");
-    p.epoch = number(e, "epoch");
-    p.has_loss_scale = e.contains(QStringLiteral("loss_scale"));
-    p.loss_scale = p.has_loss_scale ? number(e, "loss_scale") : 0;
-    for (const auto& r : e.value(QStringLiteral("ranks")).toArray()) {
+    p.smoothed = e.contains(QLatin1String(event::loss_smoothed)) ? number(e, event::loss_smoothed) : fallback;
+    p.lr = number(e, event::lr);
+    p.grad_norm = number(e, event::grad_norm);
+    p.samples_per_s = number(e, event::samples_per_s);
+    p.s_per_step = number(e, event::s_per_step);
+    p.epoch = number(e, event::epoch);
+    p.has_loss_scale = e.contains(QLatin1String(event::loss_scale));
+    p.loss_scale = p.has_loss_scale ? number(e, event::loss_scale) : 0;
+    for (const auto& r : e.value(QLatin1String(event::ranks)).toArray()) {
       const QJsonObject o = r.toObject();
-      p.ranks.push_back({o.value(QStringLiteral("rank")).toInt(), number(o, "rss_bytes"), number(o, "gpu_allocated_bytes"),
-                         number(o, "gpu_reserved_bytes"), number(o, "gpu_peak_bytes")});
+      p.ranks.push_back({o.value(QLatin1String(event::rank)).toInt(), number(o, event::rss_bytes), number(o, event::gpu_allocated_bytes),
+                         number(o, event::gpu_reserved_bytes), number(o, event::gpu_peak_bytes)});
     }
     m_metrics.push_back(std::move(p));
     m_step = step;
     emit progressChanged();
-  } else if (type == QLatin1String("validation")) {
+  } else if (type == QLatin1String(event::validation)) {
     ValidationPoint v;
     v.step = static_cast<double>(step);
-    v.val_loss = number(e, "val_loss");
-    v.has_ema = e.contains(QStringLiteral("val_loss_ema"));
-    v.val_loss_ema = v.has_ema ? number(e, "val_loss_ema") : 0;
+    v.val_loss = number(e, event::val_loss);
+    v.has_ema = e.contains(QLatin1String(event::val_loss_ema));
+    v.val_loss_ema = v.has_ema ? number(e, event::val_loss_ema) : 0;
     m_validation.push_back(v);
     emit validationAdded();
-  } else if (type == QLatin1String("samples")) {
+  } else if (type == QLatin1String(event::samples)) {
     addSampleStep(step);
-  } else if (type == QLatin1String("paused")) {
+  } else if (type == QLatin1String(event::paused)) {
     setState(RunState::paused);
-  } else if (type == QLatin1String("resumed")) {
+  } else if (type == QLatin1String(event::resumed)) {
     setState(RunState::running);
-  } else if (type == QLatin1String("error")) {
-    m_error = e.value(QStringLiteral("message")).toString();
-  } else if (type == QLatin1String("save_failed") || (type == QLatin1String("checkpoint") && !m_saveProblem.isEmpty())) {
-    m_saveProblem = type == QLatin1String("checkpoint") ? QString() : e.value(QStringLiteral("message")).toString();
+  } else if (type == QLatin1String(event::error)) {
+    m_error = e.value(QLatin1String(event::message)).toString();
+  } else if (type == QLatin1String(event::save_failed) || (type == QLatin1String(event::checkpoint) && !m_saveProblem.isEmpty())) {
+    m_saveProblem = type == QLatin1String(event::checkpoint) ? QString() : e.value(QLatin1String(event::message)).toString();
     emit saveProblemChanged(m_saveProblem);
-  } else if (type == QLatin1String("run_end")) {
+  } else if (type == QLatin1String(event::run_end)) {
     m_step = step;
-    const QString reason = e.value(QStringLiteral("reason")).toString();
-    if (reason == QLatin1String("error") || reason == QLatin1String("save_failed")) fail(m_error.isEmpty() ? m_saveProblem : m_error);
+    const QString reason = e.value(QLatin1String(event::reason)).toString();
+    if (reason == QLatin1String(event::reason_error) || reason == QLatin1String(event::reason_save_failed)) fail(m_error.isEmpty() ? m_saveProblem : m_error);
     else setState(RunState::finished);
     emit progressChanged();
   }
-  if (m_state == RunState::starting && type != QLatin1String("log") && !m_metrics.empty()) setState(RunState::running);
+  if (m_state == RunState::starting && type != QLatin1String(event::log) && !m_metrics.empty()) setState(RunState::running);
   return type;
 }
 

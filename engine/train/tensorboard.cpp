@@ -1,5 +1,7 @@
 #include "train/tensorboard.h"
 
+#include "train/event_types.h"
+
 #include <unistd.h>
 
 #include <chrono>
@@ -19,13 +21,14 @@ namespace {
 
 /// metrics fields -> scalar tags.
 const std::pair<const char*, const char*> kScalars[] = {
-    {"loss", "train/loss"},           {"loss_smoothed", "train/loss_smoothed"}, {"lr", "train/lr"},
-    {"grad_norm", "train/grad_norm"}, {"samples_per_s", "train/samples_per_s"}, {"s_per_step", "train/s_per_step"},
-    {"loss_scale", "train/loss_scale"}};
+    {event::loss, "train/loss"},           {event::loss_smoothed, "train/loss_smoothed"}, {event::lr, "train/lr"},
+    {event::grad_norm, "train/grad_norm"}, {event::samples_per_s, "train/samples_per_s"},
+    {event::s_per_step, "train/s_per_step"}, {event::loss_scale, "train/loss_scale"}};
 /// validation fields -> scalar tags.
-const std::pair<const char*, const char*> kValidation[] = {{"val_loss", "val/loss"}, {"val_loss_ema", "val/loss_ema"}};
+const std::pair<const char*, const char*> kValidation[] = {{event::val_loss, "val/loss"}, {event::val_loss_ema, "val/loss_ema"}};
 /// per-rank memory fields (metrics.ranks[r]) -> memory/rank<R>/<kind>.
-const char* const kMemory[] = {"rss_bytes", "gpu_allocated_bytes", "gpu_reserved_bytes", "gpu_peak_bytes"};
+const char* const kMemory[] = {event::rss_bytes, event::gpu_allocated_bytes, event::gpu_reserved_bytes,
+                               event::gpu_peak_bytes};
 
 std::string host_name() {
   char buf[256] = {};
@@ -68,26 +71,26 @@ const std::string& TensorBoardLog::path() const { return writer_->path(); }
 
 TensorBoardLog::Written TensorBoardLog::add(const nlohmann::json& e) {
   Written out;
-  const std::string type = e.value("type", "");
-  const double time = e.value("time", 0.0);
-  const std::int64_t step = e.value("step", std::int64_t{0});
+  const std::string type = e.value(event::type, "");
+  const double time = e.value(event::time, 0.0);
+  const std::int64_t step = e.value(event::step, std::int64_t{0});
   auto scalar = [&](const std::string& tag, const nlohmann::json& v) {
     if (!v.is_number()) return;
     writer_->scalar(time, step, tag, v.get<float>());
     ++out.scalars;
   };
-  if (type == "metrics") {
+  if (type == event::metrics) {
     for (const auto& [field, tag] : kScalars)
       if (e.contains(field)) scalar(tag, e[field]);
-    if (e.contains("ranks"))
-      for (const auto& r : e["ranks"])
+    if (e.contains(event::ranks))
+      for (const auto& r : e[event::ranks])
         for (const char* kind : kMemory)
-          if (r.contains(kind)) scalar("memory/rank" + std::to_string(r.value("rank", 0)) + "/" + kind, r[kind]);
-  } else if (type == "validation") {
+          if (r.contains(kind)) scalar("memory/rank" + std::to_string(r.value(event::rank, 0)) + "/" + kind, r[kind]);
+  } else if (type == event::validation) {
     for (const auto& [field, tag] : kValidation)
       if (e.contains(field)) scalar(tag, e[field]);
-  } else if (type == "samples") {
-    const std::string grid = e.value("dir", "") + "/grid.png";
+  } else if (type == event::samples) {
+    const std::string grid = e.value(event::dir, "") + "/grid.png";
     std::error_code ec;
     if (!fs::exists(grid, ec)) return out;
     const std::string png = io::read_file(grid);
@@ -95,14 +98,14 @@ TensorBoardLog::Written TensorBoardLog::add(const nlohmann::json& e) {
     if (!png_size(png, h, w, c)) return out;
     writer_->image(time, step, "samples", h, w, c, png);
     ++out.images;
-  } else if (type == "run_start") {
+  } else if (type == event::run_start) {
     std::error_code ec;
     const std::string config = run_dir_ + "/config.yaml";
     // TensorBoard's text plugin renders Markdown: a fenced block keeps the YAML as it is.
     if (!fs::exists(config, ec)) return out;
     writer_->text(time, step, "config", "```yaml\n" + io::read_file(config) + "```");
     ++out.texts;
-  } else if (type != "run_end") {
+  } else if (type != event::run_end) {
     return out;
   }
   writer_->flush();  // a live TensorBoard follows the run
