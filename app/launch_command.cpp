@@ -26,6 +26,7 @@
 #include "config/config_loader.h"
 #include "config/trainability.h"
 #include "io/atomic_file.h"
+#include "train/event_types.h"
 #include "train/events.h"
 #include "train/run_directory.h"
 #include "train/trainer.h"
@@ -134,12 +135,12 @@ void append_run_event(const std::string& run_dir, const std::string& type, const
     for (std::string line; std::getline(in, line);) {
       const auto e = nlohmann::json::parse(line, nullptr, false);
       if (e.is_object()) {
-        step = e.value("step", step);
-        last_type = e.value("type", "");
+        step = e.value(train::event::step, step);
+        last_type = e.value(train::event::type, "");
       }
     }
   }
-  if (type == "run_end" && last_type == "run_end") return;  // rank 0 ended it already
+  if (type == train::event::run_end && last_type == train::event::run_end) return;  // rank 0 ended it already
   try {
     train::EventLog(path).write(type, step, fields);
   } catch (const std::exception&) {
@@ -151,127 +152,76 @@ const RegisterCommands kRegisterLaunchCommand{{&kLaunch}};
 
 }  // namespace
 
-int run_launch_command(const std::vector<std::string>& args) {
-  const ParsedArgs a = parse_args(kLaunch, args);
-  if (a.help) {
-    std::cout << kLaunch.help();
-    return 0;
-  }
-  const std::string file = a.positional()[0];
-  const auto loaded = config::load_config_file(file, a.all("set"));
-  const auto& l = loaded.config.launch;
-  const int total = static_cast<int>(a.get_int("num_processes", l.num_processes, 0));
-  const int machines = static_cast<int>(a.get_int("num_machines", l.num_machines, 0));
-  const int machine_rank = static_cast<int>(a.get_int("machine_rank", l.machine_rank, 0));
-  const int port = static_cast<int>(a.get_int("main_process_port", l.main_process_port, 0));
-  const std::string ip = a.has("main_process_ip") ? a.get("main_process_ip") : l.main_process_ip;
-  if (total < 1 || machines < 1 || total % machines != 0)
-    throw UsageError("--num_processes " + std::to_string(total) + " must be a positive multiple of --num_machines " +
-                     std::to_string(machines));
-  if (machine_rank >= machines)
-    throw UsageError("--machine_rank " + std::to_string(machine_rank) + " must be below --num_machines " +
-                     std::to_string(machines));
-  const int local = total / machines;
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const int threads = std::max(1, static_cast<int>(cores) / local);
+/// What every rank of this machine is started with.
+struct RankSpawn {
+  std::string self;                     ///< this executable
+  std::vector<std::string> train_args;  ///< `train CONFIG --run-dir DIR ...`
+  int total = 1, local = 1, machine_rank = 0, threads = 1, port = 0;
+  std::string ip;          ///< MASTER_ADDR
+  std::string store_file;  ///< one machine: the private rendezvous file ("" with several)
+};
 
-  std::vector<std::string> train_args = {"train", file};
-  for (const auto& s : a.all("set")) train_args.insert(train_args.end(), {"--set", s});
-  // Every rank must agree on the run directory: the launcher decides it once and passes it on.
-  const train::RunDirectory run_dir =
-      train::resolve_run_dir(loaded.config, {a.get("run_dir"), a.get("resume"), std::filesystem::path(file).stem().string()});
-  if (machines > 1 && run_dir.generated)
-    throw UsageError("with several machines, every machine needs the same run directory: pass --run-dir DIR (on a "
-                     "shared disk) or set logging.run_name");
-  config::require_trainable(loaded, run_dir.path);  // refused here, before any rank starts
-  train_args.insert(train_args.end(), {"--run-dir", run_dir.path});
-  if (a.has("resume")) train_args.insert(train_args.end(), {"--resume", a.get("resume")});
-
-  char self[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) throw Error(ErrorKind::io, "cannot find the zerostudio executable (/proc/self/exe)");
-  self[n] = '\0';
-
-  // One machine: the ranks meet through a file in a private folder (mode 0700, under $TMPDIR, not
-  // the run folder, which may be on NFS), so no port is open to other machines. Several machines:
-  // rank 0's TCPStore at --main_process_ip:--main_process_port.
-  struct StoreFolder {
-    std::string dir;
-    ~StoreFolder() {
-      std::error_code ec;
-      if (!dir.empty()) io::remove_tree(dir, ec);  // never std::filesystem::remove_all (atomic_file.h)
-    }
-  } store;
-  if (machines == 1) {
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/zerostudio-store-XXXXXX";
-    if (!::mkdtemp(pattern.data()))
-      throw Error(ErrorKind::io, pattern + ": cannot create the ranks' private rendezvous folder: " + std::strerror(errno) +
-                                     "; set TMPDIR to a writable folder");
-    store.dir = pattern;
-  }
-  const std::string store_file = store.dir.empty() ? "" : store.dir + "/store";
-  std::cout << "[launcher] starting " << local << " of " << total << " ranks on machine " << machine_rank << " ("
-            << threads << " threads each, rendezvous "
-            << (store_file.empty() ? ip + ":" + std::to_string(port) : "through " + store_file + ", no port") << ")\n";
-  std::cout.flush();
-  std::signal(SIGINT, on_launcher_signal);
-  std::signal(SIGTERM, on_launcher_signal);
-  std::vector<Child> children;
-  for (int i = 0; i < local; ++i) {
-    int fds[2], beat[2];
-    if (::pipe(fds) != 0) throw Error(ErrorKind::io, "cannot create a pipe for a rank's output");
-    // The heartbeat: a socket (not a pipe), so that a rank whose launcher is gone gets EPIPE from
-    // send(MSG_NOSIGNAL) instead of SIGPIPE.
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, beat) != 0)
-      throw Error(ErrorKind::io, "cannot create a socket for a rank's heartbeat");
-    Child c;
-    c.rank = machine_rank * local + i;
-    const pid_t launcher = ::getpid();
-    c.pid = ::fork();
-    if (c.pid == 0) {
-      // A launcher that is killed takes its ranks along: they get SIGTERM, finish the step,
-      // save and end (the other ranks get it too, so they agree), or fail within the timeout.
-      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-      if (::getppid() != launcher) ::_exit(1);  // it died before the line above
-      ::dup2(fds[1], STDOUT_FILENO);
-      ::dup2(fds[1], STDERR_FILENO);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      ::fcntl(beat[1], F_SETFD, 0);  // this rank's end survives exec; ours (beat[0]) does not
-      std::signal(SIGINT, SIG_DFL);
-      std::signal(SIGTERM, SIG_DFL);
-      const std::map<std::string, std::string> env = {
-          {"RANK", std::to_string(c.rank)},        {"WORLD_SIZE", std::to_string(total)},
-          {"LOCAL_RANK", std::to_string(i)},       {"LOCAL_WORLD_SIZE", std::to_string(local)},
-          {"MASTER_ADDR", ip},                     {"MASTER_PORT", std::to_string(port)},
-          {"OMP_NUM_THREADS", std::to_string(threads)}, {"MKL_NUM_THREADS", std::to_string(threads)}};
-      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-      if (store_file.empty()) ::unsetenv("ZEROSTUDIO_STORE_FILE");
-      else ::setenv("ZEROSTUDIO_STORE_FILE", store_file.c_str(), 1);
-      ::setenv("ZEROSTUDIO_LAUNCHER_PID", std::to_string(launcher).c_str(), 1);  // whether it is still there
-      ::setenv("ZEROSTUDIO_HEARTBEAT_FD", std::to_string(beat[1]).c_str(), 1);
-      std::vector<char*> argv{self};
-      for (auto& s : train_args) argv.push_back(s.data());
-      argv.push_back(nullptr);
-      ::execv(self, argv.data());
-      std::perror("zerostudio launch: exec");
-      ::_exit(127);
-    }
+/// Forks and execs local rank `i` with its environment, its output on a pipe and its heartbeat
+/// on a socket.
+Child start_rank(const RankSpawn& s, int i) {
+  std::string self = s.self;
+  std::vector<std::string> args = s.train_args;  // execv takes them as char*
+  int fds[2], beat[2];
+  if (::pipe(fds) != 0) throw Error(ErrorKind::io, "cannot create a pipe for a rank's output");
+  // The heartbeat: a socket (not a pipe), so that a rank whose launcher is gone gets EPIPE from
+  // send(MSG_NOSIGNAL) instead of SIGPIPE.
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, beat) != 0)
+    throw Error(ErrorKind::io, "cannot create a socket for a rank's heartbeat");
+  Child c;
+  c.rank = s.machine_rank * s.local + i;
+  const pid_t launcher = ::getpid();
+  c.pid = ::fork();
+  if (c.pid == 0) {
+    // A launcher that is killed takes its ranks along: they get SIGTERM, finish the step,
+    // save and end (the other ranks get it too, so they agree), or fail within the timeout.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != launcher) ::_exit(1);  // it died before the line above
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::close(fds[0]);
     ::close(fds[1]);
-    ::close(beat[1]);
-    if (c.pid < 0) throw Error(ErrorKind::io, "cannot start rank " + std::to_string(c.rank));
-    c.fd = fds[0];
-    c.beat_fd = beat[0];
-    ::fcntl(c.beat_fd, F_SETFL, ::fcntl(c.beat_fd, F_GETFL) | O_NONBLOCK);
-    c.last_beat = Clock::now();
-    children.push_back(c);
+    ::fcntl(beat[1], F_SETFD, 0);  // this rank's end survives exec; ours (beat[0]) does not
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    const std::map<std::string, std::string> env = {
+        {"RANK", std::to_string(c.rank)},        {"WORLD_SIZE", std::to_string(s.total)},
+        {"LOCAL_RANK", std::to_string(i)},       {"LOCAL_WORLD_SIZE", std::to_string(s.local)},
+        {"MASTER_ADDR", s.ip},                     {"MASTER_PORT", std::to_string(s.port)},
+        {"OMP_NUM_THREADS", std::to_string(s.threads)}, {"MKL_NUM_THREADS", std::to_string(s.threads)}};
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    if (s.store_file.empty()) ::unsetenv("ZEROSTUDIO_STORE_FILE");
+    else ::setenv("ZEROSTUDIO_STORE_FILE", s.store_file.c_str(), 1);
+    ::setenv("ZEROSTUDIO_LAUNCHER_PID", std::to_string(launcher).c_str(), 1);  // whether it is still there
+    ::setenv("ZEROSTUDIO_HEARTBEAT_FD", std::to_string(beat[1]).c_str(), 1);
+    std::vector<char*> argv{self.data()};
+    for (auto& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    ::execv(self.c_str(), argv.data());
+    std::perror("zerostudio launch: exec");
+    ::_exit(127);
   }
+  ::close(fds[1]);
+  ::close(beat[1]);
+  if (c.pid < 0) throw Error(ErrorKind::io, "cannot start rank " + std::to_string(c.rank));
+  c.fd = fds[0];
+  c.beat_fd = beat[0];
+  ::fcntl(c.beat_fd, F_SETFL, ::fcntl(c.beat_fd, F_GETFL) | O_NONBLOCK);
+  c.last_beat = Clock::now();
+  return c;
+}
 
+/// Follows the ranks until all have ended: passes their output and signals on, kills a rank
+/// whose heartbeat stopped, and when one fails stops the others (SIGTERM, SIGKILL after
+/// launch.failure_grace_s). Returns the first failing rank's exit code (0: all finished).
+int supervise(std::vector<Child>& children, const config::LaunchConfig& lc, const std::string& run_dir) {
   int first_failure = 0;
   int forwarded = 0;
   Clock::time_point kill_at = Clock::time_point::max();
-  const auto& lc = loaded.config.launch;
   const auto heartbeat_timeout = std::chrono::seconds(lc.heartbeat_timeout_s);
   Clock::time_point last_round = Clock::now();
   for (;;) {
@@ -352,7 +302,8 @@ int run_launch_command(const std::vector<std::string>& args) {
           // the other ranks cannot.
           const bool save_failed = WIFEXITED(status) && c.code == train::kSaveFailedExit;
           if (!save_failed && (c.rank != 0 || WIFSIGNALED(status)))
-            append_run_event(run_dir.path, "error", {{"message", ending}, {"rank", c.rank}, {"source", "launcher"}});
+            append_run_event(run_dir, train::event::error,
+                             {{train::event::message, ending}, {"rank", c.rank}, {"source", "launcher"}});
           if (first_failure == 0) {
             first_failure = c.code;
             if (save_failed) {
@@ -394,12 +345,86 @@ int run_launch_command(const std::vector<std::string>& args) {
       kill_at = Clock::time_point::max();
     }
   }
+  return first_failure;
+}
+
+int run_launch_command(const std::vector<std::string>& args) {
+  const ParsedArgs a = parse_args(kLaunch, args);
+  if (a.help) {
+    std::cout << kLaunch.help();
+    return 0;
+  }
+  const std::string file = a.positional()[0];
+  const auto loaded = config::load_config_file(file, a.all("set"));
+  const auto& l = loaded.config.launch;
+  const int total = static_cast<int>(a.get_int("num_processes", l.num_processes, 0));
+  const int machines = static_cast<int>(a.get_int("num_machines", l.num_machines, 0));
+  const int machine_rank = static_cast<int>(a.get_int("machine_rank", l.machine_rank, 0));
+  const int port = static_cast<int>(a.get_int("main_process_port", l.main_process_port, 0));
+  const std::string ip = a.has("main_process_ip") ? a.get("main_process_ip") : l.main_process_ip;
+  if (total < 1 || machines < 1 || total % machines != 0)
+    throw UsageError("--num_processes " + std::to_string(total) + " must be a positive multiple of --num_machines " +
+                     std::to_string(machines));
+  if (machine_rank >= machines)
+    throw UsageError("--machine_rank " + std::to_string(machine_rank) + " must be below --num_machines " +
+                     std::to_string(machines));
+  const int local = total / machines;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const int threads = std::max(1, static_cast<int>(cores) / local);
+
+  std::vector<std::string> train_args = {"train", file};
+  for (const auto& s : a.all("set")) train_args.insert(train_args.end(), {"--set", s});
+  // Every rank must agree on the run directory: the launcher decides it once and passes it on.
+  const train::RunDirectory run_dir =
+      train::resolve_run_dir(loaded.config, {a.get("run_dir"), a.get("resume"), std::filesystem::path(file).stem().string()});
+  if (machines > 1 && run_dir.generated)
+    throw UsageError("with several machines, every machine needs the same run directory: pass --run-dir DIR (on a "
+                     "shared disk) or set logging.run_name");
+  config::require_trainable(loaded, run_dir.path);  // refused here, before any rank starts
+  train_args.insert(train_args.end(), {"--run-dir", run_dir.path});
+  if (a.has("resume")) train_args.insert(train_args.end(), {"--resume", a.get("resume")});
+
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) throw Error(ErrorKind::io, "cannot find the zerostudio executable (/proc/self/exe)");
+  self[n] = '\0';
+
+  // One machine: the ranks meet through a file in a private folder (mode 0700, under $TMPDIR, not
+  // the run folder, which may be on NFS), so no port is open to other machines. Several machines:
+  // rank 0's TCPStore at --main_process_ip:--main_process_port.
+  struct StoreFolder {
+    std::string dir;
+    ~StoreFolder() {
+      std::error_code ec;
+      if (!dir.empty()) io::remove_tree(dir, ec);  // never std::filesystem::remove_all (atomic_file.h)
+    }
+  } store;
+  if (machines == 1) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/zerostudio-store-XXXXXX";
+    if (!::mkdtemp(pattern.data()))
+      throw Error(ErrorKind::io, pattern + ": cannot create the ranks' private rendezvous folder: " + std::strerror(errno) +
+                                     "; set TMPDIR to a writable folder");
+    store.dir = pattern;
+  }
+  const std::string store_file = store.dir.empty() ? "" : store.dir + "/store";
+  std::cout << "[launcher] starting " << local << " of " << total << " ranks on machine " << machine_rank << " ("
+            << threads << " threads each, rendezvous "
+            << (store_file.empty() ? ip + ":" + std::to_string(port) : "through " + store_file + ", no port") << ")\n";
+  std::cout.flush();
+  std::signal(SIGINT, on_launcher_signal);
+  std::signal(SIGTERM, on_launcher_signal);
+  std::vector<Child> children;
+  RankSpawn spawn{self, train_args, total, local, machine_rank, threads, port, ip, store_file};
+  for (int i = 0; i < local; ++i) children.push_back(start_rank(spawn, i));
+
+  const int first_failure = supervise(children, loaded.config.launch, run_dir.path);
   for (auto& c : children)
     if (c.beat_fd >= 0) ::close(c.beat_fd);
   std::signal(SIGINT, SIG_DFL);
   std::signal(SIGTERM, SIG_DFL);
-  if (first_failure && first_failure != train::kSaveFailedExit)
-    append_run_event(run_dir.path, "run_end", {{"reason", "error"}});  // when rank 0 could not
+  if (first_failure && first_failure != train::kSaveFailedExit)  // when rank 0 could not
+    append_run_event(run_dir.path, train::event::run_end, {{train::event::reason, train::event::reason_error}});
   std::cout << "[launcher] " << (first_failure ? "failed with exit code " + std::to_string(first_failure) : "all ranks finished")
             << "\n";
   return first_failure;
