@@ -14,6 +14,7 @@
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
+#include <QImage>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLineEdit>
@@ -135,6 +136,12 @@ SetupWizard::SetupWizard(QWidget* parent) : QWizard(parent) {
   const auto start = config::load_config_string(config::quickstart_yaml(), "quickstart");
   m_base = config::to_yaml(start.config);
   m_answers = config::answers_from_config(start.config);
+  // Model shapes (the tiny preset is built with real tensors) and dataset scans run on a thread
+  // of their own, so typing a path never blocks the GUI.
+  m_work = new QObject;
+  m_work->moveToThread(&m_workThread);
+  connect(&m_workThread, &QThread::finished, m_work, &QObject::deleteLater);
+  m_workThread.start();
   m_memory = new MemoryPanel(this);
   setSideWidget(m_memory);
   connect(m_memory, &MemoryPanel::cardChanged, this, [this] { updateMemory(); });
@@ -145,107 +152,141 @@ SetupWizard::SetupWizard(QWidget* parent) : QWizard(parent) {
   resize(980, 640);
 }
 
-SetupWizard::~SetupWizard() = default;
+SetupWizard::~SetupWizard() {
+  // The job under way finishes; the answers it posts back are dropped with this object.
+  m_workThread.quit();
+  m_workThread.wait();
+}
+
+void SetupWizard::postWork(std::function<std::function<void()>()> job) {
+  ++m_pendingJobs;
+  QMetaObject::invokeMethod(
+      m_work,
+      [this, job = std::move(job)] {
+        std::function<void()> show = job();  // the work thread: no widget is touched here
+        m_lastWorkThread = QThread::currentThread();
+        QMetaObject::invokeMethod(
+            this,
+            [this, show = std::move(show)] {
+              --m_pendingJobs;
+              show();
+            },
+            Qt::QueuedConnection);
+      },
+      Qt::QueuedConnection);
+}
 
 void SetupWizard::buildPages() {
   for (const auto& [pageId, title] : config::setup_pages()) {
     auto* page = new QuestionPage(this, pageId, qs(title));
     m_pages[pageId] = page;
-    for (const auto& q : config::setup_questions()) {
-      if (q.page != pageId) continue;
-      QWidget* field = nullptr;
-      QWidget* input = nullptr;
-      const std::string id = q.id;
-      auto changed = [this, id](const QString& v) { answerChanged(id, v); };
-      switch (q.kind) {
-        case Kind::choice: {
-          auto* combo = new QComboBox(page);
-          for (const auto& [value, label] : q.choices) combo->addItem(qs(label), qs(value));
-          connect(combo, &QComboBox::currentIndexChanged, this, [combo, changed] { changed(combo->currentData().toString()); });
-          field = input = combo;
-          break;
-        }
-        case Kind::yes_no: {
-          auto* box = new QCheckBox(page);
-          connect(box, &QCheckBox::toggled, this, [changed](bool on) { changed(on ? "yes" : "no"); });
-          field = input = box;
-          break;
-        }
-        case Kind::lines: {
-          auto* text = new QPlainTextEdit(page);
-          text->setMaximumHeight(140);
-          connect(text, &QPlainTextEdit::textChanged, this, [text, changed] { changed(text->toPlainText()); });
-          field = input = text;
-          break;
-        }
-        default: {
-          auto* edit = new QLineEdit(page);
-          connect(edit, &QLineEdit::textChanged, this, changed);
-          input = edit;
-          field = edit;
-          if (q.kind == Kind::folder || q.kind == Kind::file) {
-            auto* row = new QWidget(page);
-            auto* h = new QHBoxLayout(row);
-            h->setContentsMargins(0, 0, 0, 0);
-            h->addWidget(edit, 1);
-            auto* browse = new QToolButton(row);
-            browse->setText(tr("Browse..."));
-            const bool folder = q.kind == Kind::folder;
-            const bool checkpoint = q.id == "model_file";
-            connect(browse, &QToolButton::clicked, this, [this, edit, folder, checkpoint] {
-              const QString path =
-                  folder       ? QFileDialog::getExistingDirectory(this, tr("Choose a folder"), edit->text())
-                  : checkpoint ? QFileDialog::getOpenFileName(this, tr("Choose a checkpoint"), edit->text(),
-                                                              tr("Single-file checkpoints (*.safetensors)"))
-                               : QFileDialog::getOpenFileName(this, tr("Choose a DeepSpeed config"), edit->text(),
-                                                              tr("DeepSpeed JSON (*.json)"));
-              if (!path.isEmpty()) edit->setText(path);
-            });
-            h->addWidget(browse);
-            field = row;
-          }
-        }
-      }
-      input->setObjectName(qs(q.id));
-      page->addField(qs(q.id), input);
-      if (!q.help.empty()) input->setToolTip(qs(q.help));
-      auto* label = new QLabel(qs(q.prompt), page);
-      label->setWordWrap(true);
-      label->setStyleSheet(QStringLiteral("font-weight: bold;"));
-      if (!q.help.empty()) label->setToolTip(qs(q.help));
-      page->form()->addRow(label, field);
-      m_widgets[q.id] = input;
-      m_rows[q.id] = field;
-      if (!q.help.empty()) {
-        auto* help = new QLabel(qs(q.help), page);
-        help->setWordWrap(true);
-        help->setStyleSheet(QStringLiteral("color: #555; margin-bottom: 6px;"));
-        page->form()->addRow(help);
-        m_helpRows[q.id] = help;
-      }
-    }
-    if (pageId == "model") {
-      m_modelInfo = new QLabel(page);
-      m_modelInfo->setObjectName(QStringLiteral("modelInfo"));
-      m_modelInfo->setWordWrap(true);
-      page->extra()->addWidget(m_modelInfo);
-    }
-    if (pageId == "dataset") {
-      m_datasetInfo = new QLabel(page);
-      m_datasetInfo->setObjectName(QStringLiteral("datasetInfo"));
-      m_datasetInfo->setWordWrap(true);
-      page->extra()->addWidget(m_datasetInfo);
-      m_thumbnails = new QListWidget(page);
-      m_thumbnails->setObjectName(QStringLiteral("thumbnails"));
-      m_thumbnails->setViewMode(QListView::IconMode);
-      m_thumbnails->setIconSize(QSize(96, 96));
-      m_thumbnails->setGridSize(QSize(150, 140));
-      m_thumbnails->setWordWrap(true);
-      m_thumbnails->setMinimumHeight(160);
-      page->extra()->addWidget(m_thumbnails);
-    }
+    for (const auto& q : config::setup_questions())
+      if (q.page == pageId) addQuestion(page, q);
+    addPageExtras(page, pageId);
     setPage(static_cast<int>(m_pages.size()) - 1, page);
   }
+  buildSummaryPage();
+  connect(this, &QWizard::currentIdChanged, this, [this] { refresh(); });
+}
+
+void SetupWizard::addQuestion(QuestionPage* page, const SetupQuestion& q) {
+  QWidget* field = nullptr;
+  QWidget* input = nullptr;
+  const std::string id = q.id;
+  auto changed = [this, id](const QString& v) { answerChanged(id, v); };
+  switch (q.kind) {
+    case Kind::choice: {
+      auto* combo = new QComboBox(page);
+      for (const auto& [value, label] : q.choices) combo->addItem(qs(label), qs(value));
+      connect(combo, &QComboBox::currentIndexChanged, this, [combo, changed] { changed(combo->currentData().toString()); });
+      field = input = combo;
+      break;
+    }
+    case Kind::yes_no: {
+      auto* box = new QCheckBox(page);
+      connect(box, &QCheckBox::toggled, this, [changed](bool on) { changed(on ? "yes" : "no"); });
+      field = input = box;
+      break;
+    }
+    case Kind::lines: {
+      auto* text = new QPlainTextEdit(page);
+      text->setMaximumHeight(140);
+      connect(text, &QPlainTextEdit::textChanged, this, [text, changed] { changed(text->toPlainText()); });
+      field = input = text;
+      break;
+    }
+    default: {
+      auto* edit = new QLineEdit(page);
+      connect(edit, &QLineEdit::textChanged, this, changed);
+      input = edit;
+      field = edit;
+      if (q.kind == Kind::folder || q.kind == Kind::file) {
+        auto* row = new QWidget(page);
+        auto* h = new QHBoxLayout(row);
+        h->setContentsMargins(0, 0, 0, 0);
+        h->addWidget(edit, 1);
+        auto* browse = new QToolButton(row);
+        browse->setText(tr("Browse..."));
+        const bool folder = q.kind == Kind::folder;
+        const bool checkpoint = q.id == "model_file";
+        connect(browse, &QToolButton::clicked, this, [this, edit, folder, checkpoint] {
+          const QString path =
+              folder       ? QFileDialog::getExistingDirectory(this, tr("Choose a folder"), edit->text())
+              : checkpoint ? QFileDialog::getOpenFileName(this, tr("Choose a checkpoint"), edit->text(),
+                                                          tr("Single-file checkpoints (*.safetensors)"))
+                           : QFileDialog::getOpenFileName(this, tr("Choose a DeepSpeed config"), edit->text(),
+                                                          tr("DeepSpeed JSON (*.json)"));
+          if (!path.isEmpty()) edit->setText(path);
+        });
+        h->addWidget(browse);
+        field = row;
+      }
+    }
+  }
+  input->setObjectName(qs(q.id));
+  page->addField(qs(q.id), input);
+  if (!q.help.empty()) input->setToolTip(qs(q.help));
+  auto* label = new QLabel(qs(q.prompt), page);
+  label->setWordWrap(true);
+  label->setStyleSheet(QStringLiteral("font-weight: bold;"));
+  if (!q.help.empty()) label->setToolTip(qs(q.help));
+  page->form()->addRow(label, field);
+  m_widgets[q.id] = input;
+  m_rows[q.id] = field;
+  if (!q.help.empty()) {
+    auto* help = new QLabel(qs(q.help), page);
+    help->setWordWrap(true);
+    help->setStyleSheet(QStringLiteral("color: #555; margin-bottom: 6px;"));
+    page->form()->addRow(help);
+    m_helpRows[q.id] = help;
+  }
+}
+
+void SetupWizard::addPageExtras(QuestionPage* page, const std::string& pageId) {
+  // The model page shows what the model holds; the dataset page what the folder holds.
+  if (pageId == "model") {
+    m_modelInfo = new QLabel(page);
+    m_modelInfo->setObjectName(QStringLiteral("modelInfo"));
+    m_modelInfo->setWordWrap(true);
+    page->extra()->addWidget(m_modelInfo);
+  }
+  if (pageId == "dataset") {
+    m_datasetInfo = new QLabel(page);
+    m_datasetInfo->setObjectName(QStringLiteral("datasetInfo"));
+    m_datasetInfo->setWordWrap(true);
+    page->extra()->addWidget(m_datasetInfo);
+    m_thumbnails = new QListWidget(page);
+    m_thumbnails->setObjectName(QStringLiteral("thumbnails"));
+    m_thumbnails->setViewMode(QListView::IconMode);
+    m_thumbnails->setIconSize(QSize(96, 96));
+    m_thumbnails->setGridSize(QSize(150, 140));
+    m_thumbnails->setWordWrap(true);
+    m_thumbnails->setMinimumHeight(160);
+    page->extra()->addWidget(m_thumbnails);
+  }
+}
+
+void SetupWizard::buildSummaryPage() {
   // Last page: the YAML, and where to save it.
   auto* summary = new QWizardPage(this);
   summary->setTitle(tr("Trainer config"));
@@ -274,7 +315,6 @@ void SetupWizard::buildPages() {
   v->addWidget(save, 0, Qt::AlignLeft);
   connect(save, &QPushButton::clicked, this, &SetupWizard::saveInteractively);
   setPage(static_cast<int>(m_pages.size()), summary);
-  connect(this, &QWizard::currentIdChanged, this, [this] { refresh(); });
 }
 
 void SetupWizard::answerChanged(const std::string& id, const QString& value) {
@@ -317,6 +357,7 @@ void SetupWizard::refresh() {
     for (const auto& id : ids) m_problems[id] << text;
   }
   for (auto& [id, page] : m_pages) page->updateState();
+  m_shapeErrors.clear();  // a folder that failed may have been fixed: read it again
   updateModelInfo();
   updateDatasetInfo();
   updateMemory();
@@ -330,14 +371,38 @@ void SetupWizard::refresh() {
   }
 }
 
-const estimate::ModelShape& SetupWizard::shapeOf(const config::TrainerConfig& cfg) {
+const estimate::ModelShape* SetupWizard::shapeOf(const config::TrainerConfig& cfg, QString* error) {
   // Keyed by all that the shape depends on: LoRA's rank and targets and the text encoders'
   // training change it, so the model page's shape (full training) is never taken for a LoRA
   // estimate's, nor the other way round.
   const std::string key = estimate::model_shape_key(cfg);
-  auto it = m_shapes.find(key);
-  if (it == m_shapes.end()) it = m_shapes.emplace(key, estimate::model_shape(cfg)).first;
-  return it->second;
+  if (const auto it = m_shapes.find(key); it != m_shapes.end()) return &it->second;
+  if (const auto e = m_shapeErrors.find(key); e != m_shapeErrors.end()) {
+    *error = e->second;
+    return nullptr;
+  }
+  if (m_shapesAsked.insert(key).second)
+    postWork([this, key, cfg]() -> std::function<void()> {
+      try {
+        auto shape = std::make_shared<estimate::ModelShape>(estimate::model_shape(cfg));
+        return [this, key, shape] {
+          m_shapesAsked.erase(key);
+          m_shapes.emplace(key, std::move(*shape));
+          updateModelInfo();
+          updateMemory();
+        };
+      } catch (const std::exception& e) {
+        const QString why = QString::fromUtf8(e.what());
+        return [this, key, why] {
+          m_shapesAsked.erase(key);
+          m_shapeErrors[key] = why;
+          updateModelInfo();
+          updateMemory();
+        };
+      }
+    });
+  error->clear();
+  return nullptr;
 }
 
 void SetupWizard::updateModelInfo() {
@@ -360,7 +425,14 @@ void SetupWizard::updateModelInfo() {
     } else {
       c.model.preset = key;
     }
-    const estimate::ModelShape& m = shapeOf(c);  // the model alone, as fully trained
+    QString error;
+    const estimate::ModelShape* shape = shapeOf(c, &error);  // the model alone, as fully trained
+    if (!shape) {
+      m_modelInfo->setText(error.isEmpty() ? tr("Reading the model...")
+                                           : tr("<span style='color:#c0392b'>%1</span>").arg(error.toHtmlEscaped()));
+      return;
+    }
+    const estimate::ModelShape& m = *shape;
     QString text = tr("%1 trainable parameters (%2 units)")
                        .arg(QLocale().toString(static_cast<qlonglong>(m.trainable_parameters())))
                        .arg(m.units.size());
@@ -390,20 +462,39 @@ void SetupWizard::updateDatasetInfo() {
     m_datasetInfo->setText(tr("Choose the dataset folder."));
     return;
   }
-  try {
-    const auto items = data::scan_dataset(path.toStdString());
-    m_datasetInfo->setText(tr("%1: %n image(s)", nullptr, static_cast<int>(items.size())).arg(datasetLayout(path)));
-    for (std::size_t i = 0; i < items.size() && i < 8; ++i) {
-      QString file = qs(items[i].image);
-      if (QFileInfo(file).isRelative()) file = QDir(path).filePath(file);
-      const QPixmap pix(file);
-      auto* item = new QListWidgetItem(QIcon(pix.scaled(96, 96, Qt::KeepAspectRatio, Qt::SmoothTransformation)),
-                                       qs(items[i].caption).left(60), m_thumbnails);
-      item->setToolTip(qs(items[i].caption));
+  m_datasetInfo->setText(tr("Reading %1...").arg(path));
+  // The scan and the thumbnails' decoding run off the GUI thread (a large folder takes a while);
+  // a result for a path that is no longer the answer is dropped.
+  postWork([this, path]() -> std::function<void()> {
+    struct Thumb {
+      QImage image;
+      QString caption;
+    };
+    try {
+      const auto items = data::scan_dataset(path.toStdString());
+      const QString text = tr("%1: %n image(s)", nullptr, static_cast<int>(items.size())).arg(datasetLayout(path));
+      std::vector<Thumb> thumbs;
+      for (std::size_t i = 0; i < items.size() && i < 8; ++i) {
+        QString file = qs(items[i].image);
+        if (QFileInfo(file).isRelative()) file = QDir(path).filePath(file);
+        thumbs.push_back({QImage(file).scaled(96, 96, Qt::KeepAspectRatio, Qt::SmoothTransformation), qs(items[i].caption)});
+      }
+      return [this, path, text, thumbs] {
+        if (path != m_datasetShown) return;
+        m_datasetInfo->setText(text);
+        for (const auto& t : thumbs) {
+          auto* item = new QListWidgetItem(QIcon(QPixmap::fromImage(t.image)), t.caption.left(60), m_thumbnails);
+          item->setToolTip(t.caption);
+        }
+      };
+    } catch (const std::exception& e) {
+      const QString why = QString::fromUtf8(e.what());
+      return [this, path, why] {
+        if (path != m_datasetShown) return;
+        m_datasetInfo->setText(tr("<span style='color:#c0392b'>%1</span>").arg(why.toHtmlEscaped()));
+      };
     }
-  } catch (const std::exception& e) {
-    m_datasetInfo->setText(tr("<span style='color:#c0392b'>%1</span>").arg(QString::fromUtf8(e.what()).toHtmlEscaped()));
-  }
+  });
 }
 
 void SetupWizard::updateMemory() {
@@ -413,12 +504,17 @@ void SetupWizard::updateMemory() {
   }
   const auto& cfg = m_result->config;
   try {
-    const estimate::ModelShape& shape = shapeOf(cfg);
+    QString error;
+    const estimate::ModelShape* shape = shapeOf(cfg, &error);
+    if (!shape) {
+      m_memory->showUnavailable(error.isEmpty() ? tr("Reading the model...") : error);
+      return;
+    }
     estimate::EstimateOptions o = estimate::options_from_config(cfg);
     const bool cpu_run = cfg.launch.use_cpu;
     o.cpu_memory = physical_memory_bytes();
     o.gpu_memory = cpu_run ? o.cpu_memory : m_memory->cardBytes();
-    m_memory->showEstimate(estimate::estimate_memory(shape, o), cpu_run);
+    m_memory->showEstimate(estimate::estimate_memory(*shape, o), cpu_run);
   } catch (const std::exception& e) {
     m_memory->showUnavailable(QString::fromUtf8(e.what()));
   }

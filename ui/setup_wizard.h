@@ -5,12 +5,16 @@
 // while a page has one), and a last page that shows and saves the trainer YAML, optionally
 // with accelerate YAML and DeepSpeed JSON next to it.
 
+#include <atomic>
+#include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <QString>
 #include <QStringList>
+#include <QThread>
 #include <QWizard>
 
 #include "config/setup_questions.h"
@@ -62,17 +66,34 @@ class SetupWizard : public QWizard {
 
   MemoryPanel* memoryPanel() const { return m_memory; }
 
+  /// No model shape or dataset scan is under way (they run off the GUI thread; what shows them
+  /// updates when they finish).
+  bool idle() const { return m_pendingJobs == 0; }
+  /// The thread the newest finished shape or scan ran on (nullptr before the first): never the
+  /// GUI thread.
+  QThread* lastWorkThread() const { return m_lastWorkThread.load(); }
+
  signals:
   void configSaved(const QString& path);
 
  private:
   friend class QuestionPage;
   void buildPages();
+  /// One question's label, input (with a Browse button for paths) and help line on `page`.
+  void addQuestion(QuestionPage* page, const config::SetupQuestion& q);
+  /// What a page shows besides its questions (model info; dataset info and thumbnails).
+  void addPageExtras(QuestionPage* page, const std::string& pageId);
+  /// The last page: the YAML, problems, notes and Save.
+  void buildSummaryPage();
   void answerChanged(const std::string& id, const QString& value);
   void showAnswers();  // answers -> widgets (signals blocked)
   void refresh();      // validation, visibility, problems, model/dataset info, memory panel
-  /// The shape of `cfg`'s model as it trains (m_shapes caches it by estimate::model_shape_key).
-  const estimate::ModelShape& shapeOf(const config::TrainerConfig& cfg);
+  /// The shape of `cfg`'s model as it trains (m_shapes caches it by estimate::model_shape_key),
+  /// or nullptr while it is computed off the GUI thread (model info and the memory panel update
+  /// when it arrives) or when that failed (`error` says why).
+  const estimate::ModelShape* shapeOf(const config::TrainerConfig& cfg, QString* error);
+  /// Runs `job` on the work thread; the function it returns runs on the GUI thread afterwards.
+  void postWork(std::function<std::function<void()>()> job);
   void updateModelInfo();
   void updateDatasetInfo();
   void updateMemory();
@@ -90,6 +111,12 @@ class SetupWizard : public QWizard {
   std::map<std::string, QWidget*> m_helpRows;      ///< by question id: its help line
   std::map<std::string, QuestionPage*> m_pages;    ///< by page id
   std::map<std::string, estimate::ModelShape> m_shapes;  ///< model shapes by estimate::model_shape_key
+  std::map<std::string, QString> m_shapeErrors;          ///< why a shape could not be read (until the next refresh)
+  std::set<std::string> m_shapesAsked;                   ///< keys being computed
+  QThread m_workThread;                                  ///< builds shapes and scans datasets
+  QObject* m_work = nullptr;                             ///< lives in m_workThread; jobs are posted to it
+  int m_pendingJobs = 0;
+  std::atomic<QThread*> m_lastWorkThread{nullptr};
   MemoryPanel* m_memory = nullptr;
   QLabel* m_modelInfo = nullptr;
   QLabel* m_datasetInfo = nullptr;
