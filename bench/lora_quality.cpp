@@ -24,7 +24,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/export.h"
-#include "checkpoint/lora_file.h"
+#include "models/sd/lora_file.h"
 #include "config/config_loader.h"
 #include "data/shapes.h"
 #include "io/atomic_file.h"

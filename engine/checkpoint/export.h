@@ -1,13 +1,14 @@
 #pragma once
 // Export of a sharded checkpoint for other tools, consolidated one tensor at a time: memory
 // holds the largest tensor (and its converted copy), never the whole model.
+// The layouts are the model family's (SD's: models/sd/sd_export.cpp):
 //   safetensors: one file with the UNet under diffusers' names and __metadata__ (format, step,
 //                config hash, which weights).
 //   single-file: the original Stable Diffusion layout in one file (model.diffusion_model.* with
 //                the LDM block numbering, first_stage_model.* for the VAE,
 //                cond_stage_model.transformer.* for the text encoder; SDXL:
 //                conditioner.embedders.0/1.*), as A1111 and ComfyUI load it.
-//   lora-kohya, lora-diffusers: a LoRA checkpoint's adapters as one file (checkpoint/lora_file.h);
+//   lora-kohya, lora-diffusers: a LoRA checkpoint's adapters as one file (models/sd/lora_file.h);
 //                full-weight formats of a LoRA checkpoint need `merge`.
 //   diffusers:   a folder diffusers reads: unet/config.json + unet/diffusion_pytorch_model.safetensors,
 //                text_encoder/config.json + text_encoder/model.safetensors, and the run's
@@ -25,7 +26,7 @@ namespace zs::checkpoint {
 
 struct ExportOptions {
   /// safetensors | single-file | diffusers (full weights), lora-kohya | lora-diffusers (a LoRA
-  /// checkpoint's adapters as one file: checkpoint/lora_file.h)
+  /// checkpoint's adapters as one file: models/sd/lora_file.h)
   std::string format = "safetensors";
   /// fp16 / bf16 / fp32; unset: as stored (fp32), and for LoRA files fp16 (sd-scripts'
   /// --save_precision fp16)
@@ -49,12 +50,8 @@ struct ExportResult {
 };
 
 /// Exports checkpoint folder `checkpoint` to `out` (a file for safetensors, a folder for
-/// diffusers). Throws zs::Error naming the checkpoint or the output on any problem (no EMA in
+/// diffusers) through the family of the run that saved it (models::ModelFamily::export_checkpoint). Throws zs::Error naming the checkpoint or the output on any problem (no EMA in
 /// the checkpoint, an unknown format, an existing output folder that is not empty).
 ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out, const ExportOptions& options);
-
-/// Converts a diffusers pipeline folder (SD 1.x or SDXL) into one single-file checkpoint in the
-/// original layout (UNet, VAE, text encoders), one tensor at a time.
-ExportResult convert_to_single_file(const std::string& pipeline_dir, const std::string& out, const ExportOptions& options);
 
 }  // namespace zs::checkpoint

@@ -4,6 +4,8 @@
 #include <cctype>
 #include <map>
 
+#include "zero/zero_plan.h"
+
 namespace zs::config {
 
 std::string_view to_string(FieldType type) {
@@ -28,7 +30,11 @@ using Strings = std::vector<std::string>;
 
 class SchemaBuilder {
  public:
-  void section(std::string path, std::string doc) { sections_.push_back({std::move(path), std::move(doc)}); }
+  /// Keys added after this section start with its `defines_run` (FieldSpec::run_defining changes one).
+  void section(std::string path, std::string doc, bool defines_run = false) {
+    sections_.push_back({std::move(path), std::move(doc)});
+    defines_run_ = defines_run;
+  }
 
   /// `ref` is a callable TrainerConfig& -> Member&.
   template <class Ref>
@@ -39,6 +45,7 @@ class SchemaBuilder {
     f.default_value = std::move(def);
     f.doc = std::move(doc);
     f.choices = std::move(choices);
+    f.defines_run = defines_run_;
     f.get = [ref](const TrainerConfig& c) { return to_value(ref(const_cast<TrainerConfig&>(c))); };
     f.set = [ref](TrainerConfig& c, const Value& v) { from_value(v, ref(c)); };
     fields_.push_back(std::move(f));
@@ -47,6 +54,7 @@ class SchemaBuilder {
 
   std::vector<FieldSpec> fields_;
   std::vector<SectionSpec> sections_;
+  bool defines_run_ = false;
 };
 
 #define ZS_REF(member) [](TrainerConfig& c) -> auto& { return c.member; }
@@ -65,7 +73,7 @@ SchemaBuilder build() {
         "bf16 runs on CPU and GPU. Master weights are fp32 in every mode.",
         {"fp32", "fp16", "bf16"});
 
-  s.section("model", "What is trained.");
+  s.section("model", "What is trained.", /*defines_run=*/true);
   s.add("model.preset", T::choice, std::string("tiny"), ZS_REF(model.preset),
         "Architecture to build when `model.path` is empty: `tiny` (the quickstart's small pixel-space "
         "UNet with its text encoder), `sd15` or `sdxl` (standard shapes, for estimates: also used by "
@@ -86,7 +94,7 @@ SchemaBuilder build() {
         "Training target: the added noise (`epsilon`) or the velocity (`v_prediction`).",
         {"epsilon", "v_prediction"});
 
-  s.section("data", "The training images and captions.");
+  s.section("data", "The training images and captions.", /*defines_run=*/true);
   s.add("data.path", T::path, std::string(""), ZS_REF(data.path),
         "Dataset folder (flat files, metadata JSON tree or metadata.csv). Empty: the run's `data/` "
         "folder, which only makes sense with `data.generate: shapes`.");
@@ -108,7 +116,7 @@ SchemaBuilder build() {
       .range(0, 1);
   s.add("data.num_workers", T::integer, I{2}, ZS_REF(data.num_workers),
         "Background threads that decode and augment images ahead of the step.")
-      .range(0, 64);
+      .range(0, 64).run_defining(false);
   s.add("data.aspect_buckets", T::boolean, false, ZS_REF(data.aspect_buckets),
         "Aspect-ratio buckets: sizes of about resolution² pixels in `bucket_step` steps (up to 4:1); each "
         "image goes to the bucket nearest its aspect (resize, center crop) and every batch comes from one "
@@ -118,21 +126,21 @@ SchemaBuilder build() {
       .range(8, 1024);
   s.add("data.cache_latents", T::boolean, true, ZS_REF(data.cache_latents),
         "Diffusers pipelines (`model.path`): keep each image's VAE posterior on disk, keyed by the "
-        "file's content, the resolution, the flip and the VAE, and reuse it in later steps and runs.");
+        "file's content, the resolution, the flip and the VAE, and reuse it in later steps and runs.").run_defining(false);
   s.add("data.cache_text_embeddings", T::boolean, true, ZS_REF(data.cache_text_embeddings),
         "Diffusers pipelines and single files (frozen text encoders): keep each caption's text-encoder "
         "outputs on disk, keyed by the caption's text and the encoders, and reuse them in later steps "
-        "and runs (in the latent cache's folder).");
+        "and runs (in the latent cache's folder).").run_defining(false);
   s.add("data.latent_cache_dir", T::path, std::string(""), ZS_REF(data.latent_cache_dir),
         "Folder of the latent and text-embedding caches. Empty: `.latent-cache` under `logging.runs_root` "
-        "(the installed program: `$XDG_CACHE_HOME/zerostudio/latents`).");
+        "(the installed program: `$XDG_CACHE_HOME/zerostudio/latents`).").run_defining(false);
   s.add("data.allow_external_paths", T::boolean, false, ZS_REF(data.allow_external_paths),
         "Read images that resolve outside the dataset folder (after symlinks): an absolute or `..` path in "
         "`metadata/*.json` or metadata.csv, or an `images/` that is a symlink elsewhere. Off: such items are "
         "skipped with a warning, so a downloaded dataset cannot make the trainer read other files.");
 
   s.section("data.metadata", "Options of the metadata-JSON layout: `metadata/**/*.json` files with "
-            "`tags`, `score` and `path` (relative to the dataset folder), as in the Lightning SD trainer.");
+            "`tags`, `score` and `path` (relative to the dataset folder), as in the Lightning SD trainer.", /*defines_run=*/true);
   s.add("data.metadata.consider_every_nth", T::integer, I{1}, ZS_REF(data.metadata.consider_every_nth),
         "Use only every nth JSON file (in sorted order); 1 uses all. Handy for a validation subset.")
       .range(1, {});
@@ -164,7 +172,7 @@ SchemaBuilder build() {
       .range(1, {});
   s.add("training.batch_size", T::integer, I{1}, ZS_REF(training.batch_size),
         "Micro batch per process (DeepSpeed's `train_micro_batch_size_per_gpu`).")
-      .range(1, {});
+      .range(1, {}).run_defining();
   s.add("training.gradient_accumulation_steps", T::integer, I{1}, ZS_REF(training.gradient_accumulation_steps),
         "Micro batches whose gradients are summed before each optimizer step; ranks communicate "
         "only on the last one.")
@@ -178,7 +186,7 @@ SchemaBuilder build() {
       .range(0, {});
   s.add("training.seed", T::integer, I{42}, ZS_REF(training.seed),
         "Seed for weights, data order, noise and dropout; the same seed gives the same run.")
-      .range(0, {});
+      .range(0, {}).run_defining();
   s.add("training.gradient_checkpointing", T::boolean, false, ZS_REF(training.gradient_checkpointing),
         "Recompute each UNet unit (resnet, transformer, sampler) in backward instead of keeping its "
         "activations: the same gradients, about half the activation memory, one more forward's time.");
@@ -201,21 +209,21 @@ SchemaBuilder build() {
         "full: every UNet weight trains. lora: the UNet's weights stay frozen and low-rank adapters "
         "on the layers `lora.targets` names train instead (the `lora` section); checkpoints then hold "
         "the adapters (and any trained text encoder) and refer to the base model by path and hash.",
-        {"full", "lora"});
+        {"full", "lora"}).run_defining();
   s.add("training.train_text_encoder", T::choice, std::string("auto"), ZS_REF(training.train_text_encoder),
         "The text encoders (SD 1.x's one, SDXL's two, together). auto: the quickstart's own tiny "
         "encoder trains in full, a pipeline's encoders stay frozen. none: frozen. full: every weight "
         "trains (as optimizer units like the UNet's: sharded, offloaded, checkpointed). lora: "
         "adapters on `lora.text_encoder_targets`. A trained encoder's outputs are not cached "
         "(data.cache_text_embeddings applies to frozen encoders only).",
-        {"auto", "none", "full", "lora"});
+        {"auto", "none", "full", "lora"}).run_defining();
 
-  s.section("optimizer", "The optimizer (AdamW with fp32 master weights).");
+  s.section("optimizer", "The optimizer (AdamW with fp32 master weights).", /*defines_run=*/true);
   s.add("optimizer.type", T::choice, std::string("AdamW"), ZS_REF(optimizer.type),
         "Optimizer. AdamW is the one ZeroStudio shards and offloads.", {"AdamW"});
   s.add("optimizer.lr", T::number, 1e-4, ZS_REF(optimizer.lr),
         "Peak learning rate (after warmup).")
-      .range(0, {});
+      .range(0, {}).run_defining(false);
   s.add("optimizer.betas", T::number_list, std::vector<double>{0.9, 0.999}, ZS_REF(optimizer.betas),
         "Adam's β1 and β2.")
       .range(0, 1).size(2);
@@ -228,10 +236,10 @@ SchemaBuilder build() {
   s.add("optimizer.text_encoder_lr", T::number, Value{}, ZS_REF(optimizer.text_encoder_lr),
         "Peak learning rate of trained text encoders (full or LoRA); the schedule shapes it as "
         "`lr`. null: `lr`. Text encoders usually want less than the UNet (kohya: `--text_encoder_lr`).")
-      .allow_null().range(0, {});
+      .allow_null().range(0, {}).run_defining(false);
 
   s.section("lora", "LoRA adapters (training.method: lora, training.train_text_encoder: lora): a layer "
-                    "computes W·x + (alpha/rank)·up(down(x)) with W frozen.");
+                    "computes W·x + (alpha/rank)·up(down(x)) with W frozen.", /*defines_run=*/true);
   s.add("lora.rank", T::integer, I{16}, ZS_REF(lora.rank),
         "Rank of every adapter (kohya's `network_dim`, peft's `r`).")
       .range(1, {});
@@ -330,7 +338,7 @@ SchemaBuilder build() {
   s.add("zero.stage3_prefetch_bucket_size", T::integer, I{50000000}, ZS_REF(zero.stage3_prefetch_bucket_size),
         "Stage 3: parameter elements gathered ahead of use.")
       .range(0, {});
-  s.add("zero.stage3_param_persistence_threshold", T::integer, I{100000},
+  s.add("zero.stage3_param_persistence_threshold", T::integer, I{zero::kDefaultPersistenceThreshold},
         ZS_REF(zero.stage3_param_persistence_threshold),
         "Stage 3: parameters with fewer elements stay whole on every rank.")
       .range(0, {});
@@ -423,7 +431,7 @@ SchemaBuilder build() {
   s.add("validation.fraction", T::number, 0.0, ZS_REF(validation.fraction),
         "Hold this share of `data.path` out of training to validate on, chosen by a hash of each file's "
         "path in the dataset, so the split is the same on every run and rank.")
-      .range(0, 0.5);
+      .range(0, 0.5).run_defining();
   s.add("validation.every_n_steps", T::integer, I{0}, ZS_REF(validation.every_n_steps),
         "Validate every N optimizer steps; 0: at the last step only (plus `at_start` and Run > Validate now).")
       .range(0, {});

@@ -41,6 +41,10 @@ struct FieldSpec {
   std::optional<double> max;         ///< inclusive upper bound
   std::optional<size_t> list_size;   ///< exact length for lists
   std::string doc;                   ///< one or two sentences for the reference
+  /// The key defines the run: a resumed run must have the checkpoint's value (the model, the
+  /// data and what trains; not caches, workers or the learning rate). Set per section in
+  /// schema.cpp, with exceptions marked on the key.
+  bool defines_run = false;
   std::function<Value(const TrainerConfig&)> get;
   std::function<void(TrainerConfig&, const Value&)> set;
 
@@ -48,6 +52,7 @@ struct FieldSpec {
   FieldSpec& range(std::optional<double> lo, std::optional<double> hi) { min = lo; max = hi; return *this; }
   FieldSpec& allow_null() { nullable = true; return *this; }
   FieldSpec& size(size_t n) { list_size = n; return *this; }
+  FieldSpec& run_defining(bool on = true) { defines_run = on; return *this; }
 };
 
 /// A top-level section ("zero") or nested group ("zero.offload_optimizer") with its doc.

@@ -11,6 +11,8 @@
 #include "config/config_import.h"
 #include "config/config_writer.h"
 #include "config/trainer_config.h"
+#include "core/error.h"
+#include "models/model_family.h"
 
 namespace zs::config {
 namespace {
@@ -45,8 +47,27 @@ bool warmup(const SetupAnswers& a) { return get(a, "lr_scheduler") != "constant"
 bool sampling(const SetupAnswers& a) { return as_int(a, "sampling_every") > 0; }
 bool lora(const SetupAnswers& a) { return get(a, "training_method") == "lora"; }
 bool text_trained(const SetupAnswers& a) {
-  const std::string t = get(a, "train_text_encoder");
-  return t == "full" || t == "lora" || (t == "auto" && get(a, "model_source") == "tiny");
+  // The model and the choice as a config, resolved where the trainer resolves it.
+  TrainerConfig c;
+  c.training.train_text_encoder = get(a, "train_text_encoder");
+  if (model_folder(a)) c.model.path = get(a, "model_path");
+  else if (model_file(a)) c.model.path = get(a, "model_file");
+  else c.model.preset = get(a, "model_source");
+  try {
+    return models::resolve_trained_parts(c).text_trained();
+  } catch (const Error&) {
+    return false;  // no model named yet
+  }
+}
+
+/// Every registered family's presets, then a folder or a single file on disk.
+std::vector<std::pair<std::string, std::string>> model_choices() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const models::ModelFamily* f : models::model_families())
+    for (const auto& p : f->presets()) out.emplace_back(p.name, p.title);
+  out.emplace_back("folder", "A diffusers folder on disk");
+  out.emplace_back("file", "A single-file checkpoint (.safetensors, as A1111 and ComfyUI use)");
+  return out;
 }
 
 const std::vector<std::pair<std::string, std::string>> kOffload = {
@@ -109,11 +130,7 @@ std::vector<SetupQuestion> make_questions() {
        {{"no", "no"}, {"fp16", "fp16"}, {"bf16", "bf16"}},
        "bf16 on recent GPUs and on the CPU; fp16 needs CUDA and uses dynamic loss scaling.", {"precision"}},
       {"model_source", "model", "Which model do you want to train?", Kind::choice,
-       {{"tiny", "Tiny demo model (trains on the CPU)"},
-        {"sd15", "Stable Diffusion 1.5 architecture"},
-        {"sdxl", "SDXL architecture"},
-        {"folder", "A diffusers folder on disk"},
-        {"file", "A single-file checkpoint (.safetensors, as A1111 and ComfyUI use)"}},
+       model_choices(),
        "", {"model.preset", "model.path"}},
       {"model_path", "model", "Model folder (diffusers layout, with model_index.json)", Kind::folder, {}, "",
        {"model.path"}, model_folder},

@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <string>
 
+#include "config/schema.h"
+#include "models/model_family.h"
+
 namespace zs::config {
 
 namespace fs = std::filesystem;
@@ -118,25 +121,37 @@ void check_validation(const TrainerConfig& c, RuleSet& rules) {
 }
 
 void check_model(const TrainerConfig& c, RuleSet& rules) {
-  std::error_code ec;
-  if (c.model.path.empty() || !fs::is_regular_file(c.model.path, ec)) return;  // a folder, or not there yet
-  if (fs::path(c.model.path).extension() != ".safetensors")
-    rules.fail("model.path", "'" + c.model.path + "' is not a .safetensors file; single files are read as safetensors "
-                             "only (a .ckpt is a Python pickle: convert it first), folders as diffusers pipelines");
-  else if (c.model.config_path.empty())
-    rules.fail("model.config_path", "a single-file model.path carries no tokenizer: set this to a diffusers folder of "
-                                    "the same family (SD 1.x or SDXL) or to a folder with vocab.json and merges.txt");
-  else if (!fs::is_directory(c.model.config_path, ec))
-    rules.fail("model.config_path", "folder '" + c.model.config_path + "' does not exist");
+  // The model's family decides what applies to it and what its files need.
+  const models::ModelFamily* family = nullptr;
+  try {
+    family = &models::family_of(c);
+  } catch (const Error& e) {
+    rules.fail(c.model.path.empty() ? "model.preset" : "model.path", e.what());
+    return;
+  }
+  for (const auto& key : family->keys_not_applying()) {
+    const FieldSpec* field = find_field(key);
+    if (field && field->get(c) != field->default_value)
+      rules.fail(key, "does not apply to " + family->name() + " models; remove it (or set it back to its default)");
+  }
+  for (const auto& f : family->check(c)) {
+    if (f.warning) rules.warn(f.key, f.message);
+    else rules.fail(f.key, f.message);
+  }
 }
 
 void check_lora(const TrainerConfig& c, RuleSet& rules) {
-  const bool te_trained = c.training.train_text_encoder == "full" || c.training.train_text_encoder == "lora" ||
-                          (c.training.train_text_encoder == "auto" && c.model.path.empty());
-  if (c.training.method == "lora" && c.lora.targets.empty())
+  models::TrainedParts trained;
+  try {
+    trained = models::resolve_trained_parts(c);
+  } catch (const Error&) {
+    return;  // no family: check_model said so
+  }
+  const bool te_trained = trained.text_trained();
+  if (trained.lora && c.lora.targets.empty())
     rules.fail("lora.targets", "training.method is lora but no layer is named; keep the default (to_q, to_k, to_v, "
                                "to_out.0) or name the layers that get adapters");
-  if (c.training.train_text_encoder == "lora" && c.lora.text_encoder_targets.empty())
+  if (trained.text == models::TextEncoderTraining::lora && c.lora.text_encoder_targets.empty())
     rules.fail("lora.text_encoder_targets", "training.train_text_encoder is lora but no layer is named; keep the "
                                             "default (q_proj, k_proj, v_proj, out_proj)");
   if (c.optimizer.text_encoder_lr && !te_trained)

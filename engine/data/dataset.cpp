@@ -240,6 +240,11 @@ std::vector<std::pair<std::int64_t, std::int64_t>> aspect_buckets(std::int64_t r
   return out;
 }
 
+at::Tensor uncropped_geometry(std::int64_t n, std::int64_t height, std::int64_t width) {
+  const auto h = static_cast<double>(height), w = static_cast<double>(width);
+  return at::tensor(std::vector<double>{h, w, 0, 0, h, w}, at::kFloat).repeat({n, 1});
+}
+
 at::Tensor DataLoader::load_image(const std::string& path, std::int64_t res, std::array<double, 6>* geometry) {
   return load_image(path, res, res, geometry);
 }
@@ -375,7 +380,7 @@ Batch DataLoader::make_batch(std::int64_t local_k) {
         order.push_back(static_cast<std::int64_t>(i));
   }
   std::vector<at::Tensor> images;
-  std::vector<double> time_ids;
+  std::vector<double> geometries;
   for (std::int64_t j = 0; j < options_.batch_size; ++j) {
     std::array<double, 6> geometry{};
     std::string image_path;
@@ -416,11 +421,11 @@ Batch DataLoader::make_batch(std::int64_t local_k) {
     if (options_.content_keys) b.keys.push_back(latent_key(content_key(image_path), flip < options_.flip_p, height, width));
     if (drop < options_.caption_dropout) caption.clear();
     images.push_back(img);
-    time_ids.insert(time_ids.end(), geometry.begin(), geometry.end());
+    geometries.insert(geometries.end(), geometry.begin(), geometry.end());
     b.captions.push_back(std::move(caption));
   }
   b.images = at::stack(images);
-  b.time_ids = at::tensor(time_ids, at::kFloat).view({options_.batch_size, 6});
+  b.geometry = at::tensor(geometries, at::kFloat).view({options_.batch_size, 6});
   return b;
 }
 

@@ -20,6 +20,10 @@
 
 namespace zs::data {
 
+/// The geometry rows (Batch::geometry) of `n` images of `height` × `width` neither scaled nor
+/// cropped: what samples generated at that size are conditioned on. [n, 6] float.
+at::Tensor uncropped_geometry(std::int64_t n, std::int64_t height, std::int64_t width);
+
 /// One training example.
 struct DataItem {
   std::string image;    ///< absolute or root-relative path of the PNG/JPEG
@@ -63,7 +67,7 @@ std::vector<DataItem> scan_dataset(const std::string& root, const MetadataOption
 /// One batch: images [B, 3, R, R] float32 in [-1, 1], captions (after dropout: "" for dropped).
 struct Batch {
   at::Tensor images;
-  at::Tensor time_ids;  ///< [B, 6] float: original h, w, crop top, left, target h, w (SDXL's time_ids)
+  at::Tensor geometry;  ///< [B, 6] float: original h, w, crop top, left, target h, w (models that condition on it: SDXL's time ids)
   std::vector<std::string> keys;  ///< per sample: the image file's content key, "+flip" when flipped
   std::vector<std::string> captions;
   std::int64_t epoch = 0;
@@ -128,7 +132,7 @@ class DataLoader {
   std::pair<std::int64_t, std::int64_t> item_size(std::size_t index) const;
 
   /// Decodes one item as the loader does ([3, R, R] in [-1, 1], no flip). Throws zs::Error(data).
-  /// `geometry` (optional) receives SDXL's micro-conditioning: original height and width, the
+  /// `geometry` (optional) receives the image's geometry (what SDXL's micro-conditioning reads): original height and width, the
   /// crop's top and left in the resized image, and the target height and width.
   static at::Tensor load_image(const std::string& path, std::int64_t resolution, std::array<double, 6>* geometry = nullptr);
   /// The same to a height × width target (resize to cover it, center crop).

@@ -97,8 +97,8 @@ std::string model_key(const std::string& kind, const std::string& pipeline_dir, 
 
 std::string LatentCache::vae_key(const std::string& pipeline_dir) { return model_key("vae", pipeline_dir, {"vae"}); }
 
-std::string LatentCache::text_key(const std::string& pipeline_dir) {
-  return model_key("text", pipeline_dir, {"text_encoder", "text_encoder_2"});
+std::string LatentCache::text_key(const std::string& pipeline_dir, const std::vector<std::string>& components) {
+  return model_key("text", pipeline_dir, components);
 }
 
 std::string LatentCache::text_content_key(const std::string& text) { return hex(crc_of(text)) + "-" + hex(text.size()); }

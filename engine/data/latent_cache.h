@@ -40,8 +40,9 @@ class LatentCache {
   /// A key for the VAE of a pipeline folder or single file: its path and its weight files' sizes
   /// and times.
   static std::string vae_key(const std::string& pipeline_dir);
-  /// The same for its text encoders (text_encoder, text_encoder_2).
-  static std::string text_key(const std::string& pipeline_dir);
+  /// The same for its text encoders: the weight files in the `components` folders (the model's
+  /// text-encoder component names).
+  static std::string text_key(const std::string& pipeline_dir, const std::vector<std::string>& components);
   /// A key for an image file's content: CRC-32 and size, "crc-size" in hex.
   static std::string content_key(const std::string& path);
   /// A key for a caption: CRC-32 and length of its text.

@@ -105,6 +105,11 @@ at::Tensor NoiseSchedule::target(const at::Tensor& x0, const at::Tensor& noise, 
   return config_.prediction_type == "v_prediction" ? velocity(x0, noise, t) : noise;
 }
 
+at::Tensor NoiseSchedule::loss(const at::Tensor& pred, const at::Tensor& x0, const at::Tensor& noise,
+                               const at::Tensor& t) const {
+  return (pred.to(at::kFloat) - target(x0, noise, t).to(at::kFloat)).pow(2).flatten(1).mean(1);
+}
+
 at::Tensor NoiseSchedule::min_snr_weights(const at::Tensor& t, double gamma) const {
   if (gamma <= 0) return at::ones({t.numel()}, at::TensorOptions().device(t.device()));
   const at::Tensor a = gather(alphas_cumprod_, t, 1);

@@ -45,6 +45,11 @@ class NoiseSchedule {
   at::Tensor velocity(const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& t) const;
   /// What the model learns to predict under config().prediction_type.
   at::Tensor target(const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& t) const;
+  /// The denoising loss per sample [B], float32: the mean squared error between the model's
+  /// prediction `pred` [B, C, H, W] and target(x0, noise, t), both taken to float32 first
+  /// whatever the compute dtype (diffusers' examples/text_to_image/train_text_to_image.py:
+  /// F.mse_loss(model_pred.float(), target.float())). Training and validation both use it.
+  at::Tensor loss(const at::Tensor& pred, const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& t) const;
   /// Per-sample loss weights [B] for min-SNR-γ (Hang et al. 2023); gamma <= 0 gives ones.
   at::Tensor min_snr_weights(const at::Tensor& t, double gamma) const;
 

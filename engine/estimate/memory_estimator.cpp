@@ -11,7 +11,7 @@
 #include "config/trainer_config.h"
 #include "core/error.h"
 #include "models/attention_options.h"
-#include "models/sd/diffusion_model.h"
+#include "models/model_family.h"
 
 namespace zs::estimate {
 namespace {
@@ -28,33 +28,19 @@ int64_t align_up(int64_t n) { return (n + kIoAlignment - 1) / kIoAlignment * kIo
 
 int compute_bytes(const std::string& precision) { return precision == "fp32" ? 4 : 2; }
 
-/// One unit as the optimizer would hold it.
-struct PlannedUnit {
-  std::string name;  // what the plan's persistence rules go by: io, text_encoder, lora_*, or unit
-  int64_t parameters = 0;
-  bool frozen = false;  // laid out and (stage 3) sharded, but not trained
-};
-
-/// The units a run under `o` gives the optimizer, in its order: the UNet's (frozen under LoRA),
-/// the trained text encoders (a pipeline's trained in full are units; the tiny preset's is
-/// frozen unless it trains in full), then the adapters, kept whole.
-std::vector<PlannedUnit> planned_units(const ModelShape& model, const EstimateOptions& o) {
-  std::vector<PlannedUnit> out;
-  for (const auto& u : model.units) {
-    const bool text = u.kind == UnitKind::text_encoder;
-    out.push_back({u.kind == UnitKind::io ? "io" : text ? "text_encoder" : "unit", u.parameters,
-                   text ? o.text_training != "full" : o.lora});
-  }
-  if (o.text_training == "full")
-    for (const auto& t : model.text_encoders) out.push_back({"text_encoder", t.parameters, false});
-  if (o.lora && model.lora_unet_parameters > 0) out.push_back({"lora_unet", model.lora_unet_parameters, false});
-  if (o.text_training == "lora" && model.lora_text_parameters > 0)
-    out.push_back({"lora_text_encoder", model.lora_text_parameters, false});
-  return out;
+/// The units a run under `o` gives the optimizer, in its order: the model family's roster
+/// (models::unit_roster, the list make_optimizer lays out) of this shape.
+std::vector<models::RosterUnit> planned_units(const ModelShape& model, const EstimateOptions& o) {
+  models::TrainedParts trained;
+  trained.lora = o.lora;
+  trained.text = o.text_training == "full"   ? models::TextEncoderTraining::full
+                 : o.text_training == "lora" ? models::TextEncoderTraining::lora
+                                             : models::TextEncoderTraining::frozen;
+  return models::unit_roster(models::roster_parts(model), trained);
 }
 
 /// The ZeRO plan the optimizer would make for these units (rank 0's layout).
-zero::Plan plan_for(const std::vector<PlannedUnit>& units, const EstimateOptions& o) {
+zero::Plan plan_for(const std::vector<models::RosterUnit>& units, const EstimateOptions& o) {
   zero::PlanOptions p;
   p.stage = o.stage;
   p.world_size = o.world_size;
@@ -62,10 +48,12 @@ zero::Plan plan_for(const std::vector<PlannedUnit>& units, const EstimateOptions
   p.offload_param = o.offload_param;
   p.persistence_threshold = o.persistence_threshold;
   p.overlap_comm = o.overlap_comm;
-  p.persistent_units.push_back("lora_unet");
-  p.persistent_units.push_back("lora_text_encoder");
+  p.persistent_units.clear();
   std::vector<std::pair<std::string, int64_t>> sizes;
-  for (const auto& u : units) sizes.emplace_back(u.name, u.parameters);
+  for (const auto& u : units) {
+    sizes.emplace_back(u.name, u.parameters);
+    if (u.persistent) p.persistent_units.push_back(u.name);
+  }
   return zero::make_plan(p, sizes);
 }
 
@@ -156,12 +144,9 @@ ActivationBytes activation_split(const ModelShape& model, const EstimateOptions&
   // A frozen text encoder runs without gradients: it keeps nothing.
   std::vector<const UnitShape*> order;
   const bool text_trained = o.text_training != "frozen";
-  for (const auto& u : model.units)
-    if (u.kind == UnitKind::text_encoder && text_trained) order.push_back(&u);
   if (text_trained)
     for (const auto& u : model.text_encoders) order.push_back(&u);
-  for (const auto& u : model.units)
-    if (u.kind != UnitKind::text_encoder) order.push_back(&u);
+  for (const auto& u : model.units) order.push_back(&u);
   // kept: saved on the device; inputs: unit inputs kept by checkpoints (on the device, or in
   // CPU memory with cpu_checkpointing, where the one being rerun comes back for its backward).
   const bool to_cpu = o.gradient_checkpointing && o.cpu_checkpointing;
@@ -186,59 +171,58 @@ ActivationBytes activation_split(const ModelShape& model, const EstimateOptions&
 
 int64_t activation_bytes(const ModelShape& model, const EstimateOptions& o) { return activation_split(model, o).device; }
 
-MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& options) {
-  EstimateOptions o = options;
-  o.world_size = std::max(o.world_size, 1);
-  if (o.stage != 3) o.offload_param = Offload::none;  // DeepSpeed ignores it below stage 3; so do we
-  MemoryEstimate e;
-  e.options = o;
-  const std::vector<PlannedUnit> units = planned_units(model, o);
-  for (const auto& u : units) (u.frozen ? e.frozen_base_parameters : e.parameters) += u.parameters;
-  e.adapter_parameters = (o.lora ? model.lora_unet_parameters : 0) + (o.text_training == "lora" ? model.lora_text_parameters : 0);
-  // A pipeline's text encoders are frozen parts unless they train in full.
-  int64_t trained_text = 0;
-  if (o.text_training == "full")
-    for (const auto& t : model.text_encoders) trained_text += t.parameters;
-  e.frozen_parameters = model.frozen_parameters - trained_text;
-  e.frozen_fp32_parameters = model.frozen_fp32_parameters;
+namespace {
+
+/// What the per-unit pass counts besides the model states themselves (elements).
+struct UnitTally {
+  int64_t max_hook_padded = 0;      // the largest unit whose hook reduces its gradients
+  int64_t max_owned = 0;            // the largest part a rank updates
+  int64_t whole_total = 0;          // trained units kept whole
+  int64_t param_staging = 0;        // bytes: NVMe parameter shards' staging
+  int64_t owned_total = 0;          // elements this rank updates
+  int64_t sharded_shards = 0;       // this rank's shards of the sharded units
+  int64_t largest_sharded = 0;      // the largest sharded unit
+  int64_t gathered_after_step = 0;  // units all-gathered after the step
+  int64_t hook_total = 0;           // units whose hooks reduce their gradients
+  std::vector<int64_t> sharded_padded;
+};
+
+/// Parameters, gradients, optimizer states and EMA of every unit where the plan puts them.
+UnitTally count_model_states(const zero::Plan& plan, const std::vector<models::RosterUnit>& units,
+                             const EstimateOptions& o, MemoryEstimate& e) {
   const int64_t c = compute_bytes(o.precision);
   const bool masters = c < 4 || o.offload_optimizer != Offload::none;
   const int64_t state_per_element = masters ? 12 : 2 * c;  // fp32 master + two moments, or the moments
-  int64_t max_hook_padded = 0, max_owned = 0, gathered = 0, whole_total = 0, param_staging = 0, owned_total = 0;
-  int64_t sharded_shards = 0, largest_sharded = 0;  // elements: this rank's shards, the largest sharded unit
-  int64_t gathered_after_step = 0;  // elements of the units all-gathered after the step
-  int64_t hook_total = 0;           // elements of the units whose hooks reduce their gradients
-  std::vector<int64_t> sharded_padded;
-  const zero::Plan plan = plan_for(units, o);
+  UnitTally t;
   for (std::size_t k = 0; k < plan.units.size(); ++k) {
     const zero::UnitPlan& l = plan.units[k];
     // Parameters (compute dtype): whole units everywhere; stage 3 keeps the rank's shard. A
     // frozen base (LoRA) is laid out and gathered the same way, and has nothing else.
     if (!l.sharded) {
       e.gpu.parameters += c * l.padded;
-      if (!units[k].frozen) whole_total += l.padded;
+      if (!units[k].frozen) t.whole_total += l.padded;
     } else {
-      sharded_padded.push_back(l.padded);
-      sharded_shards += l.shard;
-      largest_sharded = std::max(largest_sharded, l.padded);
+      t.sharded_padded.push_back(l.padded);
+      t.sharded_shards += l.shard;
+      t.largest_sharded = std::max(t.largest_sharded, l.padded);
       if (o.offload_param == Offload::none) e.gpu.parameters += c * l.shard;
       else if (o.offload_param == Offload::cpu) e.cpu.parameters += c * l.shard;
       else {
         e.nvme += align_up(c * l.shard);
-        param_staging += align_up(c * l.shard);
+        t.param_staging += align_up(c * l.shard);
       }
     }
     if (units[k].frozen) continue;
-    owned_total += l.owned;
-    max_owned = std::max(max_owned, l.owned);
-    if (l.gather_after_step) gathered_after_step += l.padded;
+    t.owned_total += l.owned;
+    t.max_owned = std::max(t.max_owned, l.owned);
+    if (l.gather_after_step) t.gathered_after_step += l.padded;
     // Gradients: the full buffer where backward accumulates (stages 0-1, units kept whole), and
     // the rank's reduced part (stages 2-3; with optimizer offload an fp32 copy in CPU memory).
     if (!l.hook_grads) {
       e.gpu.gradients += c * l.padded;
     } else {
-      max_hook_padded = std::max(max_hook_padded, l.padded);
-      hook_total += l.padded;
+      t.max_hook_padded = std::max(t.max_hook_padded, l.padded);
+      t.hook_total += l.padded;
     }
     if (o.offload_optimizer != Offload::none) e.cpu.gradients += 4 * l.owned;
     else if (l.reduced_copy) e.gpu.gradients += c * l.owned;
@@ -249,35 +233,55 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
     else e.nvme += 3 * align_up(4 * l.owned);
     if (o.ema) e.cpu.parameters += 4 * l.owned;
   }
+  return t;
+}
+
+/// The device's working buffers on top of the model states (backward's and the step's) and the
+/// CPU's staging buffers. Needs e.gpu.activations.
+void count_buffers(const zero::Plan& plan, const UnitTally& t, const EstimateOptions& o, MemoryEstimate& e) {
+  const int64_t c = compute_bytes(o.precision);
+  const bool masters = c < 4 || o.offload_optimizer != Offload::none;
   // Stage 3: the unit being used plus the one prefetched (in forward the next, in backward the
   // previous), each gathered whole in the compute dtype.
-  for (std::size_t i = 0; i < sharded_padded.size(); ++i) {
-    const int64_t next = i + 1 < sharded_padded.size() && sharded_padded[i + 1] <= o.prefetch_bucket_size
-                             ? sharded_padded[i + 1] : 0;
-    gathered = std::max(gathered, c * (sharded_padded[i] + next));
+  int64_t gathered = 0;
+  for (std::size_t i = 0; i < t.sharded_padded.size(); ++i) {
+    const int64_t next = i + 1 < t.sharded_padded.size() && t.sharded_padded[i + 1] <= o.prefetch_bucket_size
+                             ? t.sharded_padded[i + 1] : 0;
+    gathered = std::max(gathered, c * (t.sharded_padded[i] + next));
   }
   // Stages 2-3: the fresh gradients of the unit backward is in and their flat copy, and up to
   // reduce_bucket_size elements of earlier units' copies still being reduced (their reduced parts
   // too), as ZeroOptimizer::drain_reductions allows.
-  const int64_t bucket = std::min(o.reduce_bucket_size, hook_total);
-  const int64_t in_flight = max_hook_padded > 0 ? c * (2 * max_hook_padded + bucket + bucket / o.world_size) : 0;
+  const int64_t bucket = std::min(o.reduce_bucket_size, t.hook_total);
+  const int64_t in_flight = t.max_hook_padded > 0 ? c * (2 * t.max_hook_padded + bucket + bucket / o.world_size) : 0;
   // Stages 1-3: the all-gather of the whole units' updated shards after the step.
-  const int64_t allgather = c * std::min(o.allgather_bucket_size, gathered_after_step) * (o.world_size + 1) /
+  const int64_t allgather = c * std::min(o.allgather_bucket_size, t.gathered_after_step) * (o.world_size + 1) /
                             o.world_size;
   // Stages 0-1 without overlap: gradients all-reduced in buckets of concatenated units.
   const int64_t reduce = !plan.any_reduce_scatter() && o.world_size > 1 && !plan.overlap_comm
                              ? c * std::min(o.reduce_bucket_size, e.parameters)
                              : 0;
   // Mixed precision without offload: the step upcasts one unit's gradient part.
-  const int64_t upcast = masters && o.offload_optimizer == Offload::none && c < 4 ? 4 * max_owned : 0;
-  const ActivationBytes act = activation_split(model, o);
-  e.gpu.activations = act.device;
-  e.cpu.activations = act.cpu;  // cpu_checkpointing: the kept unit inputs
-  // Frozen components (VAE, text encoders), in the compute dtype, the VAE in fp32 when it asks
-  // for it (force_upcast): on the device while training, unless both caches are on, when they
-  // wait in CPU memory (the caches assumed complete; a CPU-only run releases them instead).
+  const int64_t upcast = masters && o.offload_optimizer == Offload::none && c < 4 ? 4 * t.max_owned : 0;
+  // Backward's buffers come on top of the activations; the step's (all-reduce before it,
+  // all-gather after it) only once the activations are gone, so they add only their excess.
+  const int64_t backward = gathered + in_flight;
+  const int64_t step = gathered + std::max({allgather, reduce, upcast});
+  e.gpu.buffers = std::max(backward, step - e.gpu.activations);
+  if (o.offload_optimizer == Offload::nvme) {
+    const int64_t slot = align_up(4 * std::min(o.sub_group_size, t.owned_total));
+    e.cpu.buffers += std::max(o.buffer_count, 3) * 3 * slot;
+  }
+  e.cpu.buffers += t.param_staging;
+}
+
+/// Frozen components (VAE, text encoders), in the compute dtype, the VAE in fp32 when it asks
+/// for it (force_upcast): on the device while training, unless both caches are on, when they
+/// wait in CPU memory (the caches assumed complete; a CPU-only run releases them instead).
+void count_frozen_parts(const ModelShape& model, const EstimateOptions& o, MemoryEstimate& e) {
+  const int64_t c = compute_bytes(o.precision);
   const int64_t frozen = c * (e.frozen_parameters - model.frozen_fp32_parameters) + 4 * model.frozen_fp32_parameters;
-  if (o.frozen_off_device && e.frozen_parameters > 0) {
+  if (o.frozen_off_device && e.frozen_parameters > 0 && model.latent_factor > 1) {
     e.cpu.parameters += frozen;
     // The pass that fills the caches: the frozen weights and one image through the VAE encoder
     // without gradients (about three 128-channel maps at full size alive at once).
@@ -287,16 +291,34 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
     e.gpu.parameters += frozen;
     e.gpu_frozen = frozen;
   }
-  // Backward's buffers come on top of the activations; the step's (all-reduce before it,
-  // all-gather after it) only once the activations are gone, so they add only their excess.
-  const int64_t backward = gathered + in_flight;
-  const int64_t step = gathered + std::max({allgather, reduce, upcast});
-  e.gpu.buffers = std::max(backward, step - e.gpu.activations);
-  if (o.offload_optimizer == Offload::nvme) {
-    const int64_t slot = align_up(4 * std::min(o.sub_group_size, owned_total));
-    e.cpu.buffers += std::max(o.buffer_count, 3) * 3 * slot;
-  }
-  e.cpu.buffers += param_staging;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& options) {
+  EstimateOptions o = options;
+  o.world_size = std::max(o.world_size, 1);
+  // zero.offload_param below stage 3 is refused as the trainer refuses it (validation, and
+  // zero::make_plan, which plan_for below calls, throws saying so).
+  MemoryEstimate e;
+  e.options = o;
+  const std::vector<models::RosterUnit> units = planned_units(model, o);
+  for (const auto& u : units) (u.frozen ? e.frozen_base_parameters : e.parameters) += u.parameters;
+  e.adapter_parameters = (o.lora ? model.lora_unet_parameters : 0) + (o.text_training == "lora" ? model.lora_text_parameters : 0);
+  // The text encoders are frozen parts unless the roster has them (trained in full, or a LoRA
+  // base laid out as a frozen unit).
+  int64_t trained_text = 0;
+  if (o.text_training != "frozen")
+    for (const auto& t : model.text_encoders) trained_text += t.parameters;
+  e.frozen_parameters = model.frozen_parameters - trained_text;
+  e.frozen_fp32_parameters = model.frozen_fp32_parameters;
+  const zero::Plan plan = plan_for(units, o);
+  const UnitTally tally = count_model_states(plan, units, o, e);
+  const ActivationBytes act = activation_split(model, o);
+  e.gpu.activations = act.device;
+  e.cpu.activations = act.cpu;  // cpu_checkpointing: the kept unit inputs
+  count_frozen_parts(model, o, e);
+  count_buffers(plan, tally, o, e);
   if (o.gpu_memory > 0) {
     e.fits = e.gpu.total() <= o.gpu_memory;
     e.suggestion = lowest_fitting(model, o);
@@ -305,7 +327,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   // moves it to the device unit by unit) and reads the frozen parts in fp32 before casting them;
   // with zero3_init_flag at stage 3 it keeps only its shards and one whole unit at a time.
   const int64_t trainable_fp32 = o.stage == 3 && o.zero3_init && !o.lora
-                                    ? 4 * (whole_total + sharded_shards + largest_sharded)
+                                    ? 4 * (tally.whole_total + tally.sharded_shards + tally.largest_sharded)
                                     : 4 * (e.parameters + e.frozen_base_parameters);
   e.cpu_load_peak = trainable_fp32 + 4 * e.frozen_parameters;
   if (o.cpu_memory > 0)
@@ -388,11 +410,9 @@ int64_t zero_paper_bytes(int64_t psi, int world_size, int stage) {
 
 EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   EstimateOptions o;
-  o.lora = cfg.training.method == "lora";
-  const std::string& t = cfg.training.train_text_encoder;
-  // auto: the tiny preset's own encoder trains in full; a pipeline's stay frozen.
-  const bool tiny = (cfg.model.path.empty() && cfg.model.preset == "tiny") || models::DiffusionModel::is_preset_folder(cfg.model.path);
-  o.text_training = t == "full" || t == "lora" ? t : t == "none" ? "frozen" : tiny ? "full" : "frozen";
+  const models::TrainedParts trained = models::resolve_trained_parts(cfg);
+  o.lora = trained.lora;
+  o.text_training = models::to_string(trained.text);
   o.world_size = static_cast<int>(cfg.launch.num_processes);
   o.processes_per_machine = static_cast<int>(std::max<int64_t>(cfg.launch.num_processes / std::max<int64_t>(cfg.launch.num_machines, 1), 1));
   o.stage = static_cast<int>(cfg.zero.stage);
@@ -405,9 +425,11 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   o.cpu_checkpointing = cfg.training.cpu_checkpointing;
   o.attention.mode = models::parse_attention_mode(cfg.training.attention);
   o.ema = cfg.ema.enabled;
-  // A trained text encoder is never cached, so the frozen parts stay on the device then.
-  o.frozen_off_device = !cfg.model.path.empty() && cfg.data.cache_latents && cfg.data.cache_text_embeddings &&
-                        o.text_training == "frozen";
+  // The cache settings decide, with model.path or without (a preset stands for the folder a
+  // ready config will name): a trained text encoder is never cached, so the frozen parts stay
+  // on the device then. estimate_memory applies it to latent models only (the caches hold VAE
+  // latents; a pixel-space model has none).
+  o.frozen_off_device = cfg.data.cache_latents && cfg.data.cache_text_embeddings && !trained.text_trained();
   o.overlap_comm = cfg.zero.overlap_comm;
   o.zero3_init = cfg.zero.zero3_init_flag;
   o.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;

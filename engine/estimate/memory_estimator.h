@@ -50,7 +50,7 @@ struct EstimateOptions {
   bool frozen_off_device = false;
   std::optional<bool> overlap_comm;   ///< unset: the ZeRO plan's default
   bool zero3_init = false;             ///< stage 3: the model is built straight into shards (zero3_init_flag)
-  std::int64_t persistence_threshold = 100'000;  ///< stage 3: smaller units stay whole
+  std::int64_t persistence_threshold = zero::kDefaultPersistenceThreshold;  ///< stage 3: smaller units stay whole
   std::int64_t prefetch_bucket_size = 50'000'000; ///< stage 3: units up to this size are prefetched
   std::int64_t reduce_bucket_size = 500'000'000;  ///< stages 0-1: elements per gradient all-reduce
   std::int64_t allgather_bucket_size = 500'000'000;

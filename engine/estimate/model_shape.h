@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "models/sd/unet_config.h"
 
 namespace zs::config {
 struct TrainerConfig;
@@ -27,6 +26,7 @@ struct UnitShape {
   std::int64_t out_channels = 0;
   int level = 0;                     ///< spatial size is the sample's divided by 2^level (at the input)
   std::int64_t heads = 0;            ///< transformer: attention heads
+  std::int64_t lora_parameters = 0;  ///< text encoders: adapters the config's lora section puts on it
   std::int64_t depth = 0;            ///< transformer: blocks; text encoder: layers
   bool concat_input = false;         ///< up-block resnets: the input is a fresh concatenation
   /// Transformers: whether the unit has the norm and proj_in, and proj_out (a transformer split
@@ -45,27 +45,22 @@ struct ModelShape {
   std::int64_t context_dim = 768;
   std::int64_t time_embed_dim = 1280;
   std::int64_t frozen_parameters = 0;  ///< VAE and frozen text encoders (not trained, not sharded)
-  /// A pipeline's text encoders (their parameters are in frozen_parameters; the tiny preset's
-  /// trained encoder is in `units` instead): what training.train_text_encoder full or lora trains.
+  /// The text encoders (their parameters are in frozen_parameters): what
+  /// training.train_text_encoder full or lora trains.
   std::vector<UnitShape> text_encoders;
-  bool preset_folder = false;  ///< a tiny-preset model folder (model.path): its text encoder trains by default
   std::int64_t lora_unet_parameters = 0;  ///< adapters the config's lora section puts on the UNet (0: none asked)
+  std::string denoiser_adapters_name = "lora";  ///< the optimizer's unit name for those adapters (the family's)
   std::int64_t lora_text_parameters = 0;  ///< ... on the text encoders (train_text_encoder: lora)
   std::int64_t frozen_fp32_parameters = 0;  ///< of those, kept in fp32 (a VAE with force_upcast)
+  /// Parameters of the denoiser's units.
   std::int64_t trainable_parameters() const;
   /// Parameters of the largest single layer of any unit (a 2560->1280 3x3 conv in SD 1.5 and SDXL).
   std::int64_t largest_module() const;
 };
 
-/// The UNet's units, in the order UNet2DConditionModel::units() gives them, with parameter
-/// counts from the config (diffusers' module tree; SDXL's text_time embedding included).
-ModelShape unet_shape(const models::UNetConfig& config);
-/// Parameters of a UNet with this config (the sum over unet_shape's units).
-std::int64_t unet_parameter_count(const models::UNetConfig& config);
-
-/// The model a trainer config trains: the tiny preset (UNet and its text encoder, both trained),
-/// sd15 / sdxl (UNet trained; VAE and text encoders frozen) or the UNet of a diffusers folder at
-/// model.path. Throws zs::Error naming the file when the folder's config cannot be read.
+/// The model a trainer config trains, as its family describes it (models/model_family.h):
+/// units, text encoders, frozen parts and the adapters the lora section would add. Throws
+/// zs::Error naming the file when the model's config cannot be read.
 ModelShape model_shape(const config::TrainerConfig& config);
 
 /// Everything model_shape(config) reads, as one string: two configs with the same key have the

@@ -60,8 +60,11 @@ Caches open_caches(const config::TrainerConfig& cfg, const models::DiffusionMode
                                                              : cfg.data.latent_cache_dir;
   if (model.vae && cfg.data.cache_latents)
     c.latents = std::make_unique<data::LatentCache>(root, data::LatentCache::vae_key(model.pipeline), cfg.data.resolution);
-  if (!model.pipeline.empty() && !model.text_encoders_trained() && cfg.data.cache_text_embeddings)
-    c.texts = std::make_unique<data::LatentCache>(root, data::LatentCache::text_key(model.pipeline), "text");
+  if (!model.pipeline.empty() && !model.text_encoders_trained() && cfg.data.cache_text_embeddings) {
+    std::vector<std::string> components;
+    for (const auto& [component, encoder] : model.text_encoders()) components.push_back(component);
+    c.texts = std::make_unique<data::LatentCache>(root, data::LatentCache::text_key(model.pipeline, components), "text");
+  }
   return c;
 }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/dataset.h"
 #include "diffusion/noise_schedule.h"
 #include "io/atomic_file.h"
 
@@ -21,13 +22,13 @@ at::Tensor sample_images(models::DiffusionModel& model, const std::vector<std::s
                          std::int64_t images_per_prompt, std::int64_t resolution, std::int64_t ddim_steps,
                          double guidance_scale, std::int64_t seed, const at::Device& device) {
   c10::NoGradGuard no_grad;
-  const bool was_training = model.unet->is_training();
+  const bool was_training = model.is_training();
   model.train(false);
   const diffusion::NoiseSchedule schedule(model.schedule);
   const diffusion::DdimSampler ddim(schedule, ddim_steps);
   std::vector<std::string> captions;
   std::vector<at::Tensor> noise;
-  const std::int64_t channels = model.unet->config().in_channels;
+  const std::int64_t channels = model.sample_channels();
   for (const auto& p : prompts)
     for (std::int64_t i = 0; i < images_per_prompt; ++i) {
       at::Generator gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(seed + static_cast<std::int64_t>(captions.size())));
@@ -38,20 +39,17 @@ at::Tensor sample_images(models::DiffusionModel& model, const std::vector<std::s
   at::Tensor x = at::stack(noise).to(device);
   const models::TextConditioning cond = model.condition(captions, device);
   const bool guided = guidance_scale != 1.0;
-  at::Tensor context = cond.context, pooled = cond.pooled, time_ids;
+  models::TextConditioning both = cond;
   if (guided) {
     const models::TextConditioning empty = model.condition(std::vector<std::string>(captions.size(), ""), device);
-    context = at::cat({empty.context, cond.context});
-    if (pooled.defined()) pooled = at::cat({empty.pooled, cond.pooled});
+    both.context = at::cat({empty.context, cond.context});
+    if (cond.pooled.defined()) both.pooled = at::cat({empty.pooled, cond.pooled});
   }
-  if (model.added_conditioning()) {
-    // SDXL: generate at the training resolution, uncropped.
-    const double r = static_cast<double>(resolution);
-    time_ids = at::tensor(std::vector<double>{r, r, 0, 0, r, r}, at::kFloat).repeat({guided ? 2 * n : n, 1}).to(device);
-  }
+  // Generated at the training resolution, uncropped (what models that read the geometry see).
+  const at::Tensor geometry = data::uncropped_geometry(guided ? 2 * n : n, resolution, resolution).to(device);
   for (const std::int64_t t : ddim.timesteps()) {
     const at::Tensor tt = at::full({guided ? 2 * n : n}, t, at::TensorOptions().dtype(at::kLong).device(device));
-    at::Tensor out = model.unet->forward(guided ? at::cat({x, x}) : x, tt, context, pooled, time_ids);
+    at::Tensor out = model.predict(guided ? at::cat({x, x}) : x, tt, both, geometry);
     if (guided) {
       const auto parts = out.chunk(2);
       out = parts[0] + guidance_scale * (parts[1] - parts[0]);

@@ -6,20 +6,13 @@
 
 #include "core/error.h"
 #include "data/latent_cache.h"
+#include "models/model_family.h"
 #include "models/sd/model_source.h"
 #include "models/weights.h"
 
 namespace zs::train {
 
 namespace fs = std::filesystem;
-
-models::TextEncoderTraining text_training_of(const config::TrainerConfig& cfg, const models::DiffusionModel& model) {
-  const std::string& t = cfg.training.train_text_encoder;
-  if (t == "none") return models::TextEncoderTraining::frozen;
-  if (t == "full") return models::TextEncoderTraining::full;
-  if (t == "lora") return models::TextEncoderTraining::lora;
-  return model.text_training;  // auto
-}
 
 models::LoraOptions lora_options(const config::LoraConfig& c) {
   models::LoraOptions o;
@@ -34,7 +27,7 @@ std::size_t attach_adapters(const config::TrainerConfig& cfg, models::DiffusionM
   const models::LoraOptions o = lora_options(cfg.lora);
   const auto seed = static_cast<std::uint64_t>(cfg.training.seed);
   std::size_t n = 0;
-  if (cfg.training.method == "lora") n += models::attach_lora(*model.unet, cfg.lora.targets, o, seed + 1000).size();
+  if (models::resolve_trained_parts(cfg).lora) n += model.attach_denoiser_lora(cfg.lora.targets, o, seed + 1000);
   if (model.text_training == models::TextEncoderTraining::lora) {
     std::uint64_t k = 1;
     for (auto& [component, encoder] : model.text_encoders())
@@ -45,7 +38,7 @@ std::size_t attach_adapters(const config::TrainerConfig& cfg, models::DiffusionM
 
 bool checkpoint_needs_base(const config::TrainerConfig& cfg, const models::DiffusionModel& model) {
   // A pipeline's frozen encoders under full training are what they always were: the pipeline's.
-  return cfg.training.method == "lora" || model.text_training == models::TextEncoderTraining::lora ||
+  return models::resolve_trained_parts(cfg).lora || model.text_training == models::TextEncoderTraining::lora ||
          (model.pipeline.empty() && model.text_training == models::TextEncoderTraining::frozen);
 }
 

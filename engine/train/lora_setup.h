@@ -15,9 +15,6 @@
 
 namespace zs::train {
 
-/// The text-encoder training the config asks for on `model` (auto: the model's own default, full
-/// for the tiny preset, frozen for a pipeline).
-models::TextEncoderTraining text_training_of(const config::TrainerConfig& cfg, const models::DiffusionModel& model);
 
 /// The adapters' options from the `lora` section (alpha null: rank).
 models::LoraOptions lora_options(const config::LoraConfig& c);

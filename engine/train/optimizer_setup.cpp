@@ -1,9 +1,12 @@
 #include "train/optimizer_setup.h"
 
+#include <map>
+
 #include "core/error.h"
 #include "comm/communicator.h"
 #include "models/sd/diffusion_model.h"
 #include "models/lora.h"
+#include "models/model_family.h"
 #include "zero/sharded_init.h"
 #include "zero/zero_optimizer.h"
 
@@ -56,46 +59,53 @@ std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig&
                                           std::function<void(const std::string&)> log,
                                           const zero::ShardedInit* sharded_init) {
   zero::ZeroOptions zo = zero_options(cfg);
-  std::vector<models::ParamUnit> units = model.unet->units();
-  if (sharded_init) sharded_init->attach(units);
-  for (auto& u : units)
-    for (auto& [name, p] : u.parameters) name = "unet." + name;
-  if (cfg.training.method == "lora") {
-    // The UNet's units are its frozen base (moved, and at stage 3 partitioned and gathered, as
-    // trained ones; no gradients or optimizer state); the adapters are one trained unit after
-    // them, kept whole at stage 3.
-    for (auto& u : units) u.frozen = true;
-    units.push_back(models::lora_unit(*model.unet, "lora_unet", "unet."));
-    zo.persistent_units.push_back("lora_unet");
+  const models::TrainedParts trained = models::resolve_trained_parts(cfg);
+  // Every unit the model could give, by name; the family's roster (models/model_family.h, the
+  // same one the estimator counts) decides which of them train, which are frozen, which stay
+  // whole at stage 3, and their order.
+  std::map<std::string, models::ParamUnit> candidates;
+  models::RosterParts parts;
+  std::vector<models::ParamUnit> denoiser_units = model.denoiser_units();
+  if (sharded_init) sharded_init->attach(denoiser_units);
+  for (auto& u : denoiser_units) {
+    parts.denoiser.emplace_back(u.name, u.numel());
+    candidates.emplace(u.name, std::move(u));
   }
-  // Trained text encoders: one unit each (after the UNet's, whose indices the hooks use), with
-  // their own learning rate relative to the UNet's; frozen ones are not optimized or sharded.
-  const double te_scale = cfg.optimizer.text_encoder_lr && cfg.optimizer.lr > 0 ? *cfg.optimizer.text_encoder_lr / cfg.optimizer.lr : 1.0;
+  if (trained.lora) {
+    models::ParamUnit adapters = model.denoiser_adapters();
+    parts.denoiser_adapters = adapters.numel();
+    parts.denoiser_adapters_name = adapters.name;
+    candidates.emplace(adapters.name, std::move(adapters));
+  }
   for (auto& [component, encoder] : model.text_encoders()) {
-    // The whole encoder as one unit, named after its component.
     models::ParamUnit whole{component, {}};
     for (const auto& p : encoder->named_parameters()) whole.parameters.emplace_back(component + "." + p.key(), p.value());
-    if (model.text_training == models::TextEncoderTraining::full) {
-      whole.lr_scale = te_scale;
-      units.push_back(std::move(whole));
-    } else if (model.text_training == models::TextEncoderTraining::lora) {
-      // The encoder's base as a frozen unit (kept whole: it runs once, before the UNet), then its adapters.
-      whole.frozen = true;
-      units.push_back(std::move(whole));
-      zo.persistent_units.push_back(component);
-      units.push_back(models::lora_unit(*encoder, "lora_" + component, component + "."));
-      units.back().lr_scale = te_scale;
-    } else {
-      continue;
+    parts.text_encoders.emplace_back(component, whole.numel());
+    candidates.emplace(component, std::move(whole));
+    std::int64_t adapter_numel = 0;
+    if (trained.text == models::TextEncoderTraining::lora) {
+      models::ParamUnit adapters = models::lora_unit(*encoder, "lora_" + component, component + ".");
+      adapter_numel = adapters.numel();
+      candidates.emplace(adapters.name, std::move(adapters));
     }
-    zo.persistent_units.push_back(units.back().name);
+    parts.text_encoder_adapters.push_back(adapter_numel);
+  }
+  const double te_scale = cfg.optimizer.text_encoder_lr && cfg.optimizer.lr > 0 ? *cfg.optimizer.text_encoder_lr / cfg.optimizer.lr : 1.0;
+  std::vector<models::ParamUnit> units;
+  zo.persistent_units.clear();
+  for (const models::RosterUnit& r : models::unit_roster(parts, trained)) {
+    models::ParamUnit u = std::move(candidates.at(r.name));
+    u.frozen = r.frozen;
+    if (r.text_lr) u.lr_scale = te_scale;
+    if (r.persistent) zo.persistent_units.push_back(r.name);
+    units.push_back(std::move(u));
   }
   zo.compute_dtype = compute;
   zo.device = device;
   zo.run_tag = run_tag;
   zo.log = std::move(log);
   auto zero_opt = std::make_unique<zero::ZeroOptimizer>(std::move(units), comm, std::move(zo));
-  model.unet->set_unit_hooks(zero_opt->unit_hooks());
+  model.set_unit_hooks(zero_opt->unit_hooks());
   return zero_opt;
 }
 

@@ -11,18 +11,7 @@ namespace zs::train {
 std::vector<std::string> resume_mismatches(const config::TrainerConfig& ckpt, const config::TrainerConfig& now) {
   std::vector<std::string> out;
   for (const auto& f : config::schema_fields()) {
-    // Caches and workers change the speed, not the run (the caches give the same values).
-    const bool speed_only = f.path == "data.cache_latents" || f.path == "data.cache_text_embeddings" ||
-                            f.path == "data.latent_cache_dir" || f.path == "data.num_workers";
-    // validation.fraction decides which images train.
-    // The method, the trained encoders and the adapters' shape decide what the checkpoint holds.
-    const bool fixed = (f.path.starts_with("model.") || f.path.starts_with("data.") || f.path == "training.seed" ||
-                        f.path == "training.method" || f.path == "training.train_text_encoder" ||
-                        f.path.starts_with("lora.") ||
-                        f.path == "validation.fraction" || f.path == "training.batch_size" ||
-                        (f.path.starts_with("optimizer.") && f.path != "optimizer.lr" && f.path != "optimizer.text_encoder_lr")) &&
-                       !speed_only;
-    if (!fixed) continue;
+    if (!f.defines_run) continue;  // the schema marks the keys that define a run
     const std::string a = config::format_value(f.get(ckpt)), b = config::format_value(f.get(now));
     if (a != b) out.push_back(f.path + ": checkpoint " + a + ", config " + b);
   }
@@ -37,12 +26,12 @@ void Trainer::State::emit(const std::string& type, const json& fields) {
         tensorboard->add(e);
       } catch (const std::exception& ex) {  // TensorBoard is a view: training goes on without it
         tensorboard.reset();
-        emit("warning", {{"message", std::string("TensorBoard file no longer written: ") + ex.what()}});
+        emit(event::warning, {{"message", std::string("TensorBoard file no longer written: ") + ex.what()}});
       }
     }
   }
-  if (rank_log.is_open() && (type == "log" || type == "warning" || type == "error" || type == "checkpoint" ||
-                             type == "run_start" || type == "run_end")) {
+  if (rank_log.is_open() && (type == event::log || type == event::warning || type == event::error || type == event::checkpoint ||
+                             type == event::run_start || type == event::run_end)) {
     rank_log << "[step " << step << "] " << type << ": " << fields.dump() << "\n";
     rank_log.flush();
   }

@@ -7,6 +7,7 @@
 
 #include <c10/core/GradMode.h>
 
+#include "checkpoint/checkpoint_meta.h"
 #include "checkpoint/sharded_state.h"
 #include "config/config_loader.h"
 #include "config/config_writer.h"
@@ -15,6 +16,7 @@
 #include "data/shapes.h"
 #include "comm/communicator.h"
 #include "io/safetensors.h"
+#include "models/sd/sd_family.h"
 #include "train/frozen_cache.h"
 #include "train/lora_setup.h"
 #include "train/optimizer_setup.h"
@@ -48,8 +50,8 @@ void Trainer::State::start() {
       prepare_run_directory(resuming);
     } catch (const std::exception& e) {
       if (events) {
-        emit("error", {{"message", e.what()}});
-        emit("run_end", {{"reason", "error"}});
+        emit(event::error, {{"message", e.what()}});
+        emit(event::run_end, {{"reason", "error"}});
       }
       throw;
     }
@@ -58,22 +60,21 @@ void Trainer::State::start() {
   if (main_rank()) control = std::make_unique<ControlFilePoller>(run_dir, opt.reset_control);
   try {
     std::optional<checkpoint::CheckpointInfo> ckpt;
+    std::vector<data::DataItem> items;
     phase("setup", [&] {
       if (resuming) ckpt = open_resume_checkpoint();
-      build_model_and_data(ckpt);
+      choose_device();
+      items = data::scan_dataset(config::dataset_folder(cfg, run_dir), dataset_scan());
+      build_model(ckpt, items);
+      build_data(std::move(items));
     });
     share_initial_weights();
     phase("building the optimizer", [&] { build_optimizer(); });
-    if (ckpt) {
-      phase("loading the checkpoint", [&] { restore(*ckpt); });
-      if (main_rank() && ckpt->meta.value("world_size", world) != world)
-        log("resumed a checkpoint of " + std::to_string(ckpt->meta.value("world_size", 0)) + " ranks at stage " +
-            std::to_string(ckpt->meta.value("stage", 0)) + " on " + std::to_string(world) + " ranks at stage " +
-            std::to_string(cfg.zero.stage));
-    }
+    if (ckpt) phase("loading the checkpoint", [&] { restore(*ckpt); });
+    start_loader(ckpt);
   } catch (const std::exception& e) {
-    emit("error", {{"message", e.what()}});
-    emit("run_end", {{"reason", "error"}});
+    emit(event::error, {{"message", e.what()}});
+    emit(event::run_end, {{"reason", "error"}});
     throw;
   }
 }
@@ -102,8 +103,22 @@ void Trainer::State::build_optimizer() {
 }
 
 void Trainer::State::restore(const checkpoint::CheckpointInfo& ckpt) {
+  // Everything a resumed run takes from its checkpoint, read through one typed meta.json.
+  const checkpoint::CheckpointMeta meta = checkpoint::CheckpointMeta::from_json(ckpt.meta, ckpt.path);
+  // The loop's counters. Another world size splits each global batch differently: carry on
+  // after the samples seen.
+  batches_consumed = meta.batches_consumed;
+  if (meta.world_size != world && meta.samples_seen) batches_consumed = *meta.samples_seen / (world * cfg.training.batch_size);
+  last_loss = meta.loss;
+  // The smoother's own state where the checkpoint has it; older ones: their value, as settled.
+  if (meta.smoothed_state) smoothed.restore(meta.smoothed_state->first, meta.smoothed_state->second);
+  else smoothed.restore(meta.smoothed_loss, 1'000'000);
+  if (scaler && meta.loss_scaler) {
+    const checkpoint::LossScalerMeta& ls = *meta.loss_scaler;
+    scaler->load({ls.scale, ls.iter, ls.last_overflow, ls.hysteresis, ls.skipped});
+  }
   // Shards saved under any world size, stage or offload: each rank reads the parts it owns now.
-  const checkpoint::ShardReader reader(ckpt.path, ckpt.meta.at("sharding"));
+  const checkpoint::ShardReader reader(ckpt.path, meta.sharding);
   const bool with_ema = cfg.ema.enabled && reader.has("ema");
   if (cfg.ema.enabled && !with_ema) warn("the checkpoint has no EMA weights; the EMA starts from the current weights");
   // Units are matched by their parameters, so a checkpoint cut into other units (saved before
@@ -112,12 +127,15 @@ void Trainer::State::restore(const checkpoint::CheckpointInfo& ckpt) {
   for (auto& u : optimizer->layout()) layout[u.name] = std::move(u);
   optimizer->load_shards([&](const std::string& unit, const std::string& kind, std::int64_t first, std::int64_t count) {
                            return reader.read_as(layout.at(unit), kind, first, count); },
-                         ckpt.meta.value("optimizer_steps", ckpt.step), with_ema);
+                         meta.optimizer_steps, with_ema);
   // Every rank's noise generator is in rank 0's file.
   const io::SafetensorsReader first(ckpt.path + "/" + checkpoint::shard_file_name(0));
   const std::string rng_key = "rng.cpu." + std::to_string(rank);
   if (first.contains(rng_key)) gen.set_state(first.tensor(rng_key));
   else warn("the checkpoint has no random state for rank " + std::to_string(rank) + "; its noise starts afresh");
+  if (main_rank() && meta.world_size != world)
+    log("resumed a checkpoint of " + std::to_string(meta.world_size) + " ranks at stage " + std::to_string(meta.stage) +
+        " on " + std::to_string(world) + " ranks at stage " + std::to_string(cfg.zero.stage));
 }
 
 void Trainer::State::prepare_run_directory(bool resuming) {
@@ -190,6 +208,9 @@ std::optional<checkpoint::CheckpointInfo> Trainer::State::open_resume_checkpoint
     msg += "\nChange them back, or start a new run.";
     throw Error(ErrorKind::checkpoint, msg);
   }
+  if (!info.meta.contains("sharding"))
+    throw Error(ErrorKind::checkpoint, info.path + ": saved by an older ZeroStudio (checkpoint version 1, "
+                                                   "unsharded); this build resumes version 2 checkpoints only");
   step = info.step;
   return info;
 }
@@ -220,7 +241,7 @@ void Trainer::State::park_frozen_if_cached() {
       (device.is_cpu() ? " (released; read again from the model files to decode samples)" : " for CPU memory"));
 }
 
-void Trainer::State::build_model_and_data(const std::optional<checkpoint::CheckpointInfo>& ckpt) {
+void Trainer::State::choose_device() {
   // Device.
   // One GPU per rank on each machine: LOCAL_RANK's (the communicator made it NCCL's device too).
   if (!cfg.launch.use_cpu && torch::cuda::is_available())
@@ -228,17 +249,20 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   compute = compute_dtype(cfg.precision, device);  // fp16 without CUDA fails here, naming bf16
   if (opt.loss_scaling.value_or(cfg.precision == "fp16"))
     scaler = std::make_unique<LossScaler>(loss_scaler_options(cfg.loss_scaling));
+}
 
-  // Data.
-  const std::string data_path = config::dataset_folder(cfg, run_dir);
-  const data::MetadataOptions scan = metadata_options(cfg.data, [this](const std::string& w) { warn(w); });
-  auto items = data::scan_dataset(data_path, scan);
+data::MetadataOptions Trainer::State::dataset_scan() {
+  return metadata_options(cfg.data, [this](const std::string& w) { warn(w); });
+}
 
+void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>& ckpt,
+                                 const std::vector<data::DataItem>& items) {
   // Model. With zero3_init_flag at stage 3 each UNet unit is built (or loaded) and cut to this
   // rank's shard before the next exists, so no rank ever holds the whole UNet.
   const std::string model_dir = (fs::path(run_dir) / "model").string();
   models::UnitBuilt on_unit;
-  const bool lora = cfg.training.method == "lora";
+  trained = models::resolve_trained_parts(cfg);
+  const bool lora = trained.lora;
   if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag) {
     if (lora) {
       log("zero3_init_flag: not used under training.method lora (the adapters are shaped after the whole base "
@@ -254,32 +278,19 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
     const bool here = fs::exists(fs::path(model_dir) / "unet" / "config.json");
     model = models::DiffusionModel::load_folder(here ? model_dir : ckpt_model, on_unit);
     if (!here) model.save_folder(model_dir);
-  } else if (!cfg.model.path.empty() && models::DiffusionModel::is_preset_folder(cfg.model.path)) {
-    // A tiny-preset model exported as a folder (a quickstart checkpoint, `export --format
-    // diffusers`): training goes on from its weights, with its own tokenizer.
-    if (sharded_init) {
-      log("zero3_init_flag: not used for a preset model folder (it is loaded whole)");
-      sharded_init.reset();
-    }
-    model = models::DiffusionModel::load_folder(cfg.model.path);
-    if (rank == 0) model.save_folder(model_dir);
-  } else if (!cfg.model.path.empty()) {
-    // A diffusers pipeline folder or single file: the UNet trains from its weights; VAE and text
-    // encoders are frozen.
-    model = models::DiffusionModel::load_pipeline(cfg.model.path, cfg.model.prediction_type, cfg.model.config_path, on_unit);
-    const std::int64_t f = model.pixel_factor();
-    if (cfg.data.resolution % f != 0)
-      throw Error(ErrorKind::config, "data.resolution: " + std::to_string(cfg.data.resolution) + " must be a multiple of " +
-                                         std::to_string(f) + " for " + cfg.model.path + " (VAE × UNet down-sampling)");
-    if (rank == 0) model.save_folder(model_dir);
-  } else {  // the tiny preset (the trainability checks refused the others without model.path)
+  } else {
+    // What the model's family builds or loads: the tiny preset needs the dataset's words.
     std::vector<std::string> captions;
     for (const auto& it : items) captions.push_back(it.caption);
-    model = models::DiffusionModel::build_tiny(captions, cfg.model.prediction_type,
-                                                 static_cast<std::uint64_t>(cfg.training.seed), on_unit);
+    model = models::build_model(cfg, captions, on_unit);
     if (rank == 0) model.save_folder(model_dir);
   }
-  model.set_text_training(text_training_of(cfg, model));
+  if (sharded_init && sharded_init->sharded_units() == 0) {
+    log("zero3_init_flag: no unit was built into shards (the model is loaded whole, or every unit stays whole at "
+        "stage 3)");
+    sharded_init.reset();
+  }
+  model.set_text_training(trained.text);
   if (checkpoint_needs_base(cfg, model)) {
     // The checkpoints will hold adapters (or leave a frozen encoder out): they name the base, and
     // a resumed run must find the same one. A preset's base goes into the run's model folder when
@@ -296,23 +307,22 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   // never puts the whole model on the device at full precision.
   model.frozen_to(compute);
   model.to(device, /*with_unet=*/false);
-  if (lora || model.text_training == models::TextEncoderTraining::lora) {
+  if (lora || trained.text == models::TextEncoderTraining::lora) {
     const std::size_t adapted = attach_adapters(cfg, model);
     log("LoRA: " + std::to_string(adapted) + " layers adapted (rank " + std::to_string(cfg.lora.rank) + ", alpha " +
         nlohmann::json(lora_options(cfg.lora).alpha).dump() + (lora ? ", UNet" : "") +
-        (model.text_training == models::TextEncoderTraining::lora ? ", text encoders" : "") + ")" +
+        (trained.text == models::TextEncoderTraining::lora ? ", text encoders" : "") + ")" +
         (lora && cfg.zero.stage == 3 ? "; the frozen UNet base is partitioned over the ranks like trained units" : ""));
   }
   model.train(true);
-  model.unet->set_gradient_checkpointing(cfg.training.gradient_checkpointing);
-  model.unet->set_cpu_checkpointing(cfg.training.cpu_checkpointing);
+  model.set_gradient_checkpointing(cfg.training.gradient_checkpointing, cfg.training.cpu_checkpointing);
   if (cfg.training.cpu_checkpointing && !cfg.training.gradient_checkpointing)
     log("training.cpu_checkpointing does nothing without training.gradient_checkpointing: true");
   models::AttentionOptions attention;
   attention.mode = models::parse_attention_mode(cfg.training.attention);
   model.set_attention(attention);
   schedule = std::make_unique<diffusion::NoiseSchedule>(model.schedule);
-  std::int64_t n_params = 0;
+  n_params = 0;
   for (const auto& [n, p] : model.named_parameters()) n_params += p.numel();
   if (sharded_init) {
     n_params += sharded_init->sharded_numel();  // their parameters are empty here
@@ -320,28 +330,11 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
         std::to_string(sharded_init->sharded_numel()) + " parameters) built straight into shards; this rank holds 1/" +
         std::to_string(world) + " of them");
   }
-  if (ckpt) {
-    // Weights, moments and EMA come from the shards once the optimizer exists (trainer.cpp).
-    if (!ckpt->meta.contains("sharding"))
-      throw Error(ErrorKind::checkpoint, ckpt->path + ": saved by an older ZeroStudio (checkpoint version 1, "
-                                                      "unsharded); this build resumes version 2 checkpoints only");
-    batches_consumed = ckpt->meta.value("batches_consumed", std::int64_t{0});
-    // Another world size splits each global batch differently: carry on after the samples seen.
-    if (ckpt->meta.value("world_size", world) != world && ckpt->meta.contains("samples_seen"))
-      batches_consumed = ckpt->meta["samples_seen"].get<std::int64_t>() / (world * cfg.training.batch_size);
-    last_loss = ckpt->meta.value("loss", 0.0);
-    // The smoother's own state where the checkpoint has it; older ones: their value, as settled.
-    if (ckpt->meta.contains("smoothed_state"))
-      smoothed.restore(ckpt->meta["smoothed_state"][0].get<double>(), ckpt->meta["smoothed_state"][1].get<std::int64_t>());
-    else
-      smoothed.restore(ckpt->meta.value("smoothed_loss", 0.0), 1'000'000);
-    if (scaler && ckpt->meta.contains("loss_scaler")) {
-      const json& ls = ckpt->meta["loss_scaler"];
-      scaler->load({ls.value("scale", scaler->scale()), ls.value("iter", std::int64_t{0}),
-                      ls.value("last_overflow", std::int64_t{-1}), ls.value("hysteresis", 1),
-                      ls.value("skipped", std::int64_t{0})});
-    }
-  }
+}
+
+void Trainer::State::build_data(std::vector<data::DataItem> items) {
+  const std::string data_path = config::dataset_folder(cfg, run_dir);
+  const data::MetadataOptions scan = dataset_scan();
   lr = std::make_unique<LrSchedule>(cfg);
   // Each rank draws its own noise and timestep
   gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(cfg.training.seed) + 1 +
@@ -368,9 +361,13 @@ void Trainer::State::build_model_and_data(const std::optional<checkpoint::Checkp
   validation_items = split_validation(cfg, data_path, items, scan);
   loader = std::make_unique<data::DataLoader>(std::move(items), lo, [this](const std::string& w) { warn(w); });
   if (latent_cache && text_cache) park_frozen_if_cached();
-  loader->start(batches_consumed);
+}
 
-  emit("run_start", {{"run_dir", run_dir},
+void Trainer::State::start_loader(const std::optional<checkpoint::CheckpointInfo>& ckpt) {
+  // After restore: a resumed run's loader carries on after the batches its checkpoint consumed.
+  loader->start(batches_consumed);
+  const std::string data_path = config::dataset_folder(cfg, run_dir);
+  emit(event::run_start, {{"run_dir", run_dir},
                        {"resumed_from", ckpt ? json(ckpt->path) : json(nullptr)},
                        {"max_steps", cfg.training.max_steps},
                        {"parameters", n_params},

@@ -20,6 +20,7 @@
 #include "diffusion/noise_schedule.h"
 #include "models/sd/diffusion_model.h"
 #include "train/control_file.h"
+#include "train/event_types.h"
 #include "train/events.h"
 #include "train/loss_scaler.h"
 #include "train/loss_smoother.h"
@@ -74,6 +75,7 @@ struct Trainer::State {
   std::ofstream rank_log;
   at::Device device{at::kCPU};
   models::DiffusionModel model;
+  models::TrainedParts trained;  ///< what the config trains (models::resolve_trained_parts)
   std::unique_ptr<diffusion::NoiseSchedule> schedule;
   std::unique_ptr<zero::ZeroOptimizer> optimizer;
   std::unique_ptr<zero::ShardedInit> sharded_init;  ///< zero3_init_flag: the UNet's units built into shards
@@ -90,6 +92,7 @@ struct Trainer::State {
   at::Generator gen;
   std::int64_t step = 0;              // optimizer steps done
   std::int64_t batches_consumed = 0;  // micro batches taken from the loader
+  std::int64_t n_params = 0;          // the model's parameters (run_start)
   double last_loss = 0;
   LossSmoother smoothed;              // of the step losses: the events', TensorBoard's and keep_best's
   // The loop's bookkeeping.
@@ -108,8 +111,8 @@ struct Trainer::State {
   std::string samples_dir() const { return run_dir + "/samples"; }
   std::string checkpoints_dir() const { return run_dir + "/checkpoints"; }
   void emit(const std::string& type, const json& fields = json::object());
-  void log(const std::string& message) { emit("log", {{"message", message}}); }
-  void warn(const std::string& message) { emit("warning", {{"message", message}}); }
+  void log(const std::string& message) { emit(event::log, {{event::message, message}}); }
+  void warn(const std::string& message) { emit(event::warning, {{event::message, message}}); }
 
   // Setup (trainer_setup.cpp). Every phase runs as a long phase (comm::Communicator::long_phase):
   // a failure on one rank stops all of them at once, and a rank that takes long (rank 0 making
@@ -125,16 +128,27 @@ struct Trainer::State {
   /// The checkpoint to resume from (--resume latest|auto|PATH), checked against the config;
   /// nullopt for auto when the run has no intact checkpoint (it starts afresh in its folder).
   std::optional<checkpoint::CheckpointInfo> open_resume_checkpoint();
-  /// Device, precision, loss scaler, dataset, model (restored from `ckpt` when resuming), LR
-  /// schedule, noise generator and data loader; writes run_start.
+  /// The compute device (LOCAL_RANK's GPU, or the CPU), the compute dtype and the loss scaler.
+  void choose_device();
+  /// How the dataset is scanned (data.metadata's options; warnings become events).
+  data::MetadataOptions dataset_scan();
+  /// The model: the run's own (model/) when resuming, else what its family builds from the
+  /// config (the tiny preset's vocabulary from `items`); trained parts, adapters, attention and
+  /// the noise schedule. With zero3_init_flag the units are built straight into shards.
+  void build_model(const std::optional<checkpoint::CheckpointInfo>& ckpt, const std::vector<data::DataItem>& items);
+  /// LR schedule, noise generator, caches, the validation split and the data loader (not started).
+  void build_data(std::vector<data::DataItem> items);
   /// With both caches complete, the frozen parts leave the device (models::DiffusionModel::park_frozen).
   void park_frozen_if_cached();
-  void build_model_and_data(const std::optional<checkpoint::CheckpointInfo>& ckpt);
+  /// Starts the loader where the run stands (after restore) and writes run_start.
+  void start_loader(const std::optional<checkpoint::CheckpointInfo>& ckpt);
   /// Several ranks: everyone takes rank 0's initial weights.
   void share_initial_weights();
   /// The ZeRO optimizer over the model (and its EMA).
   void build_optimizer();
-  /// Weights, moments, EMA and noise generators from a checkpoint saved at any world size/stage.
+  /// Everything a resumed run takes from its checkpoint (checkpoint::CheckpointMeta): the loop's
+  /// counters, the smoothed loss, the loss scale, then weights, moments, EMA and noise generators
+  /// from shards saved at any world size/stage.
   void restore(const checkpoint::CheckpointInfo& ckpt);
 
   // The loop's steps (trainer_steps.cpp).

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include "checkpoint/checkpoint_meta.h"
 #include "checkpoint/sharded_save.h"
 #include "checkpoint/sharded_state.h"
 #include "config/config_writer.h"
@@ -14,6 +15,7 @@
 #include "core/memory.h"
 #include "comm/communicator.h"
 #include "models/activation_checkpoint.h"
+#include "train/rank_figures.h"
 #include "train/image_logger.h"
 #include "train/validation_set.h"
 #include "train/trainer_state.h"
@@ -60,7 +62,7 @@ Requests Trainer::State::agree_on_commands(TrainerCommands& commands) {
   }
   if (!r.stop && r.paused != was_paused) {
     was_paused = r.paused;
-    if (main_rank()) emit(r.paused ? "paused" : "resumed", json::object());
+    if (main_rank()) emit(r.paused ? event::paused : event::resumed, json::object());
   }
   return r;
 }
@@ -94,9 +96,8 @@ StepResult Trainer::State::train_step() {
     const at::Tensor noise = at::randn(x0.sizes(), gen).to(device);
     const at::Tensor t = at::randint(0, schedule->num_train_timesteps(), {b}, gen, at::kLong).to(device);
     const models::TextConditioning cond = model.condition(batch.captions, device, text_cache.get());
-    const at::Tensor time_ids = model.added_conditioning() ? batch.time_ids.to(device) : at::Tensor();
-    const at::Tensor pred = model.unet->forward(schedule->add_noise(x0, noise, t), t, cond.context, cond.pooled, time_ids);
-    const at::Tensor per_sample = (pred - schedule->target(x0, noise, t)).pow(2).mean({1, 2, 3});  // [B]
+    const at::Tensor pred = model.predict(schedule->add_noise(x0, noise, t), t, cond, batch.geometry);
+    const at::Tensor per_sample = schedule->loss(pred, x0, noise, t);  // [B]
     const at::Tensor loss = (per_sample * schedule->min_snr_weights(t, cfg.training.min_snr_gamma)).mean();
     const double scale = scaler ? scaler->scale() : 1.0;
     (loss * (scale / static_cast<double>(accum))).backward();
@@ -117,7 +118,7 @@ StepResult Trainer::State::train_step() {
     scaler->update(done.skipped);
     if (done.skipped) {
       optimizer->skip_step();
-      emit("overflow", {{"loss_scale", scale}, {"next_loss_scale", scaler->scale()}, {"skipped_steps", scaler->skipped()}});
+      emit(event::overflow, {{"loss_scale", scale}, {"next_loss_scale", scaler->scale()}, {"skipped_steps", scaler->skipped()}});
       if (scaler->stuck())
         throw Error(ErrorKind::data, "gradients overflow at the lowest loss scale (" + std::to_string(scale) +
                                          ", loss_scaling.min_loss_scale) at step " + std::to_string(step + 1) +
@@ -165,7 +166,7 @@ void Trainer::State::report_metrics(const StepResult& done) {
     metrics["loss_scale"] = scaler->scale();
     metrics["skipped_steps"] = scaler->skipped();
   }
-  emit("metrics", metrics);
+  emit(event::metrics, metrics);
   interval = {};
 }
 
@@ -175,24 +176,24 @@ json Trainer::State::gather_ranks() {
   const auto off = optimizer->offloaded();
   const auto kept = models::checkpointed_peak();  // since the last metrics
   models::reset_checkpointed_peak();
-  const std::vector<std::int64_t> mine = {process_rss_bytes(), gpu.allocated, gpu.reserved, gpu.peak,
-                                          b.parameters, b.gradients, b.optimizer_states, off.parameters,
-                                          off.gradients, off.optimizer_states, off.nvme_bytes, kept.device, kept.cpu};
-  const auto fields = static_cast<std::int64_t>(mine.size());
-  at::Tensor shard = at::tensor(mine, at::kLong);
+  RankFigures mine;
+  mine.rss_bytes = process_rss_bytes();
+  mine.gpu_allocated_bytes = gpu.allocated;
+  mine.gpu_reserved_bytes = gpu.reserved;
+  mine.gpu_peak_bytes = gpu.peak;
+  mine.model_state = {b.parameters, b.gradients, b.optimizer_states};
+  mine.offloaded = {off.parameters, off.gradients, off.optimizer_states};
+  mine.nvme_bytes = off.nvme_bytes;
+  mine.checkpointed_device = kept.device;
+  mine.checkpointed_cpu = kept.cpu;
+  const auto row = mine.pack();
+  const auto fields = static_cast<std::int64_t>(RankFigures::kFields);
+  at::Tensor shard = at::tensor(std::vector<std::int64_t>(row.begin(), row.end()), at::kLong);
   at::Tensor all = at::zeros({fields * world}, at::kLong);
   comm->all_gather(shard, all);
+  const at::Tensor rows = all.contiguous();
   json ranks = json::array();
-  for (int r = 0; r < world; ++r) {
-    const auto v = [&](int i) { return all[r * fields + i].item<std::int64_t>(); };
-    ranks.push_back({{"rank", r}, {"rss_bytes", v(0)}, {"gpu_allocated_bytes", v(1)}, {"gpu_reserved_bytes", v(2)},
-                     {"gpu_peak_bytes", v(3)},
-                     {"model_state", {{"parameters", v(4)}, {"gradients", v(5)}, {"optimizer_states", v(6)}}},
-                     {"offloaded", {{"parameters", v(7)}, {"gradients", v(8)}, {"optimizer_states", v(9)},
-                                    {"nvme_bytes", v(10)}}},
-                     // Gradient checkpointing: the peak bytes of kept unit inputs, by where they waited.
-                     {"checkpointed_inputs", {{"device", v(11)}, {"cpu", v(12)}}}});
-  }
+  for (int r = 0; r < world; ++r) ranks.push_back(RankFigures::unpack(rows.data_ptr<std::int64_t>() + r * fields).to_json(r));
   return ranks;
 }
 
@@ -218,7 +219,7 @@ void Trainer::State::sample() {
     if (compute) folder = write_samples(model, cfg.sampling, cfg.data.resolution, device, samples_dir(), step, main_rank());
     if (swap) optimizer->swap_ema();
   });
-  if (main_rank()) emit("samples", {{"dir", folder.dir}, {"count", folder.count}});
+  if (main_rank()) emit(event::samples, {{"dir", folder.dir}, {"count", folder.count}});
 }
 
 void Trainer::State::validate_if_due(const Requests& r) {
@@ -244,7 +245,7 @@ void Trainer::State::validate() {
   fields["items"] = validation_items.size();
   fields["timesteps"] = cfg.validation.timesteps;
   fields["seconds"] = seconds_since(started);
-  emit("validation", fields);
+  emit(event::validation, fields);
 }
 
 std::string Trainer::State::monitor_field() const {
@@ -276,37 +277,35 @@ bool Trainer::State::save(const std::string& reason) {
   else rngs.copy_(rng);
   if (main_rank()) {
     for (int r = 0; r < world; ++r) request.shard.emplace_back("rng.cpu." + std::to_string(r), rngs.chunk(world)[r].clone());
-    request.meta = {{"step", step},
-                    {"optimizer_steps", optimizer->steps()},
-                    {"batches_consumed", batches_consumed},
-                    {"samples_seen", batches_consumed * world * cfg.training.batch_size},
-                    {"epoch", static_cast<double>(batches_consumed * world) / loader->batches_per_epoch()},
-                    {"loss", last_loss},
-                    {"smoothed_loss", smoothed.value()},
-                    {"smoothed_state", {smoothed.last(), smoothed.count()}},
-                    {"val_loss", last_val_loss ? json(*last_val_loss) : json(nullptr)},
-                    {"val_loss_step", last_val_step},
-                    {"lr", lr->lr(std::max<std::int64_t>(step - 1, 0))},
-                    {"time", unix_time()},
-                    {"reason", reason},
-                    {"world_size", world},
-                    {"stage", cfg.zero.stage},
-                    {"precision", cfg.precision},
-                    {"config_hash", config_hash(cfg)},
-                    {"sharding", checkpoint::sharding_json(optimizer->layout(), world, static_cast<int>(cfg.zero.stage))},
-                    {"config", config::to_yaml(cfg)}};
-    if (!base_model.is_null()) request.meta["base_model"] = base_model;
-    if (cfg.training.method == "lora" || model.text_training == models::TextEncoderTraining::lora)
-      request.meta["lora"] = {{"rank", cfg.lora.rank},
-                              {"alpha", cfg.lora.alpha.value_or(static_cast<double>(cfg.lora.rank))},
-                              {"unet", cfg.training.method == "lora"},
-                              {"text_encoders", model.text_training == models::TextEncoderTraining::lora},
-                              {"dropout", cfg.lora.dropout}};
+    checkpoint::CheckpointMeta meta;
+    meta.step = step;
+    meta.optimizer_steps = optimizer->steps();
+    meta.batches_consumed = batches_consumed;
+    meta.samples_seen = batches_consumed * world * cfg.training.batch_size;
+    meta.epoch = static_cast<double>(batches_consumed * world) / loader->batches_per_epoch();
+    meta.loss = last_loss;
+    meta.smoothed_loss = smoothed.value();
+    meta.smoothed_state = std::make_pair(smoothed.last(), smoothed.count());
+    meta.val_loss = last_val_loss;
+    meta.val_loss_step = last_val_step;
+    meta.lr = lr->lr(std::max<std::int64_t>(step - 1, 0));
+    meta.time = unix_time();
+    meta.reason = reason;
+    meta.world_size = world;
+    meta.stage = static_cast<int>(cfg.zero.stage);
+    meta.precision = cfg.precision;
+    meta.config_hash = config_hash(cfg);
+    meta.sharding = checkpoint::sharding_json(optimizer->layout(), world, static_cast<int>(cfg.zero.stage));
+    meta.config = config::to_yaml(cfg);
+    meta.base_model = base_model;
+    if (trained.lora || trained.text == models::TextEncoderTraining::lora)
+      meta.lora = checkpoint::LoraMeta{cfg.lora.rank, cfg.lora.alpha.value_or(static_cast<double>(cfg.lora.rank)),
+                                       trained.lora, trained.text == models::TextEncoderTraining::lora, cfg.lora.dropout};
     if (scaler) {
       const auto st = scaler->state();
-      request.meta["loss_scaler"] = {{"scale", st.scale}, {"iter", st.iter}, {"last_overflow", st.last_overflow},
-                                     {"hysteresis", st.hysteresis}, {"skipped", st.skipped}};
+      meta.loss_scaler = checkpoint::LossScalerMeta{st.scale, st.iter, st.last_overflow, st.hysteresis, st.skipped};
     }
+    request.meta = meta.to_json();
   }
   if (opt.fail_save && opt.fail_save->first == rank && opt.fail_save->second == step &&
       (opt.fail_save_times == 0 || injected_save_failures++ < opt.fail_save_times))
@@ -332,7 +331,7 @@ bool Trainer::State::save(const std::string& reason) {
       if (all[r][0].item<std::int64_t>() != 0) f.rank = r;
     f.needed_bytes = all[f.rank][1].item<std::int64_t>();
     f.free_bytes = all[f.rank][2].item<std::int64_t>();
-    emit("save_failed", {{"tag", f.tag}, {"needed_bytes", f.needed_bytes}, {"free_bytes", f.free_bytes},
+    emit(event::save_failed, {{"tag", f.tag}, {"needed_bytes", f.needed_bytes}, {"free_bytes", f.free_bytes},
                          {"folder", f.folder}, {"rank", f.rank}, {"message", f.message},
                          {"policy", cfg.checkpointing.on_save_failure}});
     save_failure = std::move(f);
@@ -340,7 +339,7 @@ bool Trainer::State::save(const std::string& reason) {
   }
   save_failure.reset();
   last_save = std::chrono::steady_clock::now();
-  if (main_rank()) emit("checkpoint", {{"path", outcome.info.path}, {"bytes", outcome.info.bytes}, {"reason", reason}});
+  if (main_rank()) emit(event::checkpoint, {{"path", outcome.info.path}, {"bytes", outcome.info.bytes}, {"reason", reason}});
   return true;
 }
 
@@ -377,7 +376,7 @@ void Trainer::State::finish(const std::string& reason) {
     end["newest_checkpoint"] = newest.empty() ? json(nullptr) : json(newest);
     warn("the last checkpoint (" + save_failure->tag + ") could not be saved; " + newest_saved());
   }
-  emit("run_end", end);
+  emit(event::run_end, end);
   loader.reset();
 }
 
@@ -415,7 +414,7 @@ void Trainer::State::wait_for_save(const std::string& reason) {
   const SaveFailure& f = *save_failure;
   auto mib = [](std::int64_t b) { return std::to_string(b >> 20) + " MiB"; };
   if (main_rank()) {
-    emit("paused", {{"reason", "save_failed"}, {"tag", f.tag}});
+    emit(event::paused, {{"reason", "save_failed"}, {"tag", f.tag}});
     log("paused: checkpoint " + f.tag + " could not be saved" +
         (f.free_bytes >= 0 ? " (" + mib(f.free_bytes) + " free, rank " + std::to_string(f.rank) + "'s shard needs " +
                                  mib(f.needed_bytes) + ")"
@@ -432,7 +431,7 @@ void Trainer::State::wait_for_save(const std::string& reason) {
     if (r.sample) sample();
     if (r.save || r.retry_save) {
       if (save(reason)) {
-        if (main_rank()) emit("resumed", {{"reason", "saved"}, {"tag", reason == "overwrite" ? "overwrite" : "step_" + std::to_string(step)}});
+        if (main_rank()) emit(event::resumed, {{"reason", "saved"}, {"tag", reason == "overwrite" ? "overwrite" : "step_" + std::to_string(step)}});
         return;
       }
       retry_at = Clock::now() + retry_every;
@@ -445,7 +444,7 @@ void Trainer::State::wait_for_save(const std::string& reason) {
 }
 
 void Trainer::State::fail(const std::exception& e) {
-  emit("error", {{"message", e.what()}});
+  emit(event::error, {{"message", e.what()}});
   // With several ranks the optimizer state is spread over them and a rank may be gone, so there
   // is no on-exception checkpoint (the last periodic one stands); nor when saving is what failed.
   const bool save_failed = dynamic_cast<const SaveFailed*>(&e) != nullptr;
@@ -453,10 +452,10 @@ void Trainer::State::fail(const std::exception& e) {
     try {
       if (save("on_exception")) prune_checkpoints();
     } catch (const std::exception& e2) {
-      emit("error", {{"message", std::string("the on-exception checkpoint failed too: ") + e2.what()}});
+      emit(event::error, {{"message", std::string("the on-exception checkpoint failed too: ") + e2.what()}});
     }
   }
-  emit("run_end", {{"reason", save_failed ? "save_failed" : "error"}});
+  emit(event::run_end, {{"reason", save_failed ? "save_failed" : "error"}});
   loader.reset();
 }
 

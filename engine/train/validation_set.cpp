@@ -52,7 +52,7 @@ double validation_loss(models::DiffusionModel& model, const diffusion::NoiseSche
                        const std::vector<data::DataItem>& items, const config::TrainerConfig& cfg,
                        comm::Communicator& comm, const c10::Device& device, data::LatentCache* text_cache) {
   c10::NoGradGuard no_grad;
-  const bool was_training = model.unet->is_training();
+  const bool was_training = model.is_training();
   model.train(false);
   const auto timesteps = validation_timesteps(cfg.validation.timesteps, schedule.num_train_timesteps());
   const auto world = static_cast<std::int64_t>(comm.world_size()), rank = static_cast<std::int64_t>(comm.rank());
@@ -66,7 +66,7 @@ double validation_loss(models::DiffusionModel& model, const diffusion::NoiseSche
   };
   double sum = 0, count = 0;
   for (std::int64_t first = 0; first < per_rank; first += batch) {
-    std::vector<at::Tensor> x0s, time_ids;
+    std::vector<at::Tensor> x0s, geometries;
     std::vector<std::string> captions;
     std::vector<std::int64_t> index;
     std::vector<double> weight;
@@ -78,14 +78,13 @@ double validation_loss(models::DiffusionModel& model, const diffusion::NoiseSche
       const at::Tensor image = data::DataLoader::load_image(item.image, cfg.data.resolution, &geometry);
       at::Generator g = generator(real ? i : 0, timesteps.size());
       x0s.push_back(model.to_model_space(image.unsqueeze(0).to(device), g));
-      time_ids.push_back(at::tensor(std::vector<double>(geometry.begin(), geometry.end()), at::kFloat).unsqueeze(0));
+      geometries.push_back(at::tensor(std::vector<double>(geometry.begin(), geometry.end()), at::kFloat).unsqueeze(0));
       captions.push_back(item.caption);
       index.push_back(real ? i : 0);
       weight.push_back(real ? 1.0 : 0.0);
     }
     const at::Tensor x0 = at::cat(x0s);
     const models::TextConditioning cond = model.condition(captions, device, text_cache);
-    const at::Tensor ids = model.added_conditioning() ? at::cat(time_ids).to(device) : at::Tensor();
     const at::Tensor w = at::tensor(weight, at::kDouble);
     for (std::size_t k = 0; k < timesteps.size(); ++k) {
       std::vector<at::Tensor> noise;
@@ -95,8 +94,8 @@ double validation_loss(models::DiffusionModel& model, const diffusion::NoiseSche
       }
       const at::Tensor eps = at::cat(noise);
       const at::Tensor t = at::full({x0.size(0)}, timesteps[k], at::TensorOptions().dtype(at::kLong).device(device));
-      const at::Tensor pred = model.unet->forward(schedule.add_noise(x0, eps, t), t, cond.context, cond.pooled, ids);
-      const at::Tensor per_item = (pred.to(at::kFloat) - schedule.target(x0, eps, t).to(at::kFloat)).pow(2).mean({1, 2, 3});
+      const at::Tensor pred = model.predict(schedule.add_noise(x0, eps, t), t, cond, at::cat(geometries));
+      const at::Tensor per_item = schedule.loss(pred, x0, eps, t);
       sum += (per_item.to(at::kCPU, at::kDouble) * w).sum().item<double>();
     }
     for (const double x : weight) count += x * static_cast<double>(timesteps.size());

@@ -12,7 +12,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/export.h"
-#include "checkpoint/lora_file.h"
+#include "models/sd/lora_file.h"
 #include "checkpoint/sharded_state.h"
 #include "config/trainer_config.h"
 #include "core/error.h"

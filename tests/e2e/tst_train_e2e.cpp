@@ -13,6 +13,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/export.h"
+#include "models/sd/sd_export.h"
 #include "models/sd/diffusion_model.h"
 #include "config/config_loader.h"
 #include "core/error.h"

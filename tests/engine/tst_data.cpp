@@ -56,7 +56,7 @@ class TestData : public QObject {
 
  private slots:
   // Aspect-ratio buckets: sizes of about resolution² in step increments; wide images go to wide
-  // buckets, every batch is one size, batches are the same for the same seed, and time_ids carry
+  // buckets, every batch is one size, batches are the same for the same seed, and geometry rows carry
   // each image's original size, crop and target.
   void aspectBucketsBatchBySize() {
     QCOMPARE(aspect_buckets(64, 16).size(), std::size_t{7});  // 32x128 … 64x64 … 128x32, within 4:1
@@ -100,8 +100,8 @@ class TestData : public QObject {
       seen.insert({h, w});
       QVERIFY(h * w <= 48 * 48);
       for (std::int64_t i = 0; i < 4; ++i) {
-        QCOMPARE(b.time_ids[i][4].item<double>(), static_cast<double>(h));  // target size
-        QCOMPARE(b.time_ids[i][5].item<double>(), static_cast<double>(w));
+        QCOMPARE(b.geometry[i][4].item<double>(), static_cast<double>(h));  // target size
+        QCOMPARE(b.geometry[i][5].item<double>(), static_cast<double>(w));
       }
       for (const auto& c : b.captions) first_epoch.push_back(c);
     }

@@ -8,11 +8,16 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config_loader.h"
+#include "config/schema.h"
+#include "config/setup_questions.h"
+#include "config/validation.h"
 #include "core/cpu_allocation_counter.h"
 #include "core/error.h"
 #include "data/shapes.h"
 #include "estimate/memory_estimator.h"
 #include "estimate/model_shape.h"
+#include "models/model_family.h"
+#include "models/sd/sd_shape.h"
 #include "models/activation_checkpoint.h"
 #include "comm/communicator.h"
 #include "models/sd/diffusion_model.h"
@@ -21,12 +26,15 @@
 #include "zero/zero_optimizer.h"
 
 #include <QFile>
+#include <QTemporaryDir>
 #include <QtTest>
 
 #include "test_support.h"
 
 using namespace zs;
 using namespace zs::estimate;
+using zs::models::unet_parameter_count;
+using zs::models::unet_shape;
 
 namespace {
 
@@ -230,8 +238,15 @@ class TestEstimate : public QObject {
     QCOMPARE(e.cpu.optimizer_states, std::int64_t{0});
     QVERIFY(e.nvme >= 12 * psi / n && e.nvme < 12 * psi / n + 3 * 9 * 4096);  // 4 KiB aligned regions
     if (stage != 3) {
-      o.offload_param = Offload::cpu;  // ignored below stage 3, as DeepSpeed does
-      QCOMPARE(estimate_memory(m, o).cpu.parameters, std::int64_t{0});
+      // Refused below stage 3, as validation and the trainer's plan refuse it (this test pinned
+      // the estimator ignoring it while training refused the same config; issue 33).
+      o.offload_param = Offload::cpu;
+      try {
+        estimate_memory(m, o);
+        QFAIL("zero.offload_param below stage 3 was estimated");
+      } catch (const Error& e) {
+        QVERIFY2(std::string(e.what()).find("zero.offload_param needs zero.stage 3") != std::string::npos, e.what());
+      }
       return;
     }
     o.offload_optimizer = Offload::cpu;
@@ -267,7 +282,7 @@ class TestEstimate : public QObject {
     for (const auto& s : sets.split(',')) overrides.push_back(s.toStdString());
     const auto cfg = config::load_config_file((test::sourceDir() + "/configs/quickstart.yaml").toStdString(), overrides).config;
     auto model = models::DiffusionModel::build_tiny(shape_captions(), "epsilon", 1);
-    model.set_text_training(train::text_training_of(cfg, model));
+    model.set_text_training(models::resolve_trained_parts(cfg).text);
     train::attach_adapters(cfg, model);  // the trainer's LoRA setup (nothing without it)
     auto comm = comm::Communicator::single();
     auto opt = train::make_optimizer(cfg, model, *comm, train::compute_dtype(cfg.precision, at::kCPU), at::kCPU, "estimate",
@@ -319,8 +334,6 @@ class TestEstimate : public QObject {
       c.transformer_layers_per_block = {1, depth, depth};
       model.unet = models::UNet2DConditionModel(c);
       ModelShape deeper = unet_shape(c);
-      for (const auto& u : shape.units)
-        if (u.kind == UnitKind::text_encoder) deeper.units.push_back(u);
       shape.units = deeper.units;
     }
     model.set_attention(paths);
@@ -399,7 +412,9 @@ class TestEstimate : public QObject {
   // tst_lora's formula), the frozen base counts its bf16 weights only, and stage 3 over 2 ranks
   // halves them.
   void loraOnSd15FitsAnEightGigabyteCard() {
-    const std::string yaml = "version: 1\nmodel: {preset: sd15}\nprecision: bf16\ndata: {resolution: 512}\n"
+    // Without the caches, so the frozen CLIP and VAE stay on the device (counted below).
+    const std::string yaml = "version: 1\nmodel: {preset: sd15}\nprecision: bf16\n"
+                             "data: {resolution: 512, cache_latents: false, cache_text_embeddings: false}\n"
                              "training: {batch_size: 4, method: lora}\nlora: {rank: 16}\nema: {enabled: false}\n"
                              "launch: {use_cpu: false}\n";
     config::TrainerConfig cfg = config::load_config_string(yaml, "sd15-lora").config;
@@ -438,6 +453,7 @@ class TestEstimate : public QObject {
     o.batch_size = 1;
     o.stage = 0;
     o.world_size = 1;
+    o.frozen_off_device = false;  // the frozen parts on the device (no caches)
     MemoryEstimate e = estimate_memory(sd15, o);
     // 13.75 GB of model states in DDP, plus the frozen CLIP text encoder (bf16) and VAE (fp32).
     QCOMPARE(model_state(e.gpu), 16 * std::int64_t{859'520'964} + 2 * 123'060'480 + 4 * 83'653'863);
@@ -494,6 +510,90 @@ class TestEstimate : public QObject {
       o.gpu_memory = parse_bytes("8GiB");
       QVERIFY(estimate_memory(m, o).fits);
     }
+  }
+
+  // The registry (models/model_family.cpp): each preset belongs to one family, the schema's
+  // model.preset choices are exactly the registered presets, every preset resolves to its
+  // family, and a preset no family has is an error naming the known ones.
+  void everyPresetHasItsFamily() {
+    std::vector<std::string> presets;
+    for (const models::ModelFamily* f : models::model_families()) {
+      QVERIFY(models::find_family(f->name()) == f);
+      for (const auto& p : f->presets()) {
+        presets.push_back(p.name);
+        config::TrainerConfig cfg;
+        cfg.model.preset = p.name;
+        QCOMPARE(models::family_of(cfg).name(), f->name());
+      }
+    }
+    QCOMPARE(presets, config::find_field("model.preset")->choices);
+    config::TrainerConfig unknown;
+    unknown.model.preset = "flux-dev";
+    try {
+      models::family_of(unknown);
+      QFAIL("found a family for an unknown preset");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).contains("model.preset: 'flux-dev' is no family's preset; choose one of tiny"), e.what());
+    }
+  }
+
+  // Frozen parts on or off the device follow the cache settings, with model.path or without:
+  // SDXL's ready config estimated from its preset (the folder is not there) and with the path
+  // left empty gave 8.8 against 10.6 GiB before issue 33 (the frozen encoders counted on the
+  // card only without a path).
+  void frozenPartsFollowTheCachesWithOrWithoutAPath() {
+    auto cfg = config::load_config_file((test::sourceDir() + "/configs/sdxl-finetune-zero2-offload.yaml").toStdString()).config;
+    QVERIFY(cfg.data.cache_latents && cfg.data.cache_text_embeddings);
+    const MemoryEstimate with_path = estimate_memory(model_shape(cfg), options_from_config(cfg));
+    cfg.model.path.clear();
+    const MemoryEstimate without = estimate_memory(model_shape(cfg), options_from_config(cfg));
+    QCOMPARE(without.gpu.total(), with_path.gpu.total());
+    QCOMPARE(without.gpu_frozen, std::int64_t{0});
+    QVERIFY(without.cpu.parameters > 0);  // the encoders and the VAE wait in CPU memory
+    cfg.data.cache_text_embeddings = false;  // then they stay on the device, with a path or without
+    QVERIFY(estimate_memory(model_shape(cfg), options_from_config(cfg)).gpu_frozen > 0);
+  }
+
+  // training.train_text_encoder: auto is decided once (models::resolve_trained_parts), and
+  // validation, the estimator, the wizard and the trainer's unit roster agree: a tiny-preset
+  // folder (an exported quickstart) trains its encoder, so optimizer.text_encoder_lr is used
+  // and asked; a pipeline's (the sd15-tiny fixture) stays frozen, so it is warned about and not
+  // asked. Before issue 33 validation and the wizard took the preset folder for a pipeline.
+  void trainTextEncoderAutoIsDecidedOnce_data() {
+    QTest::addColumn<bool>("preset_folder");
+    QTest::newRow("exported quickstart folder") << true;
+    QTest::newRow("sd15-tiny pipeline") << false;
+  }
+  void trainTextEncoderAutoIsDecidedOnce() {
+    QFETCH(bool, preset_folder);
+    QTemporaryDir dir;
+    std::string path = dir.path().toStdString() + "/tiny";
+    if (preset_folder) {
+      const auto model = models::DiffusionModel::build_tiny(shape_captions(), "epsilon", 1);
+      model.save_folder(path);
+      train::save_preset_base(model, path);
+      QVERIFY(models::DiffusionModel::is_preset_folder(path));
+    } else {
+      ZS_REQUIRE_SHARED();
+      path = (test::sharedDir() + "/fixtures/sd15-tiny").toStdString();
+    }
+    config::LoadedConfig loaded = config::load_config_string(
+        "version: 1\nmodel: {path: " + path + "}\noptimizer: {text_encoder_lr: 0.00001}\ndata: {resolution: 32}\n", "t.yaml");
+    const config::TrainerConfig& cfg = loaded.config;
+    QCOMPARE(cfg.training.train_text_encoder, std::string("auto"));
+    const bool trains = preset_folder;
+    QCOMPARE(models::resolve_trained_parts(cfg).text_trained(), trains);
+    std::vector<std::string> warnings;
+    QVERIFY(config::validate(loaded, &warnings).empty());
+    bool warned = false;
+    for (const auto& w : warnings) warned |= w.find("optimizer.text_encoder_lr") != std::string::npos;
+    QCOMPARE(warned, !trains);
+    QCOMPARE(options_from_config(cfg).text_training, std::string(trains ? "full" : "frozen"));
+    const config::SetupAnswers answers = config::answers_from_config(cfg);
+    QCOMPARE(config::is_asked(config::setup_question("text_encoder_lr"), answers), trains);
+    bool roster_has_encoder = false;
+    for (const auto& u : models::family_of(cfg).roster(cfg)) roster_has_encoder |= u.name == "text_encoder" && !u.frozen;
+    QCOMPARE(roster_has_encoder, trains);
   }
 
   void jsonHasTheDocumentedKeys() {

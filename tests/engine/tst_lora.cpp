@@ -3,7 +3,7 @@
 
 #include <ATen/ATen.h>
 
-#include "checkpoint/lora_file.h"
+#include "models/sd/lora_file.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "models/clip_text_model.h"

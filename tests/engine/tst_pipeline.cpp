@@ -10,6 +10,7 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "checkpoint/export.h"
+#include "models/sd/sd_export.h"
 #include "config/config_loader.h"
 #include "config/trainer_config.h"
 #include "data/latent_cache.h"
@@ -325,7 +326,7 @@ class TestPipeline : public QObject {
     QCOMPARE(b.clip_tokenizer->pad_id(), std::int64_t{49407});
     // The text-embedding cache gives what the encoders give, context and pooled, cold and warm.
     {
-      zs::data::LatentCache cache((dir.path() + "/cache").toStdString(), zs::data::LatentCache::text_key(file), "text");
+      zs::data::LatentCache cache((dir.path() + "/cache").toStdString(), zs::data::LatentCache::text_key(file, {"text_encoder"}), "text");
       const std::vector<std::string> captions = {"a red circle", "", "a red circle", "two blue squares"};
       const TextConditioning want = b.condition(captions, at::kCPU);
       for (int pass = 0; pass < 2; ++pass) {

@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <tuple>
 
+#include "config/schema.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_meta.h"
 #include "config/config_loader.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -164,12 +167,78 @@ class TestTrain : public QObject {
     }
   }
 
+  // meta.json is one typed struct (checkpoint/checkpoint_meta.h) written by save and read by
+  // restore: every field survives the round trip, an old checkpoint's missing keys take their
+  // defaults, and a value of the wrong type is an error naming the folder and the key.
+  void checkpointMetaRoundTrips() {
+    checkpoint::CheckpointMeta m;
+    m.step = 12;
+    m.optimizer_steps = 11;
+    m.batches_consumed = 48;
+    m.samples_seen = 96;
+    m.epoch = 1.5;
+    m.loss = 0.25;
+    m.smoothed_loss = 0.3;
+    m.smoothed_state = std::make_pair(0.31, std::int64_t{12});
+    m.val_loss = 0.4;
+    m.val_loss_step = 10;
+    m.lr = 1e-4;
+    m.time = 1.7e9;
+    m.reason = "periodic";
+    m.world_size = 2;
+    m.stage = 3;
+    m.precision = "bf16";
+    m.config_hash = "abc";
+    m.config = "version: 1\n";
+    m.sharding = {{"world_size", 2}};
+    m.base_model = {{"path", "/models/x"}};
+    m.lora = checkpoint::LoraMeta{16, 8.0, true, false, 0.1};
+    m.loss_scaler = checkpoint::LossScalerMeta{1024.0, 7, 3, 2, 1};
+    const nlohmann::json j = m.to_json();
+    const auto back = checkpoint::CheckpointMeta::from_json(j, "ckpt");
+    QCOMPARE(back.to_json(), j);
+    QCOMPARE(back.lora->rank, std::int64_t{16});
+    QCOMPARE(back.loss_scaler->hysteresis, 2);
+    const auto old = checkpoint::CheckpointMeta::from_json({{"step", 5}}, "old");
+    QCOMPARE(old.optimizer_steps, std::int64_t{5});
+    QVERIFY(!old.samples_seen && !old.smoothed_state && !old.val_loss && !old.lora && !old.loss_scaler);
+    try {
+      checkpoint::CheckpointMeta::from_json({{"step", "twelve"}}, "checkpoints/step_12");
+      QFAIL("read a step that is text");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).contains("checkpoints/step_12: meta.json key 'step'"), e.what());
+    }
+  }
+
   void resumeRefusesChangedKeys() {
     const auto a = config_with({"training.seed=1", "optimizer.lr=0.001", "data.resolution=32"});
     auto b = config_with({"training.seed=2", "optimizer.lr=0.002", "data.resolution=32", "training.max_steps=99"});
     const auto diffs = train::resume_mismatches(a, b);
     QCOMPARE(diffs.size(), std::size_t{1});
     QVERIFY2(QString::fromStdString(diffs[0]).startsWith("training.seed: checkpoint 1, config 2"), diffs[0].c_str());
+  }
+
+  // The keys that define a run are a schema flag (config/schema.h: defines_run), the same set
+  // trainer.cpp listed by hand before issue 33: the model, the data (not its caches or
+  // workers), the seed, method, trained encoders and batch size, the adapters, the optimizer
+  // (not its learning rates) and validation.fraction.
+  void runDefiningKeysAreTheSchemasFlag() {
+    std::vector<std::string> flagged;
+    for (const auto& f : config::schema_fields())
+      if (f.defines_run) flagged.push_back(f.path);
+    const std::set<std::string> speed_only = {"data.cache_latents", "data.cache_text_embeddings", "data.latent_cache_dir",
+                                              "data.num_workers"};
+    std::vector<std::string> expected;
+    for (const auto& f : config::schema_fields()) {
+      const std::string& k = f.path;
+      const bool fixed = k.starts_with("model.") || k.starts_with("data.") || k == "training.seed" ||
+                         k == "training.method" || k == "training.train_text_encoder" || k.starts_with("lora.") ||
+                         k == "validation.fraction" || k == "training.batch_size" ||
+                         (k.starts_with("optimizer.") && k != "optimizer.lr" && k != "optimizer.text_encoder_lr");
+      if (fixed && !speed_only.count(k)) expected.push_back(k);
+    }
+    QCOMPARE(flagged, expected);
+    QVERIFY(std::find(flagged.begin(), flagged.end(), "data.metadata.min_score") != flagged.end());
   }
 
   void eventsAreFlatJsonLines() {

@@ -11,6 +11,7 @@
 #include "core/cpu_allocation_counter.h"
 #include "core/error.h"
 #include "estimate/memory_estimator.h"
+#include "models/sd/sd_shape.h"
 #include "models/sd/unet_2d_condition.h"
 #include "zero/sharded_init.h"
 #include "io/async_file_io.h"
@@ -133,7 +134,7 @@ class TestZero : public QObject {
       if (u.name != "io") largest = std::max(largest, u.numel() * 4);
     }
     QVERIFY(plain_peak >= full_bytes);
-    QCOMPARE(estimate::estimate_memory(estimate::unet_shape(c), {}).cpu_load_peak, full_bytes);
+    QCOMPARE(estimate::estimate_memory(models::unet_shape(c), {}).cpu_load_peak, full_bytes);
     const std::int64_t threshold = 40'000;  // units below this stay whole (the first level's sampler)
     std::vector<std::vector<at::Tensor>> shards(whole.size());
     for (int rank = 0; rank < 2; ++rank) {
@@ -162,7 +163,7 @@ class TestZero : public QObject {
       eo.stage = 3;
       eo.zero3_init = true;
       eo.persistence_threshold = threshold;
-      const auto predicted = estimate::estimate_memory(estimate::unet_shape(c), eo).cpu_load_peak;
+      const auto predicted = estimate::estimate_memory(models::unet_shape(c), eo).cpu_load_peak;
       qInfo("estimated %.2f MB", predicted / 1e6);
       QVERIFY2(predicted >= peak && predicted < peak * 1.25,
                qPrintable(QString("%1 vs %2").arg(predicted).arg(peak)));

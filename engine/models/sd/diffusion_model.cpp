@@ -179,7 +179,12 @@ at::Tensor DiffusionModel::encode_text(const std::vector<std::string>& captions,
   return condition(captions, device).context;
 }
 
-bool DiffusionModel::added_conditioning() const { return !unet->config().addition_embed_type.empty(); }
+at::Tensor DiffusionModel::predict(const at::Tensor& noisy, const at::Tensor& t, const TextConditioning& cond,
+                                   const at::Tensor& geometry) {
+  // SDXL (added text_time embedding): the pooled text embedding and the geometry as time ids.
+  const bool added = !unet->config().addition_embed_type.empty();
+  return unet->forward(noisy, t, cond.context, cond.pooled, added ? geometry.to(noisy.device()) : at::Tensor());
+}
 
 namespace {
 at::Tensor frame_batch(const ClipTokenizer& tok, const std::vector<std::string>& captions, const at::Device& device) {
@@ -386,6 +391,27 @@ std::vector<std::pair<std::string, at::Tensor>> DiffusionModel::named_parameters
     for (const auto& [component, encoder] : text_encoders())
       for (const auto& p : encoder->named_parameters()) out.emplace_back(component + "." + p.key(), p.value());
   return out;
+}
+
+std::vector<ParamUnit> DiffusionModel::denoiser_units() const {
+  std::vector<ParamUnit> units = unet->units();
+  for (auto& u : units)
+    for (auto& [name, p] : u.parameters) name = "unet." + name;
+  return units;
+}
+
+std::size_t DiffusionModel::attach_denoiser_lora(const std::vector<std::string>& targets, const LoraOptions& o,
+                                                 std::uint64_t seed) {
+  return attach_lora(*unet, targets, o, seed).size();
+}
+
+ParamUnit DiffusionModel::denoiser_adapters() { return lora_unit(*unet, kDenoiserAdapters, "unet."); }
+
+void DiffusionModel::set_unit_hooks(std::shared_ptr<UnitHooks> hooks) { unet->set_unit_hooks(std::move(hooks)); }
+
+void DiffusionModel::set_gradient_checkpointing(bool on, bool to_cpu) {
+  unet->set_gradient_checkpointing(on);
+  unet->set_cpu_checkpointing(to_cpu);
 }
 
 std::vector<std::pair<std::string, ClipTextModel>> DiffusionModel::text_encoders() const {

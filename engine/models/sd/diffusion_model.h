@@ -13,6 +13,8 @@
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
 #include "models/clip_tokenizer.h"
+#include "models/lora.h"
+#include "models/model_family.h"
 #include "models/sd/unet_2d_condition.h"
 #include "models/word_tokenizer.h"
 
@@ -36,13 +38,6 @@ struct PipelineRef {
   std::string path;             ///< diffusers folder or single file; empty: a preset model
   std::string config_path;      ///< a single file's companion folder
   std::string prediction_type;  ///< the run's (it replaces the scheduler config's)
-};
-
-/// How the text encoders (SD 1.x's one, SDXL's two) train.
-enum class TextEncoderTraining {
-  frozen,  ///< no gradients; outputs may be cached (a pipeline's default)
-  full,    ///< every weight trains (the tiny preset's default)
-  lora,    ///< frozen weights, trained adapters (models/lora.h)
 };
 
 class DiffusionModel {
@@ -86,8 +81,11 @@ class DiffusionModel {
   /// result is the same either way.
   TextConditioning condition(const std::vector<std::string>& captions, const at::Device& device,
                              data::LatentCache* cache = nullptr);
-  /// True for SDXL-type UNets, which also take text_embeds and time_ids.
-  bool added_conditioning() const;
+  /// The UNet's prediction for `noisy` [B, C, h, w] at timesteps `t` [B] under `cond`, with
+  /// `geometry` [B, 6] (data::Batch::geometry, on any device) as SDXL's time ids; models without
+  /// added conditioning ignore it.
+  at::Tensor predict(const at::Tensor& noisy, const at::Tensor& t, const TextConditioning& cond,
+                     const at::Tensor& geometry);
   /// What the UNet learns to denoise for images [B, 3, H, W] in [−1, 1]: the images themselves
   /// (pixel models) or VAE latents (a posterior sample × scaling_factor, without gradients).
   /// With `cache` and one key per image, posteriors are read from and written to the cache
@@ -105,6 +103,24 @@ class DiffusionModel {
   /// "text_encoder.<HF name>" / "text_encoder_2.<HF name>" (text encoders only when they train in
   /// full). Under LoRA the UNet's are the frozen base.
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+  // The denoiser as the trainer and the optimizer see it (what every family's model offers).
+  /// The denoiser's ZeRO units in forward order ("io" first), parameters named by their full
+  /// name ("unet.<diffusers name>"). With zero3_init_flag units may already hold shards.
+  std::vector<ParamUnit> denoiser_units() const;
+  /// The unit name of the denoiser's LoRA adapters ("lora_unet", as checkpoints name it).
+  static constexpr const char* kDenoiserAdapters = "lora_unet";
+  /// Attaches LoRA adapters to the denoiser's `targets`; returns the layers adapted.
+  std::size_t attach_denoiser_lora(const std::vector<std::string>& targets, const LoraOptions& o, std::uint64_t seed);
+  /// The denoiser's adapters as one unit (kDenoiserAdapters), parameters by their full name.
+  ParamUnit denoiser_adapters();
+  /// Hooks around each unit's forward (ZeRO stage 3's gathers; models::UnitHooks).
+  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks);
+  /// Activation checkpointing of the denoiser's units, the kept inputs in CPU memory with `to_cpu`.
+  void set_gradient_checkpointing(bool on, bool to_cpu);
+  bool is_training() const { return unet && unet->is_training(); }
+  /// Channels of the denoiser's input sample (latent or pixel).
+  std::int64_t sample_channels() const { return unet->config().in_channels; }
+
   /// The text encoders by component name: text_encoder, and SDXL's text_encoder_2.
   std::vector<std::pair<std::string, ClipTextModel>> text_encoders() const;
   /// How the text encoders train from now on: their weights require gradients under full only

@@ -1,4 +1,4 @@
-#include "checkpoint/lora_file.h"
+#include "models/sd/lora_file.h"
 
 #include <cmath>
 #include <map>

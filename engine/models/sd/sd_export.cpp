@@ -1,4 +1,7 @@
-#include "checkpoint/export.h"
+// The SD family's export (SdFamily::export_checkpoint, models/sd/sd_export.h): a checkpoint's
+// UNet and trained text encoders as safetensors, the original single-file layout, a diffusers
+// folder, or a LoRA checkpoint's adapters as a kohya / diffusers file.
+#include "models/sd/sd_export.h"
 
 #include <filesystem>
 #include <functional>
@@ -13,8 +16,8 @@
 #include <ATen/ATen.h>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/export_sources.h"
-#include "checkpoint/lora_export.h"
+#include "models/sd/sd_export_sources.h"
+#include "models/sd/sd_lora_export.h"
 #include "checkpoint/sharded_state.h"
 #include "models/sd/single_file_names.h"
 #include "core/error.h"
@@ -218,10 +221,8 @@ void write_single_file_components(const models::PipelineRef& ref, const std::set
 
 }  // namespace
 
-ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out, const ExportOptions& o) {
-  const CheckpointInfo info = open_checkpoint(checkpoint);
-  if (!info.meta.contains("sharding"))
-    throw Error(ErrorKind::checkpoint, checkpoint + ": saved by an older ZeroStudio (version 1); export reads version 2");
+ExportResult export_sd_checkpoint(const CheckpointInfo& info, const std::string& out, const ExportOptions& o) {
+  const std::string& checkpoint = info.path;
   const ShardReader shards(checkpoint, info.meta["sharding"]);
   const std::string kind = o.ema ? "ema" : "weights";
   if (o.ema && !shards.has("ema"))

@@ -1,4 +1,4 @@
-#include "checkpoint/export_sources.h"
+#include "models/sd/sd_export_sources.h"
 
 #include <filesystem>
 #include <set>

@@ -1,10 +1,10 @@
-#include "checkpoint/lora_export.h"
+#include "models/sd/sd_lora_export.h"
 
 #include <filesystem>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/export_sources.h"
-#include "checkpoint/lora_file.h"
+#include "models/sd/sd_export_sources.h"
+#include "models/sd/lora_file.h"
 #include "checkpoint/sharded_state.h"
 #include "core/error.h"
 #include "models/sd/unet_config.h"

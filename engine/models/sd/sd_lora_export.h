@@ -1,5 +1,5 @@
 #pragma once
-// A LoRA checkpoint's adapters as one LoRA file (kohya's or diffusers' layout, checkpoint/lora_file.h),
+// A LoRA checkpoint's adapters as one LoRA file (kohya's or diffusers' layout, models/sd/lora_file.h),
 // read from the shards without building the model. Used by export_checkpoint; not a public header.
 
 #include <string>

@@ -1,4 +1,9 @@
+// The SD family's shape model (SdFamily::shape): UNet units and parameter counts from the
+// configs alone, the frozen parts counted from the weight files' headers.
+#include "models/sd/sd_shape.h"
+
 #include "estimate/model_shape.h"
+#include "models/sd/sd_family.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -15,7 +20,12 @@
 #include "models/lora.h"
 #include "models/sd/unet_2d_condition.h"
 
-namespace zs::estimate {
+namespace zs::models {
+
+using estimate::ModelShape;
+using estimate::UnitKind;
+using estimate::UnitShape;
+
 namespace {
 
 using std::int64_t;
@@ -38,18 +48,6 @@ int64_t transformer_params(int64_t c, int64_t depth, int64_t cross, bool project
 }
 
 }  // namespace
-
-int64_t ModelShape::largest_module() const {
-  int64_t n = 0;
-  for (const auto& u : units) n = std::max(n, u.largest_module);
-  return n;
-}
-
-int64_t ModelShape::trainable_parameters() const {
-  int64_t n = 0;
-  for (const auto& u : units) n += u.parameters;
-  return n;
-}
 
 ModelShape unet_shape(const models::UNetConfig& c) {
   ModelShape m;
@@ -111,6 +109,7 @@ struct Architecture {
   models::UNetConfig unet;
   std::vector<std::pair<std::string, models::ClipTextConfig>> text_encoders;
   std::shared_ptr<models::DiffusionModel> tiny;
+  bool count_text_encoders = false;  ///< frozen_parameters lacks them (not counted from weight files)
 };
 
 /// CLIP ViT-L/14's text tower (SD 1.x, SDXL's first) and OpenCLIP ViT-bigG/14's (SDXL's second).
@@ -194,10 +193,10 @@ ModelShape shape_of(const config::TrainerConfig& cfg, Architecture& arch) {
       // A folder without model_index.json (a UNet alone): nothing frozen to count.
     }
     if (models::DiffusionModel::is_preset_folder(cfg.model.path)) {
-      // A tiny-preset model folder: pixel space, its text encoder counted below (frozen unless trained).
+      // A tiny-preset model folder: pixel space, its text encoder counted below.
       m.latent_factor = 1;
       m.sample_channels = arch.unet.in_channels;
-      m.preset_folder = true;
+      arch.count_text_encoders = true;
     }
     return m;
   }
@@ -231,42 +230,36 @@ ModelShape shape_of(const config::TrainerConfig& cfg, Architecture& arch) {
   arch.tiny = std::make_shared<models::DiffusionModel>(models::DiffusionModel::build_tiny(captions, "epsilon", 0));
   const auto& tiny = *arch.tiny;
   arch.unet = tiny.unet->config();
+  arch.text_encoders.emplace_back("text_encoder", tiny.text_encoder->config());
+  arch.count_text_encoders = true;
   ModelShape m = unet_shape(tiny.unet->config());
   m.name = "tiny";
   m.latent_factor = 1;
-  UnitShape text{"text_encoder", UnitKind::text_encoder};
-  for (const auto& p : tiny.text_encoder->parameters()) {
-    text.parameters += p.numel();
-    text.largest_module = std::max<int64_t>(text.largest_module, p.numel());
-  }
-  const auto& tc = tiny.text_encoder->config();
-  text.in_channels = text.out_channels = tc.hidden_size;
-  text.heads = tc.num_attention_heads;
-  text.depth = tc.num_hidden_layers;
-  m.context_tokens = tc.max_position_embeddings;
-  m.units.push_back(text);
+  m.context_tokens = tiny.text_encoder->config().max_position_embeddings;
   return m;
 }
 
 }  // namespace
 
-ModelShape model_shape(const config::TrainerConfig& cfg) {
+ModelShape SdFamily::shape(const config::TrainerConfig& cfg) const {
   Architecture arch;
   ModelShape m = shape_of(cfg, arch);
   // The text encoders a pipeline has, and the adapters the config's lora section would put on
   // them and on the UNet: counted on the modules built as shapes only.
-  const bool lora_unet = cfg.training.method == "lora", lora_text = cfg.training.train_text_encoder == "lora";
+  m.denoiser_adapters_name = DiffusionModel::kDenoiserAdapters;
+  const TrainedParts trained = resolve_trained_parts(cfg);
+  const bool lora_unet = trained.lora, lora_text = trained.text == TextEncoderTraining::lora;
   for (const auto& [name, c] : arch.text_encoders) {
     const MetaTensorScope meta;
     models::ClipTextModel encoder(c);
     std::int64_t n = 0;
     for (const auto& p : encoder->parameters()) n += p.numel();
-    m.text_encoders.push_back(text_encoder_unit(name, c, n));
-    if (m.preset_folder) m.frozen_parameters += n;  // a pipeline's are counted from its files above
-    if (lora_text) m.lora_text_parameters += models::lora_parameter_count(*encoder, cfg.lora.text_encoder_targets, cfg.lora.rank);
+    UnitShape unit = text_encoder_unit(name, c, n);
+    if (arch.count_text_encoders) m.frozen_parameters += n;  // a pipeline's are counted from its files above
+    if (lora_text) unit.lora_parameters = models::lora_parameter_count(*encoder, cfg.lora.text_encoder_targets, cfg.lora.rank);
+    m.lora_text_parameters += unit.lora_parameters;
+    m.text_encoders.push_back(unit);
   }
-  if (arch.tiny && lora_text)
-    m.lora_text_parameters = models::lora_parameter_count(*arch.tiny->text_encoder, cfg.lora.text_encoder_targets, cfg.lora.rank);
   if (lora_unet) {
     if (arch.tiny) {
       m.lora_unet_parameters = models::lora_parameter_count(*arch.tiny->unet, cfg.lora.targets, cfg.lora.rank);
@@ -279,15 +272,4 @@ ModelShape model_shape(const config::TrainerConfig& cfg) {
   return m;
 }
 
-std::string model_shape_key(const config::TrainerConfig& cfg) {
-  // Keep in step with what shape_of and model_shape read (their only inputs are these fields).
-  std::string key = cfg.model.preset + '\n' + cfg.model.path + '\n' + cfg.model.config_path + '\n' +
-                    cfg.training.method + '\n' + cfg.training.train_text_encoder + '\n' + std::to_string(cfg.lora.rank);
-  for (const auto* list : {&cfg.lora.targets, &cfg.lora.text_encoder_targets}) {
-    key += '\n';
-    for (const auto& t : *list) key += t + ',';
-  }
-  return key;
-}
-
-}  // namespace zs::estimate
+}  // namespace zs::models

@@ -1,0 +1,35 @@
+#include "estimate/model_shape.h"
+
+#include <algorithm>
+
+#include "config/trainer_config.h"
+#include "models/model_family.h"
+
+namespace zs::estimate {
+
+std::int64_t ModelShape::largest_module() const {
+  std::int64_t n = 0;
+  for (const auto& u : units) n = std::max(n, u.largest_module);
+  return n;
+}
+
+std::int64_t ModelShape::trainable_parameters() const {
+  std::int64_t n = 0;
+  for (const auto& u : units) n += u.parameters;
+  return n;
+}
+
+ModelShape model_shape(const config::TrainerConfig& cfg) { return models::family_of(cfg).shape(cfg); }
+
+std::string model_shape_key(const config::TrainerConfig& cfg) {
+  // Keep in step with what the families' shape() read (their only inputs are these fields).
+  std::string key = cfg.model.preset + '\n' + cfg.model.path + '\n' + cfg.model.config_path + '\n' +
+                    cfg.training.method + '\n' + cfg.training.train_text_encoder + '\n' + std::to_string(cfg.lora.rank);
+  for (const auto* list : {&cfg.lora.targets, &cfg.lora.text_encoder_targets}) {
+    key += '\n';
+    for (const auto& t : *list) key += t + ',';
+  }
+  return key;
+}
+
+}  // namespace zs::estimate

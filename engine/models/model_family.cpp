@@ -1,0 +1,93 @@
+#include "models/model_family.h"
+
+#include "config/trainer_config.h"
+#include "core/error.h"
+#include "estimate/model_shape.h"
+#include "models/sd/sd_family.h"
+
+namespace zs::models {
+
+const char* to_string(TextEncoderTraining t) {
+  switch (t) {
+    case TextEncoderTraining::full: return "full";
+    case TextEncoderTraining::lora: return "lora";
+    case TextEncoderTraining::frozen: break;
+  }
+  return "frozen";
+}
+
+// The registry: one line per family (docs/ARCHITECTURE.md, "Adding a model family").
+const std::vector<const ModelFamily*>& model_families() {
+  static const std::vector<const ModelFamily*> all = {&sd_family()};
+  return all;
+}
+
+const ModelFamily* find_family(const std::string& name) {
+  for (const ModelFamily* f : model_families())
+    if (f->name() == name) return f;
+  return nullptr;
+}
+
+const ModelFamily& family_of(const config::TrainerConfig& cfg) {
+  for (const ModelFamily* f : model_families())
+    if (f->recognizes(cfg)) return *f;
+  std::string known;
+  for (const ModelFamily* f : model_families())
+    for (const auto& p : f->presets()) known += (known.empty() ? "" : ", ") + p.name;
+  if (!cfg.model.path.empty())
+    throw Error(ErrorKind::config, "model.path: no model family reads " + cfg.model.path +
+                                       "; give a diffusers folder or single file of a supported family (presets: " +
+                                       known + ")");
+  throw Error(ErrorKind::config, "model.preset: '" + cfg.model.preset + "' is no family's preset; choose one of " + known);
+}
+
+TrainedParts resolve_trained_parts(const config::TrainerConfig& cfg) {
+  TrainedParts t;
+  t.lora = cfg.training.method == "lora";
+  const std::string& te = cfg.training.train_text_encoder;
+  if (te == "full") t.text = TextEncoderTraining::full;
+  else if (te == "lora") t.text = TextEncoderTraining::lora;
+  else if (te == "none") t.text = TextEncoderTraining::frozen;
+  else t.text = family_of(cfg).auto_text_training(cfg);  // auto
+  return t;
+}
+
+std::vector<RosterUnit> unit_roster(const RosterParts& parts, const TrainedParts& trained) {
+  std::vector<RosterUnit> out;
+  // The denoiser's units (its small in/out layers, "io", stay whole at stage 3), frozen under LoRA.
+  for (const auto& [name, n] : parts.denoiser) out.push_back({name, n, trained.lora, name == "io", false});
+  // LoRA's adapters: one trained unit after the base, kept whole.
+  if (trained.lora && parts.denoiser_adapters > 0)
+    out.push_back({parts.denoiser_adapters_name, parts.denoiser_adapters, false, true, false});
+  // Trained text encoders: each one unit named after its component, run once before the
+  // denoiser (kept whole); under LoRA the encoder is a frozen base followed by its adapters.
+  for (std::size_t i = 0; i < parts.text_encoders.size(); ++i) {
+    const auto& [component, n] = parts.text_encoders[i];
+    if (trained.text == TextEncoderTraining::full) {
+      out.push_back({component, n, false, true, true});
+    } else if (trained.text == TextEncoderTraining::lora) {
+      out.push_back({component, n, true, true, false});
+      const std::int64_t adapters = i < parts.text_encoder_adapters.size() ? parts.text_encoder_adapters[i] : 0;
+      if (adapters > 0) out.push_back({"lora_" + component, adapters, false, true, true});
+    }
+  }
+  return out;
+}
+
+RosterParts roster_parts(const estimate::ModelShape& m) {
+  RosterParts parts;
+  for (const auto& u : m.units) parts.denoiser.emplace_back(u.name, u.parameters);
+  parts.denoiser_adapters = m.lora_unet_parameters;
+  parts.denoiser_adapters_name = m.denoiser_adapters_name;
+  for (const auto& t : m.text_encoders) {
+    parts.text_encoders.emplace_back(t.name, t.parameters);
+    parts.text_encoder_adapters.push_back(t.lora_parameters);
+  }
+  return parts;
+}
+
+std::vector<RosterUnit> ModelFamily::roster(const config::TrainerConfig& cfg) const {
+  return unit_roster(roster_parts(shape(cfg)), resolve_trained_parts(cfg));
+}
+
+}  // namespace zs::models

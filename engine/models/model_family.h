@@ -1,0 +1,140 @@
+#pragma once
+// A model family: everything the engine must know about one kind of model, behind one interface.
+// Each family lives in its own folder (models/sd/: Stable Diffusion 1.x, SDXL and the quickstart's
+// tiny model) and is listed once in the registry (model_family.cpp). The trainer, validation, the
+// estimator, the wizard and `model info` ask the family of a config (family_of) instead of
+// testing presets, paths or component names themselves. docs/ARCHITECTURE.md, "Adding a model
+// family", has the checklist of what a family provides and which tests prove it.
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace zs::config {
+struct TrainerConfig;
+}
+namespace zs::estimate {
+struct ModelShape;
+}
+namespace zs::checkpoint {
+struct CheckpointInfo;
+struct ExportOptions;
+struct ExportResult;
+}
+
+namespace zs::models {
+
+/// How the text encoders train.
+enum class TextEncoderTraining {
+  frozen,  ///< no gradients; outputs may be cached (a pipeline's default)
+  full,    ///< every weight trains (the tiny preset's default)
+  lora,    ///< frozen weights, trained adapters (models/lora.h)
+};
+
+/// "frozen", "full" or "lora" (the estimator's and the events' names).
+const char* to_string(TextEncoderTraining t);
+
+/// What a run trains, decided once from its config (resolve_trained_parts): the trainer, the
+/// optimizer's unit roster, validation, the estimator and the wizard all read this.
+struct TrainedParts {
+  bool lora = false;  ///< training.method lora: the denoiser's weights are a frozen base under trained adapters
+  TextEncoderTraining text = TextEncoderTraining::frozen;  ///< training.train_text_encoder, auto resolved
+  bool text_trained() const { return text != TextEncoderTraining::frozen; }
+};
+
+/// One unit of the optimizer's roster, known before any weight exists: the optimizer lays out
+/// exactly these units in this order and the memory estimator counts exactly these.
+struct RosterUnit {
+  std::string name;             ///< as the optimizer, its plan and the checkpoints name it
+  std::int64_t parameters = 0;  ///< elements
+  bool frozen = false;          ///< laid out (and at stage 3 sharded) but not trained: a LoRA base
+  bool persistent = false;      ///< stage 3 keeps it whole (small in/out layers, encoders, adapters)
+  bool text_lr = false;         ///< trains at optimizer.text_encoder_lr (a text encoder or its adapters)
+};
+
+/// What the roster is made from: the denoiser's units in the model's order, the text encoders
+/// by component name, and the adapters the lora section would add (per component).
+struct RosterParts {
+  std::vector<std::pair<std::string, std::int64_t>> denoiser;  ///< unit name, elements ("io" first)
+  std::vector<std::pair<std::string, std::int64_t>> text_encoders;  ///< component name, elements
+  std::int64_t denoiser_adapters = 0;                 ///< LoRA elements on the denoiser
+  std::string denoiser_adapters_name;                 ///< their unit's name (SD: "lora_unet")
+  std::vector<std::int64_t> text_encoder_adapters;    ///< LoRA elements per text encoder (same order)
+};
+
+/// The roster's parts of a model as the estimator describes it (its shape's units, text encoders
+/// and adapter counts).
+RosterParts roster_parts(const estimate::ModelShape& shape);
+
+/// The optimizer's units for `parts` under `trained`, in order: the denoiser's (frozen under
+/// LoRA), its adapters (parts.denoiser_adapters_name), then per text encoder the whole encoder (trained in full,
+/// or frozen under LoRA) and its adapters ("lora_<component>"). A frozen text encoder is no unit.
+std::vector<RosterUnit> unit_roster(const RosterParts& parts, const TrainedParts& trained);
+
+/// A model.preset value and how the wizard offers it.
+struct ModelPreset {
+  std::string name;   ///< model.preset's value ("sd15")
+  std::string title;  ///< the wizard's choice ("Stable Diffusion 1.5 architecture")
+};
+
+/// A config finding of a family (key: the dotted config key it is about).
+struct FamilyFinding {
+  std::string key;
+  std::string message;
+  bool warning = false;  ///< legal but probably not meant
+};
+
+class ModelFamily {
+ public:
+  virtual ~ModelFamily() = default;
+  /// The registry's key, as docs and logs name the family ("sd").
+  virtual std::string name() const = 0;
+  /// The model.preset values this family builds, as the wizard offers them.
+  virtual std::vector<ModelPreset> presets() const = 0;
+  /// Whether the config's model (model.preset without model.path, or the folder or file at
+  /// model.path) belongs to this family. May read the model's config files; never its weights.
+  virtual bool recognizes(const config::TrainerConfig& cfg) const = 0;
+  /// What training.train_text_encoder: auto means for this config's model.
+  virtual TextEncoderTraining auto_text_training(const config::TrainerConfig& cfg) const = 0;
+  /// The estimator's description of the config's model (no weights allocated). Throws zs::Error
+  /// naming the file when the model's config cannot be read.
+  virtual estimate::ModelShape shape(const config::TrainerConfig& cfg) const = 0;
+  /// The optimizer's roster for the config's model (unit_roster of the family's parts).
+  virtual std::vector<RosterUnit> roster(const config::TrainerConfig& cfg) const;
+  /// Keys that mean nothing for this family: setting one away from its schema default is a
+  /// config error that says so (validation checks every key listed here).
+  virtual std::vector<std::string> keys_not_applying() const { return {}; }
+  /// Exports `info` (a version-2 checkpoint of a run of this family) to `out` in the layout
+  /// options.format names (checkpoint/export.h). Throws zs::Error naming the checkpoint or the
+  /// output, and for a format the family does not write.
+  virtual checkpoint::ExportResult export_checkpoint(const checkpoint::CheckpointInfo& info, const std::string& out,
+                                                     const checkpoint::ExportOptions& options) const = 0;
+  /// `zerostudio model info`: what the folder or file at `path` holds (components, classes,
+  /// parameter counts, dtypes, sizes), read from configs and weight-file headers only.
+  virtual void describe(std::ostream& out, const std::string& path, const std::string& config_path) const = 0;
+  /// `zerostudio model eval`: runs `component` of the model at `path` on the tensors (or prompts)
+  /// in `inputs` and writes its outputs to `output`. Throws zs::Error naming the file or the
+  /// component when one is missing.
+  virtual void evaluate(const std::string& path, const std::string& config_path, const std::string& component,
+                        const std::string& inputs, const std::string& output) const = 0;
+  /// The family's own config rules (files its model needs, settings it cannot train with).
+  virtual std::vector<FamilyFinding> check(const config::TrainerConfig& cfg) const {
+    (void)cfg;
+    return {};
+  }
+};
+
+/// Every registered family, in the order family_of asks them.
+const std::vector<const ModelFamily*>& model_families();
+/// The family of the config's model: the first registered one that recognizes it. Throws
+/// zs::Error(config) naming model.path or model.preset when none does.
+const ModelFamily& family_of(const config::TrainerConfig& cfg);
+/// The family named `name` ("sd"), or nullptr.
+const ModelFamily* find_family(const std::string& name);
+
+/// What the config's run trains: training.method and training.train_text_encoder, with auto
+/// resolved by the model's family. The one place these are decided.
+TrainedParts resolve_trained_parts(const config::TrainerConfig& cfg);
+
+}  // namespace zs::models

@@ -1,0 +1,84 @@
+#include "models/sd/sd_family.h"
+
+#include <filesystem>
+
+#include "config/trainer_config.h"
+#include "core/error.h"
+#include "estimate/model_shape.h"
+#include "models/sd/model_source.h"
+#include "models/sd/sd_export.h"
+
+namespace zs::models {
+
+namespace fs = std::filesystem;
+
+const ModelFamily& sd_family() {
+  static const SdFamily family;
+  return family;
+}
+
+std::vector<ModelPreset> SdFamily::presets() const {
+  return {{"tiny", "Tiny demo model (trains on the CPU)"},
+          {"sd15", "Stable Diffusion 1.5 architecture"},
+          {"sdxl", "SDXL architecture"}};
+}
+
+bool SdFamily::recognizes(const config::TrainerConfig& cfg) const {
+  // Every model ZeroStudio reads today is Stable Diffusion's: a diffusers folder, a single file,
+  // a tiny-preset folder, or a preset (also what a ready config's not-yet-filled path stands for).
+  if (!cfg.model.path.empty()) return true;
+  for (const auto& p : presets())
+    if (cfg.model.preset == p.name) return true;
+  return false;
+}
+
+TextEncoderTraining SdFamily::auto_text_training(const config::TrainerConfig& cfg) const {
+  // The tiny preset's own encoder trains in full (built, or exported as a folder and trained on);
+  // a pipeline's encoders stay frozen, so their outputs can be cached.
+  const bool tiny = cfg.model.path.empty() ? cfg.model.preset == "tiny" : DiffusionModel::is_preset_folder(cfg.model.path);
+  return tiny ? TextEncoderTraining::full : TextEncoderTraining::frozen;
+}
+
+std::vector<FamilyFinding> SdFamily::check(const config::TrainerConfig& c) const {
+  std::vector<FamilyFinding> out;
+  std::error_code ec;
+  if (c.model.path.empty() || !fs::is_regular_file(c.model.path, ec)) return out;  // a folder, or not there yet
+  if (fs::path(c.model.path).extension() != ".safetensors")
+    out.push_back({"model.path", "'" + c.model.path + "' is not a .safetensors file; single files are read as safetensors "
+                                 "only (a .ckpt is a Python pickle: convert it first), folders as diffusers pipelines"});
+  else if (c.model.config_path.empty())
+    out.push_back({"model.config_path", "a single-file model.path carries no tokenizer: set this to a diffusers folder of "
+                                        "the same family (SD 1.x or SDXL) or to a folder with vocab.json and merges.txt"});
+  else if (!fs::is_directory(c.model.config_path, ec))
+    out.push_back({"model.config_path", "folder '" + c.model.config_path + "' does not exist"});
+  return out;
+}
+
+checkpoint::ExportResult SdFamily::export_checkpoint(const checkpoint::CheckpointInfo& info, const std::string& out,
+                                                     const checkpoint::ExportOptions& options) const {
+  return checkpoint::export_sd_checkpoint(info, out, options);
+}
+
+DiffusionModel build_model(const config::TrainerConfig& cfg, const std::vector<std::string>& captions,
+                           const UnitBuilt& on_unit) {
+  if (!cfg.model.path.empty() && DiffusionModel::is_preset_folder(cfg.model.path)) {
+    // A tiny-preset model exported as a folder (a quickstart checkpoint, `export --format
+    // diffusers`): training goes on from its weights, with its own tokenizer; loaded whole.
+    return DiffusionModel::load_folder(cfg.model.path);
+  }
+  if (!cfg.model.path.empty()) {
+    // A diffusers pipeline folder or single file: the UNet trains from its weights; VAE and text
+    // encoders are frozen.
+    DiffusionModel m = DiffusionModel::load_pipeline(cfg.model.path, cfg.model.prediction_type, cfg.model.config_path, on_unit);
+    const std::int64_t f = m.pixel_factor();
+    if (cfg.data.resolution % f != 0)
+      throw Error(ErrorKind::config, "data.resolution: " + std::to_string(cfg.data.resolution) + " must be a multiple of " +
+                                         std::to_string(f) + " for " + cfg.model.path + " (VAE × UNet down-sampling)");
+    return m;
+  }
+  // The tiny preset (the trainability checks refused the others without model.path).
+  return DiffusionModel::build_tiny(captions, cfg.model.prediction_type, static_cast<std::uint64_t>(cfg.training.seed),
+                                    on_unit);
+}
+
+}  // namespace zs::models

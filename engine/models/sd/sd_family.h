@@ -1,0 +1,46 @@
+#pragma once
+// The Stable Diffusion family: SD 1.x and SDXL (diffusers folders and single files) and the
+// quickstart's tiny pixel-space model. A UNet denoiser conditioned on CLIP text encoders
+// (SDXL: two, plus a pooled embedding and time ids), trained for ε or v with DDPM noise and
+// sampled with DDIM.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/model_family.h"
+#include "models/sd/diffusion_model.h"
+
+namespace zs::config {
+struct TrainerConfig;
+}
+
+namespace zs::models {
+
+class SdFamily final : public ModelFamily {
+ public:
+  std::string name() const override { return "sd"; }
+  std::vector<ModelPreset> presets() const override;
+  bool recognizes(const config::TrainerConfig& cfg) const override;
+  TextEncoderTraining auto_text_training(const config::TrainerConfig& cfg) const override;
+  estimate::ModelShape shape(const config::TrainerConfig& cfg) const override;
+  std::vector<FamilyFinding> check(const config::TrainerConfig& cfg) const override;
+  void describe(std::ostream& out, const std::string& path, const std::string& config_path) const override;
+  void evaluate(const std::string& path, const std::string& config_path, const std::string& component,
+                const std::string& inputs, const std::string& output) const override;
+  checkpoint::ExportResult export_checkpoint(const checkpoint::CheckpointInfo& info, const std::string& out,
+                                             const checkpoint::ExportOptions& options) const override;
+};
+
+/// The registry's SD family.
+const ModelFamily& sd_family();
+
+/// The model a run of `cfg` starts from (no checkpoint): a tiny-preset folder at model.path, a
+/// diffusers pipeline or single file, or the tiny preset built with a vocabulary of `captions`.
+/// With `on_unit`, UNet units are handed over as they are built (ZeRO-3's sharded init; a
+/// preset folder is loaded whole and never calls it). Throws zs::Error naming the key when the
+/// model does not fit data.resolution.
+DiffusionModel build_model(const config::TrainerConfig& cfg, const std::vector<std::string>& captions,
+                           const UnitBuilt& on_unit);
+
+}  // namespace zs::models

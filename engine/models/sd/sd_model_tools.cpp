@@ -1,0 +1,153 @@
+// The SD family's `zerostudio model info` and `model eval` (ModelFamily::describe, evaluate):
+// what a diffusers folder or single file holds, counted from the weight files' headers, and one
+// component run on the reference fixtures' inputs.
+#include <filesystem>
+#include <map>
+#include <ostream>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "estimate/memory_estimator.h"
+#include "io/atomic_file.h"
+#include "io/json_file.h"
+#include "io/safetensors.h"
+#include "models/sd/diffusers_pipeline.h"
+#include "models/sd/model_source.h"
+#include "models/sd/sd_family.h"
+#include "models/sd/single_file_model.h"
+
+namespace zs::models {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void describe_single_file(std::ostream& out, const std::string& path, const std::string& config) {
+  const auto file = SingleFileModel::open(path, config);
+  const auto& i = file.info();
+  const auto counts = file.parameter_counts();
+  out << path << ": single-file Stable Diffusion " << (i.family == "sdxl" ? "XL" : "1.x") << " checkpoint, "
+      << estimate::format_bytes(static_cast<std::int64_t>(fs::file_size(path))) << "\n";
+  auto line = [&](const std::string& part, const std::string& what, const nlohmann::json& config) {
+    out << "  " << part << "  " << what << "  " << (counts.count(part) ? counts.at(part) : 0) << " parameters  (config "
+        << i.config_sources.at(part) << ")\n    " << config.dump() << "\n";
+  };
+  line("unet", "UNet2DConditionModel", i.unet.to_json());
+  line("vae", "AutoencoderKL", i.vae.to_json());
+  line("text_encoder", "CLIPTextModel", i.text_encoder.to_json());
+  if (i.family == "sdxl") line("text_encoder_2", "CLIPTextModelWithProjection", i.text_encoder_2.to_json());
+  if (config.empty()) out << "  tokenizer: none in the file (give --config DIR, as model.config_path)\n";
+}
+
+}  // namespace
+
+void SdFamily::describe(std::ostream& out, const std::string& path, const std::string& config_path) const {
+  if (is_single_file(path)) {
+    describe_single_file(out, path, config_path);
+    return;
+  }
+  const auto p = DiffusersPipeline::open(path);
+  out << p.root() << ": " << (p.class_name().empty() ? "pipeline" : p.class_name()) << "\n";
+  for (const auto& c : p.components()) {
+    out << "  " << c.name << "  " << c.library << "." << c.class_name;
+    std::vector<std::string> files;
+    try {
+      files = p.weight_files(c.name);
+    } catch (const Error&) {
+      // Tokenizers and schedulers have no weights.
+    }
+    if (!files.empty()) {
+      std::int64_t params = 0, bytes = 0;
+      std::map<std::string, std::int64_t> dtypes;
+      for (const auto& f : files) {
+        const io::SafetensorsReader r(f);
+        for (const auto& e : r.entries()) {
+          params += e.numel();
+          dtypes[e.dtype] += e.numel();
+        }
+        bytes += static_cast<std::int64_t>(fs::file_size(f));
+      }
+      out << "  " << params << " parameters  ";
+      for (const auto& [d, n] : dtypes) {
+        out << d;
+        if (dtypes.size() > 1)
+          out << '(' << n << ") ";
+        else
+          out << ' ';
+      }
+      out << estimate::format_bytes(bytes);
+      if (files.size() > 1) out << " in " << files.size() << " shards";
+    } else if (c.class_name.find("Tokenizer") != std::string::npos) {
+      try {
+        const auto t = p.load_tokenizer(c.name);
+        out << "  vocabulary " << t.vocab_size() << ", " << t.max_length() << " tokens, padding id " << t.pad_id();
+      } catch (const Error& e) {
+        out << "  (" << e.what() << ")";
+      }
+    }
+    out << "\n";
+  }
+}
+
+void SdFamily::evaluate(const std::string& model, const std::string& config_path, const std::string& component,
+                        const std::string& inputs, const std::string& out) const {
+  const auto source = open_model_source(model, config_path);
+  const ModelSource& p = *source;
+  if (component == "tokenizer" || component == "tokenizer-2") {
+    const auto tok = p.load_tokenizer(component == "tokenizer" ? "tokenizer" : "tokenizer_2");
+    const auto prompts = io::read_json_file(inputs, "prompt list");
+    if (!prompts.is_array()) throw Error(ErrorKind::config, inputs + ": expected a JSON list of prompts");
+    nlohmann::json ids = nlohmann::json::array();
+    for (const auto& prompt : prompts) ids.push_back(tok.frame(prompt.get<std::string>()));
+    io::write_file_atomic(out, nlohmann::json{{"ids", ids}}.dump() + "\n");
+    return;
+  }
+  const io::SafetensorsReader in(inputs);
+  auto input = [&](const char* name) {
+    if (!in.contains(name)) throw Error(ErrorKind::config, inputs + ": no tensor \"" + name + "\" (" + component + " needs it)");
+    return in.tensor(name);
+  };
+  c10::NoGradGuard no_grad;
+  std::vector<std::pair<std::string, at::Tensor>> outputs;
+  if (component == "unet") {
+    auto unet = p.load_unet();
+    unet->eval();
+    const at::Tensor sample = input("sample"), timestep = input("timestep"), context = input("encoder_hidden_states");
+    at::Tensor text_embeds, time_ids;
+    if (!unet->config().addition_embed_type.empty()) {  // SDXL
+      text_embeds = input("text_embeds");
+      time_ids = input("time_ids");
+    }
+    outputs.emplace_back("out", unet->forward(sample, timestep, context, text_embeds, time_ids));
+  } else if (component == "vae-encode") {
+    auto vae = p.load_vae();
+    const auto posterior = vae->encode(input("image"));
+    outputs.emplace_back("posterior_mean", posterior.mean);
+    outputs.emplace_back("posterior_logvar", posterior.logvar);
+  } else if (component == "vae-decode") {
+    outputs.emplace_back("decoded", p.load_vae()->decode(input("latent")));
+  } else if (component == "text-encoder") {
+    auto te = p.load_text_encoder("text_encoder");
+    const auto o = te->forward(input("input_ids"));
+    outputs.emplace_back("last_hidden_state", o.last_hidden_state);
+    outputs.emplace_back("penultimate_hidden_state", o.penultimate_hidden_state);
+  } else if (component == "text-encoder-2") {
+    if (!p.has("text_encoder_2")) throw Error(ErrorKind::config, model + ": has no text_encoder_2 (an SDXL folder has)");
+    auto te = p.load_text_encoder("text_encoder_2");
+    const auto o = te->forward(input("input_ids"));
+    outputs.emplace_back("last_hidden_state", o.last_hidden_state);
+    outputs.emplace_back("penultimate_hidden_state", o.penultimate_hidden_state);
+    if (o.text_embeds.defined()) outputs.emplace_back("text_embeds", o.text_embeds);
+  } else {
+    throw Error(ErrorKind::config, "--component " + component +
+                                       " is not one of unet, vae-encode, vae-decode, text-encoder, text-encoder-2, "
+                                       "tokenizer, tokenizer-2");
+  }
+  io::write_safetensors(out, outputs);
+}
+
+
+}  // namespace zs::models
