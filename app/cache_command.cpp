@@ -104,7 +104,7 @@ int run_cache_command(const std::vector<std::string>& args) {
   // training would encode.
   models::DiffusionModel model = models::DiffusionModel::load_frozen(cfg.model.path, cfg.model.config_path);
   model.frozen_to(train::compute_dtype(cfg.precision, device));
-  model.to(device, /*with_unet=*/false);
+  model.to(device, /*with_denoiser=*/false);
   model.train(false);
   models::AttentionOptions attention;
   attention.mode = models::parse_attention_mode(cfg.training.attention);

@@ -148,12 +148,18 @@ void check_lora(const TrainerConfig& c, RuleSet& rules) {
     return;  // no family: check_model said so
   }
   const bool te_trained = trained.text_trained();
+  auto listed = [](const std::vector<std::string>& names) {
+    std::string out;
+    for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+    return out;
+  };
+  const models::ModelFamily& family = models::family_of(c);
   if (trained.lora && c.lora.targets.empty())
-    rules.fail("lora.targets", "training.method is lora but no layer is named; keep the default (to_q, to_k, to_v, "
-                               "to_out.0) or name the layers that get adapters");
+    rules.fail("lora.targets", "training.method is lora but no layer is named; keep the default (" +
+                                   listed(family.default_lora_targets()) + ") or name the layers that get adapters");
   if (trained.text == models::TextEncoderTraining::lora && c.lora.text_encoder_targets.empty())
     rules.fail("lora.text_encoder_targets", "training.train_text_encoder is lora but no layer is named; keep the "
-                                            "default (q_proj, k_proj, v_proj, out_proj)");
+                                            "default (" + listed(family.default_text_encoder_lora_targets()) + ")");
   if (c.optimizer.text_encoder_lr && !te_trained)
     rules.warn("optimizer.text_encoder_lr", "no text encoder trains (training.train_text_encoder: " +
                                                 c.training.train_text_encoder + "), so this learning rate is unused");

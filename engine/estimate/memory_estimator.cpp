@@ -304,7 +304,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   e.options = o;
   const std::vector<models::RosterUnit> units = planned_units(model, o);
   for (const auto& u : units) (u.frozen ? e.frozen_base_parameters : e.parameters) += u.parameters;
-  e.adapter_parameters = (o.lora ? model.lora_unet_parameters : 0) + (o.text_training == "lora" ? model.lora_text_parameters : 0);
+  e.adapter_parameters = (o.lora ? model.lora_denoiser_parameters : 0) + (o.text_training == "lora" ? model.lora_text_parameters : 0);
   // The text encoders are frozen parts unless the roster has them (trained in full, or a LoRA
   // base laid out as a frozen unit).
   int64_t trained_text = 0;
@@ -342,8 +342,13 @@ DeepSpeedFigures deepspeed_estimator(const ModelShape& model, const EstimateOpti
   // order of evaluation, so the truncation to whole bytes agrees; tst_estimate checks every case
   // of tests/fixtures/deepspeed_estimator.json, written by DeepSpeed itself.
   DeepSpeedFigures d;
-  d.total_parameters = model.trainable_parameters();
+  // DeepSpeed's total is what the optimizer trains: the roster's trained units (the denoiser's,
+  // and the text encoders' when they train in full), its largest layer the largest among them.
+  for (const auto& u : planned_units(model, o))
+    if (!u.frozen) d.total_parameters += u.parameters;
   d.largest_layer_parameters = model.largest_module();
+  if (o.text_training == "full")
+    for (const auto& t : model.text_encoders) d.largest_layer_parameters = std::max(d.largest_layer_parameters, t.largest_module);
   const double total = static_cast<double>(d.total_parameters), abf = 1.5;
   const double total_gpus = std::max(o.world_size, 1), per_node = std::max(o.processes_per_machine, 1);
   const double nodes = std::max(1.0, std::floor(total_gpus / per_node));

@@ -39,7 +39,7 @@ struct EstimateOptions {
   bool ema = false;                    ///< EMA of the rank's part, fp32 in CPU memory
   /// training.method lora: the UNet's weights are a frozen base (whole, or at stage 3 sharded,
   /// in the compute dtype; no gradients, masters, moments or EMA) and its adapters
-  /// (ModelShape::lora_unet_parameters) are what trains.
+  /// (ModelShape::lora_denoiser_parameters) are what trains.
   bool lora = false;
   /// How the text encoders train: frozen, full (optimizer units like the UNet's) or lora (frozen
   /// bases, adapters ModelShape::lora_text_parameters trained). Trained ones keep activations.

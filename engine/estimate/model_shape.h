@@ -48,7 +48,7 @@ struct ModelShape {
   /// The text encoders (their parameters are in frozen_parameters): what
   /// training.train_text_encoder full or lora trains.
   std::vector<UnitShape> text_encoders;
-  std::int64_t lora_unet_parameters = 0;  ///< adapters the config's lora section puts on the UNet (0: none asked)
+  std::int64_t lora_denoiser_parameters = 0;  ///< adapters the config's lora section puts on the UNet (0: none asked)
   std::string denoiser_adapters_name = "lora";  ///< the optimizer's unit name for those adapters (the family's)
   std::int64_t lora_text_parameters = 0;  ///< ... on the text encoders (train_text_encoder: lora)
   std::int64_t frozen_fp32_parameters = 0;  ///< of those, kept in fp32 (a VAE with force_upcast)

@@ -77,7 +77,7 @@ std::vector<RosterUnit> unit_roster(const RosterParts& parts, const TrainedParts
 RosterParts roster_parts(const estimate::ModelShape& m) {
   RosterParts parts;
   for (const auto& u : m.units) parts.denoiser.emplace_back(u.name, u.parameters);
-  parts.denoiser_adapters = m.lora_unet_parameters;
+  parts.denoiser_adapters = m.lora_denoiser_parameters;
   parts.denoiser_adapters_name = m.denoiser_adapters_name;
   for (const auto& t : m.text_encoders) {
     parts.text_encoders.emplace_back(t.name, t.parameters);

@@ -97,6 +97,10 @@ class ModelFamily {
   virtual bool recognizes(const config::TrainerConfig& cfg) const = 0;
   /// What training.train_text_encoder: auto means for this config's model.
   virtual TextEncoderTraining auto_text_training(const config::TrainerConfig& cfg) const = 0;
+  /// LoRA's default targets on the denoiser and on the text encoders (the schema's lora.targets
+  /// and lora.text_encoder_targets defaults are the SD family's; messages name the family's own).
+  virtual std::vector<std::string> default_lora_targets() const = 0;
+  virtual std::vector<std::string> default_text_encoder_lora_targets() const = 0;
   /// The estimator's description of the config's model (no weights allocated). Throws zs::Error
   /// naming the file when the model's config cannot be read.
   virtual estimate::ModelShape shape(const config::TrainerConfig& cfg) const = 0;

@@ -2,6 +2,7 @@
 // Parameter units: the groups of parameters that ZeRO shards and gathers one at a time.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -9,7 +10,19 @@
 
 #include <ATen/core/Tensor.h>
 
+namespace torch::nn {
+class Module;
+}
+
 namespace zs::models {
+
+/// Called as soon as each unit (resnet, transformer or a piece of one, sampler) is built, with
+/// the unit's name, the module prefix its parameter names are relative to
+/// ("down_blocks.0.resnets.0"; a transformer's for its pieces) and a module holding exactly the
+/// unit's parameters in optimizer order: ZeRO-3's sharded init loads it, keeps this rank's shard
+/// and empties it before the next unit exists.
+using UnitBuilt = std::function<void(const std::string& unit, const std::string& prefix, torch::nn::Module& module)>;
+
 
 /// One unit: a resnet, a transformer, a sampler, or the model's small in/out layers together.
 struct ParamUnit {

@@ -42,13 +42,7 @@ bool checkpoint_needs_base(const config::TrainerConfig& cfg, const models::Diffu
          (model.pipeline.empty() && model.text_training == models::TextEncoderTraining::frozen);
 }
 
-void save_preset_base(const models::DiffusionModel& model, const std::string& model_dir) {
-  if (!model.pipeline.empty()) return;
-  for (const char* sub : {"unet", "text_encoder"}) fs::create_directories(fs::path(model_dir) / sub);
-  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"producer", "zerostudio"}};
-  models::save_weights(*model.unet, model_dir + "/unet/diffusion_pytorch_model.safetensors", "", meta);
-  models::save_weights(*model.text_encoder, model_dir + "/text_encoder/model.safetensors", "", meta);
-}
+void save_preset_base(const models::DiffusionModel& model, const std::string& model_dir) { model.save_base(model_dir); }
 
 nlohmann::json base_model_reference(const models::DiffusionModel& model, const std::string& model_dir) {
   const std::string root = model.pipeline.empty() ? model_dir : model.pipeline;

@@ -275,7 +275,7 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
   if (ckpt) {
     // Resuming into another run directory takes the model description from the checkpoint's run.
     const std::string ckpt_model = (fs::path(ckpt->path).parent_path().parent_path() / "model").string();
-    const bool here = fs::exists(fs::path(model_dir) / "unet" / "config.json");
+    const bool here = models::DiffusionModel::is_model_folder(model_dir);
     model = models::DiffusionModel::load_folder(here ? model_dir : ckpt_model, on_unit);
     if (!here) model.save_folder(model_dir);
   } else {
@@ -295,7 +295,7 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
     // The checkpoints will hold adapters (or leave a frozen encoder out): they name the base, and
     // a resumed run must find the same one. A preset's base goes into the run's model folder when
     // the run starts, or when it resumes into another folder.
-    const bool base_here = fs::exists(fs::path(model_dir) / "unet" / "diffusion_pytorch_model.safetensors");
+    const bool base_here = models::DiffusionModel::has_saved_base(model_dir);
     if ((!ckpt || !base_here) && rank == 0) save_preset_base(model, model_dir);
     if (main_rank()) {
       base_model = base_model_reference(model, model_dir);
@@ -306,7 +306,7 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
   // (trained, or LoRA's frozen base) goes there unit by unit as the optimizer takes it, so loading
   // never puts the whole model on the device at full precision.
   model.frozen_to(compute);
-  model.to(device, /*with_unet=*/false);
+  model.to(device, /*with_denoiser=*/false);
   if (lora || trained.text == models::TextEncoderTraining::lora) {
     const std::size_t adapted = attach_adapters(cfg, model);
     log("LoRA: " + std::to_string(adapted) + " layers adapted (rank " + std::to_string(cfg.lora.rank) + ", alpha " +

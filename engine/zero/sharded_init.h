@@ -13,7 +13,6 @@
 #include <ATen/core/Tensor.h>
 
 #include "models/param_unit.h"
-#include "models/sd/unet_2d_condition.h"
 #include "zero/zero_plan.h"
 
 namespace zs::zero {

@@ -419,7 +419,7 @@ class TestEstimate : public QObject {
                              "launch: {use_cpu: false}\n";
     config::TrainerConfig cfg = config::load_config_string(yaml, "sd15-lora").config;
     const ModelShape sd15 = model_shape(cfg);
-    QCOMPARE(sd15.lora_unet_parameters, std::int64_t{3'188'736});
+    QCOMPARE(sd15.lora_denoiser_parameters, std::int64_t{3'188'736});
     EstimateOptions o = options_from_config(cfg);
     o.gpu_memory = parse_bytes("8GiB");
     const MemoryEstimate e = estimate_memory(sd15, o);
@@ -527,6 +527,13 @@ class TestEstimate : public QObject {
       }
     }
     QCOMPARE(presets, config::find_field("model.preset")->choices);
+    // The schema's LoRA defaults are the default family's (the one the quickstart's preset is in).
+    config::TrainerConfig quick;
+    quick.model.preset = "tiny";
+    const models::ModelFamily& sd = models::family_of(quick);
+    QCOMPARE(std::get<std::vector<std::string>>(config::find_field("lora.targets")->default_value), sd.default_lora_targets());
+    QCOMPARE(std::get<std::vector<std::string>>(config::find_field("lora.text_encoder_targets")->default_value),
+             sd.default_text_encoder_lora_targets());
     config::TrainerConfig unknown;
     unknown.model.preset = "flux-dev";
     try {

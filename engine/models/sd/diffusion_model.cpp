@@ -129,6 +129,22 @@ PipelineRef DiffusionModel::pipeline_of(const std::string& dir) {
   return ref;
 }
 
+bool DiffusionModel::is_model_folder(const std::string& dir) {
+  return fs::exists(fs::path(dir) / "unet" / "config.json");
+}
+
+bool DiffusionModel::has_saved_base(const std::string& dir) {
+  return fs::exists(fs::path(dir) / "unet" / "diffusion_pytorch_model.safetensors");
+}
+
+void DiffusionModel::save_base(const std::string& dir) const {
+  if (!pipeline.empty()) return;
+  for (const char* sub : {"unet", "text_encoder"}) fs::create_directories(fs::path(dir) / sub);
+  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"producer", "zerostudio"}};
+  save_weights(*unet, dir + "/unet/diffusion_pytorch_model.safetensors", "", meta);
+  save_weights(*text_encoder, dir + "/text_encoder/model.safetensors", "", meta);
+}
+
 bool DiffusionModel::is_preset_folder(const std::string& dir) {
   std::error_code ec;
   return fs::is_regular_file(fs::path(dir) / "tokenizer" / "tokenizer.json", ec) &&
@@ -427,8 +443,8 @@ void DiffusionModel::set_text_training(TextEncoderTraining t) {
     for (auto& p : encoder->parameters()) p.set_requires_grad(t == TextEncoderTraining::full);
 }
 
-void DiffusionModel::to(const at::Device& device, bool with_unet) {
-  if (with_unet) unet->to(device);
+void DiffusionModel::to(const at::Device& device, bool with_denoiser) {
+  if (with_denoiser) unet->to(device);
   text_encoder->to(device);
   if (text_encoder_2) text_encoder_2->to(device);
   if (vae) vae->to(device);

@@ -65,6 +65,13 @@ class DiffusionModel {
   /// tokenizer/tokenizer.json and unet/config.json, no model_index.json): `zerostudio export
   /// --format diffusers` of a quickstart checkpoint, which model.path can name to train on.
   static bool is_preset_folder(const std::string& dir);
+  /// Whether `dir` holds a model folder written by save_folder() (its unet/config.json).
+  static bool is_model_folder(const std::string& dir);
+  /// Whether save_base() wrote its weights into `dir`.
+  static bool has_saved_base(const std::string& dir);
+  /// A preset model's weights (UNet and text encoder) into `dir` beside save_folder()'s configs:
+  /// the base a run's adapter-only checkpoints refer to. Nothing for a pipeline (its files are the base).
+  void save_base(const std::string& dir) const;
   /// Where a model folder written by save_folder() came from: its pipeline.json (the diffusers
   /// folder or single file, a single file's companion folder, the prediction type); an empty
   /// path for a model built from a preset. Throws zs::Error(checkpoint) naming the reference
@@ -127,9 +134,9 @@ class DiffusionModel {
   /// (LoRA's adapters are made trainable by models::lora_unit).
   void set_text_training(TextEncoderTraining t);
   bool text_encoders_trained() const { return text_training != TextEncoderTraining::frozen; }
-  /// Everything to `device`; without the UNet when `with_unet` is false (the ZeRO optimizer moves
+  /// Everything to `device`; without the UNet when `with_denoiser` is false (the ZeRO optimizer moves
   /// it there unit by unit).
-  void to(const at::Device& device, bool with_unet = true);
+  void to(const at::Device& device, bool with_denoiser = true);
   /// Frozen parts of a pipeline to the compute dtype (the VAE stays fp32 when its config says
   /// force_upcast); the trained parts keep theirs (the optimizer casts them).
   void frozen_to(at::ScalarType compute);

@@ -5,6 +5,7 @@
 #include "config/trainer_config.h"
 #include "core/error.h"
 #include "estimate/model_shape.h"
+#include "models/lora.h"
 #include "models/sd/model_source.h"
 #include "models/sd/sd_export.h"
 
@@ -37,6 +38,12 @@ TextEncoderTraining SdFamily::auto_text_training(const config::TrainerConfig& cf
   // a pipeline's encoders stay frozen, so their outputs can be cached.
   const bool tiny = cfg.model.path.empty() ? cfg.model.preset == "tiny" : DiffusionModel::is_preset_folder(cfg.model.path);
   return tiny ? TextEncoderTraining::full : TextEncoderTraining::frozen;
+}
+
+std::vector<std::string> SdFamily::default_lora_targets() const { return default_unet_lora_targets(); }
+
+std::vector<std::string> SdFamily::default_text_encoder_lora_targets() const {
+  return models::default_text_encoder_lora_targets();
 }
 
 std::vector<FamilyFinding> SdFamily::check(const config::TrainerConfig& c) const {

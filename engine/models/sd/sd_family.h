@@ -23,6 +23,8 @@ class SdFamily final : public ModelFamily {
   std::vector<ModelPreset> presets() const override;
   bool recognizes(const config::TrainerConfig& cfg) const override;
   TextEncoderTraining auto_text_training(const config::TrainerConfig& cfg) const override;
+  std::vector<std::string> default_lora_targets() const override;
+  std::vector<std::string> default_text_encoder_lora_targets() const override;
   estimate::ModelShape shape(const config::TrainerConfig& cfg) const override;
   std::vector<FamilyFinding> check(const config::TrainerConfig& cfg) const override;
   void describe(std::ostream& out, const std::string& path, const std::string& config_path) const override;

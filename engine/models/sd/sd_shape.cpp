@@ -262,11 +262,11 @@ ModelShape SdFamily::shape(const config::TrainerConfig& cfg) const {
   }
   if (lora_unet) {
     if (arch.tiny) {
-      m.lora_unet_parameters = models::lora_parameter_count(*arch.tiny->unet, cfg.lora.targets, cfg.lora.rank);
+      m.lora_denoiser_parameters = models::lora_parameter_count(*arch.tiny->unet, cfg.lora.targets, cfg.lora.rank);
     } else {
       const MetaTensorScope meta;
       models::UNet2DConditionModel unet(arch.unet);
-      m.lora_unet_parameters = models::lora_parameter_count(*unet, cfg.lora.targets, cfg.lora.rank);
+      m.lora_denoiser_parameters = models::lora_parameter_count(*unet, cfg.lora.targets, cfg.lora.rank);
     }
   }
   return m;

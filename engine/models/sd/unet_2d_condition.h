@@ -19,12 +19,6 @@ namespace detail {
 struct UNetParts;  // the block modules, defined in unet_2d_condition.cpp
 }
 
-/// Called as soon as each unit (resnet, transformer or a piece of one, sampler) is built, with
-/// the unit's name, the module prefix its parameter names are relative to
-/// ("down_blocks.0.resnets.0"; a transformer's for its pieces) and a module holding exactly the
-/// unit's parameters in optimizer order: ZeRO-3's sharded init loads it, keeps this rank's shard
-/// and empties it before the next unit exists.
-using UnitBuilt = std::function<void(const std::string& unit, const std::string& prefix, torch::nn::Module& module)>;
 
 class UNet2DConditionModelImpl : public torch::nn::Module {
  public:
