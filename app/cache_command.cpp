@@ -19,7 +19,8 @@
 #include "data/dataset.h"
 #include "data/latent_cache.h"
 #include "models/attention_options.h"
-#include "models/sd/diffusion_model.h"
+#include "models/model_family.h"
+#include "models/trainable_model.h"
 #include "train/frozen_cache.h"
 #include "train/optimizer_setup.h"
 #include "train/run_directory.h"
@@ -102,7 +103,8 @@ int run_cache_command(const std::vector<std::string>& args) {
     device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rank % torch::cuda::device_count()));
   // As the trainer computes: the same dtype and attention path, so cached values are the ones
   // training would encode.
-  models::DiffusionModel model = models::DiffusionModel::load_frozen(cfg.model.path, cfg.model.config_path);
+  const std::unique_ptr<models::TrainableModel> frozen = models::family_of(cfg).load_frozen(cfg);
+  models::TrainableModel& model = *frozen;
   model.frozen_to(train::compute_dtype(cfg.precision, device));
   model.to(device, /*with_denoiser=*/false);
   model.train(false);

@@ -28,7 +28,7 @@ json CheckpointMeta::to_json() const {
   if (smoothed_state) j["smoothed_state"] = {smoothed_state->first, smoothed_state->second};
   if (!base_model.is_null()) j["base_model"] = base_model;
   if (lora)
-    j["lora"] = {{"rank", lora->rank}, {"alpha", lora->alpha}, {"unet", lora->unet},
+    j["lora"] = {{"rank", lora->rank}, {"alpha", lora->alpha}, {"unet", lora->denoiser},
                  {"text_encoders", lora->text_encoders}, {"dropout", lora->dropout}};
   if (loss_scaler)
     j["loss_scaler"] = {{"scale", loss_scaler->scale}, {"iter", loss_scaler->iter},

@@ -16,7 +16,8 @@ namespace zs::checkpoint {
 struct LoraMeta {
   std::int64_t rank = 0;
   double alpha = 0;
-  bool unet = false;           ///< adapters on the denoiser (training.method lora)
+  bool denoiser = false;       ///< adapters on the denoiser (training.method lora; meta.json says "unet",
+                               ///< the key version-2 checkpoints have always written)
   bool text_encoders = false;  ///< adapters on the text encoders (train_text_encoder lora)
   double dropout = 0;
 };

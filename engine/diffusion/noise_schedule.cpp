@@ -101,6 +101,16 @@ at::Tensor NoiseSchedule::velocity(const at::Tensor& x0, const at::Tensor& noise
   return a.sqrt() * noise - (1 - a).sqrt() * x0;
 }
 
+at::Tensor NoiseSchedule::sample_timesteps(at::IntArrayRef sample_shape, at::Generator& gen) const {
+  return at::randint(0, config_.num_train_timesteps, {sample_shape[0]}, gen, at::kLong);
+}
+
+at::Tensor NoiseSchedule::validation_timestep(std::int64_t k, std::int64_t count, at::IntArrayRef sample_shape,
+                                              const c10::Device& device) const {
+  const std::int64_t t = (2 * k + 1) * config_.num_train_timesteps / (2 * count);
+  return at::full({sample_shape[0]}, t, at::TensorOptions().dtype(at::kLong).device(device));
+}
+
 at::Tensor NoiseSchedule::target(const at::Tensor& x0, const at::Tensor& noise, const at::Tensor& t) const {
   return config_.prediction_type == "v_prediction" ? velocity(x0, noise, t) : noise;
 }
@@ -158,6 +168,14 @@ DdimSampler::StepResult DdimSampler::step(const at::Tensor& model_output, std::i
   // As diffusers: the clamped x0 feeds the step, the noise estimate stays the model's.
   if (schedule_.config().clip_sample) x0 = x0.clamp(-1.0, 1.0);
   return {std::sqrt(a_prev) * x0 + std::sqrt(1 - a_prev) * eps, x0};
+}
+
+at::Tensor DdimSampler::timestep(std::size_t i, std::int64_t n, const c10::Device& device) const {
+  return at::full({n}, timesteps_.at(i), at::TensorOptions().dtype(at::kLong).device(device));
+}
+
+at::Tensor DdimSampler::step(std::size_t i, const at::Tensor& model_output, const at::Tensor& sample) const {
+  return step(model_output, timesteps_.at(i), sample).prev_sample;
 }
 
 }  // namespace zs::diffusion

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "models/attention_options.h"
 #include "models/model_family.h"
+#include "train/optimizer_setup.h"
 
 namespace zs::estimate {
 namespace {
@@ -33,9 +34,7 @@ int compute_bytes(const std::string& precision) { return precision == "fp32" ? 4
 std::vector<models::RosterUnit> planned_units(const ModelShape& model, const EstimateOptions& o) {
   models::TrainedParts trained;
   trained.lora = o.lora;
-  trained.text = o.text_training == "full"   ? models::TextEncoderTraining::full
-                 : o.text_training == "lora" ? models::TextEncoderTraining::lora
-                                             : models::TextEncoderTraining::frozen;
+  trained.text = o.text_training;
   return models::unit_roster(models::roster_parts(model), trained);
 }
 
@@ -143,7 +142,7 @@ ActivationBytes activation_split(const ModelShape& model, const EstimateOptions&
   // the largest (everything saved up to unit k) + (what unit k's backward allocates).
   // A frozen text encoder runs without gradients: it keeps nothing.
   std::vector<const UnitShape*> order;
-  const bool text_trained = o.text_training != "frozen";
+  const bool text_trained = o.text_training != models::TextEncoderTraining::frozen;
   if (text_trained)
     for (const auto& u : model.text_encoders) order.push_back(&u);
   for (const auto& u : model.units) order.push_back(&u);
@@ -304,11 +303,11 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   e.options = o;
   const std::vector<models::RosterUnit> units = planned_units(model, o);
   for (const auto& u : units) (u.frozen ? e.frozen_base_parameters : e.parameters) += u.parameters;
-  e.adapter_parameters = (o.lora ? model.lora_denoiser_parameters : 0) + (o.text_training == "lora" ? model.lora_text_parameters : 0);
+  e.adapter_parameters = (o.lora ? model.lora_denoiser_parameters : 0) + (o.text_training == models::TextEncoderTraining::lora ? model.lora_text_parameters : 0);
   // The text encoders are frozen parts unless the roster has them (trained in full, or a LoRA
   // base laid out as a frozen unit).
   int64_t trained_text = 0;
-  if (o.text_training != "frozen")
+  if (o.text_training != models::TextEncoderTraining::frozen)
     for (const auto& t : model.text_encoders) trained_text += t.parameters;
   e.frozen_parameters = model.frozen_parameters - trained_text;
   e.frozen_fp32_parameters = model.frozen_fp32_parameters;
@@ -347,7 +346,7 @@ DeepSpeedFigures deepspeed_estimator(const ModelShape& model, const EstimateOpti
   for (const auto& u : planned_units(model, o))
     if (!u.frozen) d.total_parameters += u.parameters;
   d.largest_layer_parameters = model.largest_module();
-  if (o.text_training == "full")
+  if (o.text_training == models::TextEncoderTraining::full)
     for (const auto& t : model.text_encoders) d.largest_layer_parameters = std::max(d.largest_layer_parameters, t.largest_module);
   const double total = static_cast<double>(d.total_parameters), abf = 1.5;
   const double total_gpus = std::max(o.world_size, 1), per_node = std::max(o.processes_per_machine, 1);
@@ -417,13 +416,23 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   EstimateOptions o;
   const models::TrainedParts trained = models::resolve_trained_parts(cfg);
   o.lora = trained.lora;
-  o.text_training = models::to_string(trained.text);
+  o.text_training = trained.text;
   o.world_size = static_cast<int>(cfg.launch.num_processes);
   o.processes_per_machine = static_cast<int>(std::max<int64_t>(cfg.launch.num_processes / std::max<int64_t>(cfg.launch.num_machines, 1), 1));
-  o.stage = static_cast<int>(cfg.zero.stage);
+  // The ZeRO settings as the trainer builds them (train::zero_options): one reading of the config.
+  const zero::ZeroOptions zo = train::zero_options(cfg);
+  o.stage = zo.stage;
+  o.offload_optimizer = zo.offload_optimizer;
+  o.offload_param = zo.offload_param;
+  o.overlap_comm = zo.overlap_comm;
+  o.persistence_threshold = zo.persistence_threshold;
+  o.prefetch_bucket_size = zo.prefetch_bucket_size;
+  o.reduce_bucket_size = zo.reduce_bucket_size;
+  o.allgather_bucket_size = zo.allgather_bucket_size;
+  o.sub_group_size = zo.sub_group_size;
+  o.buffer_count = zo.buffer_count;
+  o.zero3_init = cfg.zero.zero3_init_flag;  // the trainer's build step reads it (not an optimizer option)
   o.precision = cfg.precision;
-  o.offload_optimizer = offload_from_name(cfg.zero.offload_optimizer.device);
-  o.offload_param = offload_from_name(cfg.zero.offload_param.device);
   o.batch_size = cfg.training.batch_size;
   o.resolution = cfg.data.resolution;
   o.gradient_checkpointing = cfg.training.gradient_checkpointing;
@@ -435,14 +444,6 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   // on the device then. estimate_memory applies it to latent models only (the caches hold VAE
   // latents; a pixel-space model has none).
   o.frozen_off_device = cfg.data.cache_latents && cfg.data.cache_text_embeddings && !trained.text_trained();
-  o.overlap_comm = cfg.zero.overlap_comm;
-  o.zero3_init = cfg.zero.zero3_init_flag;
-  o.persistence_threshold = cfg.zero.stage3_param_persistence_threshold;
-  o.prefetch_bucket_size = cfg.zero.stage3_prefetch_bucket_size;
-  o.reduce_bucket_size = cfg.zero.reduce_bucket_size;
-  o.allgather_bucket_size = cfg.zero.allgather_bucket_size;
-  o.sub_group_size = cfg.zero.sub_group_size;
-  o.buffer_count = static_cast<int>(cfg.zero.offload_optimizer.buffer_count);
   return o;
 }
 
@@ -499,7 +500,7 @@ nlohmann::json to_json(const MemoryEstimate& e) {
   j["parameters"] = e.parameters;
   j["adapter_parameters"] = e.adapter_parameters;
   j["frozen_base_parameters"] = e.frozen_base_parameters;
-  j["text_encoders"] = e.options.text_training;
+  j["text_encoders"] = models::to_string(e.options.text_training);
   j["frozen_parameters"] = e.frozen_parameters;
   j["frozen_fp32_parameters"] = e.frozen_fp32_parameters;
   j["world_size"] = e.options.world_size;
@@ -540,7 +541,8 @@ std::string to_table(const MemoryEstimate& e, const ModelShape& model) {
                                                (o.stage == 3 ? " partitioned like trained units" : "")
                                          : std::string())
         << ")";
-  if (e.options.text_training != "frozen") out << "; text encoders: " << e.options.text_training;
+  if (e.options.text_training != models::TextEncoderTraining::frozen)
+    out << "; text encoders: " << models::to_string(e.options.text_training);
   if (e.frozen_parameters > 0)
     out << " (+" << e.frozen_parameters << " frozen: VAE and text encoders, "
         << (e.cache_pass > 0 ? "off the device: both caches on" : "on the device") << ")";

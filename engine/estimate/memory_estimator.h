@@ -13,6 +13,7 @@
 
 #include "estimate/model_shape.h"
 #include "models/attention_options.h"
+#include "models/model_family.h"
 #include "zero/zero_plan.h"
 
 namespace zs::config {
@@ -43,7 +44,7 @@ struct EstimateOptions {
   bool lora = false;
   /// How the text encoders train: frozen, full (optimizer units like the UNet's) or lora (frozen
   /// bases, adapters ModelShape::lora_text_parameters trained). Trained ones keep activations.
-  std::string text_training = "frozen";
+  models::TextEncoderTraining text_training = models::TextEncoderTraining::frozen;
   /// Both caches on (data.cache_latents and data.cache_text_embeddings): assumed complete
   /// (`zerostudio cache`), so the frozen VAE and text encoders wait in CPU memory instead of on
   /// the device; the cache-filling pass is estimated on its own (MemoryEstimate::cache_pass).

@@ -67,7 +67,6 @@ bool lora_target_matches(const std::string& name, const std::vector<std::string>
   return false;
 }
 
-std::vector<std::string> default_unet_lora_targets() { return {"to_q", "to_k", "to_v", "to_out.0"}; }
 std::vector<std::string> default_text_encoder_lora_targets() { return {"q_proj", "k_proj", "v_proj", "out_proj"}; }
 
 std::vector<LoraLayer> attach_lora(torch::nn::Module& root, const std::vector<std::string>& targets,

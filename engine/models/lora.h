@@ -80,9 +80,8 @@ struct LoraLayer {
 /// components ("to_q", "to_out.0", "ff.net.2", "attn2.to_k", "proj_in", "conv1").
 bool lora_target_matches(const std::string& name, const std::vector<std::string>& targets);
 
-/// Default targets: the attention projections (diffusers' to_q, to_k, to_v, to_out.0; CLIP's
-/// q_proj, k_proj, v_proj, out_proj).
-std::vector<std::string> default_unet_lora_targets();
+/// Default targets on a CLIP text encoder: its attention projections (q_proj, k_proj, v_proj,
+/// out_proj). A family's denoiser targets are its own (ModelFamily::default_lora_targets).
 std::vector<std::string> default_text_encoder_lora_targets();
 
 /// Attaches an adapter to every adaptable layer of `root` whose path `targets` selects (a layer

@@ -52,6 +52,8 @@ TrainedParts resolve_trained_parts(const config::TrainerConfig& cfg) {
   return t;
 }
 
+std::string text_adapter_unit(const std::string& component) { return "lora_" + component; }
+
 std::vector<RosterUnit> unit_roster(const RosterParts& parts, const TrainedParts& trained) {
   std::vector<RosterUnit> out;
   // The denoiser's units (its small in/out layers, "io", stay whole at stage 3), frozen under LoRA.
@@ -68,7 +70,7 @@ std::vector<RosterUnit> unit_roster(const RosterParts& parts, const TrainedParts
     } else if (trained.text == TextEncoderTraining::lora) {
       out.push_back({component, n, true, true, false});
       const std::int64_t adapters = i < parts.text_encoder_adapters.size() ? parts.text_encoder_adapters[i] : 0;
-      if (adapters > 0) out.push_back({"lora_" + component, adapters, false, true, true});
+      if (adapters > 0) out.push_back({text_adapter_unit(component), adapters, false, true, true});
     }
   }
   return out;

@@ -8,8 +8,11 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include "models/param_unit.h"
 
 namespace zs::config {
 struct TrainerConfig;
@@ -24,6 +27,8 @@ struct ExportResult;
 }
 
 namespace zs::models {
+
+class TrainableModel;
 
 /// How the text encoders train.
 enum class TextEncoderTraining {
@@ -67,9 +72,12 @@ struct RosterParts {
 /// and adapter counts).
 RosterParts roster_parts(const estimate::ModelShape& shape);
 
+/// The optimizer's unit name of a text encoder's LoRA adapters ("lora_<component>").
+std::string text_adapter_unit(const std::string& component);
+
 /// The optimizer's units for `parts` under `trained`, in order: the denoiser's (frozen under
 /// LoRA), its adapters (parts.denoiser_adapters_name), then per text encoder the whole encoder (trained in full,
-/// or frozen under LoRA) and its adapters ("lora_<component>"). A frozen text encoder is no unit.
+/// or frozen under LoRA) and its adapters (text_adapter_unit). A frozen text encoder is no unit.
 std::vector<RosterUnit> unit_roster(const RosterParts& parts, const TrainedParts& trained);
 
 /// A model.preset value and how the wizard offers it.
@@ -104,6 +112,21 @@ class ModelFamily {
   /// The estimator's description of the config's model (no weights allocated). Throws zs::Error
   /// naming the file when the model's config cannot be read.
   virtual estimate::ModelShape shape(const config::TrainerConfig& cfg) const = 0;
+  /// The model a run of `cfg` starts from (no checkpoint): model.path's weights, or the preset's
+  /// built from the seed (the tiny preset's vocabulary from `captions`). With `on_unit`, denoiser
+  /// units are handed over as they are built (ZeRO-3's sharded init). Throws zs::Error naming the
+  /// key or file when the model cannot be built for the config.
+  virtual std::unique_ptr<TrainableModel> build(const config::TrainerConfig& cfg,
+                                                const std::vector<std::string>& captions,
+                                                const UnitBuilt& on_unit) const = 0;
+  /// A run's model folder written by TrainableModel::save_folder, with what weights it holds.
+  virtual std::unique_ptr<TrainableModel> load_folder(const std::string& dir, const UnitBuilt& on_unit) const = 0;
+  /// Only the config's frozen parts (what `zerostudio cache` encodes with): no denoiser.
+  virtual std::unique_ptr<TrainableModel> load_frozen(const config::TrainerConfig& cfg) const = 0;
+  /// Whether `dir` holds a model folder of this family written by save_folder.
+  virtual bool is_model_folder(const std::string& dir) const = 0;
+  /// Whether TrainableModel::save_base wrote its weights into `dir`.
+  virtual bool has_saved_base(const std::string& dir) const = 0;
   /// The optimizer's roster for the config's model (unit_roster of the family's parts).
   virtual std::vector<RosterUnit> roster(const config::TrainerConfig& cfg) const;
   /// Keys that mean nothing for this family: setting one away from its schema default is a

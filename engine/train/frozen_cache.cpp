@@ -11,7 +11,7 @@
 #include "core/install_paths.h"
 #include "data/dataset.h"
 #include "data/latent_cache.h"
-#include "models/sd/diffusion_model.h"
+#include "models/trainable_model.h"
 
 namespace zs::train {
 
@@ -54,17 +54,15 @@ Caches::~Caches() = default;
 Caches::Caches(Caches&&) noexcept = default;
 Caches& Caches::operator=(Caches&&) noexcept = default;
 
-Caches open_caches(const config::TrainerConfig& cfg, const models::DiffusionModel& model) {
+Caches open_caches(const config::TrainerConfig& cfg, const models::TrainableModel& model) {
   Caches c;
   const std::string root = cfg.data.latent_cache_dir.empty() ? default_cache_dir(cfg.logging.runs_root)
                                                              : cfg.data.latent_cache_dir;
-  if (model.vae && cfg.data.cache_latents)
-    c.latents = std::make_unique<data::LatentCache>(root, data::LatentCache::vae_key(model.pipeline), cfg.data.resolution);
-  if (!model.pipeline.empty() && !model.text_encoders_trained() && cfg.data.cache_text_embeddings) {
-    std::vector<std::string> components;
-    for (const auto& [component, encoder] : model.text_encoders()) components.push_back(component);
-    c.texts = std::make_unique<data::LatentCache>(root, data::LatentCache::text_key(model.pipeline, components), "text");
-  }
+  if (model.has_latent_space() && cfg.data.cache_latents)
+    c.latents = std::make_unique<data::LatentCache>(root, data::LatentCache::vae_key(model.source_path()), cfg.data.resolution);
+  if (!model.source_path().empty() && !model.text_encoders_trained() && cfg.data.cache_text_embeddings)
+    c.texts = std::make_unique<data::LatentCache>(
+        root, data::LatentCache::text_key(model.source_path(), model.text_components()), "text");
   return c;
 }
 
@@ -97,7 +95,7 @@ CacheMissing cache_missing(const CacheNeeds& needs, const data::LatentCache* lat
   return m;
 }
 
-std::int64_t fill_caches(models::DiffusionModel& model, data::DataLoader& loader, const CacheNeeds& needs,
+std::int64_t fill_caches(models::TrainableModel& model, data::DataLoader& loader, const CacheNeeds& needs,
                          data::LatentCache* latents, data::LatentCache* texts, const at::Device& device,
                          const std::function<void(std::int64_t, std::int64_t)>& progress) {
   c10::NoGradGuard no_grad;

@@ -1,7 +1,7 @@
 #pragma once
 // The latent and text-embedding caches as a whole: what a dataset needs in them, what they lack,
 // and the pass that fills them (`zerostudio cache`). A run whose caches hold everything trains
-// without the frozen VAE and text encoders on its device (DiffusionModel::park_frozen).
+// without the frozen VAE and text encoders on its device (TrainableModel::park_frozen).
 
 #include <cstdint>
 #include <functional>
@@ -20,7 +20,7 @@ struct MetadataOptions;
 struct LoaderOptions;
 }  // namespace zs::data
 namespace zs::models {
-class DiffusionModel;
+class TrainableModel;
 }
 
 namespace zs::train {
@@ -41,7 +41,7 @@ struct Caches {
   Caches(Caches&&) noexcept;
   Caches& operator=(Caches&&) noexcept;
 };
-Caches open_caches(const config::TrainerConfig& cfg, const models::DiffusionModel& model);
+Caches open_caches(const config::TrainerConfig& cfg, const models::TrainableModel& model);
 
 /// Everything the loader can ask the caches for: each item's image unflipped and, with
 /// data.flip_p > 0, flipped; each caption and, with caption dropout, the empty one. Finite
@@ -69,7 +69,7 @@ CacheMissing cache_missing(const CacheNeeds& needs, const data::LatentCache* lat
 
 /// Encodes and stores what of `needs` the caches lack, one image and one caption at a time as
 /// training would; `progress(done, total)` after each. Returns how many entries it stored.
-std::int64_t fill_caches(models::DiffusionModel& model, data::DataLoader& loader, const CacheNeeds& needs,
+std::int64_t fill_caches(models::TrainableModel& model, data::DataLoader& loader, const CacheNeeds& needs,
                          data::LatentCache* latents, data::LatentCache* texts, const at::Device& device,
                          const std::function<void(std::int64_t, std::int64_t)>& progress = {});
 

@@ -11,21 +11,19 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
-#include "diffusion/noise_schedule.h"
+#include "diffusion/objective.h"
 #include "io/atomic_file.h"
 
 namespace zs::train {
 
 namespace fs = std::filesystem;
 
-at::Tensor sample_images(models::DiffusionModel& model, const std::vector<std::string>& prompts,
+at::Tensor sample_images(models::TrainableModel& model, const std::vector<std::string>& prompts,
                          std::int64_t images_per_prompt, std::int64_t resolution, std::int64_t ddim_steps,
                          double guidance_scale, std::int64_t seed, const at::Device& device) {
   c10::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.train(false);
-  const diffusion::NoiseSchedule schedule(model.schedule);
-  const diffusion::DdimSampler ddim(schedule, ddim_steps);
   std::vector<std::string> captions;
   std::vector<at::Tensor> noise;
   const std::int64_t channels = model.sample_channels();
@@ -37,6 +35,7 @@ at::Tensor sample_images(models::DiffusionModel& model, const std::vector<std::s
     }
   const auto n = static_cast<std::int64_t>(captions.size());
   at::Tensor x = at::stack(noise).to(device);
+  const std::unique_ptr<diffusion::Sampler> sampler = model.sampler(ddim_steps, x.sizes());
   const models::TextConditioning cond = model.condition(captions, device);
   const bool guided = guidance_scale != 1.0;
   models::TextConditioning both = cond;
@@ -47,16 +46,16 @@ at::Tensor sample_images(models::DiffusionModel& model, const std::vector<std::s
   }
   // Generated at the training resolution, uncropped (what models that read the geometry see).
   const at::Tensor geometry = data::uncropped_geometry(guided ? 2 * n : n, resolution, resolution).to(device);
-  for (const std::int64_t t : ddim.timesteps()) {
-    const at::Tensor tt = at::full({guided ? 2 * n : n}, t, at::TensorOptions().dtype(at::kLong).device(device));
+  for (std::size_t i = 0; i < sampler->steps(); ++i) {
+    const at::Tensor tt = sampler->timestep(i, guided ? 2 * n : n, device);
     at::Tensor out = model.predict(guided ? at::cat({x, x}) : x, tt, both, geometry);
     if (guided) {
       const auto parts = out.chunk(2);
       out = parts[0] + guidance_scale * (parts[1] - parts[0]);
     }
-    x = ddim.step(out, t, x).prev_sample;
+    x = sampler->step(i, out, x);
   }
-  x = model.to_images(x);  // the VAE decoder for latent models
+  x = model.to_images(x);  // the decoder for latent models
   model.train(was_training);
   return x.clamp(-1, 1).to(at::kCPU);
 }
@@ -91,7 +90,7 @@ io::Image make_grid(const std::vector<io::Image>& images, int columns) {
   return grid;
 }
 
-SampleFolder write_samples(models::DiffusionModel& model, const config::SamplingConfig& sampling,
+SampleFolder write_samples(models::TrainableModel& model, const config::SamplingConfig& sampling,
                            std::int64_t resolution, const at::Device& device, const std::string& samples_root,
                            std::int64_t step, bool write_files) {
   if (sampling.prompts.empty()) return {};

@@ -10,13 +10,13 @@
 
 #include "config/trainer_config.h"
 #include "io/image.h"
-#include "models/sd/diffusion_model.h"
+#include "models/trainable_model.h"
 
 namespace zs::train {
 
 /// Generates images: `prompts` × `images_per_prompt`; image k (in prompt-major order) starts
 /// from noise seeded with `seed + k`. Returns [N, C, R, R] in [-1, 1] on the CPU.
-at::Tensor sample_images(models::DiffusionModel& model, const std::vector<std::string>& prompts,
+at::Tensor sample_images(models::TrainableModel& model, const std::vector<std::string>& prompts,
                          std::int64_t images_per_prompt, std::int64_t resolution, std::int64_t ddim_steps,
                          double guidance_scale, std::int64_t seed, const at::Device& device);
 
@@ -34,7 +34,7 @@ struct SampleFolder {
 };
 /// With `write_files` false the images are only computed (other ranks under ZeRO stage 3,
 /// whose collectives the sampler's forward passes take part in).
-SampleFolder write_samples(models::DiffusionModel& model, const config::SamplingConfig& sampling,
+SampleFolder write_samples(models::TrainableModel& model, const config::SamplingConfig& sampling,
                            std::int64_t resolution, const at::Device& device, const std::string& samples_root,
                            std::int64_t step, bool write_files = true);
 

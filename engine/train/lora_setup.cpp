@@ -6,8 +6,8 @@
 
 #include "core/error.h"
 #include "data/latent_cache.h"
+#include "models/lora.h"
 #include "models/model_family.h"
-#include "models/sd/model_source.h"
 #include "models/weights.h"
 
 namespace zs::train {
@@ -23,30 +23,31 @@ models::LoraOptions lora_options(const config::LoraConfig& c) {
   return o;
 }
 
-std::size_t attach_adapters(const config::TrainerConfig& cfg, models::DiffusionModel& model) {
+std::size_t attach_adapters(const config::TrainerConfig& cfg, const models::TrainedParts& trained,
+                            models::TrainableModel& model) {
   const models::LoraOptions o = lora_options(cfg.lora);
   const auto seed = static_cast<std::uint64_t>(cfg.training.seed);
   std::size_t n = 0;
-  if (models::resolve_trained_parts(cfg).lora) n += model.attach_denoiser_lora(cfg.lora.targets, o, seed + 1000);
-  if (model.text_training == models::TextEncoderTraining::lora) {
+  if (trained.lora) n += model.attach_denoiser_lora(cfg.lora.targets, o, seed + 1000);
+  if (trained.text == models::TextEncoderTraining::lora) {
     std::uint64_t k = 1;
-    for (auto& [component, encoder] : model.text_encoders())
+    for (auto& [component, encoder] : model.text_encoder_modules())
       n += models::attach_lora(*encoder, cfg.lora.text_encoder_targets, o, seed + 1000 + k++).size();
   }
   return n;
 }
 
-bool checkpoint_needs_base(const config::TrainerConfig& cfg, const models::DiffusionModel& model) {
+bool checkpoint_needs_base(const models::TrainedParts& trained, const models::TrainableModel& model) {
   // A pipeline's frozen encoders under full training are what they always were: the pipeline's.
-  return models::resolve_trained_parts(cfg).lora || model.text_training == models::TextEncoderTraining::lora ||
-         (model.pipeline.empty() && model.text_training == models::TextEncoderTraining::frozen);
+  return trained.lora || trained.text == models::TextEncoderTraining::lora ||
+         (model.source_path().empty() && trained.text == models::TextEncoderTraining::frozen);
 }
 
-void save_preset_base(const models::DiffusionModel& model, const std::string& model_dir) { model.save_base(model_dir); }
+void save_preset_base(const models::TrainableModel& model, const std::string& model_dir) { model.save_base(model_dir); }
 
-nlohmann::json base_model_reference(const models::DiffusionModel& model, const std::string& model_dir) {
-  const std::string root = model.pipeline.empty() ? model_dir : model.pipeline;
-  const bool single = models::is_single_file(root);
+nlohmann::json base_model_reference(const models::TrainableModel& model, const std::string& model_dir) {
+  const std::string root = model.source_path().empty() ? model_dir : model.source_path();
+  const bool single = fs::is_regular_file(root);  // a single-file checkpoint; else a folder
   std::vector<std::string> files;
   if (single) {
     files.push_back(root);

@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "comm/communicator.h"
-#include "models/sd/diffusion_model.h"
+#include "models/trainable_model.h"
 #include "models/lora.h"
 #include "models/model_family.h"
 #include "zero/sharded_init.h"
@@ -53,13 +53,13 @@ zero::ZeroOptions zero_options(const config::TrainerConfig& cfg) {
   return zo;
 }
 
-std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
+std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, const models::TrainedParts& trained,
+                                                     models::TrainableModel& model,
                                           comm::Communicator& comm, at::ScalarType compute, const at::Device& device,
                                           const std::string& run_tag,
                                           std::function<void(const std::string&)> log,
                                           const zero::ShardedInit* sharded_init) {
   zero::ZeroOptions zo = zero_options(cfg);
-  const models::TrainedParts trained = models::resolve_trained_parts(cfg);
   // Every unit the model could give, by name; the family's roster (models/model_family.h, the
   // same one the estimator counts) decides which of them train, which are frozen, which stay
   // whole at stage 3, and their order.
@@ -77,14 +77,14 @@ std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig&
     parts.denoiser_adapters_name = adapters.name;
     candidates.emplace(adapters.name, std::move(adapters));
   }
-  for (auto& [component, encoder] : model.text_encoders()) {
+  for (auto& [component, encoder] : model.text_encoder_modules()) {
     models::ParamUnit whole{component, {}};
     for (const auto& p : encoder->named_parameters()) whole.parameters.emplace_back(component + "." + p.key(), p.value());
     parts.text_encoders.emplace_back(component, whole.numel());
     candidates.emplace(component, std::move(whole));
     std::int64_t adapter_numel = 0;
     if (trained.text == models::TextEncoderTraining::lora) {
-      models::ParamUnit adapters = models::lora_unit(*encoder, "lora_" + component, component + ".");
+      models::ParamUnit adapters = models::lora_unit(*encoder, models::text_adapter_unit(component), component + ".");
       adapter_numel = adapters.numel();
       candidates.emplace(adapters.name, std::move(adapters));
     }

@@ -16,7 +16,8 @@ namespace zs::comm {
 class Communicator;
 }
 namespace zs::models {
-struct DiffusionModel;
+class TrainableModel;
+struct TrainedParts;
 }
 
 namespace zs::zero {
@@ -34,16 +35,19 @@ at::ScalarType compute_dtype(const std::string& precision, const c10::Device& de
 /// the device, compute precision, NVMe run tag and log are the caller's to add.
 zero::ZeroOptions zero_options(const config::TrainerConfig& cfg);
 
-/// A ZeroOptimizer over the UNet's units — under training.method lora these are frozen (the
-/// base: moved, and at stage 3 partitioned, but not optimized) and one unit of its adapters
-/// follows ("lora_unet", names "unet.<layer>.lora_down.weight") — plus each trained text encoder as one more unit ("text_encoder", or under LoRA
-/// "lora_text_encoder"; SDXL also "…text_encoder_2") with optimizer.text_encoder_lr (also in one
-/// process at stage 0, where it does AdamW's arithmetic: one optimizer, one checkpoint format),
-/// with the config's stage, buckets, offload (NVMe folders named after `run_tag`) and compute
-/// precision and device (the UNet may still be on the CPU: it moves there unit by unit), its
-/// hooks installed on the UNet. `log` receives one-line notes (which I/O backend
-/// NVMe uses). `sharded_init`: the UNet units built straight into shards (zero3_init_flag).
-std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, models::DiffusionModel& model,
+/// A ZeroOptimizer over the units of the family's roster (models::unit_roster, the one the
+/// estimator counts) for what the run trains (`trained`: models::resolve_trained_parts): the
+/// denoiser's units — frozen under training.method lora (the base: moved, and at stage 3
+/// partitioned, but not optimized), followed by one unit of its adapters — and each trained text
+/// encoder as one more unit (or its adapters' unit, models::text_adapter_unit) at
+/// optimizer.text_encoder_lr (also in one process at stage 0, where it does AdamW's arithmetic:
+/// one optimizer, one checkpoint format), with the config's stage, buckets, offload (NVMe folders
+/// named after `run_tag`) and compute precision and device (the denoiser may still be on the CPU:
+/// it moves there unit by unit), its hooks installed on the denoiser. `log` receives one-line
+/// notes (which I/O backend NVMe uses). `sharded_init`: the units built straight into shards
+/// (zero3_init_flag).
+std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, const models::TrainedParts& trained,
+                                                     models::TrainableModel& model,
                                           comm::Communicator& comm, at::ScalarType compute, const at::Device& device,
                                           const std::string& run_tag,
                                           std::function<void(const std::string&)> log,

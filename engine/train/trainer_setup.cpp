@@ -16,7 +16,9 @@
 #include "data/shapes.h"
 #include "comm/communicator.h"
 #include "io/safetensors.h"
-#include "models/sd/sd_family.h"
+#include "models/attention_options.h"
+#include "models/model_family.h"
+#include "models/trainable_model.h"
 #include "train/frozen_cache.h"
 #include "train/lora_setup.h"
 #include "train/optimizer_setup.h"
@@ -83,9 +85,9 @@ void Trainer::State::share_initial_weights() {
   if (world == 1) return;
   // One set of weights: rank 0's.
   c10::NoGradGuard no_grad;
-  for (auto& [name, p] : model.named_parameters()) {
+  for (auto& [name, p] : model->named_parameters()) {
     if (p.numel() == 0) continue;  // built into shards (zero3_init_flag): every rank read its own
-    // The UNet is still in CPU memory (the optimizer moves it unit by unit): one parameter at a
+    // The denoiser is still in CPU memory (the optimizer moves it unit by unit): one parameter at a
     // time visits the device, where NCCL needs it.
     at::Tensor t = p.detach().to(device);
     comm->broadcast(t, 0);
@@ -96,7 +98,7 @@ void Trainer::State::share_initial_weights() {
 void Trainer::State::build_optimizer() {
   // ZeRO flattens, and at stage 3 shards, the parameters it is given; with mixed precision it
   // keeps fp32 masters and turns the model's weights to the compute dtype.
-  optimizer = make_optimizer(cfg, model, *comm, compute, device, fs::path(run_dir).filename().string(),
+  optimizer = make_optimizer(cfg, trained, *model, *comm, compute, device, fs::path(run_dir).filename().string(),
                              [this](const std::string& line) { log(line); }, sharded_init.get());
   sharded_init.reset();  // the optimizer holds the shards now
   if (cfg.ema.enabled) optimizer->enable_ema(cfg.ema.decay);  // per shard, on the CPU
@@ -233,8 +235,8 @@ void Trainer::State::park_frozen_if_cached() {
   }
   std::vector<std::string> prompts = cfg.sampling.prompts;
   prompts.emplace_back();  // the unconditional prompt of guidance
-  const std::int64_t bytes = model.frozen_bytes();
-  model.park_frozen(device, prompts);
+  const std::int64_t bytes = model->frozen_bytes();
+  model->park_frozen(device, prompts);
   log("frozen parts off the device: the caches hold all " + std::to_string(needs.images.size()) + " latents and " +
       std::to_string(needs.captions.size()) + " captions, so the VAE and text encoders (" +
       std::to_string(bytes >> 20) + " MiB) leave " + device.str() +
@@ -257,10 +259,11 @@ data::MetadataOptions Trainer::State::dataset_scan() {
 
 void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>& ckpt,
                                  const std::vector<data::DataItem>& items) {
-  // Model. With zero3_init_flag at stage 3 each UNet unit is built (or loaded) and cut to this
-  // rank's shard before the next exists, so no rank ever holds the whole UNet.
+  // Model, built by its family. With zero3_init_flag at stage 3 each denoiser unit is built (or
+  // loaded) and cut to this rank's shard before the next exists, so no rank ever holds it whole.
   const std::string model_dir = (fs::path(run_dir) / "model").string();
   models::UnitBuilt on_unit;
+  const models::ModelFamily& family = models::family_of(cfg);
   trained = models::resolve_trained_parts(cfg);
   const bool lora = trained.lora;
   if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag) {
@@ -275,55 +278,55 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
   if (ckpt) {
     // Resuming into another run directory takes the model description from the checkpoint's run.
     const std::string ckpt_model = (fs::path(ckpt->path).parent_path().parent_path() / "model").string();
-    const bool here = models::DiffusionModel::is_model_folder(model_dir);
-    model = models::DiffusionModel::load_folder(here ? model_dir : ckpt_model, on_unit);
-    if (!here) model.save_folder(model_dir);
+    const bool here = family.is_model_folder(model_dir);
+    model = family.load_folder(here ? model_dir : ckpt_model, on_unit);
+    if (!here) model->save_folder(model_dir);
   } else {
     // What the model's family builds or loads: the tiny preset needs the dataset's words.
     std::vector<std::string> captions;
     for (const auto& it : items) captions.push_back(it.caption);
-    model = models::build_model(cfg, captions, on_unit);
-    if (rank == 0) model.save_folder(model_dir);
+    model = family.build(cfg, captions, on_unit);
+    if (rank == 0) model->save_folder(model_dir);
   }
   if (sharded_init && sharded_init->sharded_units() == 0) {
     log("zero3_init_flag: no unit was built into shards (the model is loaded whole, or every unit stays whole at "
         "stage 3)");
     sharded_init.reset();
   }
-  model.set_text_training(trained.text);
-  if (checkpoint_needs_base(cfg, model)) {
+  model->set_text_training(trained.text);
+  if (checkpoint_needs_base(trained, *model)) {
     // The checkpoints will hold adapters (or leave a frozen encoder out): they name the base, and
     // a resumed run must find the same one. A preset's base goes into the run's model folder when
     // the run starts, or when it resumes into another folder.
-    const bool base_here = models::DiffusionModel::has_saved_base(model_dir);
-    if ((!ckpt || !base_here) && rank == 0) save_preset_base(model, model_dir);
+    const bool base_here = family.has_saved_base(model_dir);
+    if ((!ckpt || !base_here) && rank == 0) save_preset_base(*model, model_dir);
     if (main_rank()) {
-      base_model = base_model_reference(model, model_dir);
+      base_model = base_model_reference(*model, model_dir);
       if (ckpt && ckpt->meta.contains("base_model")) check_base_model(ckpt->meta["base_model"], base_model, ckpt->path);
     }
   }
-  // Frozen parts to the compute dtype while still in CPU memory, then to the device; the UNet
+  // Frozen parts to the compute dtype while still in CPU memory, then to the device; the denoiser
   // (trained, or LoRA's frozen base) goes there unit by unit as the optimizer takes it, so loading
   // never puts the whole model on the device at full precision.
-  model.frozen_to(compute);
-  model.to(device, /*with_denoiser=*/false);
+  model->frozen_to(compute);
+  model->to(device, /*with_denoiser=*/false);
   if (lora || trained.text == models::TextEncoderTraining::lora) {
-    const std::size_t adapted = attach_adapters(cfg, model);
+    const std::size_t adapted = attach_adapters(cfg, trained, *model);
     log("LoRA: " + std::to_string(adapted) + " layers adapted (rank " + std::to_string(cfg.lora.rank) + ", alpha " +
-        nlohmann::json(lora_options(cfg.lora).alpha).dump() + (lora ? ", UNet" : "") +
+        nlohmann::json(lora_options(cfg.lora).alpha).dump() + (lora ? ", denoiser" : "") +
         (trained.text == models::TextEncoderTraining::lora ? ", text encoders" : "") + ")" +
-        (lora && cfg.zero.stage == 3 ? "; the frozen UNet base is partitioned over the ranks like trained units" : ""));
+        (lora && cfg.zero.stage == 3 ? "; the frozen base is partitioned over the ranks like trained units" : ""));
   }
-  model.train(true);
-  model.set_gradient_checkpointing(cfg.training.gradient_checkpointing, cfg.training.cpu_checkpointing);
+  model->train(true);
+  model->set_gradient_checkpointing(cfg.training.gradient_checkpointing, cfg.training.cpu_checkpointing);
   if (cfg.training.cpu_checkpointing && !cfg.training.gradient_checkpointing)
     log("training.cpu_checkpointing does nothing without training.gradient_checkpointing: true");
   models::AttentionOptions attention;
   attention.mode = models::parse_attention_mode(cfg.training.attention);
-  model.set_attention(attention);
-  schedule = std::make_unique<diffusion::NoiseSchedule>(model.schedule);
+  model->set_attention(attention);
+  objective = model->objective();
   n_params = 0;
-  for (const auto& [n, p] : model.named_parameters()) n_params += p.numel();
+  for (const auto& [n, p] : model->named_parameters()) n_params += p.numel();
   if (sharded_init) {
     n_params += sharded_init->sharded_numel();  // their parameters are empty here
     log("zero3_init_flag: " + std::to_string(sharded_init->sharded_units()) + " units (" +
@@ -344,12 +347,12 @@ void Trainer::State::build_data(std::vector<data::DataItem> items) {
   lo.shard = rank;
   lo.num_shards = world;
   if (lo.buckets) {
-    const std::int64_t f = model.pixel_factor();
+    const std::int64_t f = model->pixel_factor();
     if (lo.bucket_step % f != 0)
       throw Error(ErrorKind::config, "data.bucket_step: " + std::to_string(lo.bucket_step) + " must be a multiple of " +
                                          std::to_string(f) + " (this model's down-sampling)");
   }
-  Caches caches = open_caches(cfg, model);
+  Caches caches = open_caches(cfg, *model);
   latent_cache = std::move(caches.latents);
   text_cache = std::move(caches.texts);
   if (latent_cache) {

@@ -17,8 +17,8 @@
 #include "checkpoint/checkpoint.h"
 #include "data/dataset.h"
 #include "data/latent_cache.h"
-#include "diffusion/noise_schedule.h"
-#include "models/sd/diffusion_model.h"
+#include "diffusion/objective.h"
+#include "models/trainable_model.h"
 #include "train/control_file.h"
 #include "train/event_types.h"
 #include "train/events.h"
@@ -74,11 +74,11 @@ struct Trainer::State {
   bool main_rank() const { return rank == 0; }
   std::ofstream rank_log;
   at::Device device{at::kCPU};
-  models::DiffusionModel model;
+  std::unique_ptr<models::TrainableModel> model;  ///< built by the config's family
   models::TrainedParts trained;  ///< what the config trains (models::resolve_trained_parts)
-  std::unique_ptr<diffusion::NoiseSchedule> schedule;
+  std::unique_ptr<diffusion::Objective> objective;  ///< the model's (DDPM ε/v, flow matching)
   std::unique_ptr<zero::ZeroOptimizer> optimizer;
-  std::unique_ptr<zero::ShardedInit> sharded_init;  ///< zero3_init_flag: the UNet's units built into shards
+  std::unique_ptr<zero::ShardedInit> sharded_init;  ///< zero3_init_flag: the denoiser's units built into shards
   at::ScalarType compute = at::kFloat;  // the dtype the model computes in
   std::unique_ptr<LossScaler> scaler;   // fp16 (or when asked for)
   std::unique_ptr<data::DataLoader> loader;
@@ -138,7 +138,7 @@ struct Trainer::State {
   void build_model(const std::optional<checkpoint::CheckpointInfo>& ckpt, const std::vector<data::DataItem>& items);
   /// LR schedule, noise generator, caches, the validation split and the data loader (not started).
   void build_data(std::vector<data::DataItem> items);
-  /// With both caches complete, the frozen parts leave the device (models::DiffusionModel::park_frozen).
+  /// With both caches complete, the frozen parts leave the device (models::TrainableModel::park_frozen).
   void park_frozen_if_cached();
   /// Starts the loader where the run stands (after restore) and writes run_start.
   void start_loader(const std::optional<checkpoint::CheckpointInfo>& ckpt);

@@ -15,6 +15,7 @@
 #include "core/memory.h"
 #include "comm/communicator.h"
 #include "models/activation_checkpoint.h"
+#include "models/attention.h"
 #include "train/rank_figures.h"
 #include "train/image_logger.h"
 #include "train/validation_set.h"
@@ -91,17 +92,17 @@ StepResult Trainer::State::train_step() {
     optimizer->set_last_micro_step(micro == accum - 1);
     const data::Batch batch = loader->next();
     ++batches_consumed;
-    const at::Tensor x0 = model.to_model_space(batch.images.to(device), gen, latent_cache.get(), &batch.keys);  // latents for pipelines
+    const at::Tensor x0 = model->to_model_space(batch.images.to(device), gen, latent_cache.get(), &batch.keys);  // latents for pipelines
     const std::int64_t b = x0.size(0);
     const at::Tensor noise = at::randn(x0.sizes(), gen).to(device);
-    const at::Tensor t = at::randint(0, schedule->num_train_timesteps(), {b}, gen, at::kLong).to(device);
-    const models::TextConditioning cond = model.condition(batch.captions, device, text_cache.get());
-    const at::Tensor pred = model.predict(schedule->add_noise(x0, noise, t), t, cond, batch.geometry);
-    const at::Tensor per_sample = schedule->loss(pred, x0, noise, t);  // [B]
-    const at::Tensor loss = (per_sample * schedule->min_snr_weights(t, cfg.training.min_snr_gamma)).mean();
+    const at::Tensor t = objective->sample_timesteps(x0.sizes(), gen).to(device);
+    const models::TextConditioning cond = model->condition(batch.captions, device, text_cache.get());
+    const at::Tensor pred = model->predict(objective->add_noise(x0, noise, t), t, cond, batch.geometry);
+    const at::Tensor per_sample = objective->loss(pred, x0, noise, t);  // [B]
+    const at::Tensor loss = (per_sample * objective->weights(t, cfg.training.min_snr_gamma)).mean();
     const double scale = scaler ? scaler->scale() : 1.0;
     (loss * (scale / static_cast<double>(accum))).backward();
-    if (opt.after_backward) opt.after_backward(step + 1, rank, model.named_parameters());
+    if (opt.after_backward) opt.after_backward(step + 1, rank, model->named_parameters());
     done.loss += loss.item<double>() / static_cast<double>(accum);
   }
   // Gradients meet only after the last micro-batch (ZeRO: all-reduce or reduce-scatter).
@@ -216,7 +217,7 @@ void Trainer::State::sample() {
   SampleFolder folder;
   phase("sampling", [&] {
     if (swap) optimizer->swap_ema();
-    if (compute) folder = write_samples(model, cfg.sampling, cfg.data.resolution, device, samples_dir(), step, main_rank());
+    if (compute) folder = write_samples(*model, cfg.sampling, cfg.data.resolution, device, samples_dir(), step, main_rank());
     if (swap) optimizer->swap_ema();
   });
   if (main_rank()) emit(event::samples, {{"dir", folder.dir}, {"count", folder.count}});
@@ -232,7 +233,7 @@ void Trainer::State::validate() {
   if (validation_items.empty()) return;
   const auto started = std::chrono::steady_clock::now();
   auto evaluate = [&] {
-    return validation_loss(model, *schedule, validation_items, cfg, *comm, device, text_cache.get());
+    return validation_loss(*model, *objective, validation_items, cfg, *comm, device, text_cache.get());
   };
   json fields = {{"val_loss", evaluate()}};
   if (cfg.ema.enabled) {  // the EMA's weights too (swapping a sharded EMA is a collective: every rank)
@@ -365,8 +366,8 @@ void Trainer::State::finish(const std::string& reason) {
   if (text_cache)
     log("text-embedding cache: " + std::to_string(text_cache->hits()) + " read, " + std::to_string(text_cache->stored()) +
         " encoded and stored");
-  if (model.frozen_parked())
-    log("frozen parts came back " + std::to_string(model.frozen_visits) +
+  if (model->frozen_parked())
+    log("frozen parts came back " + std::to_string(model->frozen_visits()) +
         " time(s) while training (to decode samples, or for inputs the caches missed)");
   json end = {{"reason", reason}, {"loss", last_loss}};
   if (save_failure) {

@@ -9,9 +9,9 @@
 #include <c10/core/GradMode.h>
 
 #include "core/error.h"
-#include "diffusion/noise_schedule.h"
+#include "diffusion/objective.h"
 #include "comm/communicator.h"
-#include "models/sd/diffusion_model.h"
+#include "models/trainable_model.h"
 
 namespace zs::train {
 
@@ -42,19 +42,13 @@ std::vector<data::DataItem> split_validation(const config::TrainerConfig& cfg, c
   return held;
 }
 
-std::vector<std::int64_t> validation_timesteps(std::int64_t count, std::int64_t num_train_timesteps) {
-  std::vector<std::int64_t> out;
-  for (std::int64_t k = 0; k < count; ++k) out.push_back((2 * k + 1) * num_train_timesteps / (2 * count));
-  return out;
-}
-
-double validation_loss(models::DiffusionModel& model, const diffusion::NoiseSchedule& schedule,
+double validation_loss(models::TrainableModel& model, const diffusion::Objective& objective,
                        const std::vector<data::DataItem>& items, const config::TrainerConfig& cfg,
                        comm::Communicator& comm, const c10::Device& device, data::LatentCache* text_cache) {
   c10::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.train(false);
-  const auto timesteps = validation_timesteps(cfg.validation.timesteps, schedule.num_train_timesteps());
+  const std::int64_t timesteps = cfg.validation.timesteps;
   const auto world = static_cast<std::int64_t>(comm.world_size()), rank = static_cast<std::int64_t>(comm.rank());
   const auto n = static_cast<std::int64_t>(items.size());
   const std::int64_t per_rank = (n + world - 1) / world;
@@ -76,7 +70,7 @@ double validation_loss(models::DiffusionModel& model, const diffusion::NoiseSche
       const auto& item = items[static_cast<std::size_t>(real ? i : 0)];
       std::array<double, 6> geometry{};
       const at::Tensor image = data::DataLoader::load_image(item.image, cfg.data.resolution, &geometry);
-      at::Generator g = generator(real ? i : 0, timesteps.size());
+      at::Generator g = generator(real ? i : 0, static_cast<std::size_t>(timesteps));
       x0s.push_back(model.to_model_space(image.unsqueeze(0).to(device), g));
       geometries.push_back(at::tensor(std::vector<double>(geometry.begin(), geometry.end()), at::kFloat).unsqueeze(0));
       captions.push_back(item.caption);
@@ -86,19 +80,19 @@ double validation_loss(models::DiffusionModel& model, const diffusion::NoiseSche
     const at::Tensor x0 = at::cat(x0s);
     const models::TextConditioning cond = model.condition(captions, device, text_cache);
     const at::Tensor w = at::tensor(weight, at::kDouble);
-    for (std::size_t k = 0; k < timesteps.size(); ++k) {
+    for (std::int64_t k = 0; k < timesteps; ++k) {
       std::vector<at::Tensor> noise;
       for (std::size_t b = 0; b < index.size(); ++b) {
-        at::Generator g = generator(index[b], k);
+        at::Generator g = generator(index[b], static_cast<std::size_t>(k));
         noise.push_back(at::randn(x0s[b].sizes(), g, at::TensorOptions().dtype(at::kFloat)).to(x0.device(), x0.scalar_type()));
       }
       const at::Tensor eps = at::cat(noise);
-      const at::Tensor t = at::full({x0.size(0)}, timesteps[k], at::TensorOptions().dtype(at::kLong).device(device));
-      const at::Tensor pred = model.predict(schedule.add_noise(x0, eps, t), t, cond, at::cat(geometries));
-      const at::Tensor per_item = schedule.loss(pred, x0, eps, t);
+      const at::Tensor t = objective.validation_timestep(k, timesteps, x0.sizes(), device);
+      const at::Tensor pred = model.predict(objective.add_noise(x0, eps, t), t, cond, at::cat(geometries));
+      const at::Tensor per_item = objective.loss(pred, x0, eps, t);
       sum += (per_item.to(at::kCPU, at::kDouble) * w).sum().item<double>();
     }
-    for (const double x : weight) count += x * static_cast<double>(timesteps.size());
+    for (const double x : weight) count += x * static_cast<double>(timesteps);
   }
   at::Tensor totals = at::tensor(std::vector<double>{sum, count}, at::kDouble);
   comm.all_reduce(totals);

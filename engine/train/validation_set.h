@@ -9,13 +9,13 @@
 #include "data/dataset.h"
 
 namespace zs::diffusion {
-class NoiseSchedule;
+class Objective;
 }
 namespace zs::comm {
 class Communicator;
 }
 namespace zs::models {
-class DiffusionModel;
+class TrainableModel;
 }
 namespace zs::data {
 class LatentCache;
@@ -32,17 +32,14 @@ bool held_out(const std::string& path_in_dataset, double fraction);
 std::vector<data::DataItem> split_validation(const config::TrainerConfig& cfg, const std::string& data_root,
                                              std::vector<data::DataItem>& training, const data::MetadataOptions& options);
 
-/// The validation timesteps: the middles of `count` equal slices of [0, num_train_timesteps).
-std::vector<std::int64_t> validation_timesteps(std::int64_t count, std::int64_t num_train_timesteps);
-
-/// The mean squared error of the model's prediction against the schedule's target over every
-/// item × timestep, with item i's noise at timestep k drawn from its own generator (seeded by
-/// validation.seed, i and k), captions as written, square center crops, in eval mode and without
-/// gradients; the training random state is not touched. A collective: every rank calls it with
-/// the same items and evaluates items rank, rank + N, … in batches of training.batch_size (all
-/// ranks run as many batches, padded, so stage 3's gathers meet). Equals a one-process
-/// evaluation of the same weights.
-double validation_loss(models::DiffusionModel& model, const diffusion::NoiseSchedule& schedule,
+/// The objective's loss (models::TrainableModel::objective) over every item × validation
+/// timestep (diffusion::Objective::validation_timestep), with item i's noise at timestep k drawn
+/// from its own generator (seeded by validation.seed, i and k), captions as written, square center
+/// crops, in eval mode and without gradients; the training random state is not touched. A
+/// collective: every rank calls it with the same items and evaluates items rank, rank + N, … in
+/// batches of training.batch_size (all ranks run as many batches, padded, so stage 3's gathers
+/// meet). Equals a one-process evaluation of the same weights.
+double validation_loss(models::TrainableModel& model, const diffusion::Objective& objective,
                        const std::vector<data::DataItem>& items, const config::TrainerConfig& cfg,
                        comm::Communicator& comm, const c10::Device& device, data::LatentCache* text_cache);
 

@@ -27,6 +27,7 @@
 #include "io/safetensors.h"
 #include "models/clip_text_model.h"
 #include "models/lora.h"
+#include "models/sd/sd_family.h"
 #include "models/sd/unet_2d_condition.h"
 #include "train/loss_scaler.h"
 #include "zero/reference_adamw.h"
@@ -580,7 +581,7 @@ int stage_timing(comm::Communicator& c, int stage, const std::string& lora) {
     if (lora == "lora" || (lora == "lora-vs-full" && i == 1)) {
       models::LoraOptions lo;
       lo.rank = 8;
-      models::attach_lora(*sides[i].unet, models::default_unet_lora_targets(), lo, 3);
+      models::attach_lora(*sides[i].unet, models::sd_family().default_lora_targets(), lo, 3);
       for (auto& u : units) u.frozen = true;
       units.push_back(models::lora_unit(*sides[i].unet, "lora_unet", ""));
       o.persistent_units.push_back("lora_unet");

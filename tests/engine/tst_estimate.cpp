@@ -282,10 +282,11 @@ class TestEstimate : public QObject {
     for (const auto& s : sets.split(',')) overrides.push_back(s.toStdString());
     const auto cfg = config::load_config_file((test::sourceDir() + "/configs/quickstart.yaml").toStdString(), overrides).config;
     auto model = models::DiffusionModel::build_tiny(shape_captions(), "epsilon", 1);
-    model.set_text_training(models::resolve_trained_parts(cfg).text);
-    train::attach_adapters(cfg, model);  // the trainer's LoRA setup (nothing without it)
+    const models::TrainedParts trained = models::resolve_trained_parts(cfg);
+    model.set_text_training(trained.text);
+    train::attach_adapters(cfg, trained, model);  // the trainer's LoRA setup (nothing without it)
     auto comm = comm::Communicator::single();
-    auto opt = train::make_optimizer(cfg, model, *comm, train::compute_dtype(cfg.precision, at::kCPU), at::kCPU, "estimate",
+    auto opt = train::make_optimizer(cfg, trained, model, *comm, train::compute_dtype(cfg.precision, at::kCPU), at::kCPU, "estimate",
                                        {});
     const auto e = estimate_memory(model_shape(cfg), options_from_config(cfg));
     const auto ms = opt->model_state();
@@ -595,7 +596,7 @@ class TestEstimate : public QObject {
     bool warned = false;
     for (const auto& w : warnings) warned |= w.find("optimizer.text_encoder_lr") != std::string::npos;
     QCOMPARE(warned, !trains);
-    QCOMPARE(options_from_config(cfg).text_training, std::string(trains ? "full" : "frozen"));
+    QCOMPARE(options_from_config(cfg).text_training, trains ? models::TextEncoderTraining::full : models::TextEncoderTraining::frozen);
     const config::SetupAnswers answers = config::answers_from_config(cfg);
     QCOMPARE(config::is_asked(config::setup_question("text_encoder_lr"), answers), trains);
     bool roster_has_encoder = false;

@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "models/clip_text_model.h"
 #include "models/lora.h"
+#include "models/sd/sd_family.h"
 #include "models/sd/lora_names.h"
 #include "models/sd/unet_2d_condition.h"
 #include "model_support.h"
@@ -106,7 +107,7 @@ AdaptedTinyModel tiny_model(const UNetConfig& uc, bool sdxl, bool with_adapters)
     LoraOptions o;
     o.rank = 4;
     o.alpha = 2;
-    std::vector<std::string> targets = default_unet_lora_targets();
+    std::vector<std::string> targets = sd_family().default_lora_targets();
     targets.push_back("conv1");
     attach_lora(*m.unet, targets, o, 1);
     attach_lora(*m.te, default_text_encoder_lora_targets(), o, 2);
@@ -146,14 +147,14 @@ class TestLora : public QObject {
     const at::Tensor x = at::randn({2, 4, 32, 32}), t = at::tensor({10, 500}), ctx = at::randn({2, 77, 32});
     at::NoGradGuard no_grad;
     const at::Tensor base = unet->forward(x, t, ctx);
-    const auto layers = attach_lora(*unet, default_unet_lora_targets(), LoraOptions{}, 7);
+    const auto layers = attach_lora(*unet, sd_family().default_lora_targets(), LoraOptions{}, 7);
     QVERIFY(!layers.empty());
     QCOMPARE(max_abs_diff(unet->forward(x, t, ctx), base), 0.0);
     // Module parameters are unchanged: adapters are not registered parameters.
     for (const auto& p : unet->named_parameters()) QVERIFY2(p.key().find("lora") == std::string::npos, p.key().c_str());
     // The same seed draws the same adapters.
     UNet2DConditionModel again(zs::test::load_fixture_unet());
-    const auto layers2 = attach_lora(*again, default_unet_lora_targets(), LoraOptions{}, 7);
+    const auto layers2 = attach_lora(*again, sd_family().default_lora_targets(), LoraOptions{}, 7);
     QCOMPARE(layers2.size(), layers.size());
     QCOMPARE(max_abs_diff(layers2[3].adapter->down, layers[3].adapter->down), 0.0);
     // Kaiming-uniform bound 1/sqrt(fan_in); up starts at zero.
@@ -206,7 +207,7 @@ class TestLora : public QObject {
     ZS_REQUIRE_SHARED();
     UNet2DConditionModel unet(zs::test::load_fixture_unet());
     for (auto& p : unet->parameters()) p.set_requires_grad(false);
-    const auto layers = attach_lora(*unet, default_unet_lora_targets(), LoraOptions{}, 5);
+    const auto layers = attach_lora(*unet, sd_family().default_lora_targets(), LoraOptions{}, 5);
     for (const auto& l : layers)
       for (auto [name, t] : l.tensors()) t.set_requires_grad(true);
     at::manual_seed(2);
@@ -292,7 +293,7 @@ class TestLora : public QObject {
   void defaultTargetsAreTheAttentionProjections() {
     const zs::test::MetaTensorScope meta;
     UNet2DConditionModel unet(UNetConfig::sd15());
-    QCOMPARE(attach_lora(*unet, default_unet_lora_targets(), LoraOptions{}, 1).size(), std::size_t{16 * 2 * 4});
+    QCOMPARE(attach_lora(*unet, sd_family().default_lora_targets(), LoraOptions{}, 1).size(), std::size_t{16 * 2 * 4});
     // At rank 16: per transformer of width d, 14·16·d + 2·16·768 (the cross-attention's to_k and
     // to_v read the 768-wide text); widths 320 ×5, 640 ×5, 1280 ×6 — what models/lora.h quotes.
     std::int64_t elements = 0;

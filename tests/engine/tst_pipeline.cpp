@@ -251,12 +251,12 @@ class TestPipeline : public QObject {
     qInfo("estimated frozen bytes %lld", static_cast<long long>(estimated));
     QVERIFY2(std::abs(static_cast<double>(freed) / static_cast<double>(estimated) - 1) <= 0.10, qPrintable(QString::number(estimated)));
     const TextConditioning remembered = m.condition({"a red fox", "a red fox"}, at::kCPU);
-    QCOMPARE(m.frozen_visits, std::int64_t{0});
+    QCOMPARE(m.frozen_visits(), std::int64_t{0});
     QVERIFY(at::equal(remembered.context[1], prompt.context[0]) && at::equal(remembered.pooled[0], prompt.pooled[0]));
     QVERIFY(at::equal(m.condition({"a blue bird"}, at::kCPU).context, other.context));
-    QCOMPARE(m.frozen_visits, std::int64_t{1});
+    QCOMPARE(m.frozen_visits(), std::int64_t{1});
     QVERIFY(at::equal(m.to_images(latents), image));
-    QCOMPARE(m.frozen_visits, std::int64_t{2});
+    QCOMPARE(m.frozen_visits(), std::int64_t{2});
     QCOMPARE(m.frozen_bytes(), std::int64_t{0});  // gone again after each visit
   }
 

@@ -221,7 +221,7 @@ class FrozenVisit {
       : m_(m), text_(text), image_(image), active_(m.parked_), depth_(m.visiting_[text ? 0 : 1]) {
     if (!active_ || depth_++ > 0) return;
     m_.bring_back(text_, image_);
-    ++m_.frozen_visits;
+    ++m_.frozen_visits_;
   }
   ~FrozenVisit() {
     if (active_ && --depth_ == 0) m_.send_away(text_, image_);
@@ -435,6 +435,21 @@ std::vector<std::pair<std::string, ClipTextModel>> DiffusionModel::text_encoders
   if (text_encoder) out.emplace_back("text_encoder", text_encoder);
   if (text_encoder_2) out.emplace_back("text_encoder_2", text_encoder_2);
   return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> DiffusionModel::text_encoder_modules() const {
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> out;
+  for (const auto& [component, encoder] : text_encoders()) out.emplace_back(component, encoder.ptr());
+  return out;
+}
+
+std::unique_ptr<diffusion::Objective> DiffusionModel::objective() const {
+  return std::make_unique<diffusion::NoiseSchedule>(schedule);
+}
+
+std::unique_ptr<diffusion::Sampler> DiffusionModel::sampler(std::int64_t steps, at::IntArrayRef sample_shape) const {
+  (void)sample_shape;  // DDIM's steps do not depend on the image size
+  return std::make_unique<diffusion::DdimSampler>(diffusion::NoiseSchedule(schedule), steps);
 }
 
 void DiffusionModel::set_text_training(TextEncoderTraining t) {

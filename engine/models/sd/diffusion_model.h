@@ -15,6 +15,7 @@
 #include "models/clip_tokenizer.h"
 #include "models/lora.h"
 #include "models/model_family.h"
+#include "models/trainable_model.h"
 #include "models/sd/unet_2d_condition.h"
 #include "models/word_tokenizer.h"
 
@@ -26,13 +27,6 @@ namespace zs::models {
 
 class ModelSource;
 
-/// What the UNet is conditioned on for a batch of captions.
-struct TextConditioning {
-  at::Tensor context;  ///< [B, T, cross_attention_dim]: SD 1.x the last hidden state; SDXL both
-                       ///< encoders' penultimate hidden states, concatenated
-  at::Tensor pooled;   ///< [B, projection_dim] SDXL: text_encoder_2's text_embeds (undefined otherwise)
-};
-
 /// A run's reference to the pipeline model it trains (its model folder's pipeline.json).
 struct PipelineRef {
   std::string path;             ///< diffusers folder or single file; empty: a preset model
@@ -40,7 +34,7 @@ struct PipelineRef {
   std::string prediction_type;  ///< the run's (it replaces the scheduler config's)
 };
 
-class DiffusionModel {
+class DiffusionModel final : public TrainableModel {
  public:
   /// The quickstart's tiny pixel-space model for `resolution`-pixel images, with a tokenizer
   /// built from `captions`. Weights come from `seed`.
@@ -71,7 +65,7 @@ class DiffusionModel {
   static bool has_saved_base(const std::string& dir);
   /// A preset model's weights (UNet and text encoder) into `dir` beside save_folder()'s configs:
   /// the base a run's adapter-only checkpoints refer to. Nothing for a pipeline (its files are the base).
-  void save_base(const std::string& dir) const;
+  void save_base(const std::string& dir) const override;
   /// Where a model folder written by save_folder() came from: its pipeline.json (the diffusers
   /// folder or single file, a single file's companion folder, the prediction type); an empty
   /// path for a model built from a preset. Throws zs::Error(checkpoint) naming the reference
@@ -79,7 +73,7 @@ class DiffusionModel {
   static PipelineRef pipeline_of(const std::string& dir);
   /// Writes unet/config.json, text_encoder/config.json, tokenizer/tokenizer.json and
   /// scheduler/scheduler_config.json under `dir` (no weights).
-  void save_folder(const std::string& dir) const;
+  void save_folder(const std::string& dir) const override;
 
   /// Text conditioning for `captions`: [B, T, hidden] on `device`.
   at::Tensor encode_text(const std::vector<std::string>& captions, const at::Device& device);
@@ -87,62 +81,67 @@ class DiffusionModel {
   /// each caption's outputs are read from and written to it, keyed by the caption's text; the
   /// result is the same either way.
   TextConditioning condition(const std::vector<std::string>& captions, const at::Device& device,
-                             data::LatentCache* cache = nullptr);
+                             data::LatentCache* cache = nullptr) override;
   /// The UNet's prediction for `noisy` [B, C, h, w] at timesteps `t` [B] under `cond`, with
   /// `geometry` [B, 6] (data::Batch::geometry, on any device) as SDXL's time ids; models without
   /// added conditioning ignore it.
   at::Tensor predict(const at::Tensor& noisy, const at::Tensor& t, const TextConditioning& cond,
-                     const at::Tensor& geometry);
+                     const at::Tensor& geometry) override;
   /// What the UNet learns to denoise for images [B, 3, H, W] in [−1, 1]: the images themselves
   /// (pixel models) or VAE latents (a posterior sample × scaling_factor, without gradients).
   /// With `cache` and one key per image, posteriors are read from and written to the cache
   /// (the sample is drawn afresh either way, with the same random numbers).
   at::Tensor to_model_space(const at::Tensor& images, at::Generator& generator, data::LatentCache* cache = nullptr,
-                            const std::vector<std::string>* keys = nullptr);
+                            const std::vector<std::string>* keys = nullptr) override;
   /// Back from the UNet's space to images in [−1, 1] (the VAE decoder for latent models).
-  at::Tensor to_images(const at::Tensor& samples);
+  at::Tensor to_images(const at::Tensor& samples) override;
   /// The UNet's spatial size for `resolution`-pixel images.
-  std::int64_t sample_size(std::int64_t resolution) const;
+  std::int64_t sample_size(std::int64_t resolution) const override;
   /// Image pixels per pixel at the UNet's bottom (VAE × UNet down-sampling): image sides must
   /// be multiples of it.
-  std::int64_t pixel_factor() const;
+  std::int64_t pixel_factor() const override;
   /// Every parameter of the trainable parts, named "unet.<diffusers name>" and
   /// "text_encoder.<HF name>" / "text_encoder_2.<HF name>" (text encoders only when they train in
   /// full). Under LoRA the UNet's are the frozen base.
-  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
   // The denoiser as the trainer and the optimizer see it (what every family's model offers).
   /// The denoiser's ZeRO units in forward order ("io" first), parameters named by their full
   /// name ("unet.<diffusers name>"). With zero3_init_flag units may already hold shards.
-  std::vector<ParamUnit> denoiser_units() const;
+  std::vector<ParamUnit> denoiser_units() const override;
   /// The unit name of the denoiser's LoRA adapters ("lora_unet", as checkpoints name it).
   static constexpr const char* kDenoiserAdapters = "lora_unet";
   /// Attaches LoRA adapters to the denoiser's `targets`; returns the layers adapted.
-  std::size_t attach_denoiser_lora(const std::vector<std::string>& targets, const LoraOptions& o, std::uint64_t seed);
+  std::size_t attach_denoiser_lora(const std::vector<std::string>& targets, const LoraOptions& o,
+                                   std::uint64_t seed) override;
   /// The denoiser's adapters as one unit (kDenoiserAdapters), parameters by their full name.
-  ParamUnit denoiser_adapters();
+  ParamUnit denoiser_adapters() override;
   /// Hooks around each unit's forward (ZeRO stage 3's gathers; models::UnitHooks).
-  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks);
+  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) override;
   /// Activation checkpointing of the denoiser's units, the kept inputs in CPU memory with `to_cpu`.
-  void set_gradient_checkpointing(bool on, bool to_cpu);
-  bool is_training() const { return unet && unet->is_training(); }
+  void set_gradient_checkpointing(bool on, bool to_cpu) override;
+  bool is_training() const override { return unet && unet->is_training(); }
   /// Channels of the denoiser's input sample (latent or pixel).
-  std::int64_t sample_channels() const { return unet->config().in_channels; }
+  std::int64_t sample_channels() const override { return unet->config().in_channels; }
+  /// DDPM noise under the scheduler config (ε or v), and DDIM for samples.
+  std::unique_ptr<diffusion::Objective> objective() const override;
+  std::unique_ptr<diffusion::Sampler> sampler(std::int64_t steps, at::IntArrayRef sample_shape) const override;
 
   /// The text encoders by component name: text_encoder, and SDXL's text_encoder_2.
   std::vector<std::pair<std::string, ClipTextModel>> text_encoders() const;
   /// How the text encoders train from now on: their weights require gradients under full only
   /// (LoRA's adapters are made trainable by models::lora_unit).
-  void set_text_training(TextEncoderTraining t);
-  bool text_encoders_trained() const { return text_training != TextEncoderTraining::frozen; }
+  void set_text_training(TextEncoderTraining t) override;
+  TextEncoderTraining text_encoder_training() const override { return text_training; }
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> text_encoder_modules() const override;
   /// Everything to `device`; without the UNet when `with_denoiser` is false (the ZeRO optimizer moves
   /// it there unit by unit).
-  void to(const at::Device& device, bool with_denoiser = true);
+  void to(const at::Device& device, bool with_denoiser = true) override;
   /// Frozen parts of a pipeline to the compute dtype (the VAE stays fp32 when its config says
   /// force_upcast); the trained parts keep theirs (the optimizer casts them).
-  void frozen_to(at::ScalarType compute);
-  void train(bool on);
+  void frozen_to(at::ScalarType compute) override;
+  void train(bool on) override;
   /// The attention path of every part (UNet, text encoders, VAE): `training.attention`.
-  void set_attention(const AttentionOptions& o);
+  void set_attention(const AttentionOptions& o) override;
 
   /// Frozen parts (a pipeline's VAE and frozen text encoders) off the compute `device`, for runs
   /// whose caches hold what those parts compute: on a GPU they wait in CPU memory; on the CPU,
@@ -151,11 +150,13 @@ class DiffusionModel {
   /// brings them back for that call only (counted in frozen_visits). The captions of
   /// `remember` (sampling's prompts, "" for guidance) are encoded first and kept, so sampling
   /// needs no encoder. No effect on models without frozen parts.
-  void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {});
-  bool frozen_parked() const { return parked_; }
+  void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {}) override;
+  bool frozen_parked() const override { return parked_; }
   /// Bytes of the frozen parts' weights (what park_frozen takes off the device).
-  std::int64_t frozen_bytes() const;
-  std::int64_t frozen_visits = 0;
+  std::int64_t frozen_bytes() const override;
+  std::int64_t frozen_visits() const override { return frozen_visits_; }
+  const std::string& source_path() const override { return pipeline; }
+  bool has_latent_space() const override { return static_cast<bool>(vae); }
 
   UNet2DConditionModel unet{nullptr};
   ClipTextModel text_encoder{nullptr};
@@ -180,6 +181,7 @@ class DiffusionModel {
   void send_away(bool text, bool image);
   void bring_back(bool text, bool image);
   bool parked_ = false;
+  std::int64_t frozen_visits_ = 0;
   int visiting_[2] = {0, 0};  // FrozenVisit depth: text encoders, VAE
   at::Device frozen_device_ = at::kCPU;
   std::map<std::string, TextConditioning> remembered_;  // caption -> its rows, on the CPU

@@ -40,7 +40,9 @@ TextEncoderTraining SdFamily::auto_text_training(const config::TrainerConfig& cf
   return tiny ? TextEncoderTraining::full : TextEncoderTraining::frozen;
 }
 
-std::vector<std::string> SdFamily::default_lora_targets() const { return default_unet_lora_targets(); }
+std::vector<std::string> SdFamily::default_lora_targets() const {
+  return {"to_q", "to_k", "to_v", "to_out.0"};  // the UNet's attention projections (diffusers' names)
+}
 
 std::vector<std::string> SdFamily::default_text_encoder_lora_targets() const {
   return models::default_text_encoder_lora_targets();
@@ -66,26 +68,35 @@ checkpoint::ExportResult SdFamily::export_checkpoint(const checkpoint::Checkpoin
   return checkpoint::export_sd_checkpoint(info, out, options);
 }
 
-DiffusionModel build_model(const config::TrainerConfig& cfg, const std::vector<std::string>& captions,
-                           const UnitBuilt& on_unit) {
+std::unique_ptr<TrainableModel> SdFamily::build(const config::TrainerConfig& cfg, const std::vector<std::string>& captions,
+                                                const UnitBuilt& on_unit) const {
   if (!cfg.model.path.empty() && DiffusionModel::is_preset_folder(cfg.model.path)) {
     // A tiny-preset model exported as a folder (a quickstart checkpoint, `export --format
     // diffusers`): training goes on from its weights, with its own tokenizer; loaded whole.
-    return DiffusionModel::load_folder(cfg.model.path);
+    return std::make_unique<DiffusionModel>(DiffusionModel::load_folder(cfg.model.path));
   }
   if (!cfg.model.path.empty()) {
     // A diffusers pipeline folder or single file: the UNet trains from its weights; VAE and text
     // encoders are frozen.
-    DiffusionModel m = DiffusionModel::load_pipeline(cfg.model.path, cfg.model.prediction_type, cfg.model.config_path, on_unit);
-    const std::int64_t f = m.pixel_factor();
+    auto m = std::make_unique<DiffusionModel>(
+        DiffusionModel::load_pipeline(cfg.model.path, cfg.model.prediction_type, cfg.model.config_path, on_unit));
+    const std::int64_t f = m->pixel_factor();
     if (cfg.data.resolution % f != 0)
       throw Error(ErrorKind::config, "data.resolution: " + std::to_string(cfg.data.resolution) + " must be a multiple of " +
                                          std::to_string(f) + " for " + cfg.model.path + " (VAE × UNet down-sampling)");
     return m;
   }
   // The tiny preset (the trainability checks refused the others without model.path).
-  return DiffusionModel::build_tiny(captions, cfg.model.prediction_type, static_cast<std::uint64_t>(cfg.training.seed),
-                                    on_unit);
+  return std::make_unique<DiffusionModel>(DiffusionModel::build_tiny(
+      captions, cfg.model.prediction_type, static_cast<std::uint64_t>(cfg.training.seed), on_unit));
+}
+
+std::unique_ptr<TrainableModel> SdFamily::load_folder(const std::string& dir, const UnitBuilt& on_unit) const {
+  return std::make_unique<DiffusionModel>(DiffusionModel::load_folder(dir, on_unit));
+}
+
+std::unique_ptr<TrainableModel> SdFamily::load_frozen(const config::TrainerConfig& cfg) const {
+  return std::make_unique<DiffusionModel>(DiffusionModel::load_frozen(cfg.model.path, cfg.model.config_path));
 }
 
 }  // namespace zs::models

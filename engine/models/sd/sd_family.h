@@ -26,6 +26,12 @@ class SdFamily final : public ModelFamily {
   std::vector<std::string> default_lora_targets() const override;
   std::vector<std::string> default_text_encoder_lora_targets() const override;
   estimate::ModelShape shape(const config::TrainerConfig& cfg) const override;
+  std::unique_ptr<TrainableModel> build(const config::TrainerConfig& cfg, const std::vector<std::string>& captions,
+                                        const UnitBuilt& on_unit) const override;
+  std::unique_ptr<TrainableModel> load_folder(const std::string& dir, const UnitBuilt& on_unit) const override;
+  std::unique_ptr<TrainableModel> load_frozen(const config::TrainerConfig& cfg) const override;
+  bool is_model_folder(const std::string& dir) const override { return DiffusionModel::is_model_folder(dir); }
+  bool has_saved_base(const std::string& dir) const override { return DiffusionModel::has_saved_base(dir); }
   std::vector<FamilyFinding> check(const config::TrainerConfig& cfg) const override;
   void describe(std::ostream& out, const std::string& path, const std::string& config_path) const override;
   void evaluate(const std::string& path, const std::string& config_path, const std::string& component,
@@ -36,13 +42,5 @@ class SdFamily final : public ModelFamily {
 
 /// The registry's SD family.
 const ModelFamily& sd_family();
-
-/// The model a run of `cfg` starts from (no checkpoint): a tiny-preset folder at model.path, a
-/// diffusers pipeline or single file, or the tiny preset built with a vocabulary of `captions`.
-/// With `on_unit`, UNet units are handed over as they are built (ZeRO-3's sharded init; a
-/// preset folder is loaded whole and never calls it). Throws zs::Error naming the key when the
-/// model does not fit data.resolution.
-DiffusionModel build_model(const config::TrainerConfig& cfg, const std::vector<std::string>& captions,
-                           const UnitBuilt& on_unit);
 
 }  // namespace zs::models

@@ -1,0 +1,142 @@
+#pragma once
+// The model a run trains, as the trainer, validation, sampling, the caches and the optimizer see
+// it. Every family's model implements it (models/sd/diffusion_model.h: SD 1.x, SDXL and the tiny
+// model); the family builds and loads it (ModelFamily::build, load_folder, load_frozen), so
+// nothing outside the family's folder names its classes, components or files.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+#include "models/model_family.h"
+#include "models/param_unit.h"
+
+namespace torch::nn {
+class Module;
+}
+namespace zs::data {
+class LatentCache;
+}
+namespace zs::diffusion {
+class Objective;
+class Sampler;
+}
+
+namespace zs::models {
+
+struct AttentionOptions;
+struct LoraOptions;
+
+/// What the denoiser is conditioned on for a batch of captions. Each family fills what it has.
+struct TextConditioning {
+  at::Tensor context;  ///< [B, T, D] the text sequence the denoiser attends to (SD 1.x: CLIP's last
+                       ///< hidden state; SDXL: both encoders' penultimate states, concatenated)
+  at::Tensor pooled;   ///< [B, P] a pooled text embedding (SDXL: text_encoder_2's text_embeds;
+                       ///< undefined where the family has none)
+};
+
+class TrainableModel {
+ public:
+  virtual ~TrainableModel() = default;
+
+  // ---- Conditioning and denoising -------------------------------------------------------------
+  /// The conditioning for `captions` on `device`. With `cache` (frozen encoders only), each
+  /// caption's outputs are read from and written to it, keyed by the caption's text; the result
+  /// is the same either way.
+  virtual TextConditioning condition(const std::vector<std::string>& captions, const at::Device& device,
+                                     data::LatentCache* cache = nullptr) = 0;
+  /// The denoiser's prediction for `noisy` [B, C, h, w] at timesteps `t` [B] under `cond`, with
+  /// `geometry` [B, 6] (data::Batch::geometry, on any device) for families that condition on it.
+  virtual at::Tensor predict(const at::Tensor& noisy, const at::Tensor& t, const TextConditioning& cond,
+                             const at::Tensor& geometry) = 0;
+  /// What the denoiser learns to denoise for images [B, 3, H, W] in [−1, 1] (pixels, or latents
+  /// without gradients). With `cache` and one key per image, the encoder's outputs are read from
+  /// and written to it (the result is the same, with the same random numbers).
+  virtual at::Tensor to_model_space(const at::Tensor& images, at::Generator& generator,
+                                    data::LatentCache* cache = nullptr,
+                                    const std::vector<std::string>* keys = nullptr) = 0;
+  /// Back from the denoiser's space to images in [−1, 1].
+  virtual at::Tensor to_images(const at::Tensor& samples) = 0;
+  /// The denoiser's spatial size for `resolution`-pixel images.
+  virtual std::int64_t sample_size(std::int64_t resolution) const = 0;
+  /// Image pixels per pixel at the denoiser's coarsest grid: image sides must be multiples of it.
+  virtual std::int64_t pixel_factor() const = 0;
+  /// Channels of the denoiser's input sample.
+  virtual std::int64_t sample_channels() const = 0;
+  /// The training objective (timesteps, noising, loss) of this model's schedule.
+  virtual std::unique_ptr<diffusion::Objective> objective() const = 0;
+  /// The sampler for samples of `sample_shape` [B, C, h, w] in `steps` steps (sampling.ddim_steps).
+  virtual std::unique_ptr<diffusion::Sampler> sampler(std::int64_t steps, at::IntArrayRef sample_shape) const = 0;
+
+  // ---- What trains, as the optimizer sees it --------------------------------------------------
+  /// Every parameter of the trainable parts by full name ("<component>.<name>"); text encoders
+  /// only when they train in full. Under LoRA the denoiser's are the frozen base.
+  virtual std::vector<std::pair<std::string, at::Tensor>> named_parameters() const = 0;
+  /// The denoiser's ZeRO units in forward order ("io" first), parameters by their full name.
+  /// With zero3_init_flag units may already hold shards.
+  virtual std::vector<ParamUnit> denoiser_units() const = 0;
+  /// Attaches LoRA adapters to the denoiser's `targets`; returns the layers adapted.
+  virtual std::size_t attach_denoiser_lora(const std::vector<std::string>& targets, const LoraOptions& o,
+                                           std::uint64_t seed) = 0;
+  /// The denoiser's adapters as one unit, parameters by their full name (the unit's name is the
+  /// one checkpoints use).
+  virtual ParamUnit denoiser_adapters() = 0;
+  /// The text encoders by component name, in the family's order.
+  virtual std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> text_encoder_modules() const = 0;
+  /// How the text encoders train from now on (their weights require gradients under full only).
+  virtual void set_text_training(TextEncoderTraining t) = 0;
+  virtual TextEncoderTraining text_encoder_training() const = 0;
+  bool text_encoders_trained() const { return text_encoder_training() != TextEncoderTraining::frozen; }
+  /// Hooks around each unit's forward (ZeRO stage 3's gathers; models::UnitHooks).
+  virtual void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) = 0;
+  /// Activation checkpointing of the denoiser's units, the kept inputs in CPU memory with `to_cpu`.
+  virtual void set_gradient_checkpointing(bool on, bool to_cpu) = 0;
+  virtual void train(bool on) = 0;
+  virtual bool is_training() const = 0;
+  /// The attention path of every part: `training.attention`.
+  virtual void set_attention(const AttentionOptions& o) = 0;
+
+  // ---- Devices and the frozen parts -----------------------------------------------------------
+  /// Everything to `device`; without the denoiser when `with_denoiser` is false (the ZeRO
+  /// optimizer moves it there unit by unit).
+  virtual void to(const at::Device& device, bool with_denoiser = true) = 0;
+  /// Frozen parts to the compute dtype (where their config allows); trained parts keep theirs.
+  virtual void frozen_to(at::ScalarType compute) = 0;
+  /// Frozen parts off the compute `device` for runs whose caches hold what they compute; the
+  /// captions of `remember` are encoded first and kept. Whatever still needs a part brings it
+  /// back for that call only (counted in frozen_visits()).
+  virtual void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {}) = 0;
+  virtual bool frozen_parked() const = 0;
+  virtual std::int64_t frozen_visits() const = 0;
+  /// Bytes of the frozen parts' weights (what park_frozen takes off the device).
+  virtual std::int64_t frozen_bytes() const = 0;
+
+  // ---- Where it came from, what a run folder keeps --------------------------------------------
+  /// The pipeline folder or file the model was loaded from; empty for a model built from a preset.
+  virtual const std::string& source_path() const = 0;
+  /// Whether the denoiser works on an autoencoder's latents (what the latent cache holds).
+  virtual bool has_latent_space() const = 0;
+  /// The names of the text encoders' outputs a text cache keys on (data::LatentCache::text_key).
+  std::vector<std::string> text_components() const;
+  /// The model's description (configs and tokenizers, no weights) under `dir`: the run's model/.
+  virtual void save_folder(const std::string& dir) const = 0;
+  /// A preset model's weights beside save_folder()'s configs: the base adapter-only checkpoints
+  /// refer to. Nothing for a pipeline (its files are the base).
+  virtual void save_base(const std::string& dir) const = 0;
+};
+
+inline std::vector<std::string> TrainableModel::text_components() const {
+  std::vector<std::string> out;
+  for (const auto& [component, module] : text_encoder_modules()) out.push_back(component);
+  return out;
+}
+
+}  // namespace zs::models
