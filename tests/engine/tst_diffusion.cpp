@@ -1,5 +1,7 @@
-// Noise schedules, targets and DDIM against diffusers' values in the fixtures.
+// Noise schedules, targets and DDIM, and flow matching with FlowMatch Euler, against diffusers'
+// values in the fixtures.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <QFile>
 #include <QtTest>
@@ -9,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "diffusion/flow_matching.h"
 #include "diffusion/noise_schedule.h"
 #include "io/safetensors.h"
 #include "test_support.h"
@@ -157,6 +160,106 @@ class TestDiffusion : public QObject {
           }
         }
       }
+    }
+  }
+
+  // Against the pinned diffusers (tests/fixtures/flow_match_scheduler.json, written by
+  // tests/fixtures/gen/flow_match_scheduler.py with diffusers'
+  // schedulers/scheduling_flow_match_euler_discrete.py FlowMatchEulerDiscreteScheduler and
+  // pipelines/flux/pipeline_flux.py calculate_shift): mu and the sampling sigmas/timesteps for
+  // Flux [dev] (dynamic), [schnell], Qwen-Image (shift_terminal), a static shift and a linear time
+  // shift at five image sizes and 1, 4 and 28 steps, then one Euler trajectory. diffusers computes
+  // in float32, we in float64: 1e-6 on sigmas in [0, 1].
+  void flowMatchSigmasMatchThePinnedDiffusers() {
+    QFile f(zs::test::peerFixture("flow_match_scheduler.json"));
+    QVERIFY2(f.open(QIODevice::ReadOnly), qPrintable(f.fileName()));
+    const auto doc = nlohmann::json::parse(f.readAll().toStdString());
+    QCOMPARE(doc.at("cases").size(), std::size_t{5});
+    std::size_t schedules = 0;
+    for (const auto& c : doc.at("cases")) {
+      const std::string name = c.at("name").get<std::string>();
+      const FlowScheduleConfig cfg = FlowScheduleConfig::from_json(c.at("config"), name);
+      for (const auto& s : c.at("schedules")) {
+        const auto seq = s.at("image_seq_len").get<std::int64_t>(), steps = s.at("steps").get<std::int64_t>();
+        const std::string what = name + ", " + std::to_string(seq) + " tokens, " + std::to_string(steps) + " steps";
+        QVERIFY2(std::abs(calculate_shift(cfg, seq) - s.at("mu").get<double>()) <= 1e-12, what.c_str());
+        const FlowMatchEulerSampler sampler(cfg, steps, seq);
+        const auto want = s.at("sigmas").get<std::vector<double>>();
+        const auto ts = s.at("timesteps").get<std::vector<double>>();
+        QCOMPARE(sampler.sigmas().size(), want.size());
+        QCOMPARE(sampler.steps(), ts.size());
+        for (std::size_t i = 0; i < want.size(); ++i)
+          QVERIFY2(std::abs(sampler.sigmas()[i] - want[i]) <= 1e-6, (what + ", sigma " + std::to_string(i)).c_str());
+        // The denoiser takes σ; diffusers' timesteps are σ·1000 (the pipelines divide by 1000).
+        for (std::size_t i = 0; i < ts.size(); ++i)
+          QVERIFY2(std::abs(sampler.timestep(i, 1, at::kCPU).item<double>() * 1000 - ts[i]) <= 1e-3, what.c_str());
+        ++schedules;
+      }
+    }
+    QCOMPARE(schedules, std::size_t{5 * 5 * 3 - 5});  // Qwen-Image's 1-step schedules are refused
+    const auto& tr = doc.at("trajectory");
+    const auto shape = tr.at("shape").get<std::vector<std::int64_t>>();
+    auto tensor = [&](const nlohmann::json& v) { return at::tensor(v.get<std::vector<float>>()).reshape(shape); };
+    const FlowScheduleConfig dev = FlowScheduleConfig::from_json(doc.at("cases")[0].at("config"), "flux-dev");
+    const FlowMatchEulerSampler sampler(dev, tr.at("steps").get<std::int64_t>(), tr.at("image_seq_len").get<std::int64_t>());
+    at::Tensor x = tensor(tr.at("sample"));
+    for (std::size_t i = 0; i < sampler.steps(); ++i) x = sampler.step(i, tensor(tr.at("model_outputs")[i]), x);
+    QVERIFY(max_abs_diff_f32(x, tensor(tr.at("final"))) <= 1e-5);
+  }
+
+  void flowMatchingObjective() {
+    FlowScheduleConfig dev;
+    dev.use_dynamic_shifting = true;
+    const at::Tensor x0 = at::randn({3, 16, 8, 8}, at::kDouble), noise = at::randn({3, 16, 8, 8}, at::kDouble);
+    const at::Tensor sigma = at::tensor({0.0, 0.25, 1.0}, at::kDouble);
+    const FlowMatching fm(dev, TimestepSampling{"uniform"}, 2);
+    // x_σ = (1 − σ)·x0 + σ·ε; the target is ε − x0 (diffusers' examples/dreambooth/train_dreambooth_flux.py).
+    const at::Tensor noisy = fm.add_noise(x0, noise, sigma);
+    QVERIFY(at::allclose(noisy[0], x0[0]) && at::allclose(noisy[2], noise[2]));
+    QVERIFY(at::allclose(noisy[1], 0.75 * x0[1] + 0.25 * noise[1]));
+    const at::Tensor per = fm.loss(noise - x0, x0, noise, sigma);
+    QCOMPARE(per.scalar_type(), at::kFloat);
+    QVERIFY(per.abs().max().item<double>() <= 1e-6);
+    QVERIFY(at::allclose(fm.loss(at::zeros_like(x0), x0, noise, sigma).to(at::kDouble),
+                         (noise - x0).pow(2).flatten(1).mean(1), 1e-5, 1e-6));
+    QVERIFY(at::equal(fm.weights(sigma, 5.0), at::ones({3})));
+    // Validation: the middles of equal slices of [0, 1], shifted as training shifts.
+    QCOMPARE(fm.validation_timestep(1, 4, x0.sizes(), at::kCPU)[0].item<double>(), 0.375);
+    const FlowMatching shifted(dev, TimestepSampling{"shift"}, 2);
+    const std::int64_t tokens = shifted.tokens(x0.sizes());  // (8/2)·(8/2)
+    QCOMPARE(tokens, std::int64_t{16});
+    const double mu = calculate_shift(dev, tokens);
+    QVERIFY(std::abs(shifted.validation_timestep(1, 4, x0.sizes(), at::kCPU)[0].item<double>() -
+                     shift_sigma(dev, 0.375, mu)) <= 1e-7);
+    // shift: sigmoid(N(0, 1)) shifted for the sample's size, from the trainer's generator.
+    at::Generator a = at::detail::createCPUGenerator(7), b = at::detail::createCPUGenerator(7);
+    const at::Tensor drawn = shifted.sample_timesteps({64, 16, 128, 128}, a);
+    const at::Tensor base = at::sigmoid(at::randn({64}, b));
+    const double mu_big = calculate_shift(dev, 64 * 64);
+    for (std::int64_t i = 0; i < 64; ++i)
+      QVERIFY(std::abs(drawn[i].item<double>() - shift_sigma(dev, base[i].item<double>(), mu_big)) <= 1e-6);
+    QVERIFY(drawn.mean().item<double>() > base.mean().item<double>());  // larger images: noisier steps
+    QVERIFY(drawn.min().item<double>() > 0 && drawn.max().item<double>() < 1);
+  }
+
+  void flowMatchRefusals() {
+    for (const char* key : {"use_karras_sigmas", "invert_sigmas", "stochastic_sampling"}) {
+      try {
+        FlowScheduleConfig::from_json(nlohmann::json{{key, true}}, "scheduler/scheduler_config.json");
+        QFAIL(key);
+      } catch (const zs::Error& e) {
+        QVERIFY2(QString(e.what()).contains(QString("scheduler/scheduler_config.json: '") + key + "'"), e.what());
+      }
+    }
+    FlowScheduleConfig qwen;
+    qwen.use_dynamic_shifting = true;
+    qwen.shift_terminal = 0.02;
+    QVERIFY_THROWS_EXCEPTION(zs::Error, sampling_sigmas(qwen, 1, 1024));
+    try {
+      FlowMatching(qwen, TimestepSampling{"cosine"}, 2);
+      QFAIL("accepted cosine");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).contains("training.timestep_sampling"), e.what());
     }
   }
 

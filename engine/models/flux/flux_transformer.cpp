@@ -1,0 +1,328 @@
+#include "models/flux/flux_transformer.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/linear.h>
+
+#include "core/error.h"
+#include "io/json_file.h"
+
+namespace zs::models {
+
+using nlohmann::json;
+
+namespace {
+
+[[noreturn]] void fail(const std::string& source, const std::string& key, const std::string& what) {
+  throw Error(ErrorKind::config, source + ": " + key + ": " + what);
+}
+
+std::int64_t get_int(const json& j, const char* key, std::int64_t fallback, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number_integer()) fail(source, key, "expected an integer, found " + j[key].dump());
+  return j[key].get<std::int64_t>();
+}
+
+/// LayerNorm without affine (eps 1e-6), then AdaLN's scale and shift per sample.
+at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
+  return at::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+}
+
+/// apply_rotary_emb (use_real, unbind dim −1) on x [B, S, H, D] with cos/sin [S, D].
+at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const at::ScalarType up = at::promote_types(x.scalar_type(), at::kFloat);
+  const at::Tensor pairs = x.reshape({x.size(0), x.size(1), x.size(2), -1, 2});
+  const at::Tensor real = pairs.select(-1, 0), imag = pairs.select(-1, 1);
+  const at::Tensor rotated = at::stack({-imag, real}, -1).flatten(3);
+  const at::Tensor c = cos.to(x.device(), up).unsqueeze(0).unsqueeze(2);
+  const at::Tensor s = sin.to(x.device(), up).unsqueeze(0).unsqueeze(2);
+  return (x.to(up) * c + rotated.to(up) * s).to(x.scalar_type());
+}
+
+}  // namespace
+
+FluxConfig FluxConfig::from_json(const json& j, const std::string& source) {
+  if (!j.is_object()) throw Error(ErrorKind::config, source + ": expected a JSON object (diffusers transformer/config.json)");
+  if (j.contains("_class_name") && j["_class_name"] != "FluxTransformer2DModel")
+    fail(source, "_class_name", j["_class_name"].dump() + " is not FluxTransformer2DModel");
+  FluxConfig c;
+  c.patch_size = get_int(j, "patch_size", c.patch_size, source);
+  c.in_channels = get_int(j, "in_channels", c.in_channels, source);
+  c.out_channels = get_int(j, "out_channels", c.in_channels, source);
+  c.num_layers = get_int(j, "num_layers", c.num_layers, source);
+  c.num_single_layers = get_int(j, "num_single_layers", c.num_single_layers, source);
+  c.attention_head_dim = get_int(j, "attention_head_dim", c.attention_head_dim, source);
+  c.num_attention_heads = get_int(j, "num_attention_heads", c.num_attention_heads, source);
+  c.joint_attention_dim = get_int(j, "joint_attention_dim", c.joint_attention_dim, source);
+  c.pooled_projection_dim = get_int(j, "pooled_projection_dim", c.pooled_projection_dim, source);
+  if (j.contains("guidance_embeds") && !j["guidance_embeds"].is_null()) {
+    if (!j["guidance_embeds"].is_boolean()) fail(source, "guidance_embeds", "expected true or false");
+    c.guidance_embeds = j["guidance_embeds"].get<bool>();
+  }
+  if (j.contains("axes_dims_rope") && !j["axes_dims_rope"].is_null()) {
+    if (!j["axes_dims_rope"].is_array()) fail(source, "axes_dims_rope", "expected a list of integers");
+    c.axes_dims_rope.clear();
+    for (const auto& v : j["axes_dims_rope"]) {
+      if (!v.is_number_integer()) fail(source, "axes_dims_rope", "expected a list of integers");
+      c.axes_dims_rope.push_back(v.get<std::int64_t>());
+    }
+  }
+  if (c.patch_size != 1) fail(source, "patch_size", "only 1 is supported (Flux packs 2×2 latents into tokens itself)");
+  for (const auto& [key, v] : {std::pair{"in_channels", c.in_channels}, {"num_attention_heads", c.num_attention_heads},
+                               {"attention_head_dim", c.attention_head_dim}, {"joint_attention_dim", c.joint_attention_dim},
+                               {"pooled_projection_dim", c.pooled_projection_dim}, {"out_channels", c.out_channels}})
+    if (v < 1) fail(source, key, "must be at least 1");
+  if (c.num_layers < 0 || c.num_single_layers < 0) fail(source, "num_layers", "block counts cannot be negative");
+  std::int64_t rope = 0;
+  for (const auto d : c.axes_dims_rope) {
+    if (d < 2 || d % 2 != 0) fail(source, "axes_dims_rope", "every axis needs an even number of dimensions");
+    rope += d;
+  }
+  if (rope != c.attention_head_dim)
+    fail(source, "axes_dims_rope", "sums to " + std::to_string(rope) + " but attention_head_dim is " +
+                                       std::to_string(c.attention_head_dim) + "; they must be equal");
+  return c;
+}
+
+FluxConfig FluxConfig::from_file(const std::string& path) {
+  return from_json(io::read_json_file(path, "Flux transformer config (expected diffusers' transformer/config.json)"), path);
+}
+
+json FluxConfig::to_json() const {
+  return {{"_class_name", "FluxTransformer2DModel"},
+          {"patch_size", patch_size},
+          {"in_channels", in_channels},
+          {"out_channels", out_channels},
+          {"num_layers", num_layers},
+          {"num_single_layers", num_single_layers},
+          {"attention_head_dim", attention_head_dim},
+          {"num_attention_heads", num_attention_heads},
+          {"joint_attention_dim", joint_attention_dim},
+          {"pooled_projection_dim", pooled_projection_dim},
+          {"guidance_embeds", guidance_embeds},
+          {"axes_dims_rope", axes_dims_rope}};
+}
+
+FluxRmsNormImpl::FluxRmsNormImpl(std::int64_t dim, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", at::ones({dim}));
+}
+
+at::Tensor FluxRmsNormImpl::forward(const at::Tensor& x) {
+  const at::ScalarType up = at::promote_types(x.scalar_type(), at::kFloat);
+  const at::Tensor xf = x.to(up);
+  const at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (normed * weight.to(up)).to(x.scalar_type());
+}
+
+FluxAttentionImpl::FluxAttentionImpl(std::int64_t dim, std::int64_t heads_, std::int64_t head_dim_, bool joint)
+    : heads(heads_), head_dim(head_dim_) {
+  const std::int64_t inner = heads * head_dim;
+  norm_q = register_module("norm_q", FluxRmsNorm(head_dim, 1e-6));
+  norm_k = register_module("norm_k", FluxRmsNorm(head_dim, 1e-6));
+  to_q = register_module("to_q", AdaptedLinear(dim, inner));
+  to_k = register_module("to_k", AdaptedLinear(dim, inner));
+  to_v = register_module("to_v", AdaptedLinear(dim, inner));
+  if (joint) {
+    to_out = register_module("to_out", torch::nn::ModuleList(AdaptedLinear(inner, dim)));
+    norm_added_q = register_module("norm_added_q", FluxRmsNorm(head_dim, 1e-6));
+    norm_added_k = register_module("norm_added_k", FluxRmsNorm(head_dim, 1e-6));
+    add_q_proj = register_module("add_q_proj", AdaptedLinear(dim, inner));
+    add_k_proj = register_module("add_k_proj", AdaptedLinear(dim, inner));
+    add_v_proj = register_module("add_v_proj", AdaptedLinear(dim, inner));
+    to_add_out = register_module("to_add_out", AdaptedLinear(inner, dim));
+  }
+}
+
+std::pair<at::Tensor, at::Tensor> FluxAttentionImpl::forward(const at::Tensor& x, const at::Tensor& context,
+                                                             const at::Tensor& cos, const at::Tensor& sin) {
+  auto heads_of = [&](const at::Tensor& t) { return t.unflatten(-1, {heads, head_dim}); };
+  at::Tensor q = norm_q(heads_of(to_q(x))), k = norm_k(heads_of(to_k(x))), v = heads_of(to_v(x));
+  const bool joint = context.defined();
+  if (joint) {
+    // The text stream's tokens come first in the joint sequence.
+    q = at::cat({norm_added_q(heads_of(add_q_proj(context))), q}, 1);
+    k = at::cat({norm_added_k(heads_of(add_k_proj(context))), k}, 1);
+    v = at::cat({heads_of(add_v_proj(context)), v}, 1);
+  }
+  q = rotate(q, cos, sin);
+  k = rotate(k, cos, sin);
+  const at::Tensor out = multi_head_attention(q.flatten(2), k.flatten(2), v.flatten(2), heads, {}, attention);
+  if (!joint) return {out, {}};
+  const std::int64_t text = context.size(1);
+  const at::Tensor text_out = out.narrow(1, 0, text), image_out = out.narrow(1, text, out.size(1) - text);
+  return {to_out[0]->as<AdaptedLinearImpl>()->forward(image_out.contiguous()), to_add_out(text_out.contiguous())};
+}
+
+FluxAdaNormImpl::FluxAdaNormImpl(std::int64_t dim, std::int64_t chunks_) : chunks(chunks_) {
+  linear = register_module("linear", AdaptedLinear(dim, chunks * dim));
+}
+
+std::vector<at::Tensor> FluxAdaNormImpl::forward(const at::Tensor& temb) {
+  return linear(at::silu(temb)).chunk(chunks, 1);
+}
+
+FluxGeluProjImpl::FluxGeluProjImpl(std::int64_t dim, std::int64_t inner) {
+  proj = register_module("proj", AdaptedLinear(dim, inner));
+}
+
+at::Tensor FluxGeluProjImpl::forward(const at::Tensor& x) { return at::gelu(proj(x), "tanh"); }
+
+FluxFeedForwardImpl::FluxFeedForwardImpl(std::int64_t dim, std::int64_t inner) {
+  gelu = FluxGeluProj(dim, inner);
+  out = AdaptedLinear(inner, dim);
+  // net.1 is diffusers' dropout (no weights): an empty module keeps the indices of net.2.
+  net = register_module("net", torch::nn::ModuleList(gelu, torch::nn::Identity(), out));
+}
+
+at::Tensor FluxFeedForwardImpl::forward(const at::Tensor& x) { return out(gelu(x)); }
+
+FluxDoubleBlockImpl::FluxDoubleBlockImpl(std::int64_t dim, std::int64_t heads, std::int64_t head_dim) {
+  norm1 = register_module("norm1", FluxAdaNorm(dim, 6));
+  norm1_context = register_module("norm1_context", FluxAdaNorm(dim, 6));
+  attn = register_module("attn", FluxAttention(dim, heads, head_dim, /*joint=*/true));
+  ff = register_module("ff", FluxFeedForward(dim, 4 * dim));
+  ff_context = register_module("ff_context", FluxFeedForward(dim, 4 * dim));
+}
+
+std::pair<at::Tensor, at::Tensor> FluxDoubleBlockImpl::forward(const at::Tensor& x, const at::Tensor& context,
+                                                               const at::Tensor& temb, const at::Tensor& cos,
+                                                               const at::Tensor& sin) {
+  // AdaLayerNormZero: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp.
+  const auto m = norm1(temb), c = norm1_context(temb);
+  const auto [attn_x, attn_c] = attn(modulate(x, m[0], m[1]), modulate(context, c[0], c[1]), cos, sin);
+  at::Tensor h = x + m[2].unsqueeze(1) * attn_x;
+  h = h + m[5].unsqueeze(1) * ff(modulate(h, m[3], m[4]));
+  at::Tensor e = context + c[2].unsqueeze(1) * attn_c;
+  e = e + c[5].unsqueeze(1) * ff_context(modulate(e, c[3], c[4]));
+  if (h.scalar_type() == at::kHalf) {  // as diffusers: keep fp16 finite
+    h = h.clamp(-65504, 65504);
+    e = e.clamp(-65504, 65504);
+  }
+  return {h, e};
+}
+
+FluxSingleBlockImpl::FluxSingleBlockImpl(std::int64_t dim, std::int64_t heads, std::int64_t head_dim, std::int64_t mlp) {
+  norm = register_module("norm", FluxAdaNorm(dim, 3));
+  proj_mlp = register_module("proj_mlp", AdaptedLinear(dim, mlp));
+  proj_out = register_module("proj_out", AdaptedLinear(dim + mlp, dim));
+  attn = register_module("attn", FluxAttention(dim, heads, head_dim, /*joint=*/false));
+}
+
+at::Tensor FluxSingleBlockImpl::forward(const at::Tensor& x, const at::Tensor& temb, const at::Tensor& cos,
+                                        const at::Tensor& sin) {
+  const auto m = norm(temb);  // shift, scale, gate
+  const at::Tensor normed = modulate(x, m[0], m[1]);
+  const at::Tensor mlp = at::gelu(proj_mlp(normed), "tanh");
+  const at::Tensor attn_out = attn->forward(normed, at::Tensor(), cos, sin).first;
+  at::Tensor h = x + m[2].unsqueeze(1) * proj_out(at::cat({attn_out, mlp}, 2));
+  if (h.scalar_type() == at::kHalf) h = h.clamp(-65504, 65504);
+  return h;
+}
+
+FluxMlpEmbedderImpl::FluxMlpEmbedderImpl(std::int64_t in, std::int64_t dim) {
+  linear_1 = register_module("linear_1", AdaptedLinear(in, dim));
+  linear_2 = register_module("linear_2", AdaptedLinear(dim, dim));
+}
+
+at::Tensor FluxMlpEmbedderImpl::forward(const at::Tensor& x) { return linear_2(at::silu(linear_1(x))); }
+
+FluxTimeTextEmbedImpl::FluxTimeTextEmbedImpl(std::int64_t dim, std::int64_t pooled_dim, bool guidance) {
+  timestep_embedder = register_module("timestep_embedder", FluxMlpEmbedder(256, dim));
+  if (guidance) guidance_embedder = register_module("guidance_embedder", FluxMlpEmbedder(256, dim));
+  text_embedder = register_module("text_embedder", FluxMlpEmbedder(pooled_dim, dim));
+}
+
+at::Tensor FluxTimeTextEmbedImpl::forward(const at::Tensor& t, const at::Tensor& guidance, const at::Tensor& pooled) {
+  at::Tensor emb = timestep_embedder(flux_timestep_features(t, 256).to(pooled.scalar_type()));
+  if (guidance_embedder) emb = emb + guidance_embedder(flux_timestep_features(guidance, 256).to(pooled.scalar_type()));
+  return emb + text_embedder(pooled);
+}
+
+FluxTransformer2DModelImpl::FluxTransformer2DModelImpl(FluxConfig config) : config_(std::move(config)) {
+  const std::int64_t dim = config_.inner_dim(), heads = config_.num_attention_heads, hd = config_.attention_head_dim;
+  time_text_embed = register_module("time_text_embed",
+                                    FluxTimeTextEmbed(dim, config_.pooled_projection_dim, config_.guidance_embeds));
+  context_embedder = register_module("context_embedder", AdaptedLinear(config_.joint_attention_dim, dim));
+  x_embedder = register_module("x_embedder", AdaptedLinear(config_.in_channels, dim));
+  transformer_blocks = register_module("transformer_blocks", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < config_.num_layers; ++i) transformer_blocks->push_back(FluxDoubleBlock(dim, heads, hd));
+  single_transformer_blocks = register_module("single_transformer_blocks", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < config_.num_single_layers; ++i)
+    single_transformer_blocks->push_back(FluxSingleBlock(dim, heads, hd, 4 * dim));
+  norm_out = register_module("norm_out", FluxAdaNorm(dim, 2));
+  proj_out = register_module("proj_out",
+                             AdaptedLinear(dim, config_.patch_size * config_.patch_size * config_.out_channels));
+}
+
+at::Tensor FluxTransformer2DModelImpl::forward(const at::Tensor& hidden, const at::Tensor& context,
+                                               const at::Tensor& pooled, const at::Tensor& timestep,
+                                               const at::Tensor& img_ids, const at::Tensor& txt_ids,
+                                               const at::Tensor& guidance) {
+  if (config_.guidance_embeds && !guidance.defined())
+    throw std::invalid_argument("FluxTransformer2DModel: this model embeds guidance; pass the guidance value");
+  at::Tensor h = x_embedder(hidden);
+  const at::Tensor t = timestep.to(h.scalar_type()) * 1000;
+  const at::Tensor g = config_.guidance_embeds ? guidance.to(h.scalar_type()) * 1000 : at::Tensor();
+  const at::Tensor temb = time_text_embed(t, g, pooled);
+  at::Tensor e = context_embedder(context);
+  const auto [cos, sin] = flux_rope(at::cat({txt_ids, img_ids}, 0), config_.axes_dims_rope);
+  for (const auto& block : *transformer_blocks) std::tie(h, e) = block->as<FluxDoubleBlockImpl>()->forward(h, e, temb, cos, sin);
+  const std::int64_t text = e.size(1);
+  at::Tensor joint = at::cat({e, h}, 1);
+  for (const auto& block : *single_transformer_blocks) joint = block->as<FluxSingleBlockImpl>()->forward(joint, temb, cos, sin);
+  h = joint.narrow(1, text, joint.size(1) - text);
+  // AdaLayerNormContinuous: linear(SiLU(temb)) → (scale, shift).
+  const auto ss = norm_out(temb.to(h.scalar_type()));
+  h = modulate(h, ss[1], ss[0]);
+  return proj_out(h);
+}
+
+at::Tensor flux_timestep_features(const at::Tensor& t, std::int64_t dim) {
+  // In float64, returned as float32 (or float64 for float64 models): the arguments reach the
+  // thousands (guidance 3.5 enters as 3500), where float32's exp and sin differ by an ulp between
+  // builds and one ulp of a frequency moves an angle by ~2e-4 (tests/fixtures/gen/flux_transformer.py).
+  const std::int64_t half = dim / 2;
+  const at::Tensor exponent =
+      at::arange(0, half, at::TensorOptions().dtype(at::kDouble).device(t.device())) * (-std::log(10000.0) / half);
+  const at::Tensor args = t.to(at::kDouble).unsqueeze(1) * at::exp(exponent).unsqueeze(0);
+  return at::cat({at::cos(args), at::sin(args)}, -1).to(at::promote_types(t.scalar_type(), at::kFloat));
+}
+
+std::pair<at::Tensor, at::Tensor> flux_rope(const at::Tensor& ids, const std::vector<std::int64_t>& axes_dims,
+                                            double theta) {
+  std::vector<at::Tensor> cos, sin;
+  const at::Tensor pos = ids.to(at::kDouble);
+  for (std::size_t i = 0; i < axes_dims.size(); ++i) {
+    const auto d = axes_dims[i];
+    const at::Tensor freqs =
+        1.0 / at::pow(theta, at::arange(0, d, 2, at::TensorOptions().dtype(at::kDouble).device(ids.device())) /
+                                 static_cast<double>(d));
+    const at::Tensor angles = at::outer(pos.select(1, static_cast<std::int64_t>(i)), freqs);
+    cos.push_back(angles.cos().repeat_interleave(2, 1));
+    sin.push_back(angles.sin().repeat_interleave(2, 1));
+  }
+  return {at::cat(cos, -1).to(at::kFloat), at::cat(sin, -1).to(at::kFloat)};
+}
+
+at::Tensor flux_pack_latents(const at::Tensor& latents) {
+  const auto b = latents.size(0), c = latents.size(1), h = latents.size(2), w = latents.size(3);
+  if (h % 2 != 0 || w % 2 != 0) throw std::invalid_argument("flux_pack_latents: latent sides must be even");
+  return latents.view({b, c, h / 2, 2, w / 2, 2}).permute({0, 2, 4, 1, 3, 5}).reshape({b, (h / 2) * (w / 2), c * 4});
+}
+
+at::Tensor flux_unpack_latents(const at::Tensor& tokens, std::int64_t height, std::int64_t width) {
+  const auto b = tokens.size(0), c = tokens.size(2) / 4;
+  return tokens.view({b, height / 2, width / 2, c, 2, 2}).permute({0, 3, 1, 4, 2, 5}).reshape({b, c, height, width});
+}
+
+at::Tensor flux_image_ids(std::int64_t h, std::int64_t w, const at::TensorOptions& options) {
+  at::Tensor ids = at::zeros({h, w, 3}, options);
+  ids.select(2, 1).add_(at::arange(h, options).unsqueeze(1));
+  ids.select(2, 2).add_(at::arange(w, options).unsqueeze(0));
+  return ids.reshape({h * w, 3});
+}
+
+}  // namespace zs::models
