@@ -14,7 +14,7 @@ CMAKE_ARGS ?=
 PACKAGES := build-essential cmake ninja-build ccache pkg-config git \
             libtorch-dev libgloo-dev libopenblas0-pthread \
             qt6-base-dev qt6-qpa-plugins libqcustomplot-dev libyaml-cpp-dev nlohmann-json3-dev \
-            liburing-dev libpng-dev libjpeg-dev zlib1g-dev libicu-dev \
+            liburing-dev libpng-dev libjpeg-dev zlib1g-dev libicu-dev libsentencepiece-dev \
             xvfb xauth fonts-dejavu-core python3-torch python3-venv \
             dpkg-dev lintian appstream desktop-file-utils groff-base
 

@@ -169,6 +169,16 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json(const nlohmann::json& j, cons
   if (j.contains("force_upcast") && j["force_upcast"].is_boolean()) c.force_upcast = j["force_upcast"].get<bool>();
   if (j.contains("mid_block_add_attention") && j["mid_block_add_attention"].is_boolean())
     c.mid_block_add_attention = j["mid_block_add_attention"].get<bool>();
+  for (const auto& [key, flag] : {std::pair<const char*, bool*>{"use_quant_conv", &c.use_quant_conv},
+                                  {"use_post_quant_conv", &c.use_post_quant_conv}}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    if (!j[key].is_boolean()) throw Error(ErrorKind::config, source + ": " + key + ": expected true or false");
+    *flag = j[key].get<bool>();
+  }
+  if (j.contains("shift_factor") && !j["shift_factor"].is_null()) {
+    if (!j["shift_factor"].is_number()) throw Error(ErrorKind::config, source + ": shift_factor: expected a number");
+    c.shift_factor = j["shift_factor"].get<double>();
+  }
   if (j.contains("act_fn") && j["act_fn"] != "silu") throw Error(ErrorKind::config, source + ": act_fn: only \"silu\" is supported");
   for (const char* key : {"down_block_types", "up_block_types"}) {
     if (!j.contains(key)) continue;
@@ -205,7 +215,18 @@ nlohmann::json AutoencoderKLConfig::to_json() const {
           {"sample_size", sample_size},
           {"scaling_factor", scaling_factor},
           {"force_upcast", force_upcast},
-          {"mid_block_add_attention", mid_block_add_attention}};
+          {"mid_block_add_attention", mid_block_add_attention},
+          {"use_quant_conv", use_quant_conv},
+          {"use_post_quant_conv", use_post_quant_conv},
+          {"shift_factor", shift_factor ? nlohmann::json(*shift_factor) : nlohmann::json(nullptr)}};
+}
+
+at::Tensor AutoencoderKLConfig::to_model_latents(const at::Tensor& z) const {
+  return shift_factor ? (z - *shift_factor) * scaling_factor : z * scaling_factor;
+}
+
+at::Tensor AutoencoderKLConfig::from_model_latents(const at::Tensor& latents) const {
+  return shift_factor ? latents / scaling_factor + *shift_factor : latents / scaling_factor;
 }
 
 int64_t AutoencoderKLConfig::downsample_factor() const { return int64_t{1} << (block_out_channels.size() - 1); }
@@ -252,8 +273,9 @@ AutoencoderKLImpl::AutoencoderKLImpl(AutoencoderKLConfig config)
   p.dec_norm_out = decoder->register_module("conv_norm_out", norm(groups, ch[0]));
   p.dec_conv_out = decoder->register_module("conv_out", conv(ch[0], c.out_channels, 3));
   register_module("decoder", decoder);
-  p.quant_conv = register_module("quant_conv", conv(2 * c.latent_channels, 2 * c.latent_channels, 1));
-  p.post_quant_conv = register_module("post_quant_conv", conv(c.latent_channels, c.latent_channels, 1));
+  if (c.use_quant_conv) p.quant_conv = register_module("quant_conv", conv(2 * c.latent_channels, 2 * c.latent_channels, 1));
+  if (c.use_post_quant_conv)
+    p.post_quant_conv = register_module("post_quant_conv", conv(c.latent_channels, c.latent_channels, 1));
 }
 
 AutoencoderKLImpl::~AutoencoderKLImpl() = default;
@@ -267,13 +289,14 @@ DiagonalGaussian AutoencoderKLImpl::encode(const at::Tensor& image) {
   at::Tensor h = p.enc_conv_in(image.to(p.enc_conv_in->weight.scalar_type()));
   for (auto& b : p.enc_blocks) h = b(h);
   h = p.enc_conv_out(at::silu(p.enc_norm_out(p.enc_mid(h))));
-  const auto moments = p.quant_conv(h).chunk(2, 1);
+  const auto moments = (p.quant_conv ? p.quant_conv(h) : h).chunk(2, 1);
   return {moments[0], moments[1].clamp(-30.0, 20.0)};
 }
 
 at::Tensor AutoencoderKLImpl::decode(const at::Tensor& latent) {
   auto& p = *parts_;
-  at::Tensor h = p.dec_mid(p.dec_conv_in(p.post_quant_conv(latent.to(p.post_quant_conv->weight.scalar_type()))));
+  const at::Tensor z = latent.to(p.dec_conv_in->weight.scalar_type());
+  at::Tensor h = p.dec_mid(p.dec_conv_in(p.post_quant_conv ? p.post_quant_conv(z) : z));
   for (auto& b : p.dec_blocks) h = b(h);
   return p.dec_conv_out(at::silu(p.dec_norm_out(h)));
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,9 +28,12 @@ struct AutoencoderKLConfig {
   std::int64_t layers_per_block = 2;
   std::int64_t norm_num_groups = 32;
   std::int64_t sample_size = 512;
-  double scaling_factor = 0.18215;   ///< latents for the UNet are posterior samples × this
+  double scaling_factor = 0.18215;   ///< latents for the denoiser are (posterior samples − shift) × this
+  std::optional<double> shift_factor;  ///< Flux: subtracted before scaling (0.1159); SD: none
   bool force_upcast = true;          ///< run in fp32 even when the rest is fp16 (SDXL's VAE)
   bool mid_block_add_attention = true;
+  bool use_quant_conv = true;        ///< the 1×1 convolution after the encoder (Flux: none)
+  bool use_post_quant_conv = true;   ///< the 1×1 convolution before the decoder (Flux: none)
 
   /// diffusers' vae/config.json (`source` names the file in errors); unknown block types and
   /// activations are refused naming the key.
@@ -39,6 +43,10 @@ struct AutoencoderKLConfig {
   nlohmann::json to_json() const;
   /// Pixels per latent pixel (2^(blocks − 1)).
   std::int64_t downsample_factor() const;
+  /// The denoiser's latents from raw latents: (z − shift_factor) · scaling_factor.
+  at::Tensor to_model_latents(const at::Tensor& z) const;
+  /// The inverse: latents / scaling_factor + shift_factor.
+  at::Tensor from_model_latents(const at::Tensor& latents) const;
 };
 
 struct VaeParts;  // encoder and decoder modules (autoencoder_kl.cpp)

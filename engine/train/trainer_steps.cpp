@@ -93,7 +93,6 @@ StepResult Trainer::State::train_step() {
     const data::Batch batch = loader->next();
     ++batches_consumed;
     const at::Tensor x0 = model->to_model_space(batch.images.to(device), gen, latent_cache.get(), &batch.keys);  // latents for pipelines
-    const std::int64_t b = x0.size(0);
     const at::Tensor noise = at::randn(x0.sizes(), gen).to(device);
     const at::Tensor t = objective->sample_timesteps(x0.sizes(), gen).to(device);
     const models::TextConditioning cond = model->condition(batch.captions, device, text_cache.get());

@@ -1,17 +1,26 @@
-// Flux.1's transformer against the pinned diffusers: tests/fixtures/flux_transformer.safetensors,
-// written by tests/fixtures/gen/flux_transformer.py from diffusers'
+// Flux.1's parts against the pinned diffusers: tests/fixtures/flux_transformer.safetensors, written
+// by tests/fixtures/gen/flux_transformer.py from diffusers'
 // src/diffusers/models/transformers/transformer_flux.py (FluxTransformer2DModel) and
-// pipelines/flux/pipeline_flux.py (_pack_latents, _prepare_latent_image_ids).
+// pipelines/flux/pipeline_flux.py (_pack_latents, _prepare_latent_image_ids); and
+// tests/fixtures/flux_vae.safetensors (gen/flux_vae.py: models/autoencoders/autoencoder_kl.py with
+// Flux's 16 channels, no quant convolutions, scaling and shift factors); and its T5 encoder and
+// tokenizer: tests/fixtures/flux_t5*.{model,json,safetensors} (gen/flux_t5.py: transformers'
+// models/t5/modeling_t5.py T5EncoderModel, T5TokenizerFast as FluxPipeline calls it).
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
 #include <QtTest>
 
+#include <fstream>
+
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/autoencoder_kl.h"
 #include "models/flux/flux_transformer.h"
+#include "models/t5_encoder.h"
+#include "models/t5_tokenizer.h"
 #include "models/weights.h"
 #include "test_support.h"
 
@@ -117,6 +126,159 @@ class TestFlux : public QObject {
       if (e.name.starts_with("weight.")) ++weights;
     }
     QCOMPARE(n + guidance, weights);
+  }
+
+  // The ZeRO units: io, then one per block; every parameter in exactly one; hooks around each
+  // block in forward order with the joint sequence as its tensor; checkpointed blocks (kept
+  // inputs on the device or in CPU memory) give the same gradients.
+  void unitsHooksAndCheckpointing() {
+    const zs::io::SafetensorsReader ref(zs::test::peerFixture("flux_transformer.safetensors").toStdString());
+    FluxConfig c = tiny_config(true);
+    c.num_layers = 2;
+    c.num_single_layers = 2;
+    FluxTransformer2DModel model(c);
+    const auto units = model->units();
+    QCOMPARE(units.size(), std::size_t{5});
+    QCOMPARE(units[1].name, std::string("transformer_blocks.0"));
+    QCOMPARE(units[4].name, std::string("single_transformer_blocks.1"));
+    std::int64_t in_units = 0, total = 0;
+    for (const auto& u : units) in_units += u.numel();
+    for (const auto& p : model->parameters()) total += p.numel();
+    QCOMPARE(in_units, total);
+    for (const auto& [name, t] : units[0].parameters)
+      QVERIFY2(name.find("_blocks.") == std::string::npos, name.c_str());
+
+    struct Recorder : UnitHooks {
+      std::vector<std::string> calls;
+      at::Tensor before(std::size_t unit, const at::Tensor& x) override {
+        calls.push_back("before " + std::to_string(unit) + " " + std::to_string(x.size(1)));
+        return x;
+      }
+      at::Tensor after(std::size_t unit, const at::Tensor& y) override {
+        calls.push_back("after " + std::to_string(unit));
+        return y;
+      }
+    };
+    auto run = [&](bool checkpointing, bool to_cpu, std::shared_ptr<UnitHooks> hooks) {
+      model->set_gradient_checkpointing(checkpointing);
+      model->set_cpu_checkpointing(to_cpu);
+      model->set_unit_hooks(std::move(hooks));
+      model->zero_grad();
+      const at::Tensor out = model->forward(ref.tensor("hidden"), ref.tensor("context"), ref.tensor("pooled"),
+                                            ref.tensor("timestep"), ref.tensor("img_ids"), ref.tensor("txt_ids"),
+                                            ref.tensor("guidance"));
+      (out * ref.tensor("w")).sum().backward();
+      std::vector<at::Tensor> grads;
+      for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+      return std::make_pair(out.detach(), grads);
+    };
+    auto recorder = std::make_shared<Recorder>();
+    const auto plain = run(false, false, recorder);
+    // 6 image tokens; the blocks see 5 text + 6 image tokens.
+    const std::vector<std::string> want = {"before 0 6", "before 1 11", "after 1", "before 2 11", "after 2",
+                                           "before 3 11", "after 3",    "before 4 11", "after 4", "after 0"};
+    QCOMPARE(recorder->calls, want);
+    for (const bool to_cpu : {false, true}) {
+      const auto again = run(true, to_cpu, nullptr);
+      QVERIFY(at::allclose(again.first, plain.first, 1e-6, 1e-6));
+      for (std::size_t i = 0; i < plain.second.size(); ++i)
+        QVERIFY2(at::allclose(again.second[i], plain.second[i], 1e-5, 1e-6), qPrintable(QString::number(i)));
+    }
+  }
+
+  void vaeWithShiftAndNoQuantConvsMatchesDiffusers() {
+    const zs::io::SafetensorsReader ref(zs::test::peerFixture("flux_vae.safetensors").toStdString());
+    const AutoencoderKLConfig c = AutoencoderKLConfig::from_json(
+        nlohmann::json{{"latent_channels", 16}, {"block_out_channels", {8, 16}}, {"layers_per_block", 1},
+                       {"norm_num_groups", 4}, {"sample_size", 16}, {"scaling_factor", 0.3611},
+                       {"shift_factor", 0.1159}, {"use_quant_conv", false}, {"use_post_quant_conv", false}},
+        "vae/config.json");
+    AutoencoderKL vae(c);
+    std::size_t n = 0;
+    for (const auto& p : vae->named_parameters()) {
+      QVERIFY2(p.key().find("quant_conv") == std::string::npos, p.key().c_str());
+      ++n;
+    }
+    load_weights(*vae, [&](const std::string& name) { return ref.tensor("weight." + name); }, "flux_vae.safetensors");
+    std::size_t stored = 0;
+    for (const auto& e : ref.entries()) stored += e.name.starts_with("weight.") ? 1 : 0;
+    QCOMPARE(n, stored);
+    c10::NoGradGuard no_grad;
+    const DiagonalGaussian posterior = vae->encode(ref.tensor("image"));
+    QVERIFY(flux_diff(posterior.mean, ref.tensor("mean")) <= 1e-5 * 4);
+    QVERIFY(flux_diff(posterior.logvar, ref.tensor("logvar")) <= 1e-5 * 4);
+    const at::Tensor latents = c.to_model_latents(posterior.mean);
+    QVERIFY(flux_diff(latents, ref.tensor("latents")) <= 1e-5 * 2);
+    const at::Tensor decoded = vae->decode(c.from_model_latents(ref.tensor("latents")));
+    QVERIFY(flux_diff(decoded, ref.tensor("decoded")) <= 1e-5 * 3);
+    // The keys round-trip (an exported folder keeps them).
+    const AutoencoderKLConfig back = AutoencoderKLConfig::from_json(c.to_json(), "round trip");
+    QVERIFY(!back.use_quant_conv && !back.use_post_quant_conv && back.shift_factor == 0.1159);
+    QVERIFY(!AutoencoderKLConfig{}.shift_factor.has_value());  // SD: latents are z · scaling_factor
+  }
+
+  // The ids of transformers' T5TokenizerFast (FluxPipeline's call: max_length padding, truncation,
+  // </s>) on a SentencePiece model trained by the generator, for prompts where a plain
+  // SentencePiece encode would differ: runs of spaces, edge spaces, tabs and newlines, text that
+  // looks like </s>, <pad>, <unk> or a sentinel, unicode (NFKC folds, unseen characters), the empty
+  // prompt, and a prompt longer than max_length.
+  void t5TokenizerMatchesTransformers() {
+    QFile f(zs::test::peerFixture("flux_t5_tokens.json"));
+    QVERIFY2(f.open(QIODevice::ReadOnly), qPrintable(f.fileName()));
+    const auto doc = nlohmann::json::parse(f.readAll().toStdString());
+    const T5Tokenizer tok = T5Tokenizer::load(zs::test::peerFixture("flux_t5_spiece.model").toStdString(),
+                                              doc.at("extra_ids").get<std::int64_t>());
+    QCOMPARE(tok.vocab_size(), doc.at("vocab_size").get<std::int64_t>());
+    const auto max_length = doc.at("max_length").get<std::int64_t>();
+    QVERIFY(doc.at("cases").size() >= 10);
+    for (const auto& c : doc.at("cases")) {
+      const std::string prompt = c.at("prompt").get<std::string>();
+      const auto ids = tok.encode(prompt, max_length);
+      QVERIFY2(ids == c.at("ids").get<std::vector<std::int64_t>>(),
+               qPrintable(QString::fromStdString("'" + prompt + "': got " + nlohmann::json(ids).dump() + ", want " +
+                                                 c.at("ids").dump())));
+    }
+  }
+
+  void t5EncoderMatchesTransformers() {
+    const zs::io::SafetensorsReader ref(zs::test::peerFixture("flux_t5.safetensors").toStdString());
+    const at::Tensor relative = ref.tensor("relative_positions");
+    QVERIFY(at::equal(t5_relative_position_bucket(relative, 32, 128), ref.tensor("buckets")));
+    const T5Config c = T5Config::from_json(nlohmann::json{{"vocab_size", 96}, {"d_model", 32}, {"d_kv", 8},
+                                                          {"d_ff", 48}, {"num_layers", 2}, {"num_heads", 4},
+                                                          {"feed_forward_proj", "gated-gelu"}},
+                                           "text_encoder_2/config.json");
+    T5EncoderModel t5(c);
+    std::size_t n = 0;
+    for (const auto& p : t5->named_parameters()) {
+      QVERIFY2(ref.contains("weight." + p.key()), p.key().c_str());
+      ++n;
+    }
+    std::size_t stored = 0;
+    for (const auto& e : ref.entries()) stored += e.name.starts_with("weight.") ? 1 : 0;
+    QCOMPARE(n, stored);
+    load_weights(*t5, [&](const std::string& name) { return ref.tensor("weight." + name); }, "flux_t5.safetensors");
+    c10::NoGradGuard no_grad;
+    const at::Tensor hidden = t5->forward(ref.tensor("input_ids"));
+    const at::Tensor want = ref.tensor("hidden");
+    const double scale = std::max(1.0, want.abs().max().item<double>());
+    QVERIFY2(flux_diff(hidden, want) <= 1e-5 * scale, qPrintable(QString("differs by %1").arg(flux_diff(hidden, want))));
+    // Refused: another feed-forward.
+    QVERIFY_THROWS_EXCEPTION(zs::Error, T5Config::from_json(nlohmann::json{{"feed_forward_proj", "relu"}}, "t5"));
+  }
+
+  void t5TokenizerRefusesWhatIsNotSentencePiece() {
+    const QTemporaryDir dir;
+    const std::string bad = dir.filePath("spiece.model").toStdString();
+    std::ofstream(bad) << "this is not a protobuf";
+    for (const std::string& path : {bad, dir.filePath("absent/spiece.model").toStdString()}) {
+      try {
+        T5Tokenizer::load(path);
+        QFAIL("loaded");
+      } catch (const zs::Error& e) {
+        QVERIFY2(QString(e.what()).startsWith(QString::fromStdString(path + ":")), e.what());
+      }
+    }
   }
 
   void badConfigsNameTheKey() {

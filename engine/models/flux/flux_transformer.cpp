@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/json_file.h"
+#include "models/activation_checkpoint.h"
 
 namespace zs::models {
 
@@ -263,21 +264,66 @@ at::Tensor FluxTransformer2DModelImpl::forward(const at::Tensor& hidden, const a
                                                const at::Tensor& guidance) {
   if (config_.guidance_embeds && !guidance.defined())
     throw std::invalid_argument("FluxTransformer2DModel: this model embeds guidance; pass the guidance value");
-  at::Tensor h = x_embedder(hidden);
+  const at::Tensor input = hooks_ ? hooks_->before(0, hidden) : hidden;
+  at::Tensor h = x_embedder(input);
   const at::Tensor t = timestep.to(h.scalar_type()) * 1000;
   const at::Tensor g = config_.guidance_embeds ? guidance.to(h.scalar_type()) * 1000 : at::Tensor();
   const at::Tensor temb = time_text_embed(t, g, pooled);
   at::Tensor e = context_embedder(context);
-  const auto [cos, sin] = flux_rope(at::cat({txt_ids, img_ids}, 0), config_.axes_dims_rope);
-  for (const auto& block : *transformer_blocks) std::tie(h, e) = block->as<FluxDoubleBlockImpl>()->forward(h, e, temb, cos, sin);
+  const auto rope = flux_rope(at::cat({txt_ids, img_ids}, 0), config_.axes_dims_rope);
+  const at::Tensor cos = rope.first, sin = rope.second;
+  // Each block is a unit whose one main tensor is the joint sequence (text tokens first), so the
+  // stage-3 hooks and checkpointing see one input and one output; `fn` owns what it uses, since
+  // with checkpointing it runs again during backward.
+  auto unit = [&](std::size_t id, at::Tensor x, CheckpointedFn fn) {
+    if (hooks_) x = hooks_->before(id, x);
+    const bool recompute = gradient_checkpointing_ && (x.requires_grad() || temb.requires_grad());
+    at::Tensor y = recompute ? checkpoint(std::move(fn), x, temb, cpu_checkpointing_) : fn(x, temb);
+    return hooks_ ? hooks_->after(id, y) : y;
+  };
   const std::int64_t text = e.size(1);
   at::Tensor joint = at::cat({e, h}, 1);
-  for (const auto& block : *single_transformer_blocks) joint = block->as<FluxSingleBlockImpl>()->forward(joint, temb, cos, sin);
+  std::size_t id = 1;
+  for (const auto& module : *transformer_blocks) {
+    auto block = std::dynamic_pointer_cast<FluxDoubleBlockImpl>(module);
+    joint = unit(id++, joint, [block, text, cos, sin](const at::Tensor& x, const at::Tensor& emb) {
+      const auto [img, txt] = block->forward(x.narrow(1, text, x.size(1) - text), x.narrow(1, 0, text), emb, cos, sin);
+      return at::cat({txt, img}, 1);
+    });
+  }
+  for (const auto& module : *single_transformer_blocks) {
+    auto block = std::dynamic_pointer_cast<FluxSingleBlockImpl>(module);
+    joint = unit(id++, joint, [block, cos, sin](const at::Tensor& x, const at::Tensor& emb) {
+      return block->forward(x, emb, cos, sin);
+    });
+  }
   h = joint.narrow(1, text, joint.size(1) - text);
   // AdaLayerNormContinuous: linear(SiLU(temb)) → (scale, shift).
   const auto ss = norm_out(temb.to(h.scalar_type()));
   h = modulate(h, ss[1], ss[0]);
-  return proj_out(h);
+  const at::Tensor out = proj_out(h);
+  return hooks_ ? hooks_->after(0, out) : out;
+}
+
+std::vector<ParamUnit> FluxTransformer2DModelImpl::units() const {
+  std::vector<ParamUnit> out(1 + transformer_blocks->size() + single_transformer_blocks->size());
+  out[0].name = "io";
+  for (std::size_t i = 0; i < transformer_blocks->size(); ++i) out[1 + i].name = "transformer_blocks." + std::to_string(i);
+  for (std::size_t i = 0; i < single_transformer_blocks->size(); ++i)
+    out[1 + transformer_blocks->size() + i].name = "single_transformer_blocks." + std::to_string(i);
+  for (const auto& item : named_parameters(true)) {
+    std::size_t unit = 0;
+    for (std::size_t i = 1; i < out.size(); ++i) {
+      const std::string& prefix = out[i].name;
+      if (item.key().size() > prefix.size() && item.key().compare(0, prefix.size(), prefix) == 0 &&
+          item.key()[prefix.size()] == '.') {
+        unit = i;
+        break;
+      }
+    }
+    out[unit].parameters.emplace_back(item.key(), item.value());
+  }
+  return out;
 }
 
 at::Tensor flux_timestep_features(const at::Tensor& t, std::int64_t dim) {

@@ -17,6 +17,7 @@
 
 #include "models/attention.h"
 #include "models/lora.h"
+#include "models/param_unit.h"
 
 namespace zs::models {
 
@@ -158,6 +159,16 @@ class FluxTransformer2DModelImpl : public torch::nn::Module {
                      const at::Tensor& timestep, const at::Tensor& img_ids, const at::Tensor& txt_ids,
                      const at::Tensor& guidance = {});
 
+  /// ZeRO units in forward order: "io" (embedders, norm_out, proj_out), then
+  /// "transformer_blocks.N" and "single_transformer_blocks.N"; parameters by their names here.
+  std::vector<ParamUnit> units() const;
+  /// Hooks around each block's forward (ZeRO stage 3): a block's main tensor is the joint
+  /// sequence [B, L + S, dim] (text tokens first), unit 0 the whole forward's input and output.
+  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) { hooks_ = std::move(hooks); }
+  /// Activation checkpointing per block (the kept inputs in CPU memory with cpu_checkpointing).
+  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
+  void set_cpu_checkpointing(bool on) { cpu_checkpointing_ = on; }
+
   FluxTimeTextEmbed time_text_embed{nullptr};
   AdaptedLinear context_embedder{nullptr}, x_embedder{nullptr}, proj_out{nullptr};
   FluxAdaNorm norm_out{nullptr};  ///< AdaLayerNormContinuous: (scale, shift), in that order
@@ -165,6 +176,8 @@ class FluxTransformer2DModelImpl : public torch::nn::Module {
 
  private:
   FluxConfig config_;
+  std::shared_ptr<UnitHooks> hooks_;
+  bool gradient_checkpointing_ = false, cpu_checkpointing_ = false;
 };
 TORCH_MODULE(FluxTransformer2DModel);
 

@@ -1,0 +1,176 @@
+#include "models/t5_tokenizer.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/json_file.h"
+
+namespace zs::models {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// The module's C interface (models/sentencepiece_shim.cpp).
+struct SpmModule {
+  void* (*open)(const char*, char*, std::size_t) = nullptr;
+  void (*close)(void*) = nullptr;
+  int (*piece_size)(void*) = nullptr;
+  int (*special_id)(void*, int) = nullptr;
+  int (*encode)(void*, const char*, std::size_t, int*, std::size_t, std::size_t*, char*, std::size_t) = nullptr;
+};
+
+/// Loads the module once, locally and deep-bound (its protobuf copy stays its own).
+const SpmModule& spm_module() {
+  static SpmModule m;
+  static std::string failure;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::string tried;
+    for (const std::string& path : T5Tokenizer::module_candidates()) {
+      if (path.empty() || !fs::exists(path)) continue;
+      void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      if (!h) {
+        tried += "\n  " + path + ": " + dlerror();
+        continue;
+      }
+      m.open = reinterpret_cast<decltype(m.open)>(dlsym(h, "zs_spm_open"));
+      m.close = reinterpret_cast<decltype(m.close)>(dlsym(h, "zs_spm_close"));
+      m.piece_size = reinterpret_cast<decltype(m.piece_size)>(dlsym(h, "zs_spm_piece_size"));
+      m.special_id = reinterpret_cast<decltype(m.special_id)>(dlsym(h, "zs_spm_special_id"));
+      m.encode = reinterpret_cast<decltype(m.encode)>(dlsym(h, "zs_spm_encode"));
+      if (m.open && m.close && m.piece_size && m.special_id && m.encode) return;
+      tried += "\n  " + path + ": not ZeroStudio's SentencePiece module";
+      m = SpmModule{};
+    }
+    failure = "the SentencePiece module (libzs_sentencepiece.so, for T5's tokenizer) was not found" +
+              (tried.empty() ? std::string(" in any of its places") : ":" + tried) +
+              "; reinstall ZeroStudio, or point ZEROSTUDIO_SENTENCEPIECE at the file";
+  });
+  if (!m.open) throw Error(ErrorKind::io, failure);
+  return m;
+}
+
+}  // namespace
+
+struct T5Tokenizer::Processor {
+  void* handle = nullptr;
+  ~Processor() {
+    if (handle) spm_module().close(handle);
+  }
+};
+
+std::vector<std::string> T5Tokenizer::module_candidates() {
+  std::vector<std::string> out;
+  if (const char* env = std::getenv("ZEROSTUDIO_SENTENCEPIECE")) out.emplace_back(env);
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) out.push_back((exe.parent_path().parent_path() / "lib" / "zerostudio" / "libzs_sentencepiece.so").string());
+#ifdef ZS_SENTENCEPIECE_INSTALLED
+  out.emplace_back(ZS_SENTENCEPIECE_INSTALLED);
+#endif
+#ifdef ZS_SENTENCEPIECE_BUILT
+  out.emplace_back(ZS_SENTENCEPIECE_BUILT);
+#endif
+  return out;
+}
+
+T5Tokenizer::T5Tokenizer() = default;
+T5Tokenizer::~T5Tokenizer() = default;
+T5Tokenizer::T5Tokenizer(T5Tokenizer&&) noexcept = default;
+T5Tokenizer& T5Tokenizer::operator=(T5Tokenizer&&) noexcept = default;
+
+T5Tokenizer T5Tokenizer::load(const std::string& spiece_model, std::int64_t extra_ids) {
+  if (!fs::is_regular_file(spiece_model))
+    throw Error(ErrorKind::config, spiece_model + ": missing (the T5 tokenizer's SentencePiece model, "
+                                                  "tokenizer_2/spiece.model of a Flux folder)");
+  const SpmModule& m = spm_module();
+  T5Tokenizer t;
+  t.sp_ = std::make_unique<Processor>();
+  char error[512] = {0};
+  t.sp_->handle = m.open(spiece_model.c_str(), error, sizeof error);
+  if (!t.sp_->handle)
+    throw Error(ErrorKind::config, spiece_model + ": not a SentencePiece model (" + error +
+                                       "); put the model's own tokenizer_2/spiece.model there");
+  const int pad = m.special_id(t.sp_->handle, 0), eos = m.special_id(t.sp_->handle, 1),
+            unk = m.special_id(t.sp_->handle, 2);
+  if (pad != kPad || eos != kEos || unk != kUnk)
+    throw Error(ErrorKind::config, spiece_model + ": special ids pad " + std::to_string(pad) + ", eos " +
+                                       std::to_string(eos) + ", unk " + std::to_string(unk) +
+                                       " are not T5's (0, 1, 2): this is not a T5 tokenizer");
+  if (extra_ids < 0) throw Error(ErrorKind::config, spiece_model + ": extra_ids cannot be negative");
+  t.extra_ids_ = extra_ids;
+  t.path_ = spiece_model;
+  return t;
+}
+
+T5Tokenizer T5Tokenizer::load_folder(const std::string& dir) {
+  std::int64_t extra_ids = 100;
+  const fs::path config = fs::path(dir) / "tokenizer_config.json";
+  if (fs::exists(config)) {
+    const nlohmann::json j = io::read_json_file(config.string(), "T5 tokenizer config");
+    if (j.contains("extra_ids") && j["extra_ids"].is_number_integer()) extra_ids = j["extra_ids"].get<std::int64_t>();
+  }
+  return load((fs::path(dir) / "spiece.model").string(), extra_ids);
+}
+
+std::int64_t T5Tokenizer::vocab_size() const {
+  return sp_ ? spm_module().piece_size(sp_->handle) + extra_ids_ : 0;
+}
+
+std::vector<std::int64_t> T5Tokenizer::encode(const std::string& text, std::int64_t max_length) const {
+  if (!sp_) throw std::logic_error("T5Tokenizer: not loaded");
+  if (max_length < 1) throw Error(ErrorKind::config, "T5 max_sequence_length must be at least 1");
+  // The added tokens of T5TokenizerFast, matched as whole strings anywhere in the text.
+  std::vector<std::pair<std::string, std::int64_t>> added = {{"<pad>", kPad}, {"</s>", kEos}, {"<unk>", kUnk}};
+  const SpmModule& m = spm_module();
+  const std::int64_t pieces = m.piece_size(sp_->handle);
+  for (std::int64_t i = 0; i < extra_ids_; ++i)
+    added.emplace_back("<extra_id_" + std::to_string(i) + ">", pieces + extra_ids_ - 1 - i);
+  std::vector<std::int64_t> ids;
+  auto encode_piece = [&](const std::string& piece) {
+    if (piece.empty()) return;
+    std::vector<int> out(piece.size() + 8);
+    std::size_t count = 0;
+    char error[512] = {0};
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      if (m.encode(sp_->handle, piece.data(), piece.size(), out.data(), out.size(), &count, error, sizeof error) != 0)
+        throw Error(ErrorKind::data, path_ + ": cannot encode a prompt (" + std::string(error) + ")");
+      if (count <= out.size()) break;
+      out.resize(count);
+    }
+    ids.insert(ids.end(), out.begin(), out.begin() + static_cast<std::ptrdiff_t>(count));
+  };
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    // The earliest added token from here (the longest at the same place).
+    std::size_t best = std::string::npos, best_len = 0;
+    std::int64_t best_id = 0;
+    for (const auto& [s, id] : added) {
+      const std::size_t at = text.find(s, pos);
+      if (at == std::string::npos) continue;
+      if (at < best || (at == best && s.size() > best_len)) best = at, best_len = s.size(), best_id = id;
+    }
+    if (best == std::string::npos) {
+      encode_piece(text.substr(pos));
+      break;
+    }
+    encode_piece(text.substr(pos, best - pos));
+    ids.push_back(best_id);
+    pos = best + best_len;
+  }
+  if (static_cast<std::int64_t>(ids.size()) > max_length - 1) ids.resize(static_cast<std::size_t>(max_length - 1));
+  ids.push_back(kEos);
+  ids.resize(static_cast<std::size_t>(max_length), kPad);
+  return ids;
+}
+
+}  // namespace zs::models
