@@ -5,7 +5,9 @@
 // tests/fixtures/flux_vae.safetensors (gen/flux_vae.py: models/autoencoders/autoencoder_kl.py with
 // Flux's 16 channels, no quant convolutions, scaling and shift factors); and its T5 encoder and
 // tokenizer: tests/fixtures/flux_t5*.{model,json,safetensors} (gen/flux_t5.py: transformers'
-// models/t5/modeling_t5.py T5EncoderModel, T5TokenizerFast as FluxPipeline calls it).
+// models/t5/modeling_t5.py T5EncoderModel, T5TokenizerFast as FluxPipeline calls it); and BFL's
+// single-file layout: tests/fixtures/flux_bfl.safetensors (gen/flux_bfl.py: diffusers'
+// loaders/single_file_utils.py convert_flux_transformer_checkpoint_to_diffusers).
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -16,8 +18,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/meta_tensors.h"
 #include "io/safetensors.h"
 #include "models/autoencoder_kl.h"
+#include "models/flux/flux_single_file.h"
 #include "models/flux/flux_transformer.h"
 #include "models/t5_encoder.h"
 #include "models/t5_tokenizer.h"
@@ -279,6 +283,71 @@ class TestFlux : public QObject {
         QVERIFY2(QString(e.what()).startsWith(QString::fromStdString(path + ":")), e.what());
       }
     }
+  }
+
+  // The full-size shapes (../shared/REFERENCE.md, "Flux.1 transformer" and "T5 v1.1 XXL
+  // encoder": counted from diffusers' and transformers' module lists), built as meta tensors.
+  void fullSizeParameterCountsAreTheReferences() {
+    auto count = [](const torch::nn::Module& m) {
+      std::int64_t n = 0;
+      for (const auto& p : m.parameters()) n += p.numel();
+      return n;
+    };
+    const zs::MetaTensorScope meta;
+    FluxConfig dev;
+    dev.guidance_embeds = true;
+    FluxTransformer2DModel flux_dev(dev);
+    QCOMPARE(count(*flux_dev), std::int64_t{11'901'408'320});
+    QCOMPARE(count(*flux_dev->transformer_blocks[0]), std::int64_t{339'831'296});         // 339.8 M
+    QCOMPARE(count(*flux_dev->single_transformer_blocks[0]), std::int64_t{141'591'808});  // 141.6 M
+    FluxTransformer2DModel flux_schnell(FluxConfig{});
+    QCOMPARE(count(*flux_schnell), std::int64_t{11'891'178'560});
+    T5EncoderModel t5_xxl(T5Config{});
+    QCOMPARE(count(*t5_xxl), std::int64_t{4'762'310'656});
+  }
+
+  // Every tensor diffusers' converter makes of a BFL-layout file (fused q/k/v, linear1's row
+  // ranges, final_layer's (shift, scale) swapped), bit for bit, read one tensor at a time; the
+  // result loads into our transformer; the "model.diffusion_model." prefix is found.
+  void bflSingleFileMatchesDiffusersConverter() {
+    const zs::io::SafetensorsReader ref(zs::test::peerFixture("flux_bfl.safetensors").toStdString());
+    FluxConfig c = tiny_config(true);
+    c.num_layers = 2;
+    c.num_single_layers = 2;
+    std::vector<std::string> names;
+    for (const auto& e : ref.entries())
+      if (e.name.starts_with("bfl.")) names.push_back("model.diffusion_model." + e.name.substr(4));
+    const std::string prefix = bfl_flux_prefix(names, "flux1-tiny.safetensors");
+    QCOMPARE(prefix, std::string("model.diffusion_model."));
+    const FileTensor file = [&](const std::string& name) {
+      const std::string key = "bfl." + name.substr(prefix.size());
+      return name.starts_with(prefix) && ref.contains(key) ? ref.tensor(key) : at::Tensor();
+    };
+    std::size_t compared = 0;
+    for (const auto& e : ref.entries()) {
+      if (!e.name.starts_with("diffusers.")) continue;
+      const std::string name = e.name.substr(10);
+      const at::Tensor ours = bfl_flux_tensor(name, file, c, prefix);
+      QVERIFY2(ours.defined() && at::equal(ours, ref.tensor(e.name)), name.c_str());
+      ++compared;
+    }
+    FluxTransformer2DModel model(c);
+    QCOMPARE(compared, model->named_parameters().size());
+    load_weights(*model, [&](const std::string& name) { return bfl_flux_tensor(name, file, c, prefix); },
+                 "flux1-tiny.safetensors");
+    // The config from the names and shapes: this file's 16-wide heads are not Flux.1's.
+    const FileShape shape = [&](const std::string& name) {
+      const at::Tensor t = file(name);
+      return t.defined() ? t.sizes().vec() : std::vector<std::int64_t>{};
+    };
+    try {
+      bfl_flux_config(names, shape, prefix, "flux1-tiny.safetensors");
+      QFAIL("accepted 16-wide heads");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).startsWith("flux1-tiny.safetensors: heads of 16"), e.what());
+    }
+    // Not BFL's layout at all (a diffusers transformer file): refused, naming the file.
+    QVERIFY_THROWS_EXCEPTION(zs::Error, bfl_flux_prefix({"transformer_blocks.0.attn.to_q.weight"}, "x.safetensors"));
   }
 
   void badConfigsNameTheKey() {

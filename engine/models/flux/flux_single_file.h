@@ -1,0 +1,40 @@
+#pragma once
+// Black Forest Labs' single-file Flux transformer (flux1-dev.safetensors, flux1-schnell.safetensors,
+// and ComfyUI's copies under "model.diffusion_model."): names and fused tensors mapped onto
+// diffusers' FluxTransformer2DModel, as diffusers' loaders/single_file_utils.py
+// convert_flux_transformer_checkpoint_to_diffusers does, one tensor at a time (a 24 GB file is
+// never held whole): q, k, v are chunks of the fused qkv; a single block's q, k, v and MLP input
+// are row ranges of linear1; final_layer.adaLN_modulation.1 holds (shift, scale) where diffusers'
+// norm_out.linear holds (scale, shift).
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "models/flux/flux_transformer.h"
+
+namespace zs::models {
+
+/// A tensor of the file by its name there (an undefined tensor when absent).
+using FileTensor = std::function<at::Tensor(const std::string& name)>;
+/// The shape of a tensor of the file by its name (empty when absent).
+using FileShape = std::function<std::vector<std::int64_t>(const std::string& name)>;
+
+/// Where BFL's keys start in a file with these names: "" or "model.diffusion_model."; throws
+/// zs::Error(config) naming `file` when the names are not a BFL Flux transformer.
+std::string bfl_flux_prefix(const std::vector<std::string>& names, const std::string& file);
+
+/// The transformer config a BFL file implies: block counts from its names, widths from the
+/// shapes, guidance_embeds from guidance_in; heads from the qk-norm width (the head dim).
+FluxConfig bfl_flux_config(const std::vector<std::string>& names, const FileShape& shape, const std::string& prefix,
+                           const std::string& file);
+
+/// The diffusers tensor `name` of a FluxTransformer2DModel of config `c`, read from the BFL file
+/// through `tensor` (keys behind `prefix`). An undefined tensor for a name the layout lacks.
+at::Tensor bfl_flux_tensor(const std::string& name, const FileTensor& tensor, const FluxConfig& c,
+                           const std::string& prefix);
+
+}  // namespace zs::models
