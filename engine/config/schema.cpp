@@ -76,9 +76,10 @@ SchemaBuilder build() {
   s.section("model", "What is trained.", /*defines_run=*/true);
   s.add("model.preset", T::choice, std::string("tiny"), ZS_REF(model.preset),
         "Architecture to build when `model.path` is empty: `tiny` (the quickstart's small pixel-space "
-        "UNet with its text encoder), `sd15` or `sdxl` (standard shapes, for estimates: also used by "
-        "`zerostudio estimate` while `model.path` does not exist yet).",
-        {"tiny", "sd15", "sdxl"});
+        "UNet with its text encoder), `sd15`, `sdxl`, `flux-dev` or `flux-schnell` (standard shapes, for "
+        "estimates: also used by `zerostudio estimate` while `model.path` does not exist yet; Flux.1 "
+        "is estimated, not yet trained).",
+        {"tiny", "sd15", "sdxl", "flux-dev", "flux-schnell"});
   s.add("model.path", T::path, std::string(""), ZS_REF(model.path),
         "A diffusers pipeline folder (with model_index.json) or a single-file checkpoint (`.safetensors` "
         "in the original layout, as A1111 and ComfyUI use; give `model.config_path` too), Stable "

@@ -122,6 +122,30 @@ UnitActivation unit_activation(const UnitShape& u, const ModelShape& m, int64_t 
       a.saved = 8 * cout * s;
       a.transient = 8 * cout * s;
       break;
+    case UnitKind::joint_block:
+    case UnitKind::single_block: {
+      // Over the joint sequence N = image tokens + text tokens (models/flux/flux_transformer.cpp):
+      // modulated LayerNorm outputs, q/k/v, their RMS-normed and rotated copies, the attention
+      // output, the gated residuals and the 4× MLP (projection and GELU) — about 24·N·C for a
+      // joint block (two streams' worth of small tensors), 25·N·C for a single block (its MLP
+      // input and the [attention, MLP] concatenation) — plus the attention's probabilities
+      // [heads, N, N], or with the blocked path each row's log-sum-exp.
+      const double n = s + static_cast<double>(m.context_tokens), h = static_cast<double>(u.heads);
+      const double c = static_cast<double>(u.out_channels);
+      const int64_t tokens = static_cast<int64_t>(n);
+      const bool blocked = models::choose_attention_path(o.attention, tokens, tokens, false) != models::AttentionPath::plain;
+      a.output = c * n;
+      a.saved = (u.kind == UnitKind::joint_block ? 24 : 25) * c * n + h * (blocked ? n : n * n);
+      if (blocked) {
+        const int64_t bh = std::max<int64_t>(o.batch_size, 1) * u.heads;
+        const models::AttentionBlocks b = models::attention_blocks(o.attention, bh, tokens, tokens);
+        a.transient = 3 * c * n + h * n + 2 * static_cast<double>(bh * b.q * b.k) / std::max<int64_t>(o.batch_size, 1);
+      } else {
+        a.transient = 2 * h * n * n;
+      }
+      a.peak = std::max(a.saved + 8 * c * n, a.saved + a.transient);
+      break;
+    }
     case UnitKind::text_encoder: {
       const double t = static_cast<double>(m.context_tokens), dim = cin, h = static_cast<double>(u.heads);
       a.output = dim * t;
@@ -156,7 +180,9 @@ ActivationBytes activation_split(const ModelShape& model, const EstimateOptions&
       // Only the unit's input is kept (the previous output, or a fresh concatenation), at the
       // unit's input size; backward runs the unit again and holds its full set for a moment.
       const double s = std::pow(static_cast<double>(std::max<int64_t>(side >> u->level, 1)), 2);
-      const double input = static_cast<double>(u->in_channels) * s;
+      // A joint or single block's input is the whole joint sequence, text tokens too.
+      const bool joint = u->kind == UnitKind::joint_block || u->kind == UnitKind::single_block;
+      const double input = static_cast<double>(u->in_channels) * (s + (joint ? static_cast<double>(model.context_tokens) : 0));
       inputs += input;
       peak = std::max(peak, kept + (to_cpu ? input : inputs) + a.backward_peak());
     } else {

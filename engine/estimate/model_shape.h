@@ -14,7 +14,11 @@ struct TrainerConfig;
 
 namespace zs::estimate {
 
-enum class UnitKind { io, resnet, transformer, downsampler, upsampler, text_encoder };
+enum class UnitKind {
+  io, resnet, transformer, downsampler, upsampler, text_encoder,
+  joint_block,   ///< an MMDiT double-stream block (Flux): text and image tokens, two sets of weights
+  single_block,  ///< a single-stream block (Flux): attention and MLP in parallel over all tokens
+};
 
 /// One ZeRO unit (a resnet, transformer or sampler; `io` holds the small in/out layers).
 struct UnitShape {
@@ -41,7 +45,7 @@ struct ModelShape {
   std::int64_t sample_channels = 4;  ///< channels the UNet reads (4 latents, 3 pixels)
   int latent_factor = 8;             ///< image pixels per sample pixel (8 with a VAE, 1 in pixel space)
   std::int64_t out_channels = 4;
-  std::int64_t context_tokens = 77;  ///< text conditioning length
+  std::int64_t context_tokens = 77;  ///< text conditioning length (a joint block's text tokens)
   std::int64_t context_dim = 768;
   std::int64_t time_embed_dim = 1280;
   std::int64_t frozen_parameters = 0;  ///< VAE and frozen text encoders (not trained, not sharded)

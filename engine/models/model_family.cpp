@@ -3,6 +3,7 @@
 #include "config/trainer_config.h"
 #include "core/error.h"
 #include "estimate/model_shape.h"
+#include "models/flux/flux_family.h"
 #include "models/sd/sd_family.h"
 
 namespace zs::models {
@@ -16,9 +17,10 @@ const char* to_string(TextEncoderTraining t) {
   return "frozen";
 }
 
-// The registry: one line per family (docs/ARCHITECTURE.md, "Adding a model family").
+// The registry: one line per family (docs/ARCHITECTURE.md, "Adding a model family"), in the order
+// the wizard and the schema list their presets.
 const std::vector<const ModelFamily*>& model_families() {
-  static const std::vector<const ModelFamily*> all = {&sd_family()};
+  static const std::vector<const ModelFamily*> all = {&sd_family(), &flux_family()};
   return all;
 }
 
@@ -29,8 +31,10 @@ const ModelFamily* find_family(const std::string& name) {
 }
 
 const ModelFamily& family_of(const config::TrainerConfig& cfg) {
-  for (const ModelFamily* f : model_families())
-    if (f->recognizes(cfg)) return *f;
+  // Newest first: SD, the first family, takes any model.path the others do not recognize.
+  const auto& all = model_families();
+  for (auto it = all.rbegin(); it != all.rend(); ++it)
+    if ((*it)->recognizes(cfg)) return **it;
   std::string known;
   for (const ModelFamily* f : model_families())
     for (const auto& p : f->presets()) known += (known.empty() ? "" : ", ") + p.name;

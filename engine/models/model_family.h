@@ -154,7 +154,8 @@ class ModelFamily {
 
 /// Every registered family, in the order family_of asks them.
 const std::vector<const ModelFamily*>& model_families();
-/// The family of the config's model: the first registered one that recognizes it. Throws
+/// The family of the config's model: the last registered one that recognizes it (SD, registered
+/// first, claims every model.path the newer families do not). Throws
 /// zs::Error(config) naming model.path or model.preset when none does.
 const ModelFamily& family_of(const config::TrainerConfig& cfg);
 /// The family named `name` ("sd"), or nullptr.
