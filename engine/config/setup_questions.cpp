@@ -2,6 +2,7 @@
 
 #include "config/trainability.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -10,6 +11,7 @@
 
 #include "config/config_import.h"
 #include "config/config_writer.h"
+#include "config/schema.h"
 #include "config/trainer_config.h"
 #include "core/error.h"
 #include "models/model_family.h"
@@ -46,13 +48,27 @@ bool data_folder(const SetupAnswers& a) { return get(a, "data_source") == "folde
 bool warmup(const SetupAnswers& a) { return get(a, "lr_scheduler") != "constant"; }
 bool sampling(const SetupAnswers& a) { return as_int(a, "sampling_every") > 0; }
 bool lora(const SetupAnswers& a) { return get(a, "training_method") == "lora"; }
-bool text_trained(const SetupAnswers& a) {
-  // The model and the choice as a config, resolved where the trainer resolves it.
+/// The answered model as a config (preset, or the folder or file).
+TrainerConfig model_of(const SetupAnswers& a) {
   TrainerConfig c;
-  c.training.train_text_encoder = get(a, "train_text_encoder");
   if (model_folder(a)) c.model.path = get(a, "model_path");
   else if (model_file(a)) c.model.path = get(a, "model_file");
   else c.model.preset = get(a, "model_source");
+  return c;
+}
+/// Whether the model's family has a prediction type to choose (rectified flow has none).
+bool prediction_applies(const SetupAnswers& a) {
+  try {
+    const auto keys = models::family_of(model_of(a)).keys_not_applying();
+    return std::find(keys.begin(), keys.end(), "model.prediction_type") == keys.end();
+  } catch (const Error&) {
+    return true;  // no model named yet
+  }
+}
+bool text_trained(const SetupAnswers& a) {
+  // The model and the choice as a config, resolved where the trainer resolves it.
+  TrainerConfig c = model_of(a);
+  c.training.train_text_encoder = get(a, "train_text_encoder");
   try {
     return models::resolve_trained_parts(c).text_trained();
   } catch (const Error&) {
@@ -141,7 +157,8 @@ std::vector<SetupQuestion> make_questions() {
        "configs where present), or a folder with CLIP's vocab.json and merges.txt.",
        {"model.config_path"}, model_file},
       {"prediction_type", "model", "Prediction type", Kind::choice, {{"epsilon", "epsilon"}, {"v_prediction", "v_prediction"}},
-       "What the UNet predicts: the added noise, or the velocity.", {"model.prediction_type"}},
+       "What the UNet predicts: the added noise, or the velocity (not asked for flow-matching models).",
+       {"model.prediction_type"}, prediction_applies},
       {"data_source", "dataset", "Where are the training images?", Kind::choice,
        {{"shapes", "Generate the demo dataset of coloured shapes"}, {"folder", "A folder of images with captions"}},
        "", {"data.generate", "data.path"}},
@@ -359,7 +376,9 @@ std::vector<std::string> settings_from_answers(const SetupAnswers& a) {
     set("model.path", "\"\"");
     text("model.preset", "model_source");
   }
-  text("model.prediction_type", "prediction_type");
+  // Not asked for flow-matching models: the key goes back to its default (a family refuses it set).
+  if (prediction_applies(a)) text("model.prediction_type", "prediction_type");
+  else set("model.prediction_type", std::get<std::string>(find_field("model.prediction_type")->default_value));
   if (data_folder(a)) {
     set("data.generate", "none");
     text("data.path", "data_path");

@@ -337,6 +337,20 @@ class TestSetupWizard : public QObject {
     QVERIFY(w.isAsked("text_encoder_lr"));
     w.setAnswer("text_encoder_lr", "5e-5");
     sameAsTheCli("LoRA with text-encoder LoRA");
+    // Flux.1 [dev] is on the model page (its family's presets) and the figure follows it.
+    const qint64 sd15 = panel->deviceBytes();
+    w.setAnswer("model_source", "flux-dev");
+    w.setAnswer("resolution", "1024");
+    w.setAnswer("batch_size", "1");
+    QVERIFY(wizardSettled(w));
+    QStringList problems;
+    for (const char* page : {"machine", "model", "training", "lora", "deepspeed", "data", "sampling", "summary"})
+      problems += w.problemsOnPage(page);
+    QVERIFY2(panel->deviceBytes() > sd15, qPrintable(problems.join("; ")));
+    sameAsTheCli("Flux.1 [dev] LoRA at 1024 px");
+    w.setAnswer("model_source", "sd15");
+    w.setAnswer("resolution", "512");
+    w.setAnswer("batch_size", "4");
     QVERIFY(goTo(w, "summary"));
     QVERIFY2(w.saveTo(path, false, &error), qPrintable(error));
     const auto c = zs::config::load_config_file(path.toStdString()).config;
