@@ -251,17 +251,19 @@ SchemaBuilder build() {
   s.add("lora.dropout", T::number, 0.0, ZS_REF(lora.dropout),
         "Dropout on each adapter's input while training.")
       .range(0, 1);
-  s.add("lora.targets", T::string_list, std::vector<std::string>{"to_q", "to_k", "to_v", "to_out.0"},
-        ZS_REF(lora.targets),
-        "UNet layers that get adapters, by the last components of their diffusers paths: the "
-        "attention projections by default; also e.g. `ff.net.0.proj`, `ff.net.2` (feed-forward), "
-        "`proj_in`, `proj_out` (the transformers' in/out), `conv1`, `conv2`, `conv_shortcut` (the "
-        "resnets' convolutions: LoCon), or a longer path such as `attn2.to_k`. A target that selects "
-        "no layer is refused by name.");
-  s.add("lora.text_encoder_targets", T::string_list, std::vector<std::string>{"q_proj", "k_proj", "v_proj", "out_proj"},
-        ZS_REF(lora.text_encoder_targets),
-        "Text-encoder layers that get adapters (train_text_encoder: lora): CLIP's attention "
-        "projections by default; also `fc1`, `fc2` (the MLPs).");
+  s.add("lora.targets", T::string_list, Value{}, ZS_REF(lora.targets),
+        "Denoiser layers that get adapters, by the last components of their diffusers paths. null: the "
+        "model family's default — SD's UNet: the attention projections `to_q`, `to_k`, `to_v`, `to_out.0` "
+        "(kohya's default); Flux.1's transformer: those, `add_q_proj`, `add_k_proj`, `add_v_proj`, "
+        "`to_add_out` and the feed-forwards' `ff.net.0.proj`, `ff.net.2`, `ff_context.net.0.proj`, "
+        "`ff_context.net.2` (diffusers' train_dreambooth_lora_flux.py). Also e.g. `proj_in`, `proj_out`, "
+        "`conv1`, `conv2`, `conv_shortcut` (SD's resnets: LoCon), or a longer path such as `attn2.to_k`. "
+        "A target that selects no layer is refused by name.")
+      .allow_null();
+  s.add("lora.text_encoder_targets", T::string_list, Value{}, ZS_REF(lora.text_encoder_targets),
+        "Text-encoder layers that get adapters (train_text_encoder: lora). null: the family's default, "
+        "CLIP's attention projections `q_proj`, `k_proj`, `v_proj`, `out_proj`; also `fc1`, `fc2` (the MLPs).")
+      .allow_null();
   s.add("lora.init", T::choice, std::string("kaiming"), ZS_REF(lora.init),
         "How adapters start; `up` starts at zero either way, so training starts from the base model. "
         "kaiming: `down` Kaiming-uniform (a = √5), as kohya's sd-scripts and peft's default. "

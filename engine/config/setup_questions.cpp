@@ -183,9 +183,10 @@ std::vector<SetupQuestion> make_questions() {
        {"lora.rank"}, lora},
       {"lora_alpha", "method", "LoRA alpha (empty: the rank, scale 1)", Kind::text, {},
        "The adapters' scale is alpha / rank; kohya's sd-scripts default to 1.", {"lora.alpha"}, lora},
-      {"lora_targets", "method", "UNet layers that get adapters (one per line)", Kind::lines, {},
-       "By the last parts of their names: to_q, to_k, to_v, to_out.0 (attention, the default); ff.net.0.proj, "
-       "ff.net.2 (feed-forward); proj_in, proj_out; conv1, conv2 (the resnets' convolutions: LoCon).",
+      {"lora_targets", "method", "Layers that get adapters (one per line; empty: the model's default)", Kind::lines, {},
+       "By the last parts of their names: to_q, to_k, to_v, to_out.0 (attention, SD's default); ff.net.0.proj, "
+       "ff.net.2 (feed-forward); proj_in, proj_out; conv1, conv2 (SD's resnets: LoCon). Empty: the model "
+       "family's default (lora.targets: null).",
        {"lora.targets"}, lora},
       {"train_text_encoder", "method", "Train the text encoders?", Kind::choice,
        {{"auto", "auto: the tiny model's own trains, a pipeline's stay frozen"},
@@ -306,8 +307,9 @@ SetupAnswers answers_from_config(const TrainerConfig& c) {
   a["training_method"] = c.training.method;
   a["lora_rank"] = std::to_string(c.lora.rank);
   a["lora_alpha"] = c.lora.alpha ? number_text(*c.lora.alpha) : "";
-  std::string targets;
-  for (const auto& t : c.lora.targets) targets += t + "\n";
+  std::string targets;  // empty: null, the family's default
+  if (c.lora.targets)
+    for (const auto& t : *c.lora.targets) targets += t + "\n";
   a["lora_targets"] = targets;
   a["train_text_encoder"] = c.training.train_text_encoder;
   a["text_encoder_lr"] = c.optimizer.text_encoder_lr ? number_text(*c.optimizer.text_encoder_lr) : "";
@@ -396,7 +398,8 @@ std::vector<std::string> settings_from_answers(const SetupAnswers& a) {
   if (lora(a)) {
     text("lora.rank", "lora_rank");
     set("lora.alpha", get(a, "lora_alpha").empty() ? "null" : yaml_scalar(get(a, "lora_alpha")));
-    set("lora.targets", quoted_list(get(a, "lora_targets")));
+    const std::string targets = quoted_list(get(a, "lora_targets"));
+    set("lora.targets", targets == "[]" ? "null" : targets);
   }
   text("training.train_text_encoder", "train_text_encoder");
   if (text_trained(a))

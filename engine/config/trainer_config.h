@@ -83,8 +83,10 @@ struct LoraConfig {
   std::int64_t rank{};
   std::optional<double> alpha;                    ///< null: rank (scale 1)
   double dropout{};
-  std::vector<std::string> targets;               ///< UNet layers, by their paths' last components
-  std::vector<std::string> text_encoder_targets;  ///< CLIP layers, likewise
+  /// Denoiser layers, by their paths' last components; null: the model family's default
+  /// (models::lora_targets resolves it).
+  std::optional<std::vector<std::string>> targets;
+  std::optional<std::vector<std::string>> text_encoder_targets;  ///< text-encoder layers, likewise
   std::string init;                               ///< kaiming | gaussian
 };
 

@@ -154,12 +154,13 @@ void check_lora(const TrainerConfig& c, RuleSet& rules) {
     return out;
   };
   const models::ModelFamily& family = models::family_of(c);
-  if (trained.lora && c.lora.targets.empty())
-    rules.fail("lora.targets", "training.method is lora but no layer is named; keep the default (" +
+  if (trained.lora && c.lora.targets && c.lora.targets->empty())
+    rules.fail("lora.targets", "training.method is lora but no layer is named; leave it null for the default (" +
                                    listed(family.default_lora_targets()) + ") or name the layers that get adapters");
-  if (trained.text == models::TextEncoderTraining::lora && c.lora.text_encoder_targets.empty())
-    rules.fail("lora.text_encoder_targets", "training.train_text_encoder is lora but no layer is named; keep the "
-                                            "default (" + listed(family.default_text_encoder_lora_targets()) + ")");
+  if (trained.text == models::TextEncoderTraining::lora && c.lora.text_encoder_targets &&
+      c.lora.text_encoder_targets->empty())
+    rules.fail("lora.text_encoder_targets", "training.train_text_encoder is lora but no layer is named; leave it "
+                                            "null for the default (" + listed(family.default_text_encoder_lora_targets()) + ")");
   if (c.optimizer.text_encoder_lr && !te_trained)
     rules.warn("optimizer.text_encoder_lr", "no text encoder trains (training.train_text_encoder: " +
                                                 c.training.train_text_encoder + "), so this learning rate is unused");

@@ -26,8 +26,9 @@ std::string model_shape_key(const config::TrainerConfig& cfg) {
   std::string key = cfg.model.preset + '\n' + cfg.model.path + '\n' + cfg.model.config_path + '\n' +
                     cfg.training.method + '\n' + cfg.training.train_text_encoder + '\n' + std::to_string(cfg.lora.rank);
   for (const auto* list : {&cfg.lora.targets, &cfg.lora.text_encoder_targets}) {
-    key += '\n';
-    for (const auto& t : *list) key += t + ',';
+    key += list->has_value() ? "\n[" : "\nnull";  // null: the family's default (the model above decides it)
+    if (*list)
+      for (const auto& t : **list) key += t + ',';
   }
   return key;
 }

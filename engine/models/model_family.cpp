@@ -58,6 +58,15 @@ TrainedParts resolve_trained_parts(const config::TrainerConfig& cfg) {
 
 std::string text_adapter_unit(const std::string& component) { return "lora_" + component; }
 
+std::vector<std::string> lora_targets(const config::TrainerConfig& cfg) {
+  return cfg.lora.targets ? *cfg.lora.targets : family_of(cfg).default_lora_targets();
+}
+
+std::vector<std::string> text_encoder_lora_targets(const config::TrainerConfig& cfg) {
+  return cfg.lora.text_encoder_targets ? *cfg.lora.text_encoder_targets
+                                       : family_of(cfg).default_text_encoder_lora_targets();
+}
+
 std::vector<RosterUnit> unit_roster(const RosterParts& parts, const TrainedParts& trained) {
   std::vector<RosterUnit> out;
   // The denoiser's units (its small in/out layers, "io", stay whole at stage 3), frozen under LoRA.

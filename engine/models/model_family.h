@@ -161,6 +161,11 @@ const ModelFamily& family_of(const config::TrainerConfig& cfg);
 /// The family named `name` ("sd"), or nullptr.
 const ModelFamily* find_family(const std::string& name);
 
+/// lora.targets, or the family's default targets when it is null.
+std::vector<std::string> lora_targets(const config::TrainerConfig& cfg);
+/// lora.text_encoder_targets, or the family's default when it is null.
+std::vector<std::string> text_encoder_lora_targets(const config::TrainerConfig& cfg);
+
 /// What the config's run trains: training.method and training.train_text_encoder, with auto
 /// resolved by the model's family. The one place these are decided.
 TrainedParts resolve_trained_parts(const config::TrainerConfig& cfg);

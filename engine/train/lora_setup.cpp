@@ -28,11 +28,12 @@ std::size_t attach_adapters(const config::TrainerConfig& cfg, const models::Trai
   const models::LoraOptions o = lora_options(cfg.lora);
   const auto seed = static_cast<std::uint64_t>(cfg.training.seed);
   std::size_t n = 0;
-  if (trained.lora) n += model.attach_denoiser_lora(cfg.lora.targets, o, seed + 1000);
+  if (trained.lora) n += model.attach_denoiser_lora(models::lora_targets(cfg), o, seed + 1000);
   if (trained.text == models::TextEncoderTraining::lora) {
+    const std::vector<std::string> targets = models::text_encoder_lora_targets(cfg);
     std::uint64_t k = 1;
     for (auto& [component, encoder] : model.text_encoder_modules())
-      n += models::attach_lora(*encoder, cfg.lora.text_encoder_targets, o, seed + 1000 + k++).size();
+      n += models::attach_lora(*encoder, targets, o, seed + 1000 + k++).size();
   }
   return n;
 }

@@ -233,8 +233,9 @@ logging:
     QTest::newRow("ema sampling without ema") << "sampling:\n  use_ema: true\n"
                                               << "t.yaml:2:12: sampling.use_ema: sampling with EMA weights needs ema.enabled: true";
     QTest::newRow("lora without targets") << "training:\n  method: lora\nlora:\n  targets: []\n"
-                                          << "t.yaml:4:12: lora.targets: training.method is lora but no layer is named; keep "
-                                             "the default (to_q, to_k, to_v, to_out.0) or name the layers that get adapters";
+                                          << "t.yaml:4:12: lora.targets: training.method is lora but no layer is named; leave "
+                                             "it null for the default (to_q, to_k, to_v, to_out.0) or name the layers that get "
+                                             "adapters";
     QTest::newRow("lora rank") << "lora:\n  rank: 0\n" << "t.yaml:2:9: lora.rank: must be >= 1 (got 0)";
     QTest::newRow("method") << "training:\n  method: dora\n"
                             << "t.yaml:2:11: training.method: must be one of full, lora (got 'dora')";

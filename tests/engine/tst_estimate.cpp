@@ -596,13 +596,18 @@ class TestEstimate : public QObject {
       }
     }
     QCOMPARE(presets, config::find_field("model.preset")->choices);
-    // The schema's LoRA defaults are the default family's (the one the quickstart's preset is in).
-    config::TrainerConfig quick;
-    quick.model.preset = "tiny";
-    const models::ModelFamily& sd = models::family_of(quick);
-    QCOMPARE(std::get<std::vector<std::string>>(config::find_field("lora.targets")->default_value), sd.default_lora_targets());
-    QCOMPARE(std::get<std::vector<std::string>>(config::find_field("lora.text_encoder_targets")->default_value),
-             sd.default_text_encoder_lora_targets());
+    // The schema's LoRA targets default to null: each family's own (SD's UNet attention, Flux's
+    // attention and feed-forwards), resolved by models::lora_targets.
+    QVERIFY(std::holds_alternative<std::monostate>(config::find_field("lora.targets")->default_value));
+    QVERIFY(std::holds_alternative<std::monostate>(config::find_field("lora.text_encoder_targets")->default_value));
+    for (const models::ModelFamily* f : models::model_families()) {
+      config::TrainerConfig cfg;
+      cfg.model.preset = f->presets().front().name;
+      QCOMPARE(models::lora_targets(cfg), f->default_lora_targets());
+      QCOMPARE(models::text_encoder_lora_targets(cfg), f->default_text_encoder_lora_targets());
+      cfg.lora.targets = std::vector<std::string>{"to_q"};
+      QCOMPARE(models::lora_targets(cfg), std::vector<std::string>{"to_q"});
+    }
     config::TrainerConfig unknown;
     unknown.model.preset = "sd3";
     try {

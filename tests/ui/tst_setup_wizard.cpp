@@ -5,6 +5,7 @@
 #include "models/sd/sd_export.h"
 #include "config/config_import.h"
 #include "config/config_loader.h"
+#include "models/model_family.h"
 
 #include <nlohmann/json.hpp>
 
@@ -356,14 +357,20 @@ class TestSetupWizard : public QObject {
     const auto c = zs::config::load_config_file(path.toStdString()).config;
     QCOMPARE(c.training.method, std::string("lora"));
     QCOMPARE(c.lora.rank, std::int64_t{16});
-    QCOMPARE(c.lora.targets, (std::vector<std::string>{"to_q", "to_v", "ff.net.2"}));
+    QVERIFY(c.lora.targets);
+    QCOMPARE(*c.lora.targets, (std::vector<std::string>{"to_q", "to_v", "ff.net.2"}));
     QCOMPARE(c.training.train_text_encoder, std::string("lora"));
     QVERIFY(c.optimizer.text_encoder_lr && *c.optimizer.text_encoder_lr == 5e-5);
     QVERIFY(!c.lora.alpha);
-    // A target that names no layer is refused when the run starts, naming it; the wizard keeps
-    // what the config can check: an empty list.
+    // A target that names no layer is refused when the run starts, naming it. No targets: the
+    // model family's default (lora.targets: null).
     w.setAnswer("lora_targets", "");
-    QVERIFY(!w.problemsOnPage("method").isEmpty());
+    QVERIFY(w.problemsOnPage("method").isEmpty());
+    QVERIFY(wizardSettled(w));
+    QVERIFY2(w.saveTo(path, false, &error), qPrintable(error));
+    const auto d = zs::config::load_config_file(path.toStdString()).config;
+    QVERIFY(!d.lora.targets);
+    QCOMPARE(zs::models::lora_targets(d), zs::models::family_of(d).default_lora_targets());
   }
 
   // The device bar is stacked: parameters, gradients, optimizer states, activations, frozen

@@ -167,7 +167,7 @@ estimate::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
       m.units.push_back(s);
     }
     if (resolve_trained_parts(cfg).lora)
-      m.lora_denoiser_parameters = lora_parameter_count(*transformer, cfg.lora.targets, cfg.lora.rank);
+      m.lora_denoiser_parameters = lora_parameter_count(*transformer, lora_targets(cfg), cfg.lora.rank);
     AutoencoderKL vae(flux_vae_config());
     const std::int64_t vae_parameters = count(*vae);
     ClipTextModel clip(ClipTextConfig{});
@@ -183,7 +183,7 @@ estimate::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
     text.heads = 12;
     text.depth = 12;
     if (resolve_trained_parts(cfg).text == TextEncoderTraining::lora)
-      text.lora_parameters = lora_parameter_count(*clip, cfg.lora.text_encoder_targets, cfg.lora.rank);
+      text.lora_parameters = lora_parameter_count(*clip, text_encoder_lora_targets(cfg), cfg.lora.rank);
     m.lora_text_parameters = text.lora_parameters;
     m.text_encoders.push_back(text);
   }

@@ -256,17 +256,17 @@ ModelShape SdFamily::shape(const config::TrainerConfig& cfg) const {
     for (const auto& p : encoder->parameters()) n += p.numel();
     UnitShape unit = text_encoder_unit(name, c, n);
     if (arch.count_text_encoders) m.frozen_parameters += n;  // a pipeline's are counted from its files above
-    if (lora_text) unit.lora_parameters = models::lora_parameter_count(*encoder, cfg.lora.text_encoder_targets, cfg.lora.rank);
+    if (lora_text) unit.lora_parameters = models::lora_parameter_count(*encoder, text_encoder_lora_targets(cfg), cfg.lora.rank);
     m.lora_text_parameters += unit.lora_parameters;
     m.text_encoders.push_back(unit);
   }
   if (lora_unet) {
     if (arch.tiny) {
-      m.lora_denoiser_parameters = models::lora_parameter_count(*arch.tiny->unet, cfg.lora.targets, cfg.lora.rank);
+      m.lora_denoiser_parameters = models::lora_parameter_count(*arch.tiny->unet, lora_targets(cfg), cfg.lora.rank);
     } else {
       const MetaTensorScope meta;
       models::UNet2DConditionModel unet(arch.unet);
-      m.lora_denoiser_parameters = models::lora_parameter_count(*unet, cfg.lora.targets, cfg.lora.rank);
+      m.lora_denoiser_parameters = models::lora_parameter_count(*unet, lora_targets(cfg), cfg.lora.rank);
     }
   }
   return m;
