@@ -66,6 +66,19 @@ struct UnitActivation {
   double peak = 0;
 };
 
+/// What self-attention's backward allocates on top of the saved tensors, per sample, for `tokens`
+/// queries and keys of `channels` over `heads` heads: the plain path the gradients of the
+/// probabilities and the scores [heads, N, N]; the blocked path dq, dk, dv, a row sum and two
+/// score blocks (the probabilities and dS, shared by the batch).
+double attention_transient(const EstimateOptions& o, std::int64_t heads, std::int64_t tokens, double channels,
+                           bool blocked) {
+  const double n = static_cast<double>(tokens), h = static_cast<double>(heads);
+  if (!blocked) return 2 * h * n * n;
+  const int64_t bh = std::max<int64_t>(o.batch_size, 1) * heads;
+  const models::AttentionBlocks b = models::attention_blocks(o.attention, bh, tokens, tokens);
+  return 3 * channels * n + h * n + 2 * static_cast<double>(bh * b.q * b.k) / std::max<int64_t>(o.batch_size, 1);
+}
+
 /// Element counts of what autograd keeps for one unit and one sample, from the ops the engine's
 /// modules run (models/sd/unet_2d_condition.cpp, attention.cpp, clip_text_model.cpp).
 UnitActivation unit_activation(const UnitShape& u, const ModelShape& m, int64_t side, const EstimateOptions& o) {
@@ -98,14 +111,7 @@ UnitActivation unit_activation(const UnitShape& u, const ModelShape& m, int64_t 
       a.output = cout * s;
       const double around = (u.projects_in ? 2 : 0) + (u.projects_out ? 2 : 0);
       a.saved = cout * s * (around + 28 * d) + d * h * ((blocked ? s : s * s) + s * t);
-      if (blocked) {
-        const int64_t bh = std::max<int64_t>(o.batch_size, 1) * u.heads;
-        const models::AttentionBlocks b = models::attention_blocks(o.attention, bh, tokens, tokens);
-        // Two score blocks are alive at once (the probabilities and dS), shared by the batch.
-        a.transient = 3 * cout * s + h * s + 2 * static_cast<double>(bh * b.q * b.k) / std::max<int64_t>(o.batch_size, 1);
-      } else {
-        a.transient = 2 * h * s * s;  // softmax backward: the gradients of probabilities and scores
-      }
+      a.transient = attention_transient(o, u.heads, tokens, cout, blocked);
       // The feed-forward's backward runs with everything saved; the self-attention's (the
       // largest temporaries) after the block's later parts were freed.
       a.peak = std::max(a.saved + 8 * cout * s,
@@ -136,13 +142,7 @@ UnitActivation unit_activation(const UnitShape& u, const ModelShape& m, int64_t 
       const bool blocked = models::choose_attention_path(o.attention, tokens, tokens, false) != models::AttentionPath::plain;
       a.output = c * n;
       a.saved = (u.kind == UnitKind::joint_block ? 24 : 25) * c * n + h * (blocked ? n : n * n);
-      if (blocked) {
-        const int64_t bh = std::max<int64_t>(o.batch_size, 1) * u.heads;
-        const models::AttentionBlocks b = models::attention_blocks(o.attention, bh, tokens, tokens);
-        a.transient = 3 * c * n + h * n + 2 * static_cast<double>(bh * b.q * b.k) / std::max<int64_t>(o.batch_size, 1);
-      } else {
-        a.transient = 2 * h * n * n;
-      }
+      a.transient = attention_transient(o, u.heads, tokens, c, blocked);
       a.peak = std::max(a.saved + 8 * c * n, a.saved + a.transient);
       break;
     }
