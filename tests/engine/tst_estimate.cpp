@@ -16,6 +16,7 @@
 #include "data/shapes.h"
 #include "estimate/memory_estimator.h"
 #include "estimate/model_shape.h"
+#include "io/safetensors.h"
 #include "models/model_family.h"
 #include "models/sd/sd_shape.h"
 #include "models/activation_checkpoint.h"
@@ -574,6 +575,16 @@ class TestEstimate : public QObject {
     QCOMPARE(model_shape(cfg).units.size(), std::size_t{1 + 1 + 2});
     cfg.model.path = test::fixture("sd15-tiny");
     if (QFileInfo::exists(QString::fromStdString(cfg.model.path))) QCOMPARE(models::family_of(cfg).name(), std::string("sd"));
+    // Single files: BFL's layout (with ComfyUI's prefix too) is Flux's; another file is SD's.
+    for (const std::string key : {"double_blocks.0.img_attn.qkv.weight",
+                                  "model.diffusion_model.double_blocks.0.img_attn.qkv.weight",
+                                  "model.diffusion_model.input_blocks.0.0.weight"}) {
+      const std::string file = dir.filePath("single.safetensors").toStdString();
+      io::write_safetensors(file, {{key, at::zeros({2})}});
+      config::TrainerConfig single;
+      single.model.path = file;
+      QCOMPARE(models::family_of(single).name(), std::string(key.find("double_blocks") != std::string::npos ? "flux" : "sd"));
+    }
     cfg.model.path = "models/not-there-yet";  // a ready config's placeholder: the preset decides
     cfg.model.preset = "flux-schnell";
     QCOMPARE(models::family_of(cfg).name(), std::string("flux"));

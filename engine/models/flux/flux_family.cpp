@@ -77,12 +77,12 @@ bool is_flux_model(const std::string& path) {
   if (fs::path(path).extension() != ".safetensors") return false;
   try {
     const io::SafetensorsReader file(path);
-    for (const auto& e : file.entries())
-      if (e.name == "double_blocks.0.img_attn.qkv.weight" || e.name == "model.diffusion_model.double_blocks.0.img_attn.qkv.weight")
-        return true;
+    std::vector<std::string> names;
+    for (const auto& e : file.entries()) names.push_back(e.name);
+    return find_bfl_flux_prefix(names).has_value();
   } catch (const std::exception&) {
+    return false;
   }
-  return false;
 }
 
 std::vector<ModelPreset> FluxFamily::presets() const {

@@ -43,13 +43,18 @@ std::int64_t count_blocks(const std::vector<std::string>& names, const std::stri
 
 }  // namespace
 
-std::string bfl_flux_prefix(const std::vector<std::string>& names, const std::string& file) {
+std::optional<std::string> find_bfl_flux_prefix(const std::vector<std::string>& names) {
   for (const std::string prefix : {"", "model.diffusion_model."}) {
     const bool has = std::any_of(names.begin(), names.end(), [&](const std::string& n) {
       return n == prefix + "double_blocks.0.img_attn.qkv.weight";
     });
     if (has) return prefix;
   }
+  return std::nullopt;
+}
+
+std::string bfl_flux_prefix(const std::vector<std::string>& names, const std::string& file) {
+  if (auto prefix = find_bfl_flux_prefix(names)) return *prefix;
   throw Error(ErrorKind::config, file + ": not a Flux transformer in Black Forest Labs' layout (no "
                                         "double_blocks.0.img_attn.qkv.weight); give the flux1-dev/flux1-schnell "
                                         "transformer file, or a diffusers folder");

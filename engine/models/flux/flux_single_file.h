@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,8 +24,10 @@ using FileTensor = std::function<at::Tensor(const std::string& name)>;
 /// The shape of a tensor of the file by its name (empty when absent).
 using FileShape = std::function<std::vector<std::int64_t>(const std::string& name)>;
 
-/// Where BFL's keys start in a file with these names: "" or "model.diffusion_model."; throws
-/// zs::Error(config) naming `file` when the names are not a BFL Flux transformer.
+/// Where BFL's keys start in a file with these names: "" or "model.diffusion_model."; nullopt when
+/// the names are not a BFL Flux transformer.
+std::optional<std::string> find_bfl_flux_prefix(const std::vector<std::string>& names);
+/// The same, throwing zs::Error(config) naming `file` when the names are not a BFL Flux transformer.
 std::string bfl_flux_prefix(const std::vector<std::string>& names, const std::string& file);
 
 /// The transformer config a BFL file implies: block counts from its names, widths from the
