@@ -109,6 +109,10 @@ T5Tokenizer T5Tokenizer::load(const std::string& spiece_model, std::int64_t extr
   if (extra_ids < 0) throw Error(ErrorKind::config, spiece_model + ": extra_ids cannot be negative");
   t.extra_ids_ = extra_ids;
   t.path_ = spiece_model;
+  t.added_ = {{"<pad>", kPad}, {"</s>", kEos}, {"<unk>", kUnk}};
+  const std::int64_t pieces = m.piece_size(t.sp_->handle);
+  for (std::int64_t i = 0; i < extra_ids; ++i)
+    t.added_.emplace_back("<extra_id_" + std::to_string(i) + ">", pieces + extra_ids - 1 - i);
   return t;
 }
 
@@ -129,12 +133,7 @@ std::int64_t T5Tokenizer::vocab_size() const {
 std::vector<std::int64_t> T5Tokenizer::encode(const std::string& text, std::int64_t max_length) const {
   if (!sp_) throw std::logic_error("T5Tokenizer: not loaded");
   if (max_length < 1) throw Error(ErrorKind::config, "T5 max_sequence_length must be at least 1");
-  // The added tokens of T5TokenizerFast, matched as whole strings anywhere in the text.
-  std::vector<std::pair<std::string, std::int64_t>> added = {{"<pad>", kPad}, {"</s>", kEos}, {"<unk>", kUnk}};
   const SpmModule& m = spm_module();
-  const std::int64_t pieces = m.piece_size(sp_->handle);
-  for (std::int64_t i = 0; i < extra_ids_; ++i)
-    added.emplace_back("<extra_id_" + std::to_string(i) + ">", pieces + extra_ids_ - 1 - i);
   std::vector<std::int64_t> ids;
   auto encode_piece = [&](const std::string& piece) {
     if (piece.empty()) return;
@@ -154,7 +153,7 @@ std::vector<std::int64_t> T5Tokenizer::encode(const std::string& text, std::int6
     // The earliest added token from here (the longest at the same place).
     std::size_t best = std::string::npos, best_len = 0;
     std::int64_t best_id = 0;
-    for (const auto& [s, id] : added) {
+    for (const auto& [s, id] : added_) {
       const std::size_t at = text.find(s, pos);
       if (at == std::string::npos) continue;
       if (at < best || (at == best && s.size() > best_len)) best = at, best_len = s.size(), best_id = id;

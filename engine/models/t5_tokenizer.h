@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace zs::models {
@@ -43,6 +44,9 @@ class T5Tokenizer {
   std::unique_ptr<Processor> sp_;
   std::int64_t extra_ids_ = 0;
   std::string path_;
+  /// T5TokenizerFast's added tokens (<pad>, </s>, <unk>, the sentinels) and their ids, matched
+  /// as whole strings anywhere in a prompt; made once by load().
+  std::vector<std::pair<std::string, std::int64_t>> added_;
 };
 
 }  // namespace zs::models
