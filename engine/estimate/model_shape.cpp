@@ -3,7 +3,11 @@
 #include <algorithm>
 
 #include "config/trainer_config.h"
+#include "core/meta_tensors.h"
+#include "models/clip_text_model.h"
+#include "models/lora.h"
 #include "models/model_family.h"
+#include "models/weights.h"
 
 namespace zs::estimate {
 
@@ -31,6 +35,20 @@ std::string model_shape_key(const config::TrainerConfig& cfg) {
       for (const auto& t : **list) key += t + ',';
   }
   return key;
+}
+
+UnitShape clip_text_encoder_shape(const std::string& name, const models::ClipTextConfig& c,
+                                  const std::vector<std::string>* lora_targets, std::int64_t rank) {
+  const MetaTensorScope meta;
+  models::ClipTextModel encoder(c);
+  UnitShape u{name, UnitKind::text_encoder};
+  u.parameters = models::parameter_count(*encoder);
+  u.largest_module = c.vocab_size * c.hidden_size;
+  u.in_channels = u.out_channels = c.hidden_size;
+  u.heads = c.num_attention_heads;
+  u.depth = c.num_hidden_layers;
+  if (lora_targets) u.lora_parameters = models::lora_parameter_count(*encoder, *lora_targets, rank);
+  return u;
 }
 
 }  // namespace zs::estimate

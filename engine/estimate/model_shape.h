@@ -11,6 +11,9 @@
 namespace zs::config {
 struct TrainerConfig;
 }
+namespace zs::models {
+struct ClipTextConfig;
+}
 
 namespace zs::estimate {
 
@@ -72,5 +75,11 @@ ModelShape model_shape(const config::TrainerConfig& config);
 /// (preset, path, config_path) and what trains (training.method, training.train_text_encoder,
 /// lora.rank, lora.targets, lora.text_encoder_targets).
 std::string model_shape_key(const config::TrainerConfig& config);
+
+/// A CLIP text encoder (SD's, SDXL's two, Flux's CLIP-L) as the estimator counts it, built as
+/// shapes only: its parameters, largest layer, width, heads and layers, and with `lora_targets`
+/// (train_text_encoder: lora) the adapters of rank `rank` they would put on it.
+UnitShape clip_text_encoder_shape(const std::string& name, const models::ClipTextConfig& c,
+                                  const std::vector<std::string>* lora_targets, std::int64_t rank);
 
 }  // namespace zs::estimate

@@ -110,4 +110,10 @@ void save_weights(const torch::nn::Module& module, const std::string& path, cons
   io::write_safetensors(path, tensors, metadata);
 }
 
+std::int64_t parameter_count(const torch::nn::Module& module) {
+  std::int64_t n = 0;
+  for (const auto& p : module.parameters()) n += p.numel();
+  return n;
+}
+
 }  // namespace zs::models

@@ -41,6 +41,9 @@ using TensorLookup = std::function<at::Tensor(const std::string& name)>;
 void load_weights(torch::nn::Module& module, const TensorLookup& lookup, const std::string& where,
                   const std::function<bool(const std::string&)>& skip = {});
 
+/// Elements of every parameter of `module` (shapes only: meta tensors count too).
+std::int64_t parameter_count(const torch::nn::Module& module);
+
 /// Writes the module's parameters and buffers to `path` atomically, in their dtypes or, for the
 /// parameters, in `dtype` when given.
 void save_weights(const torch::nn::Module& module, const std::string& path, const std::string& prefix = "",

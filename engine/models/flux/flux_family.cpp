@@ -17,7 +17,9 @@
 #include "models/flux/flux_single_file.h"
 #include "models/flux/flux_transformer.h"
 #include "models/lora.h"
+#include "models/t5_encoder.h"
 #include "models/trainable_model.h"
+#include "models/weights.h"
 
 namespace zs::models {
 
@@ -51,12 +53,6 @@ AutoencoderKLConfig flux_vae_config() {
   c.use_post_quant_conv = false;
   c.sample_size = 1024;
   return c;
-}
-
-std::int64_t count(const torch::nn::Module& m) {
-  std::int64_t n = 0;
-  for (const auto& p : m.parameters()) n += p.numel();
-  return n;
 }
 
 }  // namespace
@@ -147,6 +143,7 @@ estimate::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
   }
   estimate::ModelShape m;
   m.name = name;
+  const TrainedParts trained = resolve_trained_parts(cfg);
   const std::int64_t dim = c.inner_dim();
   {
     const MetaTensorScope meta;
@@ -166,24 +163,18 @@ estimate::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
       s.depth = 1;
       m.units.push_back(s);
     }
-    if (resolve_trained_parts(cfg).lora)
+    if (trained.lora)
       m.lora_denoiser_parameters = lora_parameter_count(*transformer, lora_targets(cfg), cfg.lora.rank);
-    AutoencoderKL vae(flux_vae_config());
-    const std::int64_t vae_parameters = count(*vae);
-    ClipTextModel clip(ClipTextConfig{});
-    const std::int64_t clip_parameters = count(*clip);
-    // T5 v1.1 XXL's encoder (../shared/REFERENCE.md): counted, never trained.
-    const std::int64_t t5_parameters = 4'762'310'656;
-    m.frozen_parameters = vae_parameters + clip_parameters + t5_parameters;
+    const std::int64_t vae_parameters = parameter_count(*AutoencoderKL(flux_vae_config()));
+    // T5 v1.1 XXL's encoder (the config's defaults): counted, never trained.
+    const std::int64_t t5_parameters = parameter_count(*T5EncoderModel(T5Config{}));
+    // CLIP-L (the config's defaults), which LoRA may train.
+    const std::vector<std::string> text_targets = text_encoder_lora_targets(cfg);
+    const estimate::UnitShape text = estimate::clip_text_encoder_shape(
+        "text_encoder", ClipTextConfig{}, trained.text == TextEncoderTraining::lora ? &text_targets : nullptr,
+        cfg.lora.rank);
+    m.frozen_parameters = vae_parameters + text.parameters + t5_parameters;
     m.frozen_fp32_parameters = vae_parameters;  // force_upcast
-    estimate::UnitShape text{"text_encoder", estimate::UnitKind::text_encoder};
-    text.parameters = clip_parameters;
-    text.largest_module = 49408 * 768;
-    text.in_channels = text.out_channels = 768;
-    text.heads = 12;
-    text.depth = 12;
-    if (resolve_trained_parts(cfg).text == TextEncoderTraining::lora)
-      text.lora_parameters = lora_parameter_count(*clip, text_encoder_lora_targets(cfg), cfg.lora.rank);
     m.lora_text_parameters = text.lora_parameters;
     m.text_encoders.push_back(text);
   }

@@ -129,16 +129,6 @@ models::ClipTextConfig clip_big_g() {
   return c;
 }
 
-UnitShape text_encoder_unit(const std::string& name, const models::ClipTextConfig& c, std::int64_t parameters) {
-  UnitShape u{name, UnitKind::text_encoder};
-  u.parameters = parameters;
-  u.largest_module = c.vocab_size * c.hidden_size;
-  u.in_channels = u.out_channels = c.hidden_size;
-  u.heads = c.num_attention_heads;
-  u.depth = c.num_hidden_layers;
-  return u;
-}
-
 ModelShape shape_of(const config::TrainerConfig& cfg, Architecture& arch) {
   // A ready config names the folder a user will fill in; until it exists, model.preset (sd15,
   // sdxl) describes the architecture.
@@ -249,14 +239,10 @@ ModelShape SdFamily::shape(const config::TrainerConfig& cfg) const {
   m.denoiser_adapters_name = DiffusionModel::kDenoiserAdapters;
   const TrainedParts trained = resolve_trained_parts(cfg);
   const bool lora_unet = trained.lora, lora_text = trained.text == TextEncoderTraining::lora;
+  const std::vector<std::string> text_targets = text_encoder_lora_targets(cfg);
   for (const auto& [name, c] : arch.text_encoders) {
-    const MetaTensorScope meta;
-    models::ClipTextModel encoder(c);
-    std::int64_t n = 0;
-    for (const auto& p : encoder->parameters()) n += p.numel();
-    UnitShape unit = text_encoder_unit(name, c, n);
-    if (arch.count_text_encoders) m.frozen_parameters += n;  // a pipeline's are counted from its files above
-    if (lora_text) unit.lora_parameters = models::lora_parameter_count(*encoder, text_encoder_lora_targets(cfg), cfg.lora.rank);
+    const UnitShape unit = estimate::clip_text_encoder_shape(name, c, lora_text ? &text_targets : nullptr, cfg.lora.rank);
+    if (arch.count_text_encoders) m.frozen_parameters += unit.parameters;  // a pipeline's are counted from its files above
     m.lora_text_parameters += unit.lora_parameters;
     m.text_encoders.push_back(unit);
   }
