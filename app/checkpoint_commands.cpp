@@ -57,7 +57,11 @@ const CommandSpec kExport{
     "  lora-diffusers  OUT is a file: pytorch_lora_weights.safetensors as diffusers'\n"
     "                  load_lora_weights reads it (unet./text_encoder. lora_A/lora_B).\n"
     "A LoRA checkpoint holds adapters, not full weights: the first three formats need --merge,\n"
-    "which writes the base model's weights with the adapters merged in (scale alpha/rank).",
+    "which writes the base model's weights with the adapters merged in (scale alpha/rank).\n"
+    "Flux.1 runs: safetensors holds the transformer; diffusers is the run's pipeline folder with the\n"
+    "trained transformer; lora-diffusers writes transformer./text_encoder. lora_A/lora_B with\n"
+    "alpha/rank folded into lora_B (FluxPipeline.load_lora_weights reads it); single-file (Black\n"
+    "Forest Labs' layout) and lora-kohya are not written for Flux.1 yet.",
     {{"format", "FORMAT", "diffusers, single-file, safetensors, lora-kohya or lora-diffusers"},
      {"merge", "", "LoRA checkpoints: full weights with the adapters merged into the base"},
      {"dtype", "DTYPE", "fp16, bf16 or fp32 (default fp32, as stored; LoRA files fp16)"},

@@ -81,8 +81,8 @@ Score score(models::DiffusionModel& model, const std::vector<data::ShapeSpec>& s
             int per_prompt) {
   std::vector<std::string> prompts;
   for (const auto& s : specs) prompts.push_back(data::shape_caption(s));
-  const at::Tensor images = train::sample_images(model, prompts, per_prompt, cfg.data.resolution, cfg.sampling.ddim_steps,
-                                                 cfg.sampling.guidance_scale, 1000, at::kCPU);
+  const at::Tensor images = train::sample_images(model, prompts, per_prompt, cfg.data.resolution, models::sampling_steps(cfg),
+                                                 models::sampling_guidance(cfg), 1000, at::kCPU);
   const auto palette = extended_palette();
   Score s;
   for (std::int64_t i = 0; i < images.size(0); ++i) {

@@ -5,11 +5,14 @@
 //
 //   bench_quickstart_quality [--config FILE] [--budget-s 600] [--run-dir DIR] [--per-prompt 2] [--set K=V ...]
 //   bench_quickstart_quality --score-only RUN_DIR [--config FILE]   (score a finished run again)
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <filesystem>
 #include <iostream>
 
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/sharded_state.h"
@@ -19,7 +22,8 @@
 #include "io/atomic_file.h"
 #include "io/image.h"
 #include "io/safetensors.h"
-#include "models/sd/diffusion_model.h"
+#include "models/model_family.h"
+#include "models/trainable_model.h"
 #include "models/weights.h"
 #include "train/image_logger.h"
 #include "train/trainer.h"
@@ -61,12 +65,12 @@ std::vector<data::ShapeSpec> prompts_to_score() {
   return out;
 }
 
-Score score_model(models::DiffusionModel& model, const config::TrainerConfig& cfg, int per_prompt) {
+Score score_model(models::TrainableModel& model, const config::TrainerConfig& cfg, int per_prompt) {
   const auto specs = prompts_to_score();
   std::vector<std::string> prompts;
   for (const auto& s : specs) prompts.push_back(data::shape_caption(s));
-  const at::Tensor images = train::sample_images(model, prompts, per_prompt, cfg.data.resolution, cfg.sampling.ddim_steps,
-                                                 cfg.sampling.guidance_scale, 1000, at::kCPU);
+  const at::Tensor images = train::sample_images(model, prompts, per_prompt, cfg.data.resolution, models::sampling_steps(cfg),
+                                                 models::sampling_guidance(cfg), 1000, at::kCPU);
   Score score;
   for (std::int64_t i = 0; i < images.size(0); ++i) add(score, specs[static_cast<std::size_t>(i / per_prompt)], train::to_image(images[i]));
   return score;
@@ -80,6 +84,7 @@ int main(int argc, char** argv) {
   bool score_only = false;
   int per_prompt = 2;
   std::vector<std::string> overrides;
+  std::string peer;  // a Python with the pinned peers: time quickstart-flux's step in diffusers too
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--config") config_path = v;
@@ -87,6 +92,7 @@ int main(int argc, char** argv) {
     else if (k == "--run-dir") run_dir = v;
     else if (k == "--per-prompt") per_prompt = std::stoi(v);
     else if (k == "--set") overrides.push_back(v);
+    else if (k == "--peer") peer = v;
     else if (k == "--score-only") {
       score_only = true;
       run_dir = v;
@@ -116,7 +122,10 @@ int main(int argc, char** argv) {
     const auto ckpts = checkpoint::list_checkpoints(run_dir + "/checkpoints");
     if (ckpts.empty()) throw std::runtime_error("no checkpoint was written");
     if (score_only) last_step = ckpts.back().step;
-    auto model = models::DiffusionModel::load_folder(run_dir + "/model");
+    // The run's model, as its family loads it (the UNet quickstart's or quickstart-flux's).
+    const auto model_ptr = models::family_of(loaded.config).load_folder(run_dir + "/model", {});
+    models::TrainableModel& model = *model_ptr;
+    model.configure(loaded.config);
     Score untrained = score_model(model, loaded.config, per_prompt);
     {
       // The trained weights, consolidated from the checkpoint's shards.
@@ -138,6 +147,29 @@ int main(int argc, char** argv) {
                 untrained.colour ? static_cast<double>(trained.colour) / untrained.colour : 0.0,
                 100.0 * trained.both / trained.n, secs);
     std::printf("last samples: %s/samples/step_%lld/grid.png\n", run_dir.c_str(), static_cast<long long>(last_step));
+    if (!peer.empty()) {
+      // The same architecture's training step in the pinned PyTorch + diffusers (bench/flux_step_peer.py),
+      // against this run's median s/step between logs (data loading included on our side).
+      std::vector<double> ours;
+      std::ifstream events(run_dir + "/events.jsonl");
+      for (std::string line; std::getline(events, line);) {
+        const auto e = nlohmann::json::parse(line);
+        if (e.value("type", "") == "metrics" && e.contains("s_per_step")) ours.push_back(e["s_per_step"].get<double>());
+      }
+      if (ours.empty()) throw std::runtime_error("no metrics events to time the steps by");
+      std::sort(ours.begin(), ours.end());
+      const double mine = ours[ours.size() / 2];
+      const std::string script = (fs::path(config_path).parent_path().parent_path() / "bench" / "flux_step_peer.py").string();
+      FILE* p = popen((peer + " " + script + " 2>/dev/null").c_str(), "r");
+      if (!p) throw std::runtime_error("cannot run " + peer);
+      double theirs = 0;
+      char buf[256];
+      while (std::fgets(buf, sizeof buf, p)) std::sscanf(buf, "peer_step_s %lf", &theirs);
+      pclose(p);
+      if (theirs <= 0) throw std::runtime_error(peer + " " + script + " printed no peer_step_s");
+      std::printf("step time: ZeroStudio %.4f s, the pinned PyTorch + diffusers %.4f s: %.2fx (goal >= 1.0)\n", mine,
+                  theirs, theirs / mine);
+    }
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

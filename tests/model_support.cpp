@@ -97,7 +97,7 @@ config::TrainerConfig small_config(std::vector<std::string> extra) {
       "data.generate=shapes",        "data.generate_count=64",      "data.resolution=16",
       "data.num_workers=1",          "training.batch_size=8",       "training.max_steps=30",
       "optimizer.lr=0.002",          "scheduler.type=cosine",       "scheduler.warmup_steps=5",
-      "sampling.every_n_steps=15",   "sampling.ddim_steps=5",       "sampling.guidance_scale=2",
+      "sampling.every_n_steps=15",   "sampling.steps=5",       "sampling.guidance_scale=2",
       "sampling.images_per_prompt=2", "checkpointing.every_n_steps=15", "logging.every_n_steps=1",
       "ema.enabled=true",            "ema.decay=0.9",               "model.prediction_type=v_prediction"};
   sets.insert(sets.end(), extra.begin(), extra.end());

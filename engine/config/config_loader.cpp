@@ -58,16 +58,33 @@ SourceLocation location_of_node(const YAML::Node& node, const std::string& file)
 
 // ---------------------------------------------------------------------------------------------
 // Schema migrations: migrations[v] turns a version-v document into version v+1.
-// Version 1 is the first schema, so there are none yet; add them here when a key moves.
 
 namespace {
+
+/// Moves `section`.`from` to `section`.`to` where the document has the old key and not the new.
+void rename_key(YAML::Node& root, const char* section, const char* from, const char* to) {
+  if (!root[section] || !root[section].IsMap()) return;
+  YAML::Node s = root[section];
+  if (!s[from] || s[to]) return;
+  s[to] = YAML::Clone(s[from]);
+  s.remove(from);
+}
+
 const std::map<std::int64_t, std::function<void(YAML::Node&)>>& migrations() {
-  static const std::map<std::int64_t, std::function<void(YAML::Node&)>> table;
+  static const std::map<std::int64_t, std::function<void(YAML::Node&)>> table = {
+      // 1 -> 2 (Flux.1): the sampler is the family's (DDIM or FlowMatch Euler).
+      {1, [](YAML::Node& root) { rename_key(root, "sampling", "ddim_steps", "steps"); }},
+  };
   return table;
 }
 
 void migrate(YAML::Node& root, const std::string& file, std::vector<ConfigProblem>& problems) {
-  if (!root.IsMap() || !root["version"]) return;  // no version: the current one
+  if (!root.IsMap()) return;
+  if (!root["version"]) {
+    // No version: the current schema, but a key that was only renamed is still understood.
+    rename_key(root, "sampling", "ddim_steps", "steps");
+    return;
+  }
   const YAML::Node node = root["version"];
   std::int64_t version = 0;
   try {

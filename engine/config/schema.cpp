@@ -76,10 +76,10 @@ SchemaBuilder build() {
   s.section("model", "What is trained.", /*defines_run=*/true);
   s.add("model.preset", T::choice, std::string("tiny"), ZS_REF(model.preset),
         "Architecture to build when `model.path` is empty: `tiny` (the quickstart's small pixel-space "
-        "UNet with its text encoder), `sd15`, `sdxl`, `flux-dev` or `flux-schnell` (standard shapes, for "
-        "estimates: also used by `zerostudio estimate` while `model.path` does not exist yet; Flux.1 "
-        "is estimated, not yet trained).",
-        {"tiny", "sd15", "sdxl", "flux-dev", "flux-schnell"});
+        "UNet with its text encoder), `flux-tiny` (the same quickstart with a small Flux.1 transformer in "
+        "pixel space, trained by flow matching), `sd15`, `sdxl`, `flux-dev` or `flux-schnell` (standard "
+        "shapes, for estimates: also used by `zerostudio estimate` while `model.path` does not exist yet).",
+        {"tiny", "sd15", "sdxl", "flux-tiny", "flux-dev", "flux-schnell"});
   s.add("model.path", T::path, std::string(""), ZS_REF(model.path),
         "A diffusers pipeline folder (with model_index.json) or a single-file checkpoint (`.safetensors` "
         "in the original layout, as A1111 and ComfyUI use; give `model.config_path` too), Stable "
@@ -91,6 +91,10 @@ SchemaBuilder build() {
         "unet/, vae/, text_encoder*/ config.json and scheduler/ are used where present (otherwise the "
         "configs are inferred from the tensor shapes, with Stable Diffusion's standard settings). A "
         "folder holding just vocab.json and merges.txt also works. Ignored for diffusers folders.");
+  s.add("model.max_sequence_length", T::integer, Value{}, ZS_REF(model.max_sequence_length),
+        "Flux.1: the T5 tokens each caption is padded or cut to (FluxPipeline's max_sequence_length). "
+        "null: 512 for [dev], 256 for [schnell] (as [schnell] is commonly run).")
+      .allow_null().range(1, 512);
   s.add("model.prediction_type", T::choice, std::string("epsilon"), ZS_REF(model.prediction_type),
         "Training target: the added noise (`epsilon`) or the velocity (`v_prediction`).",
         {"epsilon", "v_prediction"});
@@ -205,6 +209,27 @@ SchemaBuilder build() {
         {"auto", "plain", "blocked"});
   s.add("training.min_snr_gamma", T::number, 0.0, ZS_REF(training.min_snr_gamma),
         "Min-SNR-γ loss weighting (5 is typical); 0 turns it off.")
+      .range(0, {});
+  s.add("training.timestep_sampling", T::choice, std::string("shift"), ZS_REF(training.timestep_sampling),
+        "Flow-matching families (Flux.1): how training draws σ. uniform: U(0, 1). sigmoid: "
+        "sigmoid(`sigmoid_scale` · N(0, 1)) (ai-toolkit, SimpleTuner). logit_normal: sigmoid(N(`logit_mean`, "
+        "`logit_std`)) (SD3's paper). shift: sigmoid as above, then shifted for the image's token count "
+        "exactly as the model's scheduler shifts its sampling sigmas (sd-scripts' `flux_shift`), so "
+        "training sees the noise levels sampling visits.",
+        {"uniform", "sigmoid", "logit_normal", "shift"});
+  s.add("training.sigmoid_scale", T::number, 1.0, ZS_REF(training.sigmoid_scale),
+        "timestep_sampling sigmoid and shift: the scale of the normal draw (sd-scripts' --sigmoid_scale).")
+      .range(0, {});
+  s.add("training.logit_mean", T::number, 0.0, ZS_REF(training.logit_mean),
+        "timestep_sampling logit_normal: the mean of the normal draw.");
+  s.add("training.logit_std", T::number, 1.0, ZS_REF(training.logit_std),
+        "timestep_sampling logit_normal: the standard deviation of the normal draw.")
+      .range(0, {});
+  s.add("training.guidance", T::number, 1.0, ZS_REF(training.guidance),
+        "Guidance-distilled models (Flux.1 [dev]): the guidance value the transformer embeds while "
+        "training. 1.0 as SimpleTuner and ai-toolkit train and sd-scripts' Flux docs advise (its "
+        "script and diffusers' DreamBooth script default to 3.5): the run then learns the plain "
+        "conditional prediction, and sampling still embeds `sampling.guidance_scale`.")
       .range(0, {});
   s.add("training.method", T::choice, std::string("full"), ZS_REF(training.method),
         "full: every UNet weight trains. lora: the UNet's weights stay frozen and low-rank adapters "
@@ -413,12 +438,17 @@ SchemaBuilder build() {
   s.add("sampling.images_per_prompt", T::integer, I{1}, ZS_REF(sampling.images_per_prompt),
         "Images per prompt, each with its own fixed seed.")
       .range(1, 64);
-  s.add("sampling.ddim_steps", T::integer, I{50}, ZS_REF(sampling.ddim_steps),
-        "DDIM sampling steps.")
-      .range(1, 1000);
-  s.add("sampling.guidance_scale", T::number, 7.5, ZS_REF(sampling.guidance_scale),
-        "Classifier-free guidance scale; 1 turns guidance off.")
-      .range(0, {});
+  s.add("sampling.steps", T::integer, Value{}, ZS_REF(sampling.steps),
+        "Sampling steps (DDIM for Stable Diffusion, FlowMatch Euler for Flux.1). null: the family's "
+        "default (SD: 50; Flux.1 [dev] 28, [schnell] 4, as FluxPipeline). Schema version 1 called it "
+        "`ddim_steps`; such files are migrated.")
+      .allow_null().range(1, 1000);
+  s.add("sampling.guidance_scale", T::number, Value{}, ZS_REF(sampling.guidance_scale),
+        "Guidance scale. Stable Diffusion and models without a guidance embedding: classifier-free "
+        "guidance (1 turns it off). Flux.1 [dev]: the distilled guidance value the transformer embeds "
+        "(no classifier-free guidance runs). null: the family's default (SD 7.5; Flux.1 [dev] 3.5, "
+        "FluxPipeline's; [schnell] 1, no guidance).")
+      .allow_null().range(0, {});
   s.add("sampling.seed", T::integer, I{0}, ZS_REF(sampling.seed),
         "Seed of the first image; image k uses seed + k.")
       .range(0, {});

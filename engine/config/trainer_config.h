@@ -15,13 +15,14 @@
 namespace zs::config {
 
 /// Current version of the trainer YAML schema (the `version:` key).
-inline constexpr std::int64_t kSchemaVersion = 1;
+inline constexpr std::int64_t kSchemaVersion = 2;
 
 struct ModelConfig {
   std::string preset;           ///< architecture preset: tiny | sd15 | sdxl
   std::string path;             ///< diffusers folder or single file; empty: build from the preset
   std::string config_path;      ///< a single file's companion folder: tokenizers, configs
   std::string prediction_type;  ///< epsilon | v_prediction
+  std::optional<std::int64_t> max_sequence_length;  ///< Flux's T5 tokens; null: the family's default
 };
 
 /// Options of the metadata-JSON dataset layout (metadata/**/*.json with tags, score, path).
@@ -66,6 +67,10 @@ struct TrainingConfig {
   bool cpu_checkpointing{};                    ///< checkpointed unit inputs wait in CPU memory
   std::string attention;                       ///< auto | plain | blocked
   double min_snr_gamma{};                      ///< min-SNR-γ loss weighting; 0 = off
+  std::string timestep_sampling;               ///< flow matching: uniform | sigmoid | logit_normal | shift
+  double sigmoid_scale{};                      ///< sigmoid, shift: σ = sigmoid(scale · N(0, 1))
+  double logit_mean{}, logit_std{};            ///< logit_normal: σ = sigmoid(N(mean, std))
+  double guidance{};                           ///< guidance-distilled models: the embedded guidance while training
   std::string method;                          ///< full | lora (the UNet's base frozen, adapters trained)
   std::string train_text_encoder;              ///< auto | none | full | lora
 };
@@ -160,8 +165,8 @@ struct SamplingConfig {
   bool at_start{};                    ///< also sample before the first step
   std::vector<std::string> prompts;
   std::int64_t images_per_prompt{};
-  std::int64_t ddim_steps{};
-  double guidance_scale{};
+  std::optional<std::int64_t> steps;      ///< null: the family's default (models::sampling_steps)
+  std::optional<double> guidance_scale;   ///< null: the family's default (models::sampling_guidance)
   std::int64_t seed{};
   bool use_ema{};
 };

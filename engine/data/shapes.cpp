@@ -56,6 +56,15 @@ std::string shape_caption(const ShapeSpec& spec) {
   return with_article(spec.colour) + " " + spec.shape + " on " + with_article(spec.background) + " background";
 }
 
+std::vector<std::string> all_shape_captions() {
+  std::vector<std::string> out;
+  for (const auto& shape : shape_kinds())
+    for (const auto& colour : shape_palette())
+      for (const auto& back : shape_palette())
+        if (std::string(colour.name) != back.name) out.push_back(shape_caption({shape, colour.name, back.name}));
+  return out;
+}
+
 std::optional<ShapeSpec> parse_shape_caption(const std::string& caption) {
   std::istringstream in(caption);
   std::vector<std::string> w;

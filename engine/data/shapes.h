@@ -32,6 +32,9 @@ struct ShapeSpec {
 
 /// "a red circle on a blue background" ("an" before vowels).
 std::string shape_caption(const ShapeSpec& spec);
+/// Every caption the demo dataset can have (each shape, colour and other background): the words
+/// the tiny presets' tokenizers are built from where no dataset is at hand (the estimator).
+std::vector<std::string> all_shape_captions();
 /// Parses a caption written by shape_caption(); nullopt when it is not one.
 std::optional<ShapeSpec> parse_shape_caption(const std::string& caption);
 

@@ -132,7 +132,7 @@ DdimSampler::DdimSampler(const NoiseSchedule& schedule, std::int64_t steps) : sc
   const auto& c = schedule.config();
   const std::int64_t T = c.num_train_timesteps;
   if (steps < 1 || steps > T)
-    throw Error(ErrorKind::config, "sampling.ddim_steps: " + std::to_string(steps) + " must be between 1 and " +
+    throw Error(ErrorKind::config, "sampling.steps: " + std::to_string(steps) + " must be between 1 and " +
                                        std::to_string(T));
   step_ratio_ = T / steps;
   if (c.timestep_spacing == "leading") {

@@ -34,8 +34,12 @@ ClipTextConfig ClipTextConfig::from_json(const json& j, const std::string& sourc
     get("max_position_embeddings", c.max_position_embeddings);
     if (j.contains("hidden_act")) c.hidden_act = j["hidden_act"].get<std::string>();
     if (j.contains("layer_norm_eps")) c.layer_norm_eps = j["layer_norm_eps"].get<double>();
-    // HF configs carry transformers' placeholder ids (bos 0, eos 2); the real end id is the
-    // tokenizer's. Only our own configs set zerostudio_eos_token_id.
+    // Older HF configs carry transformers' placeholder ids (bos 0, eos 2), for which transformers
+    // pools at the largest id (argmax): with CLIP's vocabulary the first end token, 49407, the
+    // default here. Any other eos_token_id is where transformers pools (modeling_clip.py), as in
+    // newer configs and tiny vocabularies. Our own configs set zerostudio_eos_token_id.
+    if (j.contains("eos_token_id") && j["eos_token_id"].is_number_integer() && j["eos_token_id"].get<std::int64_t>() != 2)
+      c.eos_token_id = j["eos_token_id"].get<std::int64_t>();
     if (j.contains("zerostudio_eos_token_id")) c.eos_token_id = j["zerostudio_eos_token_id"].get<std::int64_t>();
     if (j.contains("architectures") && j["architectures"].is_array())
       for (const auto& a : j["architectures"]) c.with_projection |= a == "CLIPTextModelWithProjection";

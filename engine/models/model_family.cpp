@@ -62,6 +62,14 @@ std::vector<std::string> lora_targets(const config::TrainerConfig& cfg) {
   return cfg.lora.targets ? *cfg.lora.targets : family_of(cfg).default_lora_targets();
 }
 
+std::int64_t sampling_steps(const config::TrainerConfig& cfg) {
+  return cfg.sampling.steps ? *cfg.sampling.steps : family_of(cfg).default_sampling_steps(cfg);
+}
+
+double sampling_guidance(const config::TrainerConfig& cfg) {
+  return cfg.sampling.guidance_scale ? *cfg.sampling.guidance_scale : family_of(cfg).default_guidance_scale(cfg);
+}
+
 std::vector<std::string> text_encoder_lora_targets(const config::TrainerConfig& cfg) {
   return cfg.lora.text_encoder_targets ? *cfg.lora.text_encoder_targets
                                        : family_of(cfg).default_text_encoder_lora_targets();

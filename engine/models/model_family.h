@@ -109,6 +109,15 @@ class ModelFamily {
   /// and lora.text_encoder_targets defaults are the SD family's; messages name the family's own).
   virtual std::vector<std::string> default_lora_targets() const = 0;
   virtual std::vector<std::string> default_text_encoder_lora_targets() const = 0;
+  /// sampling.steps and sampling.guidance_scale when they are null (SD: 50 DDIM steps, CFG 7.5).
+  virtual std::int64_t default_sampling_steps(const config::TrainerConfig& cfg) const {
+    (void)cfg;
+    return 50;
+  }
+  virtual double default_guidance_scale(const config::TrainerConfig& cfg) const {
+    (void)cfg;
+    return 7.5;
+  }
   /// The estimator's description of the config's model (no weights allocated). Throws zs::Error
   /// naming the file when the model's config cannot be read.
   virtual estimate::ModelShape shape(const config::TrainerConfig& cfg) const = 0;
@@ -163,6 +172,10 @@ const ModelFamily* find_family(const std::string& name);
 
 /// lora.targets, or the family's default targets when it is null.
 std::vector<std::string> lora_targets(const config::TrainerConfig& cfg);
+/// sampling.steps, or the family's default when it is null.
+std::int64_t sampling_steps(const config::TrainerConfig& cfg);
+/// sampling.guidance_scale, or the family's default when it is null.
+double sampling_guidance(const config::TrainerConfig& cfg);
 /// lora.text_encoder_targets, or the family's default when it is null.
 std::vector<std::string> text_encoder_lora_targets(const config::TrainerConfig& cfg);
 

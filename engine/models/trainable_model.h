@@ -22,6 +22,9 @@
 namespace torch::nn {
 class Module;
 }
+namespace zs::config {
+struct TrainerConfig;
+}
 namespace zs::data {
 class LatentCache;
 }
@@ -73,8 +76,17 @@ class TrainableModel {
   virtual std::int64_t sample_channels() const = 0;
   /// The training objective (timesteps, noising, loss) of this model's schedule.
   virtual std::unique_ptr<diffusion::Objective> objective() const = 0;
-  /// The sampler for samples of `sample_shape` [B, C, h, w] in `steps` steps (sampling.ddim_steps).
+  /// The sampler for samples of `sample_shape` [B, C, h, w] in `steps` steps (sampling.steps).
   virtual std::unique_ptr<diffusion::Sampler> sampler(std::int64_t steps, at::IntArrayRef sample_shape) const = 0;
+  /// Whether the denoiser takes the guidance scale as an input (guidance-distilled models: Flux.1
+  /// [dev]); sampling then gives it sampling.guidance_scale (set_sampling_guidance) instead of
+  /// running classifier-free guidance.
+  virtual bool embeds_guidance() const { return false; }
+  /// The guidance predict() embeds from now on; negative: the training value again.
+  virtual void set_sampling_guidance(double guidance) { (void)guidance; }
+  /// The run's settings the model follows (the objective's timestep sampling, the embedded
+  /// guidance while training, text lengths): called once the model is built or loaded.
+  virtual void configure(const config::TrainerConfig& cfg) { (void)cfg; }
 
   // ---- What trains, as the optimizer sees it --------------------------------------------------
   /// Every parameter of the trainable parts by full name ("<component>.<name>"); text encoders

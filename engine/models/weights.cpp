@@ -10,6 +10,17 @@
 #include "io/safetensors.h"
 
 namespace zs::models {
+
+WeightFiles::WeightFiles(const std::vector<std::string>& files) {
+  for (const auto& f : files) owned.push_back(std::make_unique<io::SafetensorsReader>(f));
+  for (const auto& r : owned) view.push_back(r.get());
+}
+
+at::Tensor WeightFiles::find(const std::string& name) const {
+  for (const auto* r : view)
+    if (r->contains(name)) return r->tensor(name);
+  return {};
+}
 namespace {
 
 std::string shape_text(at::IntArrayRef s) {

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,15 @@ class SafetensorsReader;
 }
 
 namespace zs::models {
+
+/// Safetensors files opened together (a sharded component), kept open while loading.
+struct WeightFiles {
+  explicit WeightFiles(const std::vector<std::string>& files);
+  /// The tensor `name` from the first file that has it; undefined when none does.
+  at::Tensor find(const std::string& name) const;
+  std::vector<std::unique_ptr<io::SafetensorsReader>> owned;
+  std::vector<const io::SafetensorsReader*> view;
+};
 
 /// What a load found beyond the module's own names.
 struct LoadReport {

@@ -13,13 +13,14 @@
 #include "data/dataset.h"
 #include "diffusion/objective.h"
 #include "io/atomic_file.h"
+#include "models/model_family.h"
 
 namespace zs::train {
 
 namespace fs = std::filesystem;
 
 at::Tensor sample_images(models::TrainableModel& model, const std::vector<std::string>& prompts,
-                         std::int64_t images_per_prompt, std::int64_t resolution, std::int64_t ddim_steps,
+                         std::int64_t images_per_prompt, std::int64_t resolution, std::int64_t steps,
                          double guidance_scale, std::int64_t seed, const at::Device& device) {
   c10::NoGradGuard no_grad;
   const bool was_training = model.is_training();
@@ -35,9 +36,12 @@ at::Tensor sample_images(models::TrainableModel& model, const std::vector<std::s
     }
   const auto n = static_cast<std::int64_t>(captions.size());
   at::Tensor x = at::stack(noise).to(device);
-  const std::unique_ptr<diffusion::Sampler> sampler = model.sampler(ddim_steps, x.sizes());
+  const std::unique_ptr<diffusion::Sampler> sampler = model.sampler(steps, x.sizes());
   const models::TextConditioning cond = model.condition(captions, device);
-  const bool guided = guidance_scale != 1.0;
+  // Guidance-distilled models embed the scale; the others run classifier-free guidance.
+  const bool embedded = model.embeds_guidance();
+  if (embedded) model.set_sampling_guidance(guidance_scale);
+  const bool guided = !embedded && guidance_scale != 1.0;
   models::TextConditioning both = cond;
   if (guided) {
     const models::TextConditioning empty = model.condition(std::vector<std::string>(captions.size(), ""), device);
@@ -55,6 +59,7 @@ at::Tensor sample_images(models::TrainableModel& model, const std::vector<std::s
     }
     x = sampler->step(i, out, x);
   }
+  if (embedded) model.set_sampling_guidance(-1);
   x = model.to_images(x);  // the decoder for latent models
   model.train(was_training);
   return x.clamp(-1, 1).to(at::kCPU);
@@ -90,12 +95,13 @@ io::Image make_grid(const std::vector<io::Image>& images, int columns) {
   return grid;
 }
 
-SampleFolder write_samples(models::TrainableModel& model, const config::SamplingConfig& sampling,
-                           std::int64_t resolution, const at::Device& device, const std::string& samples_root,
-                           std::int64_t step, bool write_files) {
+SampleFolder write_samples(models::TrainableModel& model, const config::TrainerConfig& cfg, const at::Device& device,
+                           const std::string& samples_root, std::int64_t step, bool write_files) {
+  const config::SamplingConfig& sampling = cfg.sampling;
   if (sampling.prompts.empty()) return {};
-  const at::Tensor images = sample_images(model, sampling.prompts, sampling.images_per_prompt, resolution,
-                                          sampling.ddim_steps, sampling.guidance_scale, sampling.seed, device);
+  const at::Tensor images =
+      sample_images(model, sampling.prompts, sampling.images_per_prompt, cfg.data.resolution,
+                    models::sampling_steps(cfg), models::sampling_guidance(cfg), sampling.seed, device);
   if (!write_files) return {};
   const fs::path final_dir = fs::path(samples_root) / ("step_" + std::to_string(step));
   const fs::path tmp_dir = fs::path(samples_root) / (".step_" + std::to_string(step) + ".tmp");

@@ -1,5 +1,6 @@
 #pragma once
-// The image logger: samples the model with DDIM and classifier-free guidance and writes
+// The image logger: samples the model with its family's sampler (DDIM, FlowMatch Euler) and
+// guidance (classifier-free, or embedded for guidance-distilled models) and writes
 // samples/step_<N>/ (000.png ... in generation order, grid.png, prompts.json) atomically.
 
 #include <cstdint>
@@ -15,9 +16,11 @@
 namespace zs::train {
 
 /// Generates images: `prompts` × `images_per_prompt`; image k (in prompt-major order) starts
-/// from noise seeded with `seed + k`. Returns [N, C, R, R] in [-1, 1] on the CPU.
+/// from noise seeded with `seed + k`, and takes `steps` steps of the model's sampler;
+/// `guidance_scale` is classifier-free guidance's scale (1: off), or for models that embed
+/// guidance the value they embed. Returns [N, C, R, R] in [-1, 1] on the CPU.
 at::Tensor sample_images(models::TrainableModel& model, const std::vector<std::string>& prompts,
-                         std::int64_t images_per_prompt, std::int64_t resolution, std::int64_t ddim_steps,
+                         std::int64_t images_per_prompt, std::int64_t resolution, std::int64_t steps,
                          double guidance_scale, std::int64_t seed, const at::Device& device);
 
 /// [C, H, W] in [-1, 1] -> 8-bit RGB (grey for 1 channel; the first 3 channels otherwise).
@@ -26,7 +29,8 @@ io::Image to_image(const at::Tensor& chw);
 /// integer factor (nearest neighbour) so they can be seen.
 io::Image make_grid(const std::vector<io::Image>& images, int columns);
 
-/// Samples per `sampling` and writes `samples_root`/step_<step>/ (via a hidden temporary folder,
+/// Samples per the config's `sampling` section (steps and guidance resolved by the model's family)
+/// at data.resolution and writes `samples_root`/step_<step>/ (via a hidden temporary folder,
 /// then rename). Returns the folder and the number of images.
 struct SampleFolder {
   std::string dir;
@@ -34,8 +38,7 @@ struct SampleFolder {
 };
 /// With `write_files` false the images are only computed (other ranks under ZeRO stage 3,
 /// whose collectives the sampler's forward passes take part in).
-SampleFolder write_samples(models::TrainableModel& model, const config::SamplingConfig& sampling,
-                           std::int64_t resolution, const at::Device& device, const std::string& samples_root,
-                           std::int64_t step, bool write_files = true);
+SampleFolder write_samples(models::TrainableModel& model, const config::TrainerConfig& cfg, const at::Device& device,
+                           const std::string& samples_root, std::int64_t step, bool write_files = true);
 
 }  // namespace zs::train

@@ -130,11 +130,8 @@ void Trainer::State::restore(const checkpoint::CheckpointInfo& ckpt) {
   optimizer->load_shards([&](const std::string& unit, const std::string& kind, std::int64_t first, std::int64_t count) {
                            return reader.read_as(layout.at(unit), kind, first, count); },
                          meta.optimizer_steps, with_ema);
-  // Every rank's noise generator is in rank 0's file.
-  const io::SafetensorsReader first(ckpt.path + "/" + checkpoint::shard_file_name(0));
-  const std::string rng_key = "rng.cpu." + std::to_string(rank);
-  if (first.contains(rng_key)) gen.set_state(first.tensor(rng_key));
-  else warn("the checkpoint has no random state for rank " + std::to_string(rank) + "; its noise starts afresh");
+  // The noise needs no state: each sample's generator is seeded by its batch and place
+  // (sample_generator), so it follows from batches_consumed.
   if (main_rank() && meta.world_size != world)
     log("resumed a checkpoint of " + std::to_string(meta.world_size) + " ranks at stage " + std::to_string(meta.stage) +
         " on " + std::to_string(world) + " ranks at stage " + std::to_string(cfg.zero.stage));
@@ -293,6 +290,7 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
         "stage 3)");
     sharded_init.reset();
   }
+  model->configure(cfg);  // the run's settings (a loaded model folder carries none)
   model->set_text_training(trained.text);
   if (checkpoint_needs_base(trained, *model)) {
     // The checkpoints will hold adapters (or leave a frozen encoder out): they name the base, and
@@ -339,9 +337,6 @@ void Trainer::State::build_data(std::vector<data::DataItem> items) {
   const std::string data_path = config::dataset_folder(cfg, run_dir);
   const data::MetadataOptions scan = dataset_scan();
   lr = std::make_unique<LrSchedule>(cfg);
-  // Each rank draws its own noise and timestep
-  gen = at::detail::createCPUGenerator(static_cast<std::uint64_t>(cfg.training.seed) + 1 +
-                                         static_cast<std::uint64_t>(rank) * 7919);
 
   data::LoaderOptions lo = loader_options(cfg);
   lo.shard = rank;

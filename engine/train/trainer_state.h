@@ -89,7 +89,6 @@ struct Trainer::State {
   std::unique_ptr<data::LatentCache> latent_cache;  // pipelines with data.cache_latents
   std::unique_ptr<data::LatentCache> text_cache;    // pipelines with data.cache_text_embeddings
   std::unique_ptr<LrSchedule> lr;
-  at::Generator gen;
   std::int64_t step = 0;              // optimizer steps done
   std::int64_t batches_consumed = 0;  // micro batches taken from the loader
   std::int64_t n_params = 0;          // the model's parameters (run_start)

@@ -17,6 +17,7 @@
 #include "models/activation_checkpoint.h"
 #include "models/attention.h"
 #include "train/rank_figures.h"
+#include "train/sample_generator.h"
 #include "train/image_logger.h"
 #include "train/validation_set.h"
 #include "train/trainer_state.h"
@@ -92,9 +93,24 @@ StepResult Trainer::State::train_step() {
     optimizer->set_last_micro_step(micro == accum - 1);
     const data::Batch batch = loader->next();
     ++batches_consumed;
-    const at::Tensor x0 = model->to_model_space(batch.images.to(device), gen, latent_cache.get(), &batch.keys);  // latents for pipelines
-    const at::Tensor noise = at::randn(x0.sizes(), gen).to(device);
-    const at::Tensor t = objective->sample_timesteps(x0.sizes(), gen).to(device);
+    // Every random draw of a sample (its latent, noise and timestep) comes from its own generator,
+    // seeded by the global batch and the sample's place in it: one rank accumulating two
+    // micro-batches draws exactly what two ranks draw, and a resumed run what it would have drawn.
+    const std::int64_t n = batch.images.size(0);
+    std::vector<at::Tensor> x0s, noises, ts;
+    for (std::int64_t j = 0; j < n; ++j) {
+      at::Generator g = sample_generator(cfg.training.seed, batch.index, j);
+      const bool keyed = static_cast<std::int64_t>(batch.keys.size()) == n;
+      const std::vector<std::string> key = keyed ? std::vector<std::string>{batch.keys[static_cast<std::size_t>(j)]}
+                                                 : std::vector<std::string>{};
+      x0s.push_back(model->to_model_space(batch.images.narrow(0, j, 1).to(device), g, latent_cache.get(),
+                                          keyed ? &key : nullptr));  // latents for pipelines
+      noises.push_back(at::randn(x0s.back().sizes(), g));
+      ts.push_back(objective->sample_timesteps(x0s.back().sizes(), g));
+    }
+    const at::Tensor x0 = at::cat(x0s);
+    const at::Tensor noise = at::cat(noises).to(device);
+    const at::Tensor t = at::cat(ts).to(device);
     const models::TextConditioning cond = model->condition(batch.captions, device, text_cache.get());
     const at::Tensor pred = model->predict(objective->add_noise(x0, noise, t), t, cond, batch.geometry);
     const at::Tensor per_sample = objective->loss(pred, x0, noise, t);  // [B]
@@ -216,7 +232,7 @@ void Trainer::State::sample() {
   SampleFolder folder;
   phase("sampling", [&] {
     if (swap) optimizer->swap_ema();
-    if (compute) folder = write_samples(*model, cfg.sampling, cfg.data.resolution, device, samples_dir(), step, main_rank());
+    if (compute) folder = write_samples(*model, cfg, device, samples_dir(), step, main_rank());
     if (swap) optimizer->swap_ema();
   });
   if (main_rank()) emit(event::samples, {{"dir", folder.dir}, {"count", folder.count}});
@@ -270,13 +286,7 @@ bool Trainer::State::save(const std::string& reason) {
   request.checkpoints_dir = checkpoints_dir();
   request.tag = reason == "overwrite" ? "overwrite" : "step_" + std::to_string(step);
   request.shard = optimizer->shard_state();
-  // Every rank's noise generator goes into rank 0's file (so any world size can resume it).
-  const at::Tensor rng = gen.get_state();
-  at::Tensor rngs = at::zeros({rng.numel() * world}, rng.options());
-  if (world > 1) comm->all_gather(rng.contiguous(), rngs);
-  else rngs.copy_(rng);
   if (main_rank()) {
-    for (int r = 0; r < world; ++r) request.shard.emplace_back("rng.cpu." + std::to_string(r), rngs.chunk(world)[r].clone());
     checkpoint::CheckpointMeta meta;
     meta.step = step;
     meta.optimizer_steps = optimizer->steps();

@@ -168,7 +168,7 @@ class TestTensorBoard : public QObject {
     p.start(zs::test::cliPath(),
             {"train", zs::test::quickstart(), "--run-dir", run, "--set", "data.generate_count=32",
              "--set", "training.batch_size=4", "--set", "training.max_steps=4", "--set", "logging.every_n_steps=2", "--set",
-             "sampling.every_n_steps=2", "--set", "sampling.ddim_steps=2", "--set", "checkpointing.every_n_steps=0"});
+             "sampling.every_n_steps=2", "--set", "sampling.steps=2", "--set", "checkpointing.every_n_steps=0"});
     QVERIFY(p.waitForFinished(120000));
     report.setOutput("train", QString::fromUtf8(p.readAll()));
     QCOMPARE(p.exitCode(), 0);

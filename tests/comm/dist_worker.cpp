@@ -26,6 +26,7 @@
 #include "comm/communicator.h"
 #include "io/safetensors.h"
 #include "models/clip_text_model.h"
+#include "models/flux/flux_transformer.h"
 #include "models/lora.h"
 #include "models/sd/sd_family.h"
 #include "models/sd/unet_2d_condition.h"
@@ -105,6 +106,65 @@ models::UNet2DConditionModel two_level_unet(std::uint64_t seed, std::int64_t in,
 /// The model of the exactness scenarios.
 models::UNet2DConditionModel small_unet() { return two_level_unet(11, 3, {16, 32}, 1, 16, {2, 4}, 8); }
 
+/// A small Flux.1 transformer ([dev]-shaped: guidance embedding; two blocks of each kind, 16
+/// wide) on the same 3-channel 8 × 8 samples, packed 2×2 into 16 tokens of 12 values.
+models::FluxTransformer2DModel small_flux() {
+  at::manual_seed(11);
+  models::FluxConfig c;
+  c.in_channels = c.out_channels = 12;
+  c.num_layers = 2;
+  c.num_single_layers = 2;
+  c.attention_head_dim = 8;
+  c.num_attention_heads = 2;
+  c.joint_attention_dim = 16;
+  c.pooled_projection_dim = 16;
+  c.guidance_embeds = true;
+  c.axes_dims_rope = {2, 2, 4};
+  return models::FluxTransformer2DModel(c);
+}
+
+/// The denoiser of the exactness scenario, a UNet or a Flux transformer, as the trainer sees
+/// either: units, hooks, checkpointing, LoRA targets and one forward from (x, t, context).
+struct Denoiser {
+  models::UNet2DConditionModel unet{nullptr};
+  models::FluxTransformer2DModel flux{nullptr};
+  explicit Denoiser(bool is_flux) {
+    if (is_flux) flux = small_flux();
+    else unet = small_unet();
+  }
+  torch::nn::Module* operator->() const {
+    return flux ? static_cast<torch::nn::Module*>(flux.ptr().get()) : static_cast<torch::nn::Module*>(unet.ptr().get());
+  }
+  torch::nn::Module& operator*() const { return *operator->(); }
+  std::vector<models::ParamUnit> units() const { return flux ? flux->units() : unet->units(); }
+  void set_unit_hooks(std::shared_ptr<models::UnitHooks> h) {
+    if (flux) flux->set_unit_hooks(std::move(h));
+    else unet->set_unit_hooks(std::move(h));
+  }
+  void set_gradient_checkpointing(bool on) {
+    if (flux) flux->set_gradient_checkpointing(on);
+    else unet->set_gradient_checkpointing(on);
+  }
+  /// The trainer's LoRA targets: the UNet's attention and resnets' conv1, Flux's family default.
+  std::vector<std::string> lora_targets() const {
+    if (flux) return {"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out",
+                      "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj", "ff_context.net.2"};
+    return {"to_q", "to_k", "to_v", "to_out.0", "conv1"};
+  }
+  /// The prediction for samples `x` [B, 3, 8, 8] at timesteps `t` [B] in [0, 1000) under `ctx`
+  /// [B, 4, 16]: Flux sees σ = t / 1000, the packed tokens, the context's mean as the pooled
+  /// embedding and guidance 1 (FluxModel::predict's arrangement).
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& ctx) {
+    if (!flux) return unet->forward(x, t, ctx);
+    const auto opts = x.options();
+    const at::Tensor tokens = models::flux_pack_latents(x.contiguous());
+    const at::Tensor out = flux->forward(tokens, ctx, ctx.mean(1), t.to(at::kDouble) / 1000.0,
+                                         models::flux_image_ids(x.size(2) / 2, x.size(3) / 2, opts),
+                                         at::zeros({ctx.size(1), 3}, opts), at::ones({x.size(0)}, opts));
+    return models::flux_unpack_latents(out, x.size(2), x.size(3));
+  }
+};
+
 /// Variations of the ZeRO run, from a comma-separated list: f64 (float64 instead of float32),
 /// bf16 (bf16 compute with fp32 masters), ckpt (activation checkpointing on the sharded model
 /// only), opt=cpu|nvme and param=cpu|nvme (offload), nvme=DIR (the NVMe folder), subgroup=N,
@@ -113,9 +173,9 @@ models::UNet2DConditionModel small_unet() { return two_level_unet(11, 3, {16, 32
 /// adapters on the attention projections and the resnets' conv1; the base frozen, given to the
 /// optimizer as frozen units, so stage 3 partitions it), te=full|lora (a small CLIP text encoder
 /// makes the UNet's context from token ids and trains in full, or through adapters on its
-/// attention projections).
+/// attention projections), flux (the denoiser is a small Flux.1 transformer instead of the UNet).
 struct Variant {
-  bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false, lora = false;
+  bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false, lora = false, flux = false;
   std::string te;  // "", full or lora
   zero::ZeroOptions::Offload opt = zero::ZeroOptions::Offload::none, param = zero::ZeroOptions::Offload::none;
   std::string nvme;
@@ -132,6 +192,7 @@ struct Variant {
       else if (f == "cuda") cuda = true;
       else if (f == "nccl") nccl = cuda = true;
       else if (f == "lora") lora = true;
+      else if (f == "flux") flux = true;
       else if (f.rfind("te=", 0) == 0) te = f.substr(3);
       else if (f.rfind("opt=", 0) == 0) opt = device(f.substr(4));
       else if (f.rfind("param=", 0) == 0) param = device(f.substr(6));
@@ -157,8 +218,8 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
                    std::vector<std::string>& nvme_dirs) {
   const bool f64 = v.f64;
   const int rank = c.rank(), world = c.world_size();
-  auto unet = small_unet();
-  auto ref = small_unet();  // same seed, same initial weights
+  Denoiser unet(v.flux);
+  Denoiser ref(v.flux);  // same seed, same initial weights
   const auto dtype = f64 ? at::kDouble : at::kFloat;
   unet->to(dtype);
   ref->to(dtype);
@@ -182,7 +243,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   o.run_tag = "dist-test";
   o.log = [](const std::string& line) { std::printf("log %s\n", line.c_str()); };
   std::vector<std::pair<std::string, at::Tensor>> ref_params, live_params;
-  std::vector<models::ParamUnit> units = unet->units();
+  std::vector<models::ParamUnit> units = unet.units();
   std::map<std::string, at::Tensor> base_before;
   models::LoraOptions lo;
   lo.rank = 4;
@@ -190,7 +251,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   if (v.lora) {
     // The same adapters on both sides (one seed), in the compute dtype; the optimizer sees the
     // base as frozen units (partitioned at stage 3) and one unit of adapters, kept whole.
-    for (auto* m : {&unet, &ref}) models::attach_lora(**m, {"to_q", "to_k", "to_v", "to_out.0", "conv1"}, lo, 7, dtype);
+    for (auto* m : {&unet, &ref}) models::attach_lora(**m, unet.lora_targets(), lo, 7, dtype);
     for (const auto& p : unet->named_parameters()) base_before[p.key()] = p.value().detach().clone();
     for (auto& u : units) u.frozen = true;
     units.push_back(models::lora_unit(*unet, "lora_unet", ""));
@@ -239,9 +300,9 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   nvme_dirs = opt.nvme_dirs();
   // Stage 3 gathers through the hooks (LoRA: the frozen base's units); every stage overlaps its
   // reduction there (the units after the UNet's are reduced after backward).
-  unet->set_unit_hooks(opt.unit_hooks());
-  unet->set_gradient_checkpointing(v.ckpt);  // stage 3 must gather a unit again for its rerun
-  const std::size_t unet_units = unet->units().size();
+  unet.set_unit_hooks(opt.unit_hooks());
+  unet.set_gradient_checkpointing(v.ckpt);  // stage 3 must gather a unit again for its rerun
+  const std::size_t unet_units = unet.units().size();
   if (stage == 3 && !v.lora && !check(opt.sharded_units() + 1 == unet_units, "every unit but io is sharded")) return 1;
   if (v.lora && !check(opt.sharded_units() == 0, "the LoRA unit is kept whole")) return 1;
   if (v.lora && stage == 3 && !check(opt.sharded_frozen_units() + 1 == unet_units, "every base unit but io is sharded"))
@@ -267,8 +328,8 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
     for (int k = 0; k < accum; ++k) {
       opt.set_last_micro_step(k == accum - 1);
       const std::int64_t from = rank * per_rank + k * micro;
-      const at::Tensor out = unet->forward(x.narrow(0, from, micro).to(dev), t.narrow(0, from, micro).to(dev),
-                                           context(te, ctx, ids, from, micro, dev));
+      const at::Tensor out = unet.forward(x.narrow(0, from, micro).to(dev), t.narrow(0, from, micro).to(dev),
+                                          context(te, ctx, ids, from, micro, dev));
       ((out - target.narrow(0, from, micro).to(dev)).pow(2).mean() / accum).backward();
     }
     opt.reduce_gradients();
@@ -283,7 +344,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
       for (int k = 0; k < accum; ++k) {
         const std::int64_t from = r * per_rank + k * micro;
         const at::Tensor out =
-            ref->forward(x.narrow(0, from, micro), t.narrow(0, from, micro), context(ref_te, ctx, ids, from, micro, at::kCPU));
+            ref.forward(x.narrow(0, from, micro), t.narrow(0, from, micro), context(ref_te, ctx, ids, from, micro, at::kCPU));
         ((out - target.narrow(0, from, micro)).pow(2).mean() / accum).backward();
       }
       c10::NoGradGuard no_grad;
@@ -318,7 +379,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
     for (const auto& [name, p] : live_params) mine[name] = p.detach().cpu();
   // LoRA: the frozen base is bit for bit what it was (gathered unit by unit where partitioned).
   if (v.lora) {
-    const auto base_units = unet->units();
+    const auto base_units = unet.units();
     for (std::size_t i = 0; i < base_units.size(); ++i) {
       opt.gather(i);
       for (const auto& [name, p] : base_units[i].parameters)
@@ -334,7 +395,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
     // bf16 computes every gradient with 8-bit mantissas and Adam's early steps are close to sign
     // descent, so single elements may move differently; the run as a whole must move the same
     // way as fp32: the cosine between the two updates (weights and EMA) over all parameters.
-    auto initial = small_unet();
+    Denoiser initial(v.flux);
     std::map<std::string, at::Tensor> w0;
     for (const auto& p : initial->named_parameters()) w0[p.key()] = p.value().detach().to(at::kDouble);
     auto cosine = [&](const std::map<std::string, at::Tensor>& a, const std::vector<std::pair<std::string, at::Tensor>>& b) {
@@ -391,7 +452,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   std::printf("state %lld %lld %lld psi %lld padded %lld units %zu persistent %lld worst %.3g %s\n",
               static_cast<long long>(b.parameters), static_cast<long long>(b.gradients),
               static_cast<long long>(b.optimizer_states), static_cast<long long>(opt.numel()),
-              static_cast<long long>(opt.padded_numel()), unet->units().size(),
+              static_cast<long long>(opt.padded_numel()), unet.units().size(),
               static_cast<long long>(opt.persistent_numel()), worst, worst_name.c_str());
   return check(worst <= tolerance, "weights differ from the single-process reference") ? 0 : 1;
 }

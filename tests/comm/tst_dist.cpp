@@ -133,6 +133,16 @@ class TestDist : public QObject {
     for (int stage : {0, 2, 3})
       QTest::addRow("stage %d, 2 ranks, accumulation 2, gradient checkpointing, f64", stage)
           << stage << 2 << 2 << 0.0 << "f64,ckpt";
+    // Flux.1's transformer (issue 35): its double- and single-stream blocks as units, under every
+    // stage on 1 and 2 ranks, with checkpointing, LoRA on the family's default targets and offload.
+    for (int stage : {0, 1, 2, 3})
+      for (int world : {1, 2}) QTest::addRow("flux, stage %d, %d ranks, f64", stage, world) << stage << world << 1 << 0.0 << "f64,flux";
+    QTest::newRow("flux, stage 3, 2 ranks, accumulation 2, clipping, gradient checkpointing, f64")
+        << 3 << 2 << 2 << 0.05 << "f64,flux,ckpt";
+    QTest::newRow("flux, stage 2, 2 ranks, optimizer on nvme, f64") << 2 << 2 << 1 << 0.0 << "f64,flux,opt=nvme,nvme=@";
+    QTest::newRow("flux lora, stage 1, 2 ranks, f64") << 1 << 2 << 1 << 0.0 << "f64,flux,lora";
+    QTest::newRow("flux lora, stage 3, 2 ranks, base and optimizer on cpu, f64")
+        << 3 << 2 << 1 << 0.0 << "f64,flux,lora,param=cpu,opt=cpu";
   }
 
   // After 5 AdamW steps the weights equal one process training the same samples in the same

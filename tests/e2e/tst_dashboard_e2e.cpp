@@ -33,7 +33,7 @@ namespace {
 
 QStringList smallRun(const QString& root) {
   return {"data.generate_count=64", "training.batch_size=8", "training.max_steps=30", "sampling.every_n_steps=10",
-          "sampling.ddim_steps=4", "checkpointing.every_n_steps=20", "logging.every_n_steps=2",
+          "sampling.steps=4", "checkpointing.every_n_steps=20", "logging.every_n_steps=2",
           "logging.runs_root=" + root, "launch.timeout_s=20"};
 }
 

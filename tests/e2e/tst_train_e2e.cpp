@@ -390,7 +390,7 @@ class TestTrainE2E : public QObject {
         QVERIFY(checkpoint::verify_checkpoint(info).empty());
         QVERIFY(info.meta.contains("sharding") && info.meta.contains("config_hash") && info.meta.contains("samples_seen"));
         const io::SafetensorsReader shard(path + "/rank0.safetensors");
-        QVERIFY(shard.contains("io/ema") && shard.contains("text_encoder/exp_avg") && shard.contains("rng.cpu.0"));
+        QVERIFY(shard.contains("io/ema") && shard.contains("text_encoder/exp_avg"));
       }
     }
     QCOMPARE(samples, 2);

@@ -8,6 +8,7 @@
 #include "config/config_writer.h"
 #include "config/schema.h"
 #include "config/schema_markdown.h"
+#include "models/model_family.h"
 #include "test_support.h"
 
 using namespace zs::config;
@@ -180,7 +181,7 @@ logging:
     QTest::newRow("yaml syntax") << "zero:\n  stage: [1\n"
                                  << "t.yaml:3:1: YAML syntax error: end of sequence flow not found";
     QTest::newRow("newer version") << "version: 9\n"
-                                   << "t.yaml:1:10: version: this file uses schema version 9, but this ZeroStudio reads up to version 1; update ZeroStudio";
+                                   << "t.yaml:1:10: version: this file uses schema version 9, but this ZeroStudio reads up to version 2; update ZeroStudio";
     QTest::newRow("positive steps") << "training:\n  max_steps: 0\n"
                                     << "t.yaml:2:14: training.max_steps: must be >= 1 (got 0)";
     QTest::newRow("positive accumulation") << "training:\n  gradient_accumulation_steps: 0\n"
@@ -411,6 +412,26 @@ launch: {num_processes: 4, num_machines: 2, machine_rank: 1, main_process_ip: 10
   void versionIsOptionalAndMigrationKeepsCurrent() {
     QCOMPARE(load_config_string("zero: {stage: 1}", "t.yaml").config.version, kSchemaVersion);
     QCOMPARE(load_config_string("version: 1", "t.yaml").config.version, kSchemaVersion);
+  }
+
+  // Schema 2 (Flux.1) renamed sampling.ddim_steps to sampling.steps: a version-1 file (and one
+  // without a version) migrates; a version-2 file with the old key is refused with a suggestion.
+  // sampling.steps and sampling.guidance_scale default to null, the family's (SD: 50 and 7.5).
+  void samplingStepsMigrateFromDdimSteps() {
+    const auto v1 = load_config_string("version: 1\nsampling: {ddim_steps: 7, guidance_scale: 2}\n", "t.yaml").config;
+    QCOMPARE(v1.sampling.steps, std::optional<std::int64_t>(7));
+    QCOMPARE(v1.version, std::int64_t{2});
+    QCOMPARE(load_config_string("sampling: {ddim_steps: 9}\n", "t.yaml").config.sampling.steps, std::optional<std::int64_t>(9));
+    try {
+      load_config_string("version: 2\nsampling: {ddim_steps: 9}\n", "t.yaml");
+      QFAIL("a version-2 file with ddim_steps loaded");
+    } catch (const ConfigError& e) {
+      QVERIFY2(QString(e.what()).contains("sampling.ddim_steps"), e.what());
+    }
+    const auto defaults = load_config_string("version: 2\n", "t.yaml").config;
+    QVERIFY(!defaults.sampling.steps && !defaults.sampling.guidance_scale);
+    QCOMPARE(zs::models::sampling_steps(defaults), std::int64_t{50});
+    QCOMPARE(zs::models::sampling_guidance(defaults), 7.5);
   }
 
   void suggestions() {

@@ -563,6 +563,20 @@ class TestEstimate : public QObject {
         QVERIFY2(named, e.what());
       }
     }
+    // And the flow-matching keys mean nothing for Stable Diffusion.
+    const std::string sd = (test::sourceDir() + "/configs/sd15-lora.yaml").toStdString();
+    for (const std::string set : {"training.guidance=3.5", "training.timestep_sampling=uniform", "model.max_sequence_length=256"}) {
+      try {
+        config::load_config_file(sd, {set});
+        QFAIL(set.c_str());
+      } catch (const config::ConfigError& e) {
+        const std::string key = set.substr(0, set.find('='));
+        bool named = false;
+        for (const auto& p : e.problems()) named |= p.message.find("does not apply to sd models") != std::string::npos &&
+                                                   p.key == key;
+        QVERIFY2(named, e.what());
+      }
+    }
     QTemporaryDir dir;
     QVERIFY(QDir(dir.path()).mkpath("transformer"));
     QFile f(dir.filePath("transformer/config.json"));

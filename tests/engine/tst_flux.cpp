@@ -21,7 +21,10 @@
 #include "core/meta_tensors.h"
 #include "io/safetensors.h"
 #include "models/autoencoder_kl.h"
+#include "config/config_loader.h"
 #include "models/flux/flux_single_file.h"
+#include "models/model_family.h"
+#include "models/trainable_model.h"
 #include "models/flux/flux_transformer.h"
 #include "models/t5_encoder.h"
 #include "models/t5_tokenizer.h"
@@ -55,6 +58,8 @@ void load_fixture_weights(FluxTransformer2DModelImpl& model, const zs::io::Safet
     return ref.contains(key) ? ref.tensor(key) : at::Tensor();
   }, "flux_transformer.safetensors");
 }
+
+std::int64_t default_sampling_steps_of(const zs::config::TrainerConfig& cfg) { return sampling_steps(cfg); }
 
 double flux_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
@@ -367,6 +372,124 @@ class TestFlux : public QObject {
     const FluxConfig full = FluxConfig::from_json(nlohmann::json::object(), "defaults");
     QCOMPARE(full.inner_dim(), std::int64_t{3072});
     QCOMPARE(full.num_layers + full.num_single_layers, std::int64_t{57});
+  }
+
+  // A whole diffusers Flux folder (tests/fixtures/flux-tiny/, gen/flux_pipeline.py: sharded
+  // transformer/ and text_encoder_2/ with their index files, CLIP and T5 tokenizers in the formats
+  // a Flux folder ships) as a run loads it, against FluxPipeline (pipeline_flux.py): encode_prompt's
+  // T5 states and CLIP pooled output, then 3 FlowMatch Euler steps with the embedded guidance 3.5
+  // from the same latents, and the VAE's decoding with shift and scale. Within 1e-5 in float32.
+  void pipelineFolderSamplesAsFluxPipeline() {
+    const std::string folder = zs::test::peerFixture("flux-tiny").toStdString();
+    const zs::io::SafetensorsReader ref(zs::test::peerFixture("flux_pipeline.safetensors").toStdString());
+    const auto loaded = zs::config::load_config_string(
+        "model: {path: '" + folder + "', max_sequence_length: 16}\ndata: {resolution: 16}\n", "flux.yaml");
+    const ModelFamily& family = family_of(loaded.config);
+    QCOMPARE(QString::fromStdString(family.name()), QString("flux"));
+    const auto model = family.build(loaded.config, {}, {});
+    QVERIFY(model->has_latent_space());
+    QVERIFY(model->embeds_guidance());
+    QCOMPARE(model->pixel_factor(), std::int64_t{4});  // the tiny VAE's 2 × the packing's 2
+    QCOMPARE(default_sampling_steps_of(loaded.config), std::int64_t{28});
+    c10::NoGradGuard no_grad;
+    const std::vector<std::string> prompts = {"a red circle on a blue sky", "", "a small  dark cat under the tree"};
+    const TextConditioning cond = model->condition(prompts, at::kCPU);
+    auto close = [](const at::Tensor& a, const at::Tensor& b, double tol, const char* what) {
+      const double scale = std::max(1.0, b.abs().max().item<double>());
+      const double d = flux_diff(a, b);
+      QVERIFY2(a.sizes() == b.sizes(), what);
+      QVERIFY2(d <= tol * scale, qPrintable(QString("%1 differs by %2 (scale %3)").arg(what).arg(d).arg(scale)));
+    };
+    close(cond.context, ref.tensor("prompt_embeds"), 1e-5, "T5's prompt_embeds");
+    close(cond.pooled, ref.tensor("pooled_prompt_embeds"), 1e-5, "CLIP's pooled_prompt_embeds");
+    at::Tensor x = ref.tensor("start");
+    const auto sampler = model->sampler(3, x.sizes());
+    model->set_sampling_guidance(3.5);
+    for (std::size_t i = 0; i < sampler->steps(); ++i)
+      x = sampler->step(i, model->predict(x, sampler->timestep(i, x.size(0), at::kCPU), cond, {}), x);
+    close(x, ref.tensor("final"), 1e-5, "the sampled latents");
+    close(model->to_images(x), ref.tensor("decoded"), 1e-5, "the decoded images");
+  }
+
+  // A Flux folder with a part missing or broken is refused naming the file and what to do, and
+  // nothing is written.
+  void badFoldersNameTheFile() {
+    const QString source = zs::test::peerFixture("flux-tiny");
+    QTemporaryDir dir;
+    auto copy = [&](const QString& to) {
+      QVERIFY(QProcess::execute("cp", {"-r", source, to}) == 0);
+    };
+    auto refusal = [&](const QString& folder) -> QString {
+      const auto loaded = zs::config::load_config_string(
+          "model: {path: '" + folder.toStdString() + "', max_sequence_length: 16}\ndata: {resolution: 16}\n", "f.yaml");
+      try {
+        family_of(loaded.config).build(loaded.config, {}, {});
+        return "";
+      } catch (const zs::Error& e) {
+        return e.what();
+      }
+    };
+    // A missing shard.
+    const QString a = dir.path() + "/missing-shard";
+    copy(a);
+    QVERIFY(QFile::remove(a + "/transformer/diffusion_pytorch_model-00003-of-00010.safetensors"));
+    QString why = refusal(a);
+    QVERIFY2(why.contains("diffusion_pytorch_model.safetensors.index.json") && why.contains("00003-of-00010") &&
+                 why.contains("missing"), qPrintable(why));
+    // An index naming a tensor's file that is not there.
+    const QString b = dir.path() + "/bad-index";
+    copy(b);
+    {
+      QFile f(b + "/text_encoder_2/model.safetensors.index.json");
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      QByteArray text = f.readAll();
+      f.close();
+      text.replace("model-00002-of-00003.safetensors", "model-00002-of-00009.safetensors");
+      QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+      f.write(text);
+    }
+    why = refusal(b);
+    QVERIFY2(why.contains("model.safetensors.index.json") && why.contains("model-00002-of-00009"), qPrintable(why));
+    // A spiece.model that is not SentencePiece.
+    const QString c = dir.path() + "/bad-spiece";
+    copy(c);
+    {
+      QFile f(c + "/tokenizer_2/spiece.model");
+      QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+      f.write("this is not a sentencepiece model");
+    }
+    why = refusal(c);
+    QVERIFY2(why.contains("spiece.model"), qPrintable(why));
+    // No text_encoder_2 at all.
+    const QString d = dir.path() + "/no-t5";
+    copy(d);
+    QVERIFY(QDir(d + "/text_encoder_2").removeRecursively());
+    why = refusal(d);
+    QVERIFY2(why.contains("text_encoder_2"), qPrintable(why));
+  }
+
+  // The flux-tiny preset (quickstart-flux): pixel space packed 2×2, its own encoder trained with it,
+  // the family's sampling defaults, and a prediction of the sample's shape.
+  void tinyPresetPredictsInPixelSpace() {
+    const auto loaded = zs::config::load_config_string("model: {preset: flux-tiny}\ndata: {resolution: 16}\n", "t.yaml");
+    QCOMPARE(QString::fromStdString(family_of(loaded.config).name()), QString("flux"));
+    QVERIFY(resolve_trained_parts(loaded.config).text == TextEncoderTraining::full);
+    const auto model = family_of(loaded.config).build(loaded.config, {"a red circle", "a blue square"}, {});
+    model->set_text_training(TextEncoderTraining::full);
+    QVERIFY(!model->has_latent_space());
+    QVERIFY(!model->embeds_guidance());
+    QCOMPARE(model->sample_channels(), std::int64_t{3});
+    QCOMPARE(model->pixel_factor(), std::int64_t{2});
+    const at::Tensor x = at::randn({2, 3, 16, 16});
+    const TextConditioning cond = model->condition({"a red circle", "a blue square"}, at::kCPU);
+    const at::Tensor v = model->predict(x, at::full({2}, 0.5), cond, {});
+    QCOMPARE(v.sizes(), x.sizes());
+    v.sum().backward();
+    // The text encoder trains with it (gradients reach it through the context and the pooled output).
+    std::size_t with_grad = 0;
+    for (const auto& [name, p] : model->named_parameters()) with_grad += p.grad().defined();
+    QVERIFY(with_grad == model->named_parameters().size());
+    QCOMPARE(default_sampling_steps_of(loaded.config), std::int64_t{28});
   }
 };
 

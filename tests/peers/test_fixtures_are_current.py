@@ -5,8 +5,9 @@ Runs every generator tests/fixtures/gen/*.py into a temporary folder with this e
 pinned packages (tests/peers/requirements.txt) and compares each file it writes, byte for byte,
 with the file of the same name committed in tests/fixtures/ (which `make test` reads without
 Python). A generator that is not deterministic, a peer version bump that changes a value, or a
-golden file edited by hand fails here, naming the file and the first differing line. Each golden
-file must stay under 2 MB.
+golden file edited by hand fails here, naming the file and the first differing line. A generator may
+write a folder (a whole model folder): its files are compared one by one, and the committed folder
+must hold no others. Each golden file must stay under 2 MB.
 
 Usage: test_fixtures_are_current.py REPOSITORY_ROOT
 """
@@ -32,8 +33,16 @@ class FixturesAreCurrent(unittest.TestCase):
                 p = subprocess.run([sys.executable, gen, "--out", out], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True, timeout=600)
                 self.assertEqual(p.returncode, 0, p.stdout)
-                written = sorted(os.listdir(out))
+                # Files, and the files of folders (a whole model folder such as flux-tiny/), by relative path.
+                written = sorted(os.path.relpath(os.path.join(d, f), out) for d, _, files in os.walk(out) for f in files)
                 self.assertTrue(written, f"{gen} wrote nothing")
+                for top in sorted(os.listdir(out)):
+                    if os.path.isdir(os.path.join(out, top)):
+                        # Nothing committed beside what the generator writes now (a stale shard would be read).
+                        committed_files = sorted(os.path.relpath(os.path.join(d, f), committed_dir)
+                                                 for d, _, files in os.walk(os.path.join(committed_dir, top)) for f in files)
+                        self.assertEqual(committed_files, [w for w in written if w.startswith(top + os.sep)],
+                                         f"tests/fixtures/{top}/ holds other files than {os.path.relpath(gen, ROOT)} writes")
                 for name in written:
                     fresh = os.path.join(out, name)
                     committed = os.path.join(committed_dir, name)

@@ -43,7 +43,7 @@ class TensorBoardReadsOurEvents(unittest.TestCase):
         cls.run_dir = os.path.join(cls.tmp.name, "run")
         args = [CLI, "train", os.path.join(ROOT, "configs", "quickstart.yaml"), "--run-dir", cls.run_dir,
                 "--set", "data.generate_count=32", "--set", "training.batch_size=4", "--set", "training.max_steps=4",
-                "--set", "logging.every_n_steps=2", "--set", "sampling.every_n_steps=2", "--set", "sampling.ddim_steps=2",
+                "--set", "logging.every_n_steps=2", "--set", "sampling.every_n_steps=2", "--set", "sampling.steps=2",
                 "--set", "checkpointing.every_n_steps=0"]
         p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
         if p.returncode != 0:

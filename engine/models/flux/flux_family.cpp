@@ -1,6 +1,7 @@
 #include "models/flux/flux_family.h"
 
 #include <filesystem>
+#include <optional>
 #include <ostream>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,9 @@
 #include "io/safetensors.h"
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
+#include "data/shapes.h"
+#include "models/flux/flux_export.h"
+#include "models/flux/flux_model.h"
 #include "models/flux/flux_single_file.h"
 #include "models/flux/flux_transformer.h"
 #include "models/lora.h"
@@ -28,8 +32,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kNotYet =
-    "Flux.1 is described (presets, `zerostudio estimate`, the wizard's memory figures) but cannot be trained, "
-    "exported or evaluated yet: issue 35 brings its trainer (train SD 1.x or SDXL meanwhile)";
+    "`model info` and `model eval` do not read Flux.1 models yet (issue 35 continues); `zerostudio estimate` "
+    "describes the model";
 
 /// A JSON file's "_class_name", or "" when the file is absent or unreadable.
 std::string class_name(const fs::path& file) {
@@ -52,6 +56,45 @@ AutoencoderKLConfig flux_vae_config() {
   c.use_quant_conv = false;
   c.use_post_quant_conv = false;
   c.sample_size = 1024;
+  return c;
+}
+
+/// Whether `dir` is a flux-tiny model exported as a folder (its word tokenizer's tokenizer.json and
+/// transformer/config.json, no model_index.json): what model.path may name to train on.
+bool is_tiny_folder(const std::string& dir) {
+  std::error_code ec;
+  const fs::path d(dir);
+  return fs::is_regular_file(d / "tokenizer" / "tokenizer.json", ec) &&
+         fs::is_regular_file(d / "transformer" / "config.json", ec) && !fs::exists(d / "model_index.json", ec);
+}
+
+/// Whether the config's model is the flux-tiny preset (built from scratch, or an exported one).
+bool is_tiny(const config::TrainerConfig& cfg) {
+  std::error_code ec;
+  if (!cfg.model.path.empty() && fs::exists(cfg.model.path, ec)) return is_tiny_folder(cfg.model.path);
+  return cfg.model.preset == "flux-tiny";
+}
+
+/// The transformer's configuration: model.path's transformer/config.json (a diffusers folder or
+/// a run's model folder), a BFL file's (read from its shapes), else the preset's full size.
+FluxConfig transformer_config(const config::TrainerConfig& cfg) {
+  FluxConfig c;
+  c.guidance_embeds = cfg.model.preset != "flux-schnell";
+  std::error_code ec;
+  if (!cfg.model.path.empty() && fs::is_directory(cfg.model.path, ec))
+    return FluxConfig::from_file((fs::path(cfg.model.path) / "transformer" / "config.json").string());
+  if (!cfg.model.path.empty() && fs::is_regular_file(cfg.model.path, ec)) {
+    const io::SafetensorsReader file(cfg.model.path);
+    std::vector<std::string> names;
+    for (const auto& e : file.entries()) names.push_back(e.name);
+    const std::string prefix = bfl_flux_prefix(names, cfg.model.path);
+    const FileShape shape = [&](const std::string& n) -> std::vector<std::int64_t> {
+      for (const auto& e : file.entries())
+        if (e.name == n) return e.shape;
+      return {};
+    };
+    return bfl_flux_config(names, shape, prefix, cfg.model.path);
+  }
   return c;
 }
 
@@ -82,12 +125,30 @@ bool is_flux_model(const std::string& path) {
 }
 
 std::vector<ModelPreset> FluxFamily::presets() const {
-  return {{"flux-dev", "Flux.1 [dev] architecture (estimates only for now)"},
-          {"flux-schnell", "Flux.1 [schnell] architecture (estimates only for now)"}};
+  return {{"flux-tiny", "Tiny Flux.1-architecture demo model (trains on the CPU)"},
+          {"flux-dev", "Flux.1 [dev] architecture"},
+          {"flux-schnell", "Flux.1 [schnell] architecture"}};
+}
+
+TextEncoderTraining FluxFamily::auto_text_training(const config::TrainerConfig& cfg) const {
+  // The tiny preset's own encoder trains with it; a pipeline's stay frozen (their outputs cached).
+  return is_tiny(cfg) ? TextEncoderTraining::full : TextEncoderTraining::frozen;
+}
+
+std::int64_t FluxFamily::default_sampling_steps(const config::TrainerConfig& cfg) const {
+  // FluxPipeline's num_inference_steps (28); [schnell] is distilled to 4 steps.
+  if (is_tiny(cfg)) return 28;
+  return transformer_config(cfg).guidance_embeds ? 28 : 4;
+}
+
+double FluxFamily::default_guidance_scale(const config::TrainerConfig& cfg) const {
+  // [dev]: FluxPipeline's guidance_scale 3.5, embedded; [schnell] and the tiny preset: no guidance.
+  if (is_tiny(cfg)) return 1.0;
+  return transformer_config(cfg).guidance_embeds ? 3.5 : 1.0;
 }
 
 bool FluxFamily::recognizes(const config::TrainerConfig& cfg) const {
-  const bool preset = cfg.model.preset == "flux-dev" || cfg.model.preset == "flux-schnell";
+  const bool preset = cfg.model.preset == "flux-dev" || cfg.model.preset == "flux-schnell" || cfg.model.preset == "flux-tiny";
   std::error_code ec;
   // A ready config names a folder that does not exist yet: the preset stands for it.
   if (cfg.model.path.empty() || !fs::exists(cfg.model.path, ec)) return preset;
@@ -114,41 +175,27 @@ std::vector<FamilyFinding> FluxFamily::check(const config::TrainerConfig& cfg) c
   if (cfg.training.train_text_encoder == "full")
     out.push_back({"training.train_text_encoder",
                    "full is not offered for Flux.1: T5-XXL (4.8 B parameters) never trains, and CLIP-L takes `lora`"});
-  if (!cfg.model.path.empty()) out.push_back({"model.path", kNotYet, /*warning=*/true});
+  std::error_code ec;
+  if (!cfg.model.path.empty() && fs::is_regular_file(cfg.model.path, ec))
+    out.push_back({"model.path", cfg.model.path + " is a Black Forest Labs single file: it is estimated, but training "
+                                 "reads a diffusers Flux folder for now (with transformer/, vae/, text_encoder/, "
+                                 "text_encoder_2/, tokenizer/, tokenizer_2/ and scheduler/)"});
   return out;
 }
 
 estimate::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
-  // The architecture: model.path's transformer/config.json when it is a diffusers folder, else the
-  // preset's full-size configuration (a BFL file's is Flux.1's, [dev] when it has guidance_in).
-  FluxConfig c;
-  c.guidance_embeds = cfg.model.preset != "flux-schnell";
-  std::string name = cfg.model.preset;
-  std::error_code ec;
-  if (!cfg.model.path.empty() && fs::is_directory(cfg.model.path, ec)) {
-    c = FluxConfig::from_file((fs::path(cfg.model.path) / "transformer" / "config.json").string());
-    name = cfg.model.path;
-  } else if (!cfg.model.path.empty() && fs::is_regular_file(cfg.model.path, ec)) {
-    const io::SafetensorsReader file(cfg.model.path);
-    std::vector<std::string> names;
-    for (const auto& e : file.entries()) names.push_back(e.name);
-    const std::string prefix = bfl_flux_prefix(names, cfg.model.path);
-    const FileShape shape = [&](const std::string& n) -> std::vector<std::int64_t> {
-      for (const auto& e : file.entries())
-        if (e.name == n) return e.shape;
-      return {};
-    };
-    c = bfl_flux_config(names, shape, prefix, cfg.model.path);
-    name = cfg.model.path;
-  }
+  // The tiny preset is built for real (a few hundred thousand parameters) with the demo dataset's
+  // words; the others are described on meta tensors.
+  const bool tiny = is_tiny(cfg);
+  std::optional<FluxModel> tiny_model;
+  if (tiny) tiny_model.emplace(FluxModel::build_tiny(data::all_shape_captions(), 0));
+  const FluxConfig c = tiny ? tiny_model->transformer->config() : transformer_config(cfg);
   estimate::ModelShape m;
-  m.name = name;
+  m.name = cfg.model.path.empty() ? cfg.model.preset : cfg.model.path;
   const TrainedParts trained = resolve_trained_parts(cfg);
   const std::int64_t dim = c.inner_dim();
-  {
-    const MetaTensorScope meta;
-    FluxTransformer2DModel transformer(c);
-    for (const ParamUnit& u : transformer->units()) {
+  auto describe_units = [&](FluxTransformer2DModelImpl& transformer) {
+    for (const ParamUnit& u : transformer.units()) {
       estimate::UnitShape s{u.name};
       s.kind = u.name == "io" ? estimate::UnitKind::io
                : u.name.rfind("single_", 0) == 0 ? estimate::UnitKind::single_block
@@ -164,50 +211,89 @@ estimate::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
       m.units.push_back(s);
     }
     if (trained.lora)
-      m.lora_denoiser_parameters = lora_parameter_count(*transformer, lora_targets(cfg), cfg.lora.rank);
+      m.lora_denoiser_parameters = lora_parameter_count(transformer, lora_targets(cfg), cfg.lora.rank);
+  };
+  const std::vector<std::string> text_targets = text_encoder_lora_targets(cfg);
+  const std::vector<std::string>* lora_text = trained.text == TextEncoderTraining::lora ? &text_targets : nullptr;
+  if (tiny) {
+    describe_units(*tiny_model->transformer);
+    // Its own encoder stands in for CLIP and T5 (counted as the SD tiny preset's is).
+    const ClipTextConfig& tc = tiny_model->clip->config();
+    const estimate::UnitShape text = estimate::clip_text_encoder_shape("text_encoder", tc, lora_text, cfg.lora.rank);
+    m.frozen_parameters = text.parameters;
+    m.lora_text_parameters = text.lora_parameters;
+    m.text_encoders.push_back(text);
+    m.latent_factor = 2;  // pixels, packed 2×2 into the tokens
+    m.context_tokens = tc.max_position_embeddings;
+  } else {
+    const MetaTensorScope meta;
+    describe_units(*FluxTransformer2DModel(c));
     const std::int64_t vae_parameters = parameter_count(*AutoencoderKL(flux_vae_config()));
     // T5 v1.1 XXL's encoder (the config's defaults): counted, never trained.
     const std::int64_t t5_parameters = parameter_count(*T5EncoderModel(T5Config{}));
     // CLIP-L (the config's defaults), which LoRA may train.
-    const std::vector<std::string> text_targets = text_encoder_lora_targets(cfg);
-    const estimate::UnitShape text = estimate::clip_text_encoder_shape(
-        "text_encoder", ClipTextConfig{}, trained.text == TextEncoderTraining::lora ? &text_targets : nullptr,
-        cfg.lora.rank);
+    const estimate::UnitShape text =
+        estimate::clip_text_encoder_shape("text_encoder", ClipTextConfig{}, lora_text, cfg.lora.rank);
     m.frozen_parameters = vae_parameters + text.parameters + t5_parameters;
     m.frozen_fp32_parameters = vae_parameters;  // force_upcast
     m.lora_text_parameters = text.lora_parameters;
     m.text_encoders.push_back(text);
+    m.latent_factor = 16;  // 8 (VAE) × 2 (packing): one token per 16×16 pixels
+    m.context_tokens = cfg.model.max_sequence_length ? *cfg.model.max_sequence_length
+                       : c.guidance_embeds           ? 512
+                                                     : 256;
   }
-  m.sample_channels = c.in_channels / 4;  // 16 latent channels, packed 2×2 into the tokens
+  m.sample_channels = c.in_channels / 4;  // packed 2×2 into the tokens
   m.out_channels = c.out_channels;
-  m.latent_factor = 16;                   // 8 (VAE) × 2 (packing): one token per 16×16 pixels
-  m.context_tokens = 512;                 // FluxPipeline's max_sequence_length
   m.context_dim = c.joint_attention_dim;
   m.time_embed_dim = dim;
-  m.denoiser_adapters_name = "lora_transformer";
+  m.denoiser_adapters_name = FluxModel::kDenoiserAdapters;
   return m;
 }
 
-std::unique_ptr<TrainableModel> FluxFamily::build(const config::TrainerConfig&, const std::vector<std::string>&,
-                                                  const UnitBuilt&) const {
-  throw Error(ErrorKind::config, std::string("model.preset/model.path: ") + kNotYet);
+std::unique_ptr<TrainableModel> FluxFamily::build(const config::TrainerConfig& cfg, const std::vector<std::string>& captions,
+                                                  const UnitBuilt& on_unit) const {
+  std::unique_ptr<FluxModel> m;
+  std::error_code ec;
+  if (!cfg.model.path.empty() && is_tiny_folder(cfg.model.path)) {
+    // A flux-tiny model exported as a folder (`export --format diffusers`): training goes on from it.
+    m = std::make_unique<FluxModel>(FluxModel::load_folder(cfg.model.path));
+  } else if (is_tiny(cfg)) {
+    m = std::make_unique<FluxModel>(FluxModel::build_tiny(captions, static_cast<std::uint64_t>(cfg.training.seed), on_unit));
+  } else {
+    if (!fs::is_directory(cfg.model.path, ec))
+      throw Error(ErrorKind::config, "model.path: " + cfg.model.path + " is not a diffusers Flux folder; training reads "
+                                     "one (transformer/, vae/, text_encoder/, text_encoder_2/, tokenizer/, tokenizer_2/, "
+                                     "scheduler/ and model_index.json)");
+    m = std::make_unique<FluxModel>(FluxModel::load_pipeline(cfg.model.path, on_unit));
+  }
+  const std::int64_t f = m->pixel_factor();
+  if (cfg.data.resolution % f != 0)
+    throw Error(ErrorKind::config, "data.resolution: " + std::to_string(cfg.data.resolution) + " must be a multiple of " +
+                                       std::to_string(f) + " for Flux.1 (VAE down-sampling × the 2×2 packing)");
+  m->configure(cfg);
+  return m;
 }
 
-std::unique_ptr<TrainableModel> FluxFamily::load_folder(const std::string& dir, const UnitBuilt&) const {
-  throw Error(ErrorKind::checkpoint, dir + ": " + kNotYet);
+std::unique_ptr<TrainableModel> FluxFamily::load_folder(const std::string& dir, const UnitBuilt& on_unit) const {
+  return std::make_unique<FluxModel>(FluxModel::load_folder(dir, on_unit));
 }
 
 std::unique_ptr<TrainableModel> FluxFamily::load_frozen(const config::TrainerConfig& cfg) const {
-  throw Error(ErrorKind::config, cfg.model.path + ": " + kNotYet);
+  auto m = std::make_unique<FluxModel>(FluxModel::load_pipeline(cfg.model.path, {}, /*with_transformer=*/false));
+  m->configure(cfg);
+  return m;
 }
 
 bool FluxFamily::is_model_folder(const std::string& dir) const {
   return class_name(fs::path(dir) / "transformer" / "config.json") == "FluxTransformer2DModel";
 }
 
-checkpoint::ExportResult FluxFamily::export_checkpoint(const checkpoint::CheckpointInfo&, const std::string& out,
-                                                       const checkpoint::ExportOptions&) const {
-  throw Error(ErrorKind::checkpoint, out + ": " + kNotYet);
+bool FluxFamily::has_saved_base(const std::string& dir) const { return FluxModel::has_saved_base(dir); }
+
+checkpoint::ExportResult FluxFamily::export_checkpoint(const checkpoint::CheckpointInfo& info, const std::string& out,
+                                                       const checkpoint::ExportOptions& options) const {
+  return checkpoint::export_flux_checkpoint(info, out, options);
 }
 
 void FluxFamily::describe(std::ostream&, const std::string& path, const std::string&) const {

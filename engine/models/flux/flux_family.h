@@ -1,10 +1,9 @@
 #pragma once
 // The Flux.1 family ([dev] and [schnell]): a FluxTransformer2DModel denoiser on 2×2-packed 16-channel
 // VAE latents, conditioned on T5 v1.1 XXL's hidden states and CLIP-L's pooled output, trained by
-// rectified flow (diffusion/flow_matching.h). In this state of issue 35 the family describes its
-// models (presets, the estimator's shape, the wizard's memory figures, which folders and files
-// are Flux) and its parts are checked against the peers (tests/engine/tst_flux.cpp); building a
-// model for training is not there yet and says so.
+// rectified flow (diffusion/flow_matching.h). The model a run trains: models/flux/flux_model.h
+// (a diffusers Flux folder, or the flux-tiny preset of quickstart-flux). Exports, `model info`
+// and `model eval` are not there yet and say so.
 
 #include <memory>
 #include <string>
@@ -21,10 +20,13 @@ class FluxFamily final : public ModelFamily {
   /// flux-dev / flux-schnell presets, and at model.path a diffusers Flux folder (model_index.json's
   /// FluxPipeline, or transformer/config.json's FluxTransformer2DModel) or a BFL single file.
   bool recognizes(const config::TrainerConfig& cfg) const override;
-  /// Flux's text encoders stay frozen unless asked (T5 never trains; CLIP-L may take LoRA).
-  TextEncoderTraining auto_text_training(const config::TrainerConfig&) const override {
-    return TextEncoderTraining::frozen;
-  }
+  /// A pipeline's text encoders stay frozen unless asked (T5 never trains; CLIP-L may take LoRA);
+  /// the tiny preset's own encoder trains with it.
+  TextEncoderTraining auto_text_training(const config::TrainerConfig& cfg) const override;
+  /// [dev]: 28 steps, embedded guidance 3.5 (FluxPipeline's defaults); [schnell]: 4 steps, none;
+  /// flux-tiny: 28 steps, no guidance.
+  std::int64_t default_sampling_steps(const config::TrainerConfig& cfg) const override;
+  double default_guidance_scale(const config::TrainerConfig& cfg) const override;
   std::vector<std::string> default_lora_targets() const override;
   std::vector<std::string> default_text_encoder_lora_targets() const override;
   estimate::ModelShape shape(const config::TrainerConfig& cfg) const override;
@@ -36,7 +38,7 @@ class FluxFamily final : public ModelFamily {
   std::unique_ptr<TrainableModel> load_folder(const std::string& dir, const UnitBuilt& on_unit) const override;
   std::unique_ptr<TrainableModel> load_frozen(const config::TrainerConfig& cfg) const override;
   bool is_model_folder(const std::string& dir) const override;
-  bool has_saved_base(const std::string&) const override { return false; }
+  bool has_saved_base(const std::string& dir) const override;
   checkpoint::ExportResult export_checkpoint(const checkpoint::CheckpointInfo& info, const std::string& out,
                                              const checkpoint::ExportOptions& options) const override;
   void describe(std::ostream& out, const std::string& path, const std::string& config_path) const override;

@@ -242,17 +242,25 @@ at::Tensor FluxTimeTextEmbedImpl::forward(const at::Tensor& t, const at::Tensor&
   return emb + text_embedder(pooled);
 }
 
-FluxTransformer2DModelImpl::FluxTransformer2DModelImpl(FluxConfig config) : config_(std::move(config)) {
+FluxTransformer2DModelImpl::FluxTransformer2DModelImpl(FluxConfig config, const UnitBuilt& on_unit)
+    : config_(std::move(config)) {
   const std::int64_t dim = config_.inner_dim(), heads = config_.num_attention_heads, hd = config_.attention_head_dim;
   time_text_embed = register_module("time_text_embed",
                                     FluxTimeTextEmbed(dim, config_.pooled_projection_dim, config_.guidance_embeds));
   context_embedder = register_module("context_embedder", AdaptedLinear(config_.joint_attention_dim, dim));
   x_embedder = register_module("x_embedder", AdaptedLinear(config_.in_channels, dim));
   transformer_blocks = register_module("transformer_blocks", torch::nn::ModuleList());
-  for (std::int64_t i = 0; i < config_.num_layers; ++i) transformer_blocks->push_back(FluxDoubleBlock(dim, heads, hd));
+  for (std::int64_t i = 0; i < config_.num_layers; ++i) {
+    transformer_blocks->push_back(FluxDoubleBlock(dim, heads, hd));
+    const std::string name = "transformer_blocks." + std::to_string(i);
+    if (on_unit) on_unit(name, name, *transformer_blocks[static_cast<std::size_t>(i)]);
+  }
   single_transformer_blocks = register_module("single_transformer_blocks", torch::nn::ModuleList());
-  for (std::int64_t i = 0; i < config_.num_single_layers; ++i)
+  for (std::int64_t i = 0; i < config_.num_single_layers; ++i) {
     single_transformer_blocks->push_back(FluxSingleBlock(dim, heads, hd, 4 * dim));
+    const std::string name = "single_transformer_blocks." + std::to_string(i);
+    if (on_unit) on_unit(name, name, *single_transformer_blocks[static_cast<std::size_t>(i)]);
+  }
   norm_out = register_module("norm_out", FluxAdaNorm(dim, 2));
   proj_out = register_module("proj_out",
                              AdaptedLinear(dim, config_.patch_size * config_.patch_size * config_.out_channels));

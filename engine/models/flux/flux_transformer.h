@@ -147,7 +147,9 @@ TORCH_MODULE(FluxTimeTextEmbed);
 
 class FluxTransformer2DModelImpl : public torch::nn::Module {
  public:
-  explicit FluxTransformer2DModelImpl(FluxConfig config);
+  /// With `on_unit`, each block is handed over as soon as it is built (ZeRO-3's sharded init:
+  /// models/param_unit.h); "io" stays whole, as the UNet's does.
+  explicit FluxTransformer2DModelImpl(FluxConfig config, const UnitBuilt& on_unit = {});
   const FluxConfig& config() const { return config_; }
 
   /// The velocity for packed latent tokens `hidden` [B, S, in_channels] at `timestep` σ [B] in

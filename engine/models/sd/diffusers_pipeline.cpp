@@ -15,20 +15,6 @@ namespace zs::models {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-/// Readers for `files`, kept alive while loading.
-struct Readers {
-  explicit Readers(const std::vector<std::string>& files) {
-    for (const auto& f : files) owned.push_back(std::make_unique<io::SafetensorsReader>(f));
-    for (const auto& r : owned) view.push_back(r.get());
-  }
-  std::vector<std::unique_ptr<io::SafetensorsReader>> owned;
-  std::vector<const io::SafetensorsReader*> view;
-};
-
-}  // namespace
-
 DiffusersPipeline DiffusersPipeline::open(const std::string& root) {
   DiffusersPipeline p;
   p.root_ = root;
@@ -85,25 +71,25 @@ UNetConfig DiffusersPipeline::unet_config() const {
 }
 
 TensorLookup DiffusersPipeline::unet_weights() const {
-  const auto readers = std::make_shared<const Readers>(weight_files("unet"));
-  return [readers](const std::string& name) {
-    for (const auto* r : readers->view)
-      if (r->contains(name)) return r->tensor(name);
-    return at::Tensor();
-  };
+  const auto readers = std::make_shared<const WeightFiles>(weight_files("unet"));
+  return [readers](const std::string& name) { return readers->find(name); };
 }
 
 AutoencoderKL DiffusersPipeline::load_vae() const {
   AutoencoderKL vae(AutoencoderKLConfig::from_file((fs::path(dir("vae")) / "config.json").string()));
-  const Readers r(weight_files("vae"));
+  const WeightFiles r(weight_files("vae"));
   load_vae_weights(*vae, r.view);
   return vae;
 }
 
 ClipTextModel DiffusersPipeline::load_text_encoder(const std::string& component) const {
   ClipTextModel model(ClipTextConfig::from_file((fs::path(dir(component)) / "config.json").string()));
-  const Readers r(weight_files(component));
-  load_weights(*model, r.view);
+  const WeightFiles r(weight_files(component));
+  // transformers 5 saves CLIPTextModel's tensors without the "text_model." its 4.x releases wrote.
+  load_weights(*model, r.view, "", [](const std::string& name) -> std::vector<std::string> {
+    if (name.rfind("text_model.", 0) == 0) return {name.substr(11)};
+    return {};
+  });
   return model;
 }
 

@@ -11,6 +11,7 @@
 #include "io/atomic_file.h"
 #include "io/json_file.h"
 #include "data/latent_cache.h"
+#include "models/frozen_outputs.h"
 #include "models/sd/diffusers_pipeline.h"
 #include "models/sd/model_source.h"
 #include "models/weights.h"
@@ -307,28 +308,11 @@ TextConditioning DiffusionModel::condition(const std::vector<std::string>& capti
     const auto opts = text_encoder->parameters().front().options().device(device);
     return {at::cat(context).to(opts), pool.empty() ? at::Tensor() : at::cat(pool).to(opts)};
   }
-  if (cache && clip_tokenizer && !text_encoders_trained() && !captions.empty()) {
+  if (cache && clip_tokenizer && !text_encoders_trained() && !captions.empty())
     // Each caption's rows from the cache, or encoded (on its own, as below) and stored.
-    const bool pooled = static_cast<bool>(text_encoder_2);
-    const std::vector<std::string> names = pooled ? std::vector<std::string>{"context", "pooled"} : std::vector<std::string>{"context"};
-    std::vector<at::Tensor> context, pool;
-    for (const auto& caption : captions) {
-      const std::string key = data::LatentCache::text_content_key(caption);
-      std::vector<at::Tensor> rows;
-      if (!cache->load(key, names, rows)) {
-        const TextConditioning fresh = condition({caption}, device);
-        rows = {fresh.context[0].to(at::kFloat).cpu()};
-        if (pooled) rows.push_back(fresh.pooled[0].to(at::kFloat).cpu());
-        std::vector<std::pair<std::string, at::Tensor>> entry;
-        for (std::size_t i = 0; i < names.size(); ++i) entry.emplace_back(names[i], rows[i]);
-        cache->store(key, entry);
-      }
-      context.push_back(rows[0]);
-      if (pooled) pool.push_back(rows[1]);
-    }
-    const auto opts = text_encoder->parameters().front().options().device(device);
-    return {at::stack(context).to(opts), pooled ? at::stack(pool).to(opts) : at::Tensor()};
-  }
+    return cached_conditioning(captions, *cache, /*pooled=*/static_cast<bool>(text_encoder_2),
+                               [&](const std::string& c) { return condition({c}, device); },
+                               text_encoder->parameters().front().options().device(device));
   if (!clip_tokenizer) {  // the tiny preset's word tokenizer
     const c10::AutoGradMode grad(c10::GradMode::is_enabled() && text_encoders_trained());
     return {text_encoder->forward(tokenizer.encode_batch(captions).to(device)).last_hidden_state, {}};
@@ -367,21 +351,13 @@ at::Tensor DiffusionModel::to_model_space(const at::Tensor& images, at::Generato
   // Each image is encoded on its own, cached or not: a posterior then never depends on which
   // images share its batch (kernels round differently for other batch sizes), so cached and
   // fresh runs agree bit for bit, whatever the batch size or bucket.
-  const auto n = static_cast<std::size_t>(images.size(0));
-  const bool cached = cache && keys && keys->size() == n;
-  std::vector<at::Tensor> means(n), logvars(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (cached && cache->load((*keys)[i], means[i], logvars[i])) continue;
-    const FrozenVisit visit(*this, false, true);
-    const auto fresh = vae->encode(images.narrow(0, static_cast<std::int64_t>(i), 1));
-    means[i] = fresh.mean[0].to(at::kFloat).cpu();
-    logvars[i] = fresh.logvar[0].to(at::kFloat).cpu();
-    if (cached) cache->store((*keys)[i], means[i], logvars[i]);
-  }
-  const auto opts = images.options().dtype(vae->parameters().front().scalar_type());
-  DiagonalGaussian posterior;
-  posterior.mean = at::stack(means).to(opts);
-  posterior.logvar = at::stack(logvars).to(opts);
+  const DiagonalGaussian posterior = cached_posteriors(
+      images, cache, keys,
+      [&](const at::Tensor& image) {
+        const FrozenVisit visit(*this, false, true);
+        return vae->encode(image);
+      },
+      vae->parameters().front().scalar_type());
   return posterior.sample(generator).mul(vae->config().scaling_factor).to(images.scalar_type());
 }
 

@@ -48,23 +48,6 @@ namespace {
 
 using Extra = ExportTensor;
 
-/// Streams `tensors` into `path` one at a time, converted to the export dtype.
-std::int64_t stream_extras(const std::vector<Extra>& tensors, const std::string& path, const ExportOptions& o,
-                           const std::map<std::string, std::string>& metadata, std::size_t& done, std::size_t total) {
-  if (tensors.empty()) throw Error(ErrorKind::checkpoint, path + ": nothing to export");
-  std::vector<io::SafetensorsStreamWriter::Entry> entries;
-  for (const auto& e : tensors) entries.push_back({e.name, o.dtype.value_or(at::kFloat), e.shape});
-  io::SafetensorsStreamWriter writer(path, entries, metadata);
-  for (const auto& e : tensors) {
-    writer.write(e.read().reshape(e.shape));
-    ++done;
-    if (o.progress) o.progress(done, total);
-    if (o.cancelled && o.cancelled()) throw Error(ErrorKind::io, path + ": export cancelled");
-  }
-  writer.finish();
-  return static_cast<std::int64_t>(fs::file_size(path));
-}
-
 /// `tensors` renamed by `rename` (name -> new name).
 ExportTensors renamed(ExportTensors tensors, const std::function<std::string(const std::string&)>& rename) {
   for (auto& t : tensors) t.name = rename(t.name);
@@ -275,7 +258,7 @@ ExportResult export_sd_checkpoint(const CheckpointInfo& info, const std::string&
   const std::string& source = ref.path;
   if (o.format == "safetensors") {
     if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
-    r.bytes += stream_extras(unet, out, o, metadata, done, unet.size());
+    r.bytes += stream_tensors(unet, out, o, metadata, done, unet.size());
     r.files.push_back(out);
   } else if (o.format == "single-file") {
     // The original SD layout: UNet blocks renumbered, the text encoders under their LDM names, and
@@ -293,7 +276,7 @@ ExportResult export_sd_checkpoint(const CheckpointInfo& info, const std::string&
     std::vector<std::unique_ptr<io::SafetensorsReader>> sources;
     if (!source.empty())
       for (auto& e : frozen_single_file_tensors(source, own, sources)) all.push_back(std::move(e));
-    r.bytes += stream_extras(all, out, o, metadata, done, all.size());
+    r.bytes += stream_tensors(all, out, o, metadata, done, all.size());
     r.files.push_back(out);
   } else {
     std::error_code ec;
@@ -305,16 +288,7 @@ ExportResult export_sd_checkpoint(const CheckpointInfo& info, const std::string&
     } else if (!source.empty()) {
       // Trained from a diffusers pipeline: every untouched component (VAE, frozen text encoders,
       // tokenizers, scheduler, model_index.json, …) comes from it, beside the trained ones.
-      fs::create_directories(root);
-      for (const auto& entry : fs::directory_iterator(source)) {
-        const std::string name = entry.path().filename().string();
-        if (name == "unet") continue;
-        if (entry.is_directory()) copy_folder(entry.path(), root / name);
-        else fs::copy_file(entry.path(), root / name, fs::copy_options::overwrite_existing);
-        if (own.contains(name))  // its weights are written below; its config stays
-          for (const auto& f : fs::directory_iterator(root / name))
-            if (f.path().extension() != ".json" || f.path().filename().string().ends_with(".index.json")) fs::remove(f.path());
-      }
+      copy_pipeline_components(source, out, "unet", std::vector<std::string>(own.begin(), own.end()));
       // The scheduler as the pipeline has it, but with what the run trained to predict.
       const std::string scheduler = (root / "scheduler" / "scheduler_config.json").string();
       if (fs::exists(scheduler)) {
@@ -338,11 +312,11 @@ ExportResult export_sd_checkpoint(const CheckpointInfo& info, const std::string&
     fs::copy_file(model_dir / "unet" / "config.json", root / "unet" / "config.json", fs::copy_options::overwrite_existing, ec);
     if (ec) throw Error(ErrorKind::io, (model_dir / "unet" / "config.json").string() + ": cannot copy: " + ec.message());
     const std::string unet_file = (root / "unet" / "diffusion_pytorch_model.safetensors").string();
-    r.bytes += stream_extras(unet, unet_file, o, metadata, done, total);
+    r.bytes += stream_tensors(unet, unet_file, o, metadata, done, total);
     r.files.push_back(unet_file);
     for (const auto& [component, t] : text_encoders) {
       const std::string file = (root / component / "model.safetensors").string();
-      r.bytes += stream_extras(t, file, o, metadata, done, total);
+      r.bytes += stream_tensors(t, file, o, metadata, done, total);
       r.files.push_back(file);
     }
   }
@@ -367,7 +341,7 @@ ExportResult convert_to_single_file(const std::string& pipeline_dir, const std::
   for (auto& e : frozen_single_file_tensors(pipeline_dir, {}, sources)) tensors.push_back(std::move(e));
   if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
   ExportResult r;
-  r.bytes = stream_extras(tensors, out, o, {{"format", "pt"}, {"producer", "zerostudio"}}, r.tensors, tensors.size());
+  r.bytes = stream_tensors(tensors, out, o, {{"format", "pt"}, {"producer", "zerostudio"}}, r.tensors, tensors.size());
   r.files = {out};
   return r;
 }

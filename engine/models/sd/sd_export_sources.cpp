@@ -1,10 +1,12 @@
 #include "models/sd/sd_export_sources.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
 #include <ATen/ATen.h>
 
+#include "checkpoint/export.h"
 #include "checkpoint/sharded_state.h"
 #include "core/error.h"
 #include "core/meta_tensors.h"
@@ -24,6 +26,10 @@ constexpr const char* kDown = ".lora_down.weight";
 constexpr const char* kUp = ".lora_up.weight";
 
 bool is_adapter_name(const std::string& name) { return name.ends_with(kDown) || name.ends_with(kUp); }
+
+}  // namespace
+
+bool is_lora_checkpoint(const nlohmann::json& meta) { return meta.contains("lora"); }
 
 /// `base` with each adapter's update added to the weight of its layer ("<path>.weight"), in
 /// float32. Throws zs::Error(checkpoint) naming an adapter whose layer the base lacks.
@@ -45,9 +51,40 @@ ExportTensors merged(ExportTensors base, const ComponentAdapters& adapters, cons
   return base;
 }
 
-}  // namespace
+std::int64_t stream_tensors(const ExportTensors& tensors, const std::string& path, const ExportOptions& o,
+                            const std::map<std::string, std::string>& metadata, std::size_t& done, std::size_t total) {
+  if (tensors.empty()) throw Error(ErrorKind::checkpoint, path + ": nothing to export");
+  std::vector<io::SafetensorsStreamWriter::Entry> entries;
+  for (const auto& e : tensors) entries.push_back({e.name, o.dtype.value_or(at::kFloat), e.shape});
+  io::SafetensorsStreamWriter writer(path, entries, metadata);
+  for (const auto& e : tensors) {
+    writer.write(e.read().reshape(e.shape));
+    ++done;
+    if (o.progress) o.progress(done, total);
+    if (o.cancelled && o.cancelled()) throw Error(ErrorKind::io, path + ": export cancelled");
+  }
+  writer.finish();
+  return static_cast<std::int64_t>(fs::file_size(path));
+}
 
-bool is_lora_checkpoint(const nlohmann::json& meta) { return meta.contains("lora"); }
+void copy_pipeline_components(const std::string& source, const std::string& root, const std::string& skip,
+                              const std::vector<std::string>& own) {
+  fs::create_directories(root);
+  for (const auto& entry : fs::directory_iterator(source)) {
+    const std::string name = entry.path().filename().string();
+    if (name == skip) continue;
+    const fs::path to = fs::path(root) / name;
+    if (entry.is_directory()) {
+      fs::create_directories(to);
+      fs::copy(entry.path(), to, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+    } else {
+      fs::copy_file(entry.path(), to, fs::copy_options::overwrite_existing);
+    }
+    if (std::find(own.begin(), own.end(), name) != own.end())  // its weights are written by the export; its config stays
+      for (const auto& f : fs::directory_iterator(to))
+        if (f.path().extension() != ".json" || f.path().filename().string().ends_with(".index.json")) fs::remove(f.path());
+  }
+}
 
 ExportTensors file_tensors(const std::vector<std::string>& files) {
   ExportTensors out;

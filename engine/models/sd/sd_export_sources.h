@@ -1,7 +1,7 @@
 #pragma once
 // What an export writes, component by component, as tensors read one at a time when their turn
 // comes: the checkpoint's trained tensors, or a base model's with a LoRA checkpoint's adapters
-// merged in (W + alpha/rank · up·down). Used by export.cpp; not a public header.
+// merged in (W + alpha/rank · up·down). Used by the families' exports (SD's, Flux's); not a public header.
 
 #include <cstdint>
 #include <functional>
@@ -39,6 +39,23 @@ bool is_lora_checkpoint(const nlohmann::json& meta);
 /// ".lora_up.weight"), of `kind` ("weights" or "ema"), with the run's alpha from meta.json.
 CheckpointAdapters read_checkpoint_adapters(const ShardReader& shards, const nlohmann::json& meta,
                                             const std::string& kind);
+
+/// `base` with each adapter's update added to the weight of its layer ("<path>.weight"), in
+/// float32. Throws zs::Error(checkpoint) naming an adapter whose layer the base lacks (`component`).
+ExportTensors merged(ExportTensors base, const ComponentAdapters& adapters, const std::string& component);
+
+struct ExportOptions;
+/// Streams `tensors` into the safetensors file `path` one at a time, converted to the export's
+/// dtype (float32 by default), counting `done` of `total` for the progress callback; returns the
+/// file's bytes. Throws zs::Error(io) "export cancelled" when the options' callback asks.
+std::int64_t stream_tensors(const ExportTensors& tensors, const std::string& path, const ExportOptions& o,
+                            const std::map<std::string, std::string>& metadata, std::size_t& done, std::size_t total);
+
+/// A diffusers pipeline folder's files into `root` for an export that writes some components
+/// itself: every component but `skip` (the trained denoiser) copied, and of the components in
+/// `own` (trained text encoders) only the configs, their weights being written by the export.
+void copy_pipeline_components(const std::string& source, const std::string& root, const std::string& skip,
+                              const std::vector<std::string>& own);
 
 /// Every tensor of safetensors files under its own name, each read from its (shared, kept open) reader.
 ExportTensors file_tensors(const std::vector<std::string>& files);

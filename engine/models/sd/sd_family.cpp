@@ -48,6 +48,11 @@ std::vector<std::string> SdFamily::default_text_encoder_lora_targets() const {
   return models::default_text_encoder_lora_targets();
 }
 
+std::vector<std::string> SdFamily::keys_not_applying() const {
+  return {"training.timestep_sampling", "training.sigmoid_scale", "training.logit_mean", "training.logit_std",
+          "training.guidance", "model.max_sequence_length"};
+}
+
 std::vector<FamilyFinding> SdFamily::check(const config::TrainerConfig& c) const {
   std::vector<FamilyFinding> out;
   std::error_code ec;

@@ -33,6 +33,8 @@ class SdFamily final : public ModelFamily {
   bool is_model_folder(const std::string& dir) const override { return DiffusionModel::is_model_folder(dir); }
   bool has_saved_base(const std::string& dir) const override { return DiffusionModel::has_saved_base(dir); }
   std::vector<FamilyFinding> check(const config::TrainerConfig& cfg) const override;
+  /// The flow-matching and Flux.1 keys (timestep sampling, training guidance, T5 length).
+  std::vector<std::string> keys_not_applying() const override;
   void describe(std::ostream& out, const std::string& path, const std::string& config_path) const override;
   void evaluate(const std::string& path, const std::string& config_path, const std::string& component,
                 const std::string& inputs, const std::string& output) const override;

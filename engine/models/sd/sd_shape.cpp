@@ -212,12 +212,8 @@ ModelShape shape_of(const config::TrainerConfig& cfg, Architecture& arch) {
   }
   // The tiny preset, built for real (it has about a million parameters) with the demo dataset's
   // words, so the text encoder (trained with it) is counted as the trainer builds it.
-  std::vector<std::string> captions;
-  for (const auto& shape : data::shape_kinds())
-    for (const auto& colour : data::shape_palette())
-      for (const auto& back : data::shape_palette())
-        if (std::string(colour.name) != back.name) captions.push_back(data::shape_caption({shape, colour.name, back.name}));
-  arch.tiny = std::make_shared<models::DiffusionModel>(models::DiffusionModel::build_tiny(captions, "epsilon", 0));
+  arch.tiny = std::make_shared<models::DiffusionModel>(
+      models::DiffusionModel::build_tiny(data::all_shape_captions(), "epsilon", 0));
   const auto& tiny = *arch.tiny;
   arch.unet = tiny.unet->config();
   arch.text_encoders.emplace_back("text_encoder", tiny.text_encoder->config());

@@ -1,0 +1,432 @@
+#include "models/flux/flux_model.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <nlohmann/json.hpp>
+
+#include "config/trainer_config.h"
+#include "core/error.h"
+#include "data/latent_cache.h"
+#include "io/atomic_file.h"
+#include "io/json_file.h"
+#include "io/safetensors.h"
+#include "models/frozen_outputs.h"
+#include "models/lora.h"
+#include "models/sd/diffusers_pipeline.h"
+#include "models/weights.h"
+
+namespace zs::models {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json with_class(nlohmann::json j, const char* class_name) {
+  j["_class_name"] = class_name;
+  return j;
+}
+
+/// The transformer of `config` with its weights from `readers` (names as diffusers saves them).
+/// With `on_unit`, each block is loaded as soon as it is built and handed over (ZeRO-3's sharded
+/// init), so the whole transformer never exists at once.
+FluxTransformer2DModel load_transformer(const FluxConfig& config, const WeightFiles& readers, const std::string& where,
+                                        const UnitBuilt& on_unit) {
+  std::set<std::string> handed;
+  UnitBuilt load_then_hand;
+  const TensorLookup lookup = [&](const std::string& n) { return readers.find(n); };
+  if (on_unit)
+    load_then_hand = [&](const std::string& unit, const std::string& prefix, torch::nn::Module& module) {
+      load_weights(module, [&](const std::string& n) { return lookup(prefix + "." + n); }, where + " (" + unit + ")");
+      for (const auto& item : module.named_parameters(true)) handed.insert(prefix + "." + item.key());
+      on_unit(unit, prefix, module);
+    };
+  FluxTransformer2DModel t(config, load_then_hand);
+  load_weights(*t, lookup, where, [&](const std::string& name) { return handed.count(name) > 0; });
+  return t;
+}
+
+void freeze(torch::nn::Module& m) {
+  for (auto& p : m.parameters()) p.set_requires_grad(false);
+}
+
+}  // namespace
+
+/// Brings parked frozen parts to the compute device for one call and back to CPU memory after it.
+class FluxFrozenVisit {
+ public:
+  FluxFrozenVisit(FluxModel& m, bool text, bool image) : m_(m), text_(text), image_(image) {
+    active_ = m.parked_ && !m.frozen_device_.is_cpu();
+    if (!active_) return;
+    c10::NoGradGuard no_grad;
+    for (auto* part : m_.frozen_parts(text_, image_)) part->to(m_.frozen_device_);
+    ++m_.frozen_visits_;
+  }
+  ~FluxFrozenVisit() {
+    if (!active_) return;
+    c10::NoGradGuard no_grad;
+    for (auto* part : m_.frozen_parts(text_, image_)) part->to(at::kCPU);
+  }
+  FluxFrozenVisit(const FluxFrozenVisit&) = delete;
+  FluxFrozenVisit& operator=(const FluxFrozenVisit&) = delete;
+
+ private:
+  FluxModel& m_;
+  bool text_, image_, active_ = false;
+};
+
+FluxModel FluxModel::build_tiny(const std::vector<std::string>& captions, std::uint64_t seed, const UnitBuilt& on_unit) {
+  at::manual_seed(seed);
+  FluxModel m;
+  m.word_tokenizer = WordTokenizer::build(captions, 12);
+  ClipTextConfig t;
+  t.vocab_size = m.word_tokenizer.vocab_size();
+  t.hidden_size = 64;
+  t.intermediate_size = 128;
+  t.num_attention_heads = 4;
+  t.num_hidden_layers = 2;
+  t.max_position_embeddings = m.word_tokenizer.max_length();
+  t.eos_token_id = m.word_tokenizer.eos_id();
+  m.clip = ClipTextModel(t);
+  // Pixel space: 3 channels packed 2×2 into 12-value tokens (a 32-pixel image is 16 × 16 tokens);
+  // [schnell]'s kind (no guidance embedding: a model trained from scratch has no distilled
+  // guidance to embed, so its samples use true classifier-free guidance).
+  FluxConfig c;
+  c.in_channels = 12;
+  c.out_channels = 12;
+  c.num_layers = 2;
+  c.num_single_layers = 4;
+  c.attention_head_dim = 16;
+  c.num_attention_heads = 4;
+  c.joint_attention_dim = t.hidden_size;
+  c.pooled_projection_dim = t.hidden_size;
+  c.guidance_embeds = false;
+  c.axes_dims_rope = {4, 6, 6};
+  m.transformer = FluxTransformer2DModel(c, on_unit);
+  // [dev]'s scheduler: the shift follows the image's token count (here 256 tokens: e^0.5).
+  m.schedule.use_dynamic_shifting = true;
+  m.schedule.shift = 3.0;
+  m.text_training_ = TextEncoderTraining::full;
+  return m;
+}
+
+FluxModel FluxModel::load_pipeline(const std::string& dir, const UnitBuilt& on_unit, bool with_transformer) {
+  const DiffusersPipeline p = DiffusersPipeline::open(dir);
+  for (const char* part : {"transformer", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "scheduler"})
+    if (!p.has(part))
+      throw Error(ErrorKind::config, dir + "/model_index.json: has no " + part +
+                                         " (a Flux.1 pipeline has transformer, vae, text_encoder, text_encoder_2, "
+                                         "tokenizer, tokenizer_2 and scheduler)");
+  FluxModel m;
+  m.pipeline_ = fs::absolute(dir).lexically_normal().string();
+  if (with_transformer) {
+    const std::string config = p.dir("transformer") + "/config.json";
+    const WeightFiles r(p.weight_files("transformer"));
+    m.transformer = load_transformer(FluxConfig::from_file(config), r, p.dir("transformer"), on_unit);
+  }
+  m.vae = p.load_vae();
+  freeze(*m.vae);
+  m.clip = p.load_text_encoder("text_encoder");
+  freeze(*m.clip);
+  m.clip_tokenizer = std::make_shared<ClipTokenizer>(p.load_tokenizer("tokenizer"));
+  {
+    m.t5 = T5EncoderModel(T5Config::from_file(p.dir("text_encoder_2") + "/config.json"));
+    const WeightFiles r(p.weight_files("text_encoder_2"));
+    load_weights(*m.t5, r.view);
+    freeze(*m.t5);
+  }
+  m.t5_tokenizer = std::make_shared<T5Tokenizer>(T5Tokenizer::load_folder(p.dir("tokenizer_2")));
+  const std::string scheduler = p.dir("scheduler") + "/scheduler_config.json";
+  m.schedule = diffusion::FlowScheduleConfig::from_json(io::read_json_file(scheduler, "scheduler config"), scheduler);
+  m.text_training_ = TextEncoderTraining::frozen;
+  return m;
+}
+
+bool FluxModel::is_model_folder(const std::string& dir) {
+  return fs::exists(fs::path(dir) / "transformer" / "config.json");
+}
+
+bool FluxModel::has_saved_base(const std::string& dir) {
+  return fs::exists(fs::path(dir) / "transformer" / "diffusion_pytorch_model.safetensors");
+}
+
+FluxModel FluxModel::load_folder(const std::string& dir, const UnitBuilt& on_unit) {
+  const std::string ref_file = dir + "/pipeline.json";
+  if (fs::exists(ref_file)) {
+    const auto ref = io::read_json_file(ref_file, "pipeline reference");
+    const std::string path = ref.value("path", std::string());
+    if (!fs::exists(fs::path(path) / "model_index.json"))
+      throw Error(ErrorKind::checkpoint, ref_file + ": the run was trained from " + path +
+                                             ", which is gone; put the pipeline folder back there to resume or export");
+    return load_pipeline(path, on_unit);
+  }
+  FluxModel m;
+  m.word_tokenizer = WordTokenizer::load(dir + "/tokenizer/tokenizer.json");
+  const ClipTextConfig t = ClipTextConfig::from_file(dir + "/text_encoder/config.json");
+  if (t.vocab_size != m.word_tokenizer.vocab_size())
+    throw Error(ErrorKind::checkpoint, dir + ": text_encoder/config.json vocab_size " + std::to_string(t.vocab_size) +
+                                           " does not match the tokenizer's " +
+                                           std::to_string(m.word_tokenizer.vocab_size()));
+  m.clip = ClipTextModel(t);
+  m.transformer = FluxTransformer2DModel(FluxConfig::from_file(dir + "/transformer/config.json"), on_unit);
+  const std::string scheduler = dir + "/scheduler/scheduler_config.json";
+  m.schedule = diffusion::FlowScheduleConfig::from_json(io::read_json_file(scheduler, "scheduler config"), scheduler);
+  const std::string transformer_file = dir + "/transformer/diffusion_pytorch_model.safetensors";
+  const std::string text_file = dir + "/text_encoder/model.safetensors";
+  if (!on_unit && fs::exists(transformer_file)) load_weights(*m.transformer, io::SafetensorsReader(transformer_file));
+  if (fs::exists(text_file)) load_weights(*m.clip, io::SafetensorsReader(text_file));
+  return m;
+}
+
+void FluxModel::save_folder(const std::string& dir) const {
+  for (const char* sub : {"transformer", "scheduler"}) fs::create_directories(fs::path(dir) / sub);
+  io::write_file_atomic(dir + "/transformer/config.json",
+                        with_class(transformer->config().to_json(), "FluxTransformer2DModel").dump(2) + "\n");
+  io::write_file_atomic(dir + "/scheduler/scheduler_config.json",
+                        with_class(schedule.to_json(), "FlowMatchEulerDiscreteScheduler").dump(2) + "\n");
+  if (!pipeline_.empty()) {
+    io::write_file_atomic(dir + "/pipeline.json", nlohmann::json{{"path", pipeline_}}.dump(2) + "\n");
+    return;
+  }
+  for (const char* sub : {"text_encoder", "tokenizer"}) fs::create_directories(fs::path(dir) / sub);
+  io::write_file_atomic(dir + "/text_encoder/config.json", clip->config().to_json().dump(2) + "\n");
+  word_tokenizer.save(dir + "/tokenizer/tokenizer.json");
+}
+
+void FluxModel::save_base(const std::string& dir) const {
+  if (!pipeline_.empty()) return;
+  for (const char* sub : {"transformer", "text_encoder"}) fs::create_directories(fs::path(dir) / sub);
+  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"producer", "zerostudio"}};
+  save_weights(*transformer, dir + "/transformer/diffusion_pytorch_model.safetensors", "", meta);
+  save_weights(*clip, dir + "/text_encoder/model.safetensors", "", meta);
+}
+
+void FluxModel::configure(const config::TrainerConfig& cfg) {
+  Settings s;
+  s.timestep_sampling.mode = cfg.training.timestep_sampling;
+  s.timestep_sampling.sigmoid_scale = cfg.training.sigmoid_scale;
+  s.timestep_sampling.logit_mean = cfg.training.logit_mean;
+  s.timestep_sampling.logit_std = cfg.training.logit_std;
+  s.guidance = cfg.training.guidance;
+  // [schnell] is commonly run with 256 T5 tokens, [dev] with FluxPipeline's 512.
+  const bool schnell = transformer && !transformer->config().guidance_embeds;
+  s.max_sequence_length = cfg.model.max_sequence_length.value_or(schnell ? 256 : 512);
+  settings_ = s;
+}
+
+TextConditioning FluxModel::encode(const std::vector<std::string>& captions, const at::Device& device) {
+  const auto n = static_cast<std::int64_t>(captions.size());
+  if (!clip_tokenizer) {  // the tiny preset: one encoder stands in for both
+    const ClipTextOutput out = clip->forward(word_tokenizer.encode_batch(captions).to(device));
+    return {out.last_hidden_state, out.pooled};
+  }
+  // FluxPipeline._get_clip_prompt_embeds: CLIP's pooled output over 77 tokens.
+  std::vector<std::int64_t> ids;
+  for (const auto& c : captions) {
+    const auto framed = clip_tokenizer->frame(c);
+    ids.insert(ids.end(), framed.begin(), framed.end());
+  }
+  const at::Tensor pooled = clip->forward(at::tensor(ids, at::kLong).view({n, -1}).to(device)).pooled;
+  // _get_t5_prompt_embeds: T5's last hidden state over max_sequence_length tokens, no mask.
+  ids.clear();
+  for (const auto& c : captions) {
+    const auto t = t5_tokenizer->encode(c, settings_.max_sequence_length);
+    ids.insert(ids.end(), t.begin(), t.end());
+  }
+  const at::Tensor context = t5->forward(at::tensor(ids, at::kLong).view({n, -1}).to(device));
+  return {context, pooled};
+}
+
+TextConditioning FluxModel::condition(const std::vector<std::string>& captions, const at::Device& device,
+                                      data::LatentCache* cache) {
+  if (parked_ && !captions.empty() &&
+      std::all_of(captions.begin(), captions.end(), [&](const std::string& c) { return remembered_.count(c) > 0; })) {
+    std::vector<at::Tensor> context, pooled;
+    for (const auto& c : captions) {
+      context.push_back(remembered_.at(c).context);
+      pooled.push_back(remembered_.at(c).pooled);
+    }
+    const auto opts = clip->parameters().front().options().device(device);
+    return {at::cat(context).to(opts), at::cat(pooled).to(opts)};
+  }
+  if (cache && !text_encoders_trained() && !captions.empty())
+    return cached_conditioning(captions, *cache, /*pooled=*/true,
+                               [&](const std::string& c) { return condition({c}, device); },
+                               clip->parameters().front().options().device(device));
+  if (text_encoders_trained()) return encode(captions, device);  // the whole batch, with gradients
+  c10::NoGradGuard no_grad;
+  const FluxFrozenVisit visit(*this, true, false);
+  if (captions.size() > 1) {
+    // One caption at a time, so a caption's rows never depend on its batch (DiffusionModel says why).
+    std::vector<at::Tensor> context, pooled;
+    for (const auto& caption : captions) {
+      const TextConditioning one = encode({caption}, device);
+      context.push_back(one.context);
+      pooled.push_back(one.pooled);
+    }
+    return {at::cat(context), at::cat(pooled)};
+  }
+  return encode(captions, device);
+}
+
+at::Tensor FluxModel::predict(const at::Tensor& noisy, const at::Tensor& t, const TextConditioning& cond,
+                              const at::Tensor& geometry) {
+  (void)geometry;
+  const std::int64_t b = noisy.size(0), h = noisy.size(2), w = noisy.size(3);
+  const at::Tensor tokens = flux_pack_latents(noisy.contiguous());
+  const auto opts = tokens.options();
+  // FluxPipeline: image ids (0, row, column) of the token grid; text ids all zero.
+  const at::Tensor img_ids = flux_image_ids(h / 2, w / 2, opts);
+  const at::Tensor txt_ids = at::zeros({cond.context.size(1), 3}, opts);
+  at::Tensor guidance;
+  if (embeds_guidance())
+    guidance = at::full({b}, sampling_guidance_ >= 0 ? sampling_guidance_ : settings_.guidance, opts.dtype(at::kFloat));
+  const at::Tensor context = cond.context.to(opts.dtype());
+  const at::Tensor pooled = cond.pooled.to(opts.dtype());
+  const at::Tensor out = transformer->forward(tokens, context, pooled, t, img_ids, txt_ids, guidance);
+  return flux_unpack_latents(out, h, w);
+}
+
+at::Tensor FluxModel::to_model_space(const at::Tensor& images, at::Generator& generator, data::LatentCache* cache,
+                                     const std::vector<std::string>* keys) {
+  if (!vae) return images;
+  c10::NoGradGuard no_grad;
+  const DiagonalGaussian posterior = cached_posteriors(
+      images, cache, keys,
+      [&](const at::Tensor& image) {
+        const FluxFrozenVisit visit(*this, false, true);
+        return vae->encode(image.to(vae->parameters().front().dtype()));
+      },
+      vae->parameters().front().scalar_type());
+  return vae->config().to_model_latents(posterior.sample(generator)).to(images.scalar_type());
+}
+
+at::Tensor FluxModel::to_images(const at::Tensor& samples) {
+  if (!vae) return samples;
+  c10::NoGradGuard no_grad;
+  const FluxFrozenVisit visit(*this, false, true);
+  const at::Tensor z = vae->config().from_model_latents(samples.to(at::kFloat));
+  return vae->decode(z.to(vae->parameters().front().scalar_type())).to(at::kFloat);
+}
+
+std::int64_t FluxModel::sample_size(std::int64_t resolution) const {
+  return vae ? resolution / vae->config().downsample_factor() : resolution;
+}
+
+std::int64_t FluxModel::pixel_factor() const { return (vae ? vae->config().downsample_factor() : 1) * 2; }
+
+std::unique_ptr<diffusion::Objective> FluxModel::objective() const {
+  return std::make_unique<diffusion::FlowMatching>(schedule, settings_.timestep_sampling, 2);
+}
+
+std::unique_ptr<diffusion::Sampler> FluxModel::sampler(std::int64_t steps, at::IntArrayRef sample_shape) const {
+  const std::int64_t tokens = (sample_shape[2] / 2) * (sample_shape[3] / 2);
+  return std::make_unique<diffusion::FlowMatchEulerSampler>(schedule, steps, tokens);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> FluxModel::named_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& p : transformer->named_parameters()) out.emplace_back("transformer." + p.key(), p.value());
+  if (text_training_ == TextEncoderTraining::full)
+    for (const auto& p : clip->named_parameters()) out.emplace_back("text_encoder." + p.key(), p.value());
+  return out;
+}
+
+std::vector<ParamUnit> FluxModel::denoiser_units() const {
+  std::vector<ParamUnit> units = transformer->units();
+  for (auto& u : units)
+    for (auto& [name, p] : u.parameters) name = "transformer." + name;
+  return units;
+}
+
+std::size_t FluxModel::attach_denoiser_lora(const std::vector<std::string>& targets, const LoraOptions& o,
+                                            std::uint64_t seed) {
+  return attach_lora(*transformer, targets, o, seed).size();
+}
+
+ParamUnit FluxModel::denoiser_adapters() { return lora_unit(*transformer, kDenoiserAdapters, "transformer."); }
+
+std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> FluxModel::text_encoder_modules() const {
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> out;
+  if (clip) out.emplace_back("text_encoder", clip.ptr());
+  if (t5) out.emplace_back("text_encoder_2", t5.ptr());
+  return out;
+}
+
+void FluxModel::set_text_training(TextEncoderTraining t) {
+  if (t == TextEncoderTraining::full && t5)
+    throw Error(ErrorKind::config, "training.train_text_encoder: full is not offered for Flux.1 (T5-XXL never trains; "
+                                   "CLIP-L takes lora)");
+  text_training_ = t;
+  for (auto& p : clip->parameters()) p.set_requires_grad(t == TextEncoderTraining::full);
+}
+
+void FluxModel::set_gradient_checkpointing(bool on, bool to_cpu) {
+  transformer->set_gradient_checkpointing(on);
+  transformer->set_cpu_checkpointing(to_cpu);
+}
+
+void FluxModel::train(bool on) {
+  if (transformer) transformer->train(on);
+  if (clip) clip->train(on && text_encoders_trained());
+  if (t5) t5->train(false);
+  if (vae) vae->train(false);
+}
+
+void FluxModel::set_attention(const AttentionOptions& o) {
+  if (transformer) set_attention_options(*transformer, o);
+  if (clip) set_attention_options(*clip, o);
+  if (t5) set_attention_options(*t5, o);
+  if (vae) set_attention_options(*vae, o);
+}
+
+void FluxModel::to(const at::Device& device, bool with_denoiser) {
+  if (with_denoiser && transformer) transformer->to(device);
+  if (clip) clip->to(device);
+  if (t5) t5->to(device);
+  if (vae) vae->to(device);
+}
+
+void FluxModel::frozen_to(at::ScalarType compute) {
+  if (text_training_ != TextEncoderTraining::full && clip) clip->to(compute);
+  if (t5) t5->to(compute);
+  if (vae && !vae->config().force_upcast) vae->to(compute);
+}
+
+std::vector<torch::nn::Module*> FluxModel::frozen_parts(bool text, bool image) const {
+  std::vector<torch::nn::Module*> out;
+  if (pipeline_.empty()) return out;
+  if (image && vae) out.push_back(vae.ptr().get());
+  if (text && !text_encoders_trained()) {
+    if (clip) out.push_back(clip.ptr().get());
+    if (t5) out.push_back(t5.ptr().get());
+  }
+  return out;
+}
+
+std::int64_t FluxModel::frozen_bytes() const {
+  std::int64_t n = 0;
+  for (const auto* m : frozen_parts(true, true))
+    for (const auto& p : m->parameters()) n += p.numel() * static_cast<std::int64_t>(p.element_size());
+  return n;
+}
+
+void FluxModel::park_frozen(const at::Device& device, const std::vector<std::string>& remember) {
+  if (parked_ || frozen_parts(true, true).empty()) return;
+  for (const auto& caption : remember) {
+    if (remembered_.count(caption)) continue;
+    const TextConditioning one = condition({caption}, device);
+    remembered_[caption] = {one.context.cpu(), one.pooled.cpu()};
+  }
+  frozen_device_ = device;
+  if (!device.is_cpu()) {
+    c10::NoGradGuard no_grad;
+    for (auto* part : frozen_parts(true, true)) part->to(at::kCPU);
+  }
+  parked_ = true;
+}
+
+}  // namespace zs::models
