@@ -60,8 +60,10 @@ const CommandSpec kExport{
     "which writes the base model's weights with the adapters merged in (scale alpha/rank).\n"
     "Flux.1 runs: safetensors holds the transformer; diffusers is the run's pipeline folder with the\n"
     "trained transformer; lora-diffusers writes transformer./text_encoder. lora_A/lora_B with\n"
-    "alpha/rank folded into lora_B (FluxPipeline.load_lora_weights reads it); single-file (Black\n"
-    "Forest Labs' layout) and lora-kohya are not written for Flux.1 yet.",
+    "alpha/rank folded into lora_B (FluxPipeline.load_lora_weights reads it); single-file is the\n"
+    "transformer in Black Forest Labs' layout (flux1-dev.safetensors' names, as ComfyUI loads it);\n"
+    "lora-kohya uses sd-scripts' Flux names (lora_unet_double_blocks_0_img_attn_qkv, lora_te1_*),\n"
+    "the adapters of fused layers joined into one of their summed rank.",
     {{"format", "FORMAT", "diffusers, single-file, safetensors, lora-kohya or lora-diffusers"},
      {"merge", "", "LoRA checkpoints: full weights with the adapters merged into the base"},
      {"dtype", "DTYPE", "fp16, bf16 or fp32 (default fp32, as stored; LoRA files fp16)"},

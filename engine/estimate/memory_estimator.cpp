@@ -306,15 +306,18 @@ void count_buffers(const zero::Plan& plan, const UnitTally& t, const EstimateOpt
 void count_frozen_parts(const ModelShape& model, const EstimateOptions& o, MemoryEstimate& e) {
   const int64_t c = compute_bytes(o.precision);
   const int64_t frozen = c * (e.frozen_parameters - model.frozen_fp32_parameters) + 4 * model.frozen_fp32_parameters;
+  // A streamed part (Flux's T5-XXL) never sits on the device whole: one piece at a time.
+  const int64_t resident = frozen - c * (model.frozen_streamed_parameters - model.frozen_streamed_piece);
   if (o.frozen_off_device && e.frozen_parameters > 0 && model.latent_factor > 1) {
     e.cpu.parameters += frozen;
     // The pass that fills the caches: the frozen weights and one image through the VAE encoder
     // without gradients (about three 128-channel maps at full size alive at once).
     const int64_t vae_bytes = model.frozen_fp32_parameters > 0 ? 4 : c;
-    e.cache_pass = frozen + 3 * 128 * o.resolution * o.resolution * vae_bytes;
+    e.cache_pass = resident + 3 * 128 * o.resolution * o.resolution * vae_bytes;
   } else {
-    e.gpu.parameters += frozen;
-    e.gpu_frozen = frozen;
+    e.gpu.parameters += resident;
+    e.cpu.parameters += frozen - resident;
+    e.gpu_frozen = resident;
   }
 }
 

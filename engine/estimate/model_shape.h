@@ -59,6 +59,10 @@ struct ModelShape {
   std::string denoiser_adapters_name = "lora";  ///< the optimizer's unit name for those adapters (the family's)
   std::int64_t lora_text_parameters = 0;  ///< ... on the text encoders (train_text_encoder: lora)
   std::int64_t frozen_fp32_parameters = 0;  ///< of those, kept in fp32 (a VAE with force_upcast)
+  /// Of the frozen parameters, those that stay in CPU memory and pass through a GPU one piece at a
+  /// time when used (Flux's T5-XXL, block by block), and the largest such piece.
+  std::int64_t frozen_streamed_parameters = 0;
+  std::int64_t frozen_streamed_piece = 0;
   /// Parameters of the denoiser's units.
   std::int64_t trainable_parameters() const;
   /// Parameters of the largest single layer of any unit (a 2560->1280 3x3 conv in SD 1.5 and SDXL).

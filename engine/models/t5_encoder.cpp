@@ -1,5 +1,7 @@
 #include "models/t5_encoder.h"
 
+#include <functional>
+
 #include <cmath>
 
 #include <ATen/ATen.h>
@@ -180,6 +182,33 @@ at::Tensor T5EncoderModelImpl::forward(const at::Tensor& ids) {
   const at::Tensor bias = first->attention->SelfAttention->position_bias(ids.size(1), ids.device());
   for (const auto& b : *encoder->block) h = b->as<T5BlockImpl>()->forward(h, bias);
   return encoder->final_layer_norm(h);
+}
+
+at::Tensor T5EncoderModelImpl::forward_streamed(const at::Tensor& ids, const at::Device& device) {
+  // Each piece visits the device for its part and goes back to CPU memory, where it lives.
+  auto visiting = [&](torch::nn::Module& piece, const std::function<at::Tensor()>& fn) {
+    piece.to(device);
+    try {
+      at::Tensor out = fn();
+      piece.to(at::kCPU);
+      return out;
+    } catch (...) {
+      piece.to(at::kCPU);
+      throw;
+    }
+  };
+  const at::Tensor on = ids.to(device);
+  at::Tensor h = visiting(*shared, [&] { return shared(on); });
+  at::Tensor bias;
+  for (std::size_t i = 0; i < encoder->block->size(); ++i) {
+    auto* block = encoder->block[i]->as<T5BlockImpl>();
+    h = visiting(*block, [&] {
+      // The first block's table gives every block's relative position bias, kept on the device.
+      if (i == 0) bias = block->attention->SelfAttention->position_bias(on.size(1), device);
+      return block->forward(h, bias);
+    });
+  }
+  return visiting(*encoder->final_layer_norm, [&] { return encoder->final_layer_norm(h); });
 }
 
 }  // namespace zs::models

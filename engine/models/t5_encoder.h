@@ -118,6 +118,10 @@ class T5EncoderModelImpl : public torch::nn::Module {
   const T5Config& config() const { return config_; }
   /// The last hidden state [B, L, d_model] for token ids [B, L].
   at::Tensor forward(const at::Tensor& ids);
+  /// The same with the weights in CPU memory and the computation on `device`: the embedding, each
+  /// block and the final norm go to the device for their part and back, so the device holds one
+  /// block's weights at a time (T5-XXL is 8.9 GiB in bf16; a block about 0.4 GiB).
+  at::Tensor forward_streamed(const at::Tensor& ids, const at::Device& device);
   torch::nn::Embedding shared{nullptr};
   T5Stack encoder{nullptr};
 

@@ -14,6 +14,8 @@
 #include "checkpoint/sharded_state.h"
 #include "io/image.h"
 #include "io/safetensors.h"
+#include "models/flux/flux_single_file.h"
+#include "models/flux/flux_transformer.h"
 #include "train/trainer.h"
 
 #include <QTemporaryDir>
@@ -100,13 +102,29 @@ class TestFluxE2E : public QObject {
                                                      "training.max_steps=1", "sampling.every_n_steps=0",
                                                      "checkpointing.every_n_steps=0"});
     QCOMPARE(run(again, dir.path().toStdString() + "/again").step, std::int64_t{1});
-    // The layouts not written yet say what to use.
+    // Black Forest Labs' layout: read back through the loader's mapping (flux_single_file.h), every
+    // diffusers tensor is the exported one.
     o.format = "single-file";
+    const std::string bfl = dir.path().toStdString() + "/flux1-tiny.safetensors";
+    checkpoint::export_checkpoint(ckpt.path, bfl, o);
+    const io::SafetensorsReader single(bfl);
+    QVERIFY(single.contains("double_blocks.0.img_attn.qkv.weight") && single.contains("single_blocks.0.linear1.weight") &&
+            single.contains("final_layer.adaLN_modulation.1.weight") && single.contains("guidance_in.in_layer.weight"));
+    const models::FluxConfig fc = models::FluxConfig::from_file(exported + "/transformer/config.json");
+    std::size_t read_back = 0;
+    for (const auto& e : file.entries()) {
+      const at::Tensor t = models::bfl_flux_tensor(e.name, [&](const std::string& k) { return single.tensor(k); }, fc, "");
+      QVERIFY2(t.defined() && at::equal(t, file.tensor(e.name)), e.name.c_str());
+      ++read_back;
+    }
+    QCOMPARE(read_back, file.entries().size());
+    // A full fine-tune has no adapters to write as a LoRA file; the refusal says what to use.
+    o.format = "lora-kohya";
     try {
       checkpoint::export_checkpoint(ckpt.path, dir.path().toStdString() + "/x.safetensors", o);
-      QFAIL("single-file export of Flux accepted");
+      QFAIL("a LoRA export of a full fine-tune accepted");
     } catch (const Error& e) {
-      QVERIFY2(QString(e.what()).contains("--format diffusers"), e.what());
+      QVERIFY2(QString(e.what()).contains("--format diffusers, single-file or safetensors"), e.what());
     }
   }
 
@@ -135,6 +153,21 @@ class TestFluxE2E : public QObject {
     for (const auto& e : lora.entries())
       QVERIFY2(e.name.rfind("transformer.", 0) == 0 && (e.name.ends_with(".lora_A.weight") || e.name.ends_with(".lora_B.weight")),
                e.name.c_str());
+    // kohya's layout (sd-scripts networks/lora_flux.py names on BFL's fused layers): a double
+    // block's qkv adapter carries the three parts' ranks, and its update's q rows are to_q's.
+    o.format = "lora-kohya";
+    const std::string kohya_file = dir.path().toStdString() + "/lora_kohya.safetensors";
+    checkpoint::export_checkpoint(ckpt.path, kohya_file, o);
+    const io::SafetensorsReader kohya(kohya_file);
+    QCOMPARE(QString::fromStdString(kohya.metadata().at("ss_network_module")), QString("networks.lora_flux"));
+    const std::string qkv = "lora_unet_double_blocks_0_img_attn_qkv";
+    const at::Tensor down = kohya.tensor(qkv + ".lora_down.weight"), up = kohya.tensor(qkv + ".lora_up.weight");
+    QCOMPARE(down.size(0), std::int64_t{12});  // 3 × rank 4
+    const double scale = kohya.tensor(qkv + ".alpha").item<double>() / static_cast<double>(down.size(0));
+    const at::Tensor fused = at::matmul(up, down) * scale;
+    const at::Tensor to_q = at::matmul(lora.tensor(layer + ".lora_B.weight"), lora.tensor(layer + ".lora_A.weight"));
+    QVERIFY(max_diff(fused.narrow(0, 0, to_q.size(0)), to_q) < 1e-6);
+    QVERIFY(kohya.contains("lora_unet_single_blocks_0_linear1.lora_down.weight"));
     // Merged: the base plus the update, in float32.
     o.format = "safetensors";
     o.merge = true;

@@ -541,6 +541,12 @@ class TestEstimate : public QObject {
     qInfo("%s: device %.2f GiB (goal %.0f), CPU %.1f GiB", qPrintable(file), device, goal_gib, host);
     QVERIFY2(device <= goal_gib, qPrintable(QString("%1 GiB on the device").arg(device)));
     if (cfg.training.method == "full") QVERIFY2(host > 150, qPrintable(QString("%1 GiB of CPU memory").arg(host)));
+    // The pass that fills the caches fits the same card: T5-XXL (8.9 GiB in bf16) streams through
+    // it block by block, so CLIP-L, the VAE, one T5 block and one image's VAE activations.
+    const double cache_pass = static_cast<double>(e.cache_pass) / 1073741824.0;
+    qInfo("%s: cache pass %.2f GiB", qPrintable(file), cache_pass);
+    QVERIFY2(cache_pass > 0 && cache_pass <= goal_gib, qPrintable(QString("cache pass %1 GiB").arg(cache_pass)));
+    QCOMPARE(m.frozen_streamed_parameters, std::int64_t{4'762'310'656});  // T5 v1.1 XXL's encoder (REFERENCE.md)
     // A 12 GiB card: the suggestion fits.
     EstimateOptions o = options_from_config(cfg);
     o.gpu_memory = parse_bytes("12GiB");

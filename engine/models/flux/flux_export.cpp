@@ -2,12 +2,16 @@
 // file under diffusers' names, a diffusers folder (the run's pipeline with the trained weights in
 // place of its own), or a LoRA checkpoint's adapters as a diffusers/PEFT file; with --merge, a LoRA
 // checkpoint's adapters merged into the base in the full-weight formats. Streamed one tensor at a
-// time (checkpoint/export.h). Black Forest Labs' single-file layout and kohya's Flux LoRA layout
-// are not written yet and say so.
+// time (checkpoint/export.h); or the transformer in Black Forest Labs' single-file layout
+// (flux1-dev.safetensors' names, fused q/k/v), as ComfyUI loads it; or the adapters in kohya's
+// sd-scripts Flux layout (lora_unet_* on BFL's names).
 #include "models/flux/flux_export.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 
 #include <ATen/ATen.h>
@@ -20,6 +24,8 @@
 #include "core/text.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
+#include "models/flux/flux_single_file.h"
+#include "models/flux/flux_transformer.h"
 #include "models/lora.h"
 #include "models/sd/diffusers_pipeline.h"
 #include "models/sd/sd_export_sources.h"
@@ -59,6 +65,22 @@ ExportTensors base_tensors(const fs::path& model_dir, const std::string& source,
   return file_tensors(models::DiffusersPipeline::open(source).weight_files(component));
 }
 
+/// Writes a LoRA file's tensors (fp16 unless the options say otherwise, as sd-scripts'
+/// --save_precision) and says what it is in the result's note.
+ExportResult write_lora_tensors(const ExportTensors& tensors, const std::string& out, const ExportOptions& o,
+                                const std::map<std::string, std::string>& metadata, std::string note) {
+  ExportOptions half = o;
+  if (!half.dtype) half.dtype = at::kHalf;
+  if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
+  ExportResult r;
+  std::size_t done = 0;
+  r.bytes = stream_tensors(tensors, out, half, metadata, done, tensors.size());
+  r.tensors = done;
+  r.files.push_back(out);
+  r.notes.push_back(std::move(note));
+  return r;
+}
+
 /// The adapters as diffusers' PEFT names ("<component>.<path>.lora_A.weight" = down,
 /// "lora_B.weight" = up with the scale alpha/rank folded in: diffusers reads such files at scale 1).
 ExportResult write_peft_file(const CheckpointAdapters& adapters, const std::string& out, const ExportOptions& o,
@@ -70,17 +92,94 @@ ExportResult write_peft_file(const CheckpointAdapters& adapters, const std::stri
       tensors.push_back({stem + ".lora_A.weight", a->down.sizes().vec(), [a] { return a->down; }});
       tensors.push_back({stem + ".lora_B.weight", a->up.sizes().vec(), [a] { return a->up * a->scale(); }});
     }
-  ExportOptions half = o;
-  if (!half.dtype) half.dtype = at::kHalf;  // LoRA files in fp16, as for SD (sd-scripts' --save_precision)
-  if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
-  ExportResult r;
-  std::size_t done = 0;
-  r.bytes = stream_tensors(tensors, out, half, metadata, done, tensors.size());
-  r.tensors = done;
-  r.files.push_back(out);
-  r.notes.push_back("diffusers/PEFT LoRA layout: FluxPipeline.load_lora_weights reads it (the scale alpha/rank is "
-                    "folded into lora_B)");
-  return r;
+  return write_lora_tensors(tensors, out, o, metadata,
+                            "diffusers/PEFT LoRA layout: FluxPipeline.load_lora_weights reads it (the scale "
+                            "alpha/rank is folded into lora_B)");
+}
+
+/// Python's repr of a float, as sd-scripts writes ss_network_alpha ("8.0").
+std::string python_float(double v) {
+  std::string out = std::to_string(v);
+  out.erase(out.find_last_not_of('0') + 1);
+  if (!out.empty() && out.back() == '.') out += '0';
+  return out;
+}
+
+/// The adapters in kohya's sd-scripts layout for Flux (networks/lora_flux.py): "lora_unet_" + the
+/// BFL module path with '_' for '.', "lora_te1_" + CLIP-L's path; lora_down / lora_up / alpha.
+/// Where BFL fuses layers (a double block's qkv, a single block's linear1), the adapters of the
+/// fused parts become one of rank Σr: lora_down their downs stacked, lora_up block-diagonal at each
+/// part's rows, alpha scaled so alpha/rank is each part's (exact; diffusers' kohya converter
+/// splits it back into the same products).
+ExportResult write_kohya_file(const CheckpointAdapters& adapters, const fs::path& model_dir, const std::string& out,
+                              const ExportOptions& o, std::map<std::string, std::string> metadata) {
+  ExportTensors tensors;
+  std::int64_t rank = 0;
+  double alpha = 0;
+  auto add = [&](const std::string& stem, at::Tensor down, at::Tensor up, double a) {
+    tensors.push_back({stem + ".lora_down.weight", down.sizes().vec(), [down] { return down; }});
+    tensors.push_back({stem + ".lora_up.weight", up.sizes().vec(), [up] { return up; }});
+    const at::Tensor alpha_t = at::scalar_tensor(a, at::kFloat);
+    tensors.push_back({stem + ".alpha", {}, [alpha_t] { return alpha_t; }});
+  };
+  auto underscored = [](std::string path) {
+    std::replace(path.begin(), path.end(), '.', '_');
+    return path;
+  };
+  if (adapters.contains("transformer")) {
+    const ComponentAdapters& layers = adapters.at("transformer");
+    const models::FluxConfig c = models::FluxConfig::from_file((model_dir / "transformer" / "config.json").string());
+    std::size_t placed = 0;
+    for (const auto& t : models::bfl_flux_layout(c)) {
+      if (!t.key.ends_with(".weight")) continue;
+      std::vector<std::pair<const models::BflTensor::Part*, std::shared_ptr<models::LoraAdapter>>> adapted;
+      for (const auto& part : t.parts) {
+        const std::string path = part.name.substr(0, part.name.size() - 7);  // without ".weight"
+        if (const auto it = layers.find(path); it != layers.end()) adapted.emplace_back(&part, it->second);
+      }
+      if (adapted.empty()) continue;
+      placed += adapted.size();
+      const std::string stem = "lora_unet_" + underscored(t.key.substr(0, t.key.size() - 7));
+      const double scale = adapted.front().second->scale();
+      std::int64_t r = 0;
+      for (const auto& [part, a] : adapted) {
+        if (std::abs(a->scale() - scale) > 1e-12 * scale)
+          throw Error(ErrorKind::checkpoint, out + ": the adapters fused into " + t.key + " differ in alpha/rank");
+        r += a->rank();
+      }
+      if (adapted.size() == 1 && t.parts.size() == 1) {
+        add(stem, adapted[0].second->down, adapted[0].second->up, adapted[0].second->alpha);
+      } else {
+        std::vector<at::Tensor> downs;
+        at::Tensor up = at::zeros({t.shape[0], r}, at::kFloat);
+        std::int64_t col = 0;
+        for (const auto& [part, a] : adapted) {
+          downs.push_back(a->down.to(at::kFloat));
+          up.narrow(1, col, a->rank()).index_copy_(0, part->rows, a->up.to(at::kFloat));
+          col += a->rank();
+        }
+        add(stem, at::cat(downs, 0), up, scale * static_cast<double>(r));
+      }
+      rank = std::max(rank, adapted.front().second->rank());
+      alpha = adapted.front().second->alpha;
+    }
+    if (placed != layers.size())
+      throw Error(ErrorKind::checkpoint, out + ": " + std::to_string(layers.size() - placed) +
+                                             " transformer adapters have no place in Black Forest Labs' layout");
+  }
+  if (adapters.contains("text_encoder"))
+    for (const auto& [path, a] : adapters.at("text_encoder")) {
+      add("lora_te1_" + underscored(path), a->down, a->up, a->alpha);
+      rank = std::max(rank, a->rank());
+      alpha = a->alpha;
+    }
+  metadata["ss_network_module"] = "networks.lora_flux";
+  metadata["ss_network_dim"] = std::to_string(rank);
+  metadata["ss_network_alpha"] = python_float(alpha);
+  metadata["ss_base_model_version"] = "flux1";
+  return write_lora_tensors(tensors, out, o, metadata,
+                            "kohya's Flux LoRA layout (sd-scripts networks/lora_flux.py): ComfyUI and diffusers' "
+                            "load_lora_weights read it; fused qkv/linear1 adapters carry the parts' ranks together");
 }
 
 }  // namespace
@@ -98,19 +197,17 @@ ExportResult export_flux_checkpoint(const CheckpointInfo& info, const std::strin
                                                       {"step", std::to_string(info.step)},
                                                       {"config_hash", info.meta.value("config_hash", "")},
                                                       {"weights", kind + (lora && o.merge ? "+merged lora" : "")}};
-  if (o.format == "single-file" || o.format == "lora-kohya")
-    throw Error(ErrorKind::config, "export format '" + o.format + "' is not written for Flux.1 yet (Black Forest Labs' "
-                                   "layout: issue 35 continues); export --format diffusers or safetensors, and "
-                                   "lora-diffusers for LoRA checkpoints (diffusers and ComfyUI read it)");
-  if (o.format == "lora-diffusers") {
+  if (o.format == "lora-diffusers" || o.format == "lora-kohya") {
     if (!lora)
       throw Error(ErrorKind::config, checkpoint + ": holds no LoRA adapters (the run trained the full model); export "
-                                                  "--format diffusers or safetensors");
-    return write_peft_file(read_checkpoint_adapters(shards, info.meta, kind), out, o, metadata);
+                                                  "--format diffusers, single-file or safetensors");
+    const CheckpointAdapters adapters = read_checkpoint_adapters(shards, info.meta, kind);
+    return o.format == "lora-kohya" ? write_kohya_file(adapters, model_dir, out, o, metadata)
+                                    : write_peft_file(adapters, out, o, metadata);
   }
-  if (o.format != "safetensors" && o.format != "diffusers")
-    throw Error(ErrorKind::config, "export format '" + o.format + "' does not exist for Flux.1 (diffusers, safetensors, "
-                                                                  "lora-diffusers)");
+  if (o.format != "safetensors" && o.format != "diffusers" && o.format != "single-file")
+    throw Error(ErrorKind::config, "export format '" + o.format + "' does not exist for Flux.1 (diffusers, single-file, "
+                                                                  "safetensors, lora-kohya, lora-diffusers)");
   if (lora && !o.merge)
     throw Error(ErrorKind::config, checkpoint + ": holds LoRA adapters, not full weights; export --format lora-diffusers "
                                                 "for the adapters, or add --merge for full weights with them merged");
@@ -131,6 +228,29 @@ ExportResult export_flux_checkpoint(const CheckpointInfo& info, const std::strin
   ExportResult r;
   std::size_t done = 0;
   const std::size_t total = transformer.size() + (o.format == "diffusers" ? text.size() : 0);
+  if (o.format == "single-file") {
+    // Black Forest Labs' flux1-*.safetensors layout (the transformer alone, fused qkv and linear1),
+    // each BFL tensor assembled from its diffusers tensors as it is written.
+    std::map<std::string, const ExportTensor*> by_name;
+    for (const auto& t : transformer) by_name[t.name] = &t;
+    const models::FluxConfig c = models::FluxConfig::from_file((model_dir / "transformer" / "config.json").string());
+    ExportTensors bfl;
+    for (auto& t : models::bfl_flux_layout(c)) {
+      for (const auto& part : t.parts)
+        if (!by_name.count(part.name))
+          throw Error(ErrorKind::checkpoint, checkpoint + ": has no transformer tensor " + part.name);
+      auto layout = std::make_shared<models::BflTensor>(std::move(t));
+      bfl.push_back({layout->key, layout->shape, [layout, &by_name] {
+                       return models::assemble_bfl_tensor(*layout, [&](const std::string& n) { return by_name.at(n)->read(); });
+                     }});
+    }
+    if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
+    r.bytes += stream_tensors(bfl, out, o, metadata, done, bfl.size());
+    r.files.push_back(out);
+    if (!text.empty()) r.notes.push_back("the trained text encoder is not in this file: export --format diffusers for it");
+    r.tensors = done;
+    return r;
+  }
   if (o.format == "safetensors") {
     if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
     r.bytes += stream_tensors(transformer, out, o, metadata, done, total);

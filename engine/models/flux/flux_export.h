@@ -10,9 +10,10 @@ namespace zs::checkpoint {
 struct CheckpointInfo;
 
 /// Exports `info` (a checkpoint of a Flux.1 run) to `out` in the layout `o.format` names:
-/// safetensors (the transformer under diffusers' names), diffusers (a folder), lora-diffusers
-/// (a LoRA checkpoint's adapters, PEFT names). Throws zs::Error naming the checkpoint or the
-/// output, and for the layouts not written yet (single-file, lora-kohya) saying what to use.
+/// safetensors (the transformer under diffusers' names), diffusers (a folder), single-file (the
+/// transformer in Black Forest Labs' layout), lora-diffusers (a LoRA checkpoint's adapters, PEFT
+/// names). Throws zs::Error naming the checkpoint or the output, and for lora-kohya (not written
+/// for Flux.1 yet) saying what to use.
 ExportResult export_flux_checkpoint(const CheckpointInfo& info, const std::string& out, const ExportOptions& o);
 
 }  // namespace zs::checkpoint

@@ -1,6 +1,7 @@
 #include "models/flux/flux_family.h"
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <ostream>
 
@@ -16,7 +17,10 @@
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
 #include "data/shapes.h"
+#include "estimate/memory_estimator.h"
 #include "models/flux/flux_export.h"
+#include "models/sd/diffusers_pipeline.h"
+#include "models/t5_tokenizer.h"
 #include "models/flux/flux_model.h"
 #include "models/flux/flux_single_file.h"
 #include "models/flux/flux_transformer.h"
@@ -30,10 +34,6 @@ namespace zs::models {
 namespace fs = std::filesystem;
 
 namespace {
-
-constexpr const char* kNotYet =
-    "`model info` and `model eval` do not read Flux.1 models yet (issue 35 continues); `zerostudio estimate` "
-    "describes the model";
 
 /// A JSON file's "_class_name", or "" when the file is absent or unreadable.
 std::string class_name(const fs::path& file) {
@@ -230,7 +230,13 @@ estimate::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
     describe_units(*FluxTransformer2DModel(c));
     const std::int64_t vae_parameters = parameter_count(*AutoencoderKL(flux_vae_config()));
     // T5 v1.1 XXL's encoder (the config's defaults): counted, never trained.
-    const std::int64_t t5_parameters = parameter_count(*T5EncoderModel(T5Config{}));
+    const T5EncoderModel t5(T5Config{});
+    const std::int64_t t5_parameters = parameter_count(*t5);
+    // On a GPU it streams block by block (FluxModel::encode): the device holds one piece at a time.
+    m.frozen_streamed_parameters = t5_parameters;
+    m.frozen_streamed_piece = parameter_count(*t5->shared);
+    for (const auto& block : *t5->encoder->block)
+      m.frozen_streamed_piece = std::max(m.frozen_streamed_piece, parameter_count(*block));
     // CLIP-L (the config's defaults), which LoRA may train.
     const estimate::UnitShape text =
         estimate::clip_text_encoder_shape("text_encoder", ClipTextConfig{}, lora_text, cfg.lora.rank);
@@ -296,13 +302,61 @@ checkpoint::ExportResult FluxFamily::export_checkpoint(const checkpoint::Checkpo
   return checkpoint::export_flux_checkpoint(info, out, options);
 }
 
-void FluxFamily::describe(std::ostream&, const std::string& path, const std::string&) const {
-  throw Error(ErrorKind::config, path + ": " + kNotYet);
+void FluxFamily::describe(std::ostream& out, const std::string& path, const std::string&) const {
+  std::error_code ec;
+  if (fs::is_directory(path, ec) && fs::exists(fs::path(path) / "model_index.json", ec)) {
+    const auto p = DiffusersPipeline::open(path);
+    describe_pipeline(out, p, [&](const PipelineComponent& c) -> std::string {
+      if (c.name == "tokenizer_2") {
+        const auto t = T5Tokenizer::load_folder(p.dir(c.name));
+        return "SentencePiece (spiece.model), vocabulary " + std::to_string(t.vocab_size());
+      }
+      const auto t = p.load_tokenizer(c.name);
+      return "vocabulary " + std::to_string(t.vocab_size()) + ", " + std::to_string(t.max_length()) + " tokens";
+    });
+    const FluxConfig c = FluxConfig::from_file(p.dir("transformer") + "/config.json");
+    out << "  transformer: " << c.num_layers << " double-stream + " << c.num_single_layers << " single-stream blocks, "
+        << c.inner_dim() << " wide, " << (c.guidance_embeds ? "guidance embedding (Flux.1 [dev] kind)" : "no guidance embedding ([schnell] kind)")
+        << "\n";
+    return;
+  }
+  if (fs::is_regular_file(path, ec)) {
+    // Black Forest Labs' single file: the transformer alone, its configuration read from the shapes.
+    const io::SafetensorsReader file(path);
+    std::vector<std::string> names;
+    std::int64_t params = 0;
+    std::map<std::string, std::int64_t> dtypes;
+    for (const auto& e : file.entries()) {
+      names.push_back(e.name);
+      params += e.numel();
+      dtypes[e.dtype] += e.numel();
+    }
+    const std::string prefix = bfl_flux_prefix(names, path);
+    const FileShape shape = [&](const std::string& n) -> std::vector<std::int64_t> {
+      for (const auto& e : file.entries())
+        if (e.name == n) return e.shape;
+      return {};
+    };
+    const FluxConfig c = bfl_flux_config(names, shape, prefix, path);
+    out << path << ": Black Forest Labs' single-file Flux.1 transformer" << (prefix.empty() ? "" : " (prefix " + prefix + ")")
+        << ", " << params << " parameters, " << estimate::format_bytes(static_cast<std::int64_t>(fs::file_size(path)))
+        << "\n  dtypes:";
+    for (const auto& [d, n] : dtypes) out << " " << d << "(" << n << ")";
+    out << "\n  transformer: " << c.num_layers << " double-stream + " << c.num_single_layers << " single-stream blocks, "
+        << c.inner_dim() << " wide, " << (c.guidance_embeds ? "guidance embedding ([dev])" : "no guidance embedding ([schnell])")
+        << "\n  config " << c.to_json().dump() << "\n";
+    return;
+  }
+  // A run's model folder or an exported flux-tiny.
+  const FluxConfig c = FluxConfig::from_file((fs::path(path) / "transformer" / "config.json").string());
+  out << path << ": Flux.1-architecture model folder, transformer " << c.num_layers << " double-stream + "
+      << c.num_single_layers << " single-stream blocks, " << c.inner_dim() << " wide\n  config " << c.to_json().dump() << "\n";
 }
 
 void FluxFamily::evaluate(const std::string& path, const std::string&, const std::string&, const std::string&,
                           const std::string&) const {
-  throw Error(ErrorKind::config, path + ": " + kNotYet);
+  throw Error(ErrorKind::config, path + ": `model eval` does not run Flux.1 components yet (issue 35 continues); "
+                                        "`model info` describes the model");
 }
 
 }  // namespace zs::models

@@ -62,7 +62,8 @@ class FluxFrozenVisit {
     active_ = m.parked_ && !m.frozen_device_.is_cpu();
     if (!active_) return;
     c10::NoGradGuard no_grad;
-    for (auto* part : m_.frozen_parts(text_, image_)) part->to(m_.frozen_device_);
+    for (auto* part : m_.frozen_parts(text_, image_))
+      if (part != m_.t5.ptr().get()) part->to(m_.frozen_device_);  // T5 streams itself
     ++m_.frozen_visits_;
   }
   ~FluxFrozenVisit() {
@@ -236,7 +237,10 @@ TextConditioning FluxModel::encode(const std::vector<std::string>& captions, con
     const auto t = t5_tokenizer->encode(c, settings_.max_sequence_length);
     ids.insert(ids.end(), t.begin(), t.end());
   }
-  const at::Tensor context = t5->forward(at::tensor(ids, at::kLong).view({n, -1}).to(device));
+  // On a GPU, T5-XXL stays in CPU memory and passes through the device block by block.
+  const at::Tensor t5_ids = at::tensor(ids, at::kLong).view({n, -1});
+  const bool stream = device.is_cuda() && t5->parameters().front().device().is_cpu();
+  const at::Tensor context = stream ? t5->forward_streamed(t5_ids, device) : t5->forward(t5_ids.to(device));
   return {context, pooled};
 }
 
@@ -386,7 +390,7 @@ void FluxModel::set_attention(const AttentionOptions& o) {
 void FluxModel::to(const at::Device& device, bool with_denoiser) {
   if (with_denoiser && transformer) transformer->to(device);
   if (clip) clip->to(device);
-  if (t5) t5->to(device);
+  if (t5 && !device.is_cuda()) t5->to(device);  // on a GPU it streams from CPU memory (encode)
   if (vae) vae->to(device);
 }
 

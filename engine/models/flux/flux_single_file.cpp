@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "core/error.h"
+#include "core/meta_tensors.h"
 
 namespace zs::models {
 
@@ -163,6 +164,54 @@ at::Tensor bfl_flux_tensor(const std::string& name, const FileTensor& tensor, co
     return {};
   }
   return {};
+}
+
+std::vector<BflTensor> bfl_flux_layout(const FluxConfig& c) {
+  // The diffusers parameters and their shapes, on meta tensors.
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> params;
+  {
+    const MetaTensorScope meta;
+    const FluxTransformer2DModel m(c);
+    for (const auto& p : m->named_parameters()) params.emplace_back(p.key(), p.value().sizes().vec());
+  }
+  // Pass 1: which BFL key each parameter reads, and so how many rows each key has.
+  std::map<std::string, std::int64_t> rows_of;
+  std::map<std::string, std::string> key_of;
+  for (const auto& [name, shape] : params) {
+    std::string asked;
+    bfl_flux_tensor(name, [&](const std::string& key) {
+      asked = key;
+      return at::Tensor();
+    }, c, "");
+    if (asked.empty())
+      throw Error(ErrorKind::checkpoint, name + ": has no place in Black Forest Labs' Flux layout");
+    key_of[name] = asked;
+    rows_of[asked] += shape.at(0);
+  }
+  // Pass 2: the rows each parameter takes, read off a key whose rows are their own indices.
+  std::map<std::string, BflTensor> out;
+  for (const auto& [name, shape] : params) {
+    const std::string& key = key_of.at(name);
+    const at::Tensor rows = bfl_flux_tensor(name, [&](const std::string& k) {
+      return at::arange(rows_of.at(k), at::kLong).to(at::kDouble);
+    }, c, "").to(at::kLong);
+    BflTensor& t = out[key];
+    if (t.key.empty()) {
+      t.key = key;
+      t.shape = shape;
+      t.shape[0] = rows_of.at(key);
+    }
+    t.parts.push_back({name, rows});
+  }
+  std::vector<BflTensor> sorted;
+  for (auto& [key, t] : out) sorted.push_back(std::move(t));
+  return sorted;
+}
+
+at::Tensor assemble_bfl_tensor(const BflTensor& t, const std::function<at::Tensor(const std::string&)>& read) {
+  at::Tensor out = at::empty(t.shape, at::kFloat);
+  for (const auto& part : t.parts) out.index_copy_(0, part.rows, read(part.name).to(at::kFloat));
+  return out;
 }
 
 }  // namespace zs::models

@@ -40,4 +40,25 @@ FluxConfig bfl_flux_config(const std::vector<std::string>& names, const FileShap
 at::Tensor bfl_flux_tensor(const std::string& name, const FileTensor& tensor, const FluxConfig& c,
                            const std::string& prefix);
 
+/// One tensor of BFL's layout for writing: its key (without a prefix), its shape, and which
+/// diffusers tensors fill which of its rows (every mapping is along dimension 0: whole tensors,
+/// q/k/v thirds of a fused qkv, row ranges of linear1, the swapped halves of the final modulation).
+struct BflTensor {
+  std::string key;
+  std::vector<std::int64_t> shape;
+  struct Part {
+    std::string name;  ///< the diffusers parameter
+    at::Tensor rows;   ///< int64 [its rows]: where they go in the BFL tensor
+  };
+  std::vector<Part> parts;
+};
+
+/// BFL's layout of a FluxTransformer2DModel of config `c`, sorted by key: the exact inverse of
+/// bfl_flux_tensor (derived from it, so the two cannot disagree). Throws zs::Error(checkpoint)
+/// when a diffusers parameter has no place in the layout.
+std::vector<BflTensor> bfl_flux_layout(const FluxConfig& c);
+
+/// The BFL tensor of `t`, assembled from the diffusers tensors `read` gives by name (float32).
+at::Tensor assemble_bfl_tensor(const BflTensor& t, const std::function<at::Tensor(const std::string&)>& read);
+
 }  // namespace zs::models

@@ -1,12 +1,15 @@
 #include "models/sd/diffusers_pipeline.h"
 
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <ostream>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "estimate/memory_estimator.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "models/weights.h"
@@ -94,6 +97,49 @@ ClipTextModel DiffusersPipeline::load_text_encoder(const std::string& component)
 }
 
 ClipTokenizer DiffusersPipeline::load_tokenizer(const std::string& component) const { return ClipTokenizer::load(dir(component)); }
+
+void describe_pipeline(std::ostream& out, const DiffusersPipeline& p,
+                       const std::function<std::string(const PipelineComponent&)>& tokenizer_line) {
+  out << p.root() << ": " << (p.class_name().empty() ? "pipeline" : p.class_name()) << "\n";
+  for (const auto& c : p.components()) {
+    out << "  " << c.name << "  " << c.library << "." << c.class_name;
+    std::vector<std::string> files;
+    try {
+      files = p.weight_files(c.name);
+    } catch (const Error&) {
+      // Tokenizers and schedulers have no weights.
+    }
+    if (!files.empty()) {
+      std::int64_t params = 0, bytes = 0;
+      std::map<std::string, std::int64_t> dtypes;
+      for (const auto& f : files) {
+        const io::SafetensorsReader r(f);
+        for (const auto& e : r.entries()) {
+          params += e.numel();
+          dtypes[e.dtype] += e.numel();
+        }
+        bytes += static_cast<std::int64_t>(fs::file_size(f));
+      }
+      out << "  " << params << " parameters  ";
+      for (const auto& [d, n] : dtypes) {
+        out << d;
+        if (dtypes.size() > 1)
+          out << '(' << n << ") ";
+        else
+          out << ' ';
+      }
+      out << estimate::format_bytes(bytes);
+      if (files.size() > 1) out << " in " << files.size() << " shards";
+    } else if (c.class_name.find("Tokenizer") != std::string::npos) {
+      try {
+        out << "  " << tokenizer_line(c);
+      } catch (const Error& e) {
+        out << "  (" << e.what() << ")";
+      }
+    }
+    out << "\n";
+  }
+}
 
 diffusion::ScheduleConfig DiffusersPipeline::load_scheduler() const {
   return diffusion::ScheduleConfig::from_file((fs::path(dir("scheduler")) / "scheduler_config.json").string());

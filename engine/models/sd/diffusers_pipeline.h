@@ -4,6 +4,8 @@
 // `fp16` variants when that is all there is) and loading each as ZeroStudio's module.
 
 #include <cstdint>
+#include <functional>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -51,5 +53,11 @@ class DiffusersPipeline : public ModelSource {
   std::string class_name_;
   std::vector<PipelineComponent> components_;
 };
+
+/// `zerostudio model info` of a pipeline folder: its class, then a line per component with its
+/// parameters, dtypes, bytes and shards read from the weight files' headers, and for tokenizers
+/// what `tokenizer_line` says (its exception's message when it throws).
+void describe_pipeline(std::ostream& out, const DiffusersPipeline& p,
+                       const std::function<std::string(const PipelineComponent&)>& tokenizer_line);
 
 }  // namespace zs::models

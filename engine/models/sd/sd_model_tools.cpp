@@ -50,46 +50,11 @@ void SdFamily::describe(std::ostream& out, const std::string& path, const std::s
     return;
   }
   const auto p = DiffusersPipeline::open(path);
-  out << p.root() << ": " << (p.class_name().empty() ? "pipeline" : p.class_name()) << "\n";
-  for (const auto& c : p.components()) {
-    out << "  " << c.name << "  " << c.library << "." << c.class_name;
-    std::vector<std::string> files;
-    try {
-      files = p.weight_files(c.name);
-    } catch (const Error&) {
-      // Tokenizers and schedulers have no weights.
-    }
-    if (!files.empty()) {
-      std::int64_t params = 0, bytes = 0;
-      std::map<std::string, std::int64_t> dtypes;
-      for (const auto& f : files) {
-        const io::SafetensorsReader r(f);
-        for (const auto& e : r.entries()) {
-          params += e.numel();
-          dtypes[e.dtype] += e.numel();
-        }
-        bytes += static_cast<std::int64_t>(fs::file_size(f));
-      }
-      out << "  " << params << " parameters  ";
-      for (const auto& [d, n] : dtypes) {
-        out << d;
-        if (dtypes.size() > 1)
-          out << '(' << n << ") ";
-        else
-          out << ' ';
-      }
-      out << estimate::format_bytes(bytes);
-      if (files.size() > 1) out << " in " << files.size() << " shards";
-    } else if (c.class_name.find("Tokenizer") != std::string::npos) {
-      try {
-        const auto t = p.load_tokenizer(c.name);
-        out << "  vocabulary " << t.vocab_size() << ", " << t.max_length() << " tokens, padding id " << t.pad_id();
-      } catch (const Error& e) {
-        out << "  (" << e.what() << ")";
-      }
-    }
-    out << "\n";
-  }
+  describe_pipeline(out, p, [&](const PipelineComponent& c) {
+    const auto t = p.load_tokenizer(c.name);
+    return "vocabulary " + std::to_string(t.vocab_size()) + ", " + std::to_string(t.max_length()) + " tokens, padding id " +
+           std::to_string(t.pad_id());
+  });
 }
 
 void SdFamily::evaluate(const std::string& model, const std::string& config_path, const std::string& component,
