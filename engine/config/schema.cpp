@@ -82,15 +82,18 @@ SchemaBuilder build() {
         {"tiny", "sd15", "sdxl", "flux-tiny", "flux-dev", "flux-schnell"});
   s.add("model.path", T::path, std::string(""), ZS_REF(model.path),
         "A diffusers pipeline folder (with model_index.json) or a single-file checkpoint (`.safetensors` "
-        "in the original layout, as A1111 and ComfyUI use; give `model.config_path` too), Stable "
-        "Diffusion 1.x or SDXL, whose UNet is fine-tuned; its VAE and text encoders stay frozen. "
-        "Empty: build `model.preset` with fresh weights.");
+        "in the original layout, as A1111 and ComfyUI use; give `model.config_path` too): Stable "
+        "Diffusion 1.x or SDXL, whose UNet is fine-tuned, or Flux.1 (a diffusers Flux folder, or Black "
+        "Forest Labs' flux1-*.safetensors transformer), whose transformer is; the VAE and text encoders "
+        "stay frozen. Empty: build `model.preset` with fresh weights.");
   s.add("model.config_path", T::path, std::string(""), ZS_REF(model.config_path),
         "For a single-file `model.path`: a diffusers folder of the same family (SD 1.x or SDXL) whose "
         "tokenizer/ (and tokenizer_2/) are used, since single files carry no vocabulary, and whose "
         "unet/, vae/, text_encoder*/ config.json and scheduler/ are used where present (otherwise the "
         "configs are inferred from the tensor shapes, with Stable Diffusion's standard settings). A "
-        "folder holding just vocab.json and merges.txt also works. Ignored for diffusers folders.");
+        "folder holding just vocab.json and merges.txt also works. For Black Forest Labs' Flux.1 "
+        "transformer file: a diffusers Flux folder giving the VAE, CLIP-L, T5, their tokenizers and the "
+        "scheduler (its transformer/ weights are not read). Ignored for diffusers folders.");
   s.add("model.max_sequence_length", T::integer, Value{}, ZS_REF(model.max_sequence_length),
         "Flux.1: the T5 tokens each caption is padded or cut to (FluxPipeline's max_sequence_length). "
         "null: 512 for [dev], 256 for [schnell] (as [schnell] is commonly run).")

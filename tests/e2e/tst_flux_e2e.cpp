@@ -12,6 +12,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/export.h"
 #include "checkpoint/sharded_state.h"
+#include "config/config_loader.h"
 #include "io/image.h"
 #include "io/safetensors.h"
 #include "models/flux/flux_single_file.h"
@@ -118,6 +119,31 @@ class TestFluxE2E : public QObject {
       ++read_back;
     }
     QCOMPARE(read_back, file.entries().size());
+    // The BFL file trains as model.path with a diffusers Flux folder as model.config_path for the
+    // rest: the same first loss as the exported diffusers folder (the same weights, the same draws);
+    // a LoRA run on it merges into the file's weights.
+    const config::TrainerConfig from_bfl = flux_config({"model.path=" + bfl, "model.config_path=" + folder,
+                                                        "model.max_sequence_length=16", "training.max_steps=1",
+                                                        "sampling.every_n_steps=0", "checkpointing.every_n_steps=1"});
+    QCOMPARE(run(from_bfl, dir.path().toStdString() + "/from-bfl").step, std::int64_t{1});
+    QCOMPARE(losses(read_events(dir.path().toStdString() + "/from-bfl")),
+             losses(read_events(dir.path().toStdString() + "/again")));
+    auto lora_cfg = from_bfl;
+    lora_cfg.training.method = "lora";
+    QCOMPARE(run(lora_cfg, dir.path().toStdString() + "/lora-bfl").step, std::int64_t{1});
+    checkpoint::ExportOptions merge;
+    merge.format = "safetensors";
+    merge.merge = true;
+    const std::string merged = dir.path().toStdString() + "/merged-bfl.safetensors";
+    checkpoint::export_checkpoint(checkpoint_dir(read_events(dir.path().toStdString() + "/lora-bfl")), merged, merge);
+    QVERIFY(at::equal(io::SafetensorsReader(merged).tensor("x_embedder.weight"), file.tensor("x_embedder.weight")));
+    // Without model.config_path the BFL file is refused, naming the key.
+    try {
+      flux_config({"model.path=" + bfl});
+      QFAIL("a BFL file without model.config_path validated");
+    } catch (const config::ConfigError& e) {
+      QVERIFY2(QString(e.what()).contains("model.config_path"), e.what());
+    }
     // A full fine-tune has no adapters to write as a LoRA file; the refusal says what to use.
     o.format = "lora-kohya";
     try {

@@ -21,6 +21,7 @@
 #include "checkpoint/export.h"
 #include "checkpoint/sharded_state.h"
 #include "core/error.h"
+#include "core/meta_tensors.h"
 #include "core/text.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
@@ -52,8 +53,36 @@ std::string pipeline_of(const fs::path& model_dir) {
   return path;
 }
 
-/// A component's base weights: the preset's in the run's model folder, or the pipeline's files.
+/// The transformer a run's model folder names as a Black Forest Labs single file ("" for none).
+std::string transformer_file_of(const fs::path& model_dir) {
+  const fs::path ref = model_dir / "pipeline.json";
+  if (!fs::exists(ref)) return "";
+  return io::read_json_file(ref.string(), "pipeline reference").value("transformer_file", std::string());
+}
+
+/// A component's base weights: the preset's in the run's model folder, the BFL single file the
+/// transformer came from (mapped onto diffusers' names as read), or the pipeline's files.
 ExportTensors base_tensors(const fs::path& model_dir, const std::string& source, const std::string& component) {
+  if (const std::string bfl = transformer_file_of(model_dir); component == "transformer" && !bfl.empty()) {
+    const auto file = std::make_shared<io::SafetensorsReader>(bfl);
+    std::vector<std::string> names;
+    for (const auto& e : file->entries()) names.push_back(e.name);
+    const std::string prefix = models::bfl_flux_prefix(names, bfl);
+    const auto c = std::make_shared<models::FluxConfig>(
+        models::FluxConfig::from_file((model_dir / "transformer" / "config.json").string()));
+    ExportTensors out;
+    const MetaTensorScope meta;
+    const models::FluxTransformer2DModel skeleton(*c);
+    for (const auto& p : skeleton->named_parameters())
+      out.push_back({p.key(), p.value().sizes().vec(), [file, c, prefix, name = p.key()] {
+                       const at::Tensor t = models::bfl_flux_tensor(
+                           name, [&](const std::string& k) { return file->contains(k) ? file->tensor(k) : at::Tensor(); },
+                           *c, prefix);
+                       if (!t.defined()) throw Error(ErrorKind::checkpoint, file->path() + ": has no tensor for " + name);
+                       return t;
+                     }});
+    return out;
+  }
   if (source.empty()) {
     const fs::path file = model_dir / component /
                           (component == "transformer" ? "diffusion_pytorch_model.safetensors" : "model.safetensors");

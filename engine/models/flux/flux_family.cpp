@@ -76,7 +76,8 @@ bool is_tiny(const config::TrainerConfig& cfg) {
 }
 
 /// The transformer's configuration: model.path's transformer/config.json (a diffusers folder or
-/// a run's model folder), a BFL file's (read from its shapes), else the preset's full size.
+/// a run's model folder), a BFL file's (model.config_path's transformer/config.json where it has
+/// one, else read from the file's shapes), else the preset's full size.
 FluxConfig transformer_config(const config::TrainerConfig& cfg) {
   FluxConfig c;
   c.guidance_embeds = cfg.model.preset != "flux-schnell";
@@ -84,6 +85,8 @@ FluxConfig transformer_config(const config::TrainerConfig& cfg) {
   if (!cfg.model.path.empty() && fs::is_directory(cfg.model.path, ec))
     return FluxConfig::from_file((fs::path(cfg.model.path) / "transformer" / "config.json").string());
   if (!cfg.model.path.empty() && fs::is_regular_file(cfg.model.path, ec)) {
+    const fs::path companion = fs::path(cfg.model.config_path) / "transformer" / "config.json";
+    if (!cfg.model.config_path.empty() && fs::exists(companion, ec)) return FluxConfig::from_file(companion.string());
     const io::SafetensorsReader file(cfg.model.path);
     std::vector<std::string> names;
     for (const auto& e : file.entries()) names.push_back(e.name);
@@ -176,10 +179,16 @@ std::vector<FamilyFinding> FluxFamily::check(const config::TrainerConfig& cfg) c
     out.push_back({"training.train_text_encoder",
                    "full is not offered for Flux.1: T5-XXL (4.8 B parameters) never trains, and CLIP-L takes `lora`"});
   std::error_code ec;
-  if (!cfg.model.path.empty() && fs::is_regular_file(cfg.model.path, ec))
-    out.push_back({"model.path", cfg.model.path + " is a Black Forest Labs single file: it is estimated, but training "
-                                 "reads a diffusers Flux folder for now (with transformer/, vae/, text_encoder/, "
-                                 "text_encoder_2/, tokenizer/, tokenizer_2/ and scheduler/)"});
+  if (!cfg.model.path.empty() && fs::is_regular_file(cfg.model.path, ec)) {
+    // A BFL single file holds the transformer alone: the rest comes from a diffusers Flux folder.
+    const std::string why = " (a Black Forest Labs single file holds the transformer alone: VAE, CLIP-L, T5, their "
+                            "tokenizers and the scheduler come from a diffusers Flux folder, e.g. black-forest-labs/"
+                            "FLUX.1-dev without its transformer weights)";
+    if (cfg.model.config_path.empty())
+      out.push_back({"model.config_path", "set it to a diffusers Flux folder" + why});
+    else if (!fs::exists(fs::path(cfg.model.config_path) / "model_index.json", ec))
+      out.push_back({"model.config_path", "'" + cfg.model.config_path + "' has no model_index.json" + why});
+  }
   return out;
 }
 
@@ -267,11 +276,10 @@ std::unique_ptr<TrainableModel> FluxFamily::build(const config::TrainerConfig& c
   } else if (is_tiny(cfg)) {
     m = std::make_unique<FluxModel>(FluxModel::build_tiny(captions, static_cast<std::uint64_t>(cfg.training.seed), on_unit));
   } else {
-    if (!fs::is_directory(cfg.model.path, ec))
-      throw Error(ErrorKind::config, "model.path: " + cfg.model.path + " is not a diffusers Flux folder; training reads "
-                                     "one (transformer/, vae/, text_encoder/, text_encoder_2/, tokenizer/, tokenizer_2/, "
-                                     "scheduler/ and model_index.json)");
-    m = std::make_unique<FluxModel>(FluxModel::load_pipeline(cfg.model.path, on_unit));
+    if (fs::is_regular_file(cfg.model.path, ec))  // BFL's transformer, the rest from model.config_path
+      m = std::make_unique<FluxModel>(FluxModel::load_pipeline(cfg.model.config_path, on_unit, true, cfg.model.path));
+    else
+      m = std::make_unique<FluxModel>(FluxModel::load_pipeline(cfg.model.path, on_unit));
   }
   const std::int64_t f = m->pixel_factor();
   if (cfg.data.resolution % f != 0)
@@ -286,7 +294,9 @@ std::unique_ptr<TrainableModel> FluxFamily::load_folder(const std::string& dir, 
 }
 
 std::unique_ptr<TrainableModel> FluxFamily::load_frozen(const config::TrainerConfig& cfg) const {
-  auto m = std::make_unique<FluxModel>(FluxModel::load_pipeline(cfg.model.path, {}, /*with_transformer=*/false));
+  std::error_code ec;
+  const std::string folder = fs::is_regular_file(cfg.model.path, ec) ? cfg.model.config_path : cfg.model.path;
+  auto m = std::make_unique<FluxModel>(FluxModel::load_pipeline(folder, {}, /*with_transformer=*/false));
   m->configure(cfg);
   return m;
 }

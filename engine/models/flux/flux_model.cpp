@@ -14,6 +14,7 @@
 #include "io/atomic_file.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
+#include "models/flux/flux_single_file.h"
 #include "models/frozen_outputs.h"
 #include "models/lora.h"
 #include "models/sd/diffusers_pipeline.h"
@@ -33,11 +34,10 @@ nlohmann::json with_class(nlohmann::json j, const char* class_name) {
 /// The transformer of `config` with its weights from `readers` (names as diffusers saves them).
 /// With `on_unit`, each block is loaded as soon as it is built and handed over (ZeRO-3's sharded
 /// init), so the whole transformer never exists at once.
-FluxTransformer2DModel load_transformer(const FluxConfig& config, const WeightFiles& readers, const std::string& where,
+FluxTransformer2DModel load_transformer(const FluxConfig& config, const TensorLookup& lookup, const std::string& where,
                                         const UnitBuilt& on_unit) {
   std::set<std::string> handed;
   UnitBuilt load_then_hand;
-  const TensorLookup lookup = [&](const std::string& n) { return readers.find(n); };
   if (on_unit)
     load_then_hand = [&](const std::string& unit, const std::string& prefix, torch::nn::Module& module) {
       load_weights(module, [&](const std::string& n) { return lookup(prefix + "." + n); }, where + " (" + unit + ")");
@@ -114,19 +114,43 @@ FluxModel FluxModel::build_tiny(const std::vector<std::string>& captions, std::u
   return m;
 }
 
-FluxModel FluxModel::load_pipeline(const std::string& dir, const UnitBuilt& on_unit, bool with_transformer) {
+FluxModel FluxModel::load_pipeline(const std::string& dir, const UnitBuilt& on_unit, bool with_transformer,
+                                   const std::string& transformer_file) {
   const DiffusersPipeline p = DiffusersPipeline::open(dir);
   for (const char* part : {"transformer", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "scheduler"})
-    if (!p.has(part))
+    if (!p.has(part) && !(transformer_file.size() && std::string(part) == "transformer"))
       throw Error(ErrorKind::config, dir + "/model_index.json: has no " + part +
                                          " (a Flux.1 pipeline has transformer, vae, text_encoder, text_encoder_2, "
                                          "tokenizer, tokenizer_2 and scheduler)");
   FluxModel m;
   m.pipeline_ = fs::absolute(dir).lexically_normal().string();
-  if (with_transformer) {
+  if (!transformer_file.empty()) m.transformer_file_ = fs::absolute(transformer_file).lexically_normal().string();
+  if (with_transformer && transformer_file.empty()) {
     const std::string config = p.dir("transformer") + "/config.json";
     const WeightFiles r(p.weight_files("transformer"));
-    m.transformer = load_transformer(FluxConfig::from_file(config), r, p.dir("transformer"), on_unit);
+    m.transformer = load_transformer(FluxConfig::from_file(config), [&](const std::string& n) { return r.find(n); },
+                                     p.dir("transformer"), on_unit);
+  } else if (with_transformer) {
+    // Black Forest Labs' single file: its tensors mapped onto diffusers' names as they are read;
+    // the configuration from the folder's transformer/config.json, else from the file's shapes.
+    const auto file = std::make_shared<io::SafetensorsReader>(transformer_file);
+    std::vector<std::string> names;
+    std::map<std::string, std::vector<std::int64_t>> shapes;
+    for (const auto& e : file->entries()) {
+      names.push_back(e.name);
+      shapes[e.name] = e.shape;
+    }
+    const std::string prefix = bfl_flux_prefix(names, transformer_file);
+    const std::string folder_config = p.dir("transformer") + "/config.json";
+    const FluxConfig c = fs::exists(folder_config)
+                             ? FluxConfig::from_file(folder_config)
+                             : bfl_flux_config(names, [&](const std::string& n) -> std::vector<std::int64_t> {
+                                 const auto it = shapes.find(n);
+                                 return it == shapes.end() ? std::vector<std::int64_t>{} : it->second;
+                               }, prefix, transformer_file);
+    const FileTensor read = [file](const std::string& n) { return file->contains(n) ? file->tensor(n) : at::Tensor(); };
+    m.transformer = load_transformer(c, [&](const std::string& n) { return bfl_flux_tensor(n, read, c, prefix); },
+                                     transformer_file, on_unit);
   }
   m.vae = p.load_vae();
   freeze(*m.vae);
@@ -159,10 +183,14 @@ FluxModel FluxModel::load_folder(const std::string& dir, const UnitBuilt& on_uni
   if (fs::exists(ref_file)) {
     const auto ref = io::read_json_file(ref_file, "pipeline reference");
     const std::string path = ref.value("path", std::string());
+    const std::string transformer_file = ref.value("transformer_file", std::string());
     if (!fs::exists(fs::path(path) / "model_index.json"))
       throw Error(ErrorKind::checkpoint, ref_file + ": the run was trained from " + path +
                                              ", which is gone; put the pipeline folder back there to resume or export");
-    return load_pipeline(path, on_unit);
+    if (!transformer_file.empty() && !fs::exists(transformer_file))
+      throw Error(ErrorKind::checkpoint, ref_file + ": the run's transformer came from " + transformer_file +
+                                             ", which is gone; put the file back there to resume or export");
+    return load_pipeline(path, on_unit, true, transformer_file);
   }
   FluxModel m;
   m.word_tokenizer = WordTokenizer::load(dir + "/tokenizer/tokenizer.json");
@@ -189,7 +217,9 @@ void FluxModel::save_folder(const std::string& dir) const {
   io::write_file_atomic(dir + "/scheduler/scheduler_config.json",
                         with_class(schedule.to_json(), "FlowMatchEulerDiscreteScheduler").dump(2) + "\n");
   if (!pipeline_.empty()) {
-    io::write_file_atomic(dir + "/pipeline.json", nlohmann::json{{"path", pipeline_}}.dump(2) + "\n");
+    nlohmann::json ref = {{"path", pipeline_}};
+    if (!transformer_file_.empty()) ref["transformer_file"] = transformer_file_;
+    io::write_file_atomic(dir + "/pipeline.json", ref.dump(2) + "\n");
     return;
   }
   for (const char* sub : {"text_encoder", "tokenizer"}) fs::create_directories(fs::path(dir) / sub);

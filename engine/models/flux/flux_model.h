@@ -37,9 +37,12 @@ class FluxModel final : public TrainableModel {
   static FluxModel build_tiny(const std::vector<std::string>& captions, std::uint64_t seed,
                               const UnitBuilt& on_unit = {});
   /// A diffusers Flux pipeline folder. Without `with_transformer` only the frozen parts (what
-  /// `zerostudio cache` encodes with). Throws zs::Error naming the file and what to do when a
-  /// component, a shard or a key is missing.
-  static FluxModel load_pipeline(const std::string& dir, const UnitBuilt& on_unit = {}, bool with_transformer = true);
+  /// `zerostudio cache` encodes with). With `transformer_file`, the transformer comes from that
+  /// Black Forest Labs single file (flux1-dev.safetensors, ComfyUI's copies) and `dir` gives the
+  /// rest (its transformer/ may be absent). Throws zs::Error naming the file and what to do when
+  /// a component, a shard or a key is missing.
+  static FluxModel load_pipeline(const std::string& dir, const UnitBuilt& on_unit = {}, bool with_transformer = true,
+                                 const std::string& transformer_file = "");
   /// A run's model folder written by save_folder(): the pipeline it names (pipeline.json), or the
   /// tiny preset's configs and tokenizer with the base weights where save_base() wrote them.
   static FluxModel load_folder(const std::string& dir, const UnitBuilt& on_unit = {});
@@ -126,6 +129,7 @@ class FluxModel final : public TrainableModel {
   double sampling_guidance_ = -1;  ///< < 0: training.guidance (set_sampling_guidance)
   TextEncoderTraining text_training_ = TextEncoderTraining::full;
   std::string pipeline_;
+  std::string transformer_file_;  ///< a BFL single file the transformer came from (else the pipeline's)
   bool parked_ = false;
   std::int64_t frozen_visits_ = 0;
   at::Device frozen_device_ = at::kCPU;
