@@ -83,9 +83,14 @@ std::string model_key(const std::string& kind, const std::string& pipeline_dir, 
   if (fs::is_regular_file(pipeline_dir, ec)) {
     files.push_back(pipeline_dir);
   } else {
-    for (const auto& c : components)
-      for (const auto& e : fs::directory_iterator(fs::path(pipeline_dir) / c, ec))
+    for (const auto& c : components) {
+      // "<folder>@<setting>": the component's folder, and a setting its outputs depend on (Flux's
+      // T5 sequence length) that the key includes.
+      const auto at = c.find('@');
+      if (at != std::string::npos) id += "|" + c;
+      for (const auto& e : fs::directory_iterator(fs::path(pipeline_dir) / c.substr(0, at), ec))
         if (e.path().extension() == ".safetensors") files.push_back(e.path());
+    }
     std::sort(files.begin(), files.end());
   }
   for (const auto& f : files)

@@ -41,7 +41,7 @@ class LatentCache {
   /// and times.
   static std::string vae_key(const std::string& pipeline_dir);
   /// The same for its text encoders: the weight files in the `components` folders (the model's
-  /// text-encoder component names).
+  /// text-encoder component names); a component "<folder>@<setting>" adds the setting to the key.
   static std::string text_key(const std::string& pipeline_dir, const std::vector<std::string>& components);
   /// A key for an image file's content: CRC-32 and size, "crc-size" in hex.
   static std::string content_key(const std::string& path);

@@ -101,7 +101,8 @@ class TrainableModel {
   /// The denoiser's adapters as one unit, parameters by their full name (the unit's name is the
   /// one checkpoints use).
   virtual ParamUnit denoiser_adapters() = 0;
-  /// The text encoders by component name, in the family's order.
+  /// The text encoders that can train (in full or through LoRA: training.train_text_encoder) by
+  /// component name, in the family's order. An encoder that never trains (Flux's T5) is not here.
   virtual std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> text_encoder_modules() const = 0;
   /// How the text encoders train from now on (their weights require gradients under full only).
   virtual void set_text_training(TextEncoderTraining t) = 0;
@@ -136,8 +137,9 @@ class TrainableModel {
   virtual const std::string& source_path() const = 0;
   /// Whether the denoiser works on an autoencoder's latents (what the latent cache holds).
   virtual bool has_latent_space() const = 0;
-  /// The names of the text encoders' outputs a text cache keys on (data::LatentCache::text_key).
-  std::vector<std::string> text_components() const;
+  /// The names of the text encoders' outputs a text cache keys on (data::LatentCache::text_key):
+  /// by default the trainable encoders' components; a family adds what else shapes its outputs.
+  virtual std::vector<std::string> text_components() const;
   /// The model's description (configs and tokenizers, no weights) under `dir`: the run's model/.
   virtual void save_folder(const std::string& dir) const = 0;
   /// A preset model's weights beside save_folder()'s configs: the base adapter-only checkpoints

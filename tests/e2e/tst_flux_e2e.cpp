@@ -217,6 +217,40 @@ class TestFluxE2E : public QObject {
     QVERIFY(unchanged > 0);
   }
 
+  // training.train_text_encoder: lora puts adapters on CLIP-L (T5 never trains; full is refused):
+  // they train, and both LoRA files carry them under their formats' names.
+  void clipTakesLoraAndT5NeverTrains() {
+    QTemporaryDir dir;
+    const std::string folder = test::peerFixture("flux-tiny").toStdString();
+    const std::string run_dir = dir.path().toStdString() + "/run";
+    const config::TrainerConfig cfg =
+        flux_config({"model.path=" + folder, "model.max_sequence_length=16", "training.method=lora",
+                     "training.train_text_encoder=lora", "optimizer.lr=0.01", "training.max_steps=2",
+                     "sampling.every_n_steps=0", "checkpointing.every_n_steps=2"});
+    QCOMPARE(run(cfg, run_dir).step, std::int64_t{2});
+    const auto ckpt = checkpoint::open_checkpoint(checkpoint_dir(read_events(run_dir)));
+    checkpoint::ExportOptions o;
+    o.dtype = at::kFloat;
+    for (const std::string format : {"lora-diffusers", "lora-kohya"}) {
+      o.format = format;
+      const std::string out = dir.path().toStdString() + "/" + format + ".safetensors";
+      checkpoint::export_checkpoint(ckpt.path, out, o);
+      const io::SafetensorsReader f(out);
+      const std::string prefix = format == "lora-kohya" ? "lora_te1_text_model_encoder_layers_0_self_attn_q_proj"
+                                                        : "text_encoder.text_model.encoder.layers.0.self_attn.q_proj";
+      const std::string up = prefix + (format == "lora-kohya" ? ".lora_up.weight" : ".lora_B.weight");
+      QVERIFY2(f.contains(up), (format + ": no " + up).c_str());
+      QVERIFY(f.tensor(up).abs().max().item<double>() > 0);  // trained away from zero
+      for (const auto& e : f.entries()) QVERIFY2(e.name.find("text_encoder_2") == std::string::npos, e.name.c_str());
+    }
+    try {
+      flux_config({"model.path=" + folder, "training.train_text_encoder=full"});
+      QFAIL("train_text_encoder: full accepted for Flux");
+    } catch (const config::ConfigError& e) {
+      QVERIFY2(QString(e.what()).contains("T5-XXL"), e.what());
+    }
+  }
+
   // quickstart-flux's model resumes under another stage: 2 steps at stage 2, then on to 4 at
   // stage 3, the same losses as 4 straight steps at stage 0; its diffusers export trains again.
   void tinyPresetResumesAtAnotherStageAndItsExportTrains() {

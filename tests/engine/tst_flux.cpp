@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "data/latent_cache.h"
 #include "core/meta_tensors.h"
 #include "io/safetensors.h"
 #include "models/autoencoder_kl.h"
@@ -427,6 +428,23 @@ class TestFlux : public QObject {
     const at::Tensor streamed = m.t5->forward_streamed(ids, at::kCPU);
     QVERIFY(at::equal(resident, streamed));
     for (const auto& p : m.t5->parameters()) QVERIFY(p.device().is_cpu());
+  }
+
+  // The text cache's key follows T5's sequence length (its rows have that many tokens), and T5 is
+  // not among the encoders that can train (so no LoRA or optimizer unit ever holds it).
+  void textCacheKeyFollowsTheSequenceLength() {
+    const std::string folder = zs::test::peerFixture("flux-tiny").toStdString();
+    auto m = FluxModel::load_pipeline(folder, {}, /*with_transformer=*/false);
+    auto key = [&](int length) {
+      auto cfg = zs::config::load_config_string("model: {path: '" + folder + "', max_sequence_length: " +
+                                                    std::to_string(length) + "}\n", "f.yaml").config;
+      m.configure(cfg);
+      return zs::data::LatentCache::text_key(folder, m.text_components());
+    };
+    QVERIFY(key(16) != key(8));
+    QCOMPARE(key(16), key(16));
+    QCOMPARE(m.text_encoder_modules().size(), std::size_t{1});
+    QCOMPARE(QString::fromStdString(m.text_encoder_modules()[0].first), QString("text_encoder"));
   }
 
   // `zerostudio model info` of a Flux folder: every component from the headers (the sharded

@@ -386,7 +386,12 @@ ParamUnit FluxModel::denoiser_adapters() { return lora_unit(*transformer, kDenoi
 std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> FluxModel::text_encoder_modules() const {
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> out;
   if (clip) out.emplace_back("text_encoder", clip.ptr());
-  if (t5) out.emplace_back("text_encoder_2", t5.ptr());
+  return out;
+}
+
+std::vector<std::string> FluxModel::text_components() const {
+  std::vector<std::string> out = TrainableModel::text_components();
+  if (t5) out.push_back("text_encoder_2@" + std::to_string(settings_.max_sequence_length));
   return out;
 }
 

@@ -88,8 +88,10 @@ class FluxModel final : public TrainableModel {
   std::size_t attach_denoiser_lora(const std::vector<std::string>& targets, const LoraOptions& o,
                                    std::uint64_t seed) override;
   ParamUnit denoiser_adapters() override;
-  /// text_encoder (CLIP), and text_encoder_2 (T5) for pipelines.
+  /// text_encoder (CLIP-L, or the tiny preset's encoder): the one that can train. T5 never does.
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> text_encoder_modules() const override;
+  /// text_encoder, and for pipelines "text_encoder_2@<max_sequence_length>" (T5's rows depend on it).
+  std::vector<std::string> text_components() const override;
   void set_text_training(TextEncoderTraining t) override;
   TextEncoderTraining text_encoder_training() const override { return text_training_; }
   void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) override { transformer->set_unit_hooks(std::move(hooks)); }
