@@ -94,6 +94,15 @@ SchemaBuilder build() {
         "folder holding just vocab.json and merges.txt also works. For Black Forest Labs' Flux.1 "
         "transformer file: a diffusers Flux folder giving the VAE, CLIP-L, T5, their tokenizers and the "
         "scheduler (its transformer/ weights are not read). Ignored for diffusers folders.");
+  s.add("model.vae_path", T::path, std::string(""), ZS_REF(model.vae_path),
+        "Flux.1: a VAE weight file used instead of the folder's vae/ weights (ComfyUI's ae.safetensors in "
+        "Black Forest Labs' names, or diffusers'); its config.json still comes from the folder. Empty: the folder's.");
+  s.add("model.text_encoder_path", T::path, std::string(""), ZS_REF(model.text_encoder_path),
+        "Flux.1: CLIP-L's weight file used instead of the folder's text_encoder/ weights (clip_l.safetensors). "
+        "Empty: the folder's.");
+  s.add("model.text_encoder_2_path", T::path, std::string(""), ZS_REF(model.text_encoder_2_path),
+        "Flux.1: T5-XXL's weight file used instead of the folder's text_encoder_2/ weights (t5xxl_fp16.safetensors). "
+        "Empty: the folder's.");
   s.add("model.max_sequence_length", T::integer, Value{}, ZS_REF(model.max_sequence_length),
         "Flux.1: the T5 tokens each caption is padded or cut to (FluxPipeline's max_sequence_length). "
         "null: 512 for [dev], 256 for [schnell] (as [schnell] is commonly run).")

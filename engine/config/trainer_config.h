@@ -23,6 +23,9 @@ struct ModelConfig {
   std::string config_path;      ///< a single file's companion folder: tokenizers, configs
   std::string prediction_type;  ///< epsilon | v_prediction
   std::optional<std::int64_t> max_sequence_length;  ///< Flux's T5 tokens; null: the family's default
+  std::string vae_path;             ///< Flux: a VAE weight file (ae.safetensors) instead of the folder's
+  std::string text_encoder_path;    ///< Flux: CLIP-L's weight file instead of the folder's
+  std::string text_encoder_2_path;  ///< Flux: T5-XXL's weight file instead of the folder's
 };
 
 /// Options of the metadata-JSON dataset layout (metadata/**/*.json with tags, score, path).

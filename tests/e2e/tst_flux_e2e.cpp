@@ -17,6 +17,7 @@
 #include "io/safetensors.h"
 #include "models/flux/flux_single_file.h"
 #include "models/flux/flux_transformer.h"
+#include "models/sd/single_file_names.h"
 #include "train/trainer.h"
 
 #include <QTemporaryDir>
@@ -128,6 +129,43 @@ class TestFluxE2E : public QObject {
     QCOMPARE(run(from_bfl, dir.path().toStdString() + "/from-bfl").step, std::int64_t{1});
     QCOMPARE(losses(read_events(dir.path().toStdString() + "/from-bfl")),
              losses(read_events(dir.path().toStdString() + "/again")));
+    // ComfyUI's files: the same run from BFL's transformer, ae.safetensors (BFL's autoencoder names),
+    // clip_l and t5xxl as one file each, with a folder holding only configs and tokenizers.
+    {
+      const fs::path bare = dir.path().toStdString() + "/configs-only";
+      fs::copy(folder, bare, fs::copy_options::recursive);
+      for (const char* c : {"transformer", "vae", "text_encoder", "text_encoder_2"})
+        for (const auto& f : fs::directory_iterator(bare / c))
+          if (f.path().extension() == ".safetensors" || f.path().string().ends_with(".index.json")) fs::remove(f.path());
+      const io::SafetensorsReader vae(folder + "/vae/diffusion_pytorch_model.safetensors");
+      std::vector<std::string> names;
+      for (const auto& e : vae.entries()) names.push_back(e.name);
+      std::vector<std::pair<std::string, at::Tensor>> ae;
+      for (const auto& [d, l] : models::single_file_vae_names(names, 2)) {
+        at::Tensor t = vae.tensor(d);
+        if (models::single_file_vae_is_conv(l) && t.dim() == 2) t = t.reshape({t.size(0), t.size(1), 1, 1});
+        ae.emplace_back(l, t);
+      }
+      QCOMPARE(ae.size(), names.size());
+      const std::string ae_file = dir.path().toStdString() + "/ae.safetensors";
+      io::write_safetensors(ae_file, ae);
+      std::vector<std::pair<std::string, at::Tensor>> t5;
+      for (const auto& f : fs::directory_iterator(fs::path(folder) / "text_encoder_2"))
+        if (f.path().extension() == ".safetensors") {
+          const io::SafetensorsReader shard(f.path().string());
+          for (const auto& e : shard.entries()) t5.emplace_back(e.name, shard.tensor(e.name));
+        }
+      const std::string t5_file = dir.path().toStdString() + "/t5xxl.safetensors";
+      io::write_safetensors(t5_file, t5);
+      const config::TrainerConfig comfy = flux_config(
+          {"model.path=" + bfl, "model.config_path=" + bare.string(), "model.vae_path=" + ae_file,
+           "model.text_encoder_path=" + folder + "/text_encoder/model.safetensors", "model.text_encoder_2_path=" + t5_file,
+           "model.max_sequence_length=16", "training.max_steps=1", "sampling.every_n_steps=0",
+           "checkpointing.every_n_steps=0"});
+      QCOMPARE(run(comfy, dir.path().toStdString() + "/comfy").step, std::int64_t{1});
+      QCOMPARE(losses(read_events(dir.path().toStdString() + "/comfy")),
+               losses(read_events(dir.path().toStdString() + "/again")));
+    }
     auto lora_cfg = from_bfl;
     lora_cfg.training.method = "lora";
     QCOMPARE(run(lora_cfg, dir.path().toStdString() + "/lora-bfl").step, std::int64_t{1});

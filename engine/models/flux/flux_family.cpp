@@ -189,6 +189,11 @@ std::vector<FamilyFinding> FluxFamily::check(const config::TrainerConfig& cfg) c
     else if (!fs::exists(fs::path(cfg.model.config_path) / "model_index.json", ec))
       out.push_back({"model.config_path", "'" + cfg.model.config_path + "' has no model_index.json" + why});
   }
+  for (const auto& [key, file] : {std::pair<const char*, const std::string*>{"model.vae_path", &cfg.model.vae_path},
+                                  {"model.text_encoder_path", &cfg.model.text_encoder_path},
+                                  {"model.text_encoder_2_path", &cfg.model.text_encoder_2_path}})
+    if (!file->empty() && !fs::is_regular_file(*file, ec))
+      out.push_back({key, "file '" + *file + "' does not exist (a .safetensors weight file)"});
   return out;
 }
 
@@ -276,10 +281,12 @@ std::unique_ptr<TrainableModel> FluxFamily::build(const config::TrainerConfig& c
   } else if (is_tiny(cfg)) {
     m = std::make_unique<FluxModel>(FluxModel::build_tiny(captions, static_cast<std::uint64_t>(cfg.training.seed), on_unit));
   } else {
+    const FluxModel::Companions companions{cfg.model.vae_path, cfg.model.text_encoder_path, cfg.model.text_encoder_2_path};
     if (fs::is_regular_file(cfg.model.path, ec))  // BFL's transformer, the rest from model.config_path
-      m = std::make_unique<FluxModel>(FluxModel::load_pipeline(cfg.model.config_path, on_unit, true, cfg.model.path));
+      m = std::make_unique<FluxModel>(
+          FluxModel::load_pipeline(cfg.model.config_path, on_unit, true, cfg.model.path, companions));
     else
-      m = std::make_unique<FluxModel>(FluxModel::load_pipeline(cfg.model.path, on_unit));
+      m = std::make_unique<FluxModel>(FluxModel::load_pipeline(cfg.model.path, on_unit, true, "", companions));
   }
   const std::int64_t f = m->pixel_factor();
   if (cfg.data.resolution % f != 0)
@@ -296,7 +303,9 @@ std::unique_ptr<TrainableModel> FluxFamily::load_folder(const std::string& dir, 
 std::unique_ptr<TrainableModel> FluxFamily::load_frozen(const config::TrainerConfig& cfg) const {
   std::error_code ec;
   const std::string folder = fs::is_regular_file(cfg.model.path, ec) ? cfg.model.config_path : cfg.model.path;
-  auto m = std::make_unique<FluxModel>(FluxModel::load_pipeline(folder, {}, /*with_transformer=*/false));
+  auto m = std::make_unique<FluxModel>(FluxModel::load_pipeline(
+      folder, {}, /*with_transformer=*/false, "",
+      {cfg.model.vae_path, cfg.model.text_encoder_path, cfg.model.text_encoder_2_path}));
   m->configure(cfg);
   return m;
 }

@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "models/flux/flux_single_file.h"
 #include "models/frozen_outputs.h"
+#include "models/sd/single_file_names.h"
 #include "models/lora.h"
 #include "models/sd/diffusers_pipeline.h"
 #include "models/weights.h"
@@ -114,8 +115,46 @@ FluxModel FluxModel::build_tiny(const std::vector<std::string>& captions, std::u
   return m;
 }
 
+namespace {
+
+std::string absolute_or_empty(const std::string& path) {
+  return path.empty() ? path : fs::absolute(path).lexically_normal().string();
+}
+
+/// The VAE of `config` from a file in BFL's autoencoder names (ae.safetensors: the LDM layout
+/// without a prefix, or with first_stage_model.) or in diffusers' names.
+AutoencoderKL load_vae_file(const AutoencoderKLConfig& config, const std::string& file) {
+  AutoencoderKL vae(config);
+  const io::SafetensorsReader r(file);
+  std::string prefix;
+  bool ldm = false;
+  for (const std::string p : {"", kSingleFileVae})
+    if (r.contains(p + "encoder.conv_in.weight") && r.contains(p + "decoder.up.0.block.0.conv1.weight")) {
+      prefix = p;
+      ldm = true;
+    }
+  if (!ldm) {
+    load_weights(*vae, r);
+    return vae;
+  }
+  std::vector<std::string> names;
+  for (const auto& p : vae->named_parameters(true)) names.push_back(p.key());
+  std::map<std::string, std::string> to_ldm;
+  for (auto& [d, l] : single_file_vae_names(names, static_cast<int>(config.block_out_channels.size()))) to_ldm[d] = l;
+  load_weights(*vae, [&](const std::string& n) -> at::Tensor {
+    const auto it = to_ldm.find(n);
+    if (it == to_ldm.end() || !r.contains(prefix + it->second)) return {};
+    at::Tensor t = r.tensor(prefix + it->second);
+    if (single_file_vae_is_conv(it->second) && t.dim() == 4) t = t.flatten(1);  // [C, C, 1, 1] -> [C, C]
+    return t;
+  }, file + " (VAE)");
+  return vae;
+}
+
+}  // namespace
+
 FluxModel FluxModel::load_pipeline(const std::string& dir, const UnitBuilt& on_unit, bool with_transformer,
-                                   const std::string& transformer_file) {
+                                   const std::string& transformer_file, const Companions& companions) {
   const DiffusersPipeline p = DiffusersPipeline::open(dir);
   for (const char* part : {"transformer", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "scheduler"})
     if (!p.has(part) && !(transformer_file.size() && std::string(part) == "transformer"))
@@ -152,15 +191,34 @@ FluxModel FluxModel::load_pipeline(const std::string& dir, const UnitBuilt& on_u
     m.transformer = load_transformer(c, [&](const std::string& n) { return bfl_flux_tensor(n, read, c, prefix); },
                                      transformer_file, on_unit);
   }
-  m.vae = p.load_vae();
+  m.companions_ = {absolute_or_empty(companions.vae), absolute_or_empty(companions.text_encoder),
+                   absolute_or_empty(companions.text_encoder_2)};
+  m.vae = companions.vae.empty()
+              ? p.load_vae()
+              : load_vae_file(AutoencoderKLConfig::from_file(p.dir("vae") + "/config.json"), companions.vae);
   freeze(*m.vae);
-  m.clip = p.load_text_encoder("text_encoder");
+  if (companions.text_encoder.empty()) {
+    m.clip = p.load_text_encoder("text_encoder");
+  } else {
+    // clip_l.safetensors: transformers' names, with or without the "text_model." level.
+    m.clip = ClipTextModel(ClipTextConfig::from_file(p.dir("text_encoder") + "/config.json"));
+    const WeightFiles r({companions.text_encoder});
+    load_weights(*m.clip, r.view, "", [](const std::string& name) -> std::vector<std::string> {
+      if (name.rfind("text_model.", 0) == 0) return {name.substr(11)};
+      return {};
+    });
+  }
   freeze(*m.clip);
   m.clip_tokenizer = std::make_shared<ClipTokenizer>(p.load_tokenizer("tokenizer"));
   {
     m.t5 = T5EncoderModel(T5Config::from_file(p.dir("text_encoder_2") + "/config.json"));
-    const WeightFiles r(p.weight_files("text_encoder_2"));
-    load_weights(*m.t5, r.view);
+    const WeightFiles r(companions.text_encoder_2.empty() ? p.weight_files("text_encoder_2")
+                                                          : std::vector<std::string>{companions.text_encoder_2});
+    // t5xxl files may keep the embedding as encoder.embed_tokens only (the shared matrix).
+    load_weights(*m.t5, r.view, "", [](const std::string& name) -> std::vector<std::string> {
+      if (name == "shared.weight") return {"encoder.embed_tokens.weight"};
+      return {};
+    });
     freeze(*m.t5);
   }
   m.t5_tokenizer = std::make_shared<T5Tokenizer>(T5Tokenizer::load_folder(p.dir("tokenizer_2")));
@@ -190,7 +248,13 @@ FluxModel FluxModel::load_folder(const std::string& dir, const UnitBuilt& on_uni
     if (!transformer_file.empty() && !fs::exists(transformer_file))
       throw Error(ErrorKind::checkpoint, ref_file + ": the run's transformer came from " + transformer_file +
                                              ", which is gone; put the file back there to resume or export");
-    return load_pipeline(path, on_unit, true, transformer_file);
+    Companions companions{ref.value("vae_file", std::string()), ref.value("text_encoder_file", std::string()),
+                          ref.value("text_encoder_2_file", std::string())};
+    for (const std::string& f : {companions.vae, companions.text_encoder, companions.text_encoder_2})
+      if (!f.empty() && !fs::exists(f))
+        throw Error(ErrorKind::checkpoint, ref_file + ": the run's frozen weights came from " + f +
+                                               ", which is gone; put the file back there to resume or export");
+    return load_pipeline(path, on_unit, true, transformer_file, companions);
   }
   FluxModel m;
   m.word_tokenizer = WordTokenizer::load(dir + "/tokenizer/tokenizer.json");
@@ -219,6 +283,9 @@ void FluxModel::save_folder(const std::string& dir) const {
   if (!pipeline_.empty()) {
     nlohmann::json ref = {{"path", pipeline_}};
     if (!transformer_file_.empty()) ref["transformer_file"] = transformer_file_;
+    if (!companions_.vae.empty()) ref["vae_file"] = companions_.vae;
+    if (!companions_.text_encoder.empty()) ref["text_encoder_file"] = companions_.text_encoder;
+    if (!companions_.text_encoder_2.empty()) ref["text_encoder_2_file"] = companions_.text_encoder_2;
     io::write_file_atomic(dir + "/pipeline.json", ref.dump(2) + "\n");
     return;
   }

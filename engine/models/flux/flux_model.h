@@ -41,8 +41,15 @@ class FluxModel final : public TrainableModel {
   /// Black Forest Labs single file (flux1-dev.safetensors, ComfyUI's copies) and `dir` gives the
   /// rest (its transformer/ may be absent). Throws zs::Error naming the file and what to do when
   /// a component, a shard or a key is missing.
+  /// Weight files that stand in for a folder's own (the files ComfyUI users have:
+  /// model.vae_path = ae.safetensors in BFL's autoencoder names or diffusers', model.text_encoder_path
+  /// = clip_l.safetensors, model.text_encoder_2_path = t5xxl.safetensors); the folder then gives
+  /// configs and tokenizers only. Empty: the folder's.
+  struct Companions {
+    std::string vae, text_encoder, text_encoder_2;
+  };
   static FluxModel load_pipeline(const std::string& dir, const UnitBuilt& on_unit = {}, bool with_transformer = true,
-                                 const std::string& transformer_file = "");
+                                 const std::string& transformer_file = "", const Companions& companions = {});
   /// A run's model folder written by save_folder(): the pipeline it names (pipeline.json), or the
   /// tiny preset's configs and tokenizer with the base weights where save_base() wrote them.
   static FluxModel load_folder(const std::string& dir, const UnitBuilt& on_unit = {});
@@ -132,6 +139,7 @@ class FluxModel final : public TrainableModel {
   TextEncoderTraining text_training_ = TextEncoderTraining::full;
   std::string pipeline_;
   std::string transformer_file_;  ///< a BFL single file the transformer came from (else the pipeline's)
+  Companions companions_;
   bool parked_ = false;
   std::int64_t frozen_visits_ = 0;
   at::Device frozen_device_ = at::kCPU;
