@@ -96,14 +96,15 @@ StepResult Trainer::State::train_step() {
     // Every random draw of a sample (its latent, noise and timestep) comes from its own generator,
     // seeded by the global batch and the sample's place in it: one rank accumulating two
     // micro-batches draws exactly what two ranks draw, and a resumed run what it would have drawn.
-    const std::int64_t n = batch.images.size(0);
+    const at::Tensor images = batch.images.to(device);  // one copy to the device for the batch
+    const std::int64_t n = images.size(0);
+    const bool keyed = static_cast<std::int64_t>(batch.keys.size()) == n;
     std::vector<at::Tensor> x0s, noises, ts;
     for (std::int64_t j = 0; j < n; ++j) {
       at::Generator g = sample_generator(cfg.training.seed, batch.index, j);
-      const bool keyed = static_cast<std::int64_t>(batch.keys.size()) == n;
       const std::vector<std::string> key = keyed ? std::vector<std::string>{batch.keys[static_cast<std::size_t>(j)]}
                                                  : std::vector<std::string>{};
-      x0s.push_back(model->to_model_space(batch.images.narrow(0, j, 1).to(device), g, latent_cache.get(),
+      x0s.push_back(model->to_model_space(images.narrow(0, j, 1), g, latent_cache.get(),
                                           keyed ? &key : nullptr));  // latents for pipelines
       noises.push_back(at::randn(x0s.back().sizes(), g));
       ts.push_back(objective->sample_timesteps(x0s.back().sizes(), g));

@@ -281,6 +281,16 @@ class TestFluxE2E : public QObject {
       QVERIFY(f.tensor(up).abs().max().item<double>() > 0);  // trained away from zero
       for (const auto& e : f.entries()) QVERIFY2(e.name.find("text_encoder_2") == std::string::npos, e.name.c_str());
     }
+    // Merged into CLIP-L's weights (the fixture's file has transformers 5's names, without "text_model.").
+    o.format = "diffusers";
+    o.merge = true;
+    const auto merged = checkpoint::export_checkpoint(ckpt.path, dir.path().toStdString() + "/merged", o);
+    QCOMPARE(merged.files.size(), std::size_t{2});  // the transformer and CLIP-L
+    const io::SafetensorsReader clip_merged(dir.path().toStdString() + "/merged/text_encoder/model.safetensors");
+    const io::SafetensorsReader clip_base(folder + "/text_encoder/model.safetensors");
+    const std::string q = "encoder.layers.0.self_attn.q_proj.weight";
+    QVERIFY(!at::equal(clip_merged.tensor(q), clip_base.tensor(q)));
+    QVERIFY(at::equal(clip_merged.tensor("encoder.layers.0.mlp.fc1.weight"), clip_base.tensor("encoder.layers.0.mlp.fc1.weight")));
     try {
       flux_config({"model.path=" + folder, "training.train_text_encoder=full"});
       QFAIL("train_text_encoder: full accepted for Flux");

@@ -25,10 +25,12 @@
 #include "core/text.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
+#include "models/flux/flux_model.h"
 #include "models/flux/flux_single_file.h"
 #include "models/flux/flux_transformer.h"
 #include "models/lora.h"
 #include "models/sd/diffusers_pipeline.h"
+#include "models/sd/lora_file.h"
 #include "models/sd/sd_export_sources.h"
 
 namespace zs::checkpoint {
@@ -42,47 +44,28 @@ void copy_tree(const fs::path& from, const fs::path& to) {
   fs::copy(from, to, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
 }
 
-/// The pipeline folder a run's model folder names (pipeline.json), or "" for the flux-tiny preset.
-std::string pipeline_of(const fs::path& model_dir) {
-  const fs::path ref = model_dir / "pipeline.json";
-  if (!fs::exists(ref)) return "";
-  const std::string path = io::read_json_file(ref.string(), "pipeline reference").value("path", std::string());
-  if (!fs::exists(fs::path(path) / "model_index.json"))
-    throw Error(ErrorKind::checkpoint, ref.string() + ": the run was trained from " + path +
-                                           ", which is gone; put the pipeline folder back there to export");
-  return path;
-}
-
-/// The transformer a run's model folder names as a Black Forest Labs single file ("" for none).
-std::string transformer_file_of(const fs::path& model_dir) {
-  const fs::path ref = model_dir / "pipeline.json";
-  if (!fs::exists(ref)) return "";
-  return io::read_json_file(ref.string(), "pipeline reference").value("transformer_file", std::string());
-}
-
 /// A component's base weights: the preset's in the run's model folder, the BFL single file the
 /// transformer came from (mapped onto diffusers' names as read), or the pipeline's files.
-ExportTensors base_tensors(const fs::path& model_dir, const std::string& source, const std::string& component) {
-  if (const std::string bfl = transformer_file_of(model_dir); component == "transformer" && !bfl.empty()) {
-    const auto file = std::make_shared<io::SafetensorsReader>(bfl);
-    std::vector<std::string> names;
-    for (const auto& e : file->entries()) names.push_back(e.name);
-    const std::string prefix = models::bfl_flux_prefix(names, bfl);
+ExportTensors base_tensors(const fs::path& model_dir, const models::FluxModel::PipelineRef& ref,
+                           const std::string& component) {
+  const std::string& source = ref.path;
+  if (component == "transformer" && !ref.transformer_file.empty()) {
+    const models::BflFile file(ref.transformer_file);
     const auto c = std::make_shared<models::FluxConfig>(
         models::FluxConfig::from_file((model_dir / "transformer" / "config.json").string()));
     ExportTensors out;
     const MetaTensorScope meta;
     const models::FluxTransformer2DModel skeleton(*c);
     for (const auto& p : skeleton->named_parameters())
-      out.push_back({p.key(), p.value().sizes().vec(), [file, c, prefix, name = p.key()] {
-                       const at::Tensor t = models::bfl_flux_tensor(
-                           name, [&](const std::string& k) { return file->contains(k) ? file->tensor(k) : at::Tensor(); },
-                           *c, prefix);
-                       if (!t.defined()) throw Error(ErrorKind::checkpoint, file->path() + ": has no tensor for " + name);
+      out.push_back({p.key(), p.value().sizes().vec(), [file, c, name = p.key()] {
+                       const at::Tensor t = file.tensor(name, *c);
+                       if (!t.defined()) throw Error(ErrorKind::checkpoint, file.path() + ": has no tensor for " + name);
                        return t;
                      }});
     return out;
   }
+  if (component == "text_encoder" && !ref.companions.text_encoder.empty())
+    return file_tensors({ref.companions.text_encoder});
   if (source.empty()) {
     const fs::path file = model_dir / component /
                           (component == "transformer" ? "diffusion_pytorch_model.safetensors" : "model.safetensors");
@@ -126,13 +109,6 @@ ExportResult write_peft_file(const CheckpointAdapters& adapters, const std::stri
                             "alpha/rank is folded into lora_B)");
 }
 
-/// Python's repr of a float, as sd-scripts writes ss_network_alpha ("8.0").
-std::string python_float(double v) {
-  std::string out = std::to_string(v);
-  out.erase(out.find_last_not_of('0') + 1);
-  if (!out.empty() && out.back() == '.') out += '0';
-  return out;
-}
 
 /// The adapters in kohya's sd-scripts layout for Flux (networks/lora_flux.py): "lora_unet_" + the
 /// BFL module path with '_' for '.', "lora_te1_" + CLIP-L's path; lora_down / lora_up / alpha.
@@ -242,17 +218,26 @@ ExportResult export_flux_checkpoint(const CheckpointInfo& info, const std::strin
                                                 "for the adapters, or add --merge for full weights with them merged");
   if (!lora && o.merge) throw Error(ErrorKind::config, checkpoint + ": holds no LoRA adapters to merge; drop --merge");
 
-  const std::string source = pipeline_of(model_dir);
+  const models::FluxModel::PipelineRef ref = models::FluxModel::pipeline_of(model_dir.string());
+  const std::string& source = ref.path;
   const CheckpointAdapters adapters = lora ? read_checkpoint_adapters(shards, info.meta, kind) : CheckpointAdapters{};
   // The transformer: trained in full (the shards), or the base with its adapters merged.
   const ExportTensors transformer =
       adapters.contains("transformer")
-          ? merged(base_tensors(model_dir, source, "transformer"), adapters.at("transformer"), "transformer")
+          ? merged(base_tensors(model_dir, ref, "transformer"), adapters.at("transformer"), "transformer")
           : shard_tensors(shards, "transformer.", kind);
   // CLIP's text encoder where the run trained it (the tiny preset's in full; LoRA merged into CLIP-L).
   ExportTensors text = shard_tensors(shards, "text_encoder.", kind);
-  if (text.empty() && adapters.contains("text_encoder"))
-    text = merged(base_tensors(model_dir, source, "text_encoder"), adapters.at("text_encoder"), "text_encoder");
+  if (text.empty() && adapters.contains("text_encoder")) {
+    // CLIP-L's file may lack the "text_model." level (transformers 5 writes it so): the adapters
+    // follow the file's names.
+    ExportTensors base = base_tensors(model_dir, ref, "text_encoder");
+    const bool flat = std::none_of(base.begin(), base.end(), [](const ExportTensor& t) { return t.name.starts_with("text_model."); });
+    ComponentAdapters layers;
+    for (const auto& [path, a] : adapters.at("text_encoder"))
+      layers[flat && path.starts_with("text_model.") ? path.substr(11) : path] = a;
+    text = merged(std::move(base), layers, "text_encoder");
+  }
 
   ExportResult r;
   std::size_t done = 0;

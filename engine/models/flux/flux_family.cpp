@@ -87,16 +87,7 @@ FluxConfig transformer_config(const config::TrainerConfig& cfg) {
   if (!cfg.model.path.empty() && fs::is_regular_file(cfg.model.path, ec)) {
     const fs::path companion = fs::path(cfg.model.config_path) / "transformer" / "config.json";
     if (!cfg.model.config_path.empty() && fs::exists(companion, ec)) return FluxConfig::from_file(companion.string());
-    const io::SafetensorsReader file(cfg.model.path);
-    std::vector<std::string> names;
-    for (const auto& e : file.entries()) names.push_back(e.name);
-    const std::string prefix = bfl_flux_prefix(names, cfg.model.path);
-    const FileShape shape = [&](const std::string& n) -> std::vector<std::int64_t> {
-      for (const auto& e : file.entries())
-        if (e.name == n) return e.shape;
-      return {};
-    };
-    return bfl_flux_config(names, shape, prefix, cfg.model.path);
+    return BflFile(cfg.model.path).config();
   }
   return c;
 }
@@ -341,22 +332,15 @@ void FluxFamily::describe(std::ostream& out, const std::string& path, const std:
   }
   if (fs::is_regular_file(path, ec)) {
     // Black Forest Labs' single file: the transformer alone, its configuration read from the shapes.
-    const io::SafetensorsReader file(path);
-    std::vector<std::string> names;
+    const BflFile bfl(path);
     std::int64_t params = 0;
     std::map<std::string, std::int64_t> dtypes;
-    for (const auto& e : file.entries()) {
-      names.push_back(e.name);
+    for (const auto& e : bfl.reader().entries()) {
       params += e.numel();
       dtypes[e.dtype] += e.numel();
     }
-    const std::string prefix = bfl_flux_prefix(names, path);
-    const FileShape shape = [&](const std::string& n) -> std::vector<std::int64_t> {
-      for (const auto& e : file.entries())
-        if (e.name == n) return e.shape;
-      return {};
-    };
-    const FluxConfig c = bfl_flux_config(names, shape, prefix, path);
+    const std::string& prefix = bfl.prefix();
+    const FluxConfig c = bfl.config();
     out << path << ": Black Forest Labs' single-file Flux.1 transformer" << (prefix.empty() ? "" : " (prefix " + prefix + ")")
         << ", " << params << " parameters, " << estimate::format_bytes(static_cast<std::int64_t>(fs::file_size(path)))
         << "\n  dtypes:";

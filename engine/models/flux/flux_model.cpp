@@ -172,24 +172,10 @@ FluxModel FluxModel::load_pipeline(const std::string& dir, const UnitBuilt& on_u
   } else if (with_transformer) {
     // Black Forest Labs' single file: its tensors mapped onto diffusers' names as they are read;
     // the configuration from the folder's transformer/config.json, else from the file's shapes.
-    const auto file = std::make_shared<io::SafetensorsReader>(transformer_file);
-    std::vector<std::string> names;
-    std::map<std::string, std::vector<std::int64_t>> shapes;
-    for (const auto& e : file->entries()) {
-      names.push_back(e.name);
-      shapes[e.name] = e.shape;
-    }
-    const std::string prefix = bfl_flux_prefix(names, transformer_file);
+    const BflFile file(transformer_file);
     const std::string folder_config = p.dir("transformer") + "/config.json";
-    const FluxConfig c = fs::exists(folder_config)
-                             ? FluxConfig::from_file(folder_config)
-                             : bfl_flux_config(names, [&](const std::string& n) -> std::vector<std::int64_t> {
-                                 const auto it = shapes.find(n);
-                                 return it == shapes.end() ? std::vector<std::int64_t>{} : it->second;
-                               }, prefix, transformer_file);
-    const FileTensor read = [file](const std::string& n) { return file->contains(n) ? file->tensor(n) : at::Tensor(); };
-    m.transformer = load_transformer(c, [&](const std::string& n) { return bfl_flux_tensor(n, read, c, prefix); },
-                                     transformer_file, on_unit);
+    const FluxConfig c = fs::exists(folder_config) ? FluxConfig::from_file(folder_config) : file.config();
+    m.transformer = load_transformer(c, [&](const std::string& n) { return file.tensor(n, c); }, transformer_file, on_unit);
   }
   m.companions_ = {absolute_or_empty(companions.vae), absolute_or_empty(companions.text_encoder),
                    absolute_or_empty(companions.text_encoder_2)};
@@ -236,26 +222,27 @@ bool FluxModel::has_saved_base(const std::string& dir) {
   return fs::exists(fs::path(dir) / "transformer" / "diffusion_pytorch_model.safetensors");
 }
 
-FluxModel FluxModel::load_folder(const std::string& dir, const UnitBuilt& on_unit) {
+FluxModel::PipelineRef FluxModel::pipeline_of(const std::string& dir) {
   const std::string ref_file = dir + "/pipeline.json";
-  if (fs::exists(ref_file)) {
-    const auto ref = io::read_json_file(ref_file, "pipeline reference");
-    const std::string path = ref.value("path", std::string());
-    const std::string transformer_file = ref.value("transformer_file", std::string());
-    if (!fs::exists(fs::path(path) / "model_index.json"))
-      throw Error(ErrorKind::checkpoint, ref_file + ": the run was trained from " + path +
-                                             ", which is gone; put the pipeline folder back there to resume or export");
-    if (!transformer_file.empty() && !fs::exists(transformer_file))
-      throw Error(ErrorKind::checkpoint, ref_file + ": the run's transformer came from " + transformer_file +
+  if (!fs::exists(ref_file)) return {};
+  const auto j = io::read_json_file(ref_file, "pipeline reference");
+  PipelineRef ref{j.value("path", std::string()), j.value("transformer_file", std::string()),
+                  {j.value("vae_file", std::string()), j.value("text_encoder_file", std::string()),
+                   j.value("text_encoder_2_file", std::string())}};
+  if (!fs::exists(fs::path(ref.path) / "model_index.json"))
+    throw Error(ErrorKind::checkpoint, ref_file + ": the run was trained from " + ref.path +
+                                           ", which is gone; put the pipeline folder back there to resume or export");
+  for (const std::string& f : {ref.transformer_file, ref.companions.vae, ref.companions.text_encoder,
+                               ref.companions.text_encoder_2})
+    if (!f.empty() && !fs::exists(f))
+      throw Error(ErrorKind::checkpoint, ref_file + ": the run's weights came from " + f +
                                              ", which is gone; put the file back there to resume or export");
-    Companions companions{ref.value("vae_file", std::string()), ref.value("text_encoder_file", std::string()),
-                          ref.value("text_encoder_2_file", std::string())};
-    for (const std::string& f : {companions.vae, companions.text_encoder, companions.text_encoder_2})
-      if (!f.empty() && !fs::exists(f))
-        throw Error(ErrorKind::checkpoint, ref_file + ": the run's frozen weights came from " + f +
-                                               ", which is gone; put the file back there to resume or export");
-    return load_pipeline(path, on_unit, true, transformer_file, companions);
-  }
+  return ref;
+}
+
+FluxModel FluxModel::load_folder(const std::string& dir, const UnitBuilt& on_unit) {
+  if (const PipelineRef ref = pipeline_of(dir); !ref.path.empty())
+    return load_pipeline(ref.path, on_unit, true, ref.transformer_file, ref.companions);
   FluxModel m;
   m.word_tokenizer = WordTokenizer::load(dir + "/tokenizer/tokenizer.json");
   const ClipTextConfig t = ClipTextConfig::from_file(dir + "/text_encoder/config.json");

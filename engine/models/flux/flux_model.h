@@ -50,6 +50,15 @@ class FluxModel final : public TrainableModel {
   };
   static FluxModel load_pipeline(const std::string& dir, const UnitBuilt& on_unit = {}, bool with_transformer = true,
                                  const std::string& transformer_file = "", const Companions& companions = {});
+  /// What a run's model folder says it was trained from (its pipeline.json, written by
+  /// save_folder): the pipeline folder, a BFL transformer file, companion weight files. An empty
+  /// path for the flux-tiny preset. Throws zs::Error(checkpoint) naming pipeline.json and what to
+  /// put back when a file it names is gone.
+  struct PipelineRef {
+    std::string path, transformer_file;
+    Companions companions;
+  };
+  static PipelineRef pipeline_of(const std::string& dir);
   /// A run's model folder written by save_folder(): the pipeline it names (pipeline.json), or the
   /// tiny preset's configs and tokenizer with the base weights where save_base() wrote them.
   static FluxModel load_folder(const std::string& dir, const UnitBuilt& on_unit = {});

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/meta_tensors.h"
+#include "io/safetensors.h"
 
 namespace zs::models {
 
@@ -164,6 +165,27 @@ at::Tensor bfl_flux_tensor(const std::string& name, const FileTensor& tensor, co
     return {};
   }
   return {};
+}
+
+BflFile::BflFile(const std::string& path) : reader_(std::make_shared<io::SafetensorsReader>(path)) {
+  for (const auto& e : reader_->entries()) names_.push_back(e.name);
+  prefix_ = bfl_flux_prefix(names_, path);
+}
+
+const std::string& BflFile::path() const { return reader_->path(); }
+
+FluxConfig BflFile::config() const {
+  std::map<std::string, std::vector<std::int64_t>> shapes;
+  for (const auto& e : reader_->entries()) shapes[e.name] = e.shape;
+  return bfl_flux_config(names_, [&](const std::string& n) {
+    const auto it = shapes.find(n);
+    return it == shapes.end() ? std::vector<std::int64_t>{} : it->second;
+  }, prefix_, path());
+}
+
+at::Tensor BflFile::tensor(const std::string& name, const FluxConfig& c) const {
+  return bfl_flux_tensor(name, [this](const std::string& k) { return reader_->contains(k) ? reader_->tensor(k) : at::Tensor(); },
+                         c, prefix_);
 }
 
 std::vector<BflTensor> bfl_flux_layout(const FluxConfig& c) {

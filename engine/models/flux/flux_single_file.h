@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,10 @@
 #include <ATen/core/Tensor.h>
 
 #include "models/flux/flux_transformer.h"
+
+namespace zs::io {
+class SafetensorsReader;
+}
 
 namespace zs::models {
 
@@ -39,6 +44,27 @@ FluxConfig bfl_flux_config(const std::vector<std::string>& names, const FileShap
 /// through `tensor` (keys behind `prefix`). An undefined tensor for a name the layout lacks.
 at::Tensor bfl_flux_tensor(const std::string& name, const FileTensor& tensor, const FluxConfig& c,
                            const std::string& prefix);
+
+/// A Black Forest Labs transformer file opened for reading (copies share the mapping).
+class BflFile {
+ public:
+  /// Throws zs::Error naming `path` when it cannot be read or is not a BFL Flux transformer.
+  explicit BflFile(const std::string& path);
+  const std::string& path() const;
+  /// "" or "model.diffusion_model." (ComfyUI's copies).
+  const std::string& prefix() const { return prefix_; }
+  const std::vector<std::string>& names() const { return names_; }
+  const io::SafetensorsReader& reader() const { return *reader_; }
+  /// The configuration the file's names and shapes imply (bfl_flux_config).
+  FluxConfig config() const;
+  /// The diffusers tensor `name` of a transformer of config `c` (bfl_flux_tensor); undefined when absent.
+  at::Tensor tensor(const std::string& name, const FluxConfig& c) const;
+
+ private:
+  std::shared_ptr<io::SafetensorsReader> reader_;
+  std::string prefix_;
+  std::vector<std::string> names_;
+};
 
 /// One tensor of BFL's layout for writing: its key (without a prefix), its shape, and which
 /// diffusers tensors fill which of its rows (every mapping is along dimension 0: whole tensors,

@@ -22,18 +22,6 @@ constexpr const char* kKohyaAlpha = ".alpha";
 constexpr const char* kPeftDown = ".lora_A.weight";
 constexpr const char* kPeftUp = ".lora_B.weight";
 
-/// A number as Python's str(float) writes it (sd-scripts' metadata): "16.0", "0.5", "0.1" — the
-/// shortest text that reads back as the same double.
-std::string python_float(double v) {
-  if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v)) + ".0";
-  for (int digits = 1;; ++digits) {
-    std::ostringstream out;
-    out.precision(digits);
-    out << v;
-    if (digits >= 17 || std::stod(out.str()) == v) return out.str();
-  }
-}
-
 /// The key stem of each of `paths` (layers of one part) in one format, in their order.
 std::vector<std::string> lora_stems(models::LoraPart part, std::vector<std::string> paths,
                                     const models::UNetConfig& unet, LoraFileFormat format, bool sdxl) {
@@ -61,6 +49,16 @@ LoraFileFormat format_of(const io::SafetensorsReader& reader) {
 }
 
 }  // namespace
+
+std::string python_float(double v) {
+  if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v)) + ".0";
+  for (int digits = 1;; ++digits) {
+    std::ostringstream out;
+    out.precision(digits);
+    out << v;
+    if (digits >= 17 || std::stod(out.str()) == v) return out.str();
+  }
+}
 
 std::vector<LoraFileLayer> lora_file_layers(const std::vector<LoraModelPart>& parts) {
   std::vector<LoraFileLayer> out;
