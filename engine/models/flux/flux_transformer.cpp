@@ -27,22 +27,6 @@ std::int64_t get_int(const json& j, const char* key, std::int64_t fallback, cons
   return j[key].get<std::int64_t>();
 }
 
-/// LayerNorm without affine (eps 1e-6), then AdaLN's scale and shift per sample.
-at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-  return at::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
-}
-
-/// apply_rotary_emb (use_real, unbind dim −1) on x [B, S, H, D] with cos/sin [S, D].
-at::Tensor rotate(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const at::ScalarType up = at::promote_types(x.scalar_type(), at::kFloat);
-  const at::Tensor pairs = x.reshape({x.size(0), x.size(1), x.size(2), -1, 2});
-  const at::Tensor real = pairs.select(-1, 0), imag = pairs.select(-1, 1);
-  const at::Tensor rotated = at::stack({-imag, real}, -1).flatten(3);
-  const at::Tensor c = cos.to(x.device(), up).unsqueeze(0).unsqueeze(2);
-  const at::Tensor s = sin.to(x.device(), up).unsqueeze(0).unsqueeze(2);
-  return (x.to(up) * c + rotated.to(up) * s).to(x.scalar_type());
-}
-
 }  // namespace
 
 FluxConfig FluxConfig::from_json(const json& j, const std::string& source) {
@@ -148,8 +132,8 @@ std::pair<at::Tensor, at::Tensor> FluxAttentionImpl::forward(const at::Tensor& x
     k = at::cat({norm_added_k(heads_of(add_k_proj(context))), k}, 1);
     v = at::cat({heads_of(add_v_proj(context)), v}, 1);
   }
-  q = rotate(q, cos, sin);
-  k = rotate(k, cos, sin);
+  q = flux_apply_rope(q, cos, sin);
+  k = flux_apply_rope(k, cos, sin);
   const at::Tensor out = multi_head_attention(q.flatten(2), k.flatten(2), v.flatten(2), heads, {}, attention);
   if (!joint) return {out, {}};
   const std::int64_t text = context.size(1);
@@ -193,11 +177,11 @@ std::pair<at::Tensor, at::Tensor> FluxDoubleBlockImpl::forward(const at::Tensor&
                                                                const at::Tensor& sin) {
   // AdaLayerNormZero: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp.
   const auto m = norm1(temb), c = norm1_context(temb);
-  const auto [attn_x, attn_c] = attn(modulate(x, m[0], m[1]), modulate(context, c[0], c[1]), cos, sin);
+  const auto [attn_x, attn_c] = attn(flux_modulate(x, m[0], m[1]), flux_modulate(context, c[0], c[1]), cos, sin);
   at::Tensor h = x + m[2].unsqueeze(1) * attn_x;
-  h = h + m[5].unsqueeze(1) * ff(modulate(h, m[3], m[4]));
+  h = h + m[5].unsqueeze(1) * ff(flux_modulate(h, m[3], m[4]));
   at::Tensor e = context + c[2].unsqueeze(1) * attn_c;
-  e = e + c[5].unsqueeze(1) * ff_context(modulate(e, c[3], c[4]));
+  e = e + c[5].unsqueeze(1) * ff_context(flux_modulate(e, c[3], c[4]));
   if (h.scalar_type() == at::kHalf) {  // as diffusers: keep fp16 finite
     h = h.clamp(-65504, 65504);
     e = e.clamp(-65504, 65504);
@@ -215,7 +199,7 @@ FluxSingleBlockImpl::FluxSingleBlockImpl(std::int64_t dim, std::int64_t heads, s
 at::Tensor FluxSingleBlockImpl::forward(const at::Tensor& x, const at::Tensor& temb, const at::Tensor& cos,
                                         const at::Tensor& sin) {
   const auto m = norm(temb);  // shift, scale, gate
-  const at::Tensor normed = modulate(x, m[0], m[1]);
+  const at::Tensor normed = flux_modulate(x, m[0], m[1]);
   const at::Tensor mlp = at::gelu(proj_mlp(normed), "tanh");
   const at::Tensor attn_out = attn->forward(normed, at::Tensor(), cos, sin).first;
   at::Tensor h = x + m[2].unsqueeze(1) * proj_out(at::cat({attn_out, mlp}, 2));
@@ -308,7 +292,7 @@ at::Tensor FluxTransformer2DModelImpl::forward(const at::Tensor& hidden, const a
   h = joint.narrow(1, text, joint.size(1) - text);
   // AdaLayerNormContinuous: linear(SiLU(temb)) → (scale, shift).
   const auto ss = norm_out(temb.to(h.scalar_type()));
-  h = modulate(h, ss[1], ss[0]);
+  h = flux_modulate(h, ss[1], ss[0]);
   const at::Tensor out = proj_out(h);
   return hooks_ ? hooks_->after(0, out) : out;
 }
@@ -332,6 +316,20 @@ std::vector<ParamUnit> FluxTransformer2DModelImpl::units() const {
     out[unit].parameters.emplace_back(item.key(), item.value());
   }
   return out;
+}
+
+at::Tensor flux_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
+  return at::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+}
+
+at::Tensor flux_apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const at::ScalarType up = at::promote_types(x.scalar_type(), at::kFloat);
+  const at::Tensor pairs = x.reshape({x.size(0), x.size(1), x.size(2), -1, 2});
+  const at::Tensor real = pairs.select(-1, 0), imag = pairs.select(-1, 1);
+  const at::Tensor rotated = at::stack({-imag, real}, -1).flatten(3);
+  const at::Tensor c = cos.to(x.device(), up).unsqueeze(0).unsqueeze(2);
+  const at::Tensor s = sin.to(x.device(), up).unsqueeze(0).unsqueeze(2);
+  return (x.to(up) * c + rotated.to(up) * s).to(x.scalar_type());
 }
 
 at::Tensor flux_timestep_features(const at::Tensor& t, std::int64_t dim) {

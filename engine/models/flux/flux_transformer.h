@@ -188,6 +188,15 @@ TORCH_MODULE(FluxTransformer2DModel);
 /// float64 (diffusers uses float32, which is 3e-4 off at guidance 3500; see tst_flux).
 at::Tensor flux_timestep_features(const at::Tensor& t, std::int64_t dim);
 
+/// AdaLN's modulation: LayerNorm without affine (eps 1e-6) of x [B, N, dim], then
+/// · (1 + scale) + shift, per sample (shift and scale [B, dim]).
+at::Tensor flux_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale);
+
+/// diffusers' apply_rotary_emb (use_real, unbind dim −1; the same as the complex product over pairs of
+/// adjacent features) on x [B, S, H, D] with cos/sin [S, D] (repeat-interleaved pairs), computed in
+/// float32 or wider, returned in x's dtype.
+at::Tensor flux_apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
 /// RoPE's cos and sin [N, Σ axes] for position ids [N, axes] (FluxPosEmbed: per axis
 /// 1/θ^(2i/d) in float64, repeat-interleaved pairs), as float32.
 std::pair<at::Tensor, at::Tensor> flux_rope(const at::Tensor& ids, const std::vector<std::int64_t>& axes_dims,
