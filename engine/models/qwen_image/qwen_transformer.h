@@ -17,6 +17,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
 
+#include "models/attention.h"
 #include "models/flux/flux_transformer.h"
 #include "models/lora.h"
 #include "models/param_unit.h"
@@ -42,7 +43,75 @@ struct QwenImageConfig {
   nlohmann::json to_json() const;
 };
 
-// (The block, attention and RoPE classes: declared here by the implementation.)
+/// diffusers' RMSNorm with a learned scale (txt_norm and the attention's qk norms): the mean square
+/// in float32, x·rsqrt(ms + eps) in float32, rounded to the weight's dtype first when that is
+/// fp16/bf16 and then scaled there (torch.nn.RMSNorm, Flux's, rounds only once); returned in x's dtype.
+class QwenRmsNormImpl : public torch::nn::Module {
+ public:
+  QwenRmsNormImpl(std::int64_t dim, double eps);
+  at::Tensor forward(const at::Tensor& x);
+  at::Tensor weight;
+  double eps;
+};
+TORCH_MODULE(QwenRmsNorm);
+
+/// Attention with QwenDoubleStreamAttnProcessor2_0: q/k/v of the image stream (to_q/k/v) and of
+/// the text stream (add_q/k/v_proj), per-head RMS norms, RoPE, one attention over [text, image]
+/// in which padded text tokens are no keys; to_out.0 (image) and to_add_out (text).
+class QwenAttentionImpl : public torch::nn::Module, public AttentionSite {
+ public:
+  QwenAttentionImpl(std::int64_t dim, std::int64_t heads, std::int64_t head_dim);
+  /// `x` [B, S, dim] image, `context` [B, L, dim] text; cos/sin [L + S, head_dim] (text rows
+  /// first); `keys`: per sample the joint positions that may be attended to (valid text tokens
+  /// and every image token, int64), or empty when every text token is valid. Returns {image, text}.
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& context, const at::Tensor& cos,
+                                            const at::Tensor& sin, const std::vector<at::Tensor>& keys);
+  std::int64_t heads, head_dim;
+  QwenRmsNorm norm_q{nullptr}, norm_k{nullptr}, norm_added_q{nullptr}, norm_added_k{nullptr};
+  AdaptedLinear to_q{nullptr}, to_k{nullptr}, to_v{nullptr}, add_k_proj{nullptr}, add_v_proj{nullptr},
+      add_q_proj{nullptr}, to_add_out{nullptr};
+  torch::nn::ModuleList to_out{nullptr};  ///< [0]: AdaptedLinear
+};
+TORCH_MODULE(QwenAttention);
+
+/// QwenImageTransformerBlock: img_mod/txt_mod (SiLU → Linear(dim, 6·dim), "img_mod.1": shift,
+/// scale, gate for the attention, then for the MLP), LayerNorms without affine (eps 1e-6), joint
+/// attention, img_mlp/txt_mlp (GELU-tanh, 4·dim).
+class QwenImageTransformerBlockImpl : public torch::nn::Module {
+ public:
+  QwenImageTransformerBlockImpl(std::int64_t dim, std::int64_t heads, std::int64_t head_dim);
+  /// `x` [B, S, dim], `context` [B, L, dim], `temb` [B, dim]; the rest as QwenAttention's.
+  /// Returns {image, text}.
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& context, const at::Tensor& temb,
+                                            const at::Tensor& cos, const at::Tensor& sin,
+                                            const std::vector<at::Tensor>& keys);
+  torch::nn::ModuleList img_mod{nullptr}, txt_mod{nullptr};  ///< [0] SiLU, [1] AdaptedLinear
+  QwenAttention attn{nullptr};
+  FluxFeedForward img_mlp{nullptr}, txt_mlp{nullptr};
+};
+TORCH_MODULE(QwenImageTransformerBlock);
+
+/// QwenTimestepProjEmbeddings ("time_text_embed"): Timesteps(256, flip_sin_to_cos, shift 0,
+/// scale 1000) then TimestepEmbedding ("timestep_embedder.linear_1/2").
+class QwenTimestepProjEmbeddingsImpl : public torch::nn::Module {
+ public:
+  explicit QwenTimestepProjEmbeddingsImpl(std::int64_t dim);
+  /// σ [B] (in [0, 1]; the sinusoid takes σ·1000, in float64) → [B, dim] in `dtype`.
+  at::Tensor forward(const at::Tensor& sigma, at::ScalarType dtype);
+  FluxMlpEmbedder timestep_embedder{nullptr};
+};
+TORCH_MODULE(QwenTimestepProjEmbeddings);
+
+/// QwenEmbedRope's positions (scale_rope) for `text_len` text tokens and an (h × w) token grid of
+/// one frame, as (frame, row, column) [text_len + h·w, 3] int64, text first: image rows
+/// −(h − h/2) … h/2 − 1, columns likewise, frame 0; text token i at max(h/2, w/2) + i on all three axes.
+at::Tensor qwen_rope_ids(std::int64_t grid_h, std::int64_t grid_w, std::int64_t text_len, const at::Device& device);
+
+/// RoPE's cos and sin [N, Σ axes] (repeat-interleaved pairs, float32) for position ids [N, 3].
+/// The angles are diffusers' float32 ones (rope_params: float32 frequencies 1/θ^(2i/d) times the
+/// position, rounded to float32), their cos and sin evaluated in float64.
+std::pair<at::Tensor, at::Tensor> qwen_rope(const at::Tensor& ids, const std::vector<std::int64_t>& axes_dims,
+                                            double theta = 10000.0);
 
 class QwenImageTransformer2DModelImpl : public torch::nn::Module {
  public:
@@ -68,7 +137,11 @@ class QwenImageTransformer2DModelImpl : public torch::nn::Module {
   void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
   void set_cpu_checkpointing(bool on) { cpu_checkpointing_ = on; }
 
+  QwenTimestepProjEmbeddings time_text_embed{nullptr};
+  QwenRmsNorm txt_norm{nullptr};
+  AdaptedLinear img_in{nullptr}, txt_in{nullptr}, proj_out{nullptr};
   torch::nn::ModuleList transformer_blocks{nullptr};
+  FluxAdaNorm norm_out{nullptr};  ///< AdaLayerNormContinuous: (scale, shift), in that order
 
  private:
   QwenImageConfig config_;
