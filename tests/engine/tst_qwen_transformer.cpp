@@ -93,13 +93,17 @@ class TestQwenTransformer : public QObject {
     QCOMPARE(c.axes_dims_rope, (std::vector<std::int64_t>{4, 6, 6}));
     const QwenImageConfig back = QwenImageConfig::from_json(c.to_json(), "round trip");
     QCOMPARE(back.to_json(), c.to_json());
-    // Qwen-Image's own config.json keys, with out_channels null as some copies have it: the defaults.
+    // Absent keys take diffusers' defaults, unknown ones are ignored; out_channels null means
+    // in_channels (diffusers' `out_channels or in_channels`).
     const QwenImageConfig full = QwenImageConfig::from_json(
         nlohmann::json{{"_class_name", "QwenImageTransformer2DModel"}, {"_diffusers_version", "0.34.0.dev0"},
-                       {"out_channels", nullptr}, {"pooled_projection_dim", 768}},
+                       {"pooled_projection_dim", 768}},
         "config.json");
     QCOMPARE(full.out_channels, std::int64_t{16});
     QCOMPARE(full.inner_dim(), std::int64_t{3072});
+    QCOMPARE(full.to_json(), QwenImageConfig{}.to_json());
+    QCOMPARE(QwenImageConfig::from_json(nlohmann::json{{"out_channels", nullptr}, {"in_channels", 32}}, "c").out_channels,
+             std::int64_t{32});
 
     for (const char* key : {"zero_cond_t", "use_additional_t_cond", "use_layer3d_rope", "guidance_embeds"}) {
       nlohmann::json j = tiny_json();

@@ -51,7 +51,10 @@ QwenImageConfig QwenImageConfig::from_json(const json& j, const std::string& sou
   QwenImageConfig c;
   c.patch_size = get_int(j, "patch_size", c.patch_size, source);
   c.in_channels = get_int(j, "in_channels", c.in_channels, source);
-  c.out_channels = get_int(j, "out_channels", c.out_channels, source);  // diffusers: null means 16 too
+  // diffusers: `out_channels or in_channels`, so null means in_channels; absent, the default 16.
+  c.out_channels = j.contains("out_channels") && j["out_channels"].is_null()
+                       ? c.in_channels
+                       : get_int(j, "out_channels", c.out_channels, source);
   c.num_layers = get_int(j, "num_layers", c.num_layers, source);
   c.attention_head_dim = get_int(j, "attention_head_dim", c.attention_head_dim, source);
   c.num_attention_heads = get_int(j, "num_attention_heads", c.num_attention_heads, source);
