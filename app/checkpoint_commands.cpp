@@ -39,7 +39,7 @@ const CommandSpec kCheckpoints{
 
 const CommandSpec kExport{
     "export",
-    "CHECKPOINT --format diffusers|single-file|safetensors|lora-kohya|lora-diffusers [--merge] "
+    "CHECKPOINT --format diffusers|single-file|safetensors|lora-kohya|lora-diffusers|lora-diffsynth|lora-musubi [--merge] "
     "[--dtype fp16|bf16|fp32] [--ema] -o OUT",
     "Consolidate a sharded checkpoint for other tools.",
     "The shards are read one tensor at a time and written as they come, so memory stays near the\n"
@@ -63,8 +63,12 @@ const CommandSpec kExport{
     "alpha/rank folded into lora_B (FluxPipeline.load_lora_weights reads it); single-file is the\n"
     "transformer in Black Forest Labs' layout (flux1-dev.safetensors' names, as ComfyUI loads it);\n"
     "lora-kohya uses sd-scripts' Flux names (lora_unet_double_blocks_0_img_attn_qkv, lora_te1_*),\n"
-    "the adapters of fused layers joined into one of their summed rank.",
-    {{"format", "FORMAT", "diffusers, single-file, safetensors, lora-kohya or lora-diffusers"},
+    "the adapters of fused layers joined into one of their summed rank.\n"
+    "Qwen-Image runs: safetensors and diffusers as for Flux.1; the adapters as lora-diffusers\n"
+    "(transformer. lora_A/lora_B, QwenImagePipeline.load_lora_weights), lora-diffsynth\n"
+    "(DiffSynth-Studio's files: transformer_blocks.0.attn.to_q.lora_A.default.weight) or lora-musubi\n"
+    "(musubi-tuner's lora_unet_transformer_blocks_0_attn_to_q.lora_down/lora_up/alpha).",
+    {{"format", "FORMAT", "diffusers, single-file, safetensors, lora-kohya, lora-diffusers, lora-diffsynth or lora-musubi"},
      {"merge", "", "LoRA checkpoints: full weights with the adapters merged into the base"},
      {"dtype", "DTYPE", "fp16, bf16 or fp32 (default fp32, as stored; LoRA files fp16)"},
      {"ema", "", "Export the EMA weights"},
@@ -146,9 +150,11 @@ int run_export_command(const std::vector<std::string>& args) {
   if (!a.has("output")) throw UsageError("export needs -o OUT (a file, or a new folder for diffusers)");
   checkpoint::ExportOptions o;
   o.format = a.get("format");
-  const bool lora_file = o.format == "lora-kohya" || o.format == "lora-diffusers";
+  const bool lora_file = o.format == "lora-kohya" || o.format == "lora-diffusers" || o.format == "lora-diffsynth" ||
+                         o.format == "lora-musubi";
   if (o.format != "diffusers" && o.format != "safetensors" && o.format != "single-file" && !lora_file)
-    throw UsageError("--format " + o.format + " is not one of diffusers, single-file, safetensors, lora-kohya, lora-diffusers");
+    throw UsageError("--format " + o.format + " is not one of diffusers, single-file, safetensors, lora-kohya, "
+                     "lora-diffusers, lora-diffsynth, lora-musubi");
   o.merge = a.has("merge");
   if (o.merge && lora_file) throw UsageError("--merge writes full weights: use it with diffusers, single-file or safetensors");
   o.dtype = export_dtype(a.get("dtype", lora_file ? "fp16" : "fp32"));

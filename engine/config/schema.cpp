@@ -77,15 +77,16 @@ SchemaBuilder build() {
   s.add("model.preset", T::choice, std::string("tiny"), ZS_REF(model.preset),
         "Architecture to build when `model.path` is empty: `tiny` (the quickstart's small pixel-space "
         "UNet with its text encoder), `flux-tiny` (the same quickstart with a small Flux.1 transformer in "
-        "pixel space, trained by flow matching), `sd15`, `sdxl`, `flux-dev` or `flux-schnell` (standard "
-        "shapes, for estimates: also used by `zerostudio estimate` while `model.path` does not exist yet).",
-        {"tiny", "sd15", "sdxl", "flux-tiny", "flux-dev", "flux-schnell"});
+        "pixel space, trained by flow matching), `qwen-image-tiny` (the same with a small Qwen-Image "
+        "transformer), `sd15`, `sdxl`, `flux-dev`, `flux-schnell` or `qwen-image` (standard shapes, for "
+        "estimates: also used by `zerostudio estimate` while `model.path` does not exist yet).",
+        {"tiny", "sd15", "sdxl", "flux-tiny", "flux-dev", "flux-schnell", "qwen-image-tiny", "qwen-image"});
   s.add("model.path", T::path, std::string(""), ZS_REF(model.path),
         "A diffusers pipeline folder (with model_index.json) or a single-file checkpoint (`.safetensors` "
         "in the original layout, as A1111 and ComfyUI use; give `model.config_path` too): Stable "
         "Diffusion 1.x or SDXL, whose UNet is fine-tuned, or Flux.1 (a diffusers Flux folder, or Black "
-        "Forest Labs' flux1-*.safetensors transformer), whose transformer is; the VAE and text encoders "
-        "stay frozen. Empty: build `model.preset` with fresh weights.");
+        "Forest Labs' flux1-*.safetensors transformer) or Qwen-Image (a diffusers Qwen-Image folder), "
+        "whose transformer is; the VAE and text encoders stay frozen. Empty: build `model.preset` with fresh weights.");
   s.add("model.config_path", T::path, std::string(""), ZS_REF(model.config_path),
         "For a single-file `model.path`: a diffusers folder of the same family (SD 1.x or SDXL) whose "
         "tokenizer/ (and tokenizer_2/) are used, since single files carry no vocabulary, and whose "

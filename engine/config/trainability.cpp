@@ -17,9 +17,10 @@ std::vector<ConfigProblem> trainability_problems(const LoadedConfig& loaded, con
     out.push_back({loaded.location_of(key), key, std::move(message)});
   };
   std::error_code ec;
-  if (c.model.path.empty() && c.model.preset != "tiny" && c.model.preset != "flux-tiny")
+  if (c.model.path.empty() && c.model.preset != "tiny" && c.model.preset != "flux-tiny" &&
+      c.model.preset != "qwen-image-tiny")
     add("model.preset", c.model.preset + " describes the architecture for estimates only; set model.path to its "
-                        "diffusers folder or single-file checkpoint to train it (or use preset tiny or flux-tiny)");
+                        "diffusers folder or single-file checkpoint to train it (or use preset tiny, flux-tiny or qwen-image-tiny)");
   else if (!c.model.path.empty() && !fs::exists(c.model.path, ec))
     add("model.path", "'" + c.model.path + "' does not exist yet; set it to your diffusers folder (with "
                       "model_index.json) or single-file checkpoint");

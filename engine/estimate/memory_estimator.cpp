@@ -203,6 +203,7 @@ struct UnitTally {
   int64_t max_hook_padded = 0;      // the largest unit whose hook reduces its gradients
   int64_t max_owned = 0;            // the largest part a rank updates
   int64_t whole_total = 0;          // trained units kept whole
+  int64_t whole_frozen = 0;         // frozen units (LoRA's base) kept whole
   int64_t param_staging = 0;        // bytes: NVMe parameter shards' staging
   int64_t owned_total = 0;          // elements this rank updates
   int64_t sharded_shards = 0;       // this rank's shards of the sharded units
@@ -225,7 +226,7 @@ UnitTally count_model_states(const zero::Plan& plan, const std::vector<models::R
     // frozen base (LoRA) is laid out and gathered the same way, and has nothing else.
     if (!l.sharded) {
       e.gpu.parameters += c * l.padded;
-      if (!units[k].frozen) t.whole_total += l.padded;
+      (units[k].frozen ? t.whole_frozen : t.whole_total) += l.padded;
     } else {
       t.sharded_padded.push_back(l.padded);
       t.sharded_shards += l.shard;
@@ -309,7 +310,8 @@ void count_frozen_parts(const ModelShape& model, const EstimateOptions& o, Memor
   // A streamed part (Flux's T5-XXL) never sits on the device whole: one piece at a time.
   const int64_t resident = frozen - c * (model.frozen_streamed_parameters - model.frozen_streamed_piece);
   if (o.frozen_off_device && e.frozen_parameters > 0 && model.latent_factor > 1) {
-    e.cpu.parameters += frozen;
+    // Loaded on demand, the streamed encoder never comes: the caches hold its outputs.
+    e.cpu.parameters += model.frozen_on_demand ? frozen - c * model.frozen_streamed_parameters : frozen;
     // The pass that fills the caches: the frozen weights and one image through the VAE encoder
     // without gradients (about three 128-channel maps at full size alive at once).
     const int64_t vae_bytes = model.frozen_fp32_parameters > 0 ? 4 : c;
@@ -354,10 +356,13 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   // Loading: every process builds the trainable model in fp32 in CPU memory (the optimizer then
   // moves it to the device unit by unit) and reads the frozen parts in fp32 before casting them;
   // with zero3_init_flag at stage 3 it keeps only its shards and one whole unit at a time.
-  const int64_t trainable_fp32 = o.stage == 3 && o.zero3_init && !o.lora
-                                    ? 4 * (tally.whole_total + tally.sharded_shards + tally.largest_sharded)
-                                    : 4 * (e.parameters + e.frozen_base_parameters);
-  e.cpu_load_peak = trainable_fp32 + 4 * e.frozen_parameters;
+  // LoRA's frozen base too: its adapters take their shapes from the layers' options.
+  const int64_t trainable_fp32 =
+      o.stage == 3 && o.zero3_init
+          ? 4 * (tally.whole_total + tally.whole_frozen + tally.sharded_shards + tally.largest_sharded)
+          : 4 * (e.parameters + e.frozen_base_parameters);
+  const bool never_loaded = model.frozen_on_demand && o.frozen_off_device && model.latent_factor > 1;
+  e.cpu_load_peak = trainable_fp32 + 4 * (e.frozen_parameters - (never_loaded ? model.frozen_streamed_parameters : 0));
   if (o.cpu_memory > 0)
     e.cpu_fits = std::max(e.cpu.total(), e.cpu_load_peak) * std::max(o.processes_per_machine, 1) <= o.cpu_memory;
   e.deepspeed = deepspeed_estimator(model, o);

@@ -63,6 +63,9 @@ struct ModelShape {
   /// time when used (Flux's T5-XXL, block by block), and the largest such piece.
   std::int64_t frozen_streamed_parameters = 0;
   std::int64_t frozen_streamed_piece = 0;
+  /// The family loads its frozen parts on first use (Qwen-Image): with complete caches a run never
+  /// loads the streamed encoder at all (the VAE, to decode samples).
+  bool frozen_on_demand = false;
   /// Parameters of the denoiser's units.
   std::int64_t trainable_parameters() const;
   /// Parameters of the largest single layer of any unit (a 2560->1280 3x3 conv in SD 1.5 and SDXL).

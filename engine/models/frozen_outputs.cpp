@@ -26,7 +26,12 @@ TextConditioning cached_conditioning(const std::vector<std::string>& captions, d
     context.push_back(rows[0]);
     if (pooled) pool.push_back(rows[1]);
   }
-  return {at::stack(context).to(options), pooled ? at::stack(pool).to(options) : at::Tensor()};
+  // Captions of their own lengths (Qwen-Image) are padded to the longest, with the mask.
+  TextConditioning out = pad_conditioning(context);
+  out.context = out.context.to(options);
+  if (out.mask.defined()) out.mask = out.mask.to(options.device());
+  if (pooled) out.pooled = at::stack(pool).to(options);
+  return out;
 }
 
 DiagonalGaussian cached_posteriors(const at::Tensor& images, data::LatentCache* cache, const std::vector<std::string>* keys,

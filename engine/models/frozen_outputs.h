@@ -20,7 +20,8 @@ class LatentCache;
 namespace zs::models {
 
 /// The conditioning of `captions`, each caption's rows ("context", and "pooled" when `pooled`)
-/// read from `cache` or computed by `encode_one` and stored, stacked and moved to `options`.
+/// read from `cache` or computed by `encode_one` and stored, stacked (padded with a mask where the
+/// captions' lengths differ: pad_conditioning) and moved to `options`.
 TextConditioning cached_conditioning(const std::vector<std::string>& captions, data::LatentCache& cache, bool pooled,
                                      const std::function<TextConditioning(const std::string&)>& encode_one,
                                      const at::TensorOptions& options);

@@ -81,14 +81,18 @@ std::vector<LoraLayer> attach_lora(torch::nn::Module& root, const std::vector<st
     for (std::size_t i = 0; i < targets.size(); ++i)
       if (lora_target_matches(l.name, {targets[i]})) used[i] = selected = true;
     if (!selected || l.adapter) continue;
+    // Shapes from the layer's options, not its weight: a base built straight into ZeRO-3 shards
+    // (zero3_init_flag) holds empty placeholders.
     const at::Tensor& w = l.weight();
-    const std::int64_t out = w.size(0), in = w.size(1);
-    std::vector<std::int64_t> down_shape{o.rank, in}, up_shape{out, o.rank};
+    std::vector<std::int64_t> down_shape, up_shape;
     if (l.conv) {
-      down_shape.push_back(w.size(2));
-      down_shape.push_back(w.size(3));
-      up_shape.push_back(1);
-      up_shape.push_back(1);
+      const auto& co = dynamic_cast<AdaptedConv2dImpl*>(l.layer)->options;
+      down_shape = {o.rank, co.in_channels() / co.groups(), co.kernel_size()->at(0), co.kernel_size()->at(1)};
+      up_shape = {co.out_channels(), o.rank, 1, 1};
+    } else {
+      const auto& lo = dynamic_cast<AdaptedLinearImpl*>(l.layer)->options;
+      down_shape = {o.rank, lo.in_features()};
+      up_shape = {lo.out_features(), o.rank};
     }
     auto a = std::make_shared<LoraAdapter>();
     a->alpha = o.alpha;

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "estimate/model_shape.h"
 #include "models/flux/flux_family.h"
+#include "models/qwen_image/qwen_image_family.h"
 #include "models/sd/sd_family.h"
 
 namespace zs::models {
@@ -20,7 +21,7 @@ const char* to_string(TextEncoderTraining t) {
 // The registry: one line per family (docs/ARCHITECTURE.md, "Adding a model family"), in the order
 // the wizard and the schema list their presets.
 const std::vector<const ModelFamily*>& model_families() {
-  static const std::vector<const ModelFamily*> all = {&sd_family(), &flux_family()};
+  static const std::vector<const ModelFamily*> all = {&sd_family(), &flux_family(), &qwen_image_family()};
   return all;
 }
 

@@ -44,7 +44,17 @@ struct TextConditioning {
                        ///< hidden state; SDXL: both encoders' penultimate states, concatenated)
   at::Tensor pooled;   ///< [B, P] a pooled text embedding (SDXL: text_encoder_2's text_embeds;
                        ///< undefined where the family has none)
+  at::Tensor mask;     ///< [B, T] 1 for a caption's tokens, 0 for the padding after them (Qwen-Image:
+                       ///< captions keep their own lengths); undefined: every row is valid
 };
+
+/// `a` then `b` in one batch (classifier-free guidance runs both in one forward). Where their
+/// lengths differ or either has a mask, the shorter is padded with zero rows and the mask marks them.
+TextConditioning concat_conditioning(const TextConditioning& a, const TextConditioning& b);
+
+/// Per-caption rows [n_i, D] as one batch: right-padded with zeros to the longest, with the mask
+/// (int64, 1 valid); the mask stays undefined when every caption has the same length.
+TextConditioning pad_conditioning(const std::vector<at::Tensor>& rows);
 
 class TrainableModel {
  public:
@@ -56,6 +66,9 @@ class TrainableModel {
   /// is the same either way.
   virtual TextConditioning condition(const std::vector<std::string>& captions, const at::Device& device,
                                      data::LatentCache* cache = nullptr) = 0;
+  /// Classifier-free guidance's combination of the unconditional and conditional predictions at
+  /// `scale`: uncond + scale·(cond − uncond) (diffusers' pipelines); a family may rescale it.
+  virtual at::Tensor combine_guidance(const at::Tensor& uncond, const at::Tensor& cond, double scale) const;
   /// The denoiser's prediction for `noisy` [B, C, h, w] at timesteps `t` [B] under `cond`, with
   /// `geometry` [B, 6] (data::Batch::geometry, on any device) for families that condition on it.
   virtual at::Tensor predict(const at::Tensor& noisy, const at::Tensor& t, const TextConditioning& cond,
@@ -124,9 +137,11 @@ class TrainableModel {
   /// Frozen parts to the compute dtype (where their config allows); trained parts keep theirs.
   virtual void frozen_to(at::ScalarType compute) = 0;
   /// Frozen parts off the compute `device` for runs whose caches hold what they compute; the
-  /// captions of `remember` are encoded first and kept. Whatever still needs a part brings it
-  /// back for that call only (counted in frozen_visits()).
-  virtual void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {}) = 0;
+  /// captions of `remember` are encoded first and kept (read from `text_cache` where it has them,
+  /// so a family that loads its encoders on demand never loads them). Whatever still needs a part
+  /// brings it back for that call only (counted in frozen_visits()).
+  virtual void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {},
+                           data::LatentCache* text_cache = nullptr) = 0;
   virtual bool frozen_parked() const = 0;
   virtual std::int64_t frozen_visits() const = 0;
   /// Bytes of the frozen parts' weights (what park_frozen takes off the device).

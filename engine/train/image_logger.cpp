@@ -43,11 +43,8 @@ at::Tensor sample_images(models::TrainableModel& model, const std::vector<std::s
   if (embedded) model.set_sampling_guidance(guidance_scale);
   const bool guided = !embedded && guidance_scale != 1.0;
   models::TextConditioning both = cond;
-  if (guided) {
-    const models::TextConditioning empty = model.condition(std::vector<std::string>(captions.size(), ""), device);
-    both.context = at::cat({empty.context, cond.context});
-    if (cond.pooled.defined()) both.pooled = at::cat({empty.pooled, cond.pooled});
-  }
+  if (guided)
+    both = models::concat_conditioning(model.condition(std::vector<std::string>(captions.size(), ""), device), cond);
   // Generated at the training resolution, uncropped (what models that read the geometry see).
   const at::Tensor geometry = data::uncropped_geometry(guided ? 2 * n : n, resolution, resolution).to(device);
   for (std::size_t i = 0; i < sampler->steps(); ++i) {
@@ -55,7 +52,7 @@ at::Tensor sample_images(models::TrainableModel& model, const std::vector<std::s
     at::Tensor out = model.predict(guided ? at::cat({x, x}) : x, tt, both, geometry);
     if (guided) {
       const auto parts = out.chunk(2);
-      out = parts[0] + guidance_scale * (parts[1] - parts[0]);
+      out = model.combine_guidance(parts[0], parts[1], guidance_scale);
     }
     x = sampler->step(i, out, x);
   }

@@ -233,7 +233,7 @@ void Trainer::State::park_frozen_if_cached() {
   std::vector<std::string> prompts = cfg.sampling.prompts;
   prompts.emplace_back();  // the unconditional prompt of guidance
   const std::int64_t bytes = model->frozen_bytes();
-  model->park_frozen(device, prompts);
+  model->park_frozen(device, prompts, text_cache.get());
   log("frozen parts off the device: the caches hold all " + std::to_string(needs.images.size()) + " latents and " +
       std::to_string(needs.captions.size()) + " captions, so the VAE and text encoders (" +
       std::to_string(bytes >> 20) + " MiB) leave " + device.str() +
@@ -264,13 +264,10 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
   trained = models::resolve_trained_parts(cfg);
   const bool lora = trained.lora;
   if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag) {
-    if (lora) {
-      log("zero3_init_flag: not used under training.method lora (the adapters are shaped after the whole base "
-          "layers; the frozen base is partitioned as the optimizer takes it)");
-    } else {
-      sharded_init = std::make_unique<zero::ShardedInit>(zero::plan_options(zero_options(cfg), world, rank));
-      on_unit = sharded_init->callback();
-    }
+    // LoRA's frozen base too: each rank reads only its shards (the adapters take their shapes from
+    // the layers' options, not the emptied weights).
+    sharded_init = std::make_unique<zero::ShardedInit>(zero::plan_options(zero_options(cfg), world, rank));
+    on_unit = sharded_init->callback();
   }
   if (ckpt) {
     // Resuming into another run directory takes the model description from the checkpoint's run.

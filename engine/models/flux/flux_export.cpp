@@ -77,33 +77,15 @@ ExportTensors base_tensors(const fs::path& model_dir, const models::FluxModel::P
   return file_tensors(models::DiffusersPipeline::open(source).weight_files(component));
 }
 
-/// Writes a LoRA file's tensors (fp16 unless the options say otherwise, as sd-scripts'
-/// --save_precision) and says what it is in the result's note.
-ExportResult write_lora_tensors(const ExportTensors& tensors, const std::string& out, const ExportOptions& o,
-                                const std::map<std::string, std::string>& metadata, std::string note) {
-  ExportOptions half = o;
-  if (!half.dtype) half.dtype = at::kHalf;
-  if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
-  ExportResult r;
-  std::size_t done = 0;
-  r.bytes = stream_tensors(tensors, out, half, metadata, done, tensors.size());
-  r.tensors = done;
-  r.files.push_back(out);
-  r.notes.push_back(std::move(note));
-  return r;
-}
-
 /// The adapters as diffusers' PEFT names ("<component>.<path>.lora_A.weight" = down,
 /// "lora_B.weight" = up with the scale alpha/rank folded in: diffusers reads such files at scale 1).
 ExportResult write_peft_file(const CheckpointAdapters& adapters, const std::string& out, const ExportOptions& o,
                              const std::map<std::string, std::string>& metadata) {
   ExportTensors tensors;
-  for (const auto& [component, layers] : adapters)
-    for (const auto& [path, a] : layers) {
-      const std::string stem = component + "." + path;
-      tensors.push_back({stem + ".lora_A.weight", a->down.sizes().vec(), [a] { return a->down; }});
-      tensors.push_back({stem + ".lora_B.weight", a->up.sizes().vec(), [a] { return a->up * a->scale(); }});
-    }
+  for (const auto& [component, layers] : adapters) {
+    ExportTensors part = peft_lora_tensors(layers, component + ".", "");
+    tensors.insert(tensors.end(), part.begin(), part.end());
+  }
   return write_lora_tensors(tensors, out, o, metadata,
                             "diffusers/PEFT LoRA layout: FluxPipeline.load_lora_weights reads it (the scale "
                             "alpha/rank is folded into lora_B)");
@@ -172,12 +154,14 @@ ExportResult write_kohya_file(const CheckpointAdapters& adapters, const fs::path
       throw Error(ErrorKind::checkpoint, out + ": " + std::to_string(layers.size() - placed) +
                                              " transformer adapters have no place in Black Forest Labs' layout");
   }
-  if (adapters.contains("text_encoder"))
+  if (adapters.contains("text_encoder")) {
+    const ExportTensors text = kohya_lora_tensors(adapters.at("text_encoder"), "lora_te1_");
+    tensors.insert(tensors.end(), text.begin(), text.end());
     for (const auto& [path, a] : adapters.at("text_encoder")) {
-      add("lora_te1_" + underscored(path), a->down, a->up, a->alpha);
       rank = std::max(rank, a->rank());
       alpha = a->alpha;
     }
+  }
   metadata["ss_network_module"] = "networks.lora_flux";
   metadata["ss_network_dim"] = std::to_string(rank);
   metadata["ss_network_alpha"] = python_float(alpha);

@@ -507,11 +507,12 @@ std::int64_t FluxModel::frozen_bytes() const {
   return n;
 }
 
-void FluxModel::park_frozen(const at::Device& device, const std::vector<std::string>& remember) {
+void FluxModel::park_frozen(const at::Device& device, const std::vector<std::string>& remember,
+                            data::LatentCache* text_cache) {
   if (parked_ || frozen_parts(true, true).empty()) return;
   for (const auto& caption : remember) {
     if (remembered_.count(caption)) continue;
-    const TextConditioning one = condition({caption}, device);
+    const TextConditioning one = condition({caption}, device, text_cache);
     remembered_[caption] = {one.context.cpu(), one.pooled.cpu()};
   }
   frozen_device_ = device;

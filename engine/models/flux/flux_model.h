@@ -120,7 +120,8 @@ class FluxModel final : public TrainableModel {
   void frozen_to(at::ScalarType compute) override;
   /// Frozen parts (VAE, frozen text encoders) to CPU memory while the run's caches hold what they
   /// compute; on the CPU they stay where they are. The captions of `remember` are encoded first.
-  void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {}) override;
+  void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {},
+                   data::LatentCache* text_cache = nullptr) override;
   bool frozen_parked() const override { return parked_; }
   std::int64_t frozen_visits() const override { return frozen_visits_; }
   std::int64_t frozen_bytes() const override;

@@ -53,6 +53,10 @@ class QwenTextModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(QwenTextModel);
 
+/// A text_encoder/ folder's model: its config.json and its weights from `weight_files` (one file or
+/// a sharded set), in either name layout; the vision tower and lm_head are skipped.
+QwenTextModel load_qwen_text_model(const std::string& dir, const std::vector<std::string>& weight_files);
+
 /// QwenImagePipeline's prompt template and the number of its leading tokens dropped (34).
 extern const char* const kQwenImagePromptTemplate;
 constexpr std::int64_t kQwenImagePromptDrop = 34;

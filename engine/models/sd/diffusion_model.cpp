@@ -283,11 +283,12 @@ void DiffusionModel::bring_back(bool text, bool image) {
   }
 }
 
-void DiffusionModel::park_frozen(const at::Device& device, const std::vector<std::string>& remember) {
+void DiffusionModel::park_frozen(const at::Device& device, const std::vector<std::string>& remember,
+                                 data::LatentCache* text_cache) {
   if (parked_ || frozen_parts(true, true).empty()) return;
   for (const auto& caption : remember) {
     if (remembered_.count(caption)) continue;
-    const TextConditioning one = condition({caption}, device);
+    const TextConditioning one = condition({caption}, device, text_cache);
     remembered_[caption] = {one.context.cpu(), one.pooled.defined() ? one.pooled.cpu() : at::Tensor()};
   }
   frozen_device_ = device;

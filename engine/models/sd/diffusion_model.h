@@ -150,7 +150,8 @@ class DiffusionModel final : public TrainableModel {
   /// brings them back for that call only (counted in frozen_visits). The captions of
   /// `remember` (sampling's prompts, "" for guidance) are encoded first and kept, so sampling
   /// needs no encoder. No effect on models without frozen parts.
-  void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {}) override;
+  void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {},
+                   data::LatentCache* text_cache = nullptr) override;
   bool frozen_parked() const override { return parked_; }
   /// Bytes of the frozen parts' weights (what park_frozen takes off the device).
   std::int64_t frozen_bytes() const override;

@@ -178,4 +178,41 @@ ExportTensors BaseModel::text_encoder(const std::string& component, const Compon
   return merged(std::move(base), adapters, component);
 }
 
+ExportResult write_lora_tensors(const ExportTensors& tensors, const std::string& out, const ExportOptions& o,
+                                const std::map<std::string, std::string>& metadata, std::string note) {
+  ExportOptions half = o;
+  if (!half.dtype) half.dtype = at::kHalf;
+  if (std::filesystem::path(out).has_parent_path()) std::filesystem::create_directories(std::filesystem::path(out).parent_path());
+  ExportResult r;
+  std::size_t done = 0;
+  r.bytes = stream_tensors(tensors, out, half, metadata, done, tensors.size());
+  r.tensors = done;
+  r.files.push_back(out);
+  r.notes.push_back(std::move(note));
+  return r;
+}
+
+ExportTensors peft_lora_tensors(const ComponentAdapters& layers, const std::string& prefix, const std::string& suffix) {
+  ExportTensors tensors;
+  for (const auto& [path, a] : layers) {
+    const std::string stem = prefix + path;
+    tensors.push_back({stem + ".lora_A" + suffix + ".weight", a->down.sizes().vec(), [a] { return a->down; }});
+    tensors.push_back({stem + ".lora_B" + suffix + ".weight", a->up.sizes().vec(), [a] { return a->up * a->scale(); }});
+  }
+  return tensors;
+}
+
+ExportTensors kohya_lora_tensors(const ComponentAdapters& layers, const std::string& prefix) {
+  ExportTensors tensors;
+  for (const auto& [path, a] : layers) {
+    std::string stem = prefix + path;
+    std::replace(stem.begin() + static_cast<std::ptrdiff_t>(prefix.size()), stem.end(), '.', '_');
+    tensors.push_back({stem + ".lora_down.weight", a->down.sizes().vec(), [a] { return a->down; }});
+    tensors.push_back({stem + ".lora_up.weight", a->up.sizes().vec(), [a] { return a->up; }});
+    const at::Tensor alpha = at::scalar_tensor(a->alpha, at::kFloat);
+    tensors.push_back({stem + ".alpha", {}, [alpha] { return alpha; }});
+  }
+  return tensors;
+}
+
 }  // namespace zs::checkpoint

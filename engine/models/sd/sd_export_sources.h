@@ -51,6 +51,22 @@ struct ExportOptions;
 std::int64_t stream_tensors(const ExportTensors& tensors, const std::string& path, const ExportOptions& o,
                             const std::map<std::string, std::string>& metadata, std::size_t& done, std::size_t total);
 
+struct ExportResult;
+/// Writes a LoRA file's tensors (fp16 unless the options say otherwise, as sd-scripts'
+/// --save_precision) to `out` and says what it is in the result's note.
+ExportResult write_lora_tensors(const ExportTensors& tensors, const std::string& out, const ExportOptions& o,
+                                const std::map<std::string, std::string>& metadata, std::string note);
+
+/// Adapters under PEFT's names: "<prefix><path>.lora_A<suffix>.weight" = down and
+/// "<prefix><path>.lora_B<suffix>.weight" = up with alpha/rank folded in (readers of these files
+/// apply scale 1: diffusers' load_lora_weights with prefix "transformer.", DiffSynth-Studio with
+/// suffix ".default").
+ExportTensors peft_lora_tensors(const ComponentAdapters& layers, const std::string& prefix, const std::string& suffix);
+
+/// Adapters under kohya's names: "<prefix><path, '.' → '_'>.lora_down.weight", ".lora_up.weight"
+/// and ".alpha" (sd-scripts, musubi-tuner).
+ExportTensors kohya_lora_tensors(const ComponentAdapters& layers, const std::string& prefix);
+
 /// A diffusers pipeline folder's files into `root` for an export that writes some components
 /// itself: every component but `skip` (the trained denoiser) copied, and of the components in
 /// `own` (trained text encoders) only the configs, their weights being written by the export.

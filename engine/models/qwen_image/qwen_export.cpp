@@ -1,0 +1,151 @@
+// Qwen-Image's export (QwenImageFamily::export_checkpoint). The LoRA layouts, each as its reader
+// defines it:
+// - lora-diffusers: "transformer.<path>.lora_A.weight" / ".lora_B.weight" (diffusers
+//   loaders/lora_pipeline.py QwenImageLoraLoaderMixin; PEFT names, scale folded into lora_B);
+// - lora-diffsynth: "<path>.lora_A.default.weight" / ".lora_B.default.weight", alpha = rank
+//   (DiffSynth-Studio diffsynth/trainers/utils.py saves the PEFT state dict as is; its
+//   lora loader also reads names without ".default" and with a "diffusion_model." prefix);
+// - lora-musubi: "lora_unet_<path, '.' → '_'>.lora_down.weight" / ".lora_up.weight" / ".alpha"
+//   (musubi-tuner networks/lora_qwen_image.py, sd-scripts' LoRA module naming).
+#include "models/qwen_image/qwen_export.h"
+
+#include <filesystem>
+#include <map>
+
+#include <ATen/ATen.h>
+
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/export.h"
+#include "checkpoint/sharded_state.h"
+#include "core/error.h"
+#include "core/text.h"
+#include "models/qwen_image/qwen_image_model.h"
+#include "models/sd/diffusers_pipeline.h"
+#include "models/sd/lora_file.h"
+#include "models/sd/sd_export_sources.h"
+
+namespace zs::checkpoint {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+/// The transformer's base weights: the preset's in the run's model folder, or the pipeline's files.
+ExportTensors base_transformer(const fs::path& model_dir, const std::string& source) {
+  if (!source.empty()) return file_tensors(models::DiffusersPipeline::open(source).weight_files("transformer"));
+  const fs::path file = model_dir / "transformer" / "diffusion_pytorch_model.safetensors";
+  if (!fs::exists(file))
+    throw Error(ErrorKind::checkpoint, model_dir.string() + ": holds no base weights (transformer/" +
+                                           file.filename().string() + "); runs keep them there when their checkpoints need a base");
+  return file_tensors({file.string()});
+}
+
+ExportResult write_lora(const ComponentAdapters& layers, const std::string& format, const std::string& out,
+                        const ExportOptions& o, std::map<std::string, std::string> metadata) {
+  if (format == "lora-diffusers")
+    return write_lora_tensors(peft_lora_tensors(layers, "transformer.", ""), out, o, metadata,
+                              "diffusers/PEFT LoRA layout: QwenImagePipeline.load_lora_weights reads it (the scale "
+                              "alpha/rank is folded into lora_B)");
+  if (format == "lora-diffsynth")
+    return write_lora_tensors(peft_lora_tensors(layers, "", ".default"), out, o, metadata,
+                              "DiffSynth-Studio's LoRA layout (its Qwen-Image trainer's files; alpha/rank folded into "
+                              "lora_B, as DiffSynth trains with alpha = rank)");
+  std::int64_t rank = 0;
+  double alpha = 0;
+  for (const auto& [path, a] : layers) {
+    rank = std::max(rank, a->rank());
+    alpha = a->alpha;
+  }
+  metadata["ss_network_module"] = "networks.lora_qwen_image";
+  metadata["ss_network_dim"] = std::to_string(rank);
+  metadata["ss_network_alpha"] = python_float(alpha);
+  return write_lora_tensors(kohya_lora_tensors(layers, "lora_unet_"), out, o, metadata,
+                            "musubi-tuner's Qwen-Image LoRA layout (networks/lora_qwen_image.py: lora_unet_*, "
+                            "lora_down/lora_up/alpha); ComfyUI reads it");
+}
+
+}  // namespace
+
+ExportResult export_qwen_image_checkpoint(const CheckpointInfo& info, const std::string& out, const ExportOptions& o) {
+  const std::string& checkpoint = info.path;
+  const ShardReader shards(checkpoint, info.meta["sharding"]);
+  const std::string kind = o.ema ? "ema" : "weights";
+  if (o.ema && !shards.has("ema"))
+    throw Error(ErrorKind::checkpoint, checkpoint + ": has no EMA weights (the run had ema.enabled: false); drop --ema");
+  const fs::path model_dir = fs::path(without_trailing_slash(checkpoint)).parent_path().parent_path() / "model";
+  const bool lora = is_lora_checkpoint(info.meta);
+  const std::map<std::string, std::string> metadata = {{"format", "pt"},
+                                                      {"producer", "zerostudio"},
+                                                      {"step", std::to_string(info.step)},
+                                                      {"config_hash", info.meta.value("config_hash", "")},
+                                                      {"weights", kind + (lora && o.merge ? "+merged lora" : "")}};
+  const bool lora_format = o.format == "lora-diffusers" || o.format == "lora-diffsynth" || o.format == "lora-musubi";
+  if (lora_format) {
+    if (!lora)
+      throw Error(ErrorKind::config, checkpoint + ": holds no LoRA adapters (the run trained the full model); export "
+                                                  "--format diffusers or safetensors");
+    const CheckpointAdapters adapters = read_checkpoint_adapters(shards, info.meta, kind);
+    if (!adapters.contains("transformer"))
+      throw Error(ErrorKind::checkpoint, checkpoint + ": holds no transformer adapters");
+    return write_lora(adapters.at("transformer"), o.format, out, o, metadata);
+  }
+  if (o.format != "safetensors" && o.format != "diffusers")
+    throw Error(ErrorKind::config, "export format '" + o.format + "' does not exist for Qwen-Image (diffusers, "
+                                                                  "safetensors, lora-diffusers, lora-diffsynth, lora-musubi)");
+  if (lora && !o.merge)
+    throw Error(ErrorKind::config, checkpoint + ": holds LoRA adapters, not full weights; export --format lora-diffsynth, "
+                                                "lora-diffusers or lora-musubi for the adapters, or add --merge for full "
+                                                "weights with them merged");
+  if (!lora && o.merge) throw Error(ErrorKind::config, checkpoint + ": holds no LoRA adapters to merge; drop --merge");
+
+  const std::string source = models::QwenImageModel::pipeline_of(model_dir.string());
+  const CheckpointAdapters adapters = lora ? read_checkpoint_adapters(shards, info.meta, kind) : CheckpointAdapters{};
+  const ExportTensors transformer = adapters.contains("transformer")
+                                        ? merged(base_transformer(model_dir, source), adapters.at("transformer"), "transformer")
+                                        : shard_tensors(shards, "transformer.", kind);
+  const ExportTensors text = shard_tensors(shards, "text_encoder.", kind);  // the tiny preset's, trained in full
+  ExportResult r;
+  std::size_t done = 0;
+  const std::size_t total = transformer.size() + (o.format == "diffusers" ? text.size() : 0);
+  if (o.format == "safetensors") {
+    if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
+    r.bytes += stream_tensors(transformer, out, o, metadata, done, total);
+    r.files.push_back(out);
+    if (!text.empty()) r.notes.push_back("the trained text encoder is not in this file: export --format diffusers for it");
+    r.tensors = done;
+    return r;
+  }
+  std::error_code ec;
+  if (fs::exists(out) && !fs::is_empty(out, ec))
+    throw Error(ErrorKind::io, out + ": exists and is not empty; choose a new folder for the export");
+  const fs::path root(out);
+  if (!source.empty()) {
+    // Every untouched component (VAE, Qwen2.5-VL, tokenizer, scheduler, model_index.json) from the pipeline.
+    copy_pipeline_components(source, out, "transformer", {});
+  } else {
+    // The tiny preset: its configs, word tokenizer and scheduler from the run's model folder.
+    for (const char* sub : {"text_encoder", "tokenizer", "scheduler"})
+      if (fs::exists(model_dir / sub)) {
+        fs::create_directories(root / sub);
+        fs::copy(model_dir / sub, root / sub, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+      }
+    if (fs::exists(root / "text_encoder" / "model.safetensors")) fs::remove(root / "text_encoder" / "model.safetensors");
+  }
+  fs::create_directories(root / "transformer");
+  fs::copy_file(model_dir / "transformer" / "config.json", root / "transformer" / "config.json",
+                fs::copy_options::overwrite_existing, ec);
+  if (ec) throw Error(ErrorKind::io, (model_dir / "transformer" / "config.json").string() + ": cannot copy: " + ec.message());
+  const std::string transformer_file = (root / "transformer" / "diffusion_pytorch_model.safetensors").string();
+  r.bytes += stream_tensors(transformer, transformer_file, o, metadata, done, total);
+  r.files.push_back(transformer_file);
+  if (!text.empty()) {
+    fs::create_directories(root / "text_encoder");
+    const std::string file = (root / "text_encoder" / "model.safetensors").string();
+    r.bytes += stream_tensors(text, file, o, metadata, done, total);
+    r.files.push_back(file);
+  }
+  r.tensors = done;
+  return r;
+}
+
+}  // namespace zs::checkpoint

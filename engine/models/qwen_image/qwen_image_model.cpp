@@ -1,0 +1,455 @@
+#include "models/qwen_image/qwen_image_model.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <nlohmann/json.hpp>
+
+#include "config/trainer_config.h"
+#include "core/error.h"
+#include "data/latent_cache.h"
+#include "io/atomic_file.h"
+#include "io/json_file.h"
+#include "io/safetensors.h"
+#include "models/flux/flux_transformer.h"
+#include "models/frozen_outputs.h"
+#include "models/attention_options.h"
+#include "models/lora.h"
+#include "models/sd/diffusers_pipeline.h"
+#include "models/weights.h"
+
+namespace zs::models {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+nlohmann::json with_class(nlohmann::json j, const char* class_name) {
+  j["_class_name"] = class_name;
+  return j;
+}
+
+/// The transformer of `config` with its weights from `lookup` (diffusers' names). With `on_unit`,
+/// each block is loaded as soon as it is built and handed over (ZeRO-3's sharded init).
+QwenImageTransformer2DModel load_transformer(const QwenImageConfig& config, const TensorLookup& lookup,
+                                             const std::string& where, const UnitBuilt& on_unit) {
+  std::set<std::string> handed;
+  UnitBuilt load_then_hand;
+  if (on_unit)
+    load_then_hand = [&](const std::string& unit, const std::string& prefix, torch::nn::Module& module) {
+      load_weights(module, [&](const std::string& n) { return lookup(prefix + "." + n); }, where + " (" + unit + ")");
+      for (const auto& item : module.named_parameters(true)) handed.insert(prefix + "." + item.key());
+      on_unit(unit, prefix, module);
+    };
+  QwenImageTransformer2DModel t(config, load_then_hand);
+  load_weights(*t, lookup, where, [&](const std::string& name) { return handed.count(name) > 0; });
+  return t;
+}
+
+void freeze(torch::nn::Module& m) {
+  for (auto& p : m.parameters()) p.set_requires_grad(false);
+}
+
+/// Qwen-Image's scheduler (../shared/REFERENCE.md, "Qwen-Image scheduler").
+diffusion::FlowScheduleConfig qwen_image_schedule() {
+  diffusion::FlowScheduleConfig s;
+  s.use_dynamic_shifting = true;
+  s.base_shift = 0.5;
+  s.max_shift = 0.9;
+  s.base_image_seq_len = 256;
+  s.max_image_seq_len = 8192;
+  s.time_shift_type = "exponential";
+  s.shift_terminal = 0.02;
+  return s;
+}
+
+}  // namespace
+
+/// Brings parked frozen parts to the compute device for one call and back to CPU memory after it.
+class QwenFrozenVisit {
+ public:
+  QwenFrozenVisit(QwenImageModel& m, bool text, bool image) : m_(m), text_(text), image_(image) {
+    active_ = m.parked_ && !m.frozen_device_.is_cpu();
+    if (!active_) return;
+    c10::NoGradGuard no_grad;
+    for (auto* part : m_.frozen_parts(text_, image_))
+      if (part != m_.text_encoder.ptr().get()) part->to(m_.frozen_device_);  // Qwen2.5-VL streams itself
+    ++m_.frozen_visits_;
+  }
+  ~QwenFrozenVisit() {
+    if (!active_) return;
+    c10::NoGradGuard no_grad;
+    for (auto* part : m_.frozen_parts(text_, image_)) part->to(at::kCPU);
+  }
+  QwenFrozenVisit(const QwenFrozenVisit&) = delete;
+  QwenFrozenVisit& operator=(const QwenFrozenVisit&) = delete;
+
+ private:
+  QwenImageModel& m_;
+  bool text_, image_, active_ = false;
+};
+
+QwenImageModel QwenImageModel::build_tiny(const std::vector<std::string>& captions, std::uint64_t seed,
+                                          const UnitBuilt& on_unit) {
+  at::manual_seed(seed);
+  QwenImageModel m;
+  m.word_tokenizer = WordTokenizer::build(captions, 12);
+  ClipTextConfig t;
+  t.vocab_size = m.word_tokenizer.vocab_size();
+  t.hidden_size = 64;
+  t.intermediate_size = 128;
+  t.num_attention_heads = 4;
+  t.num_hidden_layers = 2;
+  t.max_position_embeddings = m.word_tokenizer.max_length();
+  t.eos_token_id = m.word_tokenizer.eos_id();
+  m.tiny_text = ClipTextModel(t);
+  // Pixel space: 3 channels packed 2×2 into 12-value tokens (a 32-pixel image is 16 × 16 tokens).
+  QwenImageConfig c;
+  c.in_channels = 12;
+  c.out_channels = 3;
+  c.num_layers = 4;
+  c.attention_head_dim = 16;
+  c.num_attention_heads = 4;
+  c.joint_attention_dim = t.hidden_size;
+  c.axes_dims_rope = {4, 6, 6};
+  m.transformer = QwenImageTransformer2DModel(c, on_unit);
+  m.schedule = qwen_image_schedule();
+  m.text_training_ = TextEncoderTraining::full;
+  return m;
+}
+
+QwenImageModel QwenImageModel::load_pipeline(const std::string& dir, const UnitBuilt& on_unit, bool with_transformer) {
+  const DiffusersPipeline p = DiffusersPipeline::open(dir);
+  for (const char* part : {"transformer", "vae", "text_encoder", "tokenizer", "scheduler"})
+    if (!p.has(part))
+      throw Error(ErrorKind::config, dir + "/model_index.json: has no " + part +
+                                         " (a Qwen-Image pipeline has transformer, vae, text_encoder, tokenizer and "
+                                         "scheduler)");
+  QwenImageModel m;
+  m.pipeline_ = fs::absolute(dir).lexically_normal().string();
+  if (with_transformer) {
+    const WeightFiles r(p.weight_files("transformer"));
+    m.transformer = load_transformer(QwenImageConfig::from_file(p.dir("transformer") + "/config.json"),
+                                     [&](const std::string& n) { return r.find(n); }, p.dir("transformer"), on_unit);
+  }
+  // The frozen parts' configs and files now (a missing one is an error at once), their weights on
+  // first use (text_model(), vae_model()).
+  m.vae_config_ = QwenVaeConfig::from_file(p.dir("vae") + "/config.json");
+  m.vae_files_ = p.weight_files("vae");
+  m.text_files_ = p.weight_files("text_encoder");
+  m.tokenizer = std::make_shared<QwenTokenizer>(QwenTokenizer::load(p.dir("tokenizer")));
+  const std::string scheduler = p.dir("scheduler") + "/scheduler_config.json";
+  m.schedule = diffusion::FlowScheduleConfig::from_json(io::read_json_file(scheduler, "scheduler config"), scheduler);
+  m.text_training_ = TextEncoderTraining::frozen;
+  return m;
+}
+
+bool QwenImageModel::has_saved_base(const std::string& dir) {
+  return fs::exists(fs::path(dir) / "transformer" / "diffusion_pytorch_model.safetensors");
+}
+
+std::string QwenImageModel::pipeline_of(const std::string& dir) {
+  const std::string ref_file = dir + "/pipeline.json";
+  if (!fs::exists(ref_file)) return {};
+  const std::string path = io::read_json_file(ref_file, "pipeline reference").value("path", std::string());
+  if (!fs::exists(fs::path(path) / "model_index.json"))
+    throw Error(ErrorKind::checkpoint, ref_file + ": the run was trained from " + path +
+                                           ", which is gone; put the pipeline folder back there to resume or export");
+  return path;
+}
+
+QwenImageModel QwenImageModel::load_folder(const std::string& dir, const UnitBuilt& on_unit) {
+  if (const std::string path = pipeline_of(dir); !path.empty()) return load_pipeline(path, on_unit, true);
+  QwenImageModel m;
+  m.word_tokenizer = WordTokenizer::load(dir + "/tokenizer/tokenizer.json");
+  const ClipTextConfig t = ClipTextConfig::from_file(dir + "/text_encoder/config.json");
+  if (t.vocab_size != m.word_tokenizer.vocab_size())
+    throw Error(ErrorKind::checkpoint, dir + ": text_encoder/config.json vocab_size " + std::to_string(t.vocab_size) +
+                                           " does not match the tokenizer's " +
+                                           std::to_string(m.word_tokenizer.vocab_size()));
+  m.tiny_text = ClipTextModel(t);
+  m.transformer = QwenImageTransformer2DModel(QwenImageConfig::from_file(dir + "/transformer/config.json"), on_unit);
+  const std::string scheduler = dir + "/scheduler/scheduler_config.json";
+  m.schedule = diffusion::FlowScheduleConfig::from_json(io::read_json_file(scheduler, "scheduler config"), scheduler);
+  const std::string transformer_file = dir + "/transformer/diffusion_pytorch_model.safetensors";
+  const std::string text_file = dir + "/text_encoder/model.safetensors";
+  if (!on_unit && fs::exists(transformer_file)) load_weights(*m.transformer, io::SafetensorsReader(transformer_file));
+  if (fs::exists(text_file)) load_weights(*m.tiny_text, io::SafetensorsReader(text_file));
+  return m;
+}
+
+void QwenImageModel::save_folder(const std::string& dir) const {
+  for (const char* sub : {"transformer", "scheduler"}) fs::create_directories(fs::path(dir) / sub);
+  io::write_file_atomic(dir + "/transformer/config.json",
+                        with_class(transformer->config().to_json(), "QwenImageTransformer2DModel").dump(2) + "\n");
+  io::write_file_atomic(dir + "/scheduler/scheduler_config.json",
+                        with_class(schedule.to_json(), "FlowMatchEulerDiscreteScheduler").dump(2) + "\n");
+  if (!pipeline_.empty()) {
+    io::write_file_atomic(dir + "/pipeline.json", nlohmann::json{{"path", pipeline_}}.dump(2) + "\n");
+    return;
+  }
+  for (const char* sub : {"text_encoder", "tokenizer"}) fs::create_directories(fs::path(dir) / sub);
+  io::write_file_atomic(dir + "/text_encoder/config.json", tiny_text->config().to_json().dump(2) + "\n");
+  word_tokenizer.save(dir + "/tokenizer/tokenizer.json");
+}
+
+void QwenImageModel::save_base(const std::string& dir) const {
+  if (!pipeline_.empty()) return;
+  for (const char* sub : {"transformer", "text_encoder"}) fs::create_directories(fs::path(dir) / sub);
+  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"producer", "zerostudio"}};
+  save_weights(*transformer, dir + "/transformer/diffusion_pytorch_model.safetensors", "", meta);
+  save_weights(*tiny_text, dir + "/text_encoder/model.safetensors", "", meta);
+}
+
+void QwenImageModel::configure(const config::TrainerConfig& cfg) {
+  Settings s;
+  s.timestep_sampling.mode = cfg.training.timestep_sampling;
+  s.timestep_sampling.sigmoid_scale = cfg.training.sigmoid_scale;
+  s.timestep_sampling.logit_mean = cfg.training.logit_mean;
+  s.timestep_sampling.logit_std = cfg.training.logit_std;
+  // QwenImagePipeline's max_sequence_length (512).
+  s.max_sequence_length = cfg.model.max_sequence_length.value_or(512);
+  settings_ = s;
+}
+
+void QwenImageModel::place_frozen(torch::nn::Module& part, bool streams) {
+  c10::NoGradGuard no_grad;
+  freeze(part);
+  part.train(false);
+  if (attention_) set_attention_options(part, *attention_);
+  if (frozen_dtype_) part.to(*frozen_dtype_);
+  // Parked parts wait in CPU memory (a visit brings them); Qwen2.5-VL on a GPU streams from there.
+  const bool home = !parked_ && !(streams && frozen_home_.is_cuda());
+  if (home) part.to(frozen_home_);
+}
+
+QwenTextModelImpl& QwenImageModel::text_model() {
+  if (!text_encoder) {
+    if (pipeline_.empty()) throw Error(ErrorKind::config, "qwen-image-tiny has no Qwen2.5-VL text encoder");
+    text_encoder = load_qwen_text_model(pipeline_ + "/text_encoder", text_files_);
+    place_frozen(*text_encoder, /*streams=*/true);
+  }
+  return *text_encoder;
+}
+
+QwenVaeImpl& QwenImageModel::vae_model() {
+  if (!vae) {
+    if (!vae_config_) throw Error(ErrorKind::config, "qwen-image-tiny has no VAE");
+    vae = QwenVae(*vae_config_);
+    const WeightFiles r(vae_files_);
+    load_weights(*vae, r.view, pipeline_ + "/vae");
+    place_frozen(*vae, /*streams=*/false);
+  }
+  return *vae;
+}
+
+at::Tensor QwenImageModel::encode_one(const std::string& caption, const at::Device& device) {
+  if (!tokenizer) return tiny_text->forward(word_tokenizer.encode_batch({caption}).to(device)).last_hidden_state;
+  // On a GPU, Qwen2.5-VL stays in CPU memory and passes through the device layer by layer.
+  QwenTextModelImpl& text = text_model();
+  const bool stream = device.is_cuda() && text.parameters().front().device().is_cpu();
+  return qwen_image_prompt_states(text, *tokenizer, caption, settings_.max_sequence_length, device, stream)
+      .unsqueeze(0);
+}
+
+TextConditioning QwenImageModel::condition(const std::vector<std::string>& captions, const at::Device& device,
+                                           data::LatentCache* cache) {
+  // The rows' dtype: the frozen parts' (Qwen2.5-VL's, loaded or not), or the tiny encoder's.
+  const auto opts = tokenizer ? at::TensorOptions().dtype(frozen_dtype_.value_or(at::kFloat)).device(device)
+                              : tiny_text->parameters().front().options().device(device);
+  if (parked_ && !captions.empty() &&
+      std::all_of(captions.begin(), captions.end(), [&](const std::string& c) { return remembered_.count(c) > 0; })) {
+    std::vector<at::Tensor> rows;
+    for (const auto& c : captions) rows.push_back(remembered_.at(c).to(opts));
+    return pad_conditioning(rows);
+  }
+  if (cache && !text_encoders_trained() && !captions.empty())
+    return cached_conditioning(captions, *cache, /*pooled=*/false,
+                               [&](const std::string& c) { return condition({c}, device); }, opts);
+  if (text_encoders_trained())  // the tiny preset's encoder: the whole batch, with gradients
+    return {tiny_text->forward(word_tokenizer.encode_batch(captions).to(device)).last_hidden_state, {}, {}};
+  c10::NoGradGuard no_grad;
+  if (tokenizer) text_model();  // loaded before the visit brings it
+  const QwenFrozenVisit visit(*this, true, false);
+  // One caption at a time: a caption's rows never depend on its batch (QwenImagePipeline's
+  // padding and mask make them equal anyway).
+  std::vector<at::Tensor> rows;
+  for (const auto& caption : captions) rows.push_back(encode_one(caption, device)[0]);
+  return pad_conditioning(rows);
+}
+
+at::Tensor QwenImageModel::predict(const at::Tensor& noisy, const at::Tensor& t, const TextConditioning& cond,
+                                   const at::Tensor& geometry) {
+  (void)geometry;
+  const std::int64_t h = noisy.size(2), w = noisy.size(3);
+  const at::Tensor tokens = flux_pack_latents(noisy.contiguous());  // QwenImagePipeline._pack_latents
+  const at::Tensor context = cond.context.to(tokens.scalar_type());
+  const at::Tensor mask = cond.mask.defined() ? cond.mask.to(tokens.device()) : at::Tensor();
+  const at::Tensor out = transformer->forward(tokens, context, mask, t, h / 2, w / 2);
+  return flux_unpack_latents(out, h, w);
+}
+
+at::Tensor QwenImageModel::combine_guidance(const at::Tensor& uncond, const at::Tensor& cond, double scale) const {
+  // pipeline_qwenimage.py: on packed tokens, comb · ‖cond‖ / ‖comb‖ over each token's values.
+  const std::int64_t h = cond.size(2), w = cond.size(3);
+  const at::Tensor c = flux_pack_latents(cond.contiguous());
+  const at::Tensor u = flux_pack_latents(uncond.contiguous());
+  const at::Tensor comb = u + scale * (c - u);
+  const at::Tensor rescaled = comb * (c.norm(2, {-1}, true) / comb.norm(2, {-1}, true));
+  return flux_unpack_latents(rescaled, h, w);
+}
+
+at::Tensor QwenImageModel::to_model_space(const at::Tensor& images, at::Generator& generator, data::LatentCache* cache,
+                                          const std::vector<std::string>* keys) {
+  if (!vae_config_) return images;
+  c10::NoGradGuard no_grad;
+  const at::ScalarType dtype = frozen_dtype_.value_or(at::kFloat);
+  const DiagonalGaussian posterior = cached_posteriors(
+      images, cache, keys,
+      [&](const at::Tensor& image) {
+        QwenVaeImpl& v = vae_model();
+        const QwenFrozenVisit visit(*this, false, true);
+        return v.encode(image.to(dtype));
+      },
+      dtype);
+  return vae_config_->to_model_latents(posterior.sample(generator)).to(images.scalar_type());
+}
+
+at::Tensor QwenImageModel::to_images(const at::Tensor& samples) {
+  if (!vae_config_) return samples;
+  c10::NoGradGuard no_grad;
+  QwenVaeImpl& v = vae_model();
+  const QwenFrozenVisit visit(*this, false, true);
+  const at::Tensor z = vae_config_->from_model_latents(samples.to(at::kFloat));
+  return v.decode(z.to(v.parameters().front().scalar_type())).to(at::kFloat);
+}
+
+std::int64_t QwenImageModel::sample_size(std::int64_t resolution) const {
+  return vae_config_ ? resolution / vae_config_->downsample_factor() : resolution;
+}
+
+std::int64_t QwenImageModel::pixel_factor() const { return (vae_config_ ? vae_config_->downsample_factor() : 1) * 2; }
+
+std::unique_ptr<diffusion::Objective> QwenImageModel::objective() const {
+  return std::make_unique<diffusion::FlowMatching>(schedule, settings_.timestep_sampling, 2);
+}
+
+std::unique_ptr<diffusion::Sampler> QwenImageModel::sampler(std::int64_t steps, at::IntArrayRef sample_shape) const {
+  const std::int64_t tokens = (sample_shape[2] / 2) * (sample_shape[3] / 2);
+  return std::make_unique<diffusion::FlowMatchEulerSampler>(schedule, steps, tokens);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> QwenImageModel::named_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& p : transformer->named_parameters()) out.emplace_back("transformer." + p.key(), p.value());
+  if (text_training_ == TextEncoderTraining::full && tiny_text)
+    for (const auto& p : tiny_text->named_parameters()) out.emplace_back("text_encoder." + p.key(), p.value());
+  return out;
+}
+
+std::vector<ParamUnit> QwenImageModel::denoiser_units() const {
+  std::vector<ParamUnit> units = transformer->units();
+  for (auto& u : units)
+    for (auto& [name, p] : u.parameters) name = "transformer." + name;
+  return units;
+}
+
+std::size_t QwenImageModel::attach_denoiser_lora(const std::vector<std::string>& targets, const LoraOptions& o,
+                                                 std::uint64_t seed) {
+  return attach_lora(*transformer, targets, o, seed).size();
+}
+
+ParamUnit QwenImageModel::denoiser_adapters() { return lora_unit(*transformer, kDenoiserAdapters, "transformer."); }
+
+std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> QwenImageModel::text_encoder_modules() const {
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> out;
+  if (tiny_text) out.emplace_back("text_encoder", tiny_text.ptr());
+  return out;
+}
+
+std::vector<std::string> QwenImageModel::text_components() const {
+  std::vector<std::string> out = TrainableModel::text_components();
+  if (tokenizer) out.push_back("text_encoder@" + std::to_string(settings_.max_sequence_length));
+  return out;
+}
+
+void QwenImageModel::set_text_training(TextEncoderTraining t) {
+  if (t != TextEncoderTraining::frozen && tokenizer)
+    throw Error(ErrorKind::config, "training.train_text_encoder: Qwen-Image's text encoder (Qwen2.5-VL-7B, 7 B "
+                                   "parameters) does not train here; set it to none");
+  if (t == TextEncoderTraining::lora)
+    throw Error(ErrorKind::config, "training.train_text_encoder: lora is not offered for qwen-image-tiny (its encoder "
+                                   "trains in full or not at all)");
+  text_training_ = t;
+  if (tiny_text)
+    for (auto& p : tiny_text->parameters()) p.set_requires_grad(t == TextEncoderTraining::full);
+}
+
+void QwenImageModel::set_gradient_checkpointing(bool on, bool to_cpu) {
+  transformer->set_gradient_checkpointing(on);
+  transformer->set_cpu_checkpointing(to_cpu);
+}
+
+void QwenImageModel::train(bool on) {
+  if (transformer) transformer->train(on);
+  if (tiny_text) tiny_text->train(on && text_encoders_trained());
+  if (text_encoder) text_encoder->train(false);
+  if (vae) vae->train(false);
+}
+
+void QwenImageModel::set_attention(const AttentionOptions& o) {
+  attention_ = std::make_shared<AttentionOptions>(o);
+  if (transformer) set_attention_options(*transformer, o);
+  if (tiny_text) set_attention_options(*tiny_text, o);
+  if (text_encoder) set_attention_options(*text_encoder, o);
+  if (vae) set_attention_options(*vae, o);
+}
+
+void QwenImageModel::to(const at::Device& device, bool with_denoiser) {
+  if (with_denoiser && transformer) transformer->to(device);
+  if (tiny_text) tiny_text->to(device);
+  frozen_home_ = device;
+  if (text_encoder && !device.is_cuda()) text_encoder->to(device);  // on a GPU it streams from CPU memory
+  if (vae) vae->to(device);
+}
+
+void QwenImageModel::frozen_to(at::ScalarType compute) {
+  frozen_dtype_ = compute;  // QwenImagePipeline runs its VAE in the pipeline's dtype too
+  if (text_encoder) text_encoder->to(compute);
+  if (vae) vae->to(compute);
+}
+
+std::vector<torch::nn::Module*> QwenImageModel::frozen_parts(bool text, bool image) const {
+  std::vector<torch::nn::Module*> out;
+  if (pipeline_.empty()) return out;
+  if (image && vae) out.push_back(vae.ptr().get());
+  if (text && text_encoder) out.push_back(text_encoder.ptr().get());
+  return out;
+}
+
+std::int64_t QwenImageModel::frozen_bytes() const {
+  std::int64_t n = 0;
+  for (const auto* m : frozen_parts(true, true))
+    for (const auto& p : m->parameters()) n += p.numel() * static_cast<std::int64_t>(p.element_size());
+  return n;
+}
+
+void QwenImageModel::park_frozen(const at::Device& device, const std::vector<std::string>& remember,
+                                 data::LatentCache* text_cache) {
+  if (parked_ || pipeline_.empty()) return;
+  for (const auto& caption : remember) {
+    if (remembered_.count(caption)) continue;
+    remembered_[caption] = condition({caption}, device, text_cache).context[0].cpu();
+  }
+  frozen_device_ = device;
+  if (!device.is_cpu()) {
+    c10::NoGradGuard no_grad;
+    for (auto* part : frozen_parts(true, true)) part->to(at::kCPU);
+  }
+  parked_ = true;
+}
+
+}  // namespace zs::models

@@ -1,0 +1,64 @@
+#include "models/trainable_model.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+
+namespace zs::models {
+
+namespace {
+
+/// `c` padded with zero rows to `length` tokens, and its mask [B, length] (int64).
+std::pair<at::Tensor, at::Tensor> padded(const TextConditioning& c, std::int64_t length) {
+  const std::int64_t b = c.context.size(0), n = c.context.size(1);
+  at::Tensor mask = c.mask.defined() ? c.mask.to(at::kLong) : at::ones({b, n}, c.context.options().dtype(at::kLong));
+  if (n == length) return {c.context, mask};
+  const at::Tensor zeros = at::zeros({b, length - n, c.context.size(2)}, c.context.options());
+  return {at::cat({c.context, zeros}, 1), at::cat({mask, at::zeros({b, length - n}, mask.options())}, 1)};
+}
+
+}  // namespace
+
+TextConditioning concat_conditioning(const TextConditioning& a, const TextConditioning& b) {
+  TextConditioning out;
+  if (a.pooled.defined()) out.pooled = at::cat({a.pooled, b.pooled});
+  if (!a.mask.defined() && !b.mask.defined() && a.context.size(1) == b.context.size(1)) {
+    out.context = at::cat({a.context, b.context});
+    return out;
+  }
+  const std::int64_t length = std::max(a.context.size(1), b.context.size(1));
+  const auto [ca, ma] = padded(a, length);
+  const auto [cb, mb] = padded(b, length);
+  out.context = at::cat({ca, cb});
+  out.mask = at::cat({ma, mb});
+  return out;
+}
+
+TextConditioning pad_conditioning(const std::vector<at::Tensor>& rows) {
+  std::int64_t length = 0;
+  bool same = true;
+  for (const auto& r : rows) {
+    if (length && r.size(0) != length) same = false;
+    length = std::max(length, r.size(0));
+  }
+  TextConditioning out;
+  if (same) {
+    out.context = at::stack(rows);
+    return out;
+  }
+  std::vector<at::Tensor> context, mask;
+  for (const auto& r : rows) {
+    const std::int64_t n = r.size(0);
+    context.push_back(at::cat({r, at::zeros({length - n, r.size(1)}, r.options())}));
+    mask.push_back(at::cat({at::ones({n}, r.options().dtype(at::kLong)), at::zeros({length - n}, r.options().dtype(at::kLong))}));
+  }
+  out.context = at::stack(context);
+  out.mask = at::stack(mask);
+  return out;
+}
+
+at::Tensor TrainableModel::combine_guidance(const at::Tensor& uncond, const at::Tensor& cond, double scale) const {
+  return uncond + scale * (cond - uncond);
+}
+
+}  // namespace zs::models
