@@ -2,7 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
-#include <limits>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +13,7 @@
 #include <unicode/unistr.h>
 
 #include "core/error.h"
+#include "models/byte_level_bpe.h"
 
 namespace zs::models {
 namespace {
@@ -23,20 +24,6 @@ std::string utf8(UChar32 c) {
   std::string out;
   icu::UnicodeString(c).toUTF8String(out);
   return out;
-}
-
-/// GPT-2/CLIP's table: printable bytes stand for themselves, the others for 256 + n.
-std::vector<std::string> make_byte_encoder() {
-  std::vector<int> bs;
-  for (int b = '!'; b <= '~'; ++b) bs.push_back(b);
-  for (int b = 0xA1; b <= 0xAC; ++b) bs.push_back(b);
-  for (int b = 0xAE; b <= 0xFF; ++b) bs.push_back(b);
-  std::vector<std::string> table(256);
-  std::vector<bool> direct(256, false);
-  for (int b : bs) direct[static_cast<std::size_t>(b)] = true;
-  int n = 0;
-  for (int b = 0; b < 256; ++b) table[static_cast<std::size_t>(b)] = utf8(direct[static_cast<std::size_t>(b)] ? b : 256 + n++);
-  return table;
 }
 
 std::string read_file(const fs::path& p) {
@@ -52,18 +39,6 @@ std::string token_text(const nlohmann::json& j) {
   if (j.is_string()) return j.get<std::string>();
   if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();
   return {};
-}
-
-/// UTF-8 code points of `s`, each as its own string.
-std::vector<std::string> characters(const std::string& s) {
-  std::vector<std::string> out;
-  for (std::size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : 4;
-    out.push_back(s.substr(i, len));
-    i += len;
-  }
-  return out;
 }
 
 /// Python's html.unescape for what prompts carry: &amp; &lt; &gt; &quot; &apos; &#N; &#xH;.
@@ -108,40 +83,11 @@ std::string unescape_html(const std::string& s) {
 ClipTokenizer ClipTokenizer::load(const std::string& dir) {
   ClipTokenizer t;
   const fs::path root(dir);
-  const fs::path vocab_path = root / "vocab.json";
-  nlohmann::json vocab;
-  try {
-    vocab = nlohmann::json::parse(read_file(vocab_path));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::config, vocab_path.string() + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!vocab.is_object() || vocab.empty())
-    throw Error(ErrorKind::config, vocab_path.string() + ": expected an object of token -> id");
-  t.id_to_token_.resize(vocab.size());
-  for (const auto& [token, id] : vocab.items()) {
-    if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::size_t>() >= vocab.size())
-      throw Error(ErrorKind::config, vocab_path.string() + ": id of \"" + token + "\" is not in 0.." +
-                                         std::to_string(vocab.size() - 1));
-    t.vocab_[token] = id.get<std::int64_t>();
-    t.id_to_token_[id.get<std::size_t>()] = token;
-  }
-  std::istringstream merges(read_file(root / "merges.txt"));
-  std::string line;
-  int rank = 0, line_no = 0;
-  while (std::getline(merges, line)) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty() || line.starts_with("#version")) continue;
-    const auto space = line.find(' ');
-    if (space == std::string::npos)
-      throw Error(ErrorKind::config, (root / "merges.txt").string() + ":" + std::to_string(line_no) +
-                                         ": expected two symbols separated by a space");
-    t.ranks_[{line.substr(0, space), line.substr(space + 1)}] = rank++;
-  }
-  t.byte_encoder_ = make_byte_encoder();
+  t.bpe_ = ByteLevelBpe::from_files((root / "vocab.json").string(), (root / "merges.txt").string(),
+                                    "a CLIP tokenizer folder");
   auto id_of = [&](const std::string& token, std::int64_t fallback) {
-    const auto it = t.vocab_.find(token);
-    return it == t.vocab_.end() ? fallback : it->second;
+    const std::int64_t id = t.bpe_.id(token);
+    return id < 0 ? fallback : id;
   };
   t.bos_ = id_of("<|startoftext|>", t.bos_);
   t.eos_ = id_of("<|endoftext|>", t.eos_);
@@ -152,8 +98,9 @@ ClipTokenizer ClipTokenizer::load(const std::string& dir) {
     if (j.is_object() && j.contains("pad_token")) {
       const std::string pad = token_text(j["pad_token"]);
       if (!pad.empty()) {
-        if (!t.vocab_.count(pad)) throw Error(ErrorKind::config, special.string() + ": pad_token \"" + pad + "\" is not in vocab.json");
-        t.pad_ = t.vocab_[pad];
+        if (t.bpe_.id(pad) < 0)
+          throw Error(ErrorKind::config, special.string() + ": pad_token \"" + pad + "\" is not in vocab.json");
+        t.pad_ = t.bpe_.id(pad);
       }
     }
   }
@@ -201,43 +148,10 @@ std::vector<std::string> ClipTokenizer::pieces(const std::string& text) const {
   return out;
 }
 
-std::vector<std::string> ClipTokenizer::bpe(const std::string& piece) const {
-  std::vector<std::string> word = characters(piece);
-  if (word.empty()) return {};
-  word.back() += "</w>";
-  while (word.size() > 1) {
-    int best = std::numeric_limits<int>::max();
-    std::size_t at = 0;
-    for (std::size_t i = 0; i + 1 < word.size(); ++i) {
-      const auto it = ranks_.find({word[i], word[i + 1]});
-      if (it != ranks_.end() && it->second < best) {
-        best = it->second;
-        at = i;
-      }
-    }
-    if (best == std::numeric_limits<int>::max()) break;
-    // Merge every occurrence of that pair, left to right.
-    const std::string first = word[at], second = word[at + 1];
-    std::vector<std::string> merged;
-    for (std::size_t i = 0; i < word.size();) {
-      if (i + 1 < word.size() && word[i] == first && word[i + 1] == second) {
-        merged.push_back(first + second);
-        i += 2;
-      } else {
-        merged.push_back(word[i++]);
-      }
-    }
-    word = std::move(merged);
-  }
-  return word;
-}
-
 std::vector<std::string> ClipTokenizer::tokens(const std::string& text) const {
   std::vector<std::string> out;
   for (const std::string& piece : pieces(text)) {
-    std::string mapped;
-    for (unsigned char b : piece) mapped += byte_encoder_[b];
-    for (auto& t : bpe(mapped)) out.push_back(std::move(t));
+    for (auto& t : bpe_.merge(byte_level_text(piece), "</w>")) out.push_back(std::move(t));
   }
   return out;
 }
@@ -245,9 +159,9 @@ std::vector<std::string> ClipTokenizer::tokens(const std::string& text) const {
 std::vector<std::int64_t> ClipTokenizer::encode(const std::string& text) const {
   std::vector<std::int64_t> ids;
   for (const std::string& t : tokens(text)) {
-    const auto it = vocab_.find(t);
-    if (it == vocab_.end()) throw Error(ErrorKind::config, "CLIP tokenizer: \"" + t + "\" is not in the vocabulary");
-    ids.push_back(it->second);
+    const std::int64_t id = bpe_.id(t);
+    if (id < 0) throw Error(ErrorKind::config, "CLIP tokenizer: \"" + t + "\" is not in the vocabulary");
+    ids.push_back(id);
   }
   return ids;
 }

@@ -3,14 +3,13 @@
 // from a diffusers `tokenizer/` folder: vocab.json + merges.txt (+ special_tokens_map.json for
 // the padding token). Text is NFC-normalised, whitespace collapsed, lower-cased and split by
 // CLIP's pattern (ICU for Unicode letter/number classes); each piece's UTF-8 bytes go through the
-// byte-to-unicode table and BPE with `</w>` word ends.
+// byte-to-unicode table and BPE with `</w>` word ends (models/byte_level_bpe.h).
 
 #include <cstdint>
-#include <map>
 #include <string>
-#include <unordered_map>
-#include <utility>
 #include <vector>
+
+#include "models/byte_level_bpe.h"
 
 namespace zs::models {
 
@@ -34,16 +33,12 @@ class ClipTokenizer {
   /// special_tokens_map.json says so).
   void set_pad_id(std::int64_t id) { pad_ = id; }
   int max_length() const { return max_length_; }
-  std::size_t vocab_size() const { return vocab_.size(); }
+  std::size_t vocab_size() const { return bpe_.vocab_size(); }
 
  private:
-  std::vector<std::string> bpe(const std::string& piece) const;  // piece: byte-unicode text
   std::vector<std::string> pieces(const std::string& text) const;
 
-  std::unordered_map<std::string, std::int64_t> vocab_;
-  std::vector<std::string> id_to_token_;
-  std::map<std::pair<std::string, std::string>, int> ranks_;
-  std::vector<std::string> byte_encoder_;  // byte -> UTF-8 of its unicode stand-in
+  ByteLevelBpe bpe_;
   std::int64_t bos_ = 49406, eos_ = 49407, pad_ = 49407;
   int max_length_ = 77;
 };
