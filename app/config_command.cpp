@@ -11,6 +11,7 @@
 #include "config/schema.h"
 #include "config/trainability.h"
 #include "train/run_directory.h"
+#include "train/run_length.h"
 #include "config/schema_markdown.h"
 #include "io/atomic_file.h"
 
@@ -85,8 +86,21 @@ int validate(const ParsedArgs& a) {
   for (const auto& p : trainability_problems(loaded, run.generated ? "" : run.path))
     not_yet.push_back(p.to_string() + " (needed before training)");
   print_warnings(not_yet);
-  if (a.has("print")) std::cout << to_yaml(loaded.config);
-  else std::cout << file << ": valid\n";
+  if (a.has("print")) {
+    std::cout << to_yaml(loaded.config);
+    return 0;
+  }
+  std::cout << file << ": valid\n";
+  // The run's length as the trainer will count it, when the dataset can be read already.
+  if (loaded.config.training.epochs) {
+    try {
+      const auto length = train::plan_run_length(loaded.config, dataset_folder(loaded.config, run.generated ? "" : run.path));
+      std::cout << "length: " << length.describe(loaded.config) << "\n";
+    } catch (const std::exception& e) {
+      std::cout << "length: training.epochs " << *loaded.config.training.epochs
+                << " (the steps follow once the dataset can be read: " << e.what() << ")\n";
+    }
+  }
   return 0;
 }
 

@@ -237,7 +237,8 @@ int run_train_command(const std::vector<std::string>& args) {
     else if (type == train::event::save_failed) bar.message("error: " + e.value(train::event::message, ""));
     else if (type == train::event::run_start) {
       bar.message("run " + e.value("run_dir", "") + ": " + std::to_string(e.value("parameters", 0)) +
-                  " parameters on " + e.value("device", "") + ", " + std::to_string(e.value("dataset_size", 0)) + " images");
+                  " parameters on " + e.value("device", "") + ", " + std::to_string(e.value("dataset_size", 0)) + " images, " +
+                  std::to_string(e.value("steps_per_epoch", std::int64_t{0})) + " steps per epoch");
       if (e.contains("resumed_from") && e["resumed_from"].is_string())
         bar.message("resumed from " + e["resumed_from"].get<std::string>() + " at step " +
                     std::to_string(e.value("step", std::int64_t{0})));

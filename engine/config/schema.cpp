@@ -70,7 +70,10 @@ SchemaBuilder build() {
       .range(1, kSchemaVersion);
   s.add("precision", T::choice, std::string("fp32"), ZS_REF(precision),
         "Compute precision. fp16 uses dynamic loss scaling (see `loss_scaling`) and needs CUDA; "
-        "bf16 runs on CPU and GPU. Master weights are fp32 in every mode.",
+        "bf16 runs on CPU and GPU. Master weights are fp32 in every mode. `config import`: a DeepSpeed "
+        "JSON's fp16/bf16 `enabled` decides; where both are \"auto\" the base config's value (--config), "
+        "else fp32 — as accelerate fills them from its mixed_precision, `no` unless set, which enables "
+        "neither. Without a DeepSpeed file, the accelerate YAML's mixed_precision (no → fp32).",
         {"fp32", "fp16", "bf16"});
 
   s.section("model", "What is trained.", /*defines_run=*/true);
@@ -124,8 +127,21 @@ SchemaBuilder build() {
         "Number of images generated when `data.generate` is `shapes`.")
       .range(1, {});
   s.add("data.resolution", T::integer, I{512}, ZS_REF(data.resolution),
-        "Training resolution in pixels (images are resized and center-cropped to a square of this size).")
+        "Training resolution in pixels: images are resized to cover a square of this side and center-cropped "
+        "(upscaled when smaller). With `data.aspect_buckets`, the pixel budget instead: each image goes to "
+        "the bucket nearest its aspect, of about resolution² pixels with sides in `bucket_step` steps, and is "
+        "resized to cover it and center-cropped. DiffSynth-Studio's `--max_pixels` (default 1048576 = 1024²) "
+        "is a cap, not a bucket: an image above it is scaled by sqrt(max_pixels / area) with both sides "
+        "floored to multiples of 16, smaller images keep their size (never upscaled), every image its own "
+        "aspect (batch 1, no buckets). The nearest setting here is `aspect_buckets: true`, `resolution: "
+        "1024`, `bucket_step: 16`: the same pixel budget, but images are also upscaled and the aspect "
+        "snapped to a bucket.")
       .range(8, 4096);
+  s.add("data.repeats", T::integer, I{1}, ZS_REF(data.repeats),
+        "Every image is seen this many times per epoch (kohya's `num_repeats`, the number before the "
+        "folder name; DiffSynth-Studio's `--dataset_repeat`): an epoch is one shuffled pass over "
+        "images × repeats entries.")
+      .range(1, {});
   s.add("data.flip_p", T::number, 0.0, ZS_REF(data.flip_p),
         "Probability of a random horizontal flip.")
       .range(0, 1);
@@ -186,8 +202,18 @@ SchemaBuilder build() {
 
   s.section("training", "The training loop.");
   s.add("training.max_steps", T::integer, I{1000}, ZS_REF(training.max_steps),
-        "Number of optimizer steps (each one `gradient_accumulation_steps` micro batches).")
+        "Number of optimizer steps (each one `gradient_accumulation_steps` micro batches). Ignored "
+        "when `training.epochs` is set (that derives the steps; a value other than the default then "
+        "draws a warning).")
       .range(1, {});
+  s.add("training.epochs", T::integer, Value{}, ZS_REF(training.epochs),
+        "Train for this many epochs instead of `max_steps` (kohya's `max_train_epochs`, "
+        "DiffSynth-Studio's `--num_epochs`). The steps are epochs × ceil(images × data.repeats / "
+        "(batch_size × processes × gradient_accumulation_steps)), as kohya's sd-scripts count them: "
+        "a partial last batch or step of an epoch counts as a whole one and is filled with the epoch's "
+        "first images again. With `data.aspect_buckets` each bucket's partial batch counts so. null: "
+        "`max_steps` decides.")
+      .allow_null().range(1, {});
   s.add("training.batch_size", T::integer, I{1}, ZS_REF(training.batch_size),
         "Micro batch per process (DeepSpeed's `train_micro_batch_size_per_gpu`).")
       .range(1, {}).run_defining();
@@ -448,6 +474,11 @@ SchemaBuilder build() {
         "Also sample before the first step.");
   s.add("sampling.prompts", T::string_list, Strings{}, ZS_REF(sampling.prompts),
         "Prompts to sample, in order.");
+  s.add("sampling.negative_prompt", T::string, std::string(""), ZS_REF(sampling.negative_prompt),
+        "The prompt of classifier-free guidance's unconditional branch (diffusers' `negative_prompt`; "
+        "Qwen-Image's pipeline with `true_cfg_scale`). Empty: the empty prompt. Encoded and cached like "
+        "captions (`zerostudio cache` stores it when set). Unused where no classifier-free guidance "
+        "runs (guidance_scale 1; Flux.1 [dev], which embeds the guidance).");
   s.add("sampling.images_per_prompt", T::integer, I{1}, ZS_REF(sampling.images_per_prompt),
         "Images per prompt, each with its own fixed seed.")
       .range(1, 64);

@@ -167,7 +167,13 @@ std::vector<SetupQuestion> make_questions() {
        data_folder},
       {"resolution", "dataset", "Training resolution (pixels)", Kind::integer, {}, "", {"data.resolution"}},
       {"batch_size", "training", "Batch size per process", Kind::integer, {}, "", {"training.batch_size"}},
-      {"max_steps", "training", "Training steps", Kind::integer, {}, "", {"training.max_steps"}},
+      {"epochs", "training", "Epochs (empty: train by steps)", Kind::text, {},
+       "kohya's max_train_epochs, DiffSynth-Studio's --num_epochs: the steps then follow from the dataset "
+       "(`zerostudio config validate` prints them).",
+       {"training.epochs"}},
+      {"max_steps", "training", "Training steps (when no epochs)", Kind::integer, {}, "", {"training.max_steps"}},
+      {"repeats", "training", "Repeats of each image per epoch", Kind::integer, {},
+       "kohya's num_repeats, DiffSynth-Studio's --dataset_repeat.", {"data.repeats"}},
       {"learning_rate", "training", "Learning rate", Kind::number, {}, "", {"optimizer.lr"}},
       {"lr_scheduler", "training", "Learning-rate schedule", Kind::choice,
        {{"constant", "constant"}, {"cosine", "cosine"}, {"WarmupLR", "WarmupLR"}, {"WarmupDecayLR", "WarmupDecayLR"}},
@@ -301,6 +307,8 @@ SetupAnswers answers_from_config(const TrainerConfig& c) {
   a["resolution"] = std::to_string(c.data.resolution);
   a["batch_size"] = std::to_string(c.training.batch_size);
   a["max_steps"] = std::to_string(c.training.max_steps);
+  a["epochs"] = c.training.epochs ? std::to_string(*c.training.epochs) : "";
+  a["repeats"] = std::to_string(c.data.repeats);
   a["learning_rate"] = number_text(c.optimizer.lr);
   a["lr_scheduler"] = c.scheduler.type;
   a["warmup_steps"] = std::to_string(c.scheduler.warmup_steps);
@@ -391,6 +399,8 @@ std::vector<std::string> settings_from_answers(const SetupAnswers& a) {
   text("data.resolution", "resolution");
   text("training.batch_size", "batch_size");
   text("training.max_steps", "max_steps");
+  set("training.epochs", get(a, "epochs").empty() ? "null" : yaml_scalar(get(a, "epochs")));
+  text("data.repeats", "repeats");
   text("optimizer.lr", "learning_rate");
   text("scheduler.type", "lr_scheduler");
   if (warmup(a)) text("scheduler.warmup_steps", "warmup_steps");

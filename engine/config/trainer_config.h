@@ -47,6 +47,7 @@ struct DataConfig {
   std::string generate;          ///< none | shapes
   std::int64_t generate_count{};  ///< images generated when generate is shapes
   std::int64_t resolution{};     ///< training size in pixels (square)
+  std::int64_t repeats{};        ///< each image this many times per epoch (kohya's num_repeats)
   double flip_p{};               ///< probability of a horizontal flip
   double caption_dropout{};      ///< probability of an empty caption (classifier-free guidance)
   std::int64_t num_workers{};    ///< decoding threads
@@ -60,7 +61,8 @@ struct DataConfig {
 };
 
 struct TrainingConfig {
-  std::int64_t max_steps{};                    ///< optimizer steps
+  std::int64_t max_steps{};                    ///< optimizer steps (ignored when epochs is set)
+  std::optional<std::int64_t> epochs;          ///< null: max_steps decides; else the steps follow (train::run_steps)
   std::int64_t batch_size{};                   ///< micro batch per process
   std::int64_t gradient_accumulation_steps{};  ///< micro steps per optimizer step
   std::optional<std::int64_t> train_batch_size;  ///< DeepSpeed's global batch, checked when set
@@ -167,6 +169,7 @@ struct SamplingConfig {
   std::int64_t every_n_steps{};       ///< 0 = image logger off
   bool at_start{};                    ///< also sample before the first step
   std::vector<std::string> prompts;
+  std::string negative_prompt;        ///< classifier-free guidance's unconditional prompt ("" : the empty one)
   std::int64_t images_per_prompt{};
   std::optional<std::int64_t> steps;      ///< null: the family's default (models::sampling_steps)
   std::optional<double> guidance_scale;   ///< null: the family's default (models::sampling_guidance)

@@ -91,8 +91,16 @@ void check_batch(const TrainerConfig& c, RuleSet& rules) {
 void check_schedule(const TrainerConfig& c, RuleSet& rules) {
   const auto& s = c.scheduler;
   const bool decays = s.type == "WarmupDecayLR" || s.type == "cosine";
+  // training.epochs decides the length (train::run_steps); max_steps is then not read. Every
+  // written config carries max_steps, so only a value other than the default is worth a word.
+  const bool by_epochs = c.training.epochs.has_value();
+  if (by_epochs && c.training.max_steps != TrainerConfig::defaults().training.max_steps)
+    rules.warn("training.max_steps", "training.max_steps " + num(c.training.max_steps) +
+                                         " is ignored: training.epochs " + num(*c.training.epochs) +
+                                         " decides the run's length (set training.epochs: null to train by steps)");
   // A short test run of a long config (--set training.max_steps=20) is legitimate: warn only.
-  if (s.type != "constant" && s.warmup_steps >= c.schedule_steps())
+  // By epochs the length needs the dataset, so the check waits for the trainer.
+  if (s.type != "constant" && (!by_epochs || s.total_steps) && s.warmup_steps >= c.schedule_steps())
     rules.warn("scheduler.warmup_steps",
                "warmup (" + num(s.warmup_steps) + " steps) is not shorter than the schedule (" + num(c.schedule_steps()) +
                    " steps, scheduler.total_steps or training.max_steps): the whole run stays in warmup");

@@ -268,6 +268,13 @@ at::Tensor DataLoader::load_image(const std::string& path, std::int64_t th, std:
   return (t.squeeze(0) / 127.5 - 1.0).clamp(-1.0, 1.0).contiguous();
 }
 
+std::int64_t epoch_micro_batches(const std::vector<std::int64_t>& counts, std::int64_t batch_size,
+                                 std::int64_t repeats, std::int64_t step_batches) {
+  std::int64_t batches = 0;
+  for (const auto c : counts) batches += (c * repeats + batch_size - 1) / batch_size;
+  return (batches + step_batches - 1) / step_batches * step_batches;
+}
+
 DataLoader::DataLoader(std::vector<DataItem> items, LoaderOptions options,
                        std::function<void(const std::string&)> on_warning)
     : items_(std::move(items)), options_(options), on_warning_(std::move(on_warning)) {
@@ -275,7 +282,11 @@ DataLoader::DataLoader(std::vector<DataItem> items, LoaderOptions options,
   if (static_cast<std::int64_t>(items_.size()) < options_.batch_size)
     throw Error(ErrorKind::data, "the dataset has " + std::to_string(items_.size()) +
                                      " images, fewer than training.batch_size " + std::to_string(options_.batch_size));
-  batches_per_epoch_ = static_cast<std::int64_t>(items_.size()) / options_.batch_size;
+  if (options_.repeats < 1 || options_.accumulation < 1)
+    throw Error(ErrorKind::config, "data.repeats and training.gradient_accumulation_steps must be at least 1");
+  const std::int64_t step_batches = std::max<std::int64_t>(options_.num_shards, 1) * options_.accumulation;
+  batches_per_epoch_ =
+      epoch_micro_batches({static_cast<std::int64_t>(items_.size())}, options_.batch_size, options_.repeats, step_batches);
   if (options_.buckets) {
     buckets_ = aspect_buckets(options_.resolution, options_.bucket_step);
     if (buckets_.empty())
@@ -301,32 +312,39 @@ DataLoader::DataLoader(std::vector<DataItem> items, LoaderOptions options,
       item_bucket_.push_back(best);
       ++counts[static_cast<std::size_t>(best)];
     }
-    batches_per_epoch_ = 0;
-    for (auto c : counts) batches_per_epoch_ += c / options_.batch_size;
-    if (batches_per_epoch_ == 0)
-      throw Error(ErrorKind::data, "no aspect bucket holds training.batch_size (" + std::to_string(options_.batch_size) +
-                                       ") images; lower the batch size or set data.aspect_buckets: false");
+    batches_per_epoch_ = epoch_micro_batches(counts, options_.batch_size, options_.repeats, step_batches);
   }
 }
 
 std::vector<std::vector<std::int64_t>> DataLoader::bucket_plan(std::int64_t epoch) const {
   std::vector<std::vector<std::int64_t>> members(buckets_.size()), batches;
-  for (std::size_t i = 0; i < items_.size(); ++i) members[static_cast<std::size_t>(item_bucket_[i])].push_back(static_cast<std::int64_t>(i));
+  for (std::int64_t r = 0; r < options_.repeats; ++r)
+    for (std::size_t i = 0; i < items_.size(); ++i)
+      members[static_cast<std::size_t>(item_bucket_[i])].push_back(static_cast<std::int64_t>(i));
   std::mt19937_64 rng(options_.seed * 1000003ULL + static_cast<std::uint64_t>(epoch) + 1);
+  const auto batch = static_cast<std::size_t>(options_.batch_size);
   for (auto& m : members) {
     std::shuffle(m.begin(), m.end(), rng);
-    for (std::size_t s = 0; s + static_cast<std::size_t>(options_.batch_size) <= m.size(); s += static_cast<std::size_t>(options_.batch_size))
-      batches.emplace_back(m.begin() + static_cast<std::ptrdiff_t>(s), m.begin() + static_cast<std::ptrdiff_t>(s) + options_.batch_size);
+    // A bucket's partial last batch is filled with the bucket's first entries of this epoch.
+    for (std::size_t s = 0; s < m.size(); s += batch) {
+      std::vector<std::int64_t> b;
+      for (std::size_t j = 0; j < batch; ++j) b.push_back(m[(s + j) % m.size()]);
+      batches.push_back(std::move(b));
+    }
   }
   std::shuffle(batches.begin(), batches.end(), rng);
+  // Whole optimizer steps: the epoch's first batches again.
+  const std::size_t planned = batches.size();
+  for (std::size_t i = 0; batches.size() < static_cast<std::size_t>(batches_per_epoch_); ++i) batches.push_back(batches[i % planned]);
   return batches;
 }
 
 DataLoader::~DataLoader() { stop(); }
 
 std::vector<std::int64_t> DataLoader::permutation(std::int64_t epoch) const {
-  std::vector<std::int64_t> order(items_.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int64_t>(i);
+  // Entry e is item e mod N: with one repeat the permutation of the items it always was.
+  std::vector<std::int64_t> order(items_.size() * static_cast<std::size_t>(options_.repeats));
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int64_t>(i % items_.size());
   std::mt19937_64 rng(options_.seed * 1000003ULL + static_cast<std::uint64_t>(epoch) + 1);
   std::shuffle(order.begin(), order.end(), rng);
   return order;
@@ -390,7 +408,7 @@ Batch DataLoader::make_batch(std::int64_t local_k) {
     const double flip = uni(rng), drop = uni(rng), shuffle = uni(rng);
     at::Tensor img;
     std::string caption;
-    for (std::size_t tries = 0; tries < items_.size(); ++tries) {
+    for (std::size_t tries = 0; tries < order.size(); ++tries) {
       const auto& item = items_[static_cast<std::size_t>(order[(first + j + tries) % order.size()])];
       {
         std::lock_guard<std::mutex> lock(mutex_);

@@ -86,6 +86,10 @@ struct LoaderOptions {
   int prefetch = 4;                 ///< batches decoded ahead
   std::int64_t shard = 0;           ///< this rank: it gets global batches k·num_shards + shard
   std::int64_t num_shards = 1;      ///< ranks sharing the data
+  std::int64_t repeats = 1;         ///< data.repeats: each item this many times per epoch
+  /// Micro batches per process in one optimizer step (training.gradient_accumulation_steps): an
+  /// epoch is padded to whole steps of num_shards × accumulation global batches.
+  std::int64_t accumulation = 1;
   bool content_keys = false;        ///< fill Batch::keys (for the latent cache)
   /// Aspect-ratio buckets: sizes of about resolution² pixels in `bucket_step` steps (aspect up to
   /// 4:1); each image goes to the bucket nearest its aspect (resize, center crop), every batch
@@ -99,14 +103,24 @@ struct LoaderOptions {
 /// resolution is a multiple of step.
 std::vector<std::pair<std::int64_t, std::int64_t>> aspect_buckets(std::int64_t resolution, std::int64_t step);
 
+/// Global micro batches in one epoch: `counts` images per aspect bucket (one count without
+/// buckets), each repeated `repeats` times, in batches of `batch_size` per bucket, then rounded up
+/// to whole optimizer steps of `step_batches` (processes × accumulation) batches. A partial batch or
+/// step counts as a whole one, as kohya's sd-scripts count `len(train_dataloader)` and
+/// ceil(len / accumulation); the loader fills it with the epoch's first entries again. Without
+/// buckets: ceil(images × repeats / (batch_size × step_batches)) × step_batches.
+std::int64_t epoch_micro_batches(const std::vector<std::int64_t>& counts, std::int64_t batch_size,
+                                 std::int64_t repeats, std::int64_t step_batches);
+
 /// Deterministic batches: batch k depends only on (items, options, k), so a resumed run gets the
 /// same batches as an uninterrupted one. With num_shards ranks, rank `shard`'s k-th batch is global
 /// batch k·num_shards + shard, so the ranks together see what one process would, in order.
 /// (Below: "batch k" means the global batch number.)
 ///
-/// same batches as an uninterrupted one. Every epoch is a fresh permutation of the items; the
-/// last incomplete batch of an epoch is dropped. A broken image is replaced by the next item in
-/// the permutation and reported once through `on_warning` (from a worker thread).
+/// Every epoch is a fresh permutation (from the seed and the epoch) of items × repeats entries,
+/// so each item comes `repeats` times; the epoch has epoch_micro_batches() batches, the slots past
+/// the last entry taking the permutation's first entries again. A broken image is replaced by the
+/// next item in the permutation and reported once through `on_warning` (from a worker thread).
 class DataLoader {
  public:
   DataLoader(std::vector<DataItem> items, LoaderOptions options,

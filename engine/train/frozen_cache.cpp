@@ -46,6 +46,8 @@ data::LoaderOptions loader_options(const config::TrainerConfig& cfg) {
   lo.num_workers = static_cast<int>(cfg.data.num_workers);
   lo.buckets = cfg.data.aspect_buckets;
   lo.bucket_step = cfg.data.bucket_step;
+  lo.repeats = cfg.data.repeats;
+  lo.accumulation = cfg.training.gradient_accumulation_steps;
   return lo;
 }
 
@@ -66,7 +68,13 @@ Caches open_caches(const config::TrainerConfig& cfg, const models::TrainableMode
   return c;
 }
 
-CacheNeeds cache_needs(data::DataLoader& loader, bool latents, int rank, int world) {
+std::vector<std::string> sampling_captions(const config::TrainerConfig& cfg) {
+  if (cfg.sampling.prompts.empty() || cfg.sampling.negative_prompt.empty()) return {};
+  return {cfg.sampling.negative_prompt};
+}
+
+CacheNeeds cache_needs(data::DataLoader& loader, bool latents, int rank, int world,
+                       const std::vector<std::string>& prompts) {
   CacheNeeds needs;
   const auto& o = loader.options();
   const auto mine = [&](std::size_t i) { return static_cast<int>(i % static_cast<std::size_t>(world)) == rank; };
@@ -80,6 +88,7 @@ CacheNeeds cache_needs(data::DataLoader& loader, bool latents, int rank, int wor
     if (o.flip_p > 0) needs.images.push_back({i, true, loader.cache_key(i, true)});
   }
   if (o.caption_dropout > 0) captions.insert("");
+  captions.insert(prompts.begin(), prompts.end());
   std::size_t k = 0;
   for (const auto& caption : captions)
     if (mine(k++)) needs.captions.push_back(caption);

@@ -58,7 +58,13 @@ struct CacheNeeds {
 };
 /// The share of process `rank` of `world` (every world-th item and distinct caption; all of
 /// them by default). Reads each of its image files once (the content key; the loader keeps it).
-CacheNeeds cache_needs(data::DataLoader& loader, bool latents, int rank = 0, int world = 1);
+/// `prompts` are cached beside the captions (sampling_captions).
+CacheNeeds cache_needs(data::DataLoader& loader, bool latents, int rank = 0, int world = 1,
+                       const std::vector<std::string>& prompts = {});
+/// What sampling conditions on that the text cache holds too: sampling.negative_prompt when it is
+/// set and the image logger has prompts (the empty prompt only where caption dropout makes it a
+/// caption, as before: caches filled then stay complete).
+std::vector<std::string> sampling_captions(const config::TrainerConfig& cfg);
 
 /// How many entries the caches lack (only the caches that exist count).
 struct CacheMissing {

@@ -21,7 +21,8 @@ namespace fs = std::filesystem;
 
 at::Tensor sample_images(models::TrainableModel& model, const std::vector<std::string>& prompts,
                          std::int64_t images_per_prompt, std::int64_t resolution, std::int64_t steps,
-                         double guidance_scale, std::int64_t seed, const at::Device& device) {
+                         double guidance_scale, std::int64_t seed, const at::Device& device,
+                         const std::string& negative_prompt) {
   c10::NoGradGuard no_grad;
   const bool was_training = model.is_training();
   model.train(false);
@@ -43,8 +44,12 @@ at::Tensor sample_images(models::TrainableModel& model, const std::vector<std::s
   if (embedded) model.set_sampling_guidance(guidance_scale);
   const bool guided = !embedded && guidance_scale != 1.0;
   models::TextConditioning both = cond;
-  if (guided)
-    both = models::concat_conditioning(model.condition(std::vector<std::string>(captions.size(), ""), device), cond);
+  if (guided) {
+    // The unconditional branch: the negative prompt's conditioning, through the same path as the
+    // captions' (remembered by park_frozen, so a parked model needs no encoder for it).
+    both = models::concat_conditioning(
+        model.condition(std::vector<std::string>(captions.size(), negative_prompt), device), cond);
+  }
   // Generated at the training resolution, uncropped (what models that read the geometry see).
   const at::Tensor geometry = data::uncropped_geometry(guided ? 2 * n : n, resolution, resolution).to(device);
   for (std::size_t i = 0; i < sampler->steps(); ++i) {
@@ -98,7 +103,8 @@ SampleFolder write_samples(models::TrainableModel& model, const config::TrainerC
   if (sampling.prompts.empty()) return {};
   const at::Tensor images =
       sample_images(model, sampling.prompts, sampling.images_per_prompt, cfg.data.resolution,
-                    models::sampling_steps(cfg), models::sampling_guidance(cfg), sampling.seed, device);
+                    models::sampling_steps(cfg), models::sampling_guidance(cfg), sampling.seed, device,
+                    sampling.negative_prompt);
   if (!write_files) return {};
   const fs::path final_dir = fs::path(samples_root) / ("step_" + std::to_string(step));
   const fs::path tmp_dir = fs::path(samples_root) / (".step_" + std::to_string(step) + ".tmp");

@@ -18,10 +18,13 @@ namespace zs::train {
 /// Generates images: `prompts` × `images_per_prompt`; image k (in prompt-major order) starts
 /// from noise seeded with `seed + k`, and takes `steps` steps of the model's sampler;
 /// `guidance_scale` is classifier-free guidance's scale (1: off), or for models that embed
-/// guidance the value they embed. Returns [N, C, R, R] in [-1, 1] on the CPU.
+/// guidance the value they embed; guidance's unconditional branch is conditioned on
+/// `negative_prompt` (sampling.negative_prompt; "" the empty prompt). Returns [N, C, R, R] in
+/// [-1, 1] on the CPU.
 at::Tensor sample_images(models::TrainableModel& model, const std::vector<std::string>& prompts,
                          std::int64_t images_per_prompt, std::int64_t resolution, std::int64_t steps,
-                         double guidance_scale, std::int64_t seed, const at::Device& device);
+                         double guidance_scale, std::int64_t seed, const at::Device& device,
+                         const std::string& negative_prompt = "");
 
 /// [C, H, W] in [-1, 1] -> 8-bit RGB (grey for 1 channel; the first 3 channels otherwise).
 io::Image to_image(const at::Tensor& chw);

@@ -20,6 +20,7 @@
 #include "models/model_family.h"
 #include "models/trainable_model.h"
 #include "train/frozen_cache.h"
+#include "train/run_length.h"
 #include "train/lora_setup.h"
 #include "train/optimizer_setup.h"
 #include "train/validation_set.h"
@@ -218,7 +219,7 @@ void Trainer::State::park_frozen_if_cached() {
   // Every input the loader can make is cached: the VAE and text encoders have no work in
   // training, so they leave the device (sampling's prompts are encoded first; the decoder comes
   // back for each sampling).
-  const CacheNeeds needs = cache_needs(*loader, true);
+  const CacheNeeds needs = cache_needs(*loader, true, 0, 1, sampling_captions(cfg));
   const CacheMissing missing = cache_missing(needs, latent_cache.get(), text_cache.get());
   if (!needs.finite) {
     log("frozen parts stay on the device: shuffled tags make captions the text cache cannot hold in advance");
@@ -231,7 +232,7 @@ void Trainer::State::park_frozen_if_cached() {
     return;
   }
   std::vector<std::string> prompts = cfg.sampling.prompts;
-  prompts.emplace_back();  // the unconditional prompt of guidance
+  prompts.push_back(cfg.sampling.negative_prompt);  // guidance's unconditional prompt ("" unless set)
   const std::int64_t bytes = model->frozen_bytes();
   model->park_frozen(device, prompts, text_cache.get());
   log("frozen parts off the device: the caches hold all " + std::to_string(needs.images.size()) + " latents and " +
@@ -333,7 +334,6 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
 void Trainer::State::build_data(std::vector<data::DataItem> items) {
   const std::string data_path = config::dataset_folder(cfg, run_dir);
   const data::MetadataOptions scan = dataset_scan();
-  lr = std::make_unique<LrSchedule>(cfg);
 
   data::LoaderOptions lo = loader_options(cfg);
   lo.shard = rank;
@@ -355,6 +355,15 @@ void Trainer::State::build_data(std::vector<data::DataItem> items) {
   // After the model: the tiny preset's vocabulary comes from every image of data.path.
   validation_items = split_validation(cfg, data_path, items, scan);
   loader = std::make_unique<data::DataLoader>(std::move(items), lo, [this](const std::string& w) { warn(w); });
+  // training.epochs: the length follows from the loader's epoch, here and in everything that
+  // reads max_steps after this (the loop, the schedule, events, the last save and sample).
+  run = run_length(cfg, loader->batches_per_epoch(), world);
+  if (run.by_epochs) {
+    cfg.training.max_steps = run.steps;
+    run.images = static_cast<std::int64_t>(loader->size());
+    log("training.epochs: " + run.describe(cfg));
+  }
+  lr = std::make_unique<LrSchedule>(cfg);
   if (latent_cache && text_cache) park_frozen_if_cached();
 }
 
@@ -365,6 +374,8 @@ void Trainer::State::start_loader(const std::optional<checkpoint::CheckpointInfo
   emit(event::run_start, {{"run_dir", run_dir},
                        {"resumed_from", ckpt ? json(ckpt->path) : json(nullptr)},
                        {"max_steps", cfg.training.max_steps},
+                       {"steps_per_epoch", run.steps_per_epoch},
+                       {"epochs", cfg.training.epochs ? json(*cfg.training.epochs) : json(nullptr)},
                        {"parameters", n_params},
                        {"world_size", world},
                        {"device", device.str()},

@@ -20,6 +20,7 @@
 #include "diffusion/objective.h"
 #include "models/trainable_model.h"
 #include "train/control_file.h"
+#include "train/run_length.h"
 #include "train/event_types.h"
 #include "train/events.h"
 #include "train/loss_scaler.h"
@@ -82,6 +83,7 @@ struct Trainer::State {
   at::ScalarType compute = at::kFloat;  // the dtype the model computes in
   std::unique_ptr<LossScaler> scaler;   // fp16 (or when asked for)
   std::unique_ptr<data::DataLoader> loader;
+  RunLength run;  ///< the run's length (training.epochs resolved into cfg.training.max_steps)
   json base_model;  ///< rank 0: the base a LoRA run's checkpoints refer to (train/lora_setup.h); null otherwise
   std::vector<data::DataItem> validation_items;  // validation.path's, or held out by validation.fraction
   std::optional<double> last_val_loss;           // the newest validation loss (checkpoints carry it)

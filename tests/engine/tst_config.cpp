@@ -242,6 +242,37 @@ logging:
                             << "t.yaml:2:11: training.method: must be one of full, lora (got 'dora')";
   }
 
+  // training.epochs takes precedence over training.max_steps: both set is valid, and a
+  // max_steps other than the default (so not just the one every written config carries) warns
+  // that it is ignored, naming both keys.
+  void epochsTakePrecedenceOverMaxSteps() {
+    const TrainerConfig d = TrainerConfig::defaults();
+    QCOMPARE(d.training.epochs, std::optional<std::int64_t>{});
+    QCOMPARE(d.data.repeats, std::int64_t{1});
+    QCOMPARE(d.sampling.negative_prompt, std::string());
+    auto warned = [](const LoadedConfig& loaded) {
+      for (const auto& w : loaded.warnings)
+        if (w.find("training.max_steps 50 is ignored: training.epochs 5 decides") != std::string::npos) return true;
+      return false;
+    };
+    const auto both = load_config_string("training:\n  max_steps: 50\n  epochs: 5\ndata:\n  repeats: 50\n", "t.yaml");
+    QCOMPARE(both.config.training.epochs, std::optional<std::int64_t>(5));
+    QCOMPARE(both.config.data.repeats, std::int64_t{50});
+    QVERIFY(warned(both));
+    QVERIFY(!warned(load_config_string("training:\n  epochs: 5\n", "t.yaml")));
+    QVERIFY(!warned(load_config_string("training:\n  max_steps: 50\n", "t.yaml")));
+    // A written config (every key, max_steps at its default) reads back with no warning.
+    TrainerConfig c = d;
+    c.training.epochs = 5;
+    const auto back = load_config_string(to_yaml(c), "back.yaml");
+    QVERIFY(back.warnings.empty());
+    QCOMPARE(back.config.training.epochs, std::optional<std::int64_t>(5));
+    // The ranges.
+    QVERIFY2(problemsOf("training:\n  epochs: 0\n").join('\n').contains("training.epochs"), "epochs 0");
+    QVERIFY2(problemsOf("data:\n  repeats: 0\n").join('\n').contains("data.repeats"), "repeats 0");
+    QVERIFY(problemsOf("training:\n  epochs: null\n").isEmpty());
+  }
+
   void unusedTextEncoderLrOnlyWarns() {
     const auto loaded = load_config_string("model:\n  path: /x\noptimizer:\n  text_encoder_lr: 1e-5\n", "t.yaml");
     bool warned = false;

@@ -128,6 +128,31 @@ class TestConfigImport : public QObject {
     QVERIFY(w.contains("replaces deepspeed_config_file"));  // --deepspeed won over the YAML's path
   }
 
+  // The seed's DeepSpeed JSON says fp16/bf16 "auto" and its accelerate YAML has no
+  // mixed_precision (with a DeepSpeed file it may not have one: that is refused, as accelerate
+  // does). accelerate fills "auto" from its mixed_precision, "no" unless the script or the launch
+  // sets it, which enables neither (DeepSpeedPlugin.set_mixed_precision): fp32. We fill "auto"
+  // from the base config, whose default is fp32, so the two agree; a base config's precision plays
+  // the script's part.
+  void seed003PrecisionAutoResolvesLikeAccelerate() {
+    const TrainerConfig plain =
+        import_configs({seed("diffsynth_zero3_cpuoffload.yaml"), seed("ds_z3_cpuoffload.json"), std::nullopt}).loaded.config;
+    QCOMPARE(plain.precision, std::string("fp32"));
+    LoadedConfig base;
+    base.config.precision = "fp16";
+    QCOMPARE(import_configs({seed("diffsynth_zero3_cpuoffload.yaml"), seed("ds_z3_cpuoffload.json"), base}).loaded.config.precision,
+             std::string("fp16"));
+    QTemporaryDir dir;
+    const std::string yaml = zs::io::read_file(seed("diffsynth_zero3_cpuoffload.yaml"));
+    const QStringList problems =
+        problemsOf({write(dir, "bf16.yaml", yaml + "mixed_precision: bf16\n"), seed("ds_z3_cpuoffload.json"), std::nullopt});
+    QCOMPARE(problems.size(), 1);
+    QVERIFY2(problems[0].contains("mixed_precision: conflicts with the DeepSpeed config file"), qPrintable(problems[0]));
+    // Without "auto" the JSON decides.
+    const std::string json = write(dir, "bf16.json", R"({"bf16": {"enabled": true}, "fp16": {"enabled": false}})");
+    QCOMPARE(import_configs({seed("diffsynth_zero3_cpuoffload.yaml"), json, base}).loaded.config.precision, std::string("bf16"));
+  }
+
   void missingDeepSpeedFileNamesIt() {
     const QStringList problems = problemsOf({seed("diffsynth_zero3_cpuoffload.yaml"), "", std::nullopt});
     QCOMPARE(problems.size(), 1);

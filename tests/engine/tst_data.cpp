@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include <jpeglib.h>
@@ -378,6 +379,85 @@ class TestData : public QObject {
     }
   }
 
+  // Global micro batches per epoch: per bucket ceil(images × repeats / batch), rounded up to
+  // whole steps of processes × accumulation batches (kohya's sd-scripts: partial batches and
+  // steps count).
+  void epochMicroBatchesCountPartialBatchesAndSteps_data() {
+    QTest::addColumn<QList<qint64>>("counts");
+    QTest::addColumn<std::int64_t>("batch");
+    QTest::addColumn<std::int64_t>("repeats");
+    QTest::addColumn<std::int64_t>("step_batches");
+    QTest::addColumn<std::int64_t>("expected");
+    using V = QList<qint64>;
+    QTest::newRow("exact") << V{64} << std::int64_t{8} << std::int64_t{1} << std::int64_t{1} << std::int64_t{8};
+    QTest::newRow("partial batch") << V{10} << std::int64_t{3} << std::int64_t{1} << std::int64_t{1} << std::int64_t{4};
+    QTest::newRow("repeats") << V{10} << std::int64_t{4} << std::int64_t{50} << std::int64_t{1} << std::int64_t{125};
+    QTest::newRow("partial step") << V{10} << std::int64_t{3} << std::int64_t{1} << std::int64_t{3} << std::int64_t{6};
+    QTest::newRow("seed: 1 image, repeat 50") << V{1} << std::int64_t{1} << std::int64_t{50} << std::int64_t{1} << std::int64_t{50};
+    QTest::newRow("buckets, each partial") << V{5, 3, 1} << std::int64_t{2} << std::int64_t{1} << std::int64_t{1} << std::int64_t{6};
+    QTest::newRow("buckets, repeats, steps") << V{5, 3} << std::int64_t{4} << std::int64_t{3} << std::int64_t{4} << std::int64_t{8};
+  }
+  void epochMicroBatchesCountPartialBatchesAndSteps() {
+    QFETCH(QList<qint64>, counts);
+    QFETCH(std::int64_t, batch);
+    QFETCH(std::int64_t, repeats);
+    QFETCH(std::int64_t, step_batches);
+    QFETCH(std::int64_t, expected);
+    QCOMPARE(epoch_micro_batches(std::vector<std::int64_t>(counts.begin(), counts.end()), batch, repeats, step_batches), expected);
+  }
+
+  // data.repeats: each epoch is a permutation of images × repeats entries, so every image comes
+  // exactly `repeats` times before any comes again; the epoch is padded to whole steps with its
+  // first entries; the order is a function of (seed, epoch) alone.
+  void repeatsVisitEveryImageNTimesPerEpoch() {
+    QTemporaryDir dir;
+    std::vector<DataItem> items;
+    for (int i = 0; i < 5; ++i) {
+      zs::io::Image img{8, 8, std::vector<std::uint8_t>(8 * 8 * 3, static_cast<std::uint8_t>(i * 40))};
+      const std::string path = tmp(dir, "") + std::to_string(i) + ".png";
+      zs::io::write_png(path, img);
+      items.push_back({path, "item " + std::to_string(i), {}});
+    }
+    LoaderOptions o;
+    o.batch_size = 2;
+    o.resolution = 8;
+    o.num_workers = 0;
+    o.repeats = 3;
+    o.accumulation = 2;
+    o.seed = 9;
+    bool epochs_right = true;
+    auto captions = [&](std::uint64_t seed, std::int64_t from, std::int64_t batches) -> std::vector<std::string> {
+      LoaderOptions with_seed = o;
+      with_seed.seed = seed;
+      DataLoader loader(items, with_seed);
+      loader.start(from);
+      std::vector<std::string> out;
+      for (std::int64_t k = 0; k < batches; ++k) {
+        const Batch b = loader.next();
+        epochs_right &= b.epoch == (from + k) / 8;
+        out.insert(out.end(), b.captions.begin(), b.captions.end());
+      }
+      return out;
+    };
+    // 15 entries in batches of 2: 8 batches, already whole steps of 2.
+    QCOMPARE(DataLoader(items, o).batches_per_epoch(), std::int64_t{8});
+    const auto run = captions(9, 0, 16);
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      const std::vector<std::string> entries(run.begin() + epoch * 16, run.begin() + epoch * 16 + 16);
+      std::map<std::string, int> seen;
+      for (int i = 0; i < 15; ++i) ++seen[entries[static_cast<std::size_t>(i)]];
+      QCOMPARE(seen.size(), std::size_t{5});
+      for (const auto& [caption, n] : seen) QVERIFY2(n == 3, caption.c_str());
+      QCOMPARE(entries[15], entries[0]);  // the padding slot: the epoch's first entry again
+    }
+    QVERIFY(!std::equal(run.begin(), run.begin() + 15, run.begin() + 16));  // a new order each epoch
+    QCOMPARE(captions(9, 0, 16), run);                                       // the same seed, the same order
+    const auto resumed = captions(9, 5, 11);                                 // from batch 5, as a resume does
+    QVERIFY(std::equal(resumed.begin(), resumed.end(), run.begin() + 10));
+    QVERIFY(captions(10, 0, 16) != run);
+    QVERIFY(epochs_right);
+  }
+
   void loaderIsDeterministicAndResumable() {
     QTemporaryDir dir;
     generate_shapes_dataset(tmp(dir, "s"), 10, 16, 1);
@@ -391,14 +471,14 @@ class TestData : public QObject {
     DataLoader threaded(items, o);
     o.num_workers = 0;
     DataLoader inline_loader(items, o);
-    QCOMPARE(threaded.batches_per_epoch(), std::int64_t{3});
+    QCOMPARE(threaded.batches_per_epoch(), std::int64_t{4});  // 10 images: the 4th batch is partial, filled
     threaded.start(0);
     inline_loader.start(0);
     std::vector<Batch> first;
     for (int i = 0; i < 7; ++i) {
       const Batch a = threaded.next(), b = inline_loader.next();
       QCOMPARE(a.index, std::int64_t{i});
-      QCOMPARE(a.epoch, std::int64_t{i / 3});
+      QCOMPARE(a.epoch, std::int64_t{i / 4});
       QVERIFY(at::equal(a.images, b.images));
       QCOMPARE(a.captions, b.captions);
       QCOMPARE(a.images.sizes().vec(), (std::vector<std::int64_t>{3, 3, 8, 8}));

@@ -18,10 +18,18 @@
 #include "train/loss_smoother.h"
 #include "train/lr_schedule.h"
 #include "train/trainer.h"
+#include "data/dataset.h"
+#include "data/latent_cache.h"
+#include "data/shapes.h"
+#include "models/sd/diffusion_model.h"
+#include "train/frozen_cache.h"
+#include "train/image_logger.h"
+#include "train/run_length.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "model_support.h"
 #include "test_support.h"
 
 using namespace zs;
@@ -239,6 +247,138 @@ class TestTrain : public QObject {
     }
     QCOMPARE(flagged, expected);
     QVERIFY(std::find(flagged.begin(), flagged.end(), "data.metadata.min_score") != flagged.end());
+  }
+
+  // training.epochs → steps: epochs × ceil(images × repeats / (batch × processes × accumulation)),
+  // from the one function the trainer and `config validate` read (here through the demo set
+  // a config would generate, so nothing is read from disk).
+  void runLengthFollowsEpochs_data() {
+    QTest::addColumn<qint64>("images");
+    QTest::addColumn<qint64>("batch");
+    QTest::addColumn<qint64>("processes");
+    QTest::addColumn<qint64>("accumulation");
+    QTest::addColumn<qint64>("repeats");
+    QTest::addColumn<qint64>("epochs");
+    QTest::addColumn<qint64>("expected");
+    QTest::newRow("quickstart") << qint64{2048} << qint64{32} << qint64{1} << qint64{1} << qint64{1} << qint64{3} << qint64{192};
+    QTest::newRow("partial batch") << qint64{10} << qint64{4} << qint64{1} << qint64{1} << qint64{1} << qint64{2} << qint64{6};
+    QTest::newRow("processes") << qint64{100} << qint64{4} << qint64{3} << qint64{1} << qint64{1} << qint64{2} << qint64{18};
+    QTest::newRow("accumulation") << qint64{100} << qint64{4} << qint64{1} << qint64{3} << qint64{1} << qint64{1} << qint64{9};
+    QTest::newRow("all four") << qint64{37} << qint64{2} << qint64{2} << qint64{2} << qint64{3} << qint64{4} << qint64{56};
+    QTest::newRow("seed 003: repeat 50, 5 epochs") << qint64{20} << qint64{1} << qint64{1} << qint64{1} << qint64{50}
+                                                   << qint64{5} << qint64{5000};
+    QTest::newRow("fewer than one step") << qint64{3} << qint64{2} << qint64{4} << qint64{2} << qint64{1} << qint64{7} << qint64{7};
+  }
+  void runLengthFollowsEpochs() {
+    QFETCH(qint64, images);
+    QFETCH(qint64, batch);
+    QFETCH(qint64, processes);
+    QFETCH(qint64, accumulation);
+    QFETCH(qint64, repeats);
+    QFETCH(qint64, epochs);
+    QFETCH(qint64, expected);
+    QCOMPARE(expected, epochs * ((images * repeats + batch * processes * accumulation - 1) / (batch * processes * accumulation)));
+    QTemporaryDir dir;
+    const std::string missing = (dir.path() + "/not-yet").toStdString();
+    auto cfg = config_with({"data.generate=shapes", "data.generate_count=" + std::to_string(images),
+                            "training.batch_size=" + std::to_string(batch), "launch.num_processes=" + std::to_string(processes),
+                            "training.gradient_accumulation_steps=" + std::to_string(accumulation),
+                            "data.repeats=" + std::to_string(repeats), "training.epochs=" + std::to_string(epochs),
+                            "training.max_steps=3"});
+    const train::RunLength r = train::plan_run_length(cfg, missing);
+    QVERIFY(r.by_epochs);
+    QCOMPARE(r.steps, std::int64_t{expected});
+    QCOMPARE(r.steps_per_epoch * epochs, std::int64_t{expected});
+    QVERIFY2(QString::fromStdString(r.describe(cfg)).endsWith(" = " + QString::number(expected) + " steps"), r.describe(cfg).c_str());
+    cfg.training.epochs.reset();  // without epochs, max_steps decides
+    QCOMPARE(train::plan_run_length(cfg, missing).steps, std::int64_t{3});
+  }
+
+  // A run by epochs: the trainer derives max_steps (run_start says so), stops after its last
+  // epoch, and a resumed run derives the same count and ends at the same step and epoch.
+  void trainerRunsByEpochsAndResumesToTheSameLength() {
+    QTemporaryDir dir;
+    // 12 images × 2 repeats in batches of 4 × 2 accumulated: 3 steps per epoch, 6 in 2 epochs.
+    const auto cfg = test::small_config({"data.generate_count=12", "training.batch_size=4", "data.repeats=2",
+                                         "training.gradient_accumulation_steps=2", "training.epochs=2",
+                                         "sampling.every_n_steps=0", "checkpointing.every_n_steps=2", "ema.enabled=false",
+                                         "scheduler.type=constant", "launch.use_cpu=true"});
+    train::TrainerOptions first;
+    first.run_dir = (dir.path() + "/run").toStdString();
+    train::TrainerCommands stop;
+    first.on_step = [&](std::int64_t step, std::int64_t total, double, double) {
+      QCOMPARE(total, std::int64_t{6});
+      if (step == 2) stop.request_stop();
+    };
+    QCOMPARE(train::Trainer(cfg, first).run(stop).step, std::int64_t{2});
+    train::TrainerOptions again;
+    again.run_dir = first.run_dir;
+    again.resume = "latest";
+    train::TrainerCommands commands;
+    const auto end = train::Trainer(cfg, again).run(commands);
+    QCOMPARE(end.step, std::int64_t{6});
+    const auto events = test::read_events(first.run_dir);
+    int starts = 0;
+    double last_epoch = -1;
+    for (const auto& e : events) {
+      if (e["type"] == "run_start") {
+        ++starts;
+        QCOMPARE(e["max_steps"].get<std::int64_t>(), std::int64_t{6});
+        QCOMPARE(e["steps_per_epoch"].get<std::int64_t>(), std::int64_t{3});
+      }
+      if (e["type"] == "metrics" && e.contains("epoch")) last_epoch = e["epoch"].get<double>();
+    }
+    QCOMPARE(starts, 2);
+    QCOMPARE(last_epoch, 2.0);
+  }
+
+  // sampling.negative_prompt conditions guidance's unconditional branch, and the text cache
+  // holds it (`zerostudio cache` fills it with the captions), so a cache-complete run parks the
+  // encoders and samples without bringing them back for it.
+  void negativePromptIsTheUnconditionalBranch() {
+    ZS_REQUIRE_SHARED();
+    QTemporaryDir dir;
+    const std::string pipeline = (dir.path() + "/tiny-sdxl").toStdString();
+    fs::create_directories(pipeline);
+    test::write_tiny_sdxl(pipeline);
+    models::DiffusionModel m = models::DiffusionModel::load_pipeline(pipeline, "epsilon");
+    m.train(false);
+    const std::vector<std::string> prompts = {"a red fox"};
+    auto sample = [&](double scale, const std::string& negative) {
+      return train::sample_images(m, prompts, 1, 32, 2, scale, 3, at::kCPU, negative);
+    };
+    const at::Tensor plain = sample(4.0, ""), negative = sample(4.0, "a blue bird");
+    QVERIFY(!at::allclose(plain, negative));
+    QVERIFY(at::equal(train::sample_images(m, prompts, 1, 32, 2, 4.0, 3, at::kCPU), plain));  // "" is the default
+    // At scale 0 guidance returns the unconditional prediction alone: the negative prompt's image.
+    const at::Tensor uncond = sample(0.0, "a blue bird");
+    const at::Tensor direct = train::sample_images(m, {"a blue bird"}, 1, 32, 2, 1.0, 3, at::kCPU);
+    QVERIFY2(at::allclose(uncond, direct, 1e-4, 1e-4), qPrintable(QString::number((uncond - direct).abs().max().item<double>())));
+
+    // The cache: the negative prompt is among what `zerostudio cache` stores.
+    auto cfg = config_with({"model.path=" + pipeline, "data.resolution=32", "data.caption_dropout=0",
+                            "data.latent_cache_dir=" + (dir.path() + "/cache").toStdString()});
+    cfg.sampling.prompts = prompts;
+    cfg.sampling.negative_prompt = "a blue bird";
+    QCOMPARE(train::sampling_captions(cfg), std::vector<std::string>{"a blue bird"});
+    data::generate_shapes_dataset((dir.path() + "/data").toStdString(), 2, 32, 1);
+    data::LoaderOptions lo = train::loader_options(cfg);
+    lo.num_workers = 0;
+    lo.content_keys = true;
+    data::DataLoader loader(data::scan_dataset((dir.path() + "/data").toStdString()), lo);
+    const train::CacheNeeds needs = train::cache_needs(loader, true, 0, 1, train::sampling_captions(cfg));
+    QVERIFY(std::count(needs.captions.begin(), needs.captions.end(), "a blue bird") == 1);
+    const train::Caches caches = train::open_caches(cfg, m);
+    QVERIFY(caches.texts);
+    train::fill_caches(m, loader, needs, caches.latents.get(), caches.texts.get(), at::kCPU);
+    QVERIFY(caches.texts->has(data::LatentCache::text_content_key("a blue bird")));
+    QCOMPARE(train::cache_missing(needs, caches.latents.get(), caches.texts.get()).total(), std::int64_t{0});
+    // Parked as the trainer parks a cache-complete run: sampling brings back the VAE once (to
+    // decode) and never the text encoders.
+    m.park_frozen(at::kCPU, {"a red fox", "a blue bird"});
+    const at::Tensor parked = sample(4.0, "a blue bird");
+    QCOMPARE(m.frozen_visits(), std::int64_t{1});
+    QVERIFY(at::equal(parked, negative));
   }
 
   void eventsAreFlatJsonLines() {
