@@ -123,7 +123,8 @@ int run_cache_command(const std::vector<std::string>& args) {
                          })),
       lo);
   // Only this process's share of the image files is read here.
-  const train::CacheNeeds share = train::cache_needs(loader, caches.latents != nullptr, rank, world, train::sampling_captions(cfg));
+  const train::CacheNeeds share = train::cache_needs(loader, caches.latents != nullptr, rank, world, train::sampling_captions(cfg),
+                                                        train::sampling_prompts(cfg));
   const bool tty = isatty(STDERR_FILENO) != 0;
   const auto start = std::chrono::steady_clock::now();
   int last = -1;
@@ -157,7 +158,9 @@ int run_cache_command(const std::vector<std::string>& args) {
   }
   if (rank != 0) return 0;
   // The whole dataset for the summary (the first process's own files are not read again).
-  const train::CacheNeeds needs = world > 1 ? train::cache_needs(loader, caches.latents != nullptr, 0, 1, train::sampling_captions(cfg)) : share;
+  const train::CacheNeeds needs = world > 1 ? train::cache_needs(loader, caches.latents != nullptr, 0, 1, train::sampling_captions(cfg),
+                                                                     train::sampling_prompts(cfg))
+                                                  : share;
   const train::CacheMissing missing = train::cache_missing(needs, caches.latents.get(), caches.texts.get());
   std::cout << "caches for " << data_path << ": " << needs.images.size() - static_cast<std::size_t>(missing.images) << "/"
             << needs.images.size() << " latents" << (caches.latents ? " in " + caches.latents->dir() : " (off)") << ", "

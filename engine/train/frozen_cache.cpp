@@ -73,8 +73,15 @@ std::vector<std::string> sampling_captions(const config::TrainerConfig& cfg) {
   return {cfg.sampling.negative_prompt};
 }
 
+std::vector<std::string> sampling_prompts(const config::TrainerConfig& cfg) {
+  if (cfg.sampling.prompts.empty()) return {};
+  std::vector<std::string> out = cfg.sampling.prompts;
+  out.emplace_back();
+  return out;
+}
+
 CacheNeeds cache_needs(data::DataLoader& loader, bool latents, int rank, int world,
-                       const std::vector<std::string>& prompts) {
+                       const std::vector<std::string>& prompts, const std::vector<std::string>& extras) {
   CacheNeeds needs;
   const auto& o = loader.options();
   const auto mine = [&](std::size_t i) { return static_cast<int>(i % static_cast<std::size_t>(world)) == rank; };
@@ -92,6 +99,12 @@ CacheNeeds cache_needs(data::DataLoader& loader, bool latents, int rank, int wor
   std::size_t k = 0;
   for (const auto& caption : captions)
     if (mine(k++)) needs.captions.push_back(caption);
+  std::set<std::string> more;
+  for (const auto& e : extras)
+    if (!captions.count(e)) more.insert(e);
+  k = 0;
+  for (const auto& e : more)
+    if (mine(k++)) needs.extras.push_back(e);
   return needs;
 }
 
@@ -114,8 +127,9 @@ std::int64_t fill_caches(models::TrainableModel& model, data::DataLoader& loader
     for (const auto& need : needs.images)
       if (!latents->has(need.key)) images.push_back(&need);
   if (texts)
-    for (const auto& caption : needs.captions)
-      if (!texts->has(data::LatentCache::text_content_key(caption))) captions.push_back(&caption);
+    for (const auto* list : {&needs.captions, &needs.extras})
+      for (const auto& caption : *list)
+        if (!texts->has(data::LatentCache::text_content_key(caption))) captions.push_back(&caption);
   const auto total = static_cast<std::int64_t>(images.size() + captions.size());
   std::int64_t done = 0;
   if (progress) progress(0, total);

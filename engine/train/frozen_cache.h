@@ -54,17 +54,23 @@ struct CacheNeeds {
   };
   std::vector<Image> images;
   std::vector<std::string> captions;  ///< distinct
+  /// Prompts the cache pass encodes too where they are not captions (the sample prompts and
+  /// guidance's unconditional one: a run whose caches hold them never loads a text encoder that
+  /// loads on demand), not counted as missing: caches filled before they were added stay complete.
+  std::vector<std::string> extras;
   bool finite = true;
 };
 /// The share of process `rank` of `world` (every world-th item and distinct caption; all of
 /// them by default). Reads each of its image files once (the content key; the loader keeps it).
 /// `prompts` are cached beside the captions (sampling_captions).
 CacheNeeds cache_needs(data::DataLoader& loader, bool latents, int rank = 0, int world = 1,
-                       const std::vector<std::string>& prompts = {});
+                       const std::vector<std::string>& prompts = {}, const std::vector<std::string>& extras = {});
 /// What sampling conditions on that the text cache holds too: sampling.negative_prompt when it is
 /// set and the image logger has prompts (the empty prompt only where caption dropout makes it a
 /// caption, as before: caches filled then stay complete).
 std::vector<std::string> sampling_captions(const config::TrainerConfig& cfg);
+/// The sample prompts and the unconditional one of guidance (the empty prompt): CacheNeeds::extras.
+std::vector<std::string> sampling_prompts(const config::TrainerConfig& cfg);
 
 /// How many entries the caches lack (only the caches that exist count).
 struct CacheMissing {
@@ -73,7 +79,7 @@ struct CacheMissing {
 };
 CacheMissing cache_missing(const CacheNeeds& needs, const data::LatentCache* latents, const data::LatentCache* texts);
 
-/// Encodes and stores what of `needs` the caches lack, one image and one caption at a time as
+/// Encodes and stores what of `needs` (its extras too) the caches lack, one image and one caption at a time as
 /// training would; `progress(done, total)` after each. Returns how many entries it stored.
 std::int64_t fill_caches(models::TrainableModel& model, data::DataLoader& loader, const CacheNeeds& needs,
                          data::LatentCache* latents, data::LatentCache* texts, const at::Device& device,

@@ -99,7 +99,7 @@ class TestCli : public QObject {
                                       "printf '%s\\n' \"${COMPREPLY[@]}\"").arg(file)});
     QVERIFY(bash.waitForFinished(20000));
     QCOMPARE(QString::fromUtf8(bash.readAllStandardOutput()).split('\n', Qt::SkipEmptyParts),
-             (QStringList{"lora-kohya", "lora-diffusers"}));
+             (QStringList{"lora-kohya", "lora-diffusers", "lora-diffsynth", "lora-musubi"}));
     // The man page renders cleanly.
     const QString page = dir.path() + "/zerostudio.1";
     QFile m(page);

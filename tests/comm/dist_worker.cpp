@@ -27,6 +27,7 @@
 #include "io/safetensors.h"
 #include "models/clip_text_model.h"
 #include "models/flux/flux_transformer.h"
+#include "models/qwen_image/qwen_transformer.h"
 #include "models/lora.h"
 #include "models/sd/sd_family.h"
 #include "models/sd/unet_2d_condition.h"
@@ -123,30 +124,51 @@ models::FluxTransformer2DModel small_flux() {
   return models::FluxTransformer2DModel(c);
 }
 
-/// The denoiser of the exactness scenario, a UNet or a Flux transformer, as the trainer sees
+/// A small Qwen-Image transformer (two dual-stream blocks, 16 wide) on the same samples.
+models::QwenImageTransformer2DModel small_qwen() {
+  at::manual_seed(11);
+  models::QwenImageConfig c;
+  c.in_channels = 12;
+  c.out_channels = 3;
+  c.num_layers = 2;
+  c.attention_head_dim = 8;
+  c.num_attention_heads = 2;
+  c.joint_attention_dim = 16;
+  c.axes_dims_rope = {2, 2, 4};
+  return models::QwenImageTransformer2DModel(c);
+}
+
+/// The denoiser of the exactness scenario, a UNet, a Flux or a Qwen-Image transformer, as the trainer sees
 /// either: units, hooks, checkpointing, LoRA targets and one forward from (x, t, context).
 struct Denoiser {
   models::UNet2DConditionModel unet{nullptr};
   models::FluxTransformer2DModel flux{nullptr};
-  explicit Denoiser(bool is_flux) {
-    if (is_flux) flux = small_flux();
+  models::QwenImageTransformer2DModel qwen{nullptr};
+  Denoiser(bool is_flux, bool is_qwen) {
+    if (is_qwen) qwen = small_qwen();
+    else if (is_flux) flux = small_flux();
     else unet = small_unet();
   }
   torch::nn::Module* operator->() const {
+    if (qwen) return qwen.ptr().get();
     return flux ? static_cast<torch::nn::Module*>(flux.ptr().get()) : static_cast<torch::nn::Module*>(unet.ptr().get());
   }
   torch::nn::Module& operator*() const { return *operator->(); }
-  std::vector<models::ParamUnit> units() const { return flux ? flux->units() : unet->units(); }
+  std::vector<models::ParamUnit> units() const { return qwen ? qwen->units() : flux ? flux->units() : unet->units(); }
   void set_unit_hooks(std::shared_ptr<models::UnitHooks> h) {
-    if (flux) flux->set_unit_hooks(std::move(h));
+    if (qwen) qwen->set_unit_hooks(std::move(h));
+    else if (flux) flux->set_unit_hooks(std::move(h));
     else unet->set_unit_hooks(std::move(h));
   }
   void set_gradient_checkpointing(bool on) {
-    if (flux) flux->set_gradient_checkpointing(on);
+    if (qwen) qwen->set_gradient_checkpointing(on);
+    else if (flux) flux->set_gradient_checkpointing(on);
     else unet->set_gradient_checkpointing(on);
   }
   /// The trainer's LoRA targets: the UNet's attention and resnets' conv1, Flux's family default.
   std::vector<std::string> lora_targets() const {
+    if (qwen) return {"to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj", "to_out.0", "to_add_out",
+                      "img_mlp.net.2", "img_mod.1", "txt_mlp.net.2", "txt_mod.1"};  // the seed's (DiffSynth's)
     if (flux) return {"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out",
                       "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj", "ff_context.net.2"};
     return {"to_q", "to_k", "to_v", "to_out.0", "conv1"};
@@ -155,6 +177,15 @@ struct Denoiser {
   /// [B, 4, 16]: Flux sees σ = t / 1000, the packed tokens, the context's mean as the pooled
   /// embedding and guidance 1 (FluxModel::predict's arrangement).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& ctx) {
+    if (qwen) {
+      // QwenImageModel::predict's arrangement, with captions of their own lengths: odd samples' last
+      // context token is padding (masked out).
+      const at::Tensor tokens = models::flux_pack_latents(x.contiguous());
+      at::Tensor mask = at::ones({x.size(0), ctx.size(1)}, at::kLong);
+      for (std::int64_t i = 1; i < x.size(0); i += 2) mask[i][ctx.size(1) - 1] = 0;
+      const at::Tensor out = qwen->forward(tokens, ctx, mask, t.to(at::kDouble) / 1000.0, x.size(2) / 2, x.size(3) / 2);
+      return models::flux_unpack_latents(out, x.size(2), x.size(3));
+    }
     if (!flux) return unet->forward(x, t, ctx);
     const auto opts = x.options();
     const at::Tensor tokens = models::flux_pack_latents(x.contiguous());
@@ -173,9 +204,10 @@ struct Denoiser {
 /// adapters on the attention projections and the resnets' conv1; the base frozen, given to the
 /// optimizer as frozen units, so stage 3 partitions it), te=full|lora (a small CLIP text encoder
 /// makes the UNet's context from token ids and trains in full, or through adapters on its
-/// attention projections), flux (the denoiser is a small Flux.1 transformer instead of the UNet).
+/// attention projections), flux (the denoiser is a small Flux.1 transformer instead of the UNet),
+/// qwen (a small Qwen-Image transformer, its odd samples' context padded and masked).
 struct Variant {
-  bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false, lora = false, flux = false;
+  bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false, lora = false, flux = false, qwen = false;
   std::string te;  // "", full or lora
   zero::ZeroOptions::Offload opt = zero::ZeroOptions::Offload::none, param = zero::ZeroOptions::Offload::none;
   std::string nvme;
@@ -193,6 +225,7 @@ struct Variant {
       else if (f == "nccl") nccl = cuda = true;
       else if (f == "lora") lora = true;
       else if (f == "flux") flux = true;
+      else if (f == "qwen") qwen = true;
       else if (f.rfind("te=", 0) == 0) te = f.substr(3);
       else if (f.rfind("opt=", 0) == 0) opt = device(f.substr(4));
       else if (f.rfind("param=", 0) == 0) param = device(f.substr(6));
@@ -218,8 +251,8 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
                    std::vector<std::string>& nvme_dirs) {
   const bool f64 = v.f64;
   const int rank = c.rank(), world = c.world_size();
-  Denoiser unet(v.flux);
-  Denoiser ref(v.flux);  // same seed, same initial weights
+  Denoiser unet(v.flux, v.qwen);
+  Denoiser ref(v.flux, v.qwen);  // same seed, same initial weights
   const auto dtype = f64 ? at::kDouble : at::kFloat;
   unet->to(dtype);
   ref->to(dtype);
@@ -395,7 +428,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
     // bf16 computes every gradient with 8-bit mantissas and Adam's early steps are close to sign
     // descent, so single elements may move differently; the run as a whole must move the same
     // way as fp32: the cosine between the two updates (weights and EMA) over all parameters.
-    Denoiser initial(v.flux);
+    Denoiser initial(v.flux, v.qwen);
     std::map<std::string, at::Tensor> w0;
     for (const auto& p : initial->named_parameters()) w0[p.key()] = p.value().detach().to(at::kDouble);
     auto cosine = [&](const std::map<std::string, at::Tensor>& a, const std::vector<std::pair<std::string, at::Tensor>>& b) {

@@ -140,6 +140,14 @@ class TestDist : public QObject {
     QTest::newRow("flux, stage 3, 2 ranks, accumulation 2, clipping, gradient checkpointing, f64")
         << 3 << 2 << 2 << 0.05 << "f64,flux,ckpt";
     QTest::newRow("flux, stage 2, 2 ranks, optimizer on nvme, f64") << 2 << 2 << 1 << 0.0 << "f64,flux,opt=nvme,nvme=@";
+    // Qwen-Image's transformer (issue 36): every stage on 1 and 2 ranks, the seed's LoRA at stage 3
+    // with the base and the optimizer in CPU memory.
+    for (int stage : {0, 1, 2, 3})
+      for (int world : {1, 2}) QTest::addRow("qwen, stage %d, %d ranks, f64", stage, world) << stage << world << 1 << 0.0 << "f64,qwen";
+    QTest::newRow("qwen, stage 3, 2 ranks, accumulation 2, clipping, gradient checkpointing, f64")
+        << 3 << 2 << 2 << 0.05 << "f64,qwen,ckpt";
+    QTest::newRow("qwen lora, stage 3, 2 ranks, base and optimizer on cpu, f64")
+        << 3 << 2 << 1 << 0.0 << "f64,qwen,lora,param=cpu,opt=cpu";
     QTest::newRow("flux lora, stage 1, 2 ranks, f64") << 1 << 2 << 1 << 0.0 << "f64,flux,lora";
     QTest::newRow("flux lora, stage 3, 2 ranks, base and optimizer on cpu, f64")
         << 3 << 2 << 1 << 0.0 << "f64,flux,lora,param=cpu,opt=cpu";

@@ -289,13 +289,13 @@ class TestTrainE2E : public QObject {
       lo.num_workers = 0;
       lo.content_keys = true;
       data::DataLoader loader(data::scan_dataset(dir.path().toStdString() + "/cold/data"), lo);
-      const train::CacheNeeds needs = train::cache_needs(loader, true);
+      const train::CacheNeeds needs = train::cache_needs(loader, true, 0, 1, {}, train::sampling_prompts(cfg));
       const auto before = train::cache_missing(needs, caches.latents.get(), caches.texts.get());
       QVERIFY(before.images > 0 && before.captions > 0);
       std::int64_t last = -1;
       const std::int64_t stored = train::fill_caches(frozen, loader, needs, caches.latents.get(), caches.texts.get(), at::kCPU,
                                                      [&](std::int64_t done, std::int64_t) { last = done; });
-      QCOMPARE(stored, before.total());
+      QCOMPARE(stored, before.total() + static_cast<std::int64_t>(needs.extras.size()));  // the sample prompts too
       QCOMPARE(last, stored);
       QCOMPARE(train::cache_missing(needs, caches.latents.get(), caches.texts.get()).total(), std::int64_t{0});
     }

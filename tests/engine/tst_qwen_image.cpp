@@ -1,0 +1,221 @@
+// Qwen-Image as a run trains it: the family (models/qwen_image/qwen_image_family.h) and the model
+// (qwen_image_model.h) against the pinned diffusers' QwenImagePipeline
+// (src/diffusers/pipelines/qwenimage/pipeline_qwenimage.py): tests/fixtures/qwen-image-tiny/ (a whole
+// diffusers Qwen-Image folder) and tests/fixtures/qwen_image_pipeline.safetensors, written by
+// tests/fixtures/gen/qwen_pipeline.py — encode_prompt's kept states and mask, a sampling run with true
+// classifier-free guidance (its norm rescale) and the VAE's decoding. The parts have their own golden
+// tests: tst_qwen_transformer, tst_qwen_text, tst_qwen_vae.
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <sstream>
+
+#include "config/config_loader.h"
+#include "core/error.h"
+#include "data/latent_cache.h"
+#include "data/shapes.h"
+#include "io/safetensors.h"
+#include "models/flux/flux_transformer.h"
+#include "models/model_family.h"
+#include "models/qwen_image/qwen_image_family.h"
+#include "models/qwen_image/qwen_image_model.h"
+#include "models/trainable_model.h"
+#include "test_support.h"
+
+using namespace zs::models;
+
+namespace {
+
+const std::vector<std::string> kPrompts = {"a red circle on a blue square", "一只红色的猫坐在蓝色的桌子上", "a dog"};
+const std::string kNegative = "a bright yellow star over the house";
+
+double max_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+zs::config::TrainerConfig folder_config(const std::string& folder, const std::string& extra = "") {
+  return zs::config::load_config_string("model: {path: '" + folder + "'}\ndata: {resolution: 32}\n" + extra, "q.yaml")
+      .config;
+}
+
+}  // namespace
+
+class TestQwenImage : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // Captions of their own lengths (Qwen-Image keeps each prompt's tokens) batch as
+  // QwenImagePipeline.encode_prompt batches them: right-padded with zeros, the mask marking the
+  // valid rows; equal lengths need no mask. Guidance's two halves join the same way.
+  void conditioningPadsCaptionsOfTheirOwnLength() {
+    const at::Tensor a = at::randn({2, 3}), b = at::randn({4, 3});
+    const TextConditioning padded = pad_conditioning({a, b});
+    QCOMPARE(padded.context.sizes().vec(), (std::vector<std::int64_t>{2, 4, 3}));
+    QVERIFY(at::equal(padded.mask, at::tensor({1, 1, 0, 0, 1, 1, 1, 1}, at::kLong).view({2, 4})));
+    QVERIFY(at::equal(padded.context[0].narrow(0, 0, 2), a));
+    QCOMPARE(padded.context[0].narrow(0, 2, 2).abs().sum().item<double>(), 0.0);
+    QVERIFY(!pad_conditioning({a, a}).mask.defined());
+    const TextConditioning joined = concat_conditioning({a.unsqueeze(0), {}, {}}, padded);
+    QCOMPARE(joined.context.sizes().vec(), (std::vector<std::int64_t>{3, 4, 3}));
+    QVERIFY(at::equal(joined.mask[0], at::tensor({1, 1, 0, 0}, at::kLong)));
+    QVERIFY(at::equal(joined.mask.narrow(0, 1, 2), padded.mask));
+  }
+
+  // The qwen-image-tiny preset (quickstart-qwen-image): pixel space packed 2×2, its own encoder
+  // trained with it, a prediction of the sample's shape; the registry finds it; Qwen-Image's
+  // sampling defaults are QwenImagePipeline's (50 steps, true_cfg_scale 4).
+  void tinyPresetPredictsTheSampleShape() {
+    const auto cfg = zs::config::load_config_file((zs::test::sourceDir() + "/configs/quickstart-qwen-image.yaml").toStdString()).config;
+    const ModelFamily& family = family_of(cfg);
+    QCOMPARE(QString::fromStdString(family.name()), QString("qwen-image"));
+    QCOMPARE(family.default_sampling_steps(cfg), std::int64_t{50});
+    QCOMPARE(family.default_guidance_scale(cfg), 4.0);
+    const auto model = family.build(cfg, zs::data::all_shape_captions(), {});
+    QVERIFY(!model->has_latent_space());
+    QCOMPARE(model->pixel_factor(), std::int64_t{2});
+    QCOMPARE(model->sample_channels(), std::int64_t{3});
+    const TextConditioning cond = model->condition({"a red circle on a black background", "a green square"}, at::kCPU);
+    QVERIFY(!cond.mask.defined());
+    const at::Tensor x = at::randn({2, 3, 16, 16});
+    const at::Tensor out = model->predict(x, at::tensor({0.3f, 0.8f}), cond, {});
+    QCOMPARE(out.sizes().vec(), x.sizes().vec());
+    QVERIFY(out.isfinite().all().item<bool>());
+  }
+
+  // QwenImagePipeline's true CFG (pipeline_qwenimage.py): comb = uncond + s·(cond − uncond) on the
+  // packed tokens, rescaled per token to ‖cond‖ / ‖comb‖ over the token's values.
+  void trueGuidanceRescalesPerPackedToken() {
+    const auto cfg = zs::config::load_config_file((zs::test::sourceDir() + "/configs/quickstart-qwen-image.yaml").toStdString()).config;
+    const auto model = family_of(cfg).build(cfg, zs::data::all_shape_captions(), {});
+    const at::Tensor u = at::randn({2, 3, 4, 6}, at::kDouble), c = at::randn({2, 3, 4, 6}, at::kDouble);
+    const at::Tensor got = flux_pack_latents(model->combine_guidance(u, c, 4.0));
+    const at::Tensor cp = flux_pack_latents(c), comb = flux_pack_latents(u + 4.0 * (c - u));
+    // The norm of every packed token of the result is the conditional prediction's.
+    QVERIFY(max_diff(got.norm(2, {-1}), cp.norm(2, {-1})) < 1e-12);
+    QVERIFY(max_diff(got / got.norm(2, {-1}, true), comb / comb.norm(2, {-1}, true)) < 1e-12);
+  }
+
+  // A whole diffusers Qwen-Image folder (tests/fixtures/qwen-image-tiny/: sharded transformer/ and
+  // text_encoder/ with index files, the tokenizer as Qwen/Qwen-Image ships it) as a run loads it,
+  // against QwenImagePipeline: encode_prompt's kept states and mask for English and Chinese prompts,
+  // then 3 FlowMatch Euler steps with true CFG (negative prompt, scale 4, the norm rescale) from the
+  // same latents, and the VAE's decoding (latents · std + mean). Within 1e-5 in float32.
+  void pipelineFolderSamplesAsQwenImagePipeline() {
+    const std::string folder = zs::test::peerFixture("qwen-image-tiny").toStdString();
+    const zs::io::SafetensorsReader ref(zs::test::peerFixture("qwen_image_pipeline.safetensors").toStdString());
+    const auto cfg = folder_config(folder);
+    const ModelFamily& family = family_of(cfg);
+    QCOMPARE(QString::fromStdString(family.name()), QString("qwen-image"));
+    const auto model = family.build(cfg, {}, {});
+    QVERIFY(model->has_latent_space());
+    QVERIFY(!model->embeds_guidance());
+    c10::NoGradGuard no_grad;
+    const TextConditioning cond = model->condition(kPrompts, at::kCPU);
+    auto close = [](const at::Tensor& a, const at::Tensor& b, double tol, const char* what) {
+      QVERIFY2(a.sizes() == b.sizes(), what);
+      const double scale = std::max(1.0, b.abs().max().item<double>());
+      const double d = max_diff(a, b);
+      QVERIFY2(d <= tol * scale, qPrintable(QString("%1 differs by %2 (scale %3)").arg(what).arg(d).arg(scale)));
+    };
+    close(cond.context, ref.tensor("prompt_embeds"), 1e-5, "the kept states");
+    QVERIFY(cond.mask.defined());
+    QVERIFY(at::equal(cond.mask, ref.tensor("prompt_embeds_mask").to(at::kLong)));
+    // The image logger's arrangement (train/image_logger.cpp): the negative prompt's rows and the
+    // prompts' in one batch, the halves combined by the family.
+    const TextConditioning both =
+        concat_conditioning(model->condition(std::vector<std::string>(kPrompts.size(), kNegative), at::kCPU), cond);
+    at::Tensor x = ref.tensor("start");
+    const auto n = x.size(0);
+    const auto sampler = model->sampler(3, x.sizes());
+    for (std::size_t i = 0; i < sampler->steps(); ++i) {
+      const auto parts = model->predict(at::cat({x, x}), sampler->timestep(i, 2 * n, at::kCPU), both, {}).chunk(2);
+      x = sampler->step(i, model->combine_guidance(parts[0], parts[1], 4.0), x);
+    }
+    close(x, ref.tensor("final"), 1e-5, "the sampled latents");
+    close(model->to_images(x), ref.tensor("decoded"), 1e-5, "the decoded images");
+  }
+
+  // The frozen parts load on first use: a model whose text cache holds every caption never reads
+  // Qwen2.5-VL (the seed's training pass, with the cache pass done); the cached rows equal fresh ones.
+  void textEncoderLoadsOnlyWhenACaptionIsNotCached() {
+    const std::string folder = zs::test::peerFixture("qwen-image-tiny").toStdString();
+    QTemporaryDir dir;
+    zs::data::LatentCache cache(dir.path().toStdString(), "qwen", std::string("text"));
+    {
+      auto filler = QwenImageModel::load_pipeline(folder, {}, /*with_transformer=*/false);
+      filler.configure(folder_config(folder));
+      QVERIFY(!filler.text_encoder);
+      c10::NoGradGuard no_grad;
+      const TextConditioning fresh = filler.condition(kPrompts, at::kCPU, &cache);
+      QVERIFY(filler.text_encoder);  // it had to encode them
+      const TextConditioning direct = filler.condition(kPrompts, at::kCPU);
+      QVERIFY(at::equal(fresh.context, direct.context) && at::equal(fresh.mask, direct.mask));
+    }
+    auto trainer = QwenImageModel::load_pipeline(folder, {}, /*with_transformer=*/false);
+    trainer.configure(folder_config(folder));
+    c10::NoGradGuard no_grad;
+    const TextConditioning cached = trainer.condition({kPrompts[1], kPrompts[0]}, at::kCPU, &cache);
+    QVERIFY2(!trainer.text_encoder, "the text encoder was loaded although every caption was cached");
+    QCOMPARE(cached.context.size(0), std::int64_t{2});
+    trainer.park_frozen(at::kCPU, {kPrompts[2]}, &cache);
+    QVERIFY(!trainer.text_encoder);
+    QVERIFY(trainer.frozen_parked());
+  }
+
+  // Qwen-Image's refusals name the key and the family: SD's and Flux's keys, a text encoder that
+  // would train, a file as model.path; its folders are its own (and Flux's stay Flux's).
+  void familyRefusesWhatDoesNotApplyAndRecognizesItsFolders() {
+    const std::string ready = (zs::test::sourceDir() + "/configs/qwen-image-finetune-zero3-offload.yaml").toStdString();
+    for (const std::string set : {"training.guidance=3.5", "training.min_snr_gamma=5", "model.vae_path=ae.safetensors",
+                                  "training.train_text_encoder=lora"}) {
+      try {
+        zs::config::load_config_file(ready, {set});
+        QFAIL(set.c_str());
+      } catch (const zs::config::ConfigError& e) {
+        const std::string key = set.substr(0, set.find('='));
+        bool named = false;
+        for (const auto& p : e.problems()) named |= p.key == key;
+        QVERIFY2(named, e.what());
+      }
+    }
+    auto cfg = folder_config(zs::test::peerFixture("qwen-image-tiny").toStdString());
+    QCOMPARE(QString::fromStdString(family_of(cfg).name()), QString("qwen-image"));
+    QVERIFY(is_qwen_image_model(cfg.model.path));
+    QVERIFY(!is_qwen_image_model(zs::test::peerFixture("flux-tiny").toStdString()));
+    std::ostringstream out;
+    qwen_image_family().describe(out, cfg.model.path, "");
+    const QString text = QString::fromStdString(out.str());
+    for (const char* want : {": QwenImagePipeline", "transformer  diffusers.QwenImageTransformer2DModel", "shards",
+                             "byte-level BPE (Qwen2)", "transformer: 2 dual-stream blocks"})
+      QVERIFY2(text.contains(want), qPrintable(want + QString(" not in:\n") + text));
+  }
+
+  // A folder with a part missing is refused naming model_index.json and the parts a Qwen-Image
+  // folder has.
+  void badFoldersNameTheFile() {
+    QTemporaryDir dir;
+    const QString copy = dir.path() + "/q";
+    QCOMPARE(QProcess::execute("cp", {"-r", zs::test::peerFixture("qwen-image-tiny"), copy}), 0);
+    QFile index(copy + "/model_index.json");
+    QVERIFY(index.open(QIODevice::ReadOnly));
+    QByteArray text = index.readAll();
+    index.close();
+    text.replace("\"vae\"", "\"vae_gone\"");
+    QVERIFY(index.open(QIODevice::WriteOnly | QIODevice::Truncate));
+    index.write(text);
+    index.close();
+    try {
+      QwenImageModel::load_pipeline(copy.toStdString());
+      QFAIL("a folder without vae loaded");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).contains("model_index.json: has no vae"), e.what());
+    }
+  }
+};
+
+ZS_TEST_MAIN(TestQwenImage);
+#include "tst_qwen_image.moc"
