@@ -333,6 +333,15 @@ SchemaBuilder build() {
         "kaiming: `down` Kaiming-uniform (a = √5), as kohya's sd-scripts and peft's default. "
         "gaussian: `down` ~ N(0, 1/rank), as peft's `init_lora_weights=\"gaussian\"`.",
         {"kaiming", "gaussian"});
+  s.add("lora.init_from", T::path, std::string(""), ZS_REF(lora.init_from),
+        "A LoRA file whose adapters start the run instead of `lora.init` (continuing a LoRA trained "
+        "elsewhere: DiffSynth-Studio's `--lora_checkpoint`, kohya's `--network_weights`). Qwen-Image reads "
+        "DiffSynth-Studio's files (`transformer_blocks.0.attn.to_q.lora_A.default.weight`, also without "
+        "`.default` and with a `diffusion_model.` prefix), diffusers' (`transformer.` prefix) and "
+        "musubi-tuner's (`lora_unet_transformer_blocks_0_attn_to_q.lora_down.weight`, `.alpha`); each "
+        "adapter's scale is kept (alpha/rank, or 1 where the file folds it into lora_B). Every tensor must "
+        "name a layer `lora.targets` adapts, at `lora.rank`; a file for another model is refused naming its "
+        "first foreign key. Ignored when resuming (the checkpoint has the adapters).");
 
   s.section("scheduler", "Learning-rate schedule (DeepSpeed's names).");
   s.add("scheduler.type", T::choice, std::string("constant"), ZS_REF(scheduler.type),

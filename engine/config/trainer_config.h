@@ -98,6 +98,7 @@ struct LoraConfig {
   std::optional<std::vector<std::string>> targets;
   std::optional<std::vector<std::string>> text_encoder_targets;  ///< text-encoder layers, likewise
   std::string init;                               ///< kaiming | gaussian
+  std::string init_from;                          ///< a LoRA file whose adapters start the run ("": none)
 };
 
 struct SchedulerConfig {

@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include "core/error.h"
+
 namespace zs::models {
 
 namespace {
@@ -59,6 +61,10 @@ TextConditioning pad_conditioning(const std::vector<at::Tensor>& rows) {
 
 at::Tensor TrainableModel::combine_guidance(const at::Tensor& uncond, const at::Tensor& cond, double scale) const {
   return uncond + scale * (cond - uncond);
+}
+
+std::size_t TrainableModel::load_lora_file(const std::string& path) {
+  throw Error(ErrorKind::config, "lora.init_from: " + path + ": this model family reads no LoRA files yet");
 }
 
 }  // namespace zs::models

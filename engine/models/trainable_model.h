@@ -114,6 +114,10 @@ class TrainableModel {
   /// The denoiser's adapters as one unit, parameters by their full name (the unit's name is the
   /// one checkpoints use).
   virtual ParamUnit denoiser_adapters() = 0;
+  /// Starts the denoiser's attached adapters from a LoRA file (lora.init_from); returns how many
+  /// layers it set. Throws zs::Error naming the file and key where the file does not fit; families
+  /// without a reader refuse (their configs refuse the key first).
+  virtual std::size_t load_lora_file(const std::string& path);
   /// The text encoders that can train (in full or through LoRA: training.train_text_encoder) by
   /// component name, in the family's order. An encoder that never trains (Flux's T5) is not here.
   virtual std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> text_encoder_modules() const = 0;

@@ -312,6 +312,10 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
         nlohmann::json(lora_options(cfg.lora).alpha).dump() + (lora ? ", denoiser" : "") +
         (trained.text == models::TextEncoderTraining::lora ? ", text encoders" : "") + ")" +
         (lora && cfg.zero.stage == 3 ? "; the frozen base is partitioned over the ranks like trained units" : ""));
+    if (lora && !cfg.lora.init_from.empty() && !ckpt) {
+      const std::size_t set = model->load_lora_file(cfg.lora.init_from);
+      log("LoRA: " + std::to_string(set) + " adapters start from " + cfg.lora.init_from + " (lora.init_from)");
+    }
   }
   model->train(true);
   model->set_gradient_checkpointing(cfg.training.gradient_checkpointing, cfg.training.cpu_checkpointing);

@@ -12,6 +12,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <algorithm>
 #include <sstream>
 
 #include "config/config_loader.h"
@@ -20,6 +21,7 @@
 #include "data/shapes.h"
 #include "io/safetensors.h"
 #include "models/flux/flux_transformer.h"
+#include "models/lora.h"
 #include "models/model_family.h"
 #include "models/qwen_image/qwen_image_family.h"
 #include "models/qwen_image/qwen_image_model.h"
@@ -192,6 +194,75 @@ class TestQwenImage : public QObject {
     for (const char* want : {": QwenImagePipeline", "transformer  diffusers.QwenImageTransformer2DModel", "shards",
                              "byte-level BPE (Qwen2)", "transformer: 2 dual-stream blocks"})
       QVERIFY2(text.contains(want), qPrintable(want + QString(" not in:\n") + text));
+  }
+
+  // lora.init_from reads the three layouts a Qwen-Image LoRA comes in (qwen_lora_file.h: DiffSynth-
+  // Studio's with and without ".default" and with "diffusion_model.", diffusers' "transformer.",
+  // musubi-tuner's "lora_unet_" with its alpha) onto the seed's twelve targets, each layer's update
+  // W + scale·up·down kept whatever the run's alpha; a file for Flux, or of another rank, is refused
+  // naming the file and the key.
+  void loraFilesInEveryLayoutStartTheAdapters() {
+    const auto cfg = zs::config::load_config_file((zs::test::sourceDir() + "/configs/quickstart-qwen-image.yaml").toStdString()).config;
+    const std::vector<std::string> targets = qwen_image_family().default_lora_targets();
+    auto adapted = [&](double alpha) {
+      auto m = family_of(cfg).build(cfg, zs::data::all_shape_captions(), {});
+      LoraOptions o;
+      o.rank = 4;
+      o.alpha = alpha;
+      m->attach_denoiser_lora(targets, o, 3);
+      return m;
+    };
+    auto layers = [](TrainableModel& m) { return lora_layers(*dynamic_cast<QwenImageModel&>(m).transformer); };
+    const auto source = adapted(2.0);
+    std::vector<std::pair<std::string, at::Tensor>> diffsynth, plain, diffusers, musubi;
+    for (const LoraLayer& l : layers(*source)) {
+      l.adapter->up.data().normal_();  // a trained adapter: up is no longer zero
+      const at::Tensor down = l.adapter->down.detach(), up = l.adapter->up.detach(), folded = up * l.adapter->scale();
+      diffsynth.push_back({l.name + ".lora_A.default.weight", down});
+      diffsynth.push_back({l.name + ".lora_B.default.weight", folded});
+      plain.push_back({"diffusion_model." + l.name + ".lora_A.weight", down});
+      plain.push_back({"diffusion_model." + l.name + ".lora_B.weight", folded});
+      diffusers.push_back({"transformer." + l.name + ".lora_A.weight", down});
+      diffusers.push_back({"transformer." + l.name + ".lora_B.weight", folded});
+      std::string u = l.name;
+      std::replace(u.begin(), u.end(), '.', '_');
+      musubi.push_back({"lora_unet_" + u + ".lora_down.weight", down});
+      musubi.push_back({"lora_unet_" + u + ".lora_up.weight", up});
+      musubi.push_back({"lora_unet_" + u + ".alpha", at::scalar_tensor(2.0)});
+    }
+    QTemporaryDir dir;
+    for (const auto& [name, tensors] : std::vector<std::pair<std::string, std::vector<std::pair<std::string, at::Tensor>>>>{
+             {"diffsynth", diffsynth}, {"plain", plain}, {"diffusers", diffusers}, {"musubi", musubi}}) {
+      const std::string file = dir.filePath(QString::fromStdString(name) + ".safetensors").toStdString();
+      zs::io::write_safetensors(file, tensors);
+      const auto target = adapted(8.0);  // another alpha: the file's scale is kept
+      QCOMPARE(target->load_lora_file(file), std::size_t(diffsynth.size() / 2));
+      const auto want = layers(*source), got = layers(*target);
+      QCOMPARE(got.size(), want.size());
+      QVERIFY(got.size() >= 4 * 12);  // the twelve targets in each of the four blocks
+      for (std::size_t i = 0; i < got.size(); ++i)
+        QVERIFY2(max_diff(lora_delta(got[i]), lora_delta(want[i])) < 1e-6, (name + ": " + got[i].name).c_str());
+    }
+    auto refused = [&](const std::vector<std::pair<std::string, at::Tensor>>& tensors, const char* want) {
+      const std::string file = dir.filePath("bad.safetensors").toStdString();
+      zs::io::write_safetensors(file, tensors);
+      try {
+        adapted(2.0)->load_lora_file(file);
+        QFAIL(want);
+      } catch (const zs::Error& e) {
+        QVERIFY2(QString(e.what()).contains(QString::fromStdString(file)) && QString(e.what()).contains(want), e.what());
+      }
+    };
+    // A Flux LoRA (diffusers' and kohya's names): no such layer here.
+    refused({{"transformer.single_transformer_blocks.0.attn.to_q.lora_A.weight", at::zeros({4, 64})}},
+            "transformer.single_transformer_blocks.0.attn.to_q.lora_A.weight names no layer");
+    refused({{"lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight", at::zeros({4, 64})}},
+            "lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight names no layer");
+    // Another rank.
+    refused({{"transformer_blocks.0.attn.to_q.lora_A.weight", at::zeros({8, 64})},
+             {"transformer_blocks.0.attn.to_q.lora_B.weight", at::zeros({64, 8})}},
+            "set lora.rank to the file's");
+    refused({{"transformer_blocks.0.attn.to_q.lora_A.weight", at::zeros({4, 64})}}, "lacks its up");
   }
 
   // A folder with a part missing is refused naming model_index.json and the parts a Qwen-Image

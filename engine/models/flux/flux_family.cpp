@@ -161,7 +161,7 @@ std::vector<std::string> FluxFamily::default_text_encoder_lora_targets() const {
 }
 
 std::vector<std::string> FluxFamily::keys_not_applying() const {
-  return {"model.prediction_type", "training.min_snr_gamma"};
+  return {"model.prediction_type", "training.min_snr_gamma", "lora.init_from"};
 }
 
 std::vector<FamilyFinding> FluxFamily::check(const config::TrainerConfig& cfg) const {

@@ -87,6 +87,9 @@ class QwenImageModel final : public TrainableModel {
   std::size_t attach_denoiser_lora(const std::vector<std::string>& targets, const LoraOptions& o,
                                    std::uint64_t seed) override;
   ParamUnit denoiser_adapters() override;
+  /// DiffSynth-Studio's, diffusers' or musubi-tuner's LoRA file (qwen_lora_file.h) onto the attached
+  /// adapters, each layer's function kept (up rescaled from the file's scale to the run's alpha/rank).
+  std::size_t load_lora_file(const std::string& path) override;
   /// The tiny preset's encoder (trains in full); none for pipelines: Qwen2.5-VL never trains.
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> text_encoder_modules() const override;
   /// text_encoder@<max_sequence_length> for pipelines (the kept rows depend on it).

@@ -51,7 +51,7 @@ std::vector<std::string> SdFamily::default_text_encoder_lora_targets() const {
 std::vector<std::string> SdFamily::keys_not_applying() const {
   return {"training.timestep_sampling", "training.sigmoid_scale", "training.logit_mean", "training.logit_std",
           "training.guidance", "model.max_sequence_length", "model.vae_path", "model.text_encoder_path",
-          "model.text_encoder_2_path"};
+          "model.text_encoder_2_path", "lora.init_from"};
 }
 
 std::vector<FamilyFinding> SdFamily::check(const config::TrainerConfig& c) const {

@@ -1,0 +1,87 @@
+#include "models/qwen_image/qwen_lora_file.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace zs::models {
+
+namespace {
+
+bool strip_suffix(std::string& s, const std::string& suffix) {
+  if (!s.ends_with(suffix)) return false;
+  s.resize(s.size() - suffix.size());
+  return true;
+}
+
+}  // namespace
+
+std::map<std::string, FileAdapter> read_qwen_lora_file(const std::string& file, const std::vector<std::string>& layers) {
+  const io::SafetensorsReader r(file);
+  std::map<std::string, std::string> by_underscored;
+  for (const auto& l : layers) {
+    std::string u = l;
+    std::replace(u.begin(), u.end(), '.', '_');
+    by_underscored[u] = l;
+  }
+  const auto known = [&](const std::string& path) { return std::find(layers.begin(), layers.end(), path) != layers.end(); };
+  auto foreign = [&](const std::string& key, const std::string& why) {
+    return Error(ErrorKind::config, "lora.init_from: " + file + ": " + key + " " + why);
+  };
+  struct Parts {
+    at::Tensor down, up;
+    double alpha = -1;
+  };
+  std::map<std::string, Parts> found;
+  for (const auto& e : r.entries()) {
+    std::string k = e.name;
+    for (const std::string prefix : {"diffusion_model.", "transformer."})
+      if (k.starts_with(prefix)) k = k.substr(prefix.size());
+    std::string path;
+    enum { down, up, alpha } what;
+    if (k.starts_with("lora_unet_")) {  // musubi-tuner / sd-scripts
+      std::string stem = k.substr(10);
+      if (strip_suffix(stem, ".lora_down.weight")) what = down;
+      else if (strip_suffix(stem, ".lora_up.weight")) what = up;
+      else if (strip_suffix(stem, ".alpha")) what = alpha;
+      else throw foreign(e.name, "is not a LoRA tensor (lora_down, lora_up, alpha)");
+      const auto it = by_underscored.find(stem);
+      if (it == by_underscored.end())
+        throw foreign(e.name, "names no layer of this Qwen-Image transformer that lora.targets adapts: a LoRA for "
+                              "another model (Flux's lora_unet_double_blocks_*, SD's lora_unet_down_blocks_*), or "
+                              "for other targets (set lora.targets to the file's)");
+      path = it->second;
+    } else {  // PEFT: diffusers, DiffSynth-Studio
+      std::string stem = k;
+      if (strip_suffix(stem, ".lora_A.default.weight") || strip_suffix(stem, ".lora_A.weight")) what = down;
+      else if (strip_suffix(stem, ".lora_B.default.weight") || strip_suffix(stem, ".lora_B.weight")) what = up;
+      else if (strip_suffix(stem, ".alpha")) what = alpha;
+      else throw foreign(e.name, "is not a LoRA tensor in a layout ZeroStudio reads (DiffSynth-Studio's, diffusers', "
+                                 "musubi-tuner's)");
+      if (!known(stem))
+        throw foreign(e.name, "names no layer of this Qwen-Image transformer that lora.targets adapts: a LoRA for "
+                              "another model (Flux's single_transformer_blocks, SD's unet), or for other targets (set "
+                              "lora.targets to the file's)");
+      path = stem;
+    }
+    Parts& p = found[path];
+    const at::Tensor t = r.tensor(e.name).to(at::kFloat);
+    if (what == down) p.down = t;
+    else if (what == up) p.up = t;
+    else p.alpha = t.item<double>();
+  }
+  std::map<std::string, FileAdapter> out;
+  for (auto& [path, p] : found) {
+    if (!p.down.defined() || !p.up.defined())
+      throw Error(ErrorKind::config, "lora.init_from: " + file + ": the adapter of " + path + " lacks its " +
+                                         (p.down.defined() ? "up (lora_B / lora_up)" : "down (lora_A / lora_down)") + " matrix");
+    const double rank = static_cast<double>(p.down.size(0));
+    out[path] = {p.down, p.up, p.alpha >= 0 ? p.alpha / rank : 1.0};
+  }
+  return out;
+}
+
+}  // namespace zs::models
