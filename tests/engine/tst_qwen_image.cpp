@@ -35,7 +35,7 @@ namespace {
 const std::vector<std::string> kPrompts = {"a red circle on a blue square", "一只红色的猫坐在蓝色的桌子上", "a dog"};
 const std::string kNegative = "a bright yellow star over the house";
 
-double max_diff(const at::Tensor& a, const at::Tensor& b) {
+double qwen_image_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
 
@@ -97,8 +97,8 @@ class TestQwenImage : public QObject {
     const at::Tensor got = flux_pack_latents(model->combine_guidance(u, c, 4.0));
     const at::Tensor cp = flux_pack_latents(c), comb = flux_pack_latents(u + 4.0 * (c - u));
     // The norm of every packed token of the result is the conditional prediction's.
-    QVERIFY(max_diff(got.norm(2, {-1}), cp.norm(2, {-1})) < 1e-12);
-    QVERIFY(max_diff(got / got.norm(2, {-1}, true), comb / comb.norm(2, {-1}, true)) < 1e-12);
+    QVERIFY(qwen_image_diff(got.norm(2, {-1}), cp.norm(2, {-1})) < 1e-12);
+    QVERIFY(qwen_image_diff(got / got.norm(2, {-1}, true), comb / comb.norm(2, {-1}, true)) < 1e-12);
   }
 
   // A whole diffusers Qwen-Image folder (tests/fixtures/qwen-image-tiny/: sharded transformer/ and
@@ -120,7 +120,7 @@ class TestQwenImage : public QObject {
     auto close = [](const at::Tensor& a, const at::Tensor& b, double tol, const char* what) {
       QVERIFY2(a.sizes() == b.sizes(), what);
       const double scale = std::max(1.0, b.abs().max().item<double>());
-      const double d = max_diff(a, b);
+      const double d = qwen_image_diff(a, b);
       QVERIFY2(d <= tol * scale, qPrintable(QString("%1 differs by %2 (scale %3)").arg(what).arg(d).arg(scale)));
     };
     close(cond.context, ref.tensor("prompt_embeds"), 1e-5, "the kept states");
@@ -241,7 +241,7 @@ class TestQwenImage : public QObject {
       QCOMPARE(got.size(), want.size());
       QVERIFY(got.size() >= 4 * 12);  // the twelve targets in each of the four blocks
       for (std::size_t i = 0; i < got.size(); ++i)
-        QVERIFY2(max_diff(lora_delta(got[i]), lora_delta(want[i])) < 1e-6, (name + ": " + got[i].name).c_str());
+        QVERIFY2(qwen_image_diff(lora_delta(got[i]), lora_delta(want[i])) < 1e-6, (name + ": " + got[i].name).c_str());
     }
     auto refused = [&](const std::vector<std::pair<std::string, at::Tensor>>& tensors, const char* want) {
       const std::string file = dir.filePath("bad.safetensors").toStdString();

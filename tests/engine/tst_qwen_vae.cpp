@@ -56,7 +56,7 @@ std::string error_of(F&& f) {
   return {};
 }
 
-double max_diff(const at::Tensor& a, const at::Tensor& b) {
+double vae_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
 
@@ -169,17 +169,17 @@ class TestQwenVae : public QObject {
     const at::Tensor mean = at::tensor(c.latents_mean, at::kDouble).to(at::kFloat).view({1, 16, 1, 1});
     const at::Tensor std = at::tensor(c.latents_std, at::kDouble).to(at::kFloat).view({1, 16, 1, 1});
     const at::Tensor at_mean = mean.expand({2, 16, 3, 5}).contiguous();
-    QVERIFY(max_diff(c.to_model_latents(at_mean), at::zeros({2, 16, 3, 5})) <= 1e-7);
-    QVERIFY(max_diff(c.to_model_latents(at_mean + std), at::ones({2, 16, 3, 5})) <= 1e-6);
-    QVERIFY(max_diff(c.from_model_latents(at::ones({2, 16, 3, 5})), at_mean + std) <= 1e-6);
-    QVERIFY(max_diff(c.from_model_latents(at::zeros({1, 16, 2, 2})), mean.expand({1, 16, 2, 2})) == 0.0);
+    QVERIFY(vae_diff(c.to_model_latents(at_mean), at::zeros({2, 16, 3, 5})) <= 1e-7);
+    QVERIFY(vae_diff(c.to_model_latents(at_mean + std), at::ones({2, 16, 3, 5})) <= 1e-6);
+    QVERIFY(vae_diff(c.from_model_latents(at::ones({2, 16, 3, 5})), at_mean + std) <= 1e-6);
+    QVERIFY(vae_diff(c.from_model_latents(at::zeros({1, 16, 2, 2})), mean.expand({1, 16, 2, 2})) == 0.0);
     // Channel 8 (std 3.2687, mean 0.4134): a value of 1.0 is (1 − 0.4134) / 3.2687 = 0.17946…
     at::Tensor one = at::zeros({1, 16, 1, 1});
     one[0][8][0][0] = 1.0;
     QVERIFY(std::abs(c.to_model_latents(one)[0][8][0][0].item<double>() - (1.0 - 0.4134) / 3.2687) <= 1e-7);
     const at::Tensor z = at::randn({2, 16, 4, 6}) * 3;
-    QVERIFY(max_diff(c.from_model_latents(c.to_model_latents(z)), z) <= 1e-5);
-    QVERIFY(max_diff(c.to_model_latents(c.from_model_latents(z)), z) <= 1e-5);
+    QVERIFY(vae_diff(c.from_model_latents(c.to_model_latents(z)), z) <= 1e-5);
+    QVERIFY(vae_diff(c.to_model_latents(c.from_model_latents(z)), z) <= 1e-5);
     QVERIFY(c.to_model_latents(z.to(at::kDouble)).scalar_type() == at::kDouble);
     const std::string what = error_of([&] { c.to_model_latents(at::zeros({1, 4, 2, 2})); });
     QVERIFY2(what.starts_with("to_model_latents: expected latents [B, 16, h, w]"), what.c_str());
@@ -207,20 +207,20 @@ class TestQwenVae : public QObject {
     const at::Tensor image = ref.tensor("image");  // [2, 3, 24, 32]
     const DiagonalGaussian posterior = vae->encode(image);
     QCOMPARE(posterior.mean.sizes(), (at::IntArrayRef{2, 4, 3, 4}));
-    QVERIFY2(max_diff(posterior.mean, ref.tensor("mean")) <= 1e-5, qPrintable(QString::number(max_diff(posterior.mean, ref.tensor("mean")))));
-    QVERIFY2(max_diff(posterior.logvar, ref.tensor("logvar")) <= 1e-5,
-             qPrintable(QString::number(max_diff(posterior.logvar, ref.tensor("logvar")))));
+    QVERIFY2(vae_diff(posterior.mean, ref.tensor("mean")) <= 1e-5, qPrintable(QString::number(vae_diff(posterior.mean, ref.tensor("mean")))));
+    QVERIFY2(vae_diff(posterior.logvar, ref.tensor("logvar")) <= 1e-5,
+             qPrintable(QString::number(vae_diff(posterior.logvar, ref.tensor("logvar")))));
     // The generator pushed log-variance channels 0 and 1 out of range: the clamp decided them.
     QVERIFY(at::equal(posterior.logvar.select(1, 0), at::full({2, 3, 4}, 20.0f)));
     QVERIFY(at::equal(posterior.logvar.select(1, 1), at::full({2, 3, 4}, -30.0f)));
     const at::Tensor model_latents = c.to_model_latents(posterior.mean);
-    QVERIFY(max_diff(model_latents, ref.tensor("model_latents")) <= 1e-5);
+    QVERIFY(vae_diff(model_latents, ref.tensor("model_latents")) <= 1e-5);
 
     const at::Tensor decoded = vae->decode(c.from_model_latents(ref.tensor("latents")));  // [2, 3, 24, 32]
     QCOMPARE(decoded.sizes(), (at::IntArrayRef{2, 3, 24, 32}));
     // The decoder's 30-odd float32 convolutions sum in another order than PyTorch 2.11's kernels:
     // 1.4e-5 apart on pixels in [−1, 1] here (the encoder's outputs within 1e-5).
-    QVERIFY2(max_diff(decoded, ref.tensor("decoded")) <= 3e-5, qPrintable(QString::number(max_diff(decoded, ref.tensor("decoded")))));
+    QVERIFY2(vae_diff(decoded, ref.tensor("decoded")) <= 3e-5, qPrintable(QString::number(vae_diff(decoded, ref.tensor("decoded")))));
     // Both sides of diffusers' clamp occur: some pixels at ±1, most inside.
     const double at_edge = (decoded.abs() >= 1.0f).to(at::kFloat).mean().item<double>();
     QVERIFY2(at_edge > 0.0 && at_edge < 0.2, qPrintable(QString::number(at_edge)));

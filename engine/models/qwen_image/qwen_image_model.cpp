@@ -241,7 +241,7 @@ QwenVaeImpl& QwenImageModel::vae_model() {
     if (!vae_config_) throw Error(ErrorKind::config, "qwen-image-tiny has no VAE");
     vae = QwenVae(*vae_config_);
     const WeightFiles r(vae_files_);
-    load_weights(*vae, r.view, pipeline_ + "/vae");
+    load_qwen_vae_weights(*vae, r.view);
     place_frozen(*vae, /*streams=*/false);
   }
   return *vae;
