@@ -15,6 +15,9 @@
 #include <algorithm>
 #include <sstream>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/export.h"
+#include "checkpoint/sharded_state.h"
 #include "config/config_loader.h"
 #include "core/error.h"
 #include "data/latent_cache.h"
@@ -26,6 +29,8 @@
 #include "models/qwen_image/qwen_image_family.h"
 #include "models/qwen_image/qwen_image_model.h"
 #include "models/trainable_model.h"
+#include "train/trainer.h"
+#include "model_support.h"
 #include "test_support.h"
 
 using namespace zs::models;
@@ -263,6 +268,56 @@ class TestQwenImage : public QObject {
              {"transformer_blocks.0.attn.to_q.lora_B.weight", at::zeros({64, 8})}},
             "set lora.rank to the file's");
     refused({{"transformer_blocks.0.attn.to_q.lora_A.weight", at::zeros({4, 64})}}, "lacks its up");
+  }
+
+  // The fixture's folder fine-tunes in full (only the transformer in the checkpoint); the export as
+  // safetensors holds the checkpoint's tensors under diffusers' names, as a diffusers folder the
+  // pipeline with the trained transformer, which trains again as model.path with the same first
+  // loss a resumed run would see; a full fine-tune has no LoRA file to write and says what to use.
+  void pipelineFineTunesAndExports() {
+    QTemporaryDir dir;
+    const std::string folder = zs::test::peerFixture("qwen-image-tiny").toStdString();
+    auto run = [&](const std::string& path, const std::string& run_dir, int steps) {
+      const auto cfg = zs::test::small_config({"model.prediction_type=epsilon", "model.path=" + path, "data.resolution=32",
+                                               "data.generate_count=8", "training.batch_size=2", "ema.enabled=false",
+                                               "training.max_steps=" + std::to_string(steps), "sampling.every_n_steps=0",
+                                               "checkpointing.every_n_steps=" + std::to_string(steps)});
+      zs::train::TrainerOptions opts;
+      opts.run_dir = run_dir;
+      zs::train::TrainerCommands commands;
+      return zs::train::Trainer(cfg, opts).run(commands).step;
+    };
+    const std::string run_dir = dir.path().toStdString() + "/run";
+    QCOMPARE(run(folder, run_dir, 2), std::int64_t{2});
+    const auto events = zs::test::read_events(run_dir);
+    const auto ckpt = zs::checkpoint::open_checkpoint(zs::test::checkpoint_dir(events));
+    for (const auto& unit : ckpt.meta["sharding"]["units"])
+      for (const auto& param : unit["params"]) QVERIFY(param["name"].get<std::string>().starts_with("transformer."));
+    zs::checkpoint::ExportOptions o;
+    o.format = "safetensors";
+    const std::string file = dir.path().toStdString() + "/transformer.safetensors";
+    zs::checkpoint::export_checkpoint(ckpt.path, file, o);
+    const zs::checkpoint::ShardReader shards(ckpt.path, ckpt.meta["sharding"]);
+    const zs::io::SafetensorsReader exported(file);
+    for (const auto& name : shards.parameter_names())
+      QVERIFY2(at::equal(exported.tensor(name.substr(12)), shards.parameter(name, "weights").to(at::kFloat)), name.c_str());
+    QCOMPARE(exported.entries().size(), shards.parameter_names().size());
+    o.format = "diffusers";
+    const std::string out = dir.path().toStdString() + "/exported";
+    zs::checkpoint::export_checkpoint(ckpt.path, out, o);
+    for (const char* part : {"model_index.json", "vae/config.json", "text_encoder/model.safetensors.index.json",
+                             "tokenizer/tokenizer.json", "transformer/diffusion_pytorch_model.safetensors"})
+      QVERIFY2(QFile::exists(QString::fromStdString(out + "/" + part)), part);
+    QCOMPARE(run(out, dir.path().toStdString() + "/again", 1), std::int64_t{1});
+    for (const std::string format : {"lora-diffsynth", "lora-musubi", "lora-diffusers"}) {
+      o.format = format;
+      try {
+        zs::checkpoint::export_checkpoint(ckpt.path, dir.path().toStdString() + "/x.safetensors", o);
+        QFAIL(format.c_str());
+      } catch (const zs::Error& e) {
+        QVERIFY2(QString(e.what()).contains("--format diffusers or safetensors"), e.what());
+      }
+    }
   }
 
   // A folder with a part missing is refused naming model_index.json and the parts a Qwen-Image
