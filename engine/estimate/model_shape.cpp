@@ -7,6 +7,7 @@
 #include "models/clip_text_model.h"
 #include "models/lora.h"
 #include "models/model_family.h"
+#include "models/param_unit.h"
 #include "models/weights.h"
 
 namespace zs::estimate {
@@ -49,6 +50,27 @@ UnitShape clip_text_encoder_shape(const std::string& name, const models::ClipTex
   u.depth = c.num_hidden_layers;
   if (lora_targets) u.lora_parameters = models::lora_parameter_count(*encoder, *lora_targets, rank);
   return u;
+}
+
+std::vector<UnitShape> transformer_unit_shapes(const std::vector<models::ParamUnit>& units, std::int64_t in_channels,
+                                               std::int64_t dim, std::int64_t heads) {
+  std::vector<UnitShape> out;
+  for (const models::ParamUnit& u : units) {
+    UnitShape s{u.name};
+    s.kind = u.name == "io"                     ? UnitKind::io
+             : u.name.rfind("single_", 0) == 0 ? UnitKind::single_block
+                                                : UnitKind::joint_block;
+    for (const auto& [n, t] : u.parameters) {
+      s.parameters += t.numel();
+      s.largest_module = std::max(s.largest_module, t.numel());
+    }
+    s.in_channels = u.name == "io" ? in_channels : dim;
+    s.out_channels = dim;
+    s.heads = heads;
+    s.depth = 1;
+    out.push_back(s);
+  }
+  return out;
 }
 
 }  // namespace zs::estimate

@@ -13,6 +13,7 @@ struct TrainerConfig;
 }
 namespace zs::models {
 struct ClipTextConfig;
+struct ParamUnit;
 }
 
 namespace zs::estimate {
@@ -88,5 +89,11 @@ std::string model_shape_key(const config::TrainerConfig& config);
 /// (train_text_encoder: lora) the adapters of rank `rank` they would put on it.
 UnitShape clip_text_encoder_shape(const std::string& name, const models::ClipTextConfig& c,
                                   const std::vector<std::string>* lora_targets, std::int64_t rank);
+
+/// A flow-matching transformer's units (Flux, Qwen-Image) as the estimator counts them: "io" (fed
+/// `in_channels`), and blocks `dim` wide with `heads` heads — single-stream where the name starts
+/// with "single_", joint (dual-stream) otherwise.
+std::vector<UnitShape> transformer_unit_shapes(const std::vector<models::ParamUnit>& units, std::int64_t in_channels,
+                                               std::int64_t dim, std::int64_t heads);
 
 }  // namespace zs::estimate

@@ -1,5 +1,6 @@
 #include "io/json_file.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -16,6 +17,17 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what) 
     return nlohmann::json::parse(ss.str());
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(ErrorKind::config, path + ": not valid JSON: " + e.what());
+  }
+}
+
+std::string json_class_name(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return "";
+  try {
+    const nlohmann::json j = read_json_file(path, "config");
+    return j.is_object() ? j.value("_class_name", std::string()) : std::string();
+  } catch (const std::exception&) {
+    return "";
   }
 }
 

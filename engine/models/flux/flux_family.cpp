@@ -35,17 +35,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A JSON file's "_class_name", or "" when the file is absent or unreadable.
-std::string class_name(const fs::path& file) {
-  std::error_code ec;
-  if (!fs::is_regular_file(file, ec)) return "";
-  try {
-    const nlohmann::json j = io::read_json_file(file.string(), "config");
-    return j.value("_class_name", std::string());
-  } catch (const std::exception&) {
-    return "";
-  }
-}
 
 /// Flux's full-size VAE (../shared/REFERENCE.md, "Flux VAE").
 AutoencoderKLConfig flux_vae_config() {
@@ -104,8 +93,8 @@ bool is_flux_model(const std::string& path) {
   if (path.empty() || !fs::exists(path, ec)) return false;
   if (fs::is_directory(path, ec)) {
     const fs::path dir(path);
-    return class_name(dir / "model_index.json") == "FluxPipeline" ||
-           class_name(dir / "transformer" / "config.json") == "FluxTransformer2DModel";
+    return io::json_class_name(dir / "model_index.json") == "FluxPipeline" ||
+           io::json_class_name(dir / "transformer" / "config.json") == "FluxTransformer2DModel";
   }
   if (fs::path(path).extension() != ".safetensors") return false;
   try {
@@ -200,21 +189,7 @@ estimate::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
   const TrainedParts trained = resolve_trained_parts(cfg);
   const std::int64_t dim = c.inner_dim();
   auto describe_units = [&](FluxTransformer2DModelImpl& transformer) {
-    for (const ParamUnit& u : transformer.units()) {
-      estimate::UnitShape s{u.name};
-      s.kind = u.name == "io" ? estimate::UnitKind::io
-               : u.name.rfind("single_", 0) == 0 ? estimate::UnitKind::single_block
-                                                 : estimate::UnitKind::joint_block;
-      for (const auto& [n, t] : u.parameters) {
-        s.parameters += t.numel();
-        s.largest_module = std::max(s.largest_module, t.numel());
-      }
-      s.in_channels = u.name == "io" ? c.in_channels : dim;
-      s.out_channels = dim;
-      s.heads = c.num_attention_heads;
-      s.depth = 1;
-      m.units.push_back(s);
-    }
+    m.units = estimate::transformer_unit_shapes(transformer.units(), c.in_channels, dim, c.num_attention_heads);
     if (trained.lora)
       m.lora_denoiser_parameters = lora_parameter_count(transformer, lora_targets(cfg), cfg.lora.rank);
   };
@@ -302,7 +277,7 @@ std::unique_ptr<TrainableModel> FluxFamily::load_frozen(const config::TrainerCon
 }
 
 bool FluxFamily::is_model_folder(const std::string& dir) const {
-  return class_name(fs::path(dir) / "transformer" / "config.json") == "FluxTransformer2DModel";
+  return io::json_class_name(fs::path(dir) / "transformer" / "config.json") == "FluxTransformer2DModel";
 }
 
 bool FluxFamily::has_saved_base(const std::string& dir) const { return FluxModel::has_saved_base(dir); }

@@ -19,80 +19,19 @@
 #include "models/sd/single_file_names.h"
 #include "models/lora.h"
 #include "models/sd/diffusers_pipeline.h"
+#include "models/transformer_model_parts.h"
 #include "models/weights.h"
 
 namespace zs::models {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-nlohmann::json with_class(nlohmann::json j, const char* class_name) {
-  j["_class_name"] = class_name;
-  return j;
-}
-
-/// The transformer of `config` with its weights from `readers` (names as diffusers saves them).
-/// With `on_unit`, each block is loaded as soon as it is built and handed over (ZeRO-3's sharded
-/// init), so the whole transformer never exists at once.
-FluxTransformer2DModel load_transformer(const FluxConfig& config, const TensorLookup& lookup, const std::string& where,
-                                        const UnitBuilt& on_unit) {
-  std::set<std::string> handed;
-  UnitBuilt load_then_hand;
-  if (on_unit)
-    load_then_hand = [&](const std::string& unit, const std::string& prefix, torch::nn::Module& module) {
-      load_weights(module, [&](const std::string& n) { return lookup(prefix + "." + n); }, where + " (" + unit + ")");
-      for (const auto& item : module.named_parameters(true)) handed.insert(prefix + "." + item.key());
-      on_unit(unit, prefix, module);
-    };
-  FluxTransformer2DModel t(config, load_then_hand);
-  load_weights(*t, lookup, where, [&](const std::string& name) { return handed.count(name) > 0; });
-  return t;
-}
-
-void freeze(torch::nn::Module& m) {
-  for (auto& p : m.parameters()) p.set_requires_grad(false);
-}
-
-}  // namespace
-
-/// Brings parked frozen parts to the compute device for one call and back to CPU memory after it.
-class FluxFrozenVisit {
- public:
-  FluxFrozenVisit(FluxModel& m, bool text, bool image) : m_(m), text_(text), image_(image) {
-    active_ = m.parked_ && !m.frozen_device_.is_cpu();
-    if (!active_) return;
-    c10::NoGradGuard no_grad;
-    for (auto* part : m_.frozen_parts(text_, image_))
-      if (part != m_.t5.ptr().get()) part->to(m_.frozen_device_);  // T5 streams itself
-    ++m_.frozen_visits_;
-  }
-  ~FluxFrozenVisit() {
-    if (!active_) return;
-    c10::NoGradGuard no_grad;
-    for (auto* part : m_.frozen_parts(text_, image_)) part->to(at::kCPU);
-  }
-  FluxFrozenVisit(const FluxFrozenVisit&) = delete;
-  FluxFrozenVisit& operator=(const FluxFrozenVisit&) = delete;
-
- private:
-  FluxModel& m_;
-  bool text_, image_, active_ = false;
-};
 
 FluxModel FluxModel::build_tiny(const std::vector<std::string>& captions, std::uint64_t seed, const UnitBuilt& on_unit) {
   at::manual_seed(seed);
   FluxModel m;
   m.word_tokenizer = WordTokenizer::build(captions, 12);
-  ClipTextConfig t;
-  t.vocab_size = m.word_tokenizer.vocab_size();
-  t.hidden_size = 64;
-  t.intermediate_size = 128;
-  t.num_attention_heads = 4;
-  t.num_hidden_layers = 2;
-  t.max_position_embeddings = m.word_tokenizer.max_length();
-  t.eos_token_id = m.word_tokenizer.eos_id();
-  m.clip = ClipTextModel(t);
+  m.clip = tiny_text_encoder(m.word_tokenizer);
   // Pixel space: 3 channels packed 2×2 into 12-value tokens (a 32-pixel image is 16 × 16 tokens);
   // [schnell]'s kind (no guidance embedding: a model trained from scratch has no distilled
   // guidance to embed, so its samples use true classifier-free guidance).
@@ -103,8 +42,8 @@ FluxModel FluxModel::build_tiny(const std::vector<std::string>& captions, std::u
   c.num_single_layers = 4;
   c.attention_head_dim = 16;
   c.num_attention_heads = 4;
-  c.joint_attention_dim = t.hidden_size;
-  c.pooled_projection_dim = t.hidden_size;
+  c.joint_attention_dim = m.clip->config().hidden_size;
+  c.pooled_projection_dim = m.clip->config().hidden_size;
   c.guidance_embeds = false;
   c.axes_dims_rope = {4, 6, 6};
   m.transformer = FluxTransformer2DModel(c, on_unit);
@@ -167,15 +106,16 @@ FluxModel FluxModel::load_pipeline(const std::string& dir, const UnitBuilt& on_u
   if (with_transformer && transformer_file.empty()) {
     const std::string config = p.dir("transformer") + "/config.json";
     const WeightFiles r(p.weight_files("transformer"));
-    m.transformer = load_transformer(FluxConfig::from_file(config), [&](const std::string& n) { return r.find(n); },
-                                     p.dir("transformer"), on_unit);
+    m.transformer = load_transformer_units<FluxTransformer2DModel>(
+        FluxConfig::from_file(config), [&](const std::string& n) { return r.find(n); }, p.dir("transformer"), on_unit);
   } else if (with_transformer) {
     // Black Forest Labs' single file: its tensors mapped onto diffusers' names as they are read;
     // the configuration from the folder's transformer/config.json, else from the file's shapes.
     const BflFile file(transformer_file);
     const std::string folder_config = p.dir("transformer") + "/config.json";
     const FluxConfig c = fs::exists(folder_config) ? FluxConfig::from_file(folder_config) : file.config();
-    m.transformer = load_transformer(c, [&](const std::string& n) { return file.tensor(n, c); }, transformer_file, on_unit);
+    m.transformer = load_transformer_units<FluxTransformer2DModel>(
+        c, [&](const std::string& n) { return file.tensor(n, c); }, transformer_file, on_unit);
   }
   m.companions_ = {absolute_or_empty(companions.vae), absolute_or_empty(companions.text_encoder),
                    absolute_or_empty(companions.text_encoder_2)};
@@ -244,49 +184,30 @@ FluxModel FluxModel::load_folder(const std::string& dir, const UnitBuilt& on_uni
   if (const PipelineRef ref = pipeline_of(dir); !ref.path.empty())
     return load_pipeline(ref.path, on_unit, true, ref.transformer_file, ref.companions);
   FluxModel m;
-  m.word_tokenizer = WordTokenizer::load(dir + "/tokenizer/tokenizer.json");
-  const ClipTextConfig t = ClipTextConfig::from_file(dir + "/text_encoder/config.json");
-  if (t.vocab_size != m.word_tokenizer.vocab_size())
-    throw Error(ErrorKind::checkpoint, dir + ": text_encoder/config.json vocab_size " + std::to_string(t.vocab_size) +
-                                           " does not match the tokenizer's " +
-                                           std::to_string(m.word_tokenizer.vocab_size()));
-  m.clip = ClipTextModel(t);
+  load_tiny_text(dir, m.word_tokenizer, m.clip);
   m.transformer = FluxTransformer2DModel(FluxConfig::from_file(dir + "/transformer/config.json"), on_unit);
-  const std::string scheduler = dir + "/scheduler/scheduler_config.json";
-  m.schedule = diffusion::FlowScheduleConfig::from_json(io::read_json_file(scheduler, "scheduler config"), scheduler);
+  m.schedule = read_folder_schedule(dir);
   const std::string transformer_file = dir + "/transformer/diffusion_pytorch_model.safetensors";
-  const std::string text_file = dir + "/text_encoder/model.safetensors";
   if (!on_unit && fs::exists(transformer_file)) load_weights(*m.transformer, io::SafetensorsReader(transformer_file));
-  if (fs::exists(text_file)) load_weights(*m.clip, io::SafetensorsReader(text_file));
   return m;
 }
 
 void FluxModel::save_folder(const std::string& dir) const {
-  for (const char* sub : {"transformer", "scheduler"}) fs::create_directories(fs::path(dir) / sub);
-  io::write_file_atomic(dir + "/transformer/config.json",
-                        with_class(transformer->config().to_json(), "FluxTransformer2DModel").dump(2) + "\n");
-  io::write_file_atomic(dir + "/scheduler/scheduler_config.json",
-                        with_class(schedule.to_json(), "FlowMatchEulerDiscreteScheduler").dump(2) + "\n");
-  if (!pipeline_.empty()) {
-    nlohmann::json ref = {{"path", pipeline_}};
-    if (!transformer_file_.empty()) ref["transformer_file"] = transformer_file_;
-    if (!companions_.vae.empty()) ref["vae_file"] = companions_.vae;
-    if (!companions_.text_encoder.empty()) ref["text_encoder_file"] = companions_.text_encoder;
-    if (!companions_.text_encoder_2.empty()) ref["text_encoder_2_file"] = companions_.text_encoder_2;
-    io::write_file_atomic(dir + "/pipeline.json", ref.dump(2) + "\n");
+  save_transformer_folder(dir, transformer->config().to_json(), "FluxTransformer2DModel", schedule);
+  if (pipeline_.empty()) {
+    save_tiny_text(dir, word_tokenizer, clip);
     return;
   }
-  for (const char* sub : {"text_encoder", "tokenizer"}) fs::create_directories(fs::path(dir) / sub);
-  io::write_file_atomic(dir + "/text_encoder/config.json", clip->config().to_json().dump(2) + "\n");
-  word_tokenizer.save(dir + "/tokenizer/tokenizer.json");
+  nlohmann::json ref = {{"path", pipeline_}};
+  if (!transformer_file_.empty()) ref["transformer_file"] = transformer_file_;
+  if (!companions_.vae.empty()) ref["vae_file"] = companions_.vae;
+  if (!companions_.text_encoder.empty()) ref["text_encoder_file"] = companions_.text_encoder;
+  if (!companions_.text_encoder_2.empty()) ref["text_encoder_2_file"] = companions_.text_encoder_2;
+  io::write_file_atomic(dir + "/pipeline.json", ref.dump(2) + "\n");
 }
 
 void FluxModel::save_base(const std::string& dir) const {
-  if (!pipeline_.empty()) return;
-  for (const char* sub : {"transformer", "text_encoder"}) fs::create_directories(fs::path(dir) / sub);
-  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"producer", "zerostudio"}};
-  save_weights(*transformer, dir + "/transformer/diffusion_pytorch_model.safetensors", "", meta);
-  save_weights(*clip, dir + "/text_encoder/model.safetensors", "", meta);
+  if (pipeline_.empty()) save_tiny_base(dir, *transformer, *clip);
 }
 
 void FluxModel::configure(const config::TrainerConfig& cfg) {
@@ -346,7 +267,7 @@ TextConditioning FluxModel::condition(const std::vector<std::string>& captions, 
                                clip->parameters().front().options().device(device));
   if (text_encoders_trained()) return encode(captions, device);  // the whole batch, with gradients
   c10::NoGradGuard no_grad;
-  const FluxFrozenVisit visit(*this, true, false);
+  const FrozenVisit visit(parked_, frozen_device_, frozen_parts(true, false), t5.ptr().get(), frozen_visits_);
   if (captions.size() > 1) {
     // One caption at a time, so a caption's rows never depend on its batch (DiffusionModel says why).
     std::vector<at::Tensor> context, pooled;
@@ -385,7 +306,7 @@ at::Tensor FluxModel::to_model_space(const at::Tensor& images, at::Generator& ge
   const DiagonalGaussian posterior = cached_posteriors(
       images, cache, keys,
       [&](const at::Tensor& image) {
-        const FluxFrozenVisit visit(*this, false, true);
+        const FrozenVisit visit(parked_, frozen_device_, frozen_parts(false, true), nullptr, frozen_visits_);
         return vae->encode(image.to(vae->parameters().front().dtype()));
       },
       vae->parameters().front().scalar_type());
@@ -395,7 +316,7 @@ at::Tensor FluxModel::to_model_space(const at::Tensor& images, at::Generator& ge
 at::Tensor FluxModel::to_images(const at::Tensor& samples) {
   if (!vae) return samples;
   c10::NoGradGuard no_grad;
-  const FluxFrozenVisit visit(*this, false, true);
+  const FrozenVisit visit(parked_, frozen_device_, frozen_parts(false, true), nullptr, frozen_visits_);
   const at::Tensor z = vae->config().from_model_latents(samples.to(at::kFloat));
   return vae->decode(z.to(vae->parameters().front().scalar_type())).to(at::kFloat);
 }
@@ -424,10 +345,7 @@ std::vector<std::pair<std::string, at::Tensor>> FluxModel::named_parameters() co
 }
 
 std::vector<ParamUnit> FluxModel::denoiser_units() const {
-  std::vector<ParamUnit> units = transformer->units();
-  for (auto& u : units)
-    for (auto& [name, p] : u.parameters) name = "transformer." + name;
-  return units;
+  return prefixed_units(transformer->units(), "transformer.");
 }
 
 std::size_t FluxModel::attach_denoiser_lora(const std::vector<std::string>& targets, const LoraOptions& o,
@@ -501,10 +419,7 @@ std::vector<torch::nn::Module*> FluxModel::frozen_parts(bool text, bool image) c
 }
 
 std::int64_t FluxModel::frozen_bytes() const {
-  std::int64_t n = 0;
-  for (const auto* m : frozen_parts(true, true))
-    for (const auto& p : m->parameters()) n += p.numel() * static_cast<std::int64_t>(p.element_size());
-  return n;
+  return parameter_bytes(frozen_parts(true, true));
 }
 
 void FluxModel::park_frozen(const at::Device& device, const std::vector<std::string>& remember,

@@ -141,7 +141,6 @@ class FluxModel final : public TrainableModel {
   diffusion::FlowScheduleConfig schedule;
 
  private:
-  friend class FluxFrozenVisit;
   TextConditioning encode(const std::vector<std::string>& captions, const at::Device& device);
   std::vector<torch::nn::Module*> frozen_parts(bool text, bool image) const;
   Settings settings_;

@@ -31,16 +31,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A JSON file's "_class_name", or "" when the file is absent or unreadable.
-std::string class_name(const fs::path& file) {
-  std::error_code ec;
-  if (!fs::is_regular_file(file, ec)) return "";
-  try {
-    return io::read_json_file(file.string(), "config").value("_class_name", std::string());
-  } catch (const std::exception&) {
-    return "";
-  }
-}
 
 /// Whether `dir` is a qwen-image-tiny model exported as a folder (its word tokenizer's
 /// tokenizer.json and transformer/config.json, no model_index.json).
@@ -48,7 +38,7 @@ bool is_tiny_folder(const std::string& dir) {
   std::error_code ec;
   const fs::path d(dir);
   return fs::is_regular_file(d / "tokenizer" / "tokenizer.json", ec) &&
-         class_name(d / "transformer" / "config.json") == "QwenImageTransformer2DModel" &&
+         io::json_class_name(d / "transformer" / "config.json") == "QwenImageTransformer2DModel" &&
          !fs::exists(d / "model_index.json", ec);
 }
 
@@ -78,8 +68,8 @@ bool is_qwen_image_model(const std::string& path) {
   std::error_code ec;
   if (path.empty() || !fs::is_directory(path, ec)) return false;
   const fs::path dir(path);
-  return class_name(dir / "model_index.json") == "QwenImagePipeline" ||
-         class_name(dir / "transformer" / "config.json") == "QwenImageTransformer2DModel";
+  return io::json_class_name(dir / "model_index.json") == "QwenImagePipeline" ||
+         io::json_class_name(dir / "transformer" / "config.json") == "QwenImageTransformer2DModel";
 }
 
 std::vector<ModelPreset> QwenImageFamily::presets() const {
@@ -145,19 +135,7 @@ estimate::ModelShape QwenImageFamily::shape(const config::TrainerConfig& cfg) co
   const TrainedParts trained = resolve_trained_parts(cfg);
   const std::int64_t dim = c.inner_dim();
   auto describe_units = [&](QwenImageTransformer2DModelImpl& transformer) {
-    for (const ParamUnit& u : transformer.units()) {
-      estimate::UnitShape s{u.name};
-      s.kind = u.name == "io" ? estimate::UnitKind::io : estimate::UnitKind::joint_block;
-      for (const auto& [n, t] : u.parameters) {
-        s.parameters += t.numel();
-        s.largest_module = std::max(s.largest_module, t.numel());
-      }
-      s.in_channels = u.name == "io" ? c.in_channels : dim;
-      s.out_channels = dim;
-      s.heads = c.num_attention_heads;
-      s.depth = 1;
-      m.units.push_back(s);
-    }
+    m.units = estimate::transformer_unit_shapes(transformer.units(), c.in_channels, dim, c.num_attention_heads);
     if (trained.lora) m.lora_denoiser_parameters = lora_parameter_count(transformer, lora_targets(cfg), cfg.lora.rank);
   };
   if (tiny) {
@@ -228,7 +206,7 @@ std::unique_ptr<TrainableModel> QwenImageFamily::load_frozen(const config::Train
 }
 
 bool QwenImageFamily::is_model_folder(const std::string& dir) const {
-  return class_name(fs::path(dir) / "transformer" / "config.json") == "QwenImageTransformer2DModel";
+  return io::json_class_name(fs::path(dir) / "transformer" / "config.json") == "QwenImageTransformer2DModel";
 }
 
 bool QwenImageFamily::has_saved_base(const std::string& dir) const { return QwenImageModel::has_saved_base(dir); }

@@ -20,6 +20,7 @@
 #include "models/lora.h"
 #include "models/qwen_image/qwen_lora_file.h"
 #include "models/sd/diffusers_pipeline.h"
+#include "models/transformer_model_parts.h"
 #include "models/weights.h"
 
 namespace zs::models {
@@ -27,32 +28,6 @@ namespace zs::models {
 namespace fs = std::filesystem;
 
 namespace {
-
-nlohmann::json with_class(nlohmann::json j, const char* class_name) {
-  j["_class_name"] = class_name;
-  return j;
-}
-
-/// The transformer of `config` with its weights from `lookup` (diffusers' names). With `on_unit`,
-/// each block is loaded as soon as it is built and handed over (ZeRO-3's sharded init).
-QwenImageTransformer2DModel load_transformer(const QwenImageConfig& config, const TensorLookup& lookup,
-                                             const std::string& where, const UnitBuilt& on_unit) {
-  std::set<std::string> handed;
-  UnitBuilt load_then_hand;
-  if (on_unit)
-    load_then_hand = [&](const std::string& unit, const std::string& prefix, torch::nn::Module& module) {
-      load_weights(module, [&](const std::string& n) { return lookup(prefix + "." + n); }, where + " (" + unit + ")");
-      for (const auto& item : module.named_parameters(true)) handed.insert(prefix + "." + item.key());
-      on_unit(unit, prefix, module);
-    };
-  QwenImageTransformer2DModel t(config, load_then_hand);
-  load_weights(*t, lookup, where, [&](const std::string& name) { return handed.count(name) > 0; });
-  return t;
-}
-
-void freeze(torch::nn::Module& m) {
-  for (auto& p : m.parameters()) p.set_requires_grad(false);
-}
 
 /// Qwen-Image's scheduler (../shared/REFERENCE.md, "Qwen-Image scheduler").
 diffusion::FlowScheduleConfig qwen_image_schedule() {
@@ -69,44 +44,12 @@ diffusion::FlowScheduleConfig qwen_image_schedule() {
 
 }  // namespace
 
-/// Brings parked frozen parts to the compute device for one call and back to CPU memory after it.
-class QwenFrozenVisit {
- public:
-  QwenFrozenVisit(QwenImageModel& m, bool text, bool image) : m_(m), text_(text), image_(image) {
-    active_ = m.parked_ && !m.frozen_device_.is_cpu();
-    if (!active_) return;
-    c10::NoGradGuard no_grad;
-    for (auto* part : m_.frozen_parts(text_, image_))
-      if (part != m_.text_encoder.ptr().get()) part->to(m_.frozen_device_);  // Qwen2.5-VL streams itself
-    ++m_.frozen_visits_;
-  }
-  ~QwenFrozenVisit() {
-    if (!active_) return;
-    c10::NoGradGuard no_grad;
-    for (auto* part : m_.frozen_parts(text_, image_)) part->to(at::kCPU);
-  }
-  QwenFrozenVisit(const QwenFrozenVisit&) = delete;
-  QwenFrozenVisit& operator=(const QwenFrozenVisit&) = delete;
-
- private:
-  QwenImageModel& m_;
-  bool text_, image_, active_ = false;
-};
-
 QwenImageModel QwenImageModel::build_tiny(const std::vector<std::string>& captions, std::uint64_t seed,
                                           const UnitBuilt& on_unit) {
   at::manual_seed(seed);
   QwenImageModel m;
   m.word_tokenizer = WordTokenizer::build(captions, 12);
-  ClipTextConfig t;
-  t.vocab_size = m.word_tokenizer.vocab_size();
-  t.hidden_size = 64;
-  t.intermediate_size = 128;
-  t.num_attention_heads = 4;
-  t.num_hidden_layers = 2;
-  t.max_position_embeddings = m.word_tokenizer.max_length();
-  t.eos_token_id = m.word_tokenizer.eos_id();
-  m.tiny_text = ClipTextModel(t);
+  m.tiny_text = tiny_text_encoder(m.word_tokenizer);
   // Pixel space: 3 channels packed 2×2 into 12-value tokens (a 32-pixel image is 16 × 16 tokens).
   QwenImageConfig c;
   c.in_channels = 12;
@@ -114,7 +57,7 @@ QwenImageModel QwenImageModel::build_tiny(const std::vector<std::string>& captio
   c.num_layers = 4;
   c.attention_head_dim = 16;
   c.num_attention_heads = 4;
-  c.joint_attention_dim = t.hidden_size;
+  c.joint_attention_dim = m.tiny_text->config().hidden_size;
   c.axes_dims_rope = {4, 6, 6};
   m.transformer = QwenImageTransformer2DModel(c, on_unit);
   m.schedule = qwen_image_schedule();
@@ -133,8 +76,9 @@ QwenImageModel QwenImageModel::load_pipeline(const std::string& dir, const UnitB
   m.pipeline_ = fs::absolute(dir).lexically_normal().string();
   if (with_transformer) {
     const WeightFiles r(p.weight_files("transformer"));
-    m.transformer = load_transformer(QwenImageConfig::from_file(p.dir("transformer") + "/config.json"),
-                                     [&](const std::string& n) { return r.find(n); }, p.dir("transformer"), on_unit);
+    m.transformer = load_transformer_units<QwenImageTransformer2DModel>(
+        QwenImageConfig::from_file(p.dir("transformer") + "/config.json"), [&](const std::string& n) { return r.find(n); },
+        p.dir("transformer"), on_unit);
   }
   // The frozen parts' configs and files now (a missing one is an error at once), their weights on
   // first use (text_model(), vae_model()).
@@ -152,57 +96,27 @@ bool QwenImageModel::has_saved_base(const std::string& dir) {
   return fs::exists(fs::path(dir) / "transformer" / "diffusion_pytorch_model.safetensors");
 }
 
-std::string QwenImageModel::pipeline_of(const std::string& dir) {
-  const std::string ref_file = dir + "/pipeline.json";
-  if (!fs::exists(ref_file)) return {};
-  const std::string path = io::read_json_file(ref_file, "pipeline reference").value("path", std::string());
-  if (!fs::exists(fs::path(path) / "model_index.json"))
-    throw Error(ErrorKind::checkpoint, ref_file + ": the run was trained from " + path +
-                                           ", which is gone; put the pipeline folder back there to resume or export");
-  return path;
-}
+std::string QwenImageModel::pipeline_of(const std::string& dir) { return pipeline_reference(dir); }
 
 QwenImageModel QwenImageModel::load_folder(const std::string& dir, const UnitBuilt& on_unit) {
   if (const std::string path = pipeline_of(dir); !path.empty()) return load_pipeline(path, on_unit, true);
   QwenImageModel m;
-  m.word_tokenizer = WordTokenizer::load(dir + "/tokenizer/tokenizer.json");
-  const ClipTextConfig t = ClipTextConfig::from_file(dir + "/text_encoder/config.json");
-  if (t.vocab_size != m.word_tokenizer.vocab_size())
-    throw Error(ErrorKind::checkpoint, dir + ": text_encoder/config.json vocab_size " + std::to_string(t.vocab_size) +
-                                           " does not match the tokenizer's " +
-                                           std::to_string(m.word_tokenizer.vocab_size()));
-  m.tiny_text = ClipTextModel(t);
+  load_tiny_text(dir, m.word_tokenizer, m.tiny_text);
   m.transformer = QwenImageTransformer2DModel(QwenImageConfig::from_file(dir + "/transformer/config.json"), on_unit);
-  const std::string scheduler = dir + "/scheduler/scheduler_config.json";
-  m.schedule = diffusion::FlowScheduleConfig::from_json(io::read_json_file(scheduler, "scheduler config"), scheduler);
+  m.schedule = read_folder_schedule(dir);
   const std::string transformer_file = dir + "/transformer/diffusion_pytorch_model.safetensors";
-  const std::string text_file = dir + "/text_encoder/model.safetensors";
   if (!on_unit && fs::exists(transformer_file)) load_weights(*m.transformer, io::SafetensorsReader(transformer_file));
-  if (fs::exists(text_file)) load_weights(*m.tiny_text, io::SafetensorsReader(text_file));
   return m;
 }
 
 void QwenImageModel::save_folder(const std::string& dir) const {
-  for (const char* sub : {"transformer", "scheduler"}) fs::create_directories(fs::path(dir) / sub);
-  io::write_file_atomic(dir + "/transformer/config.json",
-                        with_class(transformer->config().to_json(), "QwenImageTransformer2DModel").dump(2) + "\n");
-  io::write_file_atomic(dir + "/scheduler/scheduler_config.json",
-                        with_class(schedule.to_json(), "FlowMatchEulerDiscreteScheduler").dump(2) + "\n");
-  if (!pipeline_.empty()) {
-    io::write_file_atomic(dir + "/pipeline.json", nlohmann::json{{"path", pipeline_}}.dump(2) + "\n");
-    return;
-  }
-  for (const char* sub : {"text_encoder", "tokenizer"}) fs::create_directories(fs::path(dir) / sub);
-  io::write_file_atomic(dir + "/text_encoder/config.json", tiny_text->config().to_json().dump(2) + "\n");
-  word_tokenizer.save(dir + "/tokenizer/tokenizer.json");
+  save_transformer_folder(dir, transformer->config().to_json(), "QwenImageTransformer2DModel", schedule);
+  if (!pipeline_.empty()) io::write_file_atomic(dir + "/pipeline.json", nlohmann::json{{"path", pipeline_}}.dump(2) + "\n");
+  else save_tiny_text(dir, word_tokenizer, tiny_text);
 }
 
 void QwenImageModel::save_base(const std::string& dir) const {
-  if (!pipeline_.empty()) return;
-  for (const char* sub : {"transformer", "text_encoder"}) fs::create_directories(fs::path(dir) / sub);
-  const std::map<std::string, std::string> meta = {{"format", "pt"}, {"producer", "zerostudio"}};
-  save_weights(*transformer, dir + "/transformer/diffusion_pytorch_model.safetensors", "", meta);
-  save_weights(*tiny_text, dir + "/text_encoder/model.safetensors", "", meta);
+  if (pipeline_.empty()) save_tiny_base(dir, *transformer, *tiny_text);
 }
 
 void QwenImageModel::configure(const config::TrainerConfig& cfg) {
@@ -274,7 +188,7 @@ TextConditioning QwenImageModel::condition(const std::vector<std::string>& capti
     return {tiny_text->forward(word_tokenizer.encode_batch(captions).to(device)).last_hidden_state, {}, {}};
   c10::NoGradGuard no_grad;
   if (tokenizer) text_model();  // loaded before the visit brings it
-  const QwenFrozenVisit visit(*this, true, false);
+  const FrozenVisit visit(parked_, frozen_device_, frozen_parts(true, false), text_encoder.ptr().get(), frozen_visits_);
   // One caption at a time: a caption's rows never depend on its batch (QwenImagePipeline's
   // padding and mask make them equal anyway).
   std::vector<at::Tensor> rows;
@@ -312,7 +226,7 @@ at::Tensor QwenImageModel::to_model_space(const at::Tensor& images, at::Generato
       images, cache, keys,
       [&](const at::Tensor& image) {
         QwenVaeImpl& v = vae_model();
-        const QwenFrozenVisit visit(*this, false, true);
+        const FrozenVisit visit(parked_, frozen_device_, frozen_parts(false, true), nullptr, frozen_visits_);
         return v.encode(image.to(dtype));
       },
       dtype);
@@ -323,7 +237,7 @@ at::Tensor QwenImageModel::to_images(const at::Tensor& samples) {
   if (!vae_config_) return samples;
   c10::NoGradGuard no_grad;
   QwenVaeImpl& v = vae_model();
-  const QwenFrozenVisit visit(*this, false, true);
+  const FrozenVisit visit(parked_, frozen_device_, frozen_parts(false, true), nullptr, frozen_visits_);
   const at::Tensor z = vae_config_->from_model_latents(samples.to(at::kFloat));
   return v.decode(z.to(v.parameters().front().scalar_type())).to(at::kFloat);
 }
@@ -352,10 +266,7 @@ std::vector<std::pair<std::string, at::Tensor>> QwenImageModel::named_parameters
 }
 
 std::vector<ParamUnit> QwenImageModel::denoiser_units() const {
-  std::vector<ParamUnit> units = transformer->units();
-  for (auto& u : units)
-    for (auto& [name, p] : u.parameters) name = "transformer." + name;
-  return units;
+  return prefixed_units(transformer->units(), "transformer.");
 }
 
 std::size_t QwenImageModel::attach_denoiser_lora(const std::vector<std::string>& targets, const LoraOptions& o,
@@ -455,10 +366,7 @@ std::vector<torch::nn::Module*> QwenImageModel::frozen_parts(bool text, bool ima
 }
 
 std::int64_t QwenImageModel::frozen_bytes() const {
-  std::int64_t n = 0;
-  for (const auto* m : frozen_parts(true, true))
-    for (const auto& p : m->parameters()) n += p.numel() * static_cast<std::int64_t>(p.element_size());
-  return n;
+  return parameter_bytes(frozen_parts(true, true));
 }
 
 void QwenImageModel::park_frozen(const at::Device& device, const std::vector<std::string>& remember,

@@ -130,7 +130,6 @@ class QwenImageModel final : public TrainableModel {
   diffusion::FlowScheduleConfig schedule;
 
  private:
-  friend class QwenFrozenVisit;
   /// One caption's rows [1, n, D] (pipelines: n its kept tokens; the tiny preset: its word frame).
   at::Tensor encode_one(const std::string& caption, const at::Device& device);
   std::vector<torch::nn::Module*> frozen_parts(bool text, bool image) const;

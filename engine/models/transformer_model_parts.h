@@ -1,0 +1,88 @@
+#pragma once
+// What the flow-matching transformer families' models (models/flux/flux_model.h,
+// models/qwen_image/qwen_image_model.h) share: the tiny presets' word tokenizer and small CLIP-style
+// encoder, the run's model folder (transformer/ and scheduler/ configs, pipeline.json, the preset's
+// base weights), a transformer loaded unit by unit for ZeRO-3's sharded init, and parked frozen
+// parts brought back for one call.
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/nn/module.h>
+
+#include "diffusion/flow_matching.h"
+#include "models/clip_text_model.h"
+#include "models/param_unit.h"
+#include "models/weights.h"
+#include "models/word_tokenizer.h"
+
+namespace zs::models {
+
+/// The tiny presets' text encoder: a small CLIP text model (64 wide, 2 layers) over the word
+/// tokenizer's vocabulary and frame.
+ClipTextModel tiny_text_encoder(const WordTokenizer& tokenizer);
+
+/// A tiny preset's tokenizer and encoder from a run's model folder (tokenizer/tokenizer.json,
+/// text_encoder/config.json, and text_encoder/model.safetensors where save_tiny_base wrote it).
+/// Throws zs::Error(checkpoint) naming the folder when the two disagree on the vocabulary.
+void load_tiny_text(const std::string& dir, WordTokenizer& tokenizer, ClipTextModel& encoder);
+
+/// A model folder's transformer/config.json (with `class_name`) and scheduler/scheduler_config.json.
+void save_transformer_folder(const std::string& dir, nlohmann::json transformer_config, const char* class_name,
+                             const diffusion::FlowScheduleConfig& schedule);
+/// scheduler/scheduler_config.json of a model folder.
+diffusion::FlowScheduleConfig read_folder_schedule(const std::string& dir);
+/// A tiny preset's tokenizer and encoder config (save_folder) …
+void save_tiny_text(const std::string& dir, const WordTokenizer& tokenizer, const ClipTextModel& encoder);
+/// … and its base weights (save_base): transformer/diffusion_pytorch_model.safetensors, text_encoder/model.safetensors.
+void save_tiny_base(const std::string& dir, const torch::nn::Module& transformer, const torch::nn::Module& encoder);
+
+/// The pipeline folder a run's model folder names (pipeline.json's "path"), "" without one. Throws
+/// zs::Error(checkpoint) naming pipeline.json when that folder is gone.
+std::string pipeline_reference(const std::string& dir);
+
+/// No gradients for any parameter of `m`.
+void freeze(torch::nn::Module& m);
+/// `units` with `prefix` before every parameter name ("transformer.").
+std::vector<ParamUnit> prefixed_units(std::vector<ParamUnit> units, const std::string& prefix);
+/// Bytes of the parameters of `parts`.
+std::int64_t parameter_bytes(const std::vector<torch::nn::Module*>& parts);
+
+/// A transformer `Module` (a TORCH_MODULE holder) of `config` with its weights from `lookup`
+/// (diffusers' names). With `on_unit`, each unit is loaded as soon as it is built and handed over
+/// (ZeRO-3's sharded init), so the whole transformer never exists at once.
+template <class Module, class Config>
+Module load_transformer_units(const Config& config, const TensorLookup& lookup, const std::string& where,
+                              const UnitBuilt& on_unit) {
+  std::set<std::string> handed;
+  UnitBuilt load_then_hand;
+  if (on_unit)
+    load_then_hand = [&](const std::string& unit, const std::string& prefix, torch::nn::Module& module) {
+      load_weights(module, [&](const std::string& n) { return lookup(prefix + "." + n); }, where + " (" + unit + ")");
+      for (const auto& item : module.named_parameters(true)) handed.insert(prefix + "." + item.key());
+      on_unit(unit, prefix, module);
+    };
+  Module t(config, load_then_hand);
+  load_weights(*t, lookup, where, [&](const std::string& name) { return handed.count(name) > 0; });
+  return t;
+}
+
+/// Parked frozen parts on the compute device for one call and back to CPU memory after it (a
+/// streamed part moves itself and is left where it is); counts the visit.
+class FrozenVisit {
+ public:
+  FrozenVisit(bool parked, const at::Device& device, std::vector<torch::nn::Module*> parts,
+              const torch::nn::Module* streamed, std::int64_t& visits);
+  ~FrozenVisit();
+  FrozenVisit(const FrozenVisit&) = delete;
+  FrozenVisit& operator=(const FrozenVisit&) = delete;
+
+ private:
+  std::vector<torch::nn::Module*> parts_;
+  bool active_ = false;
+};
+
+}  // namespace zs::models
