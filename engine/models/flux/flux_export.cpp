@@ -39,11 +39,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void copy_tree(const fs::path& from, const fs::path& to) {
-  fs::create_directories(to);
-  fs::copy(from, to, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
-}
-
 /// A component's base weights: the preset's in the run's model folder, the BFL single file the
 /// transformer came from (mapped onto diffusers' names as read), or the pipeline's files.
 ExportTensors base_tensors(const fs::path& model_dir, const models::FluxModel::PipelineRef& ref,
@@ -257,35 +252,7 @@ ExportResult export_flux_checkpoint(const CheckpointInfo& info, const std::strin
     r.tensors = done;
     return r;
   }
-  std::error_code ec;
-  if (fs::exists(out) && !fs::is_empty(out, ec))
-    throw Error(ErrorKind::io, out + ": exists and is not empty; choose a new folder for the export");
-  const fs::path root(out);
-  if (!source.empty()) {
-    // Every untouched component (VAE, T5, tokenizers, scheduler, model_index.json) from the pipeline.
-    copy_pipeline_components(source, out, "transformer",
-                             text.empty() ? std::vector<std::string>{} : std::vector<std::string>{"text_encoder"});
-  } else {
-    // The flux-tiny preset: its configs, word tokenizer and scheduler from the run's model folder.
-    for (const char* sub : {"text_encoder", "tokenizer", "scheduler"})
-      if (fs::exists(model_dir / sub)) copy_tree(model_dir / sub, root / sub);
-    if (fs::exists(root / "text_encoder" / "model.safetensors")) fs::remove(root / "text_encoder" / "model.safetensors");
-  }
-  fs::create_directories(root / "transformer");
-  fs::copy_file(model_dir / "transformer" / "config.json", root / "transformer" / "config.json",
-                fs::copy_options::overwrite_existing, ec);
-  if (ec) throw Error(ErrorKind::io, (model_dir / "transformer" / "config.json").string() + ": cannot copy: " + ec.message());
-  const std::string transformer_file = (root / "transformer" / "diffusion_pytorch_model.safetensors").string();
-  r.bytes += stream_tensors(transformer, transformer_file, o, metadata, done, total);
-  r.files.push_back(transformer_file);
-  if (!text.empty()) {
-    fs::create_directories(root / "text_encoder");
-    const std::string file = (root / "text_encoder" / "model.safetensors").string();
-    r.bytes += stream_tensors(text, file, o, metadata, done, total);
-    r.files.push_back(file);
-  }
-  r.tensors = done;
-  return r;
+  return export_transformer_folder(source, model_dir.string(), out, transformer, text, o, metadata);
 }
 
 }  // namespace zs::checkpoint

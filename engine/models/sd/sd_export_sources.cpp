@@ -215,4 +215,44 @@ ExportTensors kohya_lora_tensors(const ComponentAdapters& layers, const std::str
   return tensors;
 }
 
+ExportResult export_transformer_folder(const std::string& source, const std::string& model_dir, const std::string& out,
+                                       const ExportTensors& transformer, const ExportTensors& text,
+                                       const ExportOptions& o, const std::map<std::string, std::string>& metadata) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(out) && !fs::is_empty(out, ec))
+    throw Error(ErrorKind::io, out + ": exists and is not empty; choose a new folder for the export");
+  const fs::path root(out), model(model_dir);
+  if (!source.empty()) {
+    // Every untouched component (VAE, frozen text encoders, tokenizers, scheduler, model_index.json).
+    copy_pipeline_components(source, out, "transformer",
+                             text.empty() ? std::vector<std::string>{} : std::vector<std::string>{"text_encoder"});
+  } else {
+    for (const char* sub : {"text_encoder", "tokenizer", "scheduler"})
+      if (fs::exists(model / sub)) {
+        fs::create_directories(root / sub);
+        fs::copy(model / sub, root / sub, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+      }
+    if (fs::exists(root / "text_encoder" / "model.safetensors")) fs::remove(root / "text_encoder" / "model.safetensors");
+  }
+  fs::create_directories(root / "transformer");
+  fs::copy_file(model / "transformer" / "config.json", root / "transformer" / "config.json",
+                fs::copy_options::overwrite_existing, ec);
+  if (ec) throw Error(ErrorKind::io, (model / "transformer" / "config.json").string() + ": cannot copy: " + ec.message());
+  ExportResult r;
+  std::size_t done = 0;
+  const std::size_t total = transformer.size() + text.size();
+  const std::string transformer_file = (root / "transformer" / "diffusion_pytorch_model.safetensors").string();
+  r.bytes += stream_tensors(transformer, transformer_file, o, metadata, done, total);
+  r.files.push_back(transformer_file);
+  if (!text.empty()) {
+    fs::create_directories(root / "text_encoder");
+    const std::string file = (root / "text_encoder" / "model.safetensors").string();
+    r.bytes += stream_tensors(text, file, o, metadata, done, total);
+    r.files.push_back(file);
+  }
+  r.tensors = done;
+  return r;
+}
+
 }  // namespace zs::checkpoint

@@ -67,6 +67,14 @@ ExportTensors peft_lora_tensors(const ComponentAdapters& layers, const std::stri
 /// and ".alpha" (sd-scripts, musubi-tuner).
 ExportTensors kohya_lora_tensors(const ComponentAdapters& layers, const std::string& prefix);
 
+/// A flow-matching transformer run's export as a diffusers folder `out` (new, or empty): the
+/// pipeline `source`'s untouched components (or, for a tiny preset, its configs, word tokenizer and
+/// scheduler from the run's `model_dir`), transformer/ with the run's config.json and `transformer`,
+/// and text_encoder/model.safetensors with `text` where the run trained it (Flux, Qwen-Image).
+ExportResult export_transformer_folder(const std::string& source, const std::string& model_dir, const std::string& out,
+                                       const ExportTensors& transformer, const ExportTensors& text,
+                                       const ExportOptions& o, const std::map<std::string, std::string>& metadata);
+
 /// A diffusers pipeline folder's files into `root` for an export that writes some components
 /// itself: every component but `skip` (the trained denoiser) copied, and of the components in
 /// `own` (trained text encoders) only the configs, their weights being written by the export.
