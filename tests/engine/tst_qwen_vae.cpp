@@ -207,9 +207,8 @@ class TestQwenVae : public QObject {
     const at::Tensor image = ref.tensor("image");  // [2, 3, 24, 32]
     const DiagonalGaussian posterior = vae->encode(image);
     QCOMPARE(posterior.mean.sizes(), (at::IntArrayRef{2, 4, 3, 4}));
-    QVERIFY2(vae_diff(posterior.mean, ref.tensor("mean")) <= 1e-5, qPrintable(QString::number(vae_diff(posterior.mean, ref.tensor("mean")))));
-    QVERIFY2(vae_diff(posterior.logvar, ref.tensor("logvar")) <= 1e-5,
-             qPrintable(QString::number(vae_diff(posterior.logvar, ref.tensor("logvar")))));
+    QVERIFY(vae_diff(posterior.mean, ref.tensor("mean")) <= 1e-5);
+    QVERIFY(vae_diff(posterior.logvar, ref.tensor("logvar")) <= 1e-5);
     // The generator pushed log-variance channels 0 and 1 out of range: the clamp decided them.
     QVERIFY(at::equal(posterior.logvar.select(1, 0), at::full({2, 3, 4}, 20.0f)));
     QVERIFY(at::equal(posterior.logvar.select(1, 1), at::full({2, 3, 4}, -30.0f)));
@@ -218,9 +217,13 @@ class TestQwenVae : public QObject {
 
     const at::Tensor decoded = vae->decode(c.from_model_latents(ref.tensor("latents")));  // [2, 3, 24, 32]
     QCOMPARE(decoded.sizes(), (at::IntArrayRef{2, 3, 24, 32}));
-    // The decoder's 30-odd float32 convolutions sum in another order than PyTorch 2.11's kernels:
-    // 1.4e-5 apart on pixels in [−1, 1] here (the encoder's outputs within 1e-5).
-    QVERIFY2(vae_diff(decoded, ref.tensor("decoded")) <= 3e-5, qPrintable(QString::number(vae_diff(decoded, ref.tensor("decoded")))));
+    // The decoder's float32 sums run in another order than diffusers' conv3d: a few 1e-6 apart here
+    // (diffusers' own float32 decode is 2e-6 from its float64 one; gen/qwen_vae.py keeps every RMS
+    // norm at 8 channels or more, which keeps that rounding small).
+    QVERIFY(vae_diff(decoded, ref.tensor("decoded")) <= 1e-5);
+    qInfo("max |ours - diffusers|: mean %.2g, logvar %.2g, model latents %.2g, decoded %.2g",
+          vae_diff(posterior.mean, ref.tensor("mean")), vae_diff(posterior.logvar, ref.tensor("logvar")),
+          vae_diff(model_latents, ref.tensor("model_latents")), vae_diff(decoded, ref.tensor("decoded")));
     // Both sides of diffusers' clamp occur: some pixels at ±1, most inside.
     const double at_edge = (decoded.abs() >= 1.0f).to(at::kFloat).mean().item<double>();
     QVERIFY2(at_edge > 0.0 && at_edge < 0.2, qPrintable(QString::number(at_edge)));
@@ -242,12 +245,12 @@ class TestQwenVae : public QObject {
     const QwenVaeConfig tiny = fixture_config(ref);
 
     QwenVaeConfig wider = tiny;
-    wider.base_dim = 8;
+    wider.base_dim = 16;
     QwenVae a(wider);
     const at::Tensor before = a->named_parameters()["encoder.conv_out.bias"].clone();
     std::string what = error_of([&] { load_qwen_vae_weights(*a, {&ref}, "weight."); });
     QVERIFY2(what.starts_with(fixturePath() + ": does not fit the model"), what.c_str());
-    QVERIFY2(what.find("\n  weight.encoder.conv_in.weight has shape [4, 3, 3, 3, 3], the model needs [8, 3, 3, 3, 3]") !=
+    QVERIFY2(what.find("\n  weight.encoder.conv_in.weight has shape [8, 3, 3, 3, 3], the model needs [16, 3, 3, 3, 3]") !=
                  std::string::npos,
              what.c_str());
     QVERIFY(at::equal(a->named_parameters()["encoder.conv_out.bias"], before));

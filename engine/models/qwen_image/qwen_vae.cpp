@@ -336,7 +336,7 @@ nlohmann::json QwenVaeConfig::to_json() const {
 
 std::int64_t QwenVaeConfig::downsample_factor() const { return std::int64_t{1} << (dim_mult.size() - 1); }
 
-namespace {
+namespace qwen_vae_detail {
 
 /// `values` as [1, z, 1, 1] (or one trailing 1 per further dimension of `like`), in `like`'s options.
 at::Tensor per_channel(const std::vector<double>& values, const at::Tensor& like, const char* what, std::int64_t z_dim) {
@@ -349,13 +349,15 @@ at::Tensor per_channel(const std::vector<double>& values, const at::Tensor& like
   return at::tensor(values, at::kDouble).view(shape).to(like.options());
 }
 
-}  // namespace
+}  // namespace qwen_vae_detail
 
 at::Tensor QwenVaeConfig::to_model_latents(const at::Tensor& z) const {
+  using qwen_vae_detail::per_channel;
   return (z - per_channel(latents_mean, z, "to_model_latents", z_dim)) / per_channel(latents_std, z, "to_model_latents", z_dim);
 }
 
 at::Tensor QwenVaeConfig::from_model_latents(const at::Tensor& latents) const {
+  using qwen_vae_detail::per_channel;
   return latents * per_channel(latents_std, latents, "from_model_latents", z_dim) +
          per_channel(latents_mean, latents, "from_model_latents", z_dim);
 }
