@@ -265,10 +265,16 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
   trained = models::resolve_trained_parts(cfg);
   const bool lora = trained.lora;
   if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag) {
-    // LoRA's frozen base too: each rank reads only its shards (the adapters take their shapes from
-    // the layers' options, not the emptied weights).
-    sharded_init = std::make_unique<zero::ShardedInit>(zero::plan_options(zero_options(cfg), world, rank));
-    on_unit = sharded_init->callback();
+    if (lora && cfg.model.path.empty()) {
+      // A preset's base is built here and saved beside the run for its adapter checkpoints: it must
+      // exist whole once.
+      log("zero3_init_flag: not used for LoRA on a preset (its base is written whole to the run's model folder)");
+    } else {
+      // LoRA's frozen base from model files too: each rank reads only its shards (the adapters take
+      // their shapes from the layers' options, not the emptied weights).
+      sharded_init = std::make_unique<zero::ShardedInit>(zero::plan_options(zero_options(cfg), world, rank));
+      on_unit = sharded_init->callback();
+    }
   }
   if (ckpt) {
     // Resuming into another run directory takes the model description from the checkpoint's run.

@@ -320,6 +320,37 @@ class TestQwenImage : public QObject {
     }
   }
 
+  // LoRA on the tiny preset at stage 3 with zero3_init_flag: the preset's base is written whole to the
+  // run's model folder (its adapter checkpoints refer to it; built into shards it would be empty
+  // placeholders), the merged export has every base tensor at full size, and a tiny folder exported
+  // from a run whose encoder did not train keeps the base encoder's weights.
+  void loraOnThePresetKeepsAWholeBase() {
+    QTemporaryDir dir;
+    const std::string run_dir = dir.path().toStdString() + "/run";
+    auto cfg = zs::config::load_config_file((zs::test::sourceDir() + "/configs/quickstart-qwen-image.yaml").toStdString(),
+                                            {"training.method=lora", "lora.rank=2", "zero.stage=3", "zero.zero3_init_flag=true",
+                                             "zero.stage3_param_persistence_threshold=0", "training.max_steps=1",
+                                             "data.generate_count=8", "training.batch_size=2", "sampling.every_n_steps=0",
+                                             "checkpointing.every_n_steps=1", "logging.every_n_steps=1"})
+                   .config;
+    zs::train::TrainerOptions opts;
+    opts.run_dir = run_dir;
+    zs::train::TrainerCommands commands;
+    QCOMPARE(zs::train::Trainer(cfg, opts).run(commands).step, std::int64_t{1});
+    const zs::io::SafetensorsReader base(run_dir + "/model/transformer/diffusion_pytorch_model.safetensors");
+    QVERIFY(base.contains("transformer_blocks.0.attn.to_q.weight"));
+    QCOMPARE(base.tensor("transformer_blocks.0.attn.to_q.weight").numel(), std::int64_t{64 * 64});
+    zs::checkpoint::ExportOptions o;
+    o.format = "diffusers";
+    o.merge = true;
+    const std::string out = dir.path().toStdString() + "/merged";
+    zs::checkpoint::export_checkpoint(zs::test::checkpoint_dir(zs::test::read_events(run_dir)), out, o);
+    const zs::io::SafetensorsReader merged(out + "/transformer/diffusion_pytorch_model.safetensors");
+    for (const auto& e : base.entries()) QCOMPARE(merged.tensor(e.name).sizes(), base.tensor(e.name).sizes());
+    QVERIFY2(QFile::exists(QString::fromStdString(out + "/text_encoder/model.safetensors")),
+             "the export dropped the base text encoder");
+  }
+
   // A folder with a part missing is refused naming model_index.json and the parts a Qwen-Image
   // folder has.
   void badFoldersNameTheFile() {

@@ -144,7 +144,7 @@ void QwenImageModel::place_frozen(torch::nn::Module& part, bool streams) {
 QwenTextModelImpl& QwenImageModel::text_model() {
   if (!text_encoder) {
     if (pipeline_.empty()) throw Error(ErrorKind::config, "qwen-image-tiny has no Qwen2.5-VL text encoder");
-    text_encoder = load_qwen_text_model(pipeline_ + "/text_encoder", text_files_);
+    text_encoder = load_qwen_text_model(DiffusersPipeline::open(pipeline_).dir("text_encoder"), text_files_);
     place_frozen(*text_encoder, /*streams=*/true);
   }
   return *text_encoder;
@@ -381,6 +381,9 @@ void QwenImageModel::park_frozen(const at::Device& device, const std::vector<std
     c10::NoGradGuard no_grad;
     for (auto* part : frozen_parts(true, true)) part->to(at::kCPU);
   }
+  // Every caption is cached or remembered now: Qwen2.5-VL (7 B) leaves memory altogether, and
+  // text_model() reads it again should a caption ever miss.
+  text_encoder = nullptr;
   parked_ = true;
 }
 

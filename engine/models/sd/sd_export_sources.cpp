@@ -233,7 +233,9 @@ ExportResult export_transformer_folder(const std::string& source, const std::str
         fs::create_directories(root / sub);
         fs::copy(model / sub, root / sub, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
       }
-    if (fs::exists(root / "text_encoder" / "model.safetensors")) fs::remove(root / "text_encoder" / "model.safetensors");
+    // The base encoder stays unless the run trained it (then the checkpoint's is written below).
+    if (!text.empty() && fs::exists(root / "text_encoder" / "model.safetensors"))
+      fs::remove(root / "text_encoder" / "model.safetensors");
   }
   fs::create_directories(root / "transformer");
   fs::copy_file(model / "transformer" / "config.json", root / "transformer" / "config.json",
