@@ -432,7 +432,9 @@ SchemaBuilder build() {
         "loaded (or initialised) and cut to this process's shard before the next one exists, so no "
         "process ever holds the whole model. Off: every process first builds the whole UNet in fp32 "
         "in CPU memory (one copy per process on a machine); the device gets it one unit at a time "
-        "either way. The run is the same; `zerostudio estimate` shows the CPU memory while loading.");
+        "either way. The run is the same; `zerostudio estimate` shows the CPU memory while loading. "
+        "With `training.method: lora` the frozen base read from `model.path` is built into shards too "
+        "(a preset's base is built whole: the run's model folder keeps it for the adapter checkpoints).");
   s.add("zero.sub_group_size", T::integer, I{1000000000}, ZS_REF(zero.sub_group_size),
         "Optimizer-state elements processed per sub-group when offloading to NVMe.")
       .range(1, {});
