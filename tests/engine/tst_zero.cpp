@@ -16,6 +16,8 @@
 #include "zero/sharded_init.h"
 #include "io/async_file_io.h"
 #include "zero/nvme_store.h"
+#include "io/safetensors.h"
+#include "zero/reference_adafactor.h"
 #include "zero/reference_adamw.h"
 #include "zero/reference_ema.h"
 #include "zero/cpu_adam.h"
@@ -49,6 +51,70 @@ class TestZero : public QObject {
   Q_OBJECT
 
  private slots:
+  // ReferenceAdafactor against the pinned transformers' Adafactor (src/transformers/optimization.py;
+  // tests/fixtures/adafactor.safetensors, gen/adafactor.py): a linear weight, a bias and a 3×3
+  // convolution, 3 steps in float64 under kohya's settings (explicit lr, no scale_parameter /
+  // relative_step, no first moment), transformers' defaults (relative step, parameter scale) and with
+  // beta1, weight decay and a tighter clip; every parameter after every step and the final state.
+  void adafactorMatchesTransformers() {
+    const QString fixture = zs::test::peerFixture("adafactor.safetensors");
+    if (!QFile::exists(fixture)) ZS_SKIP_UNLESS_CI("tests/fixtures/adafactor.safetensors not found: run gen/adafactor.py");
+    const zs::io::SafetensorsReader ref(fixture.toStdString());
+    const std::vector<std::string> names = {"linear.weight", "linear.bias", "conv.weight"};
+    struct Setting {
+      std::string name;
+      zero::AdafactorOptions o;
+      std::optional<double> lr;
+    };
+    zero::AdafactorOptions relative;
+    relative.relative_step = relative.scale_parameter = true;
+    zero::AdafactorOptions beta1;
+    beta1.beta1 = 0.9;
+    beta1.weight_decay = 0.01;
+    beta1.clip_threshold = 0.5;
+    beta1.scale_parameter = true;
+    for (const Setting& set : {Setting{"kohya", {}, 1e-3}, Setting{"relative", relative, std::nullopt},
+                               Setting{"beta1", beta1, 1e-2}}) {
+      zero::NamedTensors params;
+      for (const auto& n : names) params.emplace_back(n, ref.tensor("start." + n).clone());
+      zero::ReferenceAdafactor opt(params, set.o);
+      for (int k = 1; k <= 3; ++k) {
+        for (auto& [n, p] : params) p.mutable_grad() = ref.tensor("grad" + std::to_string(k) + "." + n);
+        opt.step(set.lr);
+        for (const auto& [n, p] : params) {
+          const double d = (p - ref.tensor(set.name + ".step" + std::to_string(k) + "." + n)).abs().max().item<double>();
+          QVERIFY2(d < 1e-12, qPrintable(QString("%1, step %2, %3: %4").arg(set.name.c_str()).arg(k).arg(n.c_str()).arg(d)));
+        }
+      }
+      std::size_t compared = 0;
+      for (const auto& [key, t] : opt.state()) {
+        const std::string dot = key.substr(0, key.find('.')), param = key.substr(key.find('.') + 1);
+        const at::Tensor want = ref.tensor(set.name + ".state." + param + "." + dot);
+        QVERIFY2((t - want).abs().max().item<double>() < 1e-12 * std::max(1.0, want.abs().max().item<double>()), key.c_str());
+        ++compared;
+      }
+      QCOMPARE(compared, std::size_t(set.o.beta1 ? 3 + 5 : 5));
+    }
+    // transformers refuses an lr with relative_step, and warmup_init without it.
+    zero::NamedTensors p{{"w", at::zeros({2, 2}, at::kDouble)}};
+    zero::AdafactorOptions warm;
+    warm.warmup_init = true;
+    QVERIFY_THROWS_EXCEPTION(zs::Error, zero::ReferenceAdafactor(p, warm));
+    zero::ReferenceAdafactor rel(p, relative);
+    p[0].second.mutable_grad() = at::ones({2, 2}, at::kDouble);
+    QVERIFY_THROWS_EXCEPTION(zs::Error, rel.step(1e-3));
+  }
+
+  // What Adafactor keeps per tensor (its memory advantage): a matrix its row and column statistics, a
+  // 3×3 convolution factored over its kernel's two dimensions (so it keeps 2/3 of its size), a vector
+  // its full second moment; beta1 adds a full first moment.
+  void adafactorStateElements() {
+    QCOMPARE(zero::ReferenceAdafactor::state_elements({3072, 12288}, false), std::int64_t{3072 + 12288});
+    QCOMPARE(zero::ReferenceAdafactor::state_elements({320, 320, 3, 3}, false), std::int64_t{2 * 320 * 320 * 3});
+    QCOMPARE(zero::ReferenceAdafactor::state_elements({1280}, false), std::int64_t{1280});
+    QCOMPARE(zero::ReferenceAdafactor::state_elements({64, 32}, true), std::int64_t{64 * 32 + 64 + 32});
+  }
+
   void referenceAdamwMatchesLibTorch() {
     at::manual_seed(3);
     at::Tensor ours = at::randn({5, 4}).requires_grad_(true);
