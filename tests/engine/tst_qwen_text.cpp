@@ -66,7 +66,10 @@ double qwen_max_diff(const at::Tensor& a, const at::Tensor& b) {
   do {                                                                                                          \
     const at::Tensor g_ = (got), w_ = (want);                                                                   \
     QVERIFY2(g_.sizes() == w_.sizes(), qPrintable(QString("%1: shape differs").arg(what)));                    \
-    QVERIFY2(qwen_max_diff(g_, w_) <= 1e-5, qPrintable(QString("%1 differs by %2").arg(what).arg(qwen_max_diff(g_, w_)))); \
+    /* relative to the largest value: BLAS sums in another order with another thread count */                  \
+    const double s_ = std::max(1.0, w_.abs().max().item<double>());                                            \
+    QVERIFY2(qwen_max_diff(g_, w_) <= 1e-5 * s_,                                                                \
+             qPrintable(QString("%1 differs by %2 (scale %3)").arg(what).arg(qwen_max_diff(g_, w_)).arg(s_)));   \
   } while (0)
 
 /// Copies `names` from the tokenizer fixture into `dir`.

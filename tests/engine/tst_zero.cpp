@@ -17,6 +17,7 @@
 #include "io/async_file_io.h"
 #include "zero/nvme_store.h"
 #include "io/safetensors.h"
+#include "zero/blockwise_quant.h"
 #include "zero/reference_adafactor.h"
 #include "zero/reference_adamw.h"
 #include "zero/reference_ema.h"
@@ -103,6 +104,48 @@ class TestZero : public QObject {
     zero::ReferenceAdafactor rel(p, relative);
     p[0].second.mutable_grad() = at::ones({2, 2}, at::kDouble);
     QVERIFY_THROWS_EXCEPTION(zs::Error, rel.step(1e-3));
+  }
+
+  // bitsandbytes' block-wise 8-bit quantization (tests/fixtures/bnb_blockwise.safetensors,
+  // gen/bnb_blockwise.py, the pinned bitsandbytes' CPU backend): both dynamic maps value for value, and a
+  // signed and a non-negative tensor of 1000 values (a partial last block) at bitsandbytes' block of
+  // 256: every block's absmax identical, the codes too but where bitsandbytes' search picks a farther
+  // value, its codes dequantized to its values exactly.
+  void blockwiseQuantizationMatchesBitsandbytes() {
+    const QString fixture = zs::test::peerFixture("bnb_blockwise.safetensors");
+    if (!QFile::exists(fixture)) ZS_SKIP_UNLESS_CI("tests/fixtures/bnb_blockwise.safetensors not found: run gen/bnb_blockwise.py");
+    const zs::io::SafetensorsReader ref(fixture.toStdString());
+    for (const auto& [name, is_signed] : {std::pair<std::string, bool>{"dynamic", true}, {"udynamic", false}}) {
+      const at::Tensor map = zero::dynamic_map(is_signed);
+      QVERIFY2(at::equal(map, ref.tensor(name)), name.c_str());
+    }
+    for (const auto& [name, is_signed] : {std::pair<std::string, bool>{"signed", true}, {"unsigned", false}}) {
+      const at::Tensor map = zero::dynamic_map(is_signed);
+      const zero::BlockQuantized q = zero::quantize_blockwise(ref.tensor(name), map);
+      QCOMPARE(q.absmax.numel(), std::int64_t{4});
+      QVERIFY2(at::equal(q.absmax, ref.tensor(name + ".absmax")), name.c_str());
+      // bitsandbytes' CPU search (its BinSearch "Direct2" grid) lands one or more map values off for
+      // some inputs — 4 of the 1000 signed values, 92 of the small non-negative ones, where the
+      // unsigned map's values crowd below 1e-4 — never nearer than ours: the codes agree except
+      // there, and there ours is strictly nearer (in the kernel's arithmetic: x / absmax against the
+      // map with its first entry at −1).
+      const at::Tensor want = ref.tensor(name + ".codes");
+      const at::Tensor differ = (q.codes != want).nonzero().view({-1});
+      qInfo("%s: %lld of %lld codes differ from bitsandbytes' CPU kernel, ours nearer each time", name.c_str(),
+            static_cast<long long>(differ.numel()), static_cast<long long>(want.numel()));
+      at::Tensor code = map.clone();
+      code[0] = -1.0f;
+      const at::Tensor x = ref.tensor(name);
+      for (std::int64_t i = 0; i < differ.numel(); ++i) {
+        const std::int64_t k = differ[i].item<std::int64_t>();
+        const float s = x[k].item<float>() / q.absmax[k / zero::kQuantBlock].item<float>();
+        const float ours = std::abs(s - code[q.codes[k].item<std::uint8_t>()].item<float>());
+        const float theirs = std::abs(s - code[want[k].item<std::uint8_t>()].item<float>());
+        QVERIFY2(ours < theirs, qPrintable(QString("%1, element %2").arg(name.c_str()).arg(k)));
+      }
+      // Dequantizing bitsandbytes' own codes gives its values exactly.
+      QVERIFY2(at::equal(zero::dequantize_blockwise({want, q.absmax}, map), ref.tensor(name + ".dequantized")), name.c_str());
+    }
   }
 
   // What Adafactor keeps per tensor (its memory advantage): a matrix its row and column statistics, a
