@@ -117,7 +117,10 @@ std::vector<std::string> NvmeStore::remove_stale(const std::string& nvme_path) {
   std::vector<std::string> removed;
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
-  const std::string marker = "-" + sanitized(host) + "-";
+  // Appended piece by piece: GCC 12 warns falsely (-Warray-bounds) on "-" + std::string + "-" here.
+  std::string marker = "-";
+  marker += sanitized(host);
+  marker += '-';
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(nvme_path, ec)) {
     const std::string name = entry.path().filename().string();
