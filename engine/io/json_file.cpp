@@ -31,4 +31,23 @@ std::string json_class_name(const std::string& path) {
   }
 }
 
+std::int64_t config_int(const nlohmann::json& j, const char* key, std::int64_t fallback, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number_integer())
+    throw Error(ErrorKind::config, source + ": " + key + ": expected an integer, found " + j[key].dump());
+  return j[key].get<std::int64_t>();
+}
+
+std::vector<std::int64_t> config_int_list(const nlohmann::json& j, const char* key, std::vector<std::int64_t> fallback,
+                                          const std::string& source, const std::string& expected) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_array()) throw Error(ErrorKind::config, source + ": " + key + ": " + expected);
+  std::vector<std::int64_t> out;
+  for (const auto& v : j[key]) {
+    if (!v.is_number_integer()) throw Error(ErrorKind::config, source + ": " + key + ": " + expected);
+    out.push_back(v.get<std::int64_t>());
+  }
+  return out;
+}
+
 }  // namespace zs::io

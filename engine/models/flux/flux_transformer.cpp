@@ -21,11 +21,6 @@ namespace {
   throw Error(ErrorKind::config, source + ": " + key + ": " + what);
 }
 
-std::int64_t get_int(const json& j, const char* key, std::int64_t fallback, const std::string& source) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number_integer()) fail(source, key, "expected an integer, found " + j[key].dump());
-  return j[key].get<std::int64_t>();
-}
 
 }  // namespace
 
@@ -34,42 +29,39 @@ FluxConfig FluxConfig::from_json(const json& j, const std::string& source) {
   if (j.contains("_class_name") && j["_class_name"] != "FluxTransformer2DModel")
     fail(source, "_class_name", j["_class_name"].dump() + " is not FluxTransformer2DModel");
   FluxConfig c;
-  c.patch_size = get_int(j, "patch_size", c.patch_size, source);
-  c.in_channels = get_int(j, "in_channels", c.in_channels, source);
-  c.out_channels = get_int(j, "out_channels", c.in_channels, source);
-  c.num_layers = get_int(j, "num_layers", c.num_layers, source);
-  c.num_single_layers = get_int(j, "num_single_layers", c.num_single_layers, source);
-  c.attention_head_dim = get_int(j, "attention_head_dim", c.attention_head_dim, source);
-  c.num_attention_heads = get_int(j, "num_attention_heads", c.num_attention_heads, source);
-  c.joint_attention_dim = get_int(j, "joint_attention_dim", c.joint_attention_dim, source);
-  c.pooled_projection_dim = get_int(j, "pooled_projection_dim", c.pooled_projection_dim, source);
+  c.patch_size = io::config_int(j, "patch_size", c.patch_size, source);
+  c.in_channels = io::config_int(j, "in_channels", c.in_channels, source);
+  c.out_channels = io::config_int(j, "out_channels", c.in_channels, source);
+  c.num_layers = io::config_int(j, "num_layers", c.num_layers, source);
+  c.num_single_layers = io::config_int(j, "num_single_layers", c.num_single_layers, source);
+  c.attention_head_dim = io::config_int(j, "attention_head_dim", c.attention_head_dim, source);
+  c.num_attention_heads = io::config_int(j, "num_attention_heads", c.num_attention_heads, source);
+  c.joint_attention_dim = io::config_int(j, "joint_attention_dim", c.joint_attention_dim, source);
+  c.pooled_projection_dim = io::config_int(j, "pooled_projection_dim", c.pooled_projection_dim, source);
   if (j.contains("guidance_embeds") && !j["guidance_embeds"].is_null()) {
     if (!j["guidance_embeds"].is_boolean()) fail(source, "guidance_embeds", "expected true or false");
     c.guidance_embeds = j["guidance_embeds"].get<bool>();
   }
-  if (j.contains("axes_dims_rope") && !j["axes_dims_rope"].is_null()) {
-    if (!j["axes_dims_rope"].is_array()) fail(source, "axes_dims_rope", "expected a list of integers");
-    c.axes_dims_rope.clear();
-    for (const auto& v : j["axes_dims_rope"]) {
-      if (!v.is_number_integer()) fail(source, "axes_dims_rope", "expected a list of integers");
-      c.axes_dims_rope.push_back(v.get<std::int64_t>());
-    }
-  }
+  c.axes_dims_rope = io::config_int_list(j, "axes_dims_rope", c.axes_dims_rope, source, "expected a list of integers");
   if (c.patch_size != 1) fail(source, "patch_size", "only 1 is supported (Flux packs 2×2 latents into tokens itself)");
   for (const auto& [key, v] : {std::pair{"in_channels", c.in_channels}, {"num_attention_heads", c.num_attention_heads},
                                {"attention_head_dim", c.attention_head_dim}, {"joint_attention_dim", c.joint_attention_dim},
                                {"pooled_projection_dim", c.pooled_projection_dim}, {"out_channels", c.out_channels}})
     if (v < 1) fail(source, key, "must be at least 1");
   if (c.num_layers < 0 || c.num_single_layers < 0) fail(source, "num_layers", "block counts cannot be negative");
+  check_rope_axes(c.axes_dims_rope, c.attention_head_dim, source);
+  return c;
+}
+
+void check_rope_axes(const std::vector<std::int64_t>& axes, std::int64_t head_dim, const std::string& source) {
   std::int64_t rope = 0;
-  for (const auto d : c.axes_dims_rope) {
+  for (const auto d : axes) {
     if (d < 2 || d % 2 != 0) fail(source, "axes_dims_rope", "every axis needs an even number of dimensions");
     rope += d;
   }
-  if (rope != c.attention_head_dim)
+  if (rope != head_dim)
     fail(source, "axes_dims_rope", "sums to " + std::to_string(rope) + " but attention_head_dim is " +
-                                       std::to_string(c.attention_head_dim) + "; they must be equal");
-  return c;
+                                       std::to_string(head_dim) + "; they must be equal");
 }
 
 FluxConfig FluxConfig::from_file(const std::string& path) {

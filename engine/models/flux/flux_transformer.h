@@ -197,6 +197,10 @@ at::Tensor flux_modulate(const at::Tensor& x, const at::Tensor& shift, const at:
 /// float32 or wider, returned in x's dtype.
 at::Tensor flux_apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+/// RoPE axes (Flux's and Qwen-Image's axes_dims_rope) against the head size: each axis an even
+/// number of dimensions, together the head's. Throws zs::Error(config) naming `source` and the key.
+void check_rope_axes(const std::vector<std::int64_t>& axes, std::int64_t head_dim, const std::string& source);
+
 /// RoPE's cos and sin [N, Σ axes] for position ids [N, axes] (FluxPosEmbed: per axis
 /// 1/θ^(2i/d) in float64, repeat-interleaved pairs), as float32.
 std::pair<at::Tensor, at::Tensor> flux_rope(const at::Tensor& ids, const std::vector<std::int64_t>& axes_dims,

@@ -21,11 +21,6 @@ namespace {
   throw Error(ErrorKind::config, source + ": " + key + ": " + what);
 }
 
-std::int64_t get_int(const json& j, const char* key, std::int64_t fallback, const std::string& source) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number_integer()) fail(source, key, "expected an integer, found " + j[key].dump());
-  return j[key].get<std::int64_t>();
-}
 
 std::string shape_of(const at::Tensor& t) {
   std::string s = "[";
@@ -49,24 +44,17 @@ QwenImageConfig QwenImageConfig::from_json(const json& j, const std::string& sou
                         "Qwen-Image transformer, whose config has it false");
   }
   QwenImageConfig c;
-  c.patch_size = get_int(j, "patch_size", c.patch_size, source);
-  c.in_channels = get_int(j, "in_channels", c.in_channels, source);
+  c.patch_size = io::config_int(j, "patch_size", c.patch_size, source);
+  c.in_channels = io::config_int(j, "in_channels", c.in_channels, source);
   // diffusers: `out_channels or in_channels`, so null means in_channels; absent, the default 16.
   c.out_channels = j.contains("out_channels") && j["out_channels"].is_null()
                        ? c.in_channels
-                       : get_int(j, "out_channels", c.out_channels, source);
-  c.num_layers = get_int(j, "num_layers", c.num_layers, source);
-  c.attention_head_dim = get_int(j, "attention_head_dim", c.attention_head_dim, source);
-  c.num_attention_heads = get_int(j, "num_attention_heads", c.num_attention_heads, source);
-  c.joint_attention_dim = get_int(j, "joint_attention_dim", c.joint_attention_dim, source);
-  if (j.contains("axes_dims_rope") && !j["axes_dims_rope"].is_null()) {
-    if (!j["axes_dims_rope"].is_array()) fail(source, "axes_dims_rope", "expected a list of three integers");
-    c.axes_dims_rope.clear();
-    for (const auto& v : j["axes_dims_rope"]) {
-      if (!v.is_number_integer()) fail(source, "axes_dims_rope", "expected a list of three integers");
-      c.axes_dims_rope.push_back(v.get<std::int64_t>());
-    }
-  }
+                       : io::config_int(j, "out_channels", c.out_channels, source);
+  c.num_layers = io::config_int(j, "num_layers", c.num_layers, source);
+  c.attention_head_dim = io::config_int(j, "attention_head_dim", c.attention_head_dim, source);
+  c.num_attention_heads = io::config_int(j, "num_attention_heads", c.num_attention_heads, source);
+  c.joint_attention_dim = io::config_int(j, "joint_attention_dim", c.joint_attention_dim, source);
+  c.axes_dims_rope = io::config_int_list(j, "axes_dims_rope", c.axes_dims_rope, source, "expected a list of three integers");
   if (c.patch_size != 2)
     fail(source, "patch_size", "only 2 is supported (QwenImagePipeline packs 2×2 latents into a token)");
   for (const auto& [key, v] : {std::pair{"in_channels", c.in_channels}, {"out_channels", c.out_channels},
@@ -78,14 +66,7 @@ QwenImageConfig QwenImageConfig::from_json(const json& j, const std::string& sou
   if (c.axes_dims_rope.size() != 3)
     fail(source, "axes_dims_rope", "expected three axes (frame, row, column), found " +
                                        std::to_string(c.axes_dims_rope.size()));
-  std::int64_t rope = 0;
-  for (const auto d : c.axes_dims_rope) {
-    if (d < 2 || d % 2 != 0) fail(source, "axes_dims_rope", "every axis needs an even number of dimensions");
-    rope += d;
-  }
-  if (rope != c.attention_head_dim)
-    fail(source, "axes_dims_rope", "sums to " + std::to_string(rope) + " but attention_head_dim is " +
-                                       std::to_string(c.attention_head_dim) + "; they must be equal");
+  check_rope_axes(c.axes_dims_rope, c.attention_head_dim, source);
   return c;
 }
 
