@@ -22,7 +22,6 @@
 #include "checkpoint/sharded_state.h"
 #include "core/error.h"
 #include "core/meta_tensors.h"
-#include "core/text.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "models/flux/flux_model.h"
@@ -169,18 +168,13 @@ ExportResult write_kohya_file(const CheckpointAdapters& adapters, const fs::path
 }  // namespace
 
 ExportResult export_flux_checkpoint(const CheckpointInfo& info, const std::string& out, const ExportOptions& o) {
-  const std::string& checkpoint = info.path;
-  const ShardReader shards(checkpoint, info.meta["sharding"]);
-  const std::string kind = o.ema ? "ema" : "weights";
-  if (o.ema && !shards.has("ema"))
-    throw Error(ErrorKind::checkpoint, checkpoint + ": has no EMA weights (the run had ema.enabled: false); drop --ema");
-  const fs::path model_dir = fs::path(without_trailing_slash(checkpoint)).parent_path().parent_path() / "model";
-  const bool lora = is_lora_checkpoint(info.meta);
-  const std::map<std::string, std::string> metadata = {{"format", "pt"},
-                                                      {"producer", "zerostudio"},
-                                                      {"step", std::to_string(info.step)},
-                                                      {"config_hash", info.meta.value("config_hash", "")},
-                                                      {"weights", kind + (lora && o.merge ? "+merged lora" : "")}};
+  const CheckpointExport e(info, o);
+  const std::string& checkpoint = e.path;
+  const ShardReader& shards = e.shards;
+  const std::string& kind = e.kind;
+  const fs::path model_dir(e.model_dir);
+  const bool lora = e.lora;
+  const std::map<std::string, std::string>& metadata = e.metadata;
   if (o.format == "lora-diffusers" || o.format == "lora-kohya") {
     if (!lora)
       throw Error(ErrorKind::config, checkpoint + ": holds no LoRA adapters (the run trained the full model); export "

@@ -18,7 +18,6 @@
 #include "checkpoint/export.h"
 #include "checkpoint/sharded_state.h"
 #include "core/error.h"
-#include "core/text.h"
 #include "models/qwen_image/qwen_image_model.h"
 #include "models/sd/diffusers_pipeline.h"
 #include "models/sd/lora_file.h"
@@ -67,18 +66,13 @@ ExportResult write_lora(const ComponentAdapters& layers, const std::string& form
 }  // namespace
 
 ExportResult export_qwen_image_checkpoint(const CheckpointInfo& info, const std::string& out, const ExportOptions& o) {
-  const std::string& checkpoint = info.path;
-  const ShardReader shards(checkpoint, info.meta["sharding"]);
-  const std::string kind = o.ema ? "ema" : "weights";
-  if (o.ema && !shards.has("ema"))
-    throw Error(ErrorKind::checkpoint, checkpoint + ": has no EMA weights (the run had ema.enabled: false); drop --ema");
-  const fs::path model_dir = fs::path(without_trailing_slash(checkpoint)).parent_path().parent_path() / "model";
-  const bool lora = is_lora_checkpoint(info.meta);
-  const std::map<std::string, std::string> metadata = {{"format", "pt"},
-                                                      {"producer", "zerostudio"},
-                                                      {"step", std::to_string(info.step)},
-                                                      {"config_hash", info.meta.value("config_hash", "")},
-                                                      {"weights", kind + (lora && o.merge ? "+merged lora" : "")}};
+  const CheckpointExport e(info, o);
+  const std::string& checkpoint = e.path;
+  const ShardReader& shards = e.shards;
+  const std::string& kind = e.kind;
+  const fs::path model_dir(e.model_dir);
+  const bool lora = e.lora;
+  const std::map<std::string, std::string>& metadata = e.metadata;
   const bool lora_format = o.format == "lora-diffusers" || o.format == "lora-diffsynth" || o.format == "lora-musubi";
   if (lora_format) {
     if (!lora)

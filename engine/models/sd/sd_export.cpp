@@ -21,7 +21,6 @@
 #include "checkpoint/sharded_state.h"
 #include "models/sd/single_file_names.h"
 #include "core/error.h"
-#include "core/text.h"
 #include "io/atomic_file.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
@@ -205,13 +204,12 @@ void write_single_file_components(const models::PipelineRef& ref, const std::set
 }  // namespace
 
 ExportResult export_sd_checkpoint(const CheckpointInfo& info, const std::string& out, const ExportOptions& o) {
-  const std::string& checkpoint = info.path;
-  const ShardReader shards(checkpoint, info.meta["sharding"]);
-  const std::string kind = o.ema ? "ema" : "weights";
-  if (o.ema && !shards.has("ema"))
-    throw Error(ErrorKind::checkpoint, checkpoint + ": has no EMA weights (the run had ema.enabled: false); drop --ema");
-  const fs::path model_dir = fs::path(without_trailing_slash(checkpoint)).parent_path().parent_path() / "model";
-  const bool lora = is_lora_checkpoint(info.meta);
+  const CheckpointExport e(info, o);
+  const std::string& checkpoint = e.path;
+  const ShardReader& shards = e.shards;
+  const std::string& kind = e.kind;
+  const fs::path model_dir(e.model_dir);
+  const bool lora = e.lora;
   if (o.format == "lora-kohya" || o.format == "lora-diffusers") {
     if (!lora)
       throw Error(ErrorKind::config, checkpoint + ": holds no LoRA adapters (the run trained the full model); export "
@@ -248,11 +246,7 @@ ExportResult export_sd_checkpoint(const CheckpointInfo& info, const std::string&
 
   std::size_t total = unet.size(), done = 0;
   for (const auto& [component, t] : text_encoders) total += t.size();
-  const std::map<std::string, std::string> metadata = {{"format", "pt"},
-                                                      {"producer", "zerostudio"},
-                                                      {"step", std::to_string(info.step)},
-                                                      {"config_hash", info.meta.value("config_hash", "")},
-                                                      {"weights", kind + (lora ? "+merged lora" : "")}};
+  const std::map<std::string, std::string>& metadata = e.metadata;  // lora here means merged (refused otherwise)
   ExportResult r;
   const models::PipelineRef ref = models::DiffusionModel::pipeline_of(model_dir.string());
   const std::string& source = ref.path;

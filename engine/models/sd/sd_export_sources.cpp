@@ -6,10 +6,12 @@
 
 #include <ATen/ATen.h>
 
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/export.h"
 #include "checkpoint/sharded_state.h"
 #include "core/error.h"
 #include "core/meta_tensors.h"
+#include "core/text.h"
 #include "io/safetensors.h"
 #include "models/sd/diffusers_pipeline.h"
 #include "models/sd/diffusion_model.h"
@@ -255,6 +257,21 @@ ExportResult export_transformer_folder(const std::string& source, const std::str
   }
   r.tensors = done;
   return r;
+}
+
+CheckpointExport::CheckpointExport(const CheckpointInfo& info, const ExportOptions& o)
+    : path(info.path),
+      shards(info.path, info.meta["sharding"]),
+      kind(o.ema ? "ema" : "weights"),
+      model_dir((std::filesystem::path(without_trailing_slash(info.path)).parent_path().parent_path() / "model").string()),
+      lora(is_lora_checkpoint(info.meta)) {
+  if (o.ema && !shards.has("ema"))
+    throw Error(ErrorKind::checkpoint, path + ": has no EMA weights (the run had ema.enabled: false); drop --ema");
+  metadata = {{"format", "pt"},
+              {"producer", "zerostudio"},
+              {"step", std::to_string(info.step)},
+              {"config_hash", info.meta.value("config_hash", "")},
+              {"weights", kind + (lora && o.merge ? "+merged lora" : "")}};
 }
 
 }  // namespace zs::checkpoint

@@ -13,11 +13,10 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/sharded_state.h"
 #include "models/lora.h"
 
 namespace zs::checkpoint {
-
-class ShardReader;
 
 /// One tensor of an export, read when it is written.
 struct ExportTensor {
@@ -31,6 +30,21 @@ using ExportTensors = std::vector<ExportTensor>;
 using ComponentAdapters = std::map<std::string, std::shared_ptr<models::LoraAdapter>>;
 /// ... of every component ("unet", "text_encoder", "text_encoder_2").
 using CheckpointAdapters = std::map<std::string, ComponentAdapters>;
+
+struct CheckpointInfo;
+struct ExportOptions;
+/// What every family's export reads first of a checkpoint: its shards, which weights (`--ema`:
+/// refused, naming the checkpoint, when the run kept none), the run's model folder, whether it holds
+/// LoRA adapters, and the __metadata__ its files carry (format, producer, step, config hash, weights).
+struct CheckpointExport {
+  CheckpointExport(const CheckpointInfo& info, const ExportOptions& o);
+  const std::string& path;
+  ShardReader shards;
+  std::string kind;        ///< "weights" or "ema"
+  std::string model_dir;   ///< <run>/model
+  bool lora;
+  std::map<std::string, std::string> metadata;
+};
 
 /// Whether a checkpoint's meta.json is a LoRA run's (training.method lora or text-encoder LoRA).
 bool is_lora_checkpoint(const nlohmann::json& meta);
