@@ -74,16 +74,62 @@ at::Tensor ShardReader::parameter(const std::string& name, const std::string& ki
   throw Error(ErrorKind::checkpoint, dir_ + ": the checkpoint has no parameter " + name);
 }
 
+bool ShardReader::same_layout(const UnitLayout& target) const {
+  const auto it = by_name_.find(target.name);
+  if (it == by_name_.end()) return false;
+  const UnitLayout& saved = units_[it->second];
+  return saved.numel == target.numel && saved.params.size() == target.params.size() &&
+         std::equal(saved.params.begin(), saved.params.end(), target.params.begin(),
+                    [](const ParamSlot& a, const ParamSlot& b) { return a.name == b.name && a.offset == b.offset; });
+}
+
+at::Tensor ShardReader::read_blocks(const UnitLayout& target, const std::string& kind, std::int64_t first,
+                                    std::int64_t count, std::int64_t block) const {
+  if (!same_layout(target)) return {};
+  const UnitLayout& u = units_[by_name_.at(target.name)];
+  const std::string name = u.name + "/" + kind;
+  const std::int64_t blocks = (u.numel + block - 1) / block;
+  at::Tensor out = at::zeros({count}, at::kFloat);
+  for (int r = 0; r < world_; ++r) {
+    if (!files_[static_cast<std::size_t>(r)]) continue;
+    const auto [begin, len] = saved_range(u, r, world_, stage_);
+    if (begin % block != 0 || len % block != 0) return {};  // not cut on block boundaries
+    const std::int64_t b0 = begin / block;
+    const std::int64_t lo = std::max(first, b0), hi = std::min({first + count, b0 + len / block, blocks});
+    if (lo >= hi) continue;
+    const auto& file = *files_[static_cast<std::size_t>(r)];
+    if (!file.contains(name)) return {};
+    out.narrow(0, lo - first, hi - lo).copy_(file.slice(name, lo - b0, hi - lo));
+  }
+  return out;
+}
+
+at::Tensor ShardReader::replicated(const std::string& parameter, const std::string& kind) const {
+  if (slots_.empty())
+    for (const auto& u : units_)
+      for (const auto& p : u.params) slots_[p.name] = {u.name, p.offset};
+  const auto where = slots_.find(parameter);
+  if (where != slots_.end()) {
+    const std::string name = where->second.first + "/" + kind + ":" + parameter;
+    for (const auto& file : files_)
+      if (file && file->contains(name)) return file->tensor(name);
+  }
+  throw Error(ErrorKind::checkpoint, dir_ + ": the checkpoint has no " + kind + " state for " + parameter +
+                                         " (saved with another optimizer.type?)");
+}
+
+at::Tensor ShardReader::read_state(const UnitLayout& target, const std::string& kind, std::int64_t first,
+                                   std::int64_t count, std::int64_t quant_block) const {
+  if (kind.rfind("adafactor:", 0) == 0) return replicated(kind.substr(10), "adafactor");
+  if (kind.size() > 7 && kind.compare(kind.size() - 7, 7, ".absmax") == 0)
+    return read_blocks(target, kind, first, count, quant_block);
+  return read_as(target, kind, first, count);
+}
+
 at::Tensor ShardReader::read_as(const UnitLayout& target, const std::string& kind, std::int64_t first,
                                 std::int64_t count) const {
   // The same unit as saved: read it straight.
-  if (const auto it = by_name_.find(target.name); it != by_name_.end()) {
-    const UnitLayout& saved = units_[it->second];
-    const bool same = saved.numel == target.numel && saved.params.size() == target.params.size() &&
-                      std::equal(saved.params.begin(), saved.params.end(), target.params.begin(),
-                                 [](const ParamSlot& a, const ParamSlot& b) { return a.name == b.name && a.offset == b.offset; });
-    if (same) return read(target.name, kind, first, count);
-  }
+  if (same_layout(target)) return read(target.name, kind, first, count);
   // Cut differently (a transformer saved whole, resumed as one unit per block): parameter by
   // parameter from wherever each one was saved.
   if (slots_.empty())

@@ -62,6 +62,20 @@ class ShardReader {
   /// each was saved (units cut differently, e.g. a transformer saved whole and resumed split).
   /// Throws zs::Error(checkpoint) naming a parameter the checkpoint lacks.
   at::Tensor read_as(const UnitLayout& target, const std::string& kind, std::int64_t first, std::int64_t count) const;
+  /// Blocks [first, first + count) of a kind kept one value per `block` elements (8-bit AdamW's
+  /// absmax), for a unit laid out as `target`: undefined when the checkpoint cut that unit
+  /// otherwise or lacks the kind (the blocks would not be the same).
+  at::Tensor read_blocks(const UnitLayout& target, const std::string& kind, std::int64_t first, std::int64_t count,
+                         std::int64_t block) const;
+  /// A tensor every rank held whole and rank 0 saved per parameter, "<unit>/<kind>:<parameter>"
+  /// (Adafactor's statistics), wherever that parameter's unit was. Throws zs::Error(checkpoint)
+  /// naming the parameter when it is missing.
+  at::Tensor replicated(const std::string& parameter, const std::string& kind) const;
+  /// What ZeroOptimizer::ShardSource asks for, for a unit laid out as `target`: a kind
+  /// "adafactor:<parameter>" (replicated), a kind ending in ".absmax" in blocks of `quant_block`
+  /// (read_blocks), any other through read_as.
+  at::Tensor read_state(const UnitLayout& target, const std::string& kind, std::int64_t first, std::int64_t count,
+                        std::int64_t quant_block) const;
   /// One parameter whole, of one kind, in its shape: consolidated from the shards one tensor at
   /// a time (what export streams).
   at::Tensor parameter(const std::string& name, const std::string& kind) const;
@@ -76,6 +90,8 @@ class ShardReader {
   std::vector<UnitLayout> units_;
   std::map<std::string, std::size_t> by_name_;
   mutable std::map<std::string, std::pair<std::string, std::int64_t>> slots_;  // parameter -> saved unit, offset
+  /// Whether the saved unit of target's name has target's parameters at the same offsets.
+  bool same_layout(const UnitLayout& target) const;
   std::vector<std::unique_ptr<io::SafetensorsReader>> files_;  // per saved rank (null: wrote nothing)
 };
 

@@ -28,8 +28,11 @@ json to_deepspeed_json(const TrainerConfig& c) {
                {"min_loss_scale", ls.min_loss_scale}};
   j["bf16"] = {{"enabled", c.precision == "bf16"}};
   const auto& o = c.optimizer;
-  j["optimizer"] = {{"type", o.type},
-                    {"params", {{"lr", o.lr}, {"betas", o.betas}, {"eps", o.eps}, {"weight_decay", o.weight_decay}}}};
+  // DeepSpeed has no 8-bit AdamW or Adafactor of its own: those leave the block out (a script
+  // passes its own optimizer to deepspeed.initialize then, as kohya's and OneTrainer's do).
+  if (o.type == "AdamW")
+    j["optimizer"] = {{"type", o.type},
+                      {"params", {{"lr", o.lr}, {"betas", o.betas}, {"eps", o.eps}, {"weight_decay", o.weight_decay}}}};
   const auto& s = c.scheduler;
   if (s.type == "WarmupLR" || s.type == "WarmupDecayLR") {
     json p = {{"warmup_min_lr", s.warmup_min_lr},

@@ -198,7 +198,7 @@ void deepspeed_json_leaves(const std::string& text, const std::string& file, con
   if (has("optimizer.type")) {
     const std::string type = values["optimizer.type"].is_string() ? values["optimizer.type"].get<std::string>() : "";
     if (type != "AdamW" && type != "Adam")
-      warnings.push_back("optimizer.type " + values["optimizer.type"].dump() + " is not supported; ZeroStudio trains with AdamW");
+      warnings.push_back("optimizer.type " + values["optimizer.type"].dump() + " is not supported; optimizer.type stays as the trainer config says (AdamW, AdamW8bit or Adafactor)");
   }
 
   // Scheduler type and the values that depend on the peak learning rate.

@@ -283,17 +283,27 @@ SchemaBuilder build() {
         "(data.cache_text_embeddings applies to frozen encoders only).",
         {"auto", "none", "full", "lora"}).run_defining();
 
-  s.section("optimizer", "The optimizer (AdamW with fp32 master weights).", /*defines_run=*/true);
+  s.section("optimizer", "The optimizer. Every type is sharded by zero.stage, offloaded to CPU memory by "
+                         "zero.offload_optimizer and kept with fp32 master weights under bf16/fp16.", /*defines_run=*/true);
   s.add("optimizer.type", T::choice, std::string("AdamW"), ZS_REF(optimizer.type),
-        "Optimizer. AdamW is the one ZeroStudio shards and offloads.", {"AdamW"});
+        "AdamW: fp32 moments, 8 bytes a trained parameter (+ 4 for the fp32 master weights under bf16/fp16). "
+        "AdamW8bit: AdamW with both moments kept in 8 bits as bitsandbytes' AdamW8bit keeps them (block-wise "
+        "dynamic quantization, blocks of 256, one float32 scale a block): ~2 bytes a parameter; units "
+        "below 4096 elements keep 32-bit moments (bitsandbytes' min_8bit_size, here per unit, not per tensor). "
+        "Adafactor: transformers' Adafactor (the `optimizer.adafactor` keys): a matrix keeps one row and one "
+        "column statistic (O + I values for O × I), a 3 × 3 convolution two thirds of its size, a vector its "
+        "size; with `optimizer.adafactor.beta1` also a first moment. `optimizer.betas` and `optimizer.eps` "
+        "are AdamW's and AdamW8bit's; `optimizer.weight_decay` applies to all three. NVMe offload "
+        "(zero.offload_optimizer.device: nvme) streams AdamW only.",
+        {"AdamW", "AdamW8bit", "Adafactor"});
   s.add("optimizer.lr", T::number, 1e-4, ZS_REF(optimizer.lr),
         "Peak learning rate (after warmup).")
       .range(0, {}).run_defining(false);
   s.add("optimizer.betas", T::number_list, std::vector<double>{0.9, 0.999}, ZS_REF(optimizer.betas),
-        "Adam's β1 and β2.")
+        "Adam's β1 and β2 (AdamW, AdamW8bit).")
       .range(0, 1).size(2);
   s.add("optimizer.eps", T::number, 1e-8, ZS_REF(optimizer.eps),
-        "Adam's ε.")
+        "Adam's ε (AdamW, AdamW8bit).")
       .range(0, {});
   s.add("optimizer.weight_decay", T::number, 1e-2, ZS_REF(optimizer.weight_decay),
         "Decoupled weight decay.")
@@ -302,6 +312,32 @@ SchemaBuilder build() {
         "Peak learning rate of trained text encoders (full or LoRA); the schedule shapes it as "
         "`lr`. null: `lr`. Text encoders usually want less than the UNet (kohya: `--text_encoder_lr`).")
       .allow_null().range(0, {}).run_defining(false);
+
+  s.section("optimizer.adafactor", "Adafactor's own settings (optimizer.type: Adafactor), as transformers' "
+                                   "Adafactor names them.", /*defines_run=*/true);
+  s.add("optimizer.adafactor.beta1", T::number, Value{}, ZS_REF(optimizer.adafactor.beta1),
+        "Adafactor's first-moment decay. null: no first moment (transformers' default; kohya's and "
+        "OneTrainer's too).")
+      .allow_null().range(0, 1);
+  s.add("optimizer.adafactor.decay_rate", T::number, -0.8, ZS_REF(optimizer.adafactor.decay_rate),
+        "The second moment's decay at step t is 1 − t^decay_rate (transformers' default −0.8).")
+      .range({}, 0);
+  s.add("optimizer.adafactor.eps", T::number_list, std::vector<double>{1e-30, 1e-3}, ZS_REF(optimizer.adafactor.eps),
+        "transformers' eps pair: added to the squared gradient, and the floor of the parameter scale "
+        "(scale_parameter).")
+      .range(0, {}).size(2);
+  s.add("optimizer.adafactor.clip_threshold", T::number, 1.0, ZS_REF(optimizer.adafactor.clip_threshold),
+        "Each tensor's update is scaled down to an RMS of at most this.")
+      .range(0, {});
+  s.add("optimizer.adafactor.scale_parameter", T::boolean, false, ZS_REF(optimizer.adafactor.scale_parameter),
+        "Multiply the learning rate by max(eps[1], RMS of the tensor). Off as kohya's sd-scripts "
+        "(docs/train_network: relative_step=False scale_parameter=False warmup_init=False) and OneTrainer "
+        "set it for diffusion fine-tuning with an explicit learning rate; transformers' default is on.");
+  s.add("optimizer.adafactor.relative_step", T::boolean, false, ZS_REF(optimizer.adafactor.relative_step),
+        "Ignore optimizer.lr and step by min(1e-2, 1/√t) (transformers' default; off as kohya and OneTrainer "
+        "set it). Needs scheduler.type: constant (the schedule would not be followed).");
+  s.add("optimizer.adafactor.warmup_init", T::boolean, false, ZS_REF(optimizer.adafactor.warmup_init),
+        "With relative_step: min(1e-6·t, 1/√t).");
 
   s.section("lora", "LoRA adapters (training.method: lora, training.train_text_encoder: lora): a layer "
                     "computes W·x + (alpha/rank)·up(down(x)) with W frozen.", /*defines_run=*/true);

@@ -80,13 +80,23 @@ struct TrainingConfig {
   std::string train_text_encoder;              ///< auto | none | full | lora
 };
 
+/// optimizer.adafactor (zero::AdafactorOptions carries them into the optimizer).
+struct AdafactorConfig {
+  std::optional<double> beta1;
+  double decay_rate{};
+  std::vector<double> eps;     ///< [eps1, eps2]
+  double clip_threshold{};
+  bool scale_parameter{}, relative_step{}, warmup_init{};
+};
+
 struct OptimizerConfig {
-  std::string type;            ///< AdamW
+  std::string type;            ///< AdamW | AdamW8bit | Adafactor
   double lr{};
   std::vector<double> betas;   ///< [β1, β2]
   double eps{};
   double weight_decay{};
   std::optional<double> text_encoder_lr;  ///< trained text encoders; null: lr
+  AdafactorConfig adafactor;
 };
 
 struct LoraConfig {

@@ -104,6 +104,16 @@ void check_schedule(const TrainerConfig& c, RuleSet& rules) {
     rules.warn("scheduler.warmup_steps",
                "warmup (" + num(s.warmup_steps) + " steps) is not shorter than the schedule (" + num(c.schedule_steps()) +
                    " steps, scheduler.total_steps or training.max_steps): the whole run stays in warmup");
+  const auto& af = c.optimizer.adafactor;
+  if (c.optimizer.type == "Adafactor" && af.relative_step && (s.type != "constant" || s.warmup_steps > 0))
+    rules.fail("optimizer.adafactor.relative_step", "computes its own learning rate, so scheduler.type " + s.type +
+                                                        " would not be followed: use scheduler.type: constant without "
+                                                        "warmup, or relative_step: false (then optimizer.lr is used)");
+  if (af.warmup_init && !af.relative_step)
+    rules.fail("optimizer.adafactor.warmup_init", "needs optimizer.adafactor.relative_step: true (transformers refuses it too)");
+  if (c.optimizer.type != "AdamW" && c.zero.offload_optimizer.device == "nvme")
+    rules.fail("zero.offload_optimizer.device", "nvme streams AdamW's state only; optimizer.type " + c.optimizer.type +
+                                                    " keeps its state in memory: use device cpu");
   if (s.type != "constant" && s.warmup_min_lr > c.optimizer.lr)
     rules.fail("scheduler.warmup_min_lr", "must not exceed optimizer.lr (the peak learning rate)");
   if (decays && s.min_lr > c.optimizer.lr)

@@ -36,6 +36,17 @@ zero::ZeroOptions zero_options(const config::TrainerConfig& cfg) {
   zo.beta2 = cfg.optimizer.betas.at(1);
   zo.eps = cfg.optimizer.eps;
   zo.weight_decay = cfg.optimizer.weight_decay;
+  zo.optimizer = zero::optimizer_from_name(cfg.optimizer.type);
+  const auto& af = cfg.optimizer.adafactor;
+  zo.adafactor.beta1 = af.beta1;
+  zo.adafactor.decay_rate = af.decay_rate;
+  zo.adafactor.eps1 = af.eps.at(0);
+  zo.adafactor.eps2 = af.eps.at(1);
+  zo.adafactor.clip_threshold = af.clip_threshold;
+  zo.adafactor.weight_decay = cfg.optimizer.weight_decay;
+  zo.adafactor.scale_parameter = af.scale_parameter;
+  zo.adafactor.relative_step = af.relative_step;
+  zo.adafactor.warmup_init = af.warmup_init;
   zo.offload_optimizer = zero::offload_from_name(z.offload_optimizer.device);
   zo.offload_param = zero::offload_from_name(z.offload_param.device);
   zo.optimizer_nvme_path = z.offload_optimizer.nvme_path;

@@ -25,6 +25,7 @@
 #include "train/optimizer_setup.h"
 #include "train/validation_set.h"
 #include "train/trainer_state.h"
+#include "zero/blockwise_quant.h"
 
 namespace zs::train {
 
@@ -129,7 +130,7 @@ void Trainer::State::restore(const checkpoint::CheckpointInfo& ckpt) {
   std::map<std::string, checkpoint::UnitLayout> layout;
   for (auto& u : optimizer->layout()) layout[u.name] = std::move(u);
   optimizer->load_shards([&](const std::string& unit, const std::string& kind, std::int64_t first, std::int64_t count) {
-                           return reader.read_as(layout.at(unit), kind, first, count); },
+                           return reader.read_state(layout.at(unit), kind, first, count, zero::kQuantBlock); },
                          meta.optimizer_steps, with_ema);
   // The noise needs no state: each sample's generator is seeded by its batch and place
   // (sample_generator), so it follows from batches_consumed.

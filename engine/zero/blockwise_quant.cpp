@@ -47,36 +47,66 @@ at::Tensor dynamic_map(bool is_signed) {
   return at::tensor(data, at::kFloat);
 }
 
-BlockQuantized quantize_blockwise(const at::Tensor& a, const at::Tensor& map, std::int64_t block) {
+namespace {
+
+/// Blocks an 8-bit step dequantizes at once (4 M elements: 16 MB a moment in float32).
+constexpr std::int64_t kStepBlocks = 16384;
+
+/// `x` [n] as [blocks, block], zero-padded (zeros change no block's absmax).
+at::Tensor as_blocks(const at::Tensor& x, std::int64_t block) {
+  const std::int64_t n = x.numel(), blocks = (n + block - 1) / block, pad = blocks * block - n;
+  return (pad > 0 ? at::cat({x, at::zeros({pad}, x.options())}) : x).view({blocks, block});
+}
+
+}  // namespace
+
+void quantize_into(const at::Tensor& x, const at::Tensor& map, at::Tensor codes, at::Tensor absmax,
+                   const at::Tensor& given_absmax) {
   // bitsandbytes' CPU kernel (csrc/cpu_ops.cpp quantize_cpu, common.cpp quantize_block): x / absmax,
   // the map value at or below it (its first entry taken as −1, as the kernel sets it; among equal
   // values the last), and the next one only where strictly closer.
-  const at::Tensor flat = a.reshape({-1}).to(at::kFloat).contiguous();
-  const std::int64_t n = flat.numel(), blocks = (n + block - 1) / block;
+  const std::int64_t n = x.numel();
+  const at::Tensor v = as_blocks(x.reshape({-1}).to(at::kFloat), kQuantBlock);
+  const at::Tensor am = given_absmax.defined() ? given_absmax.to(v.options()) : v.abs().amax(-1);
+  const at::Tensor denom = at::where(am > 0, am, at::ones_like(am)).unsqueeze(-1);
+  const at::Tensor s = (v / denom).reshape({-1}).narrow(0, 0, n).contiguous();
+  at::Tensor code = map.to(v.options()).clone();
+  code.narrow(0, 0, 1).fill_(-1.0);
+  const std::int64_t last = code.numel() - 1;
+  at::Tensor j = (at::searchsorted(code, s, /*out_int32=*/false, /*right=*/true) - 1).clamp_(0, last);
+  const at::Tensor next = (j + 1).clamp_(0, last);
+  const at::Tensor closer = (s - code.index_select(0, next)).abs() < (s - code.index_select(0, j)).abs();
+  j = at::where(closer, next, j);
+  codes.copy_(j.view(codes.sizes()));
+  absmax.copy_(am);
+}
+
+at::Tensor dequantize_flat(const at::Tensor& codes, const at::Tensor& absmax, const at::Tensor& map) {
+  const std::int64_t n = codes.numel();
+  const at::Tensor values = as_blocks(map.to(absmax.device()).index_select(0, codes.reshape({-1}).to(at::kLong)), kQuantBlock);
+  return (values * absmax.unsqueeze(-1)).reshape({-1}).narrow(0, 0, n);
+}
+
+BlockQuantized quantize_blockwise(const at::Tensor& a, const at::Tensor& map, std::int64_t block) {
   BlockQuantized q;
-  q.absmax = at::empty({blocks}, at::kFloat);
-  q.codes = at::empty({n}, at::kByte);
-  const float* x = flat.data_ptr<float>();
-  std::vector<float> code(map.data_ptr<float>(), map.data_ptr<float>() + map.numel());
-  code[0] = -1.0f;
-  const auto levels = static_cast<std::int64_t>(code.size());
-  float* absmax = q.absmax.data_ptr<float>();
-  std::uint8_t* out = q.codes.data_ptr<std::uint8_t>();
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::int64_t begin = b * block, end = std::min(n, begin + block);
-    float m = 0;
-    for (std::int64_t k = begin; k < end; ++k) m = std::max(m, std::abs(x[k]));
-    absmax[b] = m;
-    for (std::int64_t k = begin; k < end; ++k) {
-      const float s = x[k] / m;
-      std::int64_t j = std::upper_bound(code.begin(), code.end(), s) - code.begin() - 1;
-      j = std::max<std::int64_t>(j, 0);
-      if (j < levels - 1 && std::abs(s - code[static_cast<std::size_t>(j + 1)]) < std::abs(s - code[static_cast<std::size_t>(j)]))
-        ++j;
-      out[k] = static_cast<std::uint8_t>(j);
-    }
+  const std::int64_t n = a.numel();
+  q.codes = at::empty(a.sizes(), a.options().dtype(at::kByte));
+  q.absmax = at::empty({(n + block - 1) / block}, a.options().dtype(at::kFloat));
+  if (block == kQuantBlock) {
+    quantize_into(a.reshape({-1}), map, q.codes, q.absmax);
+    return q;
   }
-  q.codes = q.codes.view(a.sizes());
+  // Another block size (tests): block by block.
+  const at::Tensor flat = a.reshape({-1});
+  at::Tensor codes = q.codes.view({-1});
+  for (std::int64_t b = 0; b * block < n; ++b) {
+    const std::int64_t m = std::min(block, n - b * block);
+    at::Tensor c = at::empty({m}, codes.options()), am = at::empty({1}, q.absmax.options());
+    const at::Tensor x = flat.narrow(0, b * block, m).to(at::kFloat);
+    quantize_into(x, map, c, am, x.abs().amax().reshape({1}));
+    codes.narrow(0, b * block, m).copy_(c);
+    q.absmax.narrow(0, b, 1).copy_(am);
+  }
   return q;
 }
 
@@ -84,7 +114,31 @@ at::Tensor dequantize_blockwise(const BlockQuantized& q, const at::Tensor& map, 
   const at::Tensor codes = q.codes.reshape({-1}).to(at::kLong);
   const std::int64_t n = codes.numel();
   const at::Tensor scale = q.absmax.repeat_interleave(block).narrow(0, 0, n);
-  return (map.index_select(0, codes) * scale).view(q.codes.sizes());
+  return (map.to(q.absmax.device()).index_select(0, codes) * scale).view(q.codes.sizes());
+}
+
+void adamw8bit_update(at::Tensor p, const at::Tensor& g, at::Tensor m_codes, at::Tensor m_absmax, at::Tensor v_codes,
+                      at::Tensor v_absmax, const at::Tensor& signed_map, const at::Tensor& unsigned_map,
+                      const AdamHyper& h) {
+  const std::int64_t n = p.numel();
+  const double c1 = 1.0 - std::pow(h.beta1, static_cast<double>(h.step));
+  const double c2 = std::sqrt(1.0 - std::pow(h.beta2, static_cast<double>(h.step)));
+  for (std::int64_t b0 = 0; b0 * kQuantBlock < n; b0 += kStepBlocks) {
+    const std::int64_t e0 = b0 * kQuantBlock, m = std::min(kStepBlocks * kQuantBlock, n - e0);
+    const std::int64_t blocks = (m + kQuantBlock - 1) / kQuantBlock;
+    at::Tensor mc = m_codes.narrow(0, e0, m), vc = v_codes.narrow(0, e0, m);
+    at::Tensor ma = m_absmax.narrow(0, b0, blocks), va = v_absmax.narrow(0, b0, blocks);
+    at::Tensor exp_avg = dequantize_flat(mc, ma, signed_map), exp_avg_sq = dequantize_flat(vc, va, unsigned_map);
+    const at::Tensor grad = g.narrow(0, e0, m).to(at::kFloat);
+    exp_avg.mul_(h.beta1).add_(grad, 1.0 - h.beta1);
+    exp_avg_sq.mul_(h.beta2).addcmul_(grad, grad, 1.0 - h.beta2);
+    const at::Tensor denom = (exp_avg_sq.sqrt() / c2).add_(h.eps);
+    at::Tensor w = p.narrow(0, e0, m);
+    if (h.weight_decay > 0) w.mul_(1.0 - h.lr * h.weight_decay);
+    w.addcdiv_(exp_avg.to(w.scalar_type()), denom.to(w.scalar_type()), -h.lr / c1);
+    quantize_into(exp_avg, signed_map, mc, ma);
+    quantize_into(exp_avg_sq, unsigned_map, vc, va);
+  }
 }
 
 }  // namespace zs::zero

@@ -1,7 +1,7 @@
 #pragma once
 // The reference Adafactor (issue 37's first piece): a straight-line, single-process implementation of
 // transformers' Adafactor (src/transformers/optimization.py; Shazeer & Stern 2018), which the sharded
-// and offloaded paths will be tested against, as ReferenceAdamW is for AdamW. Not used for training yet.
+// and offloaded paths (zero/adafactor.h) are tested against, as ReferenceAdamW is for AdamW.
 
 #include <cstdint>
 #include <optional>
@@ -11,25 +11,10 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
 
+#include "zero/adafactor.h"
 #include "zero/state_bytes.h"
 
 namespace zs::zero {
-
-/// transformers' Adafactor arguments. The defaults are what kohya's sd-scripts (docs/train_network:
-/// `--optimizer_args "relative_step=False" "scale_parameter=False" "warmup_init=False"`) and OneTrainer
-/// (modules/util/optimizer_util.py's Adafactor defaults) use to fine-tune diffusion models with an
-/// explicit learning rate; transformers' own defaults turn relative_step and scale_parameter on.
-struct AdafactorOptions {
-  std::optional<double> beta1;        ///< first-moment decay; none: no first moment (transformers' default)
-  double decay_rate = -0.8;           ///< β₂ₜ = 1 − step^decay_rate
-  double eps1 = 1e-30;                ///< added to the squared gradient
-  double eps2 = 1e-3;                 ///< floor of the parameter scale (scale_parameter)
-  double clip_threshold = 1.0;        ///< the update is scaled down to RMS ≤ this
-  double weight_decay = 0.0;          ///< decoupled, × the step's lr
-  bool scale_parameter = false;       ///< lr × max(eps2, RMS(p))
-  bool relative_step = false;         ///< lr = min(1e-2, 1/√step) (no lr given)
-  bool warmup_init = false;           ///< with relative_step: min(1e-6·step, 1/√step)
-};
 
 class ReferenceAdafactor {
  public:

@@ -12,6 +12,7 @@
 #include "core/copy_stream.h"
 #include "core/error.h"
 #include "comm/communicator.h"
+#include "zero/blockwise_quant.h"
 #include "zero/zero_unit.h"
 
 namespace zs::zero {
@@ -40,8 +41,25 @@ void ZeroOptimizer::lay_out(Unit& u, const models::ParamUnit& pu) {
   }
 }
 
+const char* optimizer_name(OptimizerType t) {
+  switch (t) {
+    case OptimizerType::adamw8bit: return "AdamW8bit";
+    case OptimizerType::adafactor: return "Adafactor";
+    default: return "AdamW";
+  }
+}
+
+OptimizerType optimizer_from_name(const std::string& name) {
+  for (auto t : {OptimizerType::adamw, OptimizerType::adamw8bit, OptimizerType::adafactor})
+    if (name == optimizer_name(t)) return t;
+  throw Error(ErrorKind::config, "optimizer.type: " + name + " is not one of AdamW, AdamW8bit, Adafactor");
+}
+
 PlanOptions plan_options(const ZeroOptions& o, int world_size, int rank) {
   PlanOptions p;
+  // 8-bit moments are quantized in blocks counted from each unit's start: shards cut on block
+  // boundaries keep every block on one rank, whatever the world size.
+  if (o.optimizer == OptimizerType::adamw8bit) p.shard_multiple = kQuantBlock;
   p.stage = o.stage;
   p.world_size = world_size;
   p.rank = rank;
@@ -55,6 +73,10 @@ PlanOptions plan_options(const ZeroOptions& o, int world_size, int rank) {
 
 ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, comm::Communicator& comm, ZeroOptions options)
     : comm_(comm), o_(std::move(options)) {
+  if (o_.optimizer != OptimizerType::adamw && o_.offload_optimizer == ZeroOptions::Offload::nvme)
+    throw Error(ErrorKind::config, std::string("optimizer.type ") + optimizer_name(o_.optimizer) +
+                                       " keeps its state in memory: zero.offload_optimizer.device nvme streams AdamW's "
+                                       "only. Use device: cpu (8-bit AdamW needs 2 bytes a parameter, Adafactor less).");
   // The layout and treatment of every unit: the plan (zero_plan.h), from the units' sizes; the
   // frozen units get theirs from the same rules, apart (plan() describes what is trained).
   std::vector<std::pair<std::string, std::int64_t>> sizes, frozen_sizes;
@@ -145,7 +167,21 @@ std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_trained_unit(models::Pa
     if (nvme_optimizer) u->init_master = mine.to(at::kCPU).clone();
     else u->master = mine.to(state_opts_).clone();
   }
-  if (!nvme_optimizer) {
+  if (o_.optimizer == OptimizerType::adafactor) {
+    u->adafactor = std::make_unique<AdafactorUnit>(u->offsets, u->shapes, u->plan.owned_offset, u->plan.owned,
+                                                   o_.adafactor, moment_opts);
+  } else if (o_.optimizer == OptimizerType::adamw8bit && u->numel >= kMin8bitSize) {
+    // bitsandbytes keeps tensors below min_8bit_size in 32 bits; here the rule holds per unit.
+    u->quantized = true;
+    u->exp_avg = at::zeros({u->plan.owned}, moment_opts.dtype(at::kByte));
+    u->exp_avg_sq = at::zeros({u->plan.owned}, moment_opts.dtype(at::kByte));
+    u->m_absmax = at::zeros({u->plan.owned / kQuantBlock}, moment_opts.dtype(at::kFloat));
+    u->v_absmax = at::zeros({u->plan.owned / kQuantBlock}, moment_opts.dtype(at::kFloat));
+    if (!signed_map_.defined()) {
+      signed_map_ = dynamic_map(true).to(moment_opts.device());
+      unsigned_map_ = dynamic_map(false).to(moment_opts.device());
+    }
+  } else if (!nvme_optimizer) {
     u->exp_avg = at::zeros({u->plan.owned}, moment_opts);
     u->exp_avg_sq = at::zeros({u->plan.owned}, moment_opts);
   }
@@ -167,7 +203,7 @@ void ZeroOptimizer::place_offloaded_state() {
   }
   if (pin && o_.offload_optimizer == ZeroOptions::Offload::cpu)
     for (auto& u : units_)
-      for (at::Tensor* t : {&u->master, &u->exp_avg, &u->exp_avg_sq, &u->shard_grad})
+      for (at::Tensor* t : {&u->master, &u->exp_avg, &u->exp_avg_sq, &u->m_absmax, &u->v_absmax, &u->shard_grad})
         if (t->defined()) *t = t->pin_memory();
 }
 

@@ -30,6 +30,7 @@
 #include "checkpoint/sharded_state.h"
 #include "io/async_file_io.h"
 #include "models/param_unit.h"
+#include "zero/adafactor.h"
 #include "zero/state_bytes.h"
 #include "zero/zero_plan.h"
 
@@ -42,6 +43,17 @@ class Communicator;
 
 namespace zs::zero {
 
+/// optimizer.type: what updates the rank's part (the plan, gathers, offload and checkpoints are the same).
+enum class OptimizerType {
+  adamw,      ///< AdamW, fp32 moments
+  adamw8bit,  ///< AdamW with bitsandbytes' block-wise 8-bit moments (blockwise_quant.h)
+  adafactor,  ///< transformers' Adafactor: factored second moment (adafactor.h)
+};
+/// "AdamW", "AdamW8bit", "Adafactor" (the config's spelling).
+const char* optimizer_name(OptimizerType t);
+/// The config's spelling back; throws zs::Error(config) naming optimizer.type for anything else.
+OptimizerType optimizer_from_name(const std::string& name);
+
 struct ZeroOptions {
   int stage = 0;                                   ///< 0-3
   std::int64_t reduce_bucket_size = 500'000'000;   ///< elements per gradient collective (stages 0-1)
@@ -53,6 +65,9 @@ struct ZeroOptions {
   std::optional<bool> overlap_comm;
   std::int64_t prefetch_bucket_size = 50'000'000;  ///< stage 3: prefetch the next unit when it has at most this many elements
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  OptimizerType optimizer = OptimizerType::adamw;
+  /// Adafactor's settings (its weight decay is `weight_decay`).
+  AdafactorOptions adafactor;
 
   /// The dtype the model computes in (bf16/fp16: mixed precision with fp32 masters); unset: the
   /// parameters' own dtype.
@@ -105,8 +120,8 @@ class ZeroOptimizer final {
   /// Global L2 norm of the gradients before clipping (a collective when the ranks hold different
   /// parts); scales them to `max_norm` when above it (max_norm <= 0: no clipping).
   double clip_grad_norm(double max_norm);
-  /// One AdamW update of the rank's part with learning rate `lr` (× each unit's lr_scale); the units kept whole are
-  /// all-gathered afterwards.
+  /// One update (AdamW, 8-bit AdamW or Adafactor) of the rank's part with learning rate `lr` (× each
+  /// unit's lr_scale); the units kept whole are all-gathered afterwards.
   void step(double lr);
   /// Loss scaling: multiplies the reduced gradients by `inv_scale` and reports whether any of
   /// them, on any rank, is inf or NaN (a collective). Call after reduce_gradients.
@@ -115,8 +130,10 @@ class ZeroOptimizer final {
   void skip_step();
   /// Updates done so far.
   std::int64_t steps() const { return step_; }
-  /// Full (unsharded) Adam moments under the plain AdamW names, gathered from every rank: a
-  /// collective, so every rank must call it.
+  /// Full (unsharded) optimizer state, gathered from every rank (a collective, so every rank must
+  /// call it): AdamW's moments as exp_avg.<name> and exp_avg_sq.<name> (8-bit ones dequantized);
+  /// Adafactor's as transformers names them (exp_avg.<name> with beta1, exp_avg_sq_row.<name> and
+  /// exp_avg_sq_col.<name> for two or more dimensions, exp_avg_sq.<name> for one).
   NamedTensors state() const;
   /// Model state on the compute device.
   ModelStateBytes model_state() const;
@@ -146,10 +163,16 @@ class ZeroOptimizer final {
   std::vector<checkpoint::UnitLayout> layout() const;
   /// This rank's part of the model state as "<unit>/<kind>" tensors (kinds: weights — the
   /// masters, or the parameters in their training precision —, exp_avg, exp_avg_sq, and ema when
-  /// kept). At stage 0 every rank holds everything, so only rank 0 returns anything.
+  /// kept). 8-bit AdamW saves its moments dequantized (any reader can cut them) and each block's
+  /// absmax as exp_avg.absmax / exp_avg_sq.absmax (one value a kQuantBlock elements), which brings
+  /// back the same codes. Adafactor saves exp_avg (with beta1) and, from rank 0 (every rank holds
+  /// them whole), each parameter's statistics as "<unit>/adafactor:<parameter>".
+  /// At stage 0 every rank holds everything, so only rank 0 returns anything.
   NamedTensors shard_state();
   /// Source of a unit's elements [first, first + count) of one kind, from shards saved under
-  /// any world size and stage.
+  /// any world size and stage. Kinds ending in ".absmax" count blocks, not elements, and may come
+  /// back undefined (the unit was saved cut otherwise: the moments are quantized afresh); a kind
+  /// "adafactor:<parameter>" asks for that parameter's statistics whole.
   using ShardSource = std::function<at::Tensor(const std::string& unit, const std::string& kind, std::int64_t first,
                                                std::int64_t count)>;
   /// Restores weights, moments, the EMA (when `with_ema`) and the step count from `read`; a
@@ -234,6 +257,12 @@ class ZeroOptimizer final {
   at::Tensor owned_weights(Unit& u);
   void init_offload();
   void step_in_memory(Unit& u, double lr);
+  /// 8-bit AdamW and Adafactor (and 8-bit AdamW's small units, in 32 bits) on a unit in memory.
+  void step_lean(Unit& u, double lr);
+  /// What a unit's optimizer state takes (masters, moments or their codes and absmax, Adafactor's statistics).
+  static std::int64_t optimizer_bytes(const Unit& u);
+  /// Sums over the ranks that share a unit's elements (nothing when replicated).
+  void reduce_shared(at::Tensor& t);
   void step_nvme(double lr);
   /// Master / moments of a unit, whole (NVMe: read synchronously). kind: 0 master, 1 m, 2 v.
   at::Tensor read_state(Unit& u, int kind);
@@ -249,6 +278,7 @@ class ZeroOptimizer final {
   ZeroOptions o_;
   Plan plan_;
   at::ScalarType master_dtype_ = at::kFloat;
+  at::Tensor signed_map_, unsigned_map_;  // 8-bit AdamW's dynamic maps, where the state lives
   bool masters_ = false;  // separate master weights (mixed precision or optimizer offload)
   at::TensorOptions compute_opts_, state_opts_;  // where/what the model computes; where the optimizer state lives
   at::TensorOptions given_opts_;  // the trained parameters' own precision, on the compute device

@@ -45,7 +45,8 @@ Plan make_plan(const PlanOptions& o, const std::vector<std::pair<std::string, st
     UnitPlan u;
     u.name = name;
     u.numel = numel;
-    u.padded = (numel + world - 1) / world * world;
+    const std::int64_t multiple = world * std::max<std::int64_t>(o.shard_multiple, 1);
+    u.padded = (numel + multiple - 1) / multiple * multiple;
     u.shard = u.padded / world;
     u.owned = p.replicated ? u.padded : u.shard;
     u.owned_offset = p.replicated ? 0 : o.rank * u.shard;

@@ -45,13 +45,16 @@ struct PlanOptions {
   /// large model at N = 2 it took stage 0 from 1275 to 734 ms per step; DeepSpeed turns it on for
   /// stage 3 only).
   std::optional<bool> overlap_comm;
+  /// Every shard a multiple of this many elements (8-bit AdamW: its quantization block, so blocks
+  /// count from each unit's start whatever the world size and stage).
+  std::int64_t shard_multiple = 1;
 };
 
 /// One unit's layout and treatment.
 struct UnitPlan {
   std::string name;
   std::int64_t numel = 0;         ///< real elements
-  std::int64_t padded = 0;        ///< numel rounded up to a multiple of the world size
+  std::int64_t padded = 0;        ///< numel rounded up to a multiple of world size × shard_multiple
   std::int64_t shard = 0;         ///< padded / world size
   std::int64_t owned = 0;         ///< elements this rank updates (padded when replicated, else shard)
   std::int64_t owned_offset = 0;  ///< where they start in the unit's flat buffer

@@ -1,5 +1,6 @@
 // ZeroOptimizer's step and state: the Adam update on the rank's part (in memory, with fp32
-// masters, on the CPU with the fused kernel, or streamed through NVMe files in sub-groups),
+// masters, on the CPU with the fused kernel, or streamed through NVMe files in sub-groups), the
+// lean optimizers' (8-bit AdamW, Adafactor: in memory),
 // clipping and loss-scale checks, checkpoints' gathers, the EMA and the memory accounting.
 #include <algorithm>
 #include <array>
@@ -10,6 +11,7 @@
 
 #include "core/copy_stream.h"
 #include "core/error.h"
+#include "zero/blockwise_quant.h"
 #include "zero/cpu_adam.h"
 #include "zero/zero_unit.h"
 
@@ -62,6 +64,11 @@ void adam_master(at::Tensor master, at::Tensor m, at::Tensor v, const at::Tensor
 }
 
 }  // namespace
+
+std::int64_t ZeroOptimizer::optimizer_bytes(const Unit& u) {
+  return bytes(u.master) + bytes(u.exp_avg) + bytes(u.exp_avg_sq) + bytes(u.m_absmax) + bytes(u.v_absmax) +
+         (u.adafactor ? u.adafactor->bytes() : 0);
+}
 
 void ZeroOptimizer::init_offload() {
   using O = ZeroOptions::Offload;
@@ -159,6 +166,9 @@ std::vector<std::string> ZeroOptimizer::nvme_dirs() const {
 at::Tensor ZeroOptimizer::read_state(Unit& u, int kind) {
   const int region = kind == 0 ? u.region_master : kind == 1 ? u.region_exp_avg : u.region_exp_avg_sq;
   if (region < 0) {
+    if (u.adafactor) return kind == 1 ? u.adafactor->exp_avg() : kind == 2 ? at::Tensor() : owned_weights(u);
+    if (u.quantized && kind == 1) return dequantize_flat(u.exp_avg, u.m_absmax, signed_map_);
+    if (u.quantized && kind == 2) return dequantize_flat(u.exp_avg_sq, u.v_absmax, unsigned_map_);
     if (kind == 1) return u.exp_avg;
     if (kind == 2) return u.exp_avg_sq;
     return masters_ ? u.master : owned_params(u);
@@ -173,6 +183,15 @@ void ZeroOptimizer::write_state(Unit& u, int kind, const at::Tensor& values) {
   const int region = kind == 0 ? u.region_master : kind == 1 ? u.region_exp_avg : u.region_exp_avg_sq;
   c10::NoGradGuard no_grad;
   if (region < 0) {
+    if (u.quantized && kind > 0) {
+      quantize_into(values.reshape({-1}).to(u.m_absmax.options()), kind == 1 ? signed_map_ : unsigned_map_,
+                    kind == 1 ? u.exp_avg : u.exp_avg_sq, kind == 1 ? u.m_absmax : u.v_absmax);
+      return;
+    }
+    if (u.adafactor && kind > 0) {
+      if (kind == 1 && u.adafactor->exp_avg().defined()) u.adafactor->exp_avg().copy_(values);
+      return;
+    }
     (kind == 1 ? u.exp_avg : kind == 2 ? u.exp_avg_sq : masters_ ? u.master : owned_params(u)).copy_(values);
     return;
   }
@@ -242,8 +261,34 @@ bool ZeroOptimizer::unscale_and_check_overflow(double inv_scale) {
   return bad;
 }
 
+void ZeroOptimizer::reduce_shared(at::Tensor& t) {
+  if (!plan_.replicated) comm_.all_reduce(t);
+}
+
+void ZeroOptimizer::step_lean(Unit& u, double lr) {
+  const at::TensorOptions moment_opts = masters_ ? state_opts_ : compute_opts_;
+  at::Tensor p = owned_params(u);
+  const at::Tensor g = step_grad(u);
+  // The weights the update reads and writes: the masters, or the parameters where the state lives.
+  at::Tensor w = masters_ ? u.master : (p.device() == moment_opts.device() ? p : p.to(moment_opts.device()));
+  const at::Tensor grad = g.device() == w.device() ? g : g.to(w.device());
+  if (u.adafactor) {
+    u.adafactor->step(w, grad, lr, step_, [this](at::Tensor& t) { reduce_shared(t); });
+  } else {
+    adamw8bit_update(w, grad, u.exp_avg, u.m_absmax, u.exp_avg_sq, u.v_absmax, signed_map_, unsigned_map_,
+                     AdamHyper{lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, step_});
+  }
+  if (masters_) copy_converted(p, w);
+  else if (!w.is_same(p)) p.copy_(w);
+  store_owned_params(u, p);
+}
+
 void ZeroOptimizer::step_in_memory(Unit& u, double step_lr) {
   const double lr = step_lr * u.lr_scale;
+  if (u.adafactor || u.quantized) {
+    step_lean(u, lr);
+    return;
+  }
   at::Tensor p = owned_params(u);
   const at::Tensor g = step_grad(u);
   if (masters_ && copies_->asynchronous() && u.master.device().is_cpu() && p.is_cuda()) {
@@ -334,6 +379,30 @@ NamedTensors ZeroOptimizer::state() const {
   auto& self = const_cast<ZeroOptimizer&>(*this);  // NVMe reads change no logical state
   NamedTensors out;
   for (const auto& u : units_) {
+    if (u->adafactor) {
+      at::Tensor m = u->adafactor->exp_avg();
+      if (m.defined() && u->plan.owned != u->plan.padded) {
+        at::Tensor full = at::zeros({u->plan.padded}, m.options());
+        comm_.all_gather(m, full);
+        m = full;
+      }
+      for (std::size_t i = 0; i < u->params.size(); ++i) {
+        const std::string& name = u->params[i].first;
+        const auto& shape = u->shapes[i];
+        if (m.defined()) out.emplace_back("exp_avg." + name, m.narrow(0, u->offsets[i], u->sizes[i]).view(shape).clone());
+        const at::Tensor stats = u->adafactor->statistics(i);
+        if (shape.size() < 2) {
+          out.emplace_back("exp_avg_sq." + name, stats.view(shape).clone());
+          continue;
+        }
+        std::vector<std::int64_t> row(shape.begin(), shape.end() - 1), col(shape.begin(), shape.end() - 2);
+        col.push_back(shape.back());
+        const std::int64_t rows = c10::multiply_integers(row);
+        out.emplace_back("exp_avg_sq_row." + name, stats.narrow(0, 0, rows).view(row).clone());
+        out.emplace_back("exp_avg_sq_col." + name, stats.narrow(0, rows, stats.numel() - rows).view(col).clone());
+      }
+      continue;
+    }
     at::Tensor m = self.read_state(*u, 1).contiguous(), v = self.read_state(*u, 2).contiguous();
     if (u->plan.owned != u->plan.padded) {
       at::Tensor fm = at::zeros({u->plan.padded}, m.options()), fv = at::zeros({u->plan.padded}, v.options());
@@ -364,7 +433,7 @@ ModelStateBytes ZeroOptimizer::model_state() const {
     // then the rank's reduced part when it lives on the device.
     if (!u->plan.hook_grads) b.gradients += u->plan.padded * static_cast<std::int64_t>(c10::elementSize(compute_opts_.dtype().toScalarType()));
     if (on_device && u->shard_grad.defined()) b.gradients += bytes(u->shard_grad);
-    if (on_device) b.optimizer_states += bytes(u->master) + bytes(u->exp_avg) + bytes(u->exp_avg_sq);
+    if (on_device) b.optimizer_states += optimizer_bytes(*u);
   }
   return b;
 }
@@ -374,7 +443,7 @@ OffloadedBytes ZeroOptimizer::offloaded() const {
   if (o_.offload_optimizer != ZeroOptions::Offload::none)
     for (const auto& u : units_) {
       b.gradients += bytes(u->shard_grad);
-      b.optimizer_states += bytes(u->master) + bytes(u->exp_avg) + bytes(u->exp_avg_sq);
+      b.optimizer_states += optimizer_bytes(*u);
     }
   if (o_.offload_param == ZeroOptions::Offload::cpu)
     for (const Unit* u : by_index_) b.parameters += u->plan.sharded ? bytes(u->shard_param) : 0;
@@ -483,8 +552,21 @@ NamedTensors ZeroOptimizer::shard_state() {
   const auto opts = at::TensorOptions().dtype(master_dtype_);
   for (auto& u : units_) {
     out.emplace_back(u->name + "/weights", read_state(*u, 0).to(at::kCPU).to(opts).contiguous().clone());
-    out.emplace_back(u->name + "/exp_avg", read_state(*u, 1).to(at::kCPU).to(opts).contiguous().clone());
-    out.emplace_back(u->name + "/exp_avg_sq", read_state(*u, 2).to(at::kCPU).to(opts).contiguous().clone());
+    if (u->adafactor) {
+      if (u->adafactor->exp_avg().defined())
+        out.emplace_back(u->name + "/exp_avg", u->adafactor->exp_avg().to(at::kCPU).to(opts).contiguous().clone());
+      if (comm_.rank() == 0)  // the same on every rank
+        for (std::size_t i = 0; i < u->params.size(); ++i)
+          out.emplace_back(u->name + "/adafactor:" + u->params[i].first,
+                           u->adafactor->statistics(i).to(at::kCPU).to(opts).contiguous().clone());
+    } else {
+      out.emplace_back(u->name + "/exp_avg", read_state(*u, 1).to(at::kCPU).to(opts).contiguous().clone());
+      out.emplace_back(u->name + "/exp_avg_sq", read_state(*u, 2).to(at::kCPU).to(opts).contiguous().clone());
+    }
+    if (u->quantized) {
+      out.emplace_back(u->name + "/exp_avg.absmax", u->m_absmax.to(at::kCPU).contiguous().clone());
+      out.emplace_back(u->name + "/exp_avg_sq.absmax", u->v_absmax.to(at::kCPU).contiguous().clone());
+    }
     if (ema_decay_ >= 0) out.emplace_back(u->name + "/ema", u->ema.clone());
   }
   return out;
@@ -499,8 +581,26 @@ void ZeroOptimizer::load_shards(const ShardSource& read, std::int64_t steps, boo
     live.copy_(w);
     store_owned_params(*u, live);
     if (masters_) write_state(*u, 0, w.to(at::TensorOptions().dtype(master_dtype_)));
-    write_state(*u, 1, read(u->name, "exp_avg", u->plan.owned_offset, u->plan.owned));
-    write_state(*u, 2, read(u->name, "exp_avg_sq", u->plan.owned_offset, u->plan.owned));
+    if (u->adafactor) {
+      at::Tensor& m = u->adafactor->exp_avg();
+      if (m.defined()) m.copy_(read(u->name, "exp_avg", u->plan.owned_offset, u->plan.owned));
+      for (std::size_t i = 0; i < u->params.size(); ++i) {
+        at::Tensor stats = u->adafactor->statistics(i);
+        stats.copy_(read(u->name, "adafactor:" + u->params[i].first, 0, stats.numel()));
+      }
+    } else if (u->quantized) {
+      // With the saved blocks' absmax the dequantized moments return to their codes exactly.
+      const std::int64_t first = u->plan.owned_offset / kQuantBlock, blocks = u->plan.owned / kQuantBlock;
+      const auto values = [&](const char* kind) {
+        return read(u->name, kind, u->plan.owned_offset, u->plan.owned).to(u->m_absmax.options()).reshape({-1});
+      };
+      quantize_into(values("exp_avg"), signed_map_, u->exp_avg, u->m_absmax, read(u->name, "exp_avg.absmax", first, blocks));
+      quantize_into(values("exp_avg_sq"), unsigned_map_, u->exp_avg_sq, u->v_absmax,
+                    read(u->name, "exp_avg_sq.absmax", first, blocks));
+    } else {
+      write_state(*u, 1, read(u->name, "exp_avg", u->plan.owned_offset, u->plan.owned));
+      write_state(*u, 2, read(u->name, "exp_avg_sq", u->plan.owned_offset, u->plan.owned));
+    }
     if (with_ema && ema_decay_ >= 0) u->ema.copy_(read(u->name, "ema", u->plan.owned_offset, u->plan.owned));
   }
   step_ = steps;

@@ -13,6 +13,7 @@
 
 #include "core/copy_stream.h"
 #include "comm/communicator.h"
+#include "zero/adafactor.h"
 #include "zero/nvme_store.h"
 #include "zero/zero_optimizer.h"
 
@@ -38,7 +39,10 @@ struct ZeroOptimizer::Unit {
                              // (stages 2-3: compute dtype, as ZeRO counts them; with optimizer
                              // offload, every stage: fp32 on the CPU)
   at::Tensor master;         // [owned] fp32 master weights (mixed precision / offload; not NVMe)
-  at::Tensor exp_avg, exp_avg_sq;  // [owned] (not NVMe)
+  at::Tensor exp_avg, exp_avg_sq;  // [owned] (not NVMe); 8-bit AdamW: uint8 codes (quantized)
+  bool quantized = false;          // 8-bit AdamW on a unit of at least kMin8bitSize elements
+  at::Tensor m_absmax, v_absmax;   // ... and its blocks' absmax [owned / kQuantBlock]
+  std::unique_ptr<AdafactorUnit> adafactor;  // Adafactor's state (statistics, and exp_avg with beta1)
   std::unique_ptr<comm::PendingCollective> pending;  // a gradient reduction under way
   bool reduced = false;                               // its gradients were reduced in this step
   at::Tensor part;                                    // its reduce-scatter output (stage 2/3)

@@ -32,6 +32,8 @@
 #include "models/sd/sd_family.h"
 #include "models/sd/unet_2d_condition.h"
 #include "train/loss_scaler.h"
+#include "zero/blockwise_quant.h"
+#include "zero/reference_adafactor.h"
 #include "zero/reference_adamw.h"
 #include "zero/reference_ema.h"
 #include "zero/zero_optimizer.h"
@@ -205,9 +207,12 @@ struct Denoiser {
 /// optimizer as frozen units, so stage 3 partitions it), te=full|lora (a small CLIP text encoder
 /// makes the UNet's context from token ids and trains in full, or through adapters on its
 /// attention projections), flux (the denoiser is a small Flux.1 transformer instead of the UNet),
-/// qwen (a small Qwen-Image transformer, its odd samples' context padded and masked).
+/// qwen (a small Qwen-Image transformer, its odd samples' context padded and masked), adafactor
+/// (Adafactor with beta1, weight decay and scale_parameter, against ReferenceAdafactor), adam8 (8-bit
+/// AdamW, against one process's ZeroOptimizer at stage 0, whose step tst_zero holds to bitsandbytes').
 struct Variant {
   bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false, lora = false, flux = false, qwen = false;
+  bool adafactor = false, adam8 = false;
   std::string te;  // "", full or lora
   zero::ZeroOptions::Offload opt = zero::ZeroOptions::Offload::none, param = zero::ZeroOptions::Offload::none;
   std::string nvme;
@@ -226,6 +231,8 @@ struct Variant {
       else if (f == "lora") lora = true;
       else if (f == "flux") flux = true;
       else if (f == "qwen") qwen = true;
+      else if (f == "adafactor") adafactor = true;
+      else if (f == "adam8") adam8 = true;
       else if (f.rfind("te=", 0) == 0) te = f.substr(3);
       else if (f.rfind("opt=", 0) == 0) opt = device(f.substr(4));
       else if (f.rfind("param=", 0) == 0) param = device(f.substr(6));
@@ -235,6 +242,21 @@ struct Variant {
     }
   }
 };
+
+/// The lean optimizers' settings for a variant: Adafactor with every statistic it reduces across
+/// shards in play (the first moment, the parameter scale, the update clip at RMS 1), or 8-bit AdamW.
+zero::AdafactorOptions lean_options(const Variant& v, zero::ZeroOptions& o) {
+  zero::AdafactorOptions af;
+  af.beta1 = 0.9;
+  af.weight_decay = 0.01;
+  af.scale_parameter = true;
+  if (v.adafactor) {
+    o.optimizer = zero::OptimizerType::adafactor;
+    o.adafactor = af;
+  }
+  if (v.adam8) o.optimizer = zero::OptimizerType::adamw8bit;
+  return af;
+}
 
 /// Files under a folder (recursively); -1 when it does not exist.
 long count_files(const std::string& dir) {
@@ -275,6 +297,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   o.sub_group_size = v.sub_group;
   o.run_tag = "dist-test";
   o.log = [](const std::string& line) { std::printf("log %s\n", line.c_str()); };
+  const zero::AdafactorOptions af = lean_options(v, o);
   std::vector<std::pair<std::string, at::Tensor>> ref_params, live_params;
   std::vector<models::ParamUnit> units = unet.units();
   std::map<std::string, at::Tensor> base_before;
@@ -347,8 +370,49 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
     if (!enc) return ctx.narrow(0, from, n).to(where);
     return enc->forward(ids.narrow(0, from, n).to(where)).last_hidden_state;
   };
-  zero::ReferenceAdamW ref_opt(ref_params, 0.9, 0.999, 1e-8, 0.01);
-  if (!v.te.empty()) ref_opt.set_lr_scale("text_encoder.", 0.5);
+  // The reference optimizer: ReferenceAdamW, ReferenceAdafactor, or (8-bit AdamW) one process's
+  // ZeroOptimizer at stage 0 over the reference's units, cut as the model's.
+  struct Reference {
+    std::function<void()> zero_grad;
+    std::function<double(double)> clip;
+    std::function<void(double)> step;
+  } ref_opt;
+  std::unique_ptr<zero::ReferenceAdamW> ref_adamw;
+  std::unique_ptr<zero::ReferenceAdafactor> ref_adafactor;
+  std::unique_ptr<comm::Communicator> ref_comm;
+  std::unique_ptr<zero::ZeroOptimizer> ref_zero;
+  if (v.adam8) {
+    if (v.lora || !v.te.empty()) throw Error(ErrorKind::config, "dist_worker: adam8 runs on the plain denoiser only");
+    zero::ZeroOptions ro;
+    ro.optimizer = zero::OptimizerType::adamw8bit;
+    ro.weight_decay = 0.01;
+    ref_comm = comm::Communicator::single();
+    ref_zero = std::make_unique<zero::ZeroOptimizer>(ref.units(), *ref_comm, ro);
+    ref_opt = {[&] { ref_zero->zero_grad(); }, [&](double c) { ref_zero->reduce_gradients(); return ref_zero->clip_grad_norm(c); },
+               [&](double lr) { ref_zero->step(lr); }};
+  } else if (v.adafactor) {
+    if (!v.te.empty()) throw Error(ErrorKind::config, "dist_worker: adafactor has no text-encoder learning rate here");
+    ref_adafactor = std::make_unique<zero::ReferenceAdafactor>(ref_params, af);
+    auto clip_all = [&](double max_norm) {
+      c10::NoGradGuard no_grad;
+      double sq = 0;
+      for (auto& [name, p] : ref_params) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+      const double norm = std::sqrt(sq);
+      if (max_norm > 0 && norm > max_norm)
+        for (auto& [name, p] : ref_params) p.mutable_grad().mul_(max_norm / (norm + 1e-6));
+      return norm;
+    };
+    ref_opt = {[&] {
+                 for (auto& [name, p] : ref_params)
+                   if (p.grad().defined()) p.mutable_grad().zero_();
+               },
+               clip_all, [&](double lr) { ref_adafactor->step(lr); }};
+  } else {
+    ref_adamw = std::make_unique<zero::ReferenceAdamW>(ref_params, 0.9, 0.999, 1e-8, 0.01);
+    if (!v.te.empty()) ref_adamw->set_lr_scale("text_encoder.", 0.5);
+    ref_opt = {[&] { ref_adamw->zero_grad(); }, [&](double c) { return ref_adamw->clip_grad_norm(c); },
+               [&](double lr) { ref_adamw->step(lr); }};
+  }
   opt.enable_ema(0.8);
   zero::ReferenceEma ref_ema(ref_params, 0.8);
   const std::int64_t G = 12, per_rank = G / world, micro = per_rank / accum;
@@ -392,7 +456,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
     }
     if (step == 0)
       for (const auto& d : nvme_dirs) std::printf("nvme_files %ld %s\n", count_files(d), d.c_str());
-    const double ref_norm = ref_opt.clip_grad_norm(clip);
+    const double ref_norm = ref_opt.clip(clip);
     ref_opt.step(1e-3);
     opt.update_ema();
     ref_ema.update(ref_params);
@@ -462,6 +526,14 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
         return 1;
     }
   }
+  if ((v.adam8 || v.adafactor) && rank == 0) {
+    // The lean state really is there (8-bit units' block absmax, Adafactor's statistics).
+    std::size_t lean = 0;
+    for (const auto& [name, t] : opt.shard_state())
+      lean += name.find(v.adam8 ? "/exp_avg.absmax" : "/adafactor:") != std::string::npos;
+    std::printf("lean state tensors %zu\n", lean);
+    if (!check(lean > 0, "the optimizer keeps its lean state")) return 1;
+  }
   const auto b = opt.model_state();
   const auto off = opt.offloaded();
   if (v.lora && stage == 3 && world > 1) {
@@ -521,6 +593,7 @@ int reshard(comm::Communicator& c, const std::string& phase, int stage, const st
   o.offload_optimizer = v.opt;
   o.offload_param = v.param;
   o.optimizer_nvme_path = o.param_nvme_path = v.nvme;
+  lean_options(v, o);
   // LoRA: the base as frozen units (partitioned at stage 3), the adapters one unit kept whole.
   std::vector<models::ParamUnit> units = unet->units();
   if (v.lora) {
@@ -567,8 +640,10 @@ int reshard(comm::Communicator& c, const std::string& phase, int stage, const st
   std::ifstream in(dir + "/meta.json");
   const nlohmann::json meta = nlohmann::json::parse(in);
   const checkpoint::ShardReader reader(dir, meta.at("sharding"));
+  std::map<std::string, checkpoint::UnitLayout> layout;
+  for (auto& u : opt.layout()) layout[u.name] = std::move(u);
   opt.load_shards([&](const std::string& unit, const std::string& kind, std::int64_t first, std::int64_t count) {
-    return reader.read(unit, kind, first, count);
+    return reader.read_state(layout.at(unit), kind, first, count, zero::kQuantBlock);
   }, meta.at("step").get<std::int64_t>(), reader.has("ema"));
   for (int step = 3; step < 6; ++step) reshard_step(c, unet, opt, step);
   const auto mine = whole();

@@ -151,6 +151,21 @@ class TestDist : public QObject {
     QTest::newRow("flux lora, stage 1, 2 ranks, f64") << 1 << 2 << 1 << 0.0 << "f64,flux,lora";
     QTest::newRow("flux lora, stage 3, 2 ranks, base and optimizer on cpu, f64")
         << 3 << 2 << 1 << 0.0 << "f64,flux,lora,param=cpu,opt=cpu";
+    // The lean optimizers (issue 37): Adafactor against ReferenceAdafactor (its row and column
+    // statistics and RMS values summed across the shards that cut a tensor), 8-bit AdamW against one
+    // process at stage 0 (blocks counted from each unit's start, shards cut on block boundaries).
+    for (const char* opt : {"adafactor", "adam8"}) {
+      for (int stage : {0, 1, 2, 3})
+        QTest::addRow("%s, stage %d, 2 ranks, f64", opt, stage) << stage << 2 << 1 << 0.0 << QString("f64,%1").arg(opt);
+      QTest::addRow("%s, stage 3, 1 rank, f64", opt) << 3 << 1 << 1 << 0.0 << QString("f64,%1").arg(opt);
+      QTest::addRow("%s, stage 3, 2 ranks, accumulation 2, clipping, gradient checkpointing, f64", opt)
+          << 3 << 2 << 2 << 0.05 << QString("f64,ckpt,%1").arg(opt);
+      QTest::addRow("%s, stage 2, 2 ranks, optimizer on cpu, f64", opt) << 2 << 2 << 1 << 0.0 << QString("f64,opt=cpu,%1").arg(opt);
+      QTest::addRow("%s, stage 3, 2 ranks, parameters and optimizer on cpu, f64", opt)
+          << 3 << 2 << 1 << 0.0 << QString("f64,param=cpu,opt=cpu,%1").arg(opt);
+    }
+    QTest::newRow("adafactor, flux, stage 3, 2 ranks, f64") << 3 << 2 << 1 << 0.0 << "f64,flux,adafactor";
+    QTest::newRow("adafactor lora, stage 2, 2 ranks, f64") << 2 << 2 << 1 << 0.0 << "f64,lora,adafactor";
   }
 
   // After 5 AdamW steps the weights equal one process training the same samples in the same
@@ -198,6 +213,13 @@ class TestDist : public QObject {
     QTest::newRow("stage 3 on 3 ranks -> stage 1 on 2 ranks, optimizer on nvme") << 3 << 3 << 1 << 2 << "opt=nvme,nvme=@";
     QTest::newRow("stage 0 on 1 rank -> stage 3 on 2 ranks, params on cpu") << 0 << 1 << 3 << 2 << "param=cpu,opt=cpu";
     QTest::newRow("lora: stage 3 on 2 ranks -> stage 1 on 3 ranks") << 3 << 2 << 1 << 3 << "lora";
+    // The lean optimizers (issue 37): Adafactor's statistics are saved whole per parameter; 8-bit
+    // AdamW's moments dequantized with each block's absmax, which give back the same codes under any
+    // world size and stage (blocks count from each unit's start).
+    QTest::newRow("adafactor: stage 2 on 2 ranks -> stage 3 on 3 ranks") << 2 << 2 << 3 << 3 << "adafactor";
+    QTest::newRow("adafactor: stage 0 on 1 rank -> stage 3 on 2 ranks, params on cpu") << 0 << 1 << 3 << 2 << "adafactor,param=cpu,opt=cpu";
+    QTest::newRow("adam8: stage 3 on 2 ranks -> stage 1 on 3 ranks") << 3 << 2 << 1 << 3 << "adam8";
+    QTest::newRow("adam8: stage 0 on 1 rank -> stage 2 on 2 ranks, optimizer on cpu") << 0 << 1 << 2 << 2 << "adam8,opt=cpu";
     QTest::newRow("lora: stage 0 on 1 rank -> stage 3 on 2 ranks, base shards and optimizer on cpu")
         << 0 << 1 << 3 << 2 << "lora,param=cpu,opt=cpu";
     QTest::newRow("stage 1 on 3 ranks -> stage 2 on 3 ranks") << 1 << 3 << 2 << 3 << "";
@@ -218,7 +240,7 @@ class TestDist : public QObject {
     };
     {
       World save("reshard", save_world, ranks(save_world), zs::test::freePort(), 60, {},
-                 {"save", QString::number(save_stage), dir.path(), load_variant.contains("lora") ? "lora" : ""});
+                 {"save", QString::number(save_stage), dir.path(), save_variant(load_variant)});
       for (int r = 0; r < save_world; ++r) {
         QVERIFY(save.wait(r, 120000));
         QVERIFY2(save.code(r) == 0, qPrintable(save.out(r)));
@@ -234,6 +256,14 @@ class TestDist : public QObject {
       QVERIFY2(load.code(r) == 0, qPrintable(out));
       QVERIFY2(out.contains("reshard worst"), qPrintable(out));
     }
+  }
+
+  // What the saving run shares with the loading one: the trained parts and the optimizer.
+  static QString save_variant(const QString& load_variant) {
+    QStringList keep;
+    for (const QString& f : load_variant.split(','))
+      if (f == "lora" || f == "adafactor" || f == "adam8") keep << f;
+    return keep.join(',');
   }
 
   // fp16 loss scaling's overflow rule across ranks: one rank's inf stops every rank's step.

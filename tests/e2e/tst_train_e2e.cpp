@@ -722,6 +722,52 @@ class TestTrainE2E : public QObject {
                qPrintable(QString("step %1: %2 vs %3").arg(i + 1).arg(got[i]).arg(want[i])));
   }
 
+  // The lean optimizers (issue 37) through the trainer: a run stopped at step 4 and resumed from
+  // its checkpoint (8-bit moments with their blocks' absmax; Adafactor's statistics per parameter)
+  // follows the uninterrupted run's losses, and trains otherwise than AdamW.
+  void leanOptimizersResumeExactly_data() {
+    QTest::addColumn<QString>("settings");
+    QTest::newRow("AdamW8bit") << "optimizer.type=AdamW8bit";
+    QTest::newRow("Adafactor with beta1 and scale_parameter")
+        << "optimizer.type=Adafactor,optimizer.adafactor.beta1=0.9,optimizer.adafactor.scale_parameter=true";
+  }
+
+  void leanOptimizersResumeExactly() {
+    QFETCH(QString, settings);
+    QTemporaryDir dir;
+    std::vector<std::string> keys = {"sampling.every_n_steps=0", "checkpointing.every_n_steps=0", "training.max_steps=10",
+                                     "launch.use_cpu=true", "zero.stage=2"};
+    const auto adamw = small_config(keys);
+    for (const QString& k : settings.split(',')) keys.push_back(k.toStdString());
+    const auto cfg = small_config(keys);
+    train::TrainerCommands commands;
+    auto run = [&](const config::TrainerConfig& c, const std::string& name) {
+      train::TrainerOptions o;
+      o.run_dir = (dir.path() + "/").toStdString() + name;
+      train::Trainer(c, o).run(commands);
+      return losses(read_events(o.run_dir));
+    };
+    const auto want = run(cfg, "straight");
+    const auto plain = run(adamw, "adamw");
+    QVERIFY2(std::abs(want.back() - plain.back()) > 1e-6 * std::abs(plain.back()), "the same losses as AdamW");
+    train::TrainerOptions first;
+    first.run_dir = (dir.path() + "/resumed").toStdString();
+    train::TrainerCommands stop_at_4;
+    first.on_step = [&](std::int64_t step, std::int64_t, double, double) {
+      if (step == 4) stop_at_4.request_stop();
+    };
+    QCOMPARE(train::Trainer(cfg, first).run(stop_at_4).step, std::int64_t{4});
+    train::TrainerOptions again;
+    again.run_dir = first.run_dir;
+    again.resume = "latest";
+    train::Trainer(cfg, again).run(commands);
+    const auto got = losses(read_events(first.run_dir));
+    QCOMPARE(got.size(), want.size());
+    for (std::size_t i = 0; i < want.size(); ++i)
+      QVERIFY2(std::abs(got[i] - want[i]) <= 1e-5 * std::abs(want[i]),
+               qPrintable(QString("step %1: %2 vs %3").arg(i + 1).arg(got[i]).arg(want[i])));
+  }
+
   void divergenceWritesAnOnExceptionCheckpoint() {
     QTemporaryDir dir;
     train::TrainerOptions opt;

@@ -224,6 +224,17 @@ logging:
     QTest::newRow("warmup_min_lr above lr")
         << "optimizer:\n  lr: 1e-4\nscheduler:\n  type: WarmupLR\n  warmup_min_lr: 1e-2\n"
         << "t.yaml:5:18: scheduler.warmup_min_lr: must not exceed optimizer.lr (the peak learning rate)";
+    QTest::newRow("adafactor relative_step with a schedule")
+        << "optimizer:\n  type: Adafactor\n  adafactor:\n    relative_step: true\nscheduler:\n  type: cosine\n"
+        << "t.yaml:4:20: optimizer.adafactor.relative_step: computes its own learning rate, so scheduler.type cosine would "
+           "not be followed: use scheduler.type: constant without warmup, or relative_step: false (then optimizer.lr is used)";
+    QTest::newRow("adafactor warmup_init without relative_step")
+        << "optimizer:\n  type: Adafactor\n  adafactor:\n    warmup_init: true\n"
+        << "t.yaml:4:18: optimizer.adafactor.warmup_init: needs optimizer.adafactor.relative_step: true (transformers refuses it too)";
+    QTest::newRow("8-bit AdamW on nvme")
+        << "optimizer:\n  type: AdamW8bit\nzero:\n  stage: 2\n  offload_optimizer:\n    device: nvme\n    nvme_path: /tmp\n"
+        << "t.yaml:6:13: zero.offload_optimizer.device: nvme streams AdamW's state only; optimizer.type AdamW8bit keeps its "
+           "state in memory: use device cpu";
     QTest::newRow("resolution multiple of 8") << "data:\n  resolution: 100\n"
                                               << "t.yaml:2:15: data.resolution: must be a multiple of 8 (got 100)";
     QTest::newRow("machine rank") << "launch:\n  num_machines: 2\n  machine_rank: 2\n  num_processes: 4\n"
