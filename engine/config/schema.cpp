@@ -308,6 +308,14 @@ SchemaBuilder build() {
   s.add("optimizer.weight_decay", T::number, 1e-2, ZS_REF(optimizer.weight_decay),
         "Decoupled weight decay.")
       .range(0, {});
+  s.add("optimizer.master_weights", T::choice, std::string("fp32"), ZS_REF(optimizer.master_weights),
+        "fp32: under bf16/fp16 the optimizer keeps fp32 master weights (4 bytes a parameter) and the model "
+        "computes with a bf16/fp16 copy (DeepSpeed's mixed precision). none (precision: bf16 only): only the "
+        "bf16 weights exist; each update is computed in float32 and rounded to bf16 stochastically (up or down "
+        "with the probability of the remainder, seeded by training.seed, the unit and the step: the same on "
+        "every rank and after a resume), as OneTrainer's stochastic rounding and SimpleTuner's adamw_bf16 do. "
+        "Saves 4 bytes a parameter; the optimizer state stays float32.",
+        {"fp32", "none"});
   s.add("optimizer.text_encoder_lr", T::number, Value{}, ZS_REF(optimizer.text_encoder_lr),
         "Peak learning rate of trained text encoders (full or LoRA); the schedule shapes it as "
         "`lr`. null: `lr`. Text encoders usually want less than the UNet (kohya: `--text_encoder_lr`).")

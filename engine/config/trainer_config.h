@@ -96,6 +96,7 @@ struct OptimizerConfig {
   double eps{};
   double weight_decay{};
   std::optional<double> text_encoder_lr;  ///< trained text encoders; null: lr
+  std::string master_weights;  ///< fp32 | none (bf16 weights rounded stochastically)
   AdafactorConfig adafactor;
 };
 

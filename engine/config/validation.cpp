@@ -109,6 +109,9 @@ void check_schedule(const TrainerConfig& c, RuleSet& rules) {
     rules.fail("optimizer.adafactor.relative_step", "computes its own learning rate, so scheduler.type " + s.type +
                                                         " would not be followed: use scheduler.type: constant without "
                                                         "warmup, or relative_step: false (then optimizer.lr is used)");
+  if (c.optimizer.master_weights == "none" && c.precision != "bf16")
+    rules.fail("optimizer.master_weights", "none keeps only bf16 weights: it needs precision: bf16 (fp32 has no "
+                                           "masters to drop; fp16's loss scaling needs them)");
   if (af.warmup_init && !af.relative_step)
     rules.fail("optimizer.adafactor.warmup_init", "needs optimizer.adafactor.relative_step: true (transformers refuses it too)");
   if (c.optimizer.type != "AdamW" && c.zero.offload_optimizer.device == "nvme")

@@ -121,7 +121,11 @@ void ZeroOptimizer::choose_precisions(const std::vector<models::ParamUnit>& unit
   const at::ScalarType given_type = given.dtype().toScalarType();
   master_dtype_ = given_type == at::kHalf || given_type == at::kBFloat16 ? at::kFloat : given_type;
   const at::ScalarType compute = o_.compute_dtype.value_or(given.dtype().toScalarType());
-  masters_ = compute != master_dtype_ || o_.offload_optimizer != ZeroOptions::Offload::none;
+  masters_ = o_.master_weights && (compute != master_dtype_ || o_.offload_optimizer != ZeroOptions::Offload::none);
+  if (!o_.master_weights && compute == at::kHalf)
+    throw Error(ErrorKind::config, "optimizer.master_weights: none needs precision bf16 (fp16's loss scaling needs "
+                                   "fp32 master weights); use master_weights: fp32 or precision: bf16");
+  stochastic_ = !o_.master_weights && compute == at::kBFloat16;
   compute_opts_ = given.dtype(compute);
   copies_ = std::make_unique<CopyStream>(o_.side_streams ? compute_opts_.device() : at::Device(at::kCPU));
   // Offloaded state lives in CPU memory, named explicitly: Tensor::to() with options that name no
@@ -132,7 +136,8 @@ void ZeroOptimizer::choose_precisions(const std::vector<models::ParamUnit>& unit
 }
 
 std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_trained_unit(models::ParamUnit& pu, const UnitPlan& up) {
-  const at::TensorOptions moment_opts = masters_ ? state_opts_ : compute_opts_;
+  // Where and in what the optimizer state lives (float32 without masters under bf16 too).
+  const at::TensorOptions moment_opts = state_opts_;
   const bool nvme_optimizer = o_.offload_optimizer == ZeroOptions::Offload::nvme;
   auto u = std::make_unique<Unit>();
   u->name = pu.name;

@@ -68,6 +68,12 @@ struct ZeroOptions {
   OptimizerType optimizer = OptimizerType::adamw;
   /// Adafactor's settings (its weight decay is `weight_decay`).
   AdafactorOptions adafactor;
+  /// fp32 master weights next to bf16/fp16 compute weights (optimizer.master_weights: fp32); false
+  /// (none): only the bf16 weights, each update computed in float32 and rounded stochastically
+  /// (stochastic_round.h), the optimizer state in float32.
+  bool master_weights = true;
+  /// Seeds the stochastic rounding (training.seed).
+  std::uint64_t seed = 0;
 
   /// The dtype the model computes in (bf16/fp16: mixed precision with fp32 masters); unset: the
   /// parameters' own dtype.
@@ -261,6 +267,9 @@ class ZeroOptimizer final {
   void step_lean(Unit& u, double lr);
   /// What a unit's optimizer state takes (masters, moments or their codes and absmax, Adafactor's statistics).
   static std::int64_t optimizer_bytes(const Unit& u);
+  /// Writes the updated weights `w` (float32 where they were computed) into the unit's compute
+  /// parameters `p`: converted from the masters, rounded stochastically without them, or copied.
+  void write_weights(Unit& u, at::Tensor& p, const at::Tensor& w);
   /// Sums over the ranks that share a unit's elements (nothing when replicated).
   void reduce_shared(at::Tensor& t);
   void step_nvme(double lr);
@@ -280,6 +289,7 @@ class ZeroOptimizer final {
   at::ScalarType master_dtype_ = at::kFloat;
   at::Tensor signed_map_, unsigned_map_;  // 8-bit AdamW's dynamic maps, where the state lives
   bool masters_ = false;  // separate master weights (mixed precision or optimizer offload)
+  bool stochastic_ = false;  // master_weights none under bf16: updates rounded stochastically
   at::TensorOptions compute_opts_, state_opts_;  // where/what the model computes; where the optimizer state lives
   at::TensorOptions given_opts_;  // the trained parameters' own precision, on the compute device
   std::unique_ptr<Offload> offload_;

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "zero/blockwise_quant.h"
 #include "zero/cpu_adam.h"
+#include "zero/stochastic_round.h"
 #include "zero/zero_unit.h"
 
 namespace zs::zero {
@@ -265,12 +266,19 @@ void ZeroOptimizer::reduce_shared(at::Tensor& t) {
   if (!plan_.replicated) comm_.all_reduce(t);
 }
 
+void ZeroOptimizer::write_weights(Unit& u, at::Tensor& p, const at::Tensor& w) {
+  if (masters_) copy_converted(p, w);
+  else if (stochastic_) p.copy_(stochastic_round_bf16(w, rounding_key(o_.seed, u.name, step_), u.plan.owned_offset));
+  else if (!w.is_same(p)) p.copy_(w);
+}
+
 void ZeroOptimizer::step_lean(Unit& u, double lr) {
-  const at::TensorOptions moment_opts = masters_ ? state_opts_ : compute_opts_;
   at::Tensor p = owned_params(u);
   const at::Tensor g = step_grad(u);
-  // The weights the update reads and writes: the masters, or the parameters where the state lives.
-  at::Tensor w = masters_ ? u.master : (p.device() == moment_opts.device() ? p : p.to(moment_opts.device()));
+  // The weights the update reads and writes: the masters, or the parameters where the state lives
+  // (a float32 copy of bf16 ones without masters).
+  const bool in_place = p.device() == state_opts_.device() && p.scalar_type() == state_opts_.dtype().toScalarType();
+  at::Tensor w = masters_ ? u.master : in_place ? p : p.to(state_opts_);
   const at::Tensor grad = g.device() == w.device() ? g : g.to(w.device());
   if (u.adafactor) {
     u.adafactor->step(w, grad, lr, step_, [this](at::Tensor& t) { reduce_shared(t); });
@@ -278,8 +286,7 @@ void ZeroOptimizer::step_lean(Unit& u, double lr) {
     adamw8bit_update(w, grad, u.exp_avg, u.m_absmax, u.exp_avg_sq, u.v_absmax, signed_map_, unsigned_map_,
                      AdamHyper{lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, step_});
   }
-  if (masters_) copy_converted(p, w);
-  else if (!w.is_same(p)) p.copy_(w);
+  write_weights(u, p, w);
   store_owned_params(u, p);
 }
 
@@ -302,11 +309,14 @@ void ZeroOptimizer::step_in_memory(Unit& u, double step_lr) {
     return;
   }
   if (!masters_) {
-    // Parameter shards offloaded without the optimizer (stage 3, full precision): the update
-    // runs where the moments live and the result goes back to the shard.
-    const at::Tensor w = p.device() == u.exp_avg.device() ? p : p.to(u.exp_avg.device());
-    adam_reference(w, u.exp_avg, u.exp_avg_sq, g.to(w.device()), o_, lr, step_);
-    if (!w.is_same(p)) p.copy_(w);
+    // Parameter shards offloaded without the optimizer (stage 3, full precision), or bf16 weights
+    // without masters: the update runs in float32 where the moments live and the result goes back
+    // to the shard (rounded stochastically to bf16).
+    const bool in_place = p.device() == state_opts_.device() && p.scalar_type() == state_opts_.dtype().toScalarType();
+    const at::Tensor w = in_place ? p : p.to(state_opts_);
+    if (stochastic_) adam_master(w, u.exp_avg, u.exp_avg_sq, g.to(w.device()), o_, lr, step_, at::Tensor());
+    else adam_reference(w, u.exp_avg, u.exp_avg_sq, g.to(w.options()), o_, lr, step_);
+    write_weights(u, p, w);
   } else {
     adam_master(u.master, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_, p);
   }

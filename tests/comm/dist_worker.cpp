@@ -209,10 +209,14 @@ struct Denoiser {
 /// attention projections), flux (the denoiser is a small Flux.1 transformer instead of the UNet),
 /// qwen (a small Qwen-Image transformer, its odd samples' context padded and masked), adafactor
 /// (Adafactor with beta1, weight decay and scale_parameter, against ReferenceAdafactor), adam8 (8-bit
-/// AdamW, against one process's ZeroOptimizer at stage 0, whose step tst_zero holds to bitsandbytes').
+/// AdamW, against one process's ZeroOptimizer at stage 0, whose step tst_zero holds to bitsandbytes'),
+/// nomaster (bf16 weights without fp32 masters, updates rounded stochastically: against one
+/// process's ZeroOptimizer at stage 0 with the same settings, in bf16 steps), nooverlap
+/// (zero.overlap_comm off: no unit boundaries in the autograd graph), nomaster_cos (no masters,
+/// held to the fp32 reference by the cosine of the updates, as bf16).
 struct Variant {
   bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false, lora = false, flux = false, qwen = false;
-  bool adafactor = false, adam8 = false;
+  bool adafactor = false, adam8 = false, nomaster = false, nooverlap = false, nomaster_cos = false;
   std::string te;  // "", full or lora
   zero::ZeroOptions::Offload opt = zero::ZeroOptions::Offload::none, param = zero::ZeroOptions::Offload::none;
   std::string nvme;
@@ -233,6 +237,9 @@ struct Variant {
       else if (f == "qwen") qwen = true;
       else if (f == "adafactor") adafactor = true;
       else if (f == "adam8") adam8 = true;
+      else if (f == "nomaster") nomaster = bf16 = true;
+      else if (f == "nooverlap") nooverlap = true;
+      else if (f == "nomaster_cos") nomaster_cos = bf16 = true;
       else if (f.rfind("te=", 0) == 0) te = f.substr(3);
       else if (f.rfind("opt=", 0) == 0) opt = device(f.substr(4));
       else if (f.rfind("param=", 0) == 0) param = device(f.substr(6));
@@ -289,6 +296,9 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   o.reduce_bucket_size = 3000;  // several buckets on this small model
   o.allgather_bucket_size = 20000;
   if (v.bf16) o.compute_dtype = at::kBFloat16;
+  o.master_weights = !v.nomaster && !v.nomaster_cos;
+  if (v.nooverlap) o.overlap_comm = false;
+  o.seed = 42;
   const at::Device dev = v.cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   if (v.cuda) o.device = dev;  // the parameters move there unit by unit
   o.offload_optimizer = v.opt;
@@ -381,11 +391,14 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   std::unique_ptr<zero::ReferenceAdafactor> ref_adafactor;
   std::unique_ptr<comm::Communicator> ref_comm;
   std::unique_ptr<zero::ZeroOptimizer> ref_zero;
-  if (v.adam8) {
-    if (v.lora || !v.te.empty()) throw Error(ErrorKind::config, "dist_worker: adam8 runs on the plain denoiser only");
+  if (v.adam8 || v.nomaster) {
+    if (v.lora || !v.te.empty()) throw Error(ErrorKind::config, "dist_worker: adam8 and nomaster run on the plain denoiser only");
     zero::ZeroOptions ro;
-    ro.optimizer = zero::OptimizerType::adamw8bit;
+    lean_options(v, ro);
     ro.weight_decay = 0.01;
+    ro.compute_dtype = o.compute_dtype;
+    ro.master_weights = o.master_weights;
+    ro.seed = o.seed;
     ref_comm = comm::Communicator::single();
     ref_zero = std::make_unique<zero::ZeroOptimizer>(ref.units(), *ref_comm, ro);
     ref_opt = {[&] { ref_zero->zero_grad(); }, [&](double c) { ref_zero->reduce_gradients(); return ref_zero->clip_grad_norm(c); },
@@ -469,7 +482,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   // timestep embedding is computed in float32 whatever the model's dtype (as diffusers does), and
   // CUDA's exp/sin/cos differ from the CPU's in the last bit; Adam's first steps amplify that
   // (measured on an H100: 3.6e-5 in float64, 1.5e-4 to 2e-4 for the float32 EMA; the float32 rows on one device: 2e-5).
-  const double tolerance = v.bf16 ? 0.05 : v.cuda ? (f64 ? 1e-4 : 5e-4) : f64 ? 1e-10 : 2e-5;
+  const double tolerance = v.nomaster ? 0.0 /* bit for bit */ : v.bf16 ? 0.05 : v.cuda ? (f64 ? 1e-4 : 5e-4) : f64 ? 1e-10 : 2e-5;
   std::map<std::string, at::Tensor> mine;
   for (const auto& [name, p] : opt.full_parameters()) mine[name] = p;
   if (mine.empty())  // the model's own tensors are the trained ones
@@ -488,7 +501,34 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   for (const auto& [name, t] : opt.ema_state()) ema[name] = t;
   double worst = 0;
   std::string worst_name;
-  if (v.bf16) {
+  if (v.nomaster) {
+    // bf16 weights without masters against one process doing the same: the draws of the rounding
+    // follow each element's place in its unit, not the shard, so the ranks round as the one
+    // process does. The gradients must be the same bf16 values too, which holds only without unit
+    // boundaries in the graph (nooverlap at stages 0-1): with them, autograd adds the bf16
+    // contributions to a shared input (the time embedding feeds every resnet) in another order, and
+    // Adam's first, sign-like steps turn last-bit differences into whole updates. Measured in bf16
+    // steps of the reference's weights.
+    for (const auto& [name, p] : ref_params) {
+      const at::Tensor want = p.detach().to(at::kDouble), got = mine.at(name).to(at::kDouble);
+      // A bf16 step at the larger of the two values (with a floor for weights near zero, whose steps
+      // shrink with them: 1e-3 of the tensor's largest).
+      const double floor = 1e-3 * want.abs().max().item<double>();
+      const at::Tensor ulp = (at::maximum(want.abs(), got.abs()).clamp_min(floor) * std::ldexp(1.0, -7));
+      const at::Tensor off = (got - want).abs() / ulp;
+      const double steps = off.max().item<double>();
+      if (steps > 5) {
+        const auto k = off.argmax().item<std::int64_t>();
+        std::printf("%s[%lld]: %.9g vs %.9g\n", name.c_str(), static_cast<long long>(k), got.reshape({-1})[k].item<double>(),
+                    want.reshape({-1})[k].item<double>());
+      }
+      if (steps > worst) {
+        worst = steps;
+        worst_name = name;
+      }
+    }
+    std::printf("nomaster: worst %.3g bf16 steps from one process\n", worst);
+  } else if (v.bf16) {
     // bf16 computes every gradient with 8-bit mantissas and Adam's early steps are close to sign
     // descent, so single elements may move differently; the run as a whole must move the same
     // way as fp32: the cosine between the two updates (weights and EMA) over all parameters.

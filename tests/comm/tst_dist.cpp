@@ -164,6 +164,17 @@ class TestDist : public QObject {
       QTest::addRow("%s, stage 3, 2 ranks, parameters and optimizer on cpu, f64", opt)
           << 3 << 2 << 1 << 0.0 << QString("f64,param=cpu,opt=cpu,%1").arg(opt);
     }
+    // bf16 weights without fp32 masters (optimizer.master_weights: none). Against one process doing
+    // the same: at stages 0-1 without overlap_comm (the graph has no unit boundaries, so the bf16
+    // gradients are the same values) 2 ranks end bit for bit where 1 does; with the boundaries
+    // (stages 2-3 always) the bf16 sums inside autograd take another order, so those rows hold the
+    // run to the fp32 reference by the cosine of the updates, as the bf16 rows above.
+    QTest::newRow("no masters, stage 0, 1 rank, bf16") << 0 << 1 << 1 << 0.0 << "nomaster";
+    for (int stage : {0, 1})
+      QTest::addRow("no masters, stage %d, 2 ranks, no overlap, bf16", stage) << stage << 2 << 1 << 0.0 << "nomaster,nooverlap";
+    for (int stage : {2, 3}) QTest::addRow("no masters, stage %d, 2 ranks, bf16 cosine", stage) << stage << 2 << 1 << 0.0 << "bf16,nomaster_cos";
+    QTest::newRow("no masters, stage 3, 2 ranks, optimizer on cpu, bf16 cosine") << 3 << 2 << 1 << 0.0 << "bf16,nomaster_cos,opt=cpu";
+    QTest::newRow("no masters, adafactor, stage 1, 2 ranks, no overlap, bf16") << 1 << 2 << 1 << 0.0 << "nomaster,nooverlap,adafactor";
     QTest::newRow("adafactor, flux, stage 3, 2 ranks, f64") << 3 << 2 << 1 << 0.0 << "f64,flux,adafactor";
     QTest::newRow("adafactor lora, stage 2, 2 ranks, f64") << 2 << 2 << 1 << 0.0 << "f64,lora,adafactor";
   }

@@ -231,6 +231,10 @@ logging:
     QTest::newRow("adafactor warmup_init without relative_step")
         << "optimizer:\n  type: Adafactor\n  adafactor:\n    warmup_init: true\n"
         << "t.yaml:4:18: optimizer.adafactor.warmup_init: needs optimizer.adafactor.relative_step: true (transformers refuses it too)";
+    QTest::newRow("no master weights without bf16")
+        << "optimizer:\n  master_weights: none\n"
+        << "t.yaml:2:19: optimizer.master_weights: none keeps only bf16 weights: it needs precision: bf16 (fp32 has no "
+           "masters to drop; fp16's loss scaling needs them)";
     QTest::newRow("8-bit AdamW on nvme")
         << "optimizer:\n  type: AdamW8bit\nzero:\n  stage: 2\n  offload_optimizer:\n    device: nvme\n    nvme_path: /tmp\n"
         << "t.yaml:6:13: zero.offload_optimizer.device: nvme streams AdamW's state only; optimizer.type AdamW8bit keeps its "

@@ -1,6 +1,7 @@
 // engine/zero in one process: the fused CPU AdamW against the reference arithmetic and
 // LibTorch's own AdamW, the offload stores, and building a UNet straight into shards.
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/optim/adamw.h>
 
 #include <fcntl.h>
@@ -25,6 +26,7 @@
 #include "zero/reference_adamw.h"
 #include "zero/reference_ema.h"
 #include "zero/cpu_adam.h"
+#include "zero/stochastic_round.h"
 
 #include <QDir>
 #include <QTemporaryDir>
@@ -276,6 +278,43 @@ class TestZero : public QObject {
       }
       QCOMPARE(compared, std::size_t(af.beta1 ? 3 + 5 : 5));
     }
+  }
+
+  // optimizer.master_weights: none rounds each float32 update to bf16 stochastically: over 10^6
+  // draws the mean rounded value equals the float32 value within 4 standard errors (a value 0.3 of
+  // the way between two bf16 numbers, either sign; and updates smaller than a bf16 step added to
+  // random bf16 weights, whose sum a round-to-nearest would lose); an element draws the same bits
+  // whatever shard it is cut into; another step draws others.
+  void stochasticRoundingIsUnbiased() {
+    const std::int64_t n = 1'000'000;
+    const double ulp = std::ldexp(1.0, -7);  // bf16's step in [1, 2)
+    for (const double sign : {1.0, -1.0}) {
+      const double x = sign * (1.0 + 0.3 * ulp);
+      const at::Tensor r = zero::stochastic_round_bf16(at::full({n}, x, at::kFloat), zero::rounding_key(42, "unit", 1), 0);
+      const double mean = r.to(at::kDouble).mean().item<double>();
+      const double se = ulp * std::sqrt(0.3 * 0.7 / static_cast<double>(n));
+      QVERIFY2(std::abs(mean - x) <= 4 * se, qPrintable(QString("mean %1 for %2 (se %3)").arg(mean, 0, 'g', 12).arg(x).arg(se)));
+      const at::Tensor down = at::full({1}, x, at::kFloat).to(at::kBFloat16);  // the nearest is below: 1.0
+      QVERIFY((r == down).to(at::kDouble).mean().item<double>() > 0.69);
+    }
+    at::Generator gen = at::detail::createCPUGenerator(7);
+    const at::Tensor w = at::randn({n}, gen).to(at::kBFloat16).to(at::kFloat);
+    const at::Tensor update = 1e-3 * w.abs();  // always below half a bf16 step (2^-9 to 2^-8 of the weight)
+    const at::Tensor target = w + update;
+    const at::Tensor rounded = zero::stochastic_round_bf16(target, zero::rounding_key(42, "unit", 2), 0).to(at::kDouble);
+    const double moved = (rounded - w.to(at::kDouble)).sum().item<double>(), wanted = update.to(at::kDouble).sum().item<double>();
+    // Each element's variance is at most (its bf16 step)² / 4; its step is at most 2^-7 of the weight.
+    const double se = std::sqrt((w.abs().to(at::kDouble) * std::ldexp(1.0, -7)).pow(2).sum().item<double>() / 4);
+    QVERIFY2(std::abs(moved - wanted) <= 4 * se, qPrintable(QString("moved %1, wanted %2, se %3").arg(moved).arg(wanted).arg(se)));
+    const double nearest = (target.to(at::kBFloat16).to(at::kDouble) - w.to(at::kDouble)).sum().item<double>();
+    QCOMPARE(nearest, 0.0);  // round-to-nearest loses every one of them
+    qInfo("1e6 updates of 1e-3 of their weight: sum %.4g; stochastic rounding moves the weights by %.4g (4 se = %.2g), "
+          "round-to-nearest by %.4g", wanted, moved, 4 * se, nearest);
+    // The same element draws the same bits whatever shard holds it.
+    const auto key = zero::rounding_key(42, "unit", 3);
+    const at::Tensor whole = zero::stochastic_round_bf16(target, key, 0);
+    QVERIFY(at::equal(whole.narrow(0, 1000, 5000), zero::stochastic_round_bf16(target.narrow(0, 1000, 5000), key, 1000)));
+    QVERIFY(!at::equal(whole, zero::stochastic_round_bf16(target, zero::rounding_key(42, "unit", 4), 0)));
   }
 
   // What Adafactor keeps per tensor (its memory advantage): a matrix its row and column statistics, a
