@@ -26,6 +26,7 @@ json CheckpointMeta::to_json() const {
             {"config", config}};
   if (samples_seen) j["samples_seen"] = *samples_seen;
   if (smoothed_state) j["smoothed_state"] = {smoothed_state->first, smoothed_state->second};
+  if (previous_grad_norm) j["previous_grad_norm"] = *previous_grad_norm;
   if (!base_model.is_null()) j["base_model"] = base_model;
   if (lora)
     j["lora"] = {{"rank", lora->rank}, {"alpha", lora->alpha}, {"unet", lora->denoiser},
@@ -59,6 +60,7 @@ CheckpointMeta CheckpointMeta::from_json(const json& j, const std::string& where
     m.smoothed_loss = get("smoothed_loss", 0.0);
     if (has("smoothed_state")) m.smoothed_state = {j[key].at(0).get<double>(), j[key].at(1).get<std::int64_t>()};
     if (has("val_loss")) m.val_loss = j[key].get<double>();
+    if (has("previous_grad_norm")) m.previous_grad_norm = j[key].get<double>();
     m.val_loss_step = get("val_loss_step", std::int64_t{-1});
     m.lr = get("lr", 0.0);
     m.time = get("time", 0.0);

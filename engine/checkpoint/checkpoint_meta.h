@@ -42,6 +42,8 @@ struct CheckpointMeta {
   /// The smoother's state (last value, count); absent in old checkpoints (their value, settled).
   std::optional<std::pair<double, std::int64_t>> smoothed_state;
   std::optional<double> val_loss;     ///< the newest validation loss
+  /// optimizer.fused_backward: the last step's global gradient norm, which clips the next step.
+  std::optional<double> previous_grad_norm;
   std::int64_t val_loss_step = -1;
   double lr = 0;
   double time = 0;                    ///< Unix seconds

@@ -316,6 +316,15 @@ SchemaBuilder build() {
         "every rank and after a resume), as OneTrainer's stochastic rounding and SimpleTuner's adamw_bf16 do. "
         "Saves 4 bytes a parameter; the optimizer state stays float32.",
         {"fp32", "none"});
+  s.add("optimizer.fused_backward", T::boolean, false, ZS_REF(optimizer.fused_backward),
+        "Step each ZeRO unit as soon as its reduced gradients exist, during backward (on the last micro-batch), "
+        "and from zero.stage 2 on free its gradient memory at once, so no full set of gradients ever exists "
+        "(kohya's --fused_backward_pass, OneTrainer's fused back pass). With gradient accumulation each unit's "
+        "gradients accumulate in its own buffer (its reduced part) and the step happens on the last micro-batch. "
+        "training.gradient_clipping then scales each step's gradients by the previous step's global norm "
+        "(the current one is known only after every unit has stepped; the first step is not clipped), where "
+        "the unfused step scales by the current norm. Not with precision fp16 (loss scaling must see every "
+        "gradient first) nor with NVMe optimizer offload. A non-finite gradient is found after the update.");
   s.add("optimizer.text_encoder_lr", T::number, Value{}, ZS_REF(optimizer.text_encoder_lr),
         "Peak learning rate of trained text encoders (full or LoRA); the schedule shapes it as "
         "`lr`. null: `lr`. Text encoders usually want less than the UNet (kohya: `--text_encoder_lr`).")

@@ -97,6 +97,7 @@ struct OptimizerConfig {
   double weight_decay{};
   std::optional<double> text_encoder_lr;  ///< trained text encoders; null: lr
   std::string master_weights;  ///< fp32 | none (bf16 weights rounded stochastically)
+  bool fused_backward{};       ///< step each unit from its backward hook
   AdafactorConfig adafactor;
 };
 

@@ -112,6 +112,12 @@ void check_schedule(const TrainerConfig& c, RuleSet& rules) {
   if (c.optimizer.master_weights == "none" && c.precision != "bf16")
     rules.fail("optimizer.master_weights", "none keeps only bf16 weights: it needs precision: bf16 (fp32 has no "
                                            "masters to drop; fp16's loss scaling needs them)");
+  if (c.optimizer.fused_backward && c.precision == "fp16")
+    rules.fail("optimizer.fused_backward", "cannot run under precision fp16: loss scaling must see every gradient "
+                                           "before any unit steps; use precision: bf16");
+  if (c.optimizer.fused_backward && c.zero.offload_optimizer.device == "nvme")
+    rules.fail("optimizer.fused_backward", "steps each unit from memory; zero.offload_optimizer.device nvme streams the "
+                                           "whole state in sub-groups instead: use device cpu");
   if (af.warmup_init && !af.relative_step)
     rules.fail("optimizer.adafactor.warmup_init", "needs optimizer.adafactor.relative_step: true (transformers refuses it too)");
   if (c.optimizer.type != "AdamW" && c.zero.offload_optimizer.device == "nvme")

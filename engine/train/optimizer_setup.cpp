@@ -39,6 +39,7 @@ zero::ZeroOptions zero_options(const config::TrainerConfig& cfg) {
   zo.optimizer = zero::optimizer_from_name(cfg.optimizer.type);
   zo.master_weights = cfg.optimizer.master_weights != "none";
   zo.seed = static_cast<std::uint64_t>(cfg.training.seed);
+  zo.fused_backward = cfg.optimizer.fused_backward;
   const auto& af = cfg.optimizer.adafactor;
   zo.adafactor.beta1 = af.beta1;
   zo.adafactor.decay_rate = af.decay_rate;

@@ -132,6 +132,7 @@ void Trainer::State::restore(const checkpoint::CheckpointInfo& ckpt) {
   optimizer->load_shards([&](const std::string& unit, const std::string& kind, std::int64_t first, std::int64_t count) {
                            return reader.read_state(layout.at(unit), kind, first, count, zero::kQuantBlock); },
                          meta.optimizer_steps, with_ema);
+  if (meta.previous_grad_norm) optimizer->set_previous_grad_norm(*meta.previous_grad_norm);
   // The noise needs no state: each sample's generator is seeded by its batch and place
   // (sample_generator), so it follows from batches_consumed.
   if (main_rank() && meta.world_size != world)

@@ -89,6 +89,7 @@ StepResult Trainer::State::train_step() {
   done.lr = lr->lr(step);
   const std::int64_t accum = cfg.training.gradient_accumulation_steps;
   optimizer->zero_grad();
+  optimizer->prepare_fused_step(done.lr, cfg.training.gradient_clipping);  // (fused_backward: units step during backward)
   for (std::int64_t micro = 0; micro < accum; ++micro) {
     optimizer->set_last_micro_step(micro == accum - 1);
     const data::Batch batch = loader->next();
@@ -291,6 +292,8 @@ bool Trainer::State::save(const std::string& reason) {
     checkpoint::CheckpointMeta meta;
     meta.step = step;
     meta.optimizer_steps = optimizer->steps();
+    if (cfg.optimizer.fused_backward && optimizer->previous_grad_norm() >= 0)
+      meta.previous_grad_norm = optimizer->previous_grad_norm();
     meta.batches_consumed = batches_consumed;
     meta.samples_seen = batches_consumed * world * cfg.training.batch_size;
     meta.epoch = static_cast<double>(batches_consumed * world) / loader->batches_per_epoch();

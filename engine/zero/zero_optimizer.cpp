@@ -60,6 +60,7 @@ PlanOptions plan_options(const ZeroOptions& o, int world_size, int rank) {
   // 8-bit moments are quantized in blocks counted from each unit's start: shards cut on block
   // boundaries keep every block on one rank, whatever the world size.
   if (o.optimizer == OptimizerType::adamw8bit) p.shard_multiple = kQuantBlock;
+  p.fused_backward = o.fused_backward;
   p.stage = o.stage;
   p.world_size = world_size;
   p.rank = rank;
@@ -73,6 +74,12 @@ PlanOptions plan_options(const ZeroOptions& o, int world_size, int rank) {
 
 ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, comm::Communicator& comm, ZeroOptions options)
     : comm_(comm), o_(std::move(options)) {
+  if (o_.fused_backward && o_.offload_optimizer == ZeroOptions::Offload::nvme)
+    throw Error(ErrorKind::config, "optimizer.fused_backward steps each unit from memory: zero.offload_optimizer.device "
+                                   "nvme streams the whole state in sub-groups instead. Use device: cpu or fused_backward: false.");
+  if (o_.fused_backward && o_.compute_dtype == at::kHalf)
+    throw Error(ErrorKind::config, "optimizer.fused_backward cannot run under fp16: loss scaling must see every gradient "
+                                   "before any unit steps. Use precision: bf16.");
   if (o_.optimizer != OptimizerType::adamw && o_.offload_optimizer == ZeroOptions::Offload::nvme)
     throw Error(ErrorKind::config, std::string("optimizer.type ") + optimizer_name(o_.optimizer) +
                                        " keeps its state in memory: zero.offload_optimizer.device nvme streams AdamW's "
@@ -193,7 +200,10 @@ std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_trained_unit(models::Pa
   // On the device the reduced gradients stay in the compute dtype (ZeRO's 2Ψ/N at stage 2-3; the
   // step upcasts one unit at a time); the offloaded copy is fp32, as DeepSpeed's.
   const bool offloaded = o_.offload_optimizer != ZeroOptions::Offload::none;
-  if (up.reduced_copy) u->shard_grad = at::zeros({u->plan.owned}, offloaded ? state_opts_ : compute_opts_);
+  shard_grad_opts_ = offloaded ? state_opts_ : compute_opts_;
+  // fused_backward: a hooked unit's part exists only from its reduction to its step.
+  if (up.reduced_copy && !(o_.fused_backward && up.hook_grads))
+    u->shard_grad = at::zeros({u->plan.owned}, shard_grad_opts_);
   return u;
 }
 
@@ -391,7 +401,8 @@ bool ZeroOptimizer::wants_backward_hook(std::size_t unit) const {
   const Unit& u = indexed(unit);
   if (u.frozen) return u.plan.sharded;  // nothing to reduce; the gathered copy goes after its backward
   // The io unit runs at both ends of the forward: it is reduced with the rest after backward.
-  return u.plan.hook_grads || (unit != 0 && plan_.overlap_comm && last_micro_ && comm_.world_size() > 1);
+  return u.plan.hook_grads ||
+         (unit != 0 && last_micro_ && (o_.fused_backward || (plan_.overlap_comm && comm_.world_size() > 1)));
 }
 
 void ZeroOptimizer::launch_reduce(Unit& u) {
@@ -455,23 +466,7 @@ void ZeroOptimizer::drain_reductions(const Unit* keep) {
   }
 }
 
-void ZeroOptimizer::reduce_unit(std::size_t unit) {
-  Unit& u = indexed(unit);
-  if (u.frozen) {
-    release(u);
-    return;
-  }
-  if (!u.plan.hook_grads) {
-    if (plan_.overlap_comm && last_micro_ && comm_.world_size() > 1) {
-      launch_reduce(u);
-      if (o_.offload_optimizer != ZeroOptions::Offload::none) drain_reductions(&u);
-    }
-    return;
-  }
-  c10::NoGradGuard no_grad;
-  // Stages 2-3: the unit's gradients exist only from its backward to here; they are flattened,
-  // reduce-scattered into the shard (every micro-step) and dropped, so at most about two units'
-  // full gradients are alive at once.
+at::Tensor ZeroOptimizer::take_grads(Unit& u) {
   bool any = false;
   at::Tensor full = at::empty({u.plan.padded}, compute_opts_);
   for (std::size_t i = 0; i < u.params.size(); ++i) {
@@ -485,9 +480,67 @@ void ZeroOptimizer::reduce_unit(std::size_t unit) {
     p.mutable_grad() = at::Tensor();
     any = true;
   }
+  if (!any) return {};
   if (u.plan.padded > u.numel) full.narrow(0, u.numel, u.plan.padded - u.numel).zero_();
-  if (any) {
-    if (!plan_.overlap_comm) {
+  return full;
+}
+
+void ZeroOptimizer::reduce_into_part(Unit& u, const at::Tensor& full) {
+  if (!u.shard_grad.defined()) u.shard_grad = at::zeros({u.plan.owned}, shard_grad_opts_);  // freed by its step
+  reduce_scatter_into_shard(u, full);
+}
+
+void ZeroOptimizer::fused_defer(Unit& u) {
+  // A unit's backward hook runs when the gradient of its input is done, but a parameter used
+  // before that input in the forward (a transformer's proj_in ahead of its first block) gets its
+  // gradient later: so a unit steps when the next hook (the unit before it in the forward) runs,
+  // or at the end of backward.
+  if (fused_pending_ && fused_pending_ != &u) finish_fused();
+  fused_pending_ = &u;
+}
+
+void ZeroOptimizer::finish_fused() {
+  if (!fused_pending_) return;
+  Unit& u = *fused_pending_;
+  fused_pending_ = nullptr;
+  c10::NoGradGuard no_grad;
+  if (u.plan.hook_grads) {
+    const at::Tensor late = take_grads(u);  // gradients that arrived after its hook
+    if (late.defined()) reduce_into_part(u, late);
+  } else {
+    launch_reduce(u);  // its whole buffer (one rank: its part moves where the step reads it)
+    finish_reduce(u);
+  }
+  settle_grad(u);
+  fused_step_unit(u);
+}
+
+void ZeroOptimizer::reduce_unit(std::size_t unit) {
+  Unit& u = indexed(unit);
+  if (u.frozen) {
+    release(u);
+    return;
+  }
+  if (!u.plan.hook_grads) {
+    if (o_.fused_backward && last_micro_) {
+      fused_defer(u);  // reduced and stepped once the unit before it in the forward reaches backward
+      return;
+    }
+    if (plan_.overlap_comm && last_micro_ && comm_.world_size() > 1) {
+      launch_reduce(u);
+      if (o_.offload_optimizer != ZeroOptions::Offload::none) drain_reductions(&u);
+    }
+    return;
+  }
+  c10::NoGradGuard no_grad;
+  // Stages 2-3: the unit's gradients exist only from its backward to here; they are flattened,
+  // reduce-scattered into the shard (every micro-step) and dropped, so at most about two units'
+  // full gradients are alive at once.
+  const at::Tensor full = take_grads(u);
+  if (full.defined()) {
+    if (o_.fused_backward) {
+      reduce_into_part(u, full);
+    } else if (!plan_.overlap_comm) {
       reduce_scatter_into_shard(u, full);
     } else {
       finish_reduce(u);  // a reduction of this unit from an earlier backward pass
@@ -497,6 +550,7 @@ void ZeroOptimizer::reduce_unit(std::size_t unit) {
       drain_reductions(&u);
     }
   }
+  if (o_.fused_backward && last_micro_ && !u.stepped) fused_defer(u);
   release(unit);
 }
 
@@ -518,8 +572,11 @@ void ZeroOptimizer::ensure_grads() {
 
 void ZeroOptimizer::zero_grad() {
   ensure_grads();
+  fused_begun_ = false;
+  fused_pending_ = nullptr;
   for (auto& u : units_) {
     u->reduced = false;
+    u->stepped = false;
     if (u->shard_grad.defined()) u->shard_grad.zero_();
     if (u->plan.hook_grads) {
       for (auto& [name, p] : u->params) p.mutable_grad() = at::Tensor();
@@ -535,6 +592,7 @@ void ZeroOptimizer::skip_step() { zero_grad(); }
 void ZeroOptimizer::reduce_gradients() {
   const int world = comm_.world_size();
   c10::NoGradGuard no_grad;
+  finish_fused();  // the last unit the hooks reached
   bool launched = false;
   for (auto& u : units_) launched |= u->pending != nullptr;
   if (!plan_.any_reduce_scatter() && !launched && world > 1) {
@@ -561,6 +619,7 @@ void ZeroOptimizer::reduce_gradients() {
       in_bucket = 0;
     };
     for (auto& u : units_) {
+      if (u->stepped) continue;  // fused_backward: reduced and stepped from its hook
       bucket.push_back(u.get());
       in_bucket += u->plan.padded;
       if (in_bucket >= o_.reduce_bucket_size) flush();
@@ -579,6 +638,7 @@ void ZeroOptimizer::reduce_gradients() {
     else if (u.plan.hook_grads) reduce_unit(i);  // normally done by its backward hook already
     else launch_reduce(u);
   }
+  finish_fused();
   for (auto& u : units_) finish_reduce(*u);
   // Every gradient is where the step reads it before anything looks at them (or zero_grad
   // clears the device buffers a copy still reads).

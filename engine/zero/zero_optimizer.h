@@ -74,6 +74,11 @@ struct ZeroOptions {
   bool master_weights = true;
   /// Seeds the stochastic rounding (training.seed).
   std::uint64_t seed = 0;
+  /// optimizer.fused_backward: a unit is stepped as soon as its reduced gradients exist (from its
+  /// backward hook, on the last micro-batch) and, from stage 2 on, its gradient memory goes at
+  /// once; call prepare_fused_step before each step's micro-batches. Clipping then scales by the
+  /// previous step's global norm (the current one is known only when every unit has stepped).
+  bool fused_backward = false;
 
   /// The dtype the model computes in (bf16/fp16: mixed precision with fp32 masters); unset: the
   /// parameters' own dtype.
@@ -116,6 +121,9 @@ class ZeroOptimizer final {
 
   /// Clears the gradients of every trained parameter (and the rank's reduced parts).
   void zero_grad();
+  /// fused_backward: the coming step's learning rate and gradient_clipping (0: none), before its
+  /// first micro-batch. Nothing happens without fused_backward.
+  void prepare_fused_step(double lr, double max_norm);
   /// Tells the optimizer whether the coming backward is the step's last micro-batch (gradients
   /// are communicated only then, overlapped with that backward; stage 3 every micro-batch).
   void set_last_micro_step(bool last) { last_micro_ = last; }
@@ -124,7 +132,9 @@ class ZeroOptimizer final {
   /// after the last micro-batch's backward.
   void reduce_gradients();
   /// Global L2 norm of the gradients before clipping (a collective when the ranks hold different
-  /// parts); scales them to `max_norm` when above it (max_norm <= 0: no clipping).
+  /// parts); scales them to `max_norm` when above it (max_norm <= 0: no clipping). fused_backward:
+  /// the norm of the gradients the units were stepped with (before scaling), and the units not
+  /// stepped yet are scaled as the others were, by the previous step's norm.
   double clip_grad_norm(double max_norm);
   /// One update (AdamW, 8-bit AdamW or Adafactor) of the rank's part with learning rate `lr` (× each
   /// unit's lr_scale); the units kept whole are all-gathered afterwards.
@@ -136,6 +146,12 @@ class ZeroOptimizer final {
   void skip_step();
   /// Updates done so far.
   std::int64_t steps() const { return step_; }
+  /// fused_backward: the last step's global gradient norm (clips the next step; < 0: none yet),
+  /// which a checkpoint keeps.
+  double previous_grad_norm() const { return previous_norm_; }
+  void set_previous_grad_norm(double norm) { previous_norm_ = norm; }
+  /// fused_backward: units already stepped in this step (by their backward hooks, until step()).
+  std::size_t units_stepped() const;
   /// Full (unsharded) optimizer state, gathered from every rank (a collective, so every rank must
   /// call it): AdamW's moments as exp_avg.<name> and exp_avg_sq.<name> (8-bit ones dequantized);
   /// Adafactor's as transformers names them (exp_avg.<name> with beta1, exp_avg_sq_row.<name> and
@@ -267,6 +283,16 @@ class ZeroOptimizer final {
   void step_lean(Unit& u, double lr);
   /// What a unit's optimizer state takes (masters, moments or their codes and absmax, Adafactor's statistics).
   static std::int64_t optimizer_bytes(const Unit& u);
+  /// fused_backward: steps one unit whose reduced gradients are final (once per step).
+  void fused_step_unit(Unit& u);
+  /// fused_backward: `u`'s hook ran; the unit whose hook ran before is complete now and steps.
+  void fused_defer(Unit& u);
+  /// fused_backward: reduces what the waiting unit still has and steps it.
+  void finish_fused();
+  /// Stages 2-3: the unit's parameter gradients moved into one padded buffer (undefined: none).
+  at::Tensor take_grads(Unit& u);
+  /// Reduce-scatters `full` into the unit's reduced part (created when it is not there).
+  void reduce_into_part(Unit& u, const at::Tensor& full);
   /// Writes the updated weights `w` (float32 where they were computed) into the unit's compute
   /// parameters `p`: converted from the masters, rounded stochastically without them, or copied.
   void write_weights(Unit& u, at::Tensor& p, const at::Tensor& w);
@@ -290,6 +316,13 @@ class ZeroOptimizer final {
   at::Tensor signed_map_, unsigned_map_;  // 8-bit AdamW's dynamic maps, where the state lives
   bool masters_ = false;  // separate master weights (mixed precision or optimizer offload)
   bool stochastic_ = false;  // master_weights none under bf16: updates rounded stochastically
+  // fused_backward: this step's lr and clip, whether a unit has stepped, the squared norm of the
+  // gradients stepped so far (this rank's part) and the previous step's global norm.
+  double fused_lr_ = 0, fused_clip_ = 0, fused_norm_sq_ = 0, previous_norm_ = -1;
+  bool fused_begun_ = false, fused_ready_ = false, norm_known_ = false;
+  Unit* fused_pending_ = nullptr;  // the unit whose hook ran last, not stepped yet
+  double current_norm_ = 0;  // fused_backward: this step's global norm, once clip_grad_norm has it
+  at::TensorOptions shard_grad_opts_;  // what a unit's reduced gradient part is kept in
   at::TensorOptions compute_opts_, state_opts_;  // where/what the model computes; where the optimizer state lives
   at::TensorOptions given_opts_;  // the trained parameters' own precision, on the compute device
   std::unique_ptr<Offload> offload_;

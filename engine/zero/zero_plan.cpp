@@ -54,7 +54,7 @@ Plan make_plan(const PlanOptions& o, const std::vector<std::pair<std::string, st
     // From stage 2 on the gradients are reduce-scattered (the persistent units' after backward,
     // the others' by their hooks, which then free them). Stage 2 with one rank and nothing
     // offloaded has nothing to scatter and nowhere to move them: they stay as at stage 0.
-    const bool scatter = o.stage >= 2 && !(o.stage == 2 && world == 1 && !offloaded);
+    const bool scatter = o.stage >= 2 && !(o.stage == 2 && world == 1 && !offloaded && !o.fused_backward);
     u.hook_grads = u.sharded || (scatter && !persistent(o, name, numel));
     u.partitioned_grads = scatter;
     // Stage 1 needs only its part of the reduced gradients as well.

@@ -48,6 +48,9 @@ struct PlanOptions {
   /// Every shard a multiple of this many elements (8-bit AdamW: its quantization block, so blocks
   /// count from each unit's start whatever the world size and stage).
   std::int64_t shard_multiple = 1;
+  /// optimizer.fused_backward: each unit is stepped from its backward hook, so stage 2 takes its
+  /// gradients there even with one rank and nothing offloaded (they go right after its step).
+  bool fused_backward = false;
 };
 
 /// One unit's layout and treatment.

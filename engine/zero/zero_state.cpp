@@ -229,8 +229,53 @@ at::Tensor ZeroOptimizer::owned_weights(Unit& u) {
   return owned_params(u);
 }
 
+std::size_t ZeroOptimizer::units_stepped() const {
+  return static_cast<std::size_t>(std::count_if(units_.begin(), units_.end(), [](const auto& u) { return u->stepped; }));
+}
+
+void ZeroOptimizer::prepare_fused_step(double lr, double max_norm) {
+  if (!o_.fused_backward) return;
+  fused_lr_ = lr;
+  fused_clip_ = max_norm;
+  fused_norm_sq_ = 0;
+  fused_ready_ = true;
+  norm_known_ = false;
+}
+
+void ZeroOptimizer::fused_step_unit(Unit& u) {
+  if (u.stepped) return;
+  if (!fused_ready_)
+    throw Error(ErrorKind::config, "optimizer.fused_backward: prepare_fused_step must come before the step's backward");
+  c10::NoGradGuard no_grad;
+  if (!fused_begun_) {
+    ++step_;
+    fused_begun_ = true;
+  }
+  if (u.plan.hook_grads && !u.shard_grad.defined()) u.shard_grad = at::zeros({u.plan.owned}, shard_grad_opts_);
+  at::Tensor g = step_grad(u);
+  fused_norm_sq_ += g.to(at::kDouble).pow(2).sum().item<double>();
+  // The global norm is known only once every unit has stepped: clipping scales by the last one's.
+  if (fused_clip_ > 0 && previous_norm_ > fused_clip_) g.mul_(fused_clip_ / (previous_norm_ + 1e-6));
+  step_in_memory(u, fused_lr_);
+  u.stepped = true;
+  if (u.plan.hook_grads) u.shard_grad = at::Tensor();  // its gradient memory goes now
+}
+
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
   c10::NoGradGuard no_grad;
+  if (o_.fused_backward) {
+    if (norm_known_) return current_norm_;
+    // The stepped units' squares were summed as they stepped; the rest are added now.
+    double local = fused_norm_sq_;
+    for (auto& u : units_)
+      if (!u->stepped) local += step_grad(*u).to(at::kDouble).pow(2).sum().item<double>();
+    at::Tensor t = at::full({1}, local, at::kDouble);
+    if (!plan_.replicated) comm_.all_reduce(t);
+    current_norm_ = std::sqrt(t.item<double>());
+    norm_known_ = true;
+    (void)max_norm;  // prepare_fused_step's, applied unit by unit
+    return current_norm_;
+  }
   // Each rank holds the reduced gradients of its own part (replicated: all of them, the same on
   // every rank), so the squares are summed over the ranks when the parts differ.
   at::Tensor local = at::zeros({1}, at::kDouble);
@@ -376,6 +421,19 @@ void ZeroOptimizer::step(double lr) {
   if (!grads_reduced_) reduce_gradients();
   c10::NoGradGuard no_grad;
   finish_gathers();  // (normally done by the forward hooks already)
+  if (o_.fused_backward) {
+    // The units the hooks did not step (io, the text encoder, units without a hook) step now, with
+    // the same scale; this step's norm becomes the next step's clipping norm.
+    clip_grad_norm(fused_clip_);
+    fused_lr_ = lr;
+    for (auto& u : units_) fused_step_unit(*u);
+    previous_norm_ = current_norm_;
+    fused_ready_ = false;
+    copies_->join();
+    gather_whole_units(plan_.overlap_comm);
+    grads_reduced_ = false;
+    return;
+  }
   ++step_;
   if (o_.offload_optimizer == ZeroOptions::Offload::nvme) step_nvme(lr);
   else

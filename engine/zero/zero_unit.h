@@ -45,6 +45,7 @@ struct ZeroOptimizer::Unit {
   std::unique_ptr<AdafactorUnit> adafactor;  // Adafactor's state (statistics, and exp_avg with beta1)
   std::unique_ptr<comm::PendingCollective> pending;  // a gradient reduction under way
   bool reduced = false;                               // its gradients were reduced in this step
+  bool stepped = false;                               // fused_backward: updated in this step
   at::Tensor part;                                    // its reduce-scatter output (stage 2/3)
   at::Tensor ema;                                     // CPU, float32: EMA of the owned slice
   at::Tensor ema_saved;                               // live owned params while the EMA is swapped in

@@ -213,10 +213,11 @@ struct Denoiser {
 /// nomaster (bf16 weights without fp32 masters, updates rounded stochastically: against one
 /// process's ZeroOptimizer at stage 0 with the same settings, in bf16 steps), nooverlap
 /// (zero.overlap_comm off: no unit boundaries in the autograd graph), nomaster_cos (no masters,
-/// held to the fp32 reference by the cosine of the updates, as bf16).
+/// held to the fp32 reference by the cosine of the updates, as bf16), fused (optimizer.fused_backward:
+/// units step from their backward hooks; the reference clips by the previous step's norm).
 struct Variant {
   bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false, lora = false, flux = false, qwen = false;
-  bool adafactor = false, adam8 = false, nomaster = false, nooverlap = false, nomaster_cos = false;
+  bool adafactor = false, adam8 = false, nomaster = false, nooverlap = false, nomaster_cos = false, fused = false;
   std::string te;  // "", full or lora
   zero::ZeroOptions::Offload opt = zero::ZeroOptions::Offload::none, param = zero::ZeroOptions::Offload::none;
   std::string nvme;
@@ -240,6 +241,7 @@ struct Variant {
       else if (f == "nomaster") nomaster = bf16 = true;
       else if (f == "nooverlap") nooverlap = true;
       else if (f == "nomaster_cos") nomaster_cos = bf16 = true;
+      else if (f == "fused") fused = true;
       else if (f.rfind("te=", 0) == 0) te = f.substr(3);
       else if (f.rfind("opt=", 0) == 0) opt = device(f.substr(4));
       else if (f.rfind("param=", 0) == 0) param = device(f.substr(6));
@@ -298,6 +300,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   if (v.bf16) o.compute_dtype = at::kBFloat16;
   o.master_weights = !v.nomaster && !v.nomaster_cos;
   if (v.nooverlap) o.overlap_comm = false;
+  o.fused_backward = v.fused;
   o.seed = 42;
   const at::Device dev = v.cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   if (v.cuda) o.device = dev;  // the parameters move there unit by unit
@@ -429,18 +432,28 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   opt.enable_ema(0.8);
   zero::ReferenceEma ref_ema(ref_params, 0.8);
   const std::int64_t G = 12, per_rank = G / world, micro = per_rank / accum;
+  double previous_ref_norm = -1;
   for (int step = 0; step < 5; ++step) {
     at::Generator gen = at::detail::createCPUGenerator(100 + step);
     const at::Tensor x = at::randn({G, 3, 8, 8}, gen).to(dtype), target = at::randn({G, 3, 8, 8}, gen).to(dtype);
     const at::Tensor t = at::randint(0, 1000, {G}, gen, at::kLong), ctx = at::randn({G, 4, 16}, gen).to(dtype);
     const at::Tensor ids = at::randint(0, 40, {G, 4}, gen, at::kLong);
     opt.zero_grad();
+    opt.prepare_fused_step(1e-3, clip);
     for (int k = 0; k < accum; ++k) {
       opt.set_last_micro_step(k == accum - 1);
       const std::int64_t from = rank * per_rank + k * micro;
       const at::Tensor out = unet.forward(x.narrow(0, from, micro).to(dev), t.narrow(0, from, micro).to(dev),
                                           context(te, ctx, ids, from, micro, dev));
       ((out - target.narrow(0, from, micro).to(dev)).pow(2).mean() / accum).backward();
+    }
+    if (v.fused) {
+      // The hooks stepped every unit but io (it runs at both ends of the forward), the units after
+      // the denoiser's (LoRA's adapters are one such unit: it steps in step()) and the one whose
+      // hook ran last (a unit steps when the next hook runs, or at the end of backward).
+      const std::size_t stepped = opt.units_stepped(), hooked = v.lora ? 0 : unet.units().size() - 2;
+      if (step == 0) std::printf("fused: %zu units stepped during backward\n", stepped);
+      if (!check(stepped >= hooked, "every hooked unit stepped during backward")) return 1;
     }
     opt.reduce_gradients();
     const double norm = opt.clip_grad_norm(clip);
@@ -469,7 +482,13 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
     }
     if (step == 0)
       for (const auto& d : nvme_dirs) std::printf("nvme_files %ld %s\n", count_files(d), d.c_str());
-    const double ref_norm = ref_opt.clip(clip);
+    // fused_backward clips by the previous step's norm (the first step unclipped).
+    const double ref_norm = ref_opt.clip(v.fused ? 0.0 : clip);
+    if (v.fused && clip > 0 && previous_ref_norm > clip) {
+      c10::NoGradGuard no_grad;
+      for (auto& [name, p] : ref_params) p.mutable_grad().mul_(clip / (previous_ref_norm + 1e-6));
+    }
+    previous_ref_norm = ref_norm;
     ref_opt.step(1e-3);
     opt.update_ema();
     ref_ema.update(ref_params);

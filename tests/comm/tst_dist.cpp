@@ -175,6 +175,20 @@ class TestDist : public QObject {
     for (int stage : {2, 3}) QTest::addRow("no masters, stage %d, 2 ranks, bf16 cosine", stage) << stage << 2 << 1 << 0.0 << "bf16,nomaster_cos";
     QTest::newRow("no masters, stage 3, 2 ranks, optimizer on cpu, bf16 cosine") << 3 << 2 << 1 << 0.0 << "bf16,nomaster_cos,opt=cpu";
     QTest::newRow("no masters, adafactor, stage 1, 2 ranks, no overlap, bf16") << 1 << 2 << 1 << 0.0 << "nomaster,nooverlap,adafactor";
+    // optimizer.fused_backward: each unit steps from its backward hook. Without clipping it equals
+    // the unfused step at every stage on 1 and 2 ranks; with clipping it scales by the previous
+    // step's norm (the reference does the same); with accumulation each unit's buffer takes the
+    // micro-batches and the step comes on the last.
+    for (int stage : {0, 1, 2, 3})
+      for (int world : {1, 2}) QTest::addRow("fused, stage %d, %d ranks, f64", stage, world) << stage << world << 1 << 0.0 << "f64,fused";
+    QTest::newRow("fused, stage 3, 2 ranks, accumulation 2, clipping, gradient checkpointing, f64")
+        << 3 << 2 << 2 << 0.05 << "f64,fused,ckpt";
+    QTest::newRow("fused, stage 2, 2 ranks, accumulation 2, clipping, optimizer on cpu, f64") << 2 << 2 << 2 << 0.05 << "f64,fused,opt=cpu";
+    QTest::newRow("fused, stage 1, 2 ranks, accumulation 2, clipping, f64") << 1 << 2 << 2 << 0.05 << "f64,fused";
+    QTest::newRow("fused adafactor, stage 3, 2 ranks, parameters and optimizer on cpu, f64")
+        << 3 << 2 << 1 << 0.0 << "f64,fused,adafactor,param=cpu,opt=cpu";
+    QTest::newRow("fused adam8, stage 2, 1 rank, f64") << 2 << 1 << 1 << 0.0 << "f64,fused,adam8";
+    QTest::newRow("fused lora, stage 3, 2 ranks, f64") << 3 << 2 << 1 << 0.0 << "f64,fused,lora";
     QTest::newRow("adafactor, flux, stage 3, 2 ranks, f64") << 3 << 2 << 1 << 0.0 << "f64,flux,adafactor";
     QTest::newRow("adafactor lora, stage 2, 2 ranks, f64") << 2 << 2 << 1 << 0.0 << "f64,lora,adafactor";
   }

@@ -735,6 +735,11 @@ class TestTrainE2E : public QObject {
     QTest::newRow("bf16 without master weights") << "precision=bf16,optimizer.master_weights=none";
     QTest::newRow("Adafactor, bf16 without master weights")
         << "optimizer.type=Adafactor,precision=bf16,optimizer.master_weights=none";
+    // The memory-lean combination: units stepped during backward, with accumulation 2 and
+    // clipping by the previous step's norm.
+    QTest::newRow("Adafactor, bf16 without master weights, fused backward, accumulation, clipping")
+        << "optimizer.type=Adafactor,precision=bf16,optimizer.master_weights=none,optimizer.fused_backward=true,"
+           "training.gradient_accumulation_steps=2,training.gradient_clipping=0.5";
   }
 
   void leanOptimizersResumeExactly() {

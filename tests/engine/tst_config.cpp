@@ -235,6 +235,10 @@ logging:
         << "optimizer:\n  master_weights: none\n"
         << "t.yaml:2:19: optimizer.master_weights: none keeps only bf16 weights: it needs precision: bf16 (fp32 has no "
            "masters to drop; fp16's loss scaling needs them)";
+    QTest::newRow("fused backward under fp16")
+        << "precision: fp16\noptimizer:\n  fused_backward: true\n"
+        << "t.yaml:3:19: optimizer.fused_backward: cannot run under precision fp16: loss scaling must see every gradient "
+           "before any unit steps; use precision: bf16";
     QTest::newRow("8-bit AdamW on nvme")
         << "optimizer:\n  type: AdamW8bit\nzero:\n  stage: 2\n  offload_optimizer:\n    device: nvme\n    nvme_path: /tmp\n"
         << "t.yaml:6:13: zero.offload_optimizer.device: nvme streams AdamW's state only; optimizer.type AdamW8bit keeps its "

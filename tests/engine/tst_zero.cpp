@@ -317,6 +317,61 @@ class TestZero : public QObject {
     QVERIFY(!at::equal(whole, zero::stochastic_round_bf16(target, zero::rounding_key(42, "unit", 4), 0)));
   }
 
+  // optimizer.fused_backward at stage 2 on one rank (float64): the run's CPU peak drops by about the
+  // whole gradient set (each unit's gradients go once it has stepped; the unfused step holds them
+  // all at once), and the weights end the same as unfused (the unit boundaries change autograd's
+  // summation order, so float64 shows the equality). Measured with the CPU allocation counter.
+  void fusedBackwardHoldsAboutOneUnitsGradients() {
+    models::UNetConfig c;
+    c.block_out_channels = {64, 128};
+    c.down_block_types = {"CrossAttnDownBlock2D", "DownBlock2D"};
+    c.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D"};
+    c.num_attention_heads = {2, 2};
+    c.transformer_layers_per_block = {2, 1};
+    c.cross_attention_dim = 64;
+    c.layers_per_block = 2;
+    auto comm = comm::Communicator::single();
+    at::manual_seed(3);
+    const at::Tensor x = at::randn({1, 4, 16, 16}, at::kDouble), t = at::full({1}, 500, at::kLong);
+    const at::Tensor ctx = at::randn({1, 4, 64}, at::kDouble);
+    std::map<bool, std::map<std::string, at::Tensor>> weights;
+    std::map<bool, std::int64_t> peak;
+    std::int64_t total = 0, largest = 0;
+    for (const bool fused : {false, true}) {
+      at::manual_seed(7);
+      models::UNet2DConditionModel unet(c);
+      unet->to(at::kDouble);
+      total = largest = 0;
+      for (const auto& u : unet->units()) {
+        total += u.numel() * 8;
+        largest = std::max(largest, u.numel() * 8);
+      }
+      zero::ZeroOptions o;
+      o.stage = 2;
+      o.persistence_threshold = 0;  // every unit but io hooked
+      o.fused_backward = fused;
+      CpuAllocationCounter counter;  // from here: gradients, moments, activations, the step's temporaries
+      const std::int64_t base = counter.current();
+      zero::ZeroOptimizer opt(unet->units(), *comm, o);
+      unet->set_unit_hooks(opt.unit_hooks());
+      for (int step = 0; step < 2; ++step) {
+        opt.zero_grad();
+        opt.prepare_fused_step(1e-3, 0);
+        unet->forward(x, t, ctx).pow(2).mean().backward();
+        opt.reduce_gradients();
+        opt.clip_grad_norm(0);
+        opt.step(1e-3);
+      }
+      peak[fused] = counter.peak() - base;
+      for (const auto& p : unet->named_parameters()) weights[fused][p.key()] = p.value().detach().clone();
+    }
+    qInfo("gradients of %.2f MB (largest unit %.2f MB): the run's CPU peak %.2f MB unfused, %.2f MB fused", total / 1e6,
+          largest / 1e6, peak[false] / 1e6, peak[true] / 1e6);
+    // Unfused, every gradient exists at once; fused, about one unit's (and the reduced copy of one).
+    QVERIFY2(peak[false] - peak[true] >= total - 3 * largest, "the fused step holds about one unit's gradients");
+    for (const auto& [name, w] : weights[false]) QVERIFY2(at::allclose(weights[true].at(name), w, 1e-10, 1e-12), name.c_str());
+  }
+
   // What Adafactor keeps per tensor (its memory advantage): a matrix its row and column statistics, a
   // 3×3 convolution factored over its kernel's two dimensions (so it keeps 2/3 of its size), a vector
   // its full second moment; beta1 adds a full first moment.
