@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -29,6 +30,37 @@ int64_t align_up(int64_t n) { return (n + kIoAlignment - 1) / kIoAlignment * kIo
 
 int compute_bytes(const std::string& precision) { return precision == "fp32" ? 4 : 2; }
 
+}  // namespace
+
+std::int64_t adafactor_state_elements(const UnitShape* shape, std::int64_t parameters) {
+  if (!shape) return parameters / 8;
+  const std::int64_t cin = shape->in_channels, cout = shape->out_channels;
+  // Layers about `width` wide: an [O, I] matrix keeps O + I (for a 4·d × d MLP 1.25/d of its
+  // size), vectors their size (a few per layer): at most 4/width of the layers, 1/8 below 32.
+  const std::int64_t width = std::max({cin, cout, std::int64_t{1}});
+  auto linear = [&](std::int64_t n) { return width >= 32 ? n * 4 / width : n / 8; };
+  switch (shape->kind) {
+    case UnitKind::io: return parameters * 2 / 3;  // convolutions of few channels, embeddings
+    case UnitKind::resnet: {
+      // conv1, conv2 (3×3: 3·O·I each kept), and a 1×1 conv_shortcut when the channels change
+      // (factored over its 1×1 kernel: twice its size).
+      const std::int64_t shortcut = cin != cout ? cin * cout : 0;
+      const std::int64_t conv = 9 * (cin * cout + cout * cout) + shortcut;
+      return 6 * (cin * cout + cout * cout) + 2 * shortcut + linear(std::max<std::int64_t>(parameters - conv, 0));
+    }
+    case UnitKind::downsampler:
+    case UnitKind::upsampler: return 6 * cout * cout + linear(std::max<std::int64_t>(parameters - 9 * cout * cout, 0));
+    case UnitKind::transformer: {
+      if (!shape->conv_projection) return linear(parameters);
+      const std::int64_t projections = (shape->projects_in ? cout * cout : 0) + (shape->projects_out ? cout * cout : 0);
+      return 2 * projections + linear(std::max<std::int64_t>(parameters - projections, 0));
+    }
+    default: return linear(parameters);
+  }
+}
+
+namespace {
+
 /// The units a run under `o` gives the optimizer, in its order: the model family's roster
 /// (models::unit_roster, the list make_optimizer lays out) of this shape.
 std::vector<models::RosterUnit> planned_units(const ModelShape& model, const EstimateOptions& o) {
@@ -47,6 +79,8 @@ zero::Plan plan_for(const std::vector<models::RosterUnit>& units, const Estimate
   p.offload_param = o.offload_param;
   p.persistence_threshold = o.persistence_threshold;
   p.overlap_comm = o.overlap_comm;
+  if (o.optimizer == "AdamW8bit") p.shard_multiple = zero::kQuantBlock;
+  p.fused_backward = o.fused_backward;
   p.persistent_units.clear();
   std::vector<std::pair<std::string, int64_t>> sizes;
   for (const auto& u : units) {
@@ -213,12 +247,29 @@ struct UnitTally {
   std::vector<int64_t> sharded_padded;
 };
 
+/// Whether fp32 master weights exist (mixed precision or offload, unless master_weights: none).
+bool keeps_masters(const EstimateOptions& o) {
+  return o.master_weights && (compute_bytes(o.precision) < 4 || o.offload_optimizer != Offload::none);
+}
+
+/// Optimizer-state bytes of one unit's owned part (masters included).
+int64_t optimizer_state_bytes(const EstimateOptions& o, const zero::UnitPlan& l, const UnitShape* shape) {
+  const int64_t masters = keeps_masters(o) ? 4 * l.owned : 0;
+  if (o.optimizer == "AdamW8bit" && l.numel >= zero::kMin8bitSize)
+    return masters + 2 * l.owned + 2 * 4 * (l.owned / zero::kQuantBlock);
+  if (o.optimizer == "Adafactor")
+    return masters + 4 * adafactor_state_elements(shape, l.numel) + (o.adafactor_beta1 ? 4 * l.owned : 0);
+  return masters + 8 * l.owned;  // two float32 moments (under bf16 without masters too)
+}
+
 /// Parameters, gradients, optimizer states and EMA of every unit where the plan puts them.
 UnitTally count_model_states(const zero::Plan& plan, const std::vector<models::RosterUnit>& units,
-                             const EstimateOptions& o, MemoryEstimate& e) {
+                             const std::map<std::string, const UnitShape*>& shapes, const EstimateOptions& o,
+                             MemoryEstimate& e) {
   const int64_t c = compute_bytes(o.precision);
-  const bool masters = c < 4 || o.offload_optimizer != Offload::none;
-  const int64_t state_per_element = masters ? 12 : 2 * c;  // fp32 master + two moments, or the moments
+  // fused_backward without accumulation: a hooked unit's reduced part lives from its reduction to
+  // its step only (count_buffers has it).
+  const bool transient_parts = o.fused_backward && o.accumulation <= 1;
   UnitTally t;
   for (std::size_t k = 0; k < plan.units.size(); ++k) {
     const zero::UnitPlan& l = plan.units[k];
@@ -250,10 +301,16 @@ UnitTally count_model_states(const zero::Plan& plan, const std::vector<models::R
       t.max_hook_padded = std::max(t.max_hook_padded, l.padded);
       t.hook_total += l.padded;
     }
-    if (o.offload_optimizer != Offload::none) e.cpu.gradients += 4 * l.owned;
-    else if (l.reduced_copy) e.gpu.gradients += c * l.owned;
+    if (transient_parts && l.hook_grads) {
+      // (counted as working buffers)
+    } else if (o.offload_optimizer != Offload::none) {
+      e.cpu.gradients += 4 * l.owned;
+    } else if (l.reduced_copy) {
+      e.gpu.gradients += c * l.owned;
+    }
     // Optimizer states.
-    const int64_t state = state_per_element * l.owned;
+    const auto found = shapes.find(units[k].name);
+    const int64_t state = optimizer_state_bytes(o, l, found == shapes.end() ? nullptr : found->second);
     if (o.offload_optimizer == Offload::none) e.gpu.optimizer_states += state;
     else if (o.offload_optimizer == Offload::cpu) e.cpu.optimizer_states += state;
     else e.nvme += 3 * align_up(4 * l.owned);
@@ -266,7 +323,7 @@ UnitTally count_model_states(const zero::Plan& plan, const std::vector<models::R
 /// CPU's staging buffers. Needs e.gpu.activations.
 void count_buffers(const zero::Plan& plan, const UnitTally& t, const EstimateOptions& o, MemoryEstimate& e) {
   const int64_t c = compute_bytes(o.precision);
-  const bool masters = c < 4 || o.offload_optimizer != Offload::none;
+  const bool masters = keeps_masters(o);
   // Stage 3: the unit being used plus the one prefetched (in forward the next, in backward the
   // previous), each gathered whole in the compute dtype.
   int64_t gathered = 0;
@@ -279,7 +336,16 @@ void count_buffers(const zero::Plan& plan, const UnitTally& t, const EstimateOpt
   // reduce_bucket_size elements of earlier units' copies still being reduced (their reduced parts
   // too), as ZeroOptimizer::drain_reductions allows.
   const int64_t bucket = std::min(o.reduce_bucket_size, t.hook_total);
-  const int64_t in_flight = t.max_hook_padded > 0 ? c * (2 * t.max_hook_padded + bucket + bucket / o.world_size) : 0;
+  int64_t in_flight = t.max_hook_padded > 0 ? c * (2 * t.max_hook_padded + bucket + bucket / o.world_size) : 0;
+  // fused_backward: reductions are synchronous; the unit in backward and the one waiting to step
+  // each hold their gradients and reduced part (fp32 in CPU memory with offload).
+  if (o.fused_backward && t.max_hook_padded > 0) {
+    in_flight = 2 * c * t.max_hook_padded;
+    if (o.accumulation <= 1) {
+      if (o.offload_optimizer == Offload::none) in_flight += 2 * c * t.max_owned;
+      else e.cpu.buffers += 2 * 4 * t.max_owned;
+    }
+  }
   // Stages 1-3: the all-gather of the whole units' updated shards after the step.
   const int64_t allgather = c * std::min(o.allgather_bucket_size, t.gathered_after_step) * (o.world_size + 1) /
                             o.world_size;
@@ -343,7 +409,9 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   e.frozen_parameters = model.frozen_parameters - trained_text;
   e.frozen_fp32_parameters = model.frozen_fp32_parameters;
   const zero::Plan plan = plan_for(units, o);
-  const UnitTally tally = count_model_states(plan, units, o, e);
+  std::map<std::string, const UnitShape*> shapes;
+  for (const auto& u : model.units) shapes[u.name] = &u;
+  const UnitTally tally = count_model_states(plan, units, shapes, o, e);
   const ActivationBytes act = activation_split(model, o);
   e.gpu.activations = act.device;
   e.cpu.activations = act.cpu;  // cpu_checkpointing: the kept unit inputs
@@ -359,7 +427,8 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   // LoRA's frozen base too: its adapters take their shapes from the layers' options.
   const int64_t trainable_fp32 =
       o.stage == 3 && o.zero3_init
-          ? 4 * (tally.whole_total + tally.whole_frozen + tally.sharded_shards + tally.largest_sharded)
+          ? 4 * (tally.whole_total + tally.whole_frozen + tally.largest_sharded) +
+                (o.master_weights ? 4 : compute_bytes(o.precision)) * tally.sharded_shards
           : 4 * (e.parameters + e.frozen_base_parameters);
   const bool never_loaded = model.frozen_on_demand && o.frozen_off_device && model.latent_factor > 1;
   e.cpu_load_peak = trainable_fp32 + 4 * (e.frozen_parameters - (never_loaded ? model.frozen_streamed_parameters : 0));
@@ -477,6 +546,11 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   // ready config will name): a trained text encoder is never cached, so the frozen parts stay
   // on the device then. estimate_memory applies it to latent models only (the caches hold VAE
   // latents; a pixel-space model has none).
+  o.optimizer = cfg.optimizer.type;
+  o.adafactor_beta1 = cfg.optimizer.adafactor.beta1.has_value();
+  o.master_weights = cfg.optimizer.master_weights != "none";
+  o.fused_backward = cfg.optimizer.fused_backward;
+  o.accumulation = cfg.training.gradient_accumulation_steps;
   o.frozen_off_device = cfg.data.cache_latents && cfg.data.cache_text_embeddings && !trained.text_trained();
   return o;
 }

@@ -57,6 +57,17 @@ struct EstimateOptions {
   std::int64_t allgather_bucket_size = 500'000'000;
   std::int64_t sub_group_size = 1'000'000'000;    ///< NVMe optimizer: elements per sub-group
   int buffer_count = 4;                ///< NVMe optimizer: staging slots (at least 3 are used)
+  /// optimizer.type: AdamW (8 bytes of moments an element), AdamW8bit (2 bytes of codes and a
+  /// float32 absmax per 256; units below 4096 elements 8 bytes), Adafactor (its statistics, whole
+  /// on every rank: see adafactor_state_elements; 4 bytes more an element with beta1).
+  std::string optimizer = "AdamW";
+  bool adafactor_beta1 = false;
+  /// optimizer.master_weights fp32 (masters under bf16/fp16 or offload) or none (bf16 weights only).
+  bool master_weights = true;
+  /// optimizer.fused_backward: from stage 2 on a unit's reduced gradients exist only from its
+  /// reduction to its step (with accumulation > 1 they stay, as without it).
+  bool fused_backward = false;
+  std::int64_t accumulation = 1;       ///< training.gradient_accumulation_steps
   std::int64_t gpu_memory = 0;         ///< bytes of the compute device (0: unknown, "fits" is true)
   std::int64_t cpu_memory = 0;         ///< bytes of this machine's RAM (0: unknown)
 };
@@ -131,6 +142,13 @@ EstimateOptions options_from_config(const config::TrainerConfig& config);
 /// 3 + CPU optimizer and parameter offload, 3 + NVMe optimizer offload (parameters on CPU),
 /// 3 + NVMe for both, whose device total fits options.gpu_memory. (found = false: none does.)
 Suggestion lowest_fitting(const ModelShape& model, EstimateOptions options);
+
+/// Adafactor's statistics for a unit of `parameters` elements: its 3×3 convolutions keep 2/3 of
+/// their size (factored over the kernel's two dimensions), its linear layers O + I, its vectors
+/// their size. Resnets and samplers are counted from their channels; other units (transformer
+/// blocks) as 4/width of their size (an upper bound for linear layers of that width and their
+/// vectors; 1/8 below 32 features and for units without a shape: encoders, adapters), io as 2/3.
+std::int64_t adafactor_state_elements(const UnitShape* shape, std::int64_t parameters);
 
 /// Activation bytes per process at the peak of forward + backward (see estimate_memory).
 std::int64_t activation_bytes(const ModelShape& model, const EstimateOptions& options);

@@ -40,6 +40,9 @@ struct UnitShape {
   /// Transformers: whether the unit has the norm and proj_in, and proj_out (a transformer split
   /// into one unit per block has them in its first and last piece; a whole one both).
   bool projects_in = true, projects_out = true;
+  /// SD transformers: proj_in/out are 1×1 convolutions (use_linear_projection false), which
+  /// Adafactor factors over their 1×1 kernel, keeping twice their size.
+  bool conv_projection = false;
 };
 
 /// A model as the estimator sees it.

@@ -11,13 +11,11 @@
 #include <ATen/core/Tensor.h>
 
 #include "zero/cpu_adam.h"
+#include "zero/zero_plan.h"
 
 namespace zs::zero {
 
-/// bitsandbytes Optimizer8bit's block size (optim/optimizer.py init_state).
-constexpr std::int64_t kQuantBlock = 256;
-/// Tensors with fewer elements keep 32-bit states (Optimizer8bit's min_8bit_size).
-constexpr std::int64_t kMin8bitSize = 4096;
+// kQuantBlock and kMin8bitSize live in zero_plan.h (the plan cuts shards on blocks).
 
 /// create_dynamic_map(signed): 256 sorted float32 values in [−1, 1] (signed: the first moment's
 /// "dynamic" map) or [0, 1] (the second moment's "udynamic"), a dynamic exponent (powers of ten)

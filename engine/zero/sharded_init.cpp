@@ -8,7 +8,10 @@
 
 namespace zs::zero {
 
-ShardedInit::ShardedInit(PlanOptions plan) : plan_(std::move(plan)) { plan_.world_size = std::max(plan_.world_size, 1); }
+ShardedInit::ShardedInit(PlanOptions plan, std::optional<at::ScalarType> shard_dtype)
+    : plan_(std::move(plan)), shard_dtype_(shard_dtype) {
+  plan_.world_size = std::max(plan_.world_size, 1);
+}
 
 models::UnitBuilt ShardedInit::callback() {
   return [this](const std::string& unit, const std::string&, torch::nn::Module& module) { take(unit, module); };
@@ -24,13 +27,13 @@ void ShardedInit::take(const std::string& name, torch::nn::Module& unit) {
   if (!shards_parameters(plan_, name, b.numel)) return;  // persistent: stays whole, as the optimizer keeps it
   c10::NoGradGuard no_grad;
   // This rank's elements [first, first + shard) of the unit flattened in parameter order and
-  // padded to a multiple of the world size, copied one parameter at a time.
-  const std::int64_t shard = (b.numel + plan_.world_size - 1) / plan_.world_size;
+  // padded as the plan pads it, copied one parameter at a time.
+  const std::int64_t shard = padded_numel(plan_, b.numel) / plan_.world_size;
   const std::int64_t first = plan_.rank * shard;
   const auto options = params.size() ? params[0].value().options() : at::TensorOptions();
   const at::ScalarType dtype = options.dtype().toScalarType() == at::kHalf || options.dtype().toScalarType() == at::kBFloat16
                                    ? at::kFloat : options.dtype().toScalarType();
-  b.shard = at::zeros({shard}, at::TensorOptions().dtype(dtype));
+  b.shard = at::zeros({shard}, at::TensorOptions().dtype(shard_dtype_.value_or(dtype)));
   std::int64_t offset = 0;
   for (auto& p : params) {
     const std::int64_t n = p.value().numel();

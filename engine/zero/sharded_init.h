@@ -12,6 +12,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <optional>
+
 #include "models/param_unit.h"
 #include "zero/zero_plan.h"
 
@@ -21,7 +23,9 @@ class ShardedInit {
  public:
   /// This rank's shards of the units that `plan` shards (zero_plan.h: shards_parameters); the
   /// others stay whole, as ZeroOptimizer keeps them.
-  explicit ShardedInit(PlanOptions plan);
+  /// `shard_dtype`: what the shards are kept in (unset: the parameters' full precision, float32;
+  /// bf16 when the run keeps no fp32 master weights, halving the memory of loading).
+  explicit ShardedInit(PlanOptions plan, std::optional<at::ScalarType> shard_dtype = std::nullopt);
 
   /// The callback for the UNet's constructor (or ModelSource::load_unet): takes `unit`'s values
   /// as they are at the call (loaded or freshly initialised).
@@ -36,6 +40,7 @@ class ShardedInit {
  private:
   void take(const std::string& name, torch::nn::Module& unit);
   PlanOptions plan_;
+  std::optional<at::ScalarType> shard_dtype_;
   struct Built {
     at::Tensor shard;  ///< [padded / world] this rank's part
     std::vector<std::vector<std::int64_t>> shapes;

@@ -29,6 +29,11 @@ bool shards_parameters(const PlanOptions& o, const std::string& name, std::int64
   return o.stage == 3 && !persistent(o, name, numel);
 }
 
+std::int64_t padded_numel(const PlanOptions& o, std::int64_t numel) {
+  const std::int64_t multiple = std::max(o.world_size, 1) * std::max<std::int64_t>(o.shard_multiple, 1);
+  return (numel + multiple - 1) / multiple * multiple;
+}
+
 Plan make_plan(const PlanOptions& o, const std::vector<std::pair<std::string, std::int64_t>>& units) {
   if (o.stage < 0 || o.stage > 3)
     throw Error(ErrorKind::config, "zero.stage " + std::to_string(o.stage) + " does not exist (0-3)");
@@ -45,8 +50,7 @@ Plan make_plan(const PlanOptions& o, const std::vector<std::pair<std::string, st
     UnitPlan u;
     u.name = name;
     u.numel = numel;
-    const std::int64_t multiple = world * std::max<std::int64_t>(o.shard_multiple, 1);
-    u.padded = (numel + multiple - 1) / multiple * multiple;
+    u.padded = padded_numel(p.options, numel);
     u.shard = u.padded / world;
     u.owned = p.replicated ? u.padded : u.shard;
     u.owned_offset = p.replicated ? 0 : o.rank * u.shard;

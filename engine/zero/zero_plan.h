@@ -29,6 +29,12 @@ namespace zs::zero {
 /// constant, so the config, the optimizer's options and the estimator cannot disagree.
 inline constexpr std::int64_t kDefaultPersistenceThreshold = 100'000;
 
+/// bitsandbytes Optimizer8bit's block size (optim/optimizer.py init_state): 8-bit AdamW quantizes
+/// its moments in blocks of this many elements, and its plan cuts shards on them.
+inline constexpr std::int64_t kQuantBlock = 256;
+/// Tensors with fewer elements keep 32-bit states (Optimizer8bit's min_8bit_size).
+inline constexpr std::int64_t kMin8bitSize = 4096;
+
 /// Where offloaded data lives.
 enum class Offload { none, cpu, nvme };
 
@@ -85,6 +91,9 @@ struct Plan {
 /// Whether a unit named `name` with `numel` elements keeps only shards of its parameters under
 /// `o` (ShardedInit asks this while the model is being built).
 bool shards_parameters(const PlanOptions& o, const std::string& name, std::int64_t numel);
+
+/// A unit of `numel` elements padded as the plan pads it (a multiple of world size × shard_multiple).
+std::int64_t padded_numel(const PlanOptions& o, std::int64_t numel);
 
 /// The plan for units given as (name, elements) in the model's order. Throws zs::Error(config)
 /// for a stage that does not exist or parameter offload below stage 3.

@@ -735,6 +735,11 @@ class TestTrainE2E : public QObject {
     QTest::newRow("bf16 without master weights") << "precision=bf16,optimizer.master_weights=none";
     QTest::newRow("Adafactor, bf16 without master weights")
         << "optimizer.type=Adafactor,precision=bf16,optimizer.master_weights=none";
+    // Built straight into shards (zero3_init_flag): 8-bit AdamW's shards cut on its blocks, and bf16
+    // shards without masters (no fp32 copy while loading).
+    QTest::newRow("AdamW8bit, stage 3 built into shards") << "optimizer.type=AdamW8bit,zero.stage=3,zero.zero3_init_flag=true";
+    QTest::newRow("bf16 without master weights, stage 3 built into shards")
+        << "precision=bf16,optimizer.master_weights=none,zero.stage=3,zero.zero3_init_flag=true";
     // The memory-lean combination: units stepped during backward, with accumulation 2 and
     // clipping by the previous step's norm.
     QTest::newRow("Adafactor, bf16 without master weights, fused backward, accumulation, clipping")

@@ -83,6 +83,7 @@ ModelShape unet_shape(const models::UNetConfig& c) {
         u.heads = c.num_attention_heads[p.attention_config];
         u.projects_in = p.projects_in;
         u.projects_out = p.projects_out;
+        u.conv_projection = !c.use_linear_projection;
         u.parameters = transformer_params(ch, u.depth, c.cross_attention_dim, p.projects_in, p.projects_out);
         u.largest_module = std::max({linear_params(ch, 8 * ch), linear_params(4 * ch, ch), c.cross_attention_dim * ch});
         break;
