@@ -48,6 +48,8 @@ bool data_folder(const SetupAnswers& a) { return get(a, "data_source") == "folde
 bool warmup(const SetupAnswers& a) { return get(a, "lr_scheduler") != "constant"; }
 bool sampling(const SetupAnswers& a) { return as_int(a, "sampling_every") > 0; }
 bool lora(const SetupAnswers& a) { return get(a, "training_method") == "lora"; }
+bool bf16(const SetupAnswers& a) { return get(a, "mixed_precision") == "bf16"; }
+bool not_fp16(const SetupAnswers& a) { return get(a, "mixed_precision") != "fp16"; }
 /// The answered model as a config (preset, or the folder or file).
 TrainerConfig model_of(const SetupAnswers& a) {
   TrainerConfig c;
@@ -175,6 +177,23 @@ std::vector<SetupQuestion> make_questions() {
       {"repeats", "training", "Repeats of each image per epoch", Kind::integer, {},
        "kohya's num_repeats, DiffSynth-Studio's --dataset_repeat.", {"data.repeats"}},
       {"learning_rate", "training", "Learning rate", Kind::number, {}, "", {"optimizer.lr"}},
+      {"optimizer_type", "training", "Optimizer", Kind::choice,
+       {{"AdamW", "AdamW (fp32 moments: 8 bytes a parameter)"},
+        {"AdamW8bit", "8-bit AdamW (bitsandbytes' block-wise moments: ~2 bytes a parameter)"},
+        {"Adafactor", "Adafactor (factored second moment: a small fraction of a byte a parameter)"}},
+       "Every optimizer is sharded and offloaded by the ZeRO settings. Full fine-tunes of large models "
+       "usually take Adafactor (kohya, OneTrainer), LoRA runs 8-bit AdamW (ai-toolkit).",
+       {"optimizer.type"}},
+      {"master_weights", "training", "Keep fp32 master weights?", Kind::choice,
+       {{"fp32", "Yes (mixed precision as DeepSpeed: 4 bytes a parameter more)"},
+        {"none", "No: bf16 weights only, updates rounded stochastically"}},
+       "Only with bf16: the bf16 weights are updated in float32 and rounded up or down at random in "
+       "proportion, so small updates are not lost (OneTrainer's stochastic rounding).",
+       {"optimizer.master_weights"}, bf16},
+      {"fused_backward", "training", "Step each block during backward (fused backward)?", Kind::yes_no, {},
+       "Each ZeRO unit steps as soon as its gradients are reduced and, from stage 2 on, its gradient memory "
+       "goes at once: no full set of gradients ever exists. Clipping then uses the previous step's norm.",
+       {"optimizer.fused_backward"}, not_fp16},
       {"lr_scheduler", "training", "Learning-rate schedule", Kind::choice,
        {{"constant", "constant"}, {"cosine", "cosine"}, {"WarmupLR", "WarmupLR"}, {"WarmupDecayLR", "WarmupDecayLR"}},
        "", {"scheduler"}},
@@ -310,6 +329,9 @@ SetupAnswers answers_from_config(const TrainerConfig& c) {
   a["epochs"] = c.training.epochs ? std::to_string(*c.training.epochs) : "";
   a["repeats"] = std::to_string(c.data.repeats);
   a["learning_rate"] = number_text(c.optimizer.lr);
+  a["optimizer_type"] = c.optimizer.type;
+  a["master_weights"] = c.optimizer.master_weights;
+  a["fused_backward"] = bool_answer(c.optimizer.fused_backward);
   a["lr_scheduler"] = c.scheduler.type;
   a["warmup_steps"] = std::to_string(c.scheduler.warmup_steps);
   a["training_method"] = c.training.method;
@@ -402,6 +424,9 @@ std::vector<std::string> settings_from_answers(const SetupAnswers& a) {
   set("training.epochs", get(a, "epochs").empty() ? "null" : yaml_scalar(get(a, "epochs")));
   text("data.repeats", "repeats");
   text("optimizer.lr", "learning_rate");
+  text("optimizer.type", "optimizer_type");
+  set("optimizer.master_weights", bf16(a) ? get(a, "master_weights") : "fp32");
+  if (not_fp16(a)) flag("optimizer.fused_backward", "fused_backward");
   text("scheduler.type", "lr_scheduler");
   if (warmup(a)) text("scheduler.warmup_steps", "warmup_steps");
   text("training.method", "training_method");

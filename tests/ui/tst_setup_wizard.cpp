@@ -377,6 +377,56 @@ class TestSetupWizard : public QObject {
   // parts and buffers, summing to the device total, each drawn in its colour (checked on a grab
   // of the panel); SDXL with the optimizer in CPU memory needs more host memory than this
   // machine has, and the panel says how much.
+  // The training page offers the optimizer, master weights and the fused step (issue 37); the memory
+  // panel follows them (SDXL at 1024 px, stage 2: what sdxl-finetune-adafactor.yaml sets), equals
+  // `zerostudio estimate` on the file the wizard writes, and that file carries the three keys.
+  void leanOptimizerQuestionsLowerTheEstimate() {
+    QTemporaryDir dir;
+    SetupWizard w;
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    w.setAnswer("use_cpu", "no");
+    w.setAnswer("mixed_precision", "bf16");
+    w.setAnswer("model_source", "sdxl");
+    w.setAnswer("resolution", "1024");
+    w.setAnswer("batch_size", "1");
+    w.setAnswer("gradient_checkpointing", "yes");
+    w.setAnswer("ema", "no");
+    w.setAnswer("use_deepspeed", "yes");
+    w.setAnswer("zero_stage", "2");
+    QVERIFY(w.isAsked("optimizer_type") && w.isAsked("master_weights") && w.isAsked("fused_backward"));
+    auto* panel = w.memoryPanel();
+    panel->setCardBytes(qint64{8} << 30);
+    QVERIFY(wizardSettled(w));
+    const qint64 adamw = panel->deviceBytes();
+    w.setAnswer("optimizer_type", "Adafactor");
+    w.setAnswer("master_weights", "none");
+    w.setAnswer("fused_backward", "yes");
+    QVERIFY(wizardSettled(w));
+    const qint64 lean = panel->deviceBytes();
+    qInfo("SDXL, bf16, 1024 px, stage 2: AdamW %.2f GiB, Adafactor without masters, fused %.2f GiB", adamw / 1073741824.0,
+          lean / 1073741824.0);
+    QVERIFY(lean < adamw / 3);
+    QVERIFY2(panel->fitText().contains("fits") && !panel->fitText().contains("does not"), qPrintable(panel->fitText()));
+    w.setAnswer("runs_root", dir.path());
+    QString error;
+    const QString path = dir.path() + "/lean.yaml";
+    QVERIFY2(w.saveTo(path, false, &error), qPrintable(error));
+    const auto cfg = zs::config::load_config_file(path.toStdString()).config;
+    QCOMPARE(cfg.optimizer.type, std::string("Adafactor"));
+    QCOMPARE(cfg.optimizer.master_weights, std::string("none"));
+    QVERIFY(cfg.optimizer.fused_backward);
+    QProcess p;
+    p.start(zs::test::cliPath(), {"estimate", path, "--json"});
+    QVERIFY(p.waitForFinished(120000));
+    QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
+    const auto e = nlohmann::json::parse(p.readAllStandardOutput().toStdString());
+    QCOMPARE(panel->deviceBytes(), e["gpu"]["total"].get<qint64>());
+    // fp16 has neither question (loss scaling needs masters and every gradient first).
+    w.setAnswer("mixed_precision", "fp16");
+    QVERIFY(!w.isAsked("master_weights") && !w.isAsked("fused_backward"));
+  }
+
   void memoryPanelStacksTheBreakdown() {
     SetupWizard w;
     w.show();
