@@ -104,13 +104,17 @@ at::Tensor ShardReader::read_blocks(const UnitLayout& target, const std::string&
   return out;
 }
 
-at::Tensor ShardReader::replicated(const std::string& parameter, const std::string& kind) const {
+const std::pair<std::string, std::int64_t>* ShardReader::slot_of(const std::string& parameter) const {
   if (slots_.empty())
     for (const auto& u : units_)
       for (const auto& p : u.params) slots_[p.name] = {u.name, p.offset};
   const auto where = slots_.find(parameter);
-  if (where != slots_.end()) {
-    const std::string name = where->second.first + "/" + kind + ":" + parameter;
+  return where == slots_.end() ? nullptr : &where->second;
+}
+
+at::Tensor ShardReader::replicated(const std::string& parameter, const std::string& kind) const {
+  if (const auto* where = slot_of(parameter)) {
+    const std::string name = where->first + "/" + kind + ":" + parameter;
     for (const auto& file : files_)
       if (file && file->contains(name)) return file->tensor(name);
   }
@@ -132,18 +136,15 @@ at::Tensor ShardReader::read_as(const UnitLayout& target, const std::string& kin
   if (same_layout(target)) return read(target.name, kind, first, count);
   // Cut differently (a transformer saved whole, resumed as one unit per block): parameter by
   // parameter from wherever each one was saved.
-  if (slots_.empty())
-    for (const auto& u : units_)
-      for (const auto& p : u.params) slots_[p.name] = {u.name, p.offset};
   at::Tensor out;
   for (const ParamSlot& p : target.params) {
     const std::int64_t n = c10::multiply_integers(p.shape);
     const std::int64_t lo = std::max(first, p.offset), hi = std::min(first + count, p.offset + n);
     if (lo >= hi) continue;
-    const auto where = slots_.find(p.name);
-    if (where == slots_.end())
+    const auto* where = slot_of(p.name);
+    if (!where)
       throw Error(ErrorKind::checkpoint, dir_ + ": the checkpoint has no parameter " + p.name + " (another model?)");
-    const at::Tensor part = read(where->second.first, kind, where->second.second + (lo - p.offset), hi - lo);
+    const at::Tensor part = read(where->first, kind, where->second + (lo - p.offset), hi - lo);
     if (!out.defined()) out = at::zeros({count}, part.options());
     out.narrow(0, lo - first, hi - lo).copy_(part);
   }

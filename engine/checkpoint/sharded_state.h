@@ -90,6 +90,8 @@ class ShardReader {
   std::vector<UnitLayout> units_;
   std::map<std::string, std::size_t> by_name_;
   mutable std::map<std::string, std::pair<std::string, std::int64_t>> slots_;  // parameter -> saved unit, offset
+  /// Where `parameter` was saved (its unit and offset); null when the checkpoint lacks it.
+  const std::pair<std::string, std::int64_t>* slot_of(const std::string& parameter) const;
   /// Whether the saved unit of target's name has target's parameters at the same offsets.
   bool same_layout(const UnitLayout& target) const;
   std::vector<std::unique_ptr<io::SafetensorsReader>> files_;  // per saved rank (null: wrote nothing)

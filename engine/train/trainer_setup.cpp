@@ -25,7 +25,7 @@
 #include "train/optimizer_setup.h"
 #include "train/validation_set.h"
 #include "train/trainer_state.h"
-#include "zero/blockwise_quant.h"
+#include "zero/zero_plan.h"
 
 namespace zs::train {
 

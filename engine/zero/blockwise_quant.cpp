@@ -87,34 +87,16 @@ at::Tensor dequantize_flat(const at::Tensor& codes, const at::Tensor& absmax, co
   return (values * absmax.unsqueeze(-1)).reshape({-1}).narrow(0, 0, n);
 }
 
-BlockQuantized quantize_blockwise(const at::Tensor& a, const at::Tensor& map, std::int64_t block) {
+BlockQuantized quantize_blockwise(const at::Tensor& a, const at::Tensor& map) {
   BlockQuantized q;
-  const std::int64_t n = a.numel();
   q.codes = at::empty(a.sizes(), a.options().dtype(at::kByte));
-  q.absmax = at::empty({(n + block - 1) / block}, a.options().dtype(at::kFloat));
-  if (block == kQuantBlock) {
-    quantize_into(a.reshape({-1}), map, q.codes, q.absmax);
-    return q;
-  }
-  // Another block size (tests): block by block.
-  const at::Tensor flat = a.reshape({-1});
-  at::Tensor codes = q.codes.view({-1});
-  for (std::int64_t b = 0; b * block < n; ++b) {
-    const std::int64_t m = std::min(block, n - b * block);
-    at::Tensor c = at::empty({m}, codes.options()), am = at::empty({1}, q.absmax.options());
-    const at::Tensor x = flat.narrow(0, b * block, m).to(at::kFloat);
-    quantize_into(x, map, c, am, x.abs().amax().reshape({1}));
-    codes.narrow(0, b * block, m).copy_(c);
-    q.absmax.narrow(0, b, 1).copy_(am);
-  }
+  q.absmax = at::empty({(a.numel() + kQuantBlock - 1) / kQuantBlock}, a.options().dtype(at::kFloat));
+  quantize_into(a.reshape({-1}), map, q.codes, q.absmax);
   return q;
 }
 
-at::Tensor dequantize_blockwise(const BlockQuantized& q, const at::Tensor& map, std::int64_t block) {
-  const at::Tensor codes = q.codes.reshape({-1}).to(at::kLong);
-  const std::int64_t n = codes.numel();
-  const at::Tensor scale = q.absmax.repeat_interleave(block).narrow(0, 0, n);
-  return (map.to(q.absmax.device()).index_select(0, codes) * scale).view(q.codes.sizes());
+at::Tensor dequantize_blockwise(const BlockQuantized& q, const at::Tensor& map) {
+  return dequantize_flat(q.codes, q.absmax, map).view(q.codes.sizes());
 }
 
 void adamw8bit_update(at::Tensor p, const at::Tensor& g, at::Tensor m_codes, at::Tensor m_absmax, at::Tensor v_codes,

@@ -22,16 +22,16 @@ namespace zs::zero {
 /// and a shrinking linear fraction, 0 and 1 included.
 at::Tensor dynamic_map(bool is_signed);
 
-/// A quantized tensor: `codes` (uint8, the input's shape) index `map`; `absmax` [ceil(n / block)].
+/// A quantized tensor: `codes` (uint8, the input's shape) index `map`; `absmax` [ceil(n / kQuantBlock)].
 struct BlockQuantized {
   at::Tensor codes, absmax;
 };
 
-/// Each block of `block` elements of `a` (float32; flattened) scaled by 1/max|x| and mapped to the
-/// nearest value of `map`.
-BlockQuantized quantize_blockwise(const at::Tensor& a, const at::Tensor& map, std::int64_t block = kQuantBlock);
-/// map[code] · absmax of its block, float32, in `q.codes`' shape.
-at::Tensor dequantize_blockwise(const BlockQuantized& q, const at::Tensor& map, std::int64_t block = kQuantBlock);
+/// Each block of kQuantBlock elements of `a` (float32; flattened) scaled by 1/max|x| and mapped to
+/// the nearest value of `map` (quantize_into, in `a`'s shape).
+BlockQuantized quantize_blockwise(const at::Tensor& a, const at::Tensor& map);
+/// map[code] · absmax of its block, float32, in `q.codes`' shape (dequantize_flat).
+at::Tensor dequantize_blockwise(const BlockQuantized& q, const at::Tensor& map);
 
 /// Quantizes flat float32 `x` into `codes` (uint8, x's size) and `absmax` (ceil(n / kQuantBlock)),
 /// all on one device. `given_absmax`, when defined, is used instead of each block's max |x| (a

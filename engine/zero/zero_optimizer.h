@@ -293,6 +293,10 @@ class ZeroOptimizer final {
   at::Tensor take_grads(Unit& u);
   /// Reduce-scatters `full` into the unit's reduced part (created when it is not there).
   void reduce_into_part(Unit& u, const at::Tensor& full);
+  /// The weights a step reads and writes for compute parameters `p` (the rank's part): the
+  /// masters, else `p` itself where the state lives in its precision, else a copy there
+  /// (float32 for bf16 weights without masters).
+  at::Tensor step_weights(Unit& u, const at::Tensor& p) const;
   /// Writes the updated weights `w` (float32 where they were computed) into the unit's compute
   /// parameters `p`: converted from the masters, rounded stochastically without them, or copied.
   void write_weights(Unit& u, at::Tensor& p, const at::Tensor& w);

@@ -317,13 +317,16 @@ void ZeroOptimizer::write_weights(Unit& u, at::Tensor& p, const at::Tensor& w) {
   else if (!w.is_same(p)) p.copy_(w);
 }
 
+at::Tensor ZeroOptimizer::step_weights(Unit& u, const at::Tensor& p) const {
+  if (masters_) return u.master;
+  const bool in_place = p.device() == state_opts_.device() && p.scalar_type() == state_opts_.dtype().toScalarType();
+  return in_place ? p : p.to(state_opts_);
+}
+
 void ZeroOptimizer::step_lean(Unit& u, double lr) {
   at::Tensor p = owned_params(u);
   const at::Tensor g = step_grad(u);
-  // The weights the update reads and writes: the masters, or the parameters where the state lives
-  // (a float32 copy of bf16 ones without masters).
-  const bool in_place = p.device() == state_opts_.device() && p.scalar_type() == state_opts_.dtype().toScalarType();
-  at::Tensor w = masters_ ? u.master : in_place ? p : p.to(state_opts_);
+  at::Tensor w = step_weights(u, p);
   const at::Tensor grad = g.device() == w.device() ? g : g.to(w.device());
   if (u.adafactor) {
     u.adafactor->step(w, grad, lr, step_, [this](at::Tensor& t) { reduce_shared(t); });
@@ -357,8 +360,7 @@ void ZeroOptimizer::step_in_memory(Unit& u, double step_lr) {
     // Parameter shards offloaded without the optimizer (stage 3, full precision), or bf16 weights
     // without masters: the update runs in float32 where the moments live and the result goes back
     // to the shard (rounded stochastically to bf16).
-    const bool in_place = p.device() == state_opts_.device() && p.scalar_type() == state_opts_.dtype().toScalarType();
-    const at::Tensor w = in_place ? p : p.to(state_opts_);
+    const at::Tensor w = step_weights(u, p);
     if (stochastic_) adam_master(w, u.exp_avg, u.exp_avg_sq, g.to(w.device()), o_, lr, step_, at::Tensor());
     else adam_reference(w, u.exp_avg, u.exp_avg_sq, g.to(w.options()), o_, lr, step_);
     write_weights(u, p, w);

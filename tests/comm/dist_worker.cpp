@@ -32,7 +32,7 @@
 #include "models/sd/sd_family.h"
 #include "models/sd/unet_2d_condition.h"
 #include "train/loss_scaler.h"
-#include "zero/blockwise_quant.h"
+#include "zero/zero_plan.h"
 #include "zero/reference_adafactor.h"
 #include "zero/reference_adamw.h"
 #include "zero/reference_ema.h"
