@@ -1,6 +1,7 @@
 #include "train/optimizer_setup.h"
 
 #include <map>
+#include <optional>
 
 #include "core/error.h"
 #include "comm/communicator.h"
@@ -65,6 +66,12 @@ zero::ZeroOptions zero_options(const config::TrainerConfig& cfg) {
   zo.aio.single_submit = z.aio.single_submit;
   zo.aio.overlap_events = z.aio.overlap_events;
   return zo;
+}
+
+std::unique_ptr<zero::ShardedInit> make_sharded_init(const config::TrainerConfig& cfg, int world, int rank) {
+  std::optional<at::ScalarType> shard_dtype;
+  if (cfg.optimizer.master_weights == "none" && cfg.precision == "bf16") shard_dtype = at::kBFloat16;
+  return std::make_unique<zero::ShardedInit>(zero::plan_options(zero_options(cfg), world, rank), shard_dtype);
 }
 
 std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, const models::TrainedParts& trained,

@@ -35,6 +35,10 @@ at::ScalarType compute_dtype(const std::string& precision, const c10::Device& de
 /// the device, compute precision, NVMe run tag and log are the caller's to add.
 zero::ZeroOptions zero_options(const config::TrainerConfig& cfg);
 
+/// zero3_init_flag's ShardedInit for this rank: units cut to their shards as they are built, kept
+/// in bf16 from the start when there are no fp32 master weights (nothing needs fp32 then).
+std::unique_ptr<zero::ShardedInit> make_sharded_init(const config::TrainerConfig& cfg, int world, int rank);
+
 /// A ZeroOptimizer over the units of the family's roster (models::unit_roster, the one the
 /// estimator counts) for what the run trains (`trained`: models::resolve_trained_parts): the
 /// denoiser's units — frozen under training.method lora (the base: moved, and at stage 3

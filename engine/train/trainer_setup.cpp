@@ -274,10 +274,7 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
     } else {
       // LoRA's frozen base from model files too: each rank reads only its shards (the adapters take
       // their shapes from the layers' options, not the emptied weights).
-      // Without fp32 master weights the shards are kept in bf16 from the start (nothing needs fp32).
-      std::optional<at::ScalarType> shard_dtype;
-      if (cfg.optimizer.master_weights == "none" && cfg.precision == "bf16") shard_dtype = at::kBFloat16;
-      sharded_init = std::make_unique<zero::ShardedInit>(zero::plan_options(zero_options(cfg), world, rank), shard_dtype);
+      sharded_init = make_sharded_init(cfg, world, rank);
       on_unit = sharded_init->callback();
     }
   }

@@ -401,6 +401,16 @@ class TestDist : public QObject {
     QTest::newRow("gloo on cuda, stage 2, 2 ranks, optimizer to cpu, f32") << 2 << 2 << 1 << 0.0 << "f32,cuda,opt=cpu";
     QTest::newRow("nccl, bf16, stage 2, 1 rank") << 2 << 1 << 1 << 0.0 << "bf16,nccl";
     QTest::newRow("gloo on cuda, bf16, stage 3, 2 ranks, optimizer to cpu") << 3 << 2 << 1 << 0.0 << "bf16,cuda,opt=cpu";
+    // This wave's paths on CUDA tensors: the transformer families and the lean optimizers.
+    QTest::newRow("nccl, flux, stage 3, 1 rank, f64") << 3 << 1 << 1 << 0.0 << "f64,nccl,flux";
+    QTest::newRow("gloo on cuda, qwen, stage 3, 2 ranks, gradient checkpointing, f64") << 3 << 2 << 1 << 0.0 << "f64,cuda,qwen,ckpt";
+    QTest::newRow("gloo on cuda, adafactor, stage 2, 2 ranks, f64") << 2 << 2 << 1 << 0.0 << "f64,cuda,adafactor";
+    QTest::newRow("nccl, adam8, stage 3, 1 rank, params and optimizer to cpu, f64")
+        << 3 << 1 << 1 << 0.0 << "f64,nccl,adam8,param=cpu,opt=cpu";
+    QTest::newRow("nccl, fused adafactor, stage 3, 1 rank, f64") << 3 << 1 << 1 << 0.0 << "f64,nccl,fused,adafactor";
+    QTest::newRow("gloo on cuda, fused, stage 2, 2 ranks, accumulation 2, clipping, f64")
+        << 2 << 2 << 2 << 0.05 << "f64,cuda,fused";
+    QTest::newRow("nccl, no masters, stage 2, 1 rank, bf16 cosine") << 2 << 1 << 1 << 0.0 << "bf16,nccl,nomaster_cos";
   }
 
   void cudaMatchesTheCpuReference() { zeroStagesMatchOneProcess(); }

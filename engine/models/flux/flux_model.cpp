@@ -54,6 +54,16 @@ FluxModel FluxModel::build_tiny(const std::vector<std::string>& captions, std::u
   return m;
 }
 
+FluxModel FluxModel::build_transformer_only(const FluxConfig& config, std::uint64_t seed, const UnitBuilt& on_unit) {
+  at::manual_seed(seed);
+  FluxModel m;
+  m.transformer = FluxTransformer2DModel(config, on_unit);
+  m.schedule.use_dynamic_shifting = true;  // [dev]'s and [schnell]'s scheduler configs
+  m.schedule.shift = 3.0;
+  m.text_training_ = TextEncoderTraining::frozen;
+  return m;
+}
+
 namespace {
 
 std::string absolute_or_empty(const std::string& path) {
@@ -372,7 +382,8 @@ void FluxModel::set_text_training(TextEncoderTraining t) {
     throw Error(ErrorKind::config, "training.train_text_encoder: full is not offered for Flux.1 (T5-XXL never trains; "
                                    "CLIP-L takes lora)");
   text_training_ = t;
-  for (auto& p : clip->parameters()) p.set_requires_grad(t == TextEncoderTraining::full);
+  if (clip)
+    for (auto& p : clip->parameters()) p.set_requires_grad(t == TextEncoderTraining::full);
 }
 
 void FluxModel::set_gradient_checkpointing(bool on, bool to_cpu) {

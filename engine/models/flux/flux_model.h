@@ -36,6 +36,9 @@ class FluxModel final : public TrainableModel {
   /// weights from `seed`.
   static FluxModel build_tiny(const std::vector<std::string>& captions, std::uint64_t seed,
                               const UnitBuilt& on_unit = {});
+  /// The transformer of `config` with random weights from `seed` and no frozen parts: what a run
+  /// whose caches are complete trains (bench_gpu_step measures full-size steps with it).
+  static FluxModel build_transformer_only(const FluxConfig& config, std::uint64_t seed, const UnitBuilt& on_unit = {});
   /// A diffusers Flux pipeline folder. Without `with_transformer` only the frozen parts (what
   /// `zerostudio cache` encodes with). With `transformer_file`, the transformer comes from that
   /// Black Forest Labs single file (flux1-dev.safetensors, ComfyUI's copies) and `dir` gives the

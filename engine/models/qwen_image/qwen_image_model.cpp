@@ -65,6 +65,16 @@ QwenImageModel QwenImageModel::build_tiny(const std::vector<std::string>& captio
   return m;
 }
 
+QwenImageModel QwenImageModel::build_transformer_only(const QwenImageConfig& config, std::uint64_t seed,
+                                                      const UnitBuilt& on_unit) {
+  at::manual_seed(seed);
+  QwenImageModel m;
+  m.transformer = QwenImageTransformer2DModel(config, on_unit);
+  m.schedule = qwen_image_schedule();
+  m.text_training_ = TextEncoderTraining::frozen;
+  return m;
+}
+
 QwenImageModel QwenImageModel::load_pipeline(const std::string& dir, const UnitBuilt& on_unit, bool with_transformer) {
   const DiffusersPipeline p = DiffusersPipeline::open(dir);
   for (const char* part : {"transformer", "vae", "text_encoder", "tokenizer", "scheduler"})

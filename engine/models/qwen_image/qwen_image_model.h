@@ -36,6 +36,10 @@ class QwenImageModel final : public TrainableModel {
   /// `captions`, weights from `seed`.
   static QwenImageModel build_tiny(const std::vector<std::string>& captions, std::uint64_t seed,
                                    const UnitBuilt& on_unit = {});
+  /// The transformer of `config` with random weights from `seed` and no frozen parts: what a run
+  /// whose caches are complete trains (bench_gpu_step measures full-size steps with it).
+  static QwenImageModel build_transformer_only(const QwenImageConfig& config, std::uint64_t seed,
+                                               const UnitBuilt& on_unit = {});
   /// A diffusers Qwen-Image folder. Without `with_transformer` only the frozen parts (what
   /// `zerostudio cache` encodes with). Throws zs::Error naming the file and what to do when a
   /// component, a shard or a key is missing.

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Issue 39's measurements in one command on a lent GPU machine, with binaries built here (Debian 12)
+# against the same PyTorch wheel the machine has (2.11.0+cu130: `make build-torch2`), so the machine
+# spends no time compiling. Here, in the repository root:
+#   scripts/gpu/prepare.sh && scripts/gpu/measure.sh pack
+# packs .gpu/prefix.tar.xz, .gpu/fixtures.tar.xz, .gpu/bin.tar.xz (bench_gpu_step, bench_cpu_adam,
+# zs_tests, zs_dist_worker) and .whl/ (the pinned diffusers, for the baselines). There, with .gpu and
+# .whl carried:
+#   scripts/gpu/measure.sh run [STEP...]   (default: tests flux qwen streams — what the first H200
+#                                          session, 2026-11-27, left unmeasured; sdxl and sd15 ran)
+# Steps: tests sdxl sd15 flux streams qwen. Each writes its figures to $OUT/<step>.log as they come
+# (seven files: the device tool brings back eight at most),
+# and a step is skipped once the deadline (ZS_DEADLINE seconds after the start, default 540) is
+# too near for it.
+set -uo pipefail
+root=$(pwd)
+out=${OUT:-$root/.gpu/out}
+prefix=/tmp/zs-prefix
+build=build-torch2
+
+case "${1:-run}" in
+  pack)
+    mkdir -p .gpu .whl
+    tar -cJf .gpu/bin.tar.xz $build/bench/bench_gpu_step $build/bench/bench_cpu_adam $build/tests/zs_tests \
+      $build/tests/zs_dist_worker
+    version=$(.venv/bin/python -c 'import diffusers; print(diffusers.__version__)')
+    .venv/bin/pip download -q --no-deps --only-binary=:all: -d .whl "diffusers==$version" importlib_metadata
+    ls -la .gpu .whl
+    exit 0
+    ;;
+  run) shift ;;
+  *) echo "usage: scripts/gpu/measure.sh pack | run [STEP...]" >&2; exit 2 ;;
+esac
+
+start=$(date +%s)
+deadline=${ZS_DEADLINE:-540}
+left() { echo $(( deadline - ($(date +%s) - start) )); }
+mkdir -p "$out"
+steps=${*:-tests flux qwen streams}
+
+# The binaries look for the source tree and ../shared where they were built (/work/main).
+mkdir -p $prefix && tar -xJf .gpu/prefix.tar.xz -C $prefix || exit 1
+tar -xJf .gpu/bin.tar.xz || exit 1
+shared=$(cd "$root/.." && pwd)/shared
+[ -d "$shared/fixtures" ] || { mkdir -p "$shared" && tar -xJf .gpu/fixtures.tar.xz -C "$shared"; }
+if [ "$root" != /work/main ]; then
+  mkdir -p /work
+  [ -e /work/main ] || ln -s "$root" /work/main
+  [ -e /work/shared ] || ln -s "$shared" /work/shared
+fi
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  && export PYTHONPATH=/tmp/site
+torch_lib=$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__) + "/lib")')
+export LD_LIBRARY_PATH=$torch_lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:$prefix/usr/lib/x86_64-linux-gnu
+{
+  echo "$(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)," \
+       "$(nproc) CPU cores, $(free -g | awk '/Mem:/{print $2}') GiB, python3 torch" \
+       "$(python3 -c 'import torch; print(torch.__version__)'), diffusers $(python3 -c 'import diffusers; print(diffusers.__version__)' 2>&1 | tail -1)"
+  for b in $build/bench/bench_gpu_step $build/tests/zs_tests; do ldd $b | grep "not found" && echo "$b: libraries missing"; done
+} 2>&1 | tee "$out/machine.log"
+ldd $build/bench/bench_gpu_step | grep -q "not found" && exit 3
+
+bench=$build/bench/bench_gpu_step
+for step in $steps; do
+  t=$(left)
+  case $step in
+    tests)
+      # The CUDA twins (ZS_REQUIRE_CUDA: a skip fails), side by side.
+      [ "$t" -gt 60 ] || { echo "tests: skipped, ${t}s left"; continue; }
+      ( CI=1 ZS_REQUIRE_CUDA=1 timeout 150 $build/tests/zs_tests tst_cuda > /tmp/tst_cuda.log 2>&1; echo "tst_cuda exit $?" ) &
+      ( CI=1 ZS_REQUIRE_CUDA=1 timeout 150 $build/tests/zs_tests tst_dist cudaMatchesTheCpuReference > /tmp/tst_dist_cuda.log 2>&1
+        echo "tst_dist cudaMatchesTheCpuReference exit $?" ) &
+      ( CI=1 ZS_REQUIRE_CUDA=1 timeout 150 $build/tests/zs_tests tst_train_e2e fp16TrainsOnCudaWithLossScaling > /tmp/tst_e2e_cuda.log 2>&1
+        echo "tst_train_e2e fp16TrainsOnCudaWithLossScaling exit $?" ) &
+      wait
+      for f in /tmp/tst_cuda.log /tmp/tst_dist_cuda.log /tmp/tst_e2e_cuda.log; do echo "== $f"; cat $f; done > "$out/tests.log"
+      grep -h -E "^(FAIL|Totals)|Loc:" /tmp/tst_*.log | head -40
+      ;;
+    sdxl)
+      # Seed 000: SDXL's UNet, 1024 px, batch 8, bf16, checkpointing, ZeRO-2 + optimizer in CPU memory.
+      [ "$t" -gt 120 ] || { echo "sdxl: skipped, ${t}s left"; continue; }
+      timeout $((t - 10)) $bench --model sdxl --res 128 --batch 8 --ckpt 1 --runs stage2+cpu-opt --steps 3 --warmup 1 \
+        --baseline 0 --profile 1 2>&1 | tee "$out/sdxl.log"
+      ;;
+    sd15)
+      # Offload against stage 0 right before it, and the host's AdamW floor.
+      [ "$t" -gt 70 ] || { echo "sd15: skipped, ${t}s left"; continue; }
+      timeout $((t - 10)) $bench --model sd15 --batch 8 --runs stage0,stage2+cpu-opt --steps 5 --warmup 2 --baseline 1 \
+        --profile 1 2>&1 | tee "$out/sd15.log"
+      timeout 60 $build/bench/bench_cpu_adam --sizes 256 --threads "$(nproc)" --steps 3 --python python3 2>&1 | tee -a "$out/sd15.log"
+      ;;
+    flux)
+      # A fifth of the blocks at full width (building all 57 with random weights took over 3.5 min).
+      [ "$t" -gt 150 ] || { echo "flux: skipped, ${t}s left"; continue; }
+      timeout $((t - 10)) $bench --model flux-dev --runs configs/flux-dev-finetune-adafactor.yaml,configs/flux-dev-lora.yaml \
+        --layers 4 --single-layers 8 --steps 2 --warmup 1 --baseline 1 2>&1 | tee "$out/flux.log"
+      ;;
+    streams)
+      [ "$t" -gt 60 ] || { echo "streams: skipped, ${t}s left"; continue; }
+      timeout $((t - 10)) $bench --model sd15 --batch 8 --runs stage3+cpu-param,stage3+cpu-param/serial,stage3,stage3/serial \
+        --steps 4 --warmup 2 --baseline 0 2>&1 | tee "$out/streams.log"
+      ;;
+    qwen)
+      [ "$t" -gt 150 ] || { echo "qwen: skipped, ${t}s left"; continue; }
+      timeout $((t - 10)) $bench --model qwen-image \
+        --runs configs/qwen-image-finetune-adafactor.yaml,configs/qwen-image-lora-zero3-offload.yaml \
+        --layers 12 --steps 2 --warmup 1 --baseline 1 2>&1 | tee "$out/qwen.log"
+      ;;
+    *) echo "unknown step $step" ;;
+  esac
+  echo "== $step done at $(( $(date +%s) - start )) s" | tee -a "$out/machine.log"
+done
