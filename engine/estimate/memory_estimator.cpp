@@ -193,7 +193,28 @@ UnitActivation unit_activation(const UnitShape& u, const ModelShape& m, int64_t 
 
 }  // namespace
 
-ActivationBytes activation_split(const ModelShape& model, const EstimateOptions& o) {
+namespace {
+
+/// ZeRO's gradient buffers while backward runs (stages 2-3 without fused_backward): each hooked
+/// unit's fresh gradients and their flat copy while its backward finishes, then up to `bucket`
+/// elements of the units after it (already through backward) still being reduced, with their
+/// reduced parts (`parts` per element: 1/N, none with one rank).
+struct BackwardBuffers {
+  std::map<std::string, int64_t> hooked;  // unit name -> elements of its hooked gradients
+  int64_t bucket = 0;
+  double parts = 0;
+  int64_t bytes = 2;  // per element (the compute dtype)
+};
+
+struct BackwardPeaks {
+  double activations = 0;    // bytes
+  double cpu_inputs = 0;     // bytes (cpu_checkpointing's kept inputs)
+  double with_buffers = 0;   // bytes: activations and the buffers above at the same moment
+};
+
+/// Walks the units as backward meets them: the peak of what autograd holds, alone and with ZeRO's
+/// gradient buffers of that moment (`buffers`: optional).
+BackwardPeaks backward_peaks(const ModelShape& model, const EstimateOptions& o, const BackwardBuffers* buffers) {
   const int64_t side = std::max<int64_t>(o.resolution / std::max(model.latent_factor, 1), 1);
   // Forward order: the text encoder runs first, then io's input layers and the UNet units.
   // Backward walks it in reverse and frees each unit's saved tensors as it goes, so the peak is
@@ -204,12 +225,24 @@ ActivationBytes activation_split(const ModelShape& model, const EstimateOptions&
   if (text_trained)
     for (const auto& u : model.text_encoders) order.push_back(&u);
   for (const auto& u : model.units) order.push_back(&u);
+  // The gradients backward has produced before it reaches unit k: the units after k.
+  std::vector<double> hooked(order.size(), 0), after(order.size(), 0);
+  if (buffers) {
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      const auto it = buffers->hooked.find(order[k]->name);
+      if (it != buffers->hooked.end()) hooked[k] = static_cast<double>(it->second);
+    }
+    for (std::size_t k = order.size(); k-- > 1;) after[k - 1] = after[k] + hooked[k];
+  }
   // kept: saved on the device; inputs: unit inputs kept by checkpoints (on the device, or in
   // CPU memory with cpu_checkpointing, where the one being rerun comes back for its backward).
   const bool to_cpu = o.gradient_checkpointing && o.cpu_checkpointing;
-  double kept = 0, inputs = 0, peak = 0;
-  for (const UnitShape* u : order) {
+  const double scale = static_cast<double>(o.batch_size) * compute_bytes(o.precision) * kActivationCalibration;
+  double kept = 0, inputs = 0, peak = 0, with_buffers = 0;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const UnitShape* u = order[k];
     const UnitActivation a = unit_activation(*u, model, side, o);
+    double held = 0;  // elements per sample autograd holds during unit k's backward
     if (o.gradient_checkpointing && u->kind != UnitKind::io && u->kind != UnitKind::text_encoder) {
       // Only the unit's input is kept (the previous output, or a fresh concatenation), at the
       // unit's input size; backward runs the unit again and holds its full set for a moment.
@@ -218,14 +251,27 @@ ActivationBytes activation_split(const ModelShape& model, const EstimateOptions&
       const bool joint = u->kind == UnitKind::joint_block || u->kind == UnitKind::single_block;
       const double input = static_cast<double>(u->in_channels) * (s + (joint ? static_cast<double>(model.context_tokens) : 0));
       inputs += input;
-      peak = std::max(peak, kept + (to_cpu ? input : inputs) + a.backward_peak());
+      held = kept + (to_cpu ? input : inputs) + a.backward_peak();
     } else {
-      peak = std::max(peak, kept + (to_cpu ? 0 : inputs) + a.backward_peak());
+      held = kept + (to_cpu ? 0 : inputs) + a.backward_peak();
       kept += a.saved;
     }
+    peak = std::max(peak, held);
+    double in_flight = 0;
+    if (buffers) {
+      const double behind = std::min(static_cast<double>(buffers->bucket), after[k]);
+      in_flight = static_cast<double>(buffers->bytes) * (2 * hooked[k] + behind * (1 + buffers->parts));
+    }
+    with_buffers = std::max(with_buffers, held * scale + in_flight);
   }
-  const double scale = static_cast<double>(o.batch_size) * compute_bytes(o.precision) * kActivationCalibration;
-  return {static_cast<int64_t>(peak * scale), to_cpu ? static_cast<int64_t>(inputs * scale) : 0};
+  return {peak * scale, to_cpu ? inputs * scale : 0, with_buffers};
+}
+
+}  // namespace
+
+ActivationBytes activation_split(const ModelShape& model, const EstimateOptions& o) {
+  const BackwardPeaks p = backward_peaks(model, o, nullptr);
+  return {static_cast<int64_t>(p.activations), static_cast<int64_t>(p.cpu_inputs)};
 }
 
 int64_t activation_bytes(const ModelShape& model, const EstimateOptions& o) { return activation_split(model, o).device; }
@@ -321,7 +367,8 @@ UnitTally count_model_states(const zero::Plan& plan, const std::vector<models::R
 
 /// The device's working buffers on top of the model states (backward's and the step's) and the
 /// CPU's staging buffers. Needs e.gpu.activations.
-void count_buffers(const zero::Plan& plan, const UnitTally& t, const EstimateOptions& o, MemoryEstimate& e) {
+void count_buffers(const zero::Plan& plan, const UnitTally& t, const EstimateOptions& o, int64_t backward_excess,
+                   MemoryEstimate& e) {
   const int64_t c = compute_bytes(o.precision);
   const bool masters = keeps_masters(o);
   // Stage 3: the unit being used plus the one prefetched (in forward the next, in backward the
@@ -334,9 +381,11 @@ void count_buffers(const zero::Plan& plan, const UnitTally& t, const EstimateOpt
   }
   // Stages 2-3: the fresh gradients of the unit backward is in and their flat copy, and up to
   // reduce_bucket_size elements of earlier units' copies still being reduced (their reduced parts
-  // too), as ZeroOptimizer::drain_reductions allows.
-  const int64_t bucket = std::min(o.reduce_bucket_size, t.hook_total);
-  int64_t in_flight = t.max_hook_padded > 0 ? c * (2 * t.max_hook_padded + bucket + bucket / o.world_size) : 0;
+  // too), as ZeroOptimizer::drain_reductions allows; with one rank the reduce-scatter is the
+  // identity and a unit's part is a view of its flat copy (ZeroOptimizer::launch_reduce).
+  // They grow as backward frees the activations: `backward_excess` is what they add at the
+  // moment the two together peak (backward_peaks).
+  int64_t in_flight = t.max_hook_padded > 0 ? backward_excess : 0;
   // fused_backward: reductions are synchronous; the unit in backward and the one waiting to step
   // each hold their gradients and reduced part (fp32 in CPU memory with offload).
   if (o.fused_backward && t.max_hook_padded > 0) {
@@ -412,11 +461,18 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   std::map<std::string, const UnitShape*> shapes;
   for (const auto& u : model.units) shapes[u.name] = &u;
   const UnitTally tally = count_model_states(plan, units, shapes, o, e);
-  const ActivationBytes act = activation_split(model, o);
-  e.gpu.activations = act.device;
-  e.cpu.activations = act.cpu;  // cpu_checkpointing: the kept unit inputs
+  // ZeRO's gradient buffers during backward, unit by unit, against the activations of the moment.
+  BackwardBuffers buffers;
+  buffers.bytes = compute_bytes(o.precision);
+  for (std::size_t k = 0; k < plan.units.size(); ++k)
+    if (plan.units[k].hook_grads && !units[k].frozen) buffers.hooked[units[k].name] = plan.units[k].padded;
+  buffers.bucket = std::min(o.reduce_bucket_size, tally.hook_total);
+  buffers.parts = o.world_size > 1 ? 1.0 / o.world_size : 0.0;
+  const BackwardPeaks peaks = backward_peaks(model, o, &buffers);
+  e.gpu.activations = static_cast<int64_t>(peaks.activations);
+  e.cpu.activations = static_cast<int64_t>(peaks.cpu_inputs);  // cpu_checkpointing: the kept unit inputs
   count_frozen_parts(model, o, e);
-  count_buffers(plan, tally, o, e);
+  count_buffers(plan, tally, o, std::max<int64_t>(0, static_cast<int64_t>(peaks.with_buffers) - e.gpu.activations), e);
   if (o.gpu_memory > 0) {
     e.fits = e.gpu.total() <= o.gpu_memory;
     e.suggestion = lowest_fitting(model, o);

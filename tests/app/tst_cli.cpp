@@ -180,8 +180,8 @@ class TestCli : public QObject {
     QVERIFY2(bad.err.contains("\"lots\" is not a memory size"), qPrintable(bad.err));
   }
 
-  // Issue 18's memory goals, through `zerostudio estimate` on the shipped configs (estimates until
-  // a GPU run measures them; README quotes these figures).
+  // Issue 18's memory goals, through `zerostudio estimate` on the shipped configs (README quotes
+  // these figures; tst_estimate estimateFollowsGpuMeasurements holds the estimate to what GPUs measured).
   void memoryGoalsOfTheShippedConfigs_data() {
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<double>("gib");

@@ -620,8 +620,46 @@ class TestEstimate : public QObject {
     const double host_two = 2 * gib(std::max(pair.cpu.total(), pair.cpu_load_peak));
     qInfo("%s on 2 GPUs: device %.2f GiB each, host %.1f GiB for the machine (one GPU: %.1f)", qPrintable(file),
           gib(pair.gpu.total()), host_two, host_one);
-    QVERIFY(pair.gpu.total() <= one.gpu.total());
+    // Two ranks hold no more than one, except the reduced parts of the gradients still in flight
+    // (up to reduce_bucket_size / 2 elements in bf16; with one rank a part is a view of its
+    // gradients): the goal holds for them too.
+    QVERIFY2(pair.gpu.total() <= one.gpu.total() + 2 * cfg.zero.reduce_bucket_size / 2,
+             qPrintable(QString("%1 vs %2 GiB").arg(gib(pair.gpu.total())).arg(device)));
+    QVERIFY2(gib(pair.gpu.total()) <= goal_gib, qPrintable(QString("%1 GiB on the device").arg(gib(pair.gpu.total()))));
     QVERIFY2(host_two <= 1.1 * host_one, qPrintable(QString("%1 vs %2 GiB").arg(host_two).arg(host_one)));
+  }
+
+  // What GPUs measured (bench_gpu_step: the caching allocator's peak of allocated bytes over the
+  // timed steps; docs/PERFORMANCE.md, "One GPU"), against the estimate of the same setting: within
+  // 10 % (issue 39). The bench's settings as config overrides: caches complete, accumulation 1,
+  // DeepSpeed's default buckets (5e8 elements), no EMA, checkpointing without CPU-kept inputs.
+  void estimateFollowsGpuMeasurements_data() {
+    QTest::addColumn<QString>("file");
+    QTest::addColumn<QStringList>("overrides");
+    QTest::addColumn<double>("measured_mib");
+    const QStringList sd15 = {"training.gradient_checkpointing=false", "training.batch_size=8", "data.resolution=512"};
+    // NVIDIA H200, 2026-11-27 (issue 39): SD 1.5 stage 0 and stage 2 + optimizer in CPU memory at batch 8.
+    QTest::newRow("H200: SD 1.5, stage 0, batch 8") << "sd15-finetune-zero2-offload.yaml"
+        << (sd15 + QStringList{"zero.stage=0", "zero.offload_optimizer.device=none"}) << 20522.0;
+    QTest::newRow("H200: SD 1.5, stage 2, optimizer in CPU memory, batch 8") << "sd15-finetune-zero2-offload.yaml"
+        << sd15 << 9006.0;
+    // Seed 000's setting: SDXL, 1024 px, batch 8, bf16, checkpointing, ZeRO-2 + CPU optimizer.
+    QTest::newRow("H200: SDXL, seed 000's setting") << "sdxl-finetune-zero2-offload.yaml"
+        << QStringList{"training.cpu_checkpointing=false"} << 9571.0;
+  }
+  void estimateFollowsGpuMeasurements() {
+    QFETCH(QString, file);
+    QFETCH(QStringList, overrides);
+    QFETCH(double, measured_mib);
+    std::vector<std::string> sets = {"training.gradient_accumulation_steps=1", "zero.reduce_bucket_size=500000000",
+                                     "zero.allgather_bucket_size=500000000", "ema.enabled=false"};
+    for (const QString& o : overrides) sets.push_back(o.toStdString());
+    const auto cfg = config::load_config_file((test::sourceDir() + "/configs/" + file).toStdString(), sets).config;
+    const MemoryEstimate e = estimate_memory(model_shape(cfg), options_from_config(cfg));
+    const double estimated = static_cast<double>(e.gpu.total()) / 1048576.0;
+    qInfo("estimate %.0f MiB, measured %.0f MiB: %+.1f %%", estimated, measured_mib, 100 * (estimated / measured_mib - 1));
+    QVERIFY2(std::abs(estimated / measured_mib - 1) <= 0.10,
+             qPrintable(QString("estimate %1 MiB against %2 measured").arg(estimated).arg(measured_mib)));
   }
 
   // Issue 37's memory goals, each on its ready config (device as zerostudio estimate prints it; host =
