@@ -21,25 +21,14 @@
 #include <torch/optim/adamw.h>
 
 #include "source_dir.h"
+#include "timing.h"
 #include "zero/cpu_adam.h"
 
 using namespace zs;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-template <class F>
-double median_ms(int reps, F&& f) {
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    t.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
+using bench::median_ms;
 
 /// STREAM triad a = b + s·c over 64 Mi floats per array, split over the intra-op threads: GB/s.
 double triad_gbs() {

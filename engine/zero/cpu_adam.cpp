@@ -23,7 +23,8 @@ struct Coef {
   float inv_sqrt_c2;    // 1 / sqrt(1 - β2^t)
   float eps;
   float neg_step;       // -lr / (1 - β1^t)
-  bool has_decay;
+  float grad_scale;     // applied to every gradient first when has_scale
+  bool has_decay, has_scale;
 };
 
 Coef coefficients(const AdamHyper& h) {
@@ -39,6 +40,8 @@ Coef coefficients(const AdamHyper& h) {
   c.inv_sqrt_c2 = static_cast<float>(1.0 / std::sqrt(c2));
   c.eps = static_cast<float>(h.eps);
   c.neg_step = static_cast<float>(-h.lr / c1);
+  c.has_scale = h.grad_scale != 1.0;
+  c.grad_scale = static_cast<float>(h.grad_scale);
   return c;
 }
 
@@ -46,12 +49,23 @@ inline std::uint16_t to_half_bits(float x, HalfKind kind) {
   return kind == HalfKind::bf16 ? c10::BFloat16(x).x : c10::Half(x).x;
 }
 
-void adam_scalar(float* p, const float* g, float* m, float* v, std::int64_t n, const Coef& c, HalfKind half,
+/// Gradient element i as float32: float32 as is, bf16 widened exactly (its bits are the top half).
+inline float grad_at(const float* g, std::int64_t i) { return g[i]; }
+inline float grad_at(const std::uint16_t* g, std::int64_t i) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(g[i]) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+template <class G>
+void adam_scalar(float* p, const G* g, float* m, float* v, std::int64_t n, const Coef& c, HalfKind half,
                  std::uint16_t* out) {
   for (std::int64_t i = 0; i < n; ++i) {
     float pi = p[i];
     if (c.has_decay) pi *= c.decay;
-    const float gi = g[i];
+    float gi = grad_at(g, i);
+    if (c.has_scale) gi *= c.grad_scale;
     const float mi = m[i] * c.b1 + c.one_minus_b1 * gi;
     const float vi = v[i] * c.b2 + c.one_minus_b2 * gi * gi;
     const float denom = std::sqrt(vi) * c.inv_sqrt_c2 + c.eps;
@@ -63,8 +77,16 @@ void adam_scalar(float* p, const float* g, float* m, float* v, std::int64_t n, c
   }
 }
 
-__attribute__((target("avx2,fma,f16c"))) void adam_avx2(float* p, const float* g, float* m, float* v, std::int64_t n,
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const float* g) { return _mm256_loadu_ps(g); }
+__attribute__((target("avx2,fma,f16c"))) inline __m256 load8(const std::uint16_t* g) {
+  const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
+}
+
+template <class G>
+__attribute__((target("avx2,fma,f16c"))) void adam_avx2(float* p, const G* g, float* m, float* v, std::int64_t n,
                                                         const Coef& c, HalfKind half, std::uint16_t* out) {
+  const __m256 scale = _mm256_set1_ps(c.grad_scale);
   const __m256 decay = _mm256_set1_ps(c.decay), b1 = _mm256_set1_ps(c.b1), ob1 = _mm256_set1_ps(c.one_minus_b1),
                b2 = _mm256_set1_ps(c.b2), ob2 = _mm256_set1_ps(c.one_minus_b2),
                isc2 = _mm256_set1_ps(c.inv_sqrt_c2), eps = _mm256_set1_ps(c.eps), step = _mm256_set1_ps(c.neg_step);
@@ -72,7 +94,8 @@ __attribute__((target("avx2,fma,f16c"))) void adam_avx2(float* p, const float* g
                 qnan = _mm256_set1_epi32(0x7fc0);
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 gv = _mm256_loadu_ps(g + i);
+    __m256 gv = load8(g + i);
+    if (c.has_scale) gv = _mm256_mul_ps(gv, scale);
     __m256 pv = _mm256_loadu_ps(p + i);
     if (c.has_decay) pv = _mm256_mul_ps(pv, decay);
     const __m256 mv = _mm256_fmadd_ps(ob1, gv, _mm256_mul_ps(_mm256_loadu_ps(m + i), b1));
@@ -97,16 +120,25 @@ __attribute__((target("avx2,fma,f16c"))) void adam_avx2(float* p, const float* g
   adam_scalar(p + i, g + i, m + i, v + i, n - i, c, half, out ? out + i : nullptr);
 }
 
-__attribute__((target("avx512f,avx512bw"))) void adam_avx512(float* p, const float* g, float* m, float* v,
+__attribute__((target("avx512f,avx512bw"))) inline __m512 load16(const float* g) { return _mm512_loadu_ps(g); }
+__attribute__((target("avx512f,avx512bw"))) inline __m512 load16(const std::uint16_t* g) {
+  const __m512i wide = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(g)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(wide, 16));
+}
+
+template <class G>
+__attribute__((target("avx512f,avx512bw"))) void adam_avx512(float* p, const G* g, float* m, float* v,
                                                              std::int64_t n, const Coef& c, HalfKind half,
                                                              std::uint16_t* out) {
+  const __m512 scale = _mm512_set1_ps(c.grad_scale);
   const __m512 decay = _mm512_set1_ps(c.decay), b1 = _mm512_set1_ps(c.b1), ob1 = _mm512_set1_ps(c.one_minus_b1),
                b2 = _mm512_set1_ps(c.b2), ob2 = _mm512_set1_ps(c.one_minus_b2),
                isc2 = _mm512_set1_ps(c.inv_sqrt_c2), eps = _mm512_set1_ps(c.eps), step = _mm512_set1_ps(c.neg_step);
   const __m512i round_bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), qnan = _mm512_set1_epi32(0x7fc0);
   std::int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m512 gv = _mm512_loadu_ps(g + i);
+    __m512 gv = load16(g + i);
+    if (c.has_scale) gv = _mm512_mul_ps(gv, scale);
     __m512 pv = _mm512_loadu_ps(p + i);
     if (c.has_decay) pv = _mm512_mul_ps(pv, decay);
     const __m512 mv = _mm512_fmadd_ps(ob1, gv, _mm512_mul_ps(_mm512_loadu_ps(m + i), b1));
@@ -157,13 +189,16 @@ std::string simd_name(SimdLevel level) {
   }
 }
 
-void cpu_adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n, const AdamHyper& h,
+namespace {
+
+template <class G>
+void run_adamw(float* param, const G* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n, const AdamHyper& h,
                HalfKind half, std::uint16_t* half_out, SimdLevel level) {
   if (static_cast<int>(level) > static_cast<int>(detected_simd()))
     throw Error(ErrorKind::config, "cpu_adamw: this CPU has no " + simd_name(level) + " (best: " +
                                        simd_name(detected_simd()) + ")");
   const Coef c = coefficients(h);
-  auto kernel = level == SimdLevel::avx512 ? adam_avx512 : level == SimdLevel::avx2 ? adam_avx2 : adam_scalar;
+  auto kernel = level == SimdLevel::avx512 ? adam_avx512<G> : level == SimdLevel::avx2 ? adam_avx2<G> : adam_scalar<G>;
   // Chunks of 64 Ki elements (1 MiB of parameters and gradients, 3 MiB with the moments) keep
   // the per-thread overhead negligible and let small units run on one thread.
   at::parallel_for(0, n, std::int64_t{1} << 16, [&](std::int64_t begin, std::int64_t end) {
@@ -172,10 +207,29 @@ void cpu_adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_s
   });
 }
 
+}  // namespace
+
+void cpu_adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n, const AdamHyper& h,
+               HalfKind half, std::uint16_t* half_out, SimdLevel level) {
+  run_adamw(param, grad, exp_avg, exp_avg_sq, n, h, half, half_out, level);
+}
+
+void cpu_adamw_bf16_grad(float* param, const std::uint16_t* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
+                         const AdamHyper& h, HalfKind half, std::uint16_t* half_out, SimdLevel level) {
+  run_adamw(param, grad, exp_avg, exp_avg_sq, n, h, half, half_out, level);
+}
+
 void cpu_adamw(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg, const at::Tensor& exp_avg_sq,
                const AdamHyper& h, const at::Tensor& out, SimdLevel level) {
   check_tensor(param, param, "param");
-  check_tensor(grad, param, "grad");
+  const bool bf16_grad = grad.defined() && grad.scalar_type() == at::kBFloat16;
+  if (bf16_grad) {
+    if (grad.device().type() != at::kCPU || !grad.is_contiguous() || grad.numel() != param.numel())
+      throw Error(ErrorKind::config, "cpu_adamw: grad must be a contiguous float32 or bf16 CPU tensor with as many "
+                                     "elements as the parameters");
+  } else {
+    check_tensor(grad, param, "grad");
+  }
   check_tensor(exp_avg, param, "exp_avg");
   check_tensor(exp_avg_sq, param, "exp_avg_sq");
   HalfKind half = HalfKind::none;
@@ -188,8 +242,13 @@ void cpu_adamw(const at::Tensor& param, const at::Tensor& grad, const at::Tensor
     half = out.scalar_type() == at::kBFloat16 ? HalfKind::bf16 : HalfKind::fp16;
     half_out = reinterpret_cast<std::uint16_t*>(out.data_ptr());
   }
-  cpu_adamw(param.data_ptr<float>(), grad.data_ptr<float>(), exp_avg.data_ptr<float>(), exp_avg_sq.data_ptr<float>(),
-            param.numel(), h, half, half_out, level);
+  if (bf16_grad)
+    cpu_adamw_bf16_grad(param.data_ptr<float>(), reinterpret_cast<const std::uint16_t*>(grad.data_ptr()),
+                        exp_avg.data_ptr<float>(), exp_avg_sq.data_ptr<float>(), param.numel(), h, half, half_out,
+                        level);
+  else
+    cpu_adamw(param.data_ptr<float>(), grad.data_ptr<float>(), exp_avg.data_ptr<float>(),
+              exp_avg_sq.data_ptr<float>(), param.numel(), h, half, half_out, level);
 }
 
 }  // namespace zs::zero

@@ -31,6 +31,9 @@ struct AdamHyper {
   double eps = 1e-8;           ///< added to the bias-corrected sqrt(v)
   double weight_decay = 0.0;   ///< decoupled (AdamW) decay
   std::int64_t step = 1;       ///< the step being taken, counted from 1 (bias correction)
+  /// Every gradient is multiplied by this first (1/N for the mean over ranks, 1/loss scale);
+  /// 1 leaves them untouched, bit for bit.
+  double grad_scale = 1.0;
 };
 
 /// Kind of the optional second output of the updated parameters.
@@ -43,7 +46,15 @@ void cpu_adamw(float* param, const float* grad, float* exp_avg, float* exp_avg_s
                const AdamHyper& h, HalfKind half = HalfKind::none, std::uint16_t* half_out = nullptr,
                SimdLevel level = detected_simd());
 
-/// Tensor form: every tensor is a contiguous float32 CPU tensor of the same numel; `out`, when
+/// The same step with the gradients in bf16 (`grad` holds their bits), as they arrive from the
+/// device: widened to float32 exactly inside the pass, so no float32 copy of them is ever written
+/// (ZeRO-Offload's host pipeline, issue 38). Equal, bit for bit, to cpu_adamw on their float32 values.
+void cpu_adamw_bf16_grad(float* param, const std::uint16_t* grad, float* exp_avg, float* exp_avg_sq, std::int64_t n,
+                         const AdamHyper& h, HalfKind half = HalfKind::none, std::uint16_t* half_out = nullptr,
+                         SimdLevel level = detected_simd());
+
+/// Tensor form: every tensor is a contiguous float32 CPU tensor of the same numel (`grad` may be
+/// bf16: cpu_adamw_bf16_grad); `out`, when
 /// defined, is a contiguous bf16 or fp16 CPU tensor of that numel that receives the updated
 /// parameters. Throws zs::Error naming the offending argument otherwise.
 void cpu_adamw(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,

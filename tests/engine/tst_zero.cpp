@@ -570,6 +570,34 @@ class TestZero : public QObject {
     QVERIFY(d <= 1e-6);
   }
 
+  // The host pipeline's kernel (issue 38): bf16 gradients read straight into the step equal the
+  // float32 step on their widened values bit for bit (widening bf16 is exact), on every path, with
+  // and without a gradient scale (1/N, 1/loss scale) applied to the float32 values first.
+  void cpuAdamTakesBf16GradientsBitForBit() {
+    const std::int64_t n = (1 << 17) + 37;
+    for (auto level : levels()) {
+      for (double scale : {1.0, 0.25, 1.0 / 3.0}) {
+        at::manual_seed(9);
+        const at::Tensor p0 = at::randn({n});
+        at::Tensor pa = p0.clone(), ma = at::zeros({n}), va = at::zeros({n}), outa = at::empty({n}, at::kBFloat16);
+        at::Tensor pb = p0.clone(), mb = at::zeros({n}), vb = at::zeros({n}), outb = at::empty({n}, at::kBFloat16);
+        for (int step = 1; step <= 3; ++step) {
+          const at::Tensor g16 = (at::randn({n}) * (step == 2 ? 1e-6 : 1.0)).to(at::kBFloat16);
+          zero::AdamHyper h{1e-3, 0.9, 0.999, 1e-8, 0.01, step, scale};
+          zero::cpu_adamw(pa, g16, ma, va, h, outa, level);
+          // The float32 way: the widened gradients scaled in float32, then the step.
+          const at::Tensor g32 = g16.to(at::kFloat) * static_cast<float>(scale);
+          zero::AdamHyper plain = h;
+          plain.grad_scale = 1.0;
+          zero::cpu_adamw(pb, scale == 1.0 ? g16.to(at::kFloat) : g32, mb, vb, plain, outb, level);
+        }
+        const std::string what = zero::simd_name(level) + " scale " + std::to_string(scale);
+        QVERIFY2(at::equal(pa, pb) && at::equal(ma, mb) && at::equal(va, vb), what.c_str());
+        QVERIFY2(at::equal(outa, outb), what.c_str());
+      }
+    }
+  }
+
   void cpuAdamHalfOutputIsTheRoundedParameter() {
     const std::int64_t n = 10'007;
     for (auto level : levels()) {
