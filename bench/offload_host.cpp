@@ -5,7 +5,7 @@
 // same run against the floor: a loop over the same arrays that does the same reads and writes with
 // no arithmetic worth the name (read g16, p, m, v; write p, m, v, out16 — 28 bytes a parameter).
 //
-//   bench_offload_host [--params 256] [--units 16] [--threads 1,0] [--steps 5] [--lean 1]
+//   bench_offload_host [--params 256] [--units 16] [--threads 1,0] [--steps 5] [--lean 1] [--zero 1]
 //
 // --params: millions of parameters in all; --threads: thread counts to run (0: all cores);
 // --lean 0 skips AdamW8bit and Adafactor (ATen operations, slower). Rows per thread count:
@@ -14,8 +14,11 @@
 //                         into a zeroed float32 copy, then the fused AdamW on the copy
 //   AdamW, bf16 fused     the bf16 gradients read straight into the fused AdamW (cpu_adamw_bf16_grad)
 //   AdamW8bit / Adafactor the lean optimizers' CPU steps on the same units (their own traffic)
-// Each figure is the median of --steps timed steps after one untimed. The last line is
-// "all cores: R× the floor" for the fused AdamW (floor time / its time; the goal is ≥ 0.8).
+// Each figure is the median of --steps timed steps after one untimed. --zero 1 then times whole
+// ZeroOptimizer steps (a 54 M-parameter UNet, bf16, stage 2, optimizer in CPU memory, one rank)
+// with the host pipeline against the float32 copy, two models in one process alternating A B B A.
+// The last line is "all cores: R× the floor" for the fused AdamW (floor time / its time; the goal
+// is ≥ 0.8).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -28,7 +31,10 @@
 #include <ATen/Parallel.h>
 
 #include "timing.h"
+#include "comm/communicator.h"
 #include "core/build_info.h"
+#include "models/sd/unet_2d_condition.h"
+#include "zero/zero_optimizer.h"
 #include "zero/adafactor.h"
 #include "zero/blockwise_quant.h"
 #include "zero/cpu_adam.h"
@@ -48,7 +54,7 @@ struct Args {
   std::int64_t params = 256;  // millions
   int units = 16, steps = 5;
   std::string threads = "1,0";
-  bool lean = true;
+  bool lean = true, zero = true;
 };
 
 /// The host's arrays for all units: float32 masters and moments, bf16 gradients in and bf16
@@ -172,6 +178,64 @@ double adafactor_ms(Host& h, int steps) {
   });
 }
 
+/// Whole ZeroOptimizer steps (forward, backward, reduction, step) of a 54 M-parameter UNet in bf16
+/// at stage 2 with the optimizer in CPU memory: the host pipeline's time over the float32 copy's,
+/// two models in this process stepped in alternating blocks (A B B A) so the machine's drift hits
+/// both alike. Prints the medians and their ratio.
+void zero_steps(int steps) {
+  models::UNetConfig c;  // bench_zero_step's "large" model
+  c.block_out_channels = {80, 160, 320, 320};
+  c.num_attention_heads = {8, 8, 8, 8};
+  c.down_block_types = {"CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"};
+  c.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"};
+  c.transformer_layers_per_block = {1, 1, 1, 1};
+  c.cross_attention_dim = 256;
+  c.norm_num_groups = 16;
+  c.layers_per_block = 2;
+  auto comm = comm::Communicator::single();
+  at::manual_seed(1);
+  const at::Tensor x = at::randn({2, 4, 16, 16}, at::kBFloat16), t = at::full({2}, 500, at::kLong);
+  const at::Tensor ctx = at::randn({2, 16, 256}, at::kBFloat16);
+  struct Side {
+    models::UNet2DConditionModel unet{nullptr};
+    std::unique_ptr<zero::ZeroOptimizer> opt;
+    std::vector<double> ms;
+  };
+  Side sides[2];
+  for (int k = 0; k < 2; ++k) {
+    at::manual_seed(7);
+    sides[k].unet = models::UNet2DConditionModel(c);
+    zero::ZeroOptions o;
+    o.stage = 2;
+    o.compute_dtype = at::kBFloat16;
+    o.offload_optimizer = zero::ZeroOptions::Offload::cpu;
+    o.host_bf16_grads = k == 1;
+    sides[k].opt = std::make_unique<zero::ZeroOptimizer>(sides[k].unet->units(), *comm, o);
+    sides[k].unet->set_unit_hooks(sides[k].opt->unit_hooks());
+  }
+  auto step = [&](Side& s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    s.opt->zero_grad();
+    s.unet->forward(x, t, ctx).to(at::kFloat).pow(2).mean().backward();
+    s.opt->reduce_gradients();
+    s.opt->clip_grad_norm(1.0);
+    s.opt->step(1e-4);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  step(sides[0]);
+  step(sides[1]);
+  for (int r = 0; r < steps; ++r)
+    for (int k : {r % 2, 1 - r % 2}) sides[k].ms.push_back(step(sides[k]));
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const double copy = median(sides[0].ms), held = median(sides[1].ms);
+  std::printf("ZeroOptimizer, %lld parameters, bf16, stage 2 + CPU optimizer, %d steps each: float32 copy %.1f ms, "
+              "host pipeline %.1f ms: %.2fx the copy's time\n",
+              static_cast<long long>(sides[0].opt->numel()), steps, copy, held, held / copy);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -184,6 +248,7 @@ int main(int argc, char** argv) {
     else if (k == "--threads") a.threads = val;
     else if (k == "--steps") a.steps = std::stoi(val);
     else if (k == "--lean") a.lean = val == "1";
+    else if (k == "--zero") a.zero = val == "1";
     else {
       std::fprintf(stderr, "bench_offload_host: unknown option %s\n", k.c_str());
       return 2;
@@ -216,6 +281,10 @@ int main(int argc, char** argv) {
       row("Adafactor", adafactor_ms(h, a.steps));
     }
     if (threads == cores) last_ratio = floor / fused;
+  }
+  if (a.zero) {
+    at::set_num_threads(cores);
+    zero_steps(std::max(a.steps * 2, 10));
   }
   std::printf("¹ 28 bytes a parameter for every row (the floor's traffic), so GB/s compares time, not each\n"
               "  optimizer's own traffic. vs floor: the floor's time over the row's (1 = at the floor).\n");

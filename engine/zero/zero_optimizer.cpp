@@ -133,6 +133,12 @@ void ZeroOptimizer::choose_precisions(const std::vector<models::ParamUnit>& unit
     throw Error(ErrorKind::config, "optimizer.master_weights: none needs precision bf16 (fp16's loss scaling needs "
                                    "fp32 master weights); use master_weights: fp32 or precision: bf16");
   stochastic_ = !o_.master_weights && compute == at::kBFloat16;
+  // The host pipeline (issue 38): with AdamW's masters and moments in CPU memory under bf16, the
+  // fused step reads the bf16 gradients where they landed (cpu_adamw_bf16_grad), so the float32
+  // copy is neither zeroed nor added into on the way. fp16 keeps the copy (loss scaling unscales
+  // it in place); the fused backward step and the lean optimizers read their own way.
+  hold_bf16_grads_ = o_.host_bf16_grads && masters_ && compute == at::kBFloat16 && o_.offload_optimizer == ZeroOptions::Offload::cpu &&
+                     o_.optimizer == OptimizerType::adamw && !o_.fused_backward;
   compute_opts_ = given.dtype(compute);
   copies_ = std::make_unique<CopyStream>(o_.side_streams ? compute_opts_.device() : at::Device(at::kCPU));
   // Offloaded state lives in CPU memory, named explicitly: Tensor::to() with options that name no
@@ -368,13 +374,25 @@ void ZeroOptimizer::reduce_scatter_into_shard(Unit& u, const at::Tensor& full_gr
 
 void ZeroOptimizer::deposit_grad(Unit& u, const at::Tensor& part, double scale, bool accumulate) {
   if (!copies_->asynchronous() || !u.shard_grad.device().is_cpu() || !part.is_cuda()) {
+    release_held_grad(u);
+    if (hold_bf16_grads_ && accumulate && u.shard_grad_clean && part.scalar_type() == at::kBFloat16 &&
+        u.shard_grad.device().is_cpu()) {
+      // The step's first deposit stays bf16 (the part itself may be a view of a buffer that goes).
+      if (!u.grad_host.defined()) u.grad_host = at::empty({u.plan.owned}, part.options().device(at::kCPU));
+      u.grad_host.copy_(part);
+      u.grad_held = true;
+      u.held_scale = scale;
+      return;
+    }
     if (accumulate) u.shard_grad.add_(part.to(u.shard_grad.options()), scale);
     else u.shard_grad.copy_(part);
+    u.shard_grad_clean = false;
     return;
   }
   // To the CPU on the side stream, into pinned memory; added there once it has arrived
   // (settle_grad), so backward never waits for the copy.
   settle_grad(u);  // an earlier micro-step's gradient still in the same staging buffer
+  release_held_grad(u);  // ... or held there: it goes into shard_grad before the buffer is reused
   if (!u.grad_host.defined())
     u.grad_host = at::empty({u.plan.owned}, part.options().device(at::kCPU).pinned_memory(true));
   at::Tensor host = u.grad_host;
@@ -390,11 +408,24 @@ bool ZeroOptimizer::settle_grad(Unit& u, bool block) {
   if (!block && !copies_->done(u.grad_fence)) return false;
   copies_->wait_on_host(u.grad_fence);
   u.grad_fence = {};
-  if (u.grad_accumulate) u.shard_grad.add_(u.grad_host, u.grad_scale);
-  else u.shard_grad.copy_(u.grad_host);
+  if (hold_bf16_grads_ && u.grad_accumulate && u.shard_grad_clean && u.grad_host.scalar_type() == at::kBFloat16) {
+    u.grad_held = true;  // the fused step reads it where it landed
+    u.held_scale = u.grad_scale;
+  } else {
+    if (u.grad_accumulate) u.shard_grad.add_(u.grad_host, u.grad_scale);
+    else u.shard_grad.copy_(u.grad_host);
+    u.shard_grad_clean = false;
+  }
   u.grad_pending = false;
   depositing_.erase(std::remove(depositing_.begin(), depositing_.end(), &u), depositing_.end());
   return true;
+}
+
+void ZeroOptimizer::release_held_grad(Unit& u) {
+  if (!u.grad_held) return;
+  u.shard_grad.add_(u.grad_host, u.held_scale);
+  u.shard_grad_clean = false;
+  u.grad_held = false;
 }
 
 bool ZeroOptimizer::wants_backward_hook(std::size_t unit) const {
@@ -577,7 +608,11 @@ void ZeroOptimizer::zero_grad() {
   for (auto& u : units_) {
     u->reduced = false;
     u->stepped = false;
-    if (u->shard_grad.defined()) u->shard_grad.zero_();
+    // A buffer nothing was added into since the last zero_grad is still zero (a held gradient
+    // was read where it landed).
+    if (u->shard_grad.defined() && !(hold_bf16_grads_ && u->shard_grad_clean)) u->shard_grad.zero_();
+    u->shard_grad_clean = true;
+    u->grad_held = false;
     if (u->plan.hook_grads) {
       for (auto& [name, p] : u->params) p.mutable_grad() = at::Tensor();
     } else {

@@ -79,6 +79,10 @@ struct ZeroOptions {
   /// once; call prepare_fused_step before each step's micro-batches. Clipping then scales by the
   /// previous step's global norm (the current one is known only when every unit has stepped).
   bool fused_backward = false;
+  /// The host pipeline (issue 38): with AdamW in CPU memory under bf16, a step's bf16 gradients go
+  /// into the fused CPU step where they landed instead of through a float32 copy. false: the copy,
+  /// as before (tests and benchmarks compare the two).
+  bool host_bf16_grads = true;
 
   /// The dtype the model computes in (bf16/fp16: mixed precision with fp32 masters); unset: the
   /// parameters' own dtype.
@@ -269,8 +273,11 @@ class ZeroOptimizer final {
   /// Finishes a deposit under way (blocking the host unless `block` is false; then only when its
   /// copy is done). Returns whether nothing of the unit's is left pending.
   bool settle_grad(Unit& u, bool block = true);
+  /// A held bf16 gradient (Unit::grad_held) added into the float32 shard_grad, where a reader
+  /// or a second deposit of the same step needs it.
+  void release_held_grad(Unit& u);
   /// The gradient the step uses for the rank's part of a unit (owned elements).
-  at::Tensor step_grad(Unit& u) const;
+  at::Tensor step_grad(Unit& u);
   /// The rank's part of a unit's compute parameters (stage 3 NVMe: read into a buffer).
   at::Tensor owned_params(Unit& u);
   /// Writes owned_params() back where it lives (only stage 3 NVMe shards need it).
@@ -320,6 +327,7 @@ class ZeroOptimizer final {
   at::Tensor signed_map_, unsigned_map_;  // 8-bit AdamW's dynamic maps, where the state lives
   bool masters_ = false;  // separate master weights (mixed precision or optimizer offload)
   bool stochastic_ = false;  // master_weights none under bf16: updates rounded stochastically
+  bool hold_bf16_grads_ = false;  // offloaded AdamW with masters under bf16: Unit::grad_held
   // fused_backward: this step's lr and clip, whether a unit has stepped, the squared norm of the
   // gradients stepped so far (this rank's part) and the previous step's global norm.
   double fused_lr_ = 0, fused_clip_ = 0, fused_norm_sq_ = 0, previous_norm_ = -1;

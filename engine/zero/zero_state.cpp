@@ -46,21 +46,25 @@ void copy_converted(at::Tensor& out, const at::Tensor& master) {
 /// bf16/fp16 copy of the result in the same pass when `out` is such a CPU tensor), else the
 /// reference arithmetic. `out`, when defined, receives the updated weights.
 void adam_master(at::Tensor master, at::Tensor m, at::Tensor v, const at::Tensor& grad, const ZeroOptions& o,
-                 double lr, std::int64_t step, at::Tensor out) {
-  // Gradient shards in the compute dtype are upcast one unit at a time (the step's only temporary).
-  const at::Tensor g = grad.scalar_type() == master.scalar_type() ? grad : grad.to(master.scalar_type());
+                 double lr, std::int64_t step, at::Tensor out, double grad_scale = 1.0) {
+  // bf16 gradients in CPU memory go into the fused kernel as they are (widened there); other
+  // gradient shards in the compute dtype are upcast one unit at a time (the step's only temporary).
+  const bool bf16_in = grad.scalar_type() == at::kBFloat16 && grad.device().is_cpu() && master.scalar_type() == at::kFloat;
+  const at::Tensor g = grad.scalar_type() == master.scalar_type() || bf16_in ? grad : grad.to(master.scalar_type());
   const bool fused = master.device().is_cpu() && master.scalar_type() == at::kFloat && g.device().is_cpu() &&
-                     g.scalar_type() == at::kFloat && master.is_contiguous() && g.is_contiguous() && m.is_contiguous() &&
-                     v.is_contiguous();
+                     (g.scalar_type() == at::kFloat || bf16_in) && master.is_contiguous() && g.is_contiguous() &&
+                     m.is_contiguous() && v.is_contiguous();
   if (fused) {
-    const AdamHyper h{lr, o.beta1, o.beta2, o.eps, o.weight_decay, step};
+    const AdamHyper h{lr, o.beta1, o.beta2, o.eps, o.weight_decay, step, grad_scale};
     const bool half_out = out.defined() && out.device().is_cpu() && out.is_contiguous() &&
                           (out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kHalf);
     cpu_adamw(master, g, m, v, h, half_out ? out : at::Tensor());
     if (out.defined() && !half_out) copy_converted(out, master);
     return;
   }
-  adam_reference(master, m, v, g.to(master.options()), o, lr, step);
+  at::Tensor g32 = g.to(master.options());
+  if (grad_scale != 1.0) g32 = g32 * grad_scale;
+  adam_reference(master, m, v, g32, o, lr, step);
   if (out.defined()) copy_converted(out, master);
 }
 
@@ -202,7 +206,8 @@ void ZeroOptimizer::write_state(Unit& u, int kind, const at::Tensor& values) {
   store.wait(store.write(region, 0, u.plan.owned, buf.data_ptr()));
 }
 
-at::Tensor ZeroOptimizer::step_grad(Unit& u) const {
+at::Tensor ZeroOptimizer::step_grad(Unit& u) {
+  release_held_grad(u);  // readers of the float32 buffer see a held bf16 gradient in it
   if (u.shard_grad.defined()) return u.shard_grad;
   return u.flat_grad.narrow(0, u.plan.owned_offset, u.plan.owned);
 }
@@ -278,13 +283,26 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
   }
   // Each rank holds the reduced gradients of its own part (replicated: all of them, the same on
   // every rank), so the squares are summed over the ranks when the parts differ.
+  // A held bf16 gradient counts through its scale; clipping then scales it through that scale
+  // too (one product with the two factors' product, where the copy took two roundings).
   at::Tensor local = at::zeros({1}, at::kDouble);
-  for (auto& u : units_) local += step_grad(*u).to(at::kDouble).pow(2).sum().cpu();
+  for (auto& u : units_) {
+    if (u->grad_held) {
+      // One pass over the bf16 values, summed in float64, no temporaries.
+      const at::Tensor norm = at::linalg_vector_norm(u->grad_host, 2, c10::nullopt, false, at::kDouble);
+      local += norm.pow(2) * (u->held_scale * u->held_scale);
+    } else {
+      local += step_grad(*u).to(at::kDouble).pow(2).sum().cpu();
+    }
+  }
   if (!plan_.replicated) comm_.all_reduce(local);
   const double total = std::sqrt(local.item<double>());
   if (max_norm > 0 && total > max_norm) {
     const double scale = max_norm / (total + 1e-6);
-    for (auto& u : units_) step_grad(*u).mul_(scale);
+    for (auto& u : units_) {
+      if (u->grad_held) u->held_scale *= scale;
+      else step_grad(*u).mul_(scale);
+    }
   }
   return total;
 }
@@ -345,13 +363,16 @@ void ZeroOptimizer::step_in_memory(Unit& u, double step_lr) {
     return;
   }
   at::Tensor p = owned_params(u);
-  const at::Tensor g = step_grad(u);
+  // A held bf16 gradient goes into the fused step where it landed, its scale applied there.
+  const bool held = u.grad_held && masters_;
+  const at::Tensor g = held ? u.grad_host : step_grad(u);
+  const double grad_scale = held ? u.held_scale : 1.0;
   if (masters_ && copies_->asynchronous() && u.master.device().is_cpu() && p.is_cuda()) {
     // The CPU step writes the new weights into pinned memory; they go up on the side stream
     // while the CPU updates the next unit (step() makes the compute stream wait for them).
     if (!u.param_host.defined()) u.param_host = at::empty({u.plan.owned}, p.options().device(at::kCPU).pinned_memory(true));
     copies_->wait_on_host(u.param_fence);  // the last step's copy out of the same buffer
-    adam_master(u.master, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_, u.param_host);
+    adam_master(u.master, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_, u.param_host, grad_scale);
     at::Tensor host = u.param_host;
     u.param_fence = copies_->run([&] { p.copy_(host, /*non_blocking=*/true); }, {p});
     return;
@@ -365,7 +386,7 @@ void ZeroOptimizer::step_in_memory(Unit& u, double step_lr) {
     else adam_reference(w, u.exp_avg, u.exp_avg_sq, g.to(w.options()), o_, lr, step_);
     write_weights(u, p, w);
   } else {
-    adam_master(u.master, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_, p);
+    adam_master(u.master, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_, p, grad_scale);
   }
   store_owned_params(u, p);
 }

@@ -62,6 +62,13 @@ struct ZeroOptimizer::Unit {
   bool grad_pending = false;      // grad_host still has to go into shard_grad
   bool grad_accumulate = false;   // ... added (with grad_scale) or copied
   double grad_scale = 1.0;
+  // Offloaded AdamW under bf16 (issue 38's host pipeline): a step's only gradient deposit stays
+  // where it landed, bf16 in grad_host, times held_scale, and the fused step reads it there
+  // instead of it being added into the float32 shard_grad first (step_grad adds it where a
+  // reader needs the float32 buffer).
+  bool grad_held = false;
+  double held_scale = 1.0;
+  bool shard_grad_clean = true;   // shard_grad holds zeros (nothing added since zero_grad)
   at::Tensor param_host;          // [owned] the CPU step's new weights on their way to the device
   CopyStream::Fence param_fence;  // its host-to-device copy
   CopyStream::Fence gather_fence; // stage 3: an offloaded shard's prefetch (copy up and gather)

@@ -121,6 +121,33 @@ class TestZero : public QObject {
   // signed and a non-negative tensor of 1000 values (a partial last block) at bitsandbytes' block of
   // 256: every block's absmax identical, the codes too but where bitsandbytes' search picks a farther
   // value, its codes dequantized to its values exactly.
+  // The CPU loops of quantize_into/dequantize_flat (issue 38: ~50× faster than the tensor form)
+  // give the tensor form's codes, absmax and values bit for bit. Strided codes take the tensor form.
+  void quantizerLoopsEqualTheTensorForm() {
+    at::manual_seed(4);
+    const std::int64_t n = 10 * zero::kQuantBlock + 77;  // a partial last block
+    at::Tensor x = at::randn({n});
+    x.narrow(0, 0, zero::kQuantBlock).zero_();                                      // an all-zero block
+    x.narrow(0, zero::kQuantBlock, zero::kQuantBlock).mul_(1e-7);                   // tiny values
+    x.narrow(0, 2 * zero::kQuantBlock, zero::kQuantBlock).abs_();                   // one sign
+    for (const bool is_signed : {true, false}) {
+      const at::Tensor map = zero::dynamic_map(is_signed), v = is_signed ? x : x.abs();
+      const std::int64_t blocks = (n + zero::kQuantBlock - 1) / zero::kQuantBlock;
+      for (const bool given : {false, true}) {
+        const at::Tensor given_absmax = given ? v.abs().max() * at::ones({blocks}) : at::Tensor();
+        at::Tensor codes = at::empty({n}, at::kByte), absmax = at::empty({blocks});
+        at::Tensor wide = at::empty({n, 2}, at::kByte), absmax2 = at::empty({blocks});
+        at::Tensor strided = wide.select(1, 0);  // not contiguous: the tensor form
+        zero::quantize_into(v, map, codes, absmax, given_absmax);
+        zero::quantize_into(v, map, strided, absmax2, given_absmax);
+        QVERIFY(!strided.is_contiguous());
+        QVERIFY2(at::equal(codes, strided), is_signed ? "signed codes" : "unsigned codes");
+        QVERIFY(at::equal(absmax, absmax2));
+        QVERIFY(at::equal(zero::dequantize_flat(codes, absmax, map), zero::dequantize_flat(strided, absmax, map)));
+      }
+    }
+  }
+
   void blockwiseQuantizationMatchesBitsandbytes() {
     const QString fixture = zs::test::peerFixture("bnb_blockwise.safetensors");
     if (!QFile::exists(fixture)) ZS_SKIP_UNLESS_CI("tests/fixtures/bnb_blockwise.safetensors not found: run gen/bnb_blockwise.py");
@@ -370,6 +397,72 @@ class TestZero : public QObject {
     // Unfused, every gradient exists at once; fused, about one unit's (and the reduced copy of one).
     QVERIFY2(peak[false] - peak[true] >= total - 3 * largest, "the fused step holds about one unit's gradients");
     for (const auto& [name, w] : weights[false]) QVERIFY2(at::allclose(weights[true].at(name), w, 1e-10, 1e-12), name.c_str());
+  }
+
+  // The host pipeline (issue 38): with AdamW in CPU memory under bf16, the bf16 gradients go into
+  // the fused step where they landed instead of being added into a float32 copy first. The same
+  // run both ways: bit for bit without clipping (stage 2 and 3, one rank and accumulation 2, where
+  // the second micro-batch's deposit adds the first into the copy after all); with clipping the
+  // held gradient takes the clip factor into its scale (one rounding instead of two): within 1e-6.
+  void hostPipelineEqualsTheFloat32Copy_data() {
+    QTest::addColumn<int>("stage");
+    QTest::addColumn<int>("accum");
+    QTest::addColumn<double>("clip");
+    QTest::newRow("stage 2") << 2 << 1 << 0.0;
+    QTest::newRow("stage 3, parameters in CPU memory") << 3 << 1 << 0.0;
+    QTest::newRow("stage 2, accumulation 2") << 2 << 2 << 0.0;
+    QTest::newRow("stage 2, clipping") << 2 << 1 << 0.05;
+  }
+  void hostPipelineEqualsTheFloat32Copy() {
+    QFETCH(int, stage);
+    QFETCH(int, accum);
+    QFETCH(double, clip);
+    models::UNetConfig c;
+    c.block_out_channels = {32, 64};
+    c.down_block_types = {"CrossAttnDownBlock2D", "DownBlock2D"};
+    c.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D"};
+    c.num_attention_heads = {2, 2};
+    c.transformer_layers_per_block = {1, 1};
+    c.cross_attention_dim = 32;
+    c.layers_per_block = 1;
+    auto comm = comm::Communicator::single();
+    at::manual_seed(3);
+    const at::Tensor x = at::randn({2, 4, 16, 16}, at::kBFloat16), t = at::full({2}, 500, at::kLong);
+    const at::Tensor ctx = at::randn({2, 4, 32}, at::kBFloat16);
+    std::map<bool, std::map<std::string, at::Tensor>> weights;
+    for (const bool held : {false, true}) {
+      at::manual_seed(7);
+      models::UNet2DConditionModel unet(c);
+      zero::ZeroOptions o;
+      o.stage = stage;
+      o.persistence_threshold = 0;
+      o.compute_dtype = at::kBFloat16;
+      o.offload_optimizer = zero::ZeroOptions::Offload::cpu;
+      if (stage == 3) o.offload_param = zero::ZeroOptions::Offload::cpu;
+      o.weight_decay = 0.01;
+      o.host_bf16_grads = held;
+      zero::ZeroOptimizer opt(unet->units(), *comm, o);
+      unet->set_unit_hooks(opt.unit_hooks());
+      for (int step = 0; step < 3; ++step) {
+        opt.zero_grad();
+        for (int micro = 0; micro < accum; ++micro) {
+          opt.set_last_micro_step(micro == accum - 1);
+          (unet->forward(x, t, ctx).to(at::kFloat).pow(2).mean() / accum).backward();
+        }
+        opt.reduce_gradients();
+        opt.clip_grad_norm(clip);
+        opt.step(1e-3);
+      }
+      for (const auto& [name, p] : opt.full_parameters()) weights[held][name] = p.detach().to(at::kFloat).clone();
+    }
+    double worst = 0;
+    for (const auto& [name, w] : weights[false]) {
+      const at::Tensor h = weights[true].at(name);
+      if (clip == 0) QVERIFY2(at::equal(h, w), name.c_str());
+      worst = std::max(worst, (h - w).abs().max().item<double>() / std::max(w.abs().max().item<double>(), 1e-12));
+    }
+    qInfo("worst relative difference %.3g", worst);
+    QVERIFY(worst <= 1e-6);
   }
 
   // What Adafactor keeps per tensor (its memory advantage): a matrix its row and column statistics, a
