@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 namespace zs::zero {
 
@@ -58,10 +62,115 @@ at::Tensor as_blocks(const at::Tensor& x, std::int64_t block) {
   return (pad > 0 ? at::cat({x, at::zeros({pad}, x.options())}) : x).view({blocks, block});
 }
 
+/// Whether quantize_into/dequantize_flat can run their CPU loops on these (contiguous uint8 codes,
+/// float32 absmax, all in CPU memory).
+bool cpu_loops(const at::Tensor& codes, const at::Tensor& absmax) {
+  return codes.device().is_cpu() && absmax.device().is_cpu() && codes.scalar_type() == at::kByte &&
+         absmax.scalar_type() == at::kFloat && codes.is_contiguous() && absmax.is_contiguous();
+}
+
+/// For every float32 sharing its top 16 bits (a bf16 bucket): the map entries searchsorted(right)
+/// − 1 can give for values in that bucket, [lo, hi] (−1 possible). Most buckets hold one entry, so
+/// a value's search is a lookup and at most a step or two. NaN buckets are marked lo > hi.
+struct BucketTable {
+  std::vector<float> code;  // the map it was built for (its first entry −1)
+  std::vector<std::int16_t> lo, hi;
+  explicit BucketTable(const std::vector<float>& c) : code(c), lo(65536), hi(65536) {
+    auto below = [&](float f) {
+      return static_cast<std::int16_t>(std::upper_bound(code.begin(), code.end(), f) - code.begin() - 1);
+    };
+    for (std::uint32_t key = 0; key < 65536; ++key) {
+      const std::uint32_t a_bits = key << 16, b_bits = a_bits | 0xFFFFu;
+      float a, b;
+      std::memcpy(&a, &a_bits, sizeof a);
+      std::memcpy(&b, &b_bits, sizeof b);
+      if (std::isnan(a) || std::isnan(b)) {
+        lo[key] = 1;
+        hi[key] = 0;
+        continue;
+      }
+      lo[key] = below(std::min(a, b));
+      hi[key] = below(std::max(a, b));
+    }
+  }
+  /// searchsorted(code, v, right=True) − 1: the last entry at or below v (−1 when none).
+  std::int64_t below(float v) const {
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    const std::uint32_t key = bits >> 16;
+    std::int64_t j = lo[key];
+    const std::int64_t end = hi[key];
+    if (j > end) return std::upper_bound(code.begin(), code.end(), v) - code.begin() - 1;  // NaN
+    while (j < end && code[static_cast<std::size_t>(j + 1)] <= v) ++j;
+    return j;
+  }
+};
+
+/// The table for `code`, built once per map (the two dynamic maps are all a run uses).
+const BucketTable& bucket_table(const std::vector<float>& code) {
+  static std::mutex mutex;
+  static std::vector<std::unique_ptr<BucketTable>> tables;
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const auto& t : tables)
+    if (t->code == code) return *t;
+  tables.push_back(std::make_unique<BucketTable>(code));
+  return *tables.back();
+}
+
+/// quantize_into's arithmetic as one pass per block on the CPU (the tensor form below runs a
+/// search and five temporaries of the elements' size): the same float32 division and comparisons,
+/// a bucket table (BucketTable) for searchsorted(right), so the same codes.
+void quantize_cpu(const at::Tensor& x, const at::Tensor& map, at::Tensor& codes, at::Tensor& absmax,
+                  const at::Tensor& given_absmax) {
+  const at::Tensor xf = x.reshape({-1}).to(at::kFloat).contiguous();
+  const at::Tensor mapf = map.to(at::kFloat).contiguous();
+  const at::Tensor given = given_absmax.defined() ? given_absmax.reshape({-1}).to(at::kFloat).contiguous() : at::Tensor();
+  const std::int64_t n = xf.numel(), blocks = (n + kQuantBlock - 1) / kQuantBlock, entries = mapf.numel();
+  std::vector<float> code(mapf.data_ptr<float>(), mapf.data_ptr<float>() + entries);
+  code[0] = -1.0f;
+  const BucketTable& table = bucket_table(code);
+  const float* xs = xf.data_ptr<float>();
+  const float* gs = given.defined() ? given.data_ptr<float>() : nullptr;
+  std::uint8_t* out = codes.data_ptr<std::uint8_t>();
+  float* am = absmax.data_ptr<float>();
+  const std::int64_t last = entries - 1;
+  at::parallel_for(0, blocks, 16, [&](std::int64_t b0, std::int64_t b1) {
+    for (std::int64_t b = b0; b < b1; ++b) {
+      const std::int64_t lo = b * kQuantBlock, hi = std::min(n, lo + kQuantBlock);
+      float a = 0.0f;
+      if (gs) {
+        a = gs[b];
+      } else {
+        bool nan = false;  // amax propagates NaN
+        for (std::int64_t i = lo; i < hi; ++i) {
+          const float f = std::fabs(xs[i]);
+          nan |= f != f;
+          a = std::max(a, f);
+        }
+        if (nan) a = NAN;
+      }
+      am[b] = a;
+      const float denom = a > 0 ? a : 1.0f;
+      for (std::int64_t i = lo; i < hi; ++i) {
+        const float v = xs[i] / denom;
+        const std::int64_t j0 = table.below(v);
+        std::int64_t j = std::clamp<std::int64_t>(j0, 0, last);
+        const std::int64_t next = std::min(j + 1, last);
+        if (std::fabs(v - code[static_cast<std::size_t>(next)]) < std::fabs(v - code[static_cast<std::size_t>(j)])) j = next;
+        out[i] = static_cast<std::uint8_t>(j);
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void quantize_into(const at::Tensor& x, const at::Tensor& map, at::Tensor codes, at::Tensor absmax,
                    const at::Tensor& given_absmax) {
+  if (x.device().is_cpu() && cpu_loops(codes, absmax)) {
+    quantize_cpu(x, map, codes, absmax, given_absmax);
+    return;
+  }
   // bitsandbytes' CPU kernel (csrc/cpu_ops.cpp quantize_cpu, common.cpp quantize_block): x / absmax,
   // the map value at or below it (its first entry taken as −1, as the kernel sets it; among equal
   // values the last), and the next one only where strictly closer.
@@ -83,6 +192,19 @@ void quantize_into(const at::Tensor& x, const at::Tensor& map, at::Tensor codes,
 
 at::Tensor dequantize_flat(const at::Tensor& codes, const at::Tensor& absmax, const at::Tensor& map) {
   const std::int64_t n = codes.numel();
+  if (cpu_loops(codes, absmax)) {
+    // map[code] · absmax of its block, one float32 product each, in one pass.
+    const at::Tensor mapf = map.to(at::kFloat).contiguous();
+    at::Tensor out = at::empty({n}, absmax.options());
+    const float* mp = mapf.data_ptr<float>();
+    const float* am = absmax.data_ptr<float>();
+    const std::uint8_t* c = codes.data_ptr<std::uint8_t>();
+    float* o = out.data_ptr<float>();
+    at::parallel_for(0, n, std::int64_t{1} << 16, [&](std::int64_t lo, std::int64_t hi) {
+      for (std::int64_t i = lo; i < hi; ++i) o[i] = mp[c[i]] * am[i / kQuantBlock];
+    });
+    return out;
+  }
   const at::Tensor values = as_blocks(map.to(absmax.device()).index_select(0, codes.reshape({-1}).to(at::kLong)), kQuantBlock);
   return (values * absmax.unsqueeze(-1)).reshape({-1}).narrow(0, 0, n);
 }
