@@ -20,6 +20,7 @@
 #include <ATen/Parallel.h>
 #include <torch/optim/adamw.h>
 
+#include "core/parallel.h"
 #include "source_dir.h"
 #include "timing.h"
 #include "zero/cpu_adam.h"
@@ -39,7 +40,7 @@ double triad_gbs() {
   const float* pc = c.data_ptr<float>();
   const float s = 3.0f;
   auto run = [&] {
-    at::parallel_for(0, n, 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
+    zs::parallel_for(0, n, 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t i = lo; i < hi; ++i) pa[i] = pb[i] + s * pc[i];
     });
   };
@@ -55,7 +56,7 @@ double adam_traffic_ms(std::int64_t n, int steps) {
   float *pp = p.data_ptr<float>(), *pm = m.data_ptr<float>(), *pv = v.data_ptr<float>();
   const float* pg = g.data_ptr<float>();
   auto run = [&] {
-    at::parallel_for(0, n, 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
+    zs::parallel_for(0, n, 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t i = lo; i < hi; ++i) {
         pp[i] = (pp[i] + pg[i]) * 0.5f;
         pm[i] = pm[i] * 0.9f + pg[i];

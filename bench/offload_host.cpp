@@ -30,6 +30,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "core/parallel.h"
 #include "timing.h"
 #include "comm/communicator.h"
 #include "core/build_info.h"
@@ -89,7 +90,7 @@ double floor_ms(Host& h, int steps) {
   auto* out = reinterpret_cast<std::uint16_t*>(h.out16.data_ptr());
   return median_ms(steps, [&] {
     h.each_unit([&](std::int64_t off, std::int64_t cnt) {
-      at::parallel_for(off, off + cnt, std::int64_t{1} << 16, [&](std::int64_t lo, std::int64_t hi) {
+      zs::parallel_for(off, off + cnt, std::int64_t{1} << 16, [&](std::int64_t lo, std::int64_t hi) {
         for (std::int64_t i = lo; i < hi; ++i) {
           const float pi = p[i], mi = m[i], vi = v[i];
           std::uint32_t bits = static_cast<std::uint32_t>(g[i]) << 16;

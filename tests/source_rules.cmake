@@ -7,6 +7,9 @@ cmake_minimum_required(VERSION 3.22)
 # - Never std::filesystem::remove_all: the LibTorch of PyTorch's wheels exports its own copy of
 #   libstdc++'s filesystem functions and its remove_all crashes when our code calls it (a crash
 #   that only the PyTorch 2.x build shows); io::remove_tree does the same work.
+# - Never at::parallel_for outside engine/core/parallel.cpp: in LibTorch's OpenMP builds (both of
+#   ours) it goes parallel only in files compiled with -fopenmp, so everywhere else it silently ran
+#   on one thread (the fused CPU AdamW did, until issue 38); zs::parallel_for (core/parallel.h).
 file(GLOB_RECURSE sources RELATIVE ${SOURCE_DIR}
      ${SOURCE_DIR}/engine/*.cpp ${SOURCE_DIR}/engine/*.h ${SOURCE_DIR}/app/*.cpp ${SOURCE_DIR}/app/*.h
      ${SOURCE_DIR}/ui/*.cpp ${SOURCE_DIR}/ui/*.h ${SOURCE_DIR}/tests/*.cpp ${SOURCE_DIR}/tests/*.h
@@ -20,6 +23,9 @@ foreach(f ${sources})
     string(REGEX REPLACE "//.*$" "" code "${line}")  # comments may name what they forbid
     if(code MATCHES "TORCH_VERSION_(MAJOR|MINOR|PATCH)" AND NOT f STREQUAL "engine/core/torch_compat.h")
       string(APPEND problems "${f}:${n}: a LibTorch version test outside engine/core/torch_compat.h; add a name there and use it\n")
+    endif()
+    if(code MATCHES "at::parallel_for[ \t]*\\(" AND NOT f STREQUAL "engine/core/parallel.cpp")
+      string(APPEND problems "${f}:${n}: at::parallel_for runs on one thread outside engine/core/parallel.cpp (no -fopenmp); use zs::parallel_for (core/parallel.h)\n")
     endif()
     if(code MATCHES "remove_all[ \t]*\\(")
       string(APPEND problems "${f}:${n}: std::filesystem::remove_all crashes with PyTorch's LibTorch; use io::remove_tree (io/atomic_file.h)\n")

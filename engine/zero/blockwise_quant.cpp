@@ -8,7 +8,8 @@
 #include <vector>
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
+
+#include "core/parallel.h"
 
 namespace zs::zero {
 
@@ -134,7 +135,7 @@ void quantize_cpu(const at::Tensor& x, const at::Tensor& map, at::Tensor& codes,
   std::uint8_t* out = codes.data_ptr<std::uint8_t>();
   float* am = absmax.data_ptr<float>();
   const std::int64_t last = entries - 1;
-  at::parallel_for(0, blocks, 16, [&](std::int64_t b0, std::int64_t b1) {
+  zs::parallel_for(0, blocks, 16, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t b = b0; b < b1; ++b) {
       const std::int64_t lo = b * kQuantBlock, hi = std::min(n, lo + kQuantBlock);
       float a = 0.0f;
@@ -200,7 +201,7 @@ at::Tensor dequantize_flat(const at::Tensor& codes, const at::Tensor& absmax, co
     const float* am = absmax.data_ptr<float>();
     const std::uint8_t* c = codes.data_ptr<std::uint8_t>();
     float* o = out.data_ptr<float>();
-    at::parallel_for(0, n, std::int64_t{1} << 16, [&](std::int64_t lo, std::int64_t hi) {
+    zs::parallel_for(0, n, std::int64_t{1} << 16, [&](std::int64_t lo, std::int64_t hi) {
       for (std::int64_t i = lo; i < hi; ++i) o[i] = mp[c[i]] * am[i / kQuantBlock];
     });
     return out;

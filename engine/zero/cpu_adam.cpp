@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstring>
 
-#include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 // GCC 12 warns about its own AVX-512 intrinsics (a known false positive).
@@ -11,6 +10,7 @@
 #include <immintrin.h>
 
 #include "core/error.h"
+#include "core/parallel.h"
 
 namespace zs::zero {
 
@@ -201,7 +201,7 @@ void run_adamw(float* param, const G* grad, float* exp_avg, float* exp_avg_sq, s
   auto kernel = level == SimdLevel::avx512 ? adam_avx512<G> : level == SimdLevel::avx2 ? adam_avx2<G> : adam_scalar<G>;
   // Chunks of 64 Ki elements (1 MiB of parameters and gradients, 3 MiB with the moments) keep
   // the per-thread overhead negligible and let small units run on one thread.
-  at::parallel_for(0, n, std::int64_t{1} << 16, [&](std::int64_t begin, std::int64_t end) {
+  zs::parallel_for(0, n, std::int64_t{1} << 16, [&](std::int64_t begin, std::int64_t end) {
     kernel(param + begin, grad + begin, exp_avg + begin, exp_avg_sq + begin, end - begin, c, half,
            half_out ? half_out + begin : nullptr);
   });

@@ -4,10 +4,12 @@
 # spends no time compiling. Here, in the repository root:
 #   scripts/gpu/prepare.sh && scripts/gpu/measure.sh pack
 # packs .gpu/prefix.tar.xz, .gpu/fixtures.tar.xz, .gpu/bin.tar.xz (bench_gpu_step, bench_cpu_adam,
+# bench_offload_host,
 # zs_tests, zs_dist_worker) and .whl/ (the pinned diffusers, for the baselines). There, with .gpu and
 # .whl carried:
-#   scripts/gpu/measure.sh run [STEP...]   (default: tests flux qwen streams — what the first H200
-#                                          session, 2026-11-27, left unmeasured; sdxl and sd15 ran)
+#   scripts/gpu/measure.sh run [STEP...]   (default: tests flux qwen streams sd15 — what the first
+#                                          H200 session, 2026-11-27, left unmeasured, and the offload
+#                                          rows again: its CPU step ran on one thread, since fixed)
 # Steps: tests sdxl sd15 flux streams qwen. Each writes its figures to $OUT/<step>.log as they come
 # (seven files: the device tool brings back eight at most),
 # and a step is skipped once the deadline (ZS_DEADLINE seconds after the start, default 540) is
@@ -21,7 +23,8 @@ build=build-torch2
 case "${1:-run}" in
   pack)
     mkdir -p .gpu .whl
-    tar -cJf .gpu/bin.tar.xz $build/bench/bench_gpu_step $build/bench/bench_cpu_adam $build/tests/zs_tests \
+    tar -cJf .gpu/bin.tar.xz $build/bench/bench_gpu_step $build/bench/bench_cpu_adam $build/bench/bench_offload_host \
+      $build/tests/zs_tests \
       $build/tests/zs_dist_worker
     version=$(.venv/bin/python -c 'import diffusers; print(diffusers.__version__)')
     .venv/bin/pip download -q --no-deps --only-binary=:all: -d .whl "diffusers==$version" importlib_metadata
@@ -36,7 +39,7 @@ start=$(date +%s)
 deadline=${ZS_DEADLINE:-540}
 left() { echo $(( deadline - ($(date +%s) - start) )); }
 mkdir -p "$out"
-steps=${*:-tests flux qwen streams}
+steps=${*:-tests flux qwen streams sd15}
 
 # The binaries look for the source tree and ../shared where they were built (/work/main).
 mkdir -p $prefix && tar -xJf .gpu/prefix.tar.xz -C $prefix || exit 1
@@ -88,6 +91,7 @@ for step in $steps; do
       timeout $((t - 10)) $bench --model sd15 --batch 8 --runs stage0,stage2+cpu-opt --steps 5 --warmup 2 --baseline 1 \
         --profile 1 2>&1 | tee "$out/sd15.log"
       timeout 60 $build/bench/bench_cpu_adam --sizes 256 --threads "$(nproc)" --steps 3 --python python3 2>&1 | tee -a "$out/sd15.log"
+      timeout 60 $build/bench/bench_offload_host --params 256 --threads 1,0 --steps 3 --lean 0 2>&1 | tee -a "$out/sd15.log"
       ;;
     flux)
       # A fifth of the blocks at full width (building all 57 with random weights took over 3.5 min).
