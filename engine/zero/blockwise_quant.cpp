@@ -101,6 +101,11 @@ struct BucketTable {
     const std::uint32_t key = bits >> 16;
     std::int64_t j = lo[key];
     const std::int64_t end = hi[key];
+    if (end - j == 1 || end == j) {
+      // The common case, without a branch on the value: the bucket spans at most one entry's edge.
+      const std::int64_t last = static_cast<std::int64_t>(code.size()) - 1;
+      return j + static_cast<std::int64_t>((j < end) & (code[static_cast<std::size_t>(std::min(j + 1, last))] <= v));
+    }
     if (j > end) return std::upper_bound(code.begin(), code.end(), v) - code.begin() - 1;  // NaN
     while (j < end && code[static_cast<std::size_t>(j + 1)] <= v) ++j;
     return j;
@@ -118,51 +123,112 @@ const BucketTable& bucket_table(const std::vector<float>& code) {
   return *tables.back();
 }
 
+/// One block's codes for the values `xs[0, count)` with their absmax `a` (quantize_into's rule).
+inline void quantize_block(const float* xs, std::int64_t count, float a, const BucketTable& table,
+                           std::uint8_t* out) {
+  const std::vector<float>& code = table.code;
+  const std::int64_t last = static_cast<std::int64_t>(code.size()) - 1;
+  const float denom = a > 0 ? a : 1.0f;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float v = xs[i] / denom;
+    const std::int64_t j = std::clamp<std::int64_t>(table.below(v), 0, last);
+    const std::int64_t next = std::min(j + 1, last);
+    // The next entry only where strictly closer (no branch: this is a coin toss per element).
+    const bool closer = std::fabs(v - code[static_cast<std::size_t>(next)]) < std::fabs(v - code[static_cast<std::size_t>(j)]);
+    out[i] = static_cast<std::uint8_t>(j + static_cast<std::int64_t>(closer));
+  }
+}
+
+/// The absmax of xs[0, count) (NaN when any is NaN, as amax).
+inline float block_absmax(const float* xs, std::int64_t count) {
+  float a = 0.0f;
+  bool nan = false;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const float f = std::fabs(xs[i]);
+    nan |= f != f;
+    a = std::max(a, f);
+  }
+  return nan ? NAN : a;
+}
+
+/// The map as quantize_into searches it: its first entry −1 (bitsandbytes' CPU kernel sets it).
+std::vector<float> search_code(const at::Tensor& map) {
+  const at::Tensor mapf = map.to(at::kFloat).contiguous();
+  std::vector<float> code(mapf.data_ptr<float>(), mapf.data_ptr<float>() + mapf.numel());
+  code[0] = -1.0f;
+  return code;
+}
+
 /// quantize_into's arithmetic as one pass per block on the CPU (the tensor form below runs a
 /// search and five temporaries of the elements' size): the same float32 division and comparisons,
 /// a bucket table (BucketTable) for searchsorted(right), so the same codes.
 void quantize_cpu(const at::Tensor& x, const at::Tensor& map, at::Tensor& codes, at::Tensor& absmax,
                   const at::Tensor& given_absmax) {
   const at::Tensor xf = x.reshape({-1}).to(at::kFloat).contiguous();
-  const at::Tensor mapf = map.to(at::kFloat).contiguous();
   const at::Tensor given = given_absmax.defined() ? given_absmax.reshape({-1}).to(at::kFloat).contiguous() : at::Tensor();
-  const std::int64_t n = xf.numel(), blocks = (n + kQuantBlock - 1) / kQuantBlock, entries = mapf.numel();
-  std::vector<float> code(mapf.data_ptr<float>(), mapf.data_ptr<float>() + entries);
-  code[0] = -1.0f;
-  const BucketTable& table = bucket_table(code);
+  const std::int64_t n = xf.numel(), blocks = (n + kQuantBlock - 1) / kQuantBlock;
+  const BucketTable& table = bucket_table(search_code(map));
   const float* xs = xf.data_ptr<float>();
   const float* gs = given.defined() ? given.data_ptr<float>() : nullptr;
   std::uint8_t* out = codes.data_ptr<std::uint8_t>();
   float* am = absmax.data_ptr<float>();
-  const std::int64_t last = entries - 1;
   zs::parallel_for(0, blocks, 16, [&](std::int64_t b0, std::int64_t b1) {
     for (std::int64_t b = b0; b < b1; ++b) {
-      const std::int64_t lo = b * kQuantBlock, hi = std::min(n, lo + kQuantBlock);
-      float a = 0.0f;
-      if (gs) {
-        a = gs[b];
-      } else {
-        bool nan = false;  // amax propagates NaN
-        for (std::int64_t i = lo; i < hi; ++i) {
-          const float f = std::fabs(xs[i]);
-          nan |= f != f;
-          a = std::max(a, f);
-        }
-        if (nan) a = NAN;
-      }
-      am[b] = a;
-      const float denom = a > 0 ? a : 1.0f;
-      for (std::int64_t i = lo; i < hi; ++i) {
-        const float v = xs[i] / denom;
-        const std::int64_t j0 = table.below(v);
-        std::int64_t j = std::clamp<std::int64_t>(j0, 0, last);
-        const std::int64_t next = std::min(j + 1, last);
-        if (std::fabs(v - code[static_cast<std::size_t>(next)]) < std::fabs(v - code[static_cast<std::size_t>(j)])) j = next;
-        out[i] = static_cast<std::uint8_t>(j);
-      }
+      const std::int64_t lo = b * kQuantBlock, count = std::min(n, lo + kQuantBlock) - lo;
+      am[b] = gs ? gs[b] : block_absmax(xs + lo, count);
+      quantize_block(xs + lo, count, am[b], table, out + lo);
     }
   });
 }
+
+/// adamw8bit_update on the CPU in one pass per block: dequantize both moments, update them and
+/// the weights (float32 or float64 `P`), requantize with the new absmax — no temporaries of the
+/// elements' size. The tensor form's arithmetic, operation by operation as ATen's vectorized CPU
+/// kernels compute it: mul_ alone, then add_ (alpha·other + self), addcmul_ ((value·t1)·t2 + self)
+/// and addcdiv_ (value·(t1/t2) + self) each as one fused multiply-add, nothing else contracted —
+/// so a moment rounds as bitsandbytes' CPU backend (the same ATen operations) rounds it and a code
+/// right at a boundary goes the same way (tst_zero adamw8bitMatchesBitsandbytes fails otherwise;
+/// float64 weights equal the tensor form's to 1e-17).
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+template <class P>
+void adamw8bit_cpu(P* p, const float* g, std::uint8_t* mc, float* ma, std::uint8_t* vc, float* va, std::int64_t n,
+                   const std::vector<float>& smap, const std::vector<float>& umap, const BucketTable& st,
+                   const BucketTable& ut, const AdamHyper& h) {
+  const double c1 = 1.0 - std::pow(h.beta1, static_cast<double>(h.step));
+  const double c2 = std::sqrt(1.0 - std::pow(h.beta2, static_cast<double>(h.step)));
+  const float b1 = static_cast<float>(h.beta1), ob1 = static_cast<float>(1.0 - h.beta1);
+  const float b2 = static_cast<float>(h.beta2), ob2 = static_cast<float>(1.0 - h.beta2);
+  const float fc2 = static_cast<float>(c2), eps = static_cast<float>(h.eps);
+  const P decay = static_cast<P>(1.0 - h.lr * h.weight_decay), step = static_cast<P>(-h.lr / c1);
+  const bool has_decay = h.weight_decay > 0;
+  const std::int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
+  zs::parallel_for(0, blocks, 16, [&](std::int64_t b0, std::int64_t b1_) {
+    float m[kQuantBlock], v[kQuantBlock];
+    for (std::int64_t b = b0; b < b1_; ++b) {
+      const std::int64_t lo = b * kQuantBlock, count = std::min(n, lo + kQuantBlock) - lo;
+      const float am = ma[b], av = va[b];
+      for (std::int64_t k = 0; k < count; ++k) {
+        const std::int64_t i = lo + k;
+        const float gi = g[i];
+        const float m_old = smap[mc[i]] * am, v_old = umap[vc[i]] * av;
+        const float mi = std::fma(ob1, gi, m_old * b1);  // ATen's vectorized add_ with alpha: fmadd
+        const float vi = std::fma(ob2 * gi, gi, v_old * b2);
+        const float denom = std::sqrt(vi) / fc2 + eps;
+        P w = p[i];
+        if (has_decay) w *= decay;
+        p[i] = std::fma(step, static_cast<P>(mi) / static_cast<P>(denom), w);
+        m[k] = mi;
+        v[k] = vi;
+      }
+      ma[b] = block_absmax(m, count);
+      va[b] = block_absmax(v, count);
+      quantize_block(m, count, ma[b], st, mc + lo);
+      quantize_block(v, count, va[b], ut, vc + lo);
+    }
+  });
+}
+#pragma GCC pop_options
 
 }  // namespace
 
@@ -226,6 +292,27 @@ void adamw8bit_update(at::Tensor p, const at::Tensor& g, at::Tensor m_codes, at:
                       at::Tensor v_absmax, const at::Tensor& signed_map, const at::Tensor& unsigned_map,
                       const AdamHyper& h) {
   const std::int64_t n = p.numel();
+  if (p.device().is_cpu() && p.is_contiguous() && (p.scalar_type() == at::kFloat || p.scalar_type() == at::kDouble) &&
+      cpu_loops(m_codes, m_absmax) && cpu_loops(v_codes, v_absmax)) {
+    const at::Tensor g32 = g.reshape({-1}).to(at::kFloat).contiguous();
+    const std::vector<float> smap = [&] {
+      const at::Tensor t = signed_map.to(at::kFloat).contiguous();
+      return std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+    }();
+    const std::vector<float> umap = [&] {
+      const at::Tensor t = unsigned_map.to(at::kFloat).contiguous();
+      return std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+    }();
+    const BucketTable& st = bucket_table(search_code(signed_map));
+    const BucketTable& ut = bucket_table(search_code(unsigned_map));
+    auto run = [&](auto* w) {
+      adamw8bit_cpu(w, g32.data_ptr<float>(), m_codes.data_ptr<std::uint8_t>(), m_absmax.data_ptr<float>(),
+                    v_codes.data_ptr<std::uint8_t>(), v_absmax.data_ptr<float>(), n, smap, umap, st, ut, h);
+    };
+    if (p.scalar_type() == at::kFloat) run(p.data_ptr<float>());
+    else run(p.data_ptr<double>());
+    return;
+  }
   const double c1 = 1.0 - std::pow(h.beta1, static_cast<double>(h.step));
   const double c2 = std::sqrt(1.0 - std::pow(h.beta2, static_cast<double>(h.step)));
   for (std::int64_t b0 = 0; b0 * kQuantBlock < n; b0 += kStepBlocks) {

@@ -148,6 +148,39 @@ class TestZero : public QObject {
     }
   }
 
+  // AdamW8bit's fused CPU step (one pass per block: dequantize, update, requantize) against the
+  // tensor form it replaces on the CPU (still what runs on a GPU; strided codes take it here):
+  // float32 and float64 weights, 3 steps with weight decay. The same arithmetic up to where ATen
+  // fuses a multiply-add, so a moment's last bit, and now and then its code, may differ.
+  void adamw8bitCpuStepFollowsTheTensorForm() {
+    const std::int64_t n = 5 * zero::kQuantBlock + 13;
+    const at::Tensor smap = zero::dynamic_map(true), umap = zero::dynamic_map(false);
+    const std::int64_t blocks = (n + zero::kQuantBlock - 1) / zero::kQuantBlock;
+    for (const auto dtype : {at::kFloat, at::kDouble}) {
+      at::manual_seed(8);
+      const at::Tensor p0 = at::randn({n}, dtype);
+      at::Tensor pa = p0.clone(), pb = p0.clone();
+      at::Tensor mca = at::zeros({n}, at::kByte), vca = at::zeros({n}, at::kByte), maa = at::zeros({blocks}),
+                 vaa = at::zeros({blocks});
+      at::Tensor wide_m = at::zeros({n, 2}, at::kByte), wide_v = at::zeros({n, 2}, at::kByte);
+      at::Tensor mcb = wide_m.select(1, 0), vcb = wide_v.select(1, 0), mab = at::zeros({blocks}), vab = at::zeros({blocks});
+      for (int step = 1; step <= 3; ++step) {
+        const at::Tensor g = at::randn({n});
+        const zero::AdamHyper h{1e-3, 0.9, 0.999, 1e-8, 0.01, step};
+        zero::adamw8bit_update(pa, g, mca, maa, vca, vaa, smap, umap, h);
+        zero::adamw8bit_update(pb, g, mcb, mab, vcb, vab, smap, umap, h);
+      }
+      const double dw = ((pa - pb).abs().max() / p0.abs().max()).item<double>();
+      const double same_m = mca.eq(mcb).to(at::kDouble).mean().item<double>();
+      const double same_v = vca.eq(vcb).to(at::kDouble).mean().item<double>();
+      qInfo("%s: weights %.2e relative, codes equal %.2f %% / %.2f %%", c10::toString(dtype), dw, 100 * same_m,
+            100 * same_v);
+      QVERIFY(dw <= 1e-6);
+      QVERIFY(same_m >= 0.99 && same_v >= 0.99);
+      QVERIFY(at::allclose(maa, mab, 1e-5, 0) && at::allclose(vaa, vab, 1e-5, 0));
+    }
+  }
+
   void blockwiseQuantizationMatchesBitsandbytes() {
     const QString fixture = zs::test::peerFixture("bnb_blockwise.safetensors");
     if (!QFile::exists(fixture)) ZS_SKIP_UNLESS_CI("tests/fixtures/bnb_blockwise.safetensors not found: run gen/bnb_blockwise.py");
