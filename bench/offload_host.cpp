@@ -30,10 +30,11 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include "core/parallel.h"
+#include "bench_models.h"
 #include "timing.h"
 #include "comm/communicator.h"
 #include "core/build_info.h"
+#include "core/parallel.h"
 #include "models/sd/unet_2d_condition.h"
 #include "zero/zero_optimizer.h"
 #include "zero/adafactor.h"
@@ -184,15 +185,7 @@ double adafactor_ms(Host& h, int steps) {
 /// two models in this process stepped in alternating blocks (A B B A) so the machine's drift hits
 /// both alike. Prints the medians and their ratio.
 void zero_steps(int steps) {
-  models::UNetConfig c;  // bench_zero_step's "large" model
-  c.block_out_channels = {80, 160, 320, 320};
-  c.num_attention_heads = {8, 8, 8, 8};
-  c.down_block_types = {"CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"};
-  c.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"};
-  c.transformer_layers_per_block = {1, 1, 1, 1};
-  c.cross_attention_dim = 256;
-  c.norm_num_groups = 16;
-  c.layers_per_block = 2;
+  const models::UNetConfig c = bench::config_of(bench::spec_named("large"));  // bench_zero_step's
   auto comm = comm::Communicator::single();
   at::manual_seed(1);
   const at::Tensor x = at::randn({2, 4, 16, 16}, at::kBFloat16), t = at::full({2}, 500, at::kLong);

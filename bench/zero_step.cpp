@@ -32,6 +32,7 @@
 #include <ATen/Parallel.h>
 
 #include "python_baseline.h"
+#include "bench_models.h"
 #include "source_dir.h"
 #include "core/memory.h"
 #include "comm/communicator.h"
@@ -39,46 +40,12 @@
 #include "zero/zero_optimizer.h"
 
 using namespace zs;
+using bench::config_of;
+using bench::ints;
+using bench::ModelSpec;
+using bench::specs;
 
 namespace {
-
-struct ModelSpec {
-  std::string name, channels, heads, down;
-  int cin, cross, groups, layers, res, batch;
-};
-
-const std::vector<ModelSpec>& specs() {
-  static const std::vector<ModelSpec> all = {
-      {"tiny", "32,64,96", "2,4,4", "D,C,C", 3, 64, 8, 1, 16, 16},
-      {"large", "80,160,320,320", "8,8,8,8", "C,C,C,D", 4, 256, 16, 2, 16, 2},
-  };
-  return all;
-}
-
-std::vector<std::int64_t> ints(const std::string& s) {
-  std::vector<std::int64_t> out;
-  std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');) out.push_back(std::stoll(x));
-  return out;
-}
-
-models::UNetConfig config_of(const ModelSpec& m) {
-  models::UNetConfig c;
-  c.in_channels = c.out_channels = m.cin;
-  c.block_out_channels = ints(m.channels);
-  c.num_attention_heads = ints(m.heads);
-  c.down_block_types.clear();
-  c.up_block_types.clear();
-  std::stringstream ss(m.down);
-  for (std::string d; std::getline(ss, d, ',');) c.down_block_types.push_back(d == "C" ? "CrossAttnDownBlock2D" : "DownBlock2D");
-  for (auto it = c.down_block_types.rbegin(); it != c.down_block_types.rend(); ++it)
-    c.up_block_types.push_back(*it == "CrossAttnDownBlock2D" ? "CrossAttnUpBlock2D" : "UpBlock2D");
-  c.transformer_layers_per_block.assign(c.block_out_channels.size(), 1);
-  c.cross_attention_dim = m.cross;
-  c.norm_num_groups = m.groups;
-  c.layers_per_block = m.layers;
-  return c;
-}
 
 /// A run of the table: a stage, optionally with the optimizer offloaded ("STAGE:OFFLOAD").
 struct Run {

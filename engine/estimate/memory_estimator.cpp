@@ -290,6 +290,7 @@ struct UnitTally {
   int64_t largest_sharded = 0;      // the largest sharded unit
   int64_t gathered_after_step = 0;  // units all-gathered after the step
   int64_t hook_total = 0;           // units whose hooks reduce their gradients
+  std::map<std::string, int64_t> hooked;  // ... each by name: its padded elements
   std::vector<int64_t> sharded_padded;
 };
 
@@ -346,6 +347,7 @@ UnitTally count_model_states(const zero::Plan& plan, const std::vector<models::R
     } else {
       t.max_hook_padded = std::max(t.max_hook_padded, l.padded);
       t.hook_total += l.padded;
+      t.hooked[units[k].name] = l.padded;
     }
     if (transient_parts && l.hook_grads) {
       // (counted as working buffers)
@@ -464,8 +466,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   // ZeRO's gradient buffers during backward, unit by unit, against the activations of the moment.
   BackwardBuffers buffers;
   buffers.bytes = compute_bytes(o.precision);
-  for (std::size_t k = 0; k < plan.units.size(); ++k)
-    if (plan.units[k].hook_grads && !units[k].frozen) buffers.hooked[units[k].name] = plan.units[k].padded;
+  buffers.hooked = tally.hooked;
   buffers.bucket = std::min(o.reduce_bucket_size, tally.hook_total);
   buffers.parts = o.world_size > 1 ? 1.0 / o.world_size : 0.0;
   const BackwardPeaks peaks = backward_peaks(model, o, &buffers);

@@ -151,10 +151,15 @@ inline float block_absmax(const float* xs, std::int64_t count) {
   return nan ? NAN : a;
 }
 
+/// A map's values, float32, in CPU memory.
+std::vector<float> map_values(const at::Tensor& map) {
+  const at::Tensor mapf = map.to(at::kFloat).to(at::kCPU).contiguous();
+  return std::vector<float>(mapf.data_ptr<float>(), mapf.data_ptr<float>() + mapf.numel());
+}
+
 /// The map as quantize_into searches it: its first entry −1 (bitsandbytes' CPU kernel sets it).
 std::vector<float> search_code(const at::Tensor& map) {
-  const at::Tensor mapf = map.to(at::kFloat).contiguous();
-  std::vector<float> code(mapf.data_ptr<float>(), mapf.data_ptr<float>() + mapf.numel());
+  std::vector<float> code = map_values(map);
   code[0] = -1.0f;
   return code;
 }
@@ -261,9 +266,9 @@ at::Tensor dequantize_flat(const at::Tensor& codes, const at::Tensor& absmax, co
   const std::int64_t n = codes.numel();
   if (cpu_loops(codes, absmax)) {
     // map[code] · absmax of its block, one float32 product each, in one pass.
-    const at::Tensor mapf = map.to(at::kFloat).contiguous();
+    const std::vector<float> values = map_values(map);
     at::Tensor out = at::empty({n}, absmax.options());
-    const float* mp = mapf.data_ptr<float>();
+    const float* mp = values.data();
     const float* am = absmax.data_ptr<float>();
     const std::uint8_t* c = codes.data_ptr<std::uint8_t>();
     float* o = out.data_ptr<float>();
@@ -295,14 +300,7 @@ void adamw8bit_update(at::Tensor p, const at::Tensor& g, at::Tensor m_codes, at:
   if (p.device().is_cpu() && p.is_contiguous() && (p.scalar_type() == at::kFloat || p.scalar_type() == at::kDouble) &&
       cpu_loops(m_codes, m_absmax) && cpu_loops(v_codes, v_absmax)) {
     const at::Tensor g32 = g.reshape({-1}).to(at::kFloat).contiguous();
-    const std::vector<float> smap = [&] {
-      const at::Tensor t = signed_map.to(at::kFloat).contiguous();
-      return std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
-    }();
-    const std::vector<float> umap = [&] {
-      const at::Tensor t = unsigned_map.to(at::kFloat).contiguous();
-      return std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
-    }();
+    const std::vector<float> smap = map_values(signed_map), umap = map_values(unsigned_map);
     const BucketTable& st = bucket_table(search_code(signed_map));
     const BucketTable& ut = bucket_table(search_code(unsigned_map));
     auto run = [&](auto* w) {

@@ -278,6 +278,8 @@ class ZeroOptimizer final {
   void release_held_grad(Unit& u);
   /// The gradient the step uses for the rank's part of a unit (owned elements).
   at::Tensor step_grad(Unit& u);
+  /// Σg² of the unit's reduced gradients (a held bf16 one with its scale), float64, CPU scalar.
+  at::Tensor grad_square_sum(Unit& u);
   /// The rank's part of a unit's compute parameters (stage 3 NVMe: read into a buffer).
   at::Tensor owned_params(Unit& u);
   /// Writes owned_params() back where it lives (only stage 3 NVMe shards need it).

@@ -206,6 +206,13 @@ void ZeroOptimizer::write_state(Unit& u, int kind, const at::Tensor& values) {
   store.wait(store.write(region, 0, u.plan.owned, buf.data_ptr()));
 }
 
+at::Tensor ZeroOptimizer::grad_square_sum(Unit& u) {
+  // A held bf16 gradient: one pass over its bf16 values, summed in float64, times its scale².
+  if (u.grad_held)
+    return at::linalg_vector_norm(u.grad_host, 2, c10::nullopt, false, at::kDouble).pow(2) * (u.held_scale * u.held_scale);
+  return step_grad(u).to(at::kDouble).pow(2).sum().cpu();
+}
+
 at::Tensor ZeroOptimizer::step_grad(Unit& u) {
   release_held_grad(u);  // readers of the float32 buffer see a held bf16 gradient in it
   if (u.shard_grad.defined()) return u.shard_grad;
@@ -257,8 +264,8 @@ void ZeroOptimizer::fused_step_unit(Unit& u) {
     fused_begun_ = true;
   }
   if (u.plan.hook_grads && !u.shard_grad.defined()) u.shard_grad = at::zeros({u.plan.owned}, shard_grad_opts_);
+  fused_norm_sq_ += grad_square_sum(u).item<double>();
   at::Tensor g = step_grad(u);
-  fused_norm_sq_ += g.to(at::kDouble).pow(2).sum().item<double>();
   // The global norm is known only once every unit has stepped: clipping scales by the last one's.
   if (fused_clip_ > 0 && previous_norm_ > fused_clip_) g.mul_(fused_clip_ / (previous_norm_ + 1e-6));
   step_in_memory(u, fused_lr_);
@@ -273,7 +280,7 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
     // The stepped units' squares were summed as they stepped; the rest are added now.
     double local = fused_norm_sq_;
     for (auto& u : units_)
-      if (!u->stepped) local += step_grad(*u).to(at::kDouble).pow(2).sum().item<double>();
+      if (!u->stepped) local += grad_square_sum(*u).item<double>();
     at::Tensor t = at::full({1}, local, at::kDouble);
     if (!plan_.replicated) comm_.all_reduce(t);
     current_norm_ = std::sqrt(t.item<double>());
@@ -283,18 +290,10 @@ double ZeroOptimizer::clip_grad_norm(double max_norm) {
   }
   // Each rank holds the reduced gradients of its own part (replicated: all of them, the same on
   // every rank), so the squares are summed over the ranks when the parts differ.
-  // A held bf16 gradient counts through its scale; clipping then scales it through that scale
-  // too (one product with the two factors' product, where the copy took two roundings).
+  // A held bf16 gradient is clipped through its scale (one product with the two factors' product,
+  // where the copy took two roundings).
   at::Tensor local = at::zeros({1}, at::kDouble);
-  for (auto& u : units_) {
-    if (u->grad_held) {
-      // One pass over the bf16 values, summed in float64, no temporaries.
-      const at::Tensor norm = at::linalg_vector_norm(u->grad_host, 2, c10::nullopt, false, at::kDouble);
-      local += norm.pow(2) * (u->held_scale * u->held_scale);
-    } else {
-      local += step_grad(*u).to(at::kDouble).pow(2).sum().cpu();
-    }
-  }
+  for (auto& u : units_) local += grad_square_sum(*u);
   if (!plan_.replicated) comm_.all_reduce(local);
   const double total = std::sqrt(local.item<double>());
   if (max_norm > 0 && total > max_norm) {
@@ -364,9 +363,8 @@ void ZeroOptimizer::step_in_memory(Unit& u, double step_lr) {
   }
   at::Tensor p = owned_params(u);
   // A held bf16 gradient goes into the fused step where it landed, its scale applied there.
-  const bool held = u.grad_held && masters_;
-  const at::Tensor g = held ? u.grad_host : step_grad(u);
-  const double grad_scale = held ? u.held_scale : 1.0;
+  const at::Tensor g = u.grad_held ? u.grad_host : step_grad(u);
+  const double grad_scale = u.grad_held ? u.held_scale : 1.0;
   if (masters_ && copies_->asynchronous() && u.master.device().is_cpu() && p.is_cuda()) {
     // The CPU step writes the new weights into pinned memory; they go up on the side stream
     // while the CPU updates the next unit (step() makes the compute stream wait for them).

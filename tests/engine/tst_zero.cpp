@@ -69,6 +69,21 @@ std::vector<zero::SimdLevel> levels() {
   return out;
 }
 
+/// A two-level UNet (cross-attention down, plain down; up mirrored) `width` and 2·`width` wide,
+/// cross-attention `width` wide, the first level's transformer `depth` blocks deep (2: a unit per
+/// block), `layers` resnets per level.
+models::UNetConfig two_level_config(std::int64_t width, std::int64_t depth, std::int64_t layers) {
+  models::UNetConfig c;
+  c.block_out_channels = {width, 2 * width};
+  c.down_block_types = {"CrossAttnDownBlock2D", "DownBlock2D"};
+  c.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D"};
+  c.num_attention_heads = {2, 2};
+  c.transformer_layers_per_block = {depth, 1};
+  c.cross_attention_dim = width;
+  c.layers_per_block = layers;
+  return c;
+}
+
 }  // namespace
 
 class TestZero : public QObject {
@@ -382,14 +397,7 @@ class TestZero : public QObject {
   // all at once), and the weights end the same as unfused (the unit boundaries change autograd's
   // summation order, so float64 shows the equality). Measured with the CPU allocation counter.
   void fusedBackwardHoldsAboutOneUnitsGradients() {
-    models::UNetConfig c;
-    c.block_out_channels = {64, 128};
-    c.down_block_types = {"CrossAttnDownBlock2D", "DownBlock2D"};
-    c.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D"};
-    c.num_attention_heads = {2, 2};
-    c.transformer_layers_per_block = {2, 1};
-    c.cross_attention_dim = 64;
-    c.layers_per_block = 2;
+    const models::UNetConfig c = two_level_config(64, 2, 2);
     auto comm = comm::Communicator::single();
     at::manual_seed(3);
     const at::Tensor x = at::randn({1, 4, 16, 16}, at::kDouble), t = at::full({1}, 500, at::kLong);
@@ -450,14 +458,7 @@ class TestZero : public QObject {
     QFETCH(int, stage);
     QFETCH(int, accum);
     QFETCH(double, clip);
-    models::UNetConfig c;
-    c.block_out_channels = {32, 64};
-    c.down_block_types = {"CrossAttnDownBlock2D", "DownBlock2D"};
-    c.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D"};
-    c.num_attention_heads = {2, 2};
-    c.transformer_layers_per_block = {1, 1};
-    c.cross_attention_dim = 32;
-    c.layers_per_block = 1;
+    const models::UNetConfig c = two_level_config(32, 1, 1);
     auto comm = comm::Communicator::single();
     at::manual_seed(3);
     const at::Tensor x = at::randn({2, 4, 16, 16}, at::kBFloat16), t = at::full({2}, 500, at::kLong);
@@ -569,14 +570,7 @@ class TestZero : public QObject {
   // CPU memory the build ever holds is about half the model (its shards, plus one unit at a
   // time), where a plain build holds all of it.
   void shardedInitKeepsOnlyTheShard() {
-    models::UNetConfig c;
-    c.block_out_channels = {64, 128};
-    c.down_block_types = {"CrossAttnDownBlock2D", "DownBlock2D"};
-    c.up_block_types = {"UpBlock2D", "CrossAttnUpBlock2D"};
-    c.num_attention_heads = {2, 2};
-    c.transformer_layers_per_block = {2, 1};  // split into a unit per block
-    c.cross_attention_dim = 64;
-    c.layers_per_block = 2;
+    const models::UNetConfig c = two_level_config(64, 2, 2);  // split into a unit per block
     std::int64_t full_bytes = 0, plain_peak = 0, largest = 0;
     at::manual_seed(7);
     std::vector<models::ParamUnit> whole;
