@@ -392,6 +392,33 @@ class TestZero : public QObject {
     QVERIFY(!at::equal(whole, zero::stochastic_round_bf16(target, zero::rounding_key(42, "unit", 4), 0)));
   }
 
+  // The CPU loop of stochastic rounding (contiguous tensors) draws exactly the tensor form's bits
+  // (which a GPU and a strided tensor take): both signs, zeros, subnormals, the largest float
+  // (which may round up to infinity), infinities, NaN (kept a NaN), and element indices beyond 2^32.
+  void stochasticRoundingLoopEqualsTheTensorForm() {
+    at::Generator gen = at::detail::createCPUGenerator(11);
+    const std::int64_t n = 200'003;
+    at::Tensor x = at::randn({n}, gen) * at::exp(8 * at::randn({n}, gen));
+    const float specials[] = {0.0f, -0.0f, 1e-40f, -1e-40f, std::numeric_limits<float>::max(),
+                              -std::numeric_limits<float>::max(), std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+    for (std::size_t k = 0; k < std::size(specials); ++k) x.narrow(0, static_cast<std::int64_t>(k) * 7, 7).fill_(specials[k]);
+    at::Tensor wide = at::empty({n, 2});
+    at::Tensor strided = wide.select(1, 0);
+    strided.copy_(x);
+    QVERIFY(!strided.is_contiguous());
+    for (const std::int64_t first : {std::int64_t{0}, std::int64_t{12'345}, (std::int64_t{3} << 32) - 1000}) {
+      const auto key = zero::rounding_key(42, "unit", first + 1);
+      const at::Tensor loop = zero::stochastic_round_bf16(x, key, first), form = zero::stochastic_round_bf16(strided, key, first);
+      QCOMPARE(loop.scalar_type(), at::kBFloat16);
+      // NaN stays NaN (its bit pattern is the conversion's: ATen's vectorized one differs by build).
+      const at::Tensor nan = x.isnan();
+      QVERIFY(loop.isnan().equal(nan) && form.isnan().equal(nan));
+      const at::Tensor bits = loop.view(at::kShort).masked_fill(nan, 0), want = form.view(at::kShort).masked_fill(nan, 0);
+      QVERIFY2(at::equal(bits, want), qPrintable(QString("first index %1").arg(first)));
+    }
+  }
+
   // optimizer.fused_backward at stage 2 on one rank (float64): the run's CPU peak drops by about the
   // whole gradient set (each unit's gradients go once it has stepped; the unfused step holds them
   // all at once), and the weights end the same as unfused (the unit boundaries change autograd's
