@@ -15,4 +15,8 @@ namespace zs {
 void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
                   const std::function<void(std::int64_t, std::int64_t)>& f);
 
+/// Σ over [0, n) of f(lo, hi) (each a partial sum of its range, in double), in fixed blocks of
+/// `block` elements added in order: the same result for any number of threads.
+double blocked_sum(std::int64_t n, std::int64_t block, const std::function<double(std::int64_t, std::int64_t)>& f);
+
 }  // namespace zs

@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include "core/parallel.h"
+
 namespace zs::zero {
 
 namespace {
@@ -64,21 +66,184 @@ std::int64_t AdafactorUnit::bytes() const {
   return b(stats_) + b(exp_avg_);
 }
 
-void AdafactorUnit::step(at::Tensor w, const at::Tensor& g, double lr, std::int64_t step, const Reduce& reduce) {
-  c10::NoGradGuard no_grad;
-  const auto opts = stats_.options();
-  const std::int64_t P = static_cast<std::int64_t>(slots_.size()), S = stats_.numel();
-  // The owned part of each parameter: elements [lo, lo + n) of it.
-  struct Piece {
-    std::size_t slot;
-    std::int64_t lo, n;
-  };
+std::vector<AdafactorUnit::Piece> AdafactorUnit::owned_pieces() const {
   std::vector<Piece> pieces;
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     const Slot& s = slots_[i];
     const std::int64_t lo = std::max(s.offset, owned_offset_), hi = std::min(s.offset + s.numel, owned_offset_ + owned_);
     if (lo < hi) pieces.push_back({i, lo - s.offset, hi - lo});
   }
+  return pieces;
+}
+
+template <typename T, typename G>
+void AdafactorUnit::step_loops(at::Tensor& w, const at::Tensor& g, double lr, std::int64_t step, const Reduce& reduce) {
+  const std::int64_t P = static_cast<std::int64_t>(slots_.size()), S = stats_.numel();
+  const std::vector<Piece> pieces = owned_pieces();
+  T* const wp = w.data_ptr<T>();
+  const G* const gp = g.data_ptr<G>();
+  auto base = [&](const Piece& p) { return slots_[p.slot].offset + p.lo - owned_offset_; };
+  constexpr std::int64_t kBlock = 1 << 15;
+  const T eps1 = static_cast<T>(o_.eps1);
+  // Elements [a, b) of a factored parameter (its own indices) as row segments: f(row, first
+  // element, end) with every element of [first, end) in that row.
+  auto segments = [](const Slot& s, std::int64_t a, std::int64_t b, const auto& f) {
+    for (std::int64_t e = a; e < b;) {
+      const std::int64_t row = e / s.cols, end = std::min(b, (row + 1) * s.cols);
+      f(row, e, end);
+      e = end;
+    }
+  };
+  // 1. Each rank's sums of grad² + eps1 per row and column (per element for a vector) and of the
+  //    weights' squares, summed over the ranks.
+  at::Tensor sums = at::zeros({S + P}, stats_.options());
+  T* const sp = sums.data_ptr<T>();
+  for (const Piece& p : pieces) {
+    const Slot& s = slots_[p.slot];
+    const G* gi = gp + base(p);
+    const T* wi = wp + base(p);
+    if (s.rows > 0) {
+      T* row_sums = sp + s.stats_offset;
+      T* col_sums = sp + s.stats_offset + s.numel / s.cols;
+      const std::int64_t r0 = p.lo / s.cols, r1 = (p.lo + p.n - 1) / s.cols + 1;
+      zs::parallel_for(r0, r1, std::max<std::int64_t>(1, kBlock / s.cols), [&](std::int64_t lo, std::int64_t hi) {
+        for (std::int64_t r = lo; r < hi; ++r) {
+          const std::int64_t a = std::max(p.lo, r * s.cols), b = std::min(p.lo + p.n, (r + 1) * s.cols);
+          double acc = 0;
+          for (std::int64_t e = a; e < b; ++e) {
+            const T v = static_cast<T>(gi[e - p.lo]);
+            acc += static_cast<double>(v * v + eps1);
+          }
+          row_sums[r] = static_cast<T>(acc);
+        }
+      });
+      // Columns: per slab (the leading dimensions) and block of columns, down the rows.
+      constexpr std::int64_t kCols = 256;
+      const std::int64_t slab = s.rows * s.cols, blocks = (s.cols + kCols - 1) / kCols;
+      const std::int64_t l0 = p.lo / slab, l1 = (p.lo + p.n - 1) / slab + 1;
+      zs::parallel_for(0, (l1 - l0) * blocks, 1, [&](std::int64_t lo, std::int64_t hi) {
+        double acc[kCols];
+        for (std::int64_t t = lo; t < hi; ++t) {
+          const std::int64_t l = l0 + t / blocks, c0 = (t % blocks) * kCols, c1 = std::min(s.cols, c0 + kCols);
+          std::fill(acc, acc + (c1 - c0), 0.0);
+          for (std::int64_t r = 0; r < s.rows; ++r) {
+            const std::int64_t first = l * slab + r * s.cols;
+            const std::int64_t a = std::max(p.lo, first + c0), b = std::min(p.lo + p.n, first + c1);
+            for (std::int64_t e = a; e < b; ++e) {
+              const T v = static_cast<T>(gi[e - p.lo]);
+              acc[e - first - c0] += static_cast<double>(v * v + eps1);
+            }
+          }
+          for (std::int64_t c = c0; c < c1; ++c) col_sums[l * s.cols + c] = static_cast<T>(acc[c - c0]);
+        }
+      });
+    } else {
+      T* out = sp + s.stats_offset + p.lo;
+      zs::parallel_for(0, p.n, kBlock, [&](std::int64_t lo, std::int64_t hi) {
+        for (std::int64_t e = lo; e < hi; ++e) {
+          const T v = static_cast<T>(gi[e]);
+          out[e] = v * v + eps1;
+        }
+      });
+    }
+    sp[S + static_cast<std::int64_t>(p.slot)] = static_cast<T>(zs::blocked_sum(p.n, kBlock, [&](std::int64_t lo, std::int64_t hi) {
+      double acc = 0;
+      for (std::int64_t e = lo; e < hi; ++e) acc += static_cast<double>(wi[e]) * static_cast<double>(wi[e]);
+      return acc;
+    }));
+  }
+  reduce(sums);
+  // 2. The statistics, updated alike on every rank (β₂ₜ = 1 − t^decay_rate); each factored
+  //    parameter's row factor r = rsqrt(row / mean(row)) and column factor c = rsqrt(col).
+  const double beta2t = 1.0 - std::pow(static_cast<double>(step), o_.decay_rate);
+  std::vector<at::Tensor> row_factor(slots_.size()), col_factor(slots_.size());
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& s = slots_[i];
+    if (s.rows > 0) {
+      const std::int64_t nrow = s.numel / s.cols, ncol = s.numel / s.rows;
+      at::Tensor row = stats_.narrow(0, s.stats_offset, nrow), col = stats_.narrow(0, s.stats_offset + nrow, ncol);
+      row.mul_(beta2t).add_(sums.narrow(0, s.stats_offset, nrow) / s.cols, 1.0 - beta2t);
+      col.mul_(beta2t).add_(sums.narrow(0, s.stats_offset + nrow, ncol) / s.rows, 1.0 - beta2t);
+      const at::Tensor slabs = row.view({s.numel / (s.rows * s.cols), s.rows});
+      row_factor[i] = (slabs / slabs.mean(-1, true)).rsqrt().reshape({-1}).contiguous();
+      col_factor[i] = col.rsqrt().contiguous();
+    } else {
+      stats_.narrow(0, s.stats_offset, s.numel).mul_(beta2t).add_(sums.narrow(0, s.stats_offset, s.numel), 1.0 - beta2t);
+    }
+  }
+  // The unclipped update of element e of piece p (its own index within the parameter), visited
+  // in row segments: f(index in the piece, update).
+  const T* const st = stats_.data_ptr<T>();
+  auto updates = [&](const Piece& p, std::int64_t a, std::int64_t b, const auto& f) {
+    const Slot& s = slots_[p.slot];
+    const G* gi = gp + base(p);
+    if (s.rows > 0) {
+      const T* r = row_factor[p.slot].data_ptr<T>();
+      const T* c = col_factor[p.slot].data_ptr<T>();
+      segments(s, p.lo + a, p.lo + b, [&](std::int64_t row, std::int64_t first, std::int64_t end) {
+        const T rv = r[row];
+        const T* cv = c + (row / s.rows) * s.cols;  // this slab's column factors
+        const std::int64_t row_start = row * s.cols;
+        for (std::int64_t e = first; e < end; ++e) f(e - p.lo, (rv * cv[e - row_start]) * static_cast<T>(gi[e - p.lo]));
+      });
+    } else {
+      const T* v = st + s.stats_offset + p.lo;
+      for (std::int64_t k = a; k < b; ++k) f(k, (T(1) / std::sqrt(v[k])) * static_cast<T>(gi[k]));
+    }
+  };
+  // 3. The squares' sums of the unclipped updates (for the RMS clip), summed over the ranks.
+  at::Tensor update_sq = at::zeros({P}, at::kDouble);
+  double* const usq = update_sq.data_ptr<double>();
+  for (const Piece& p : pieces)
+    usq[p.slot] = zs::blocked_sum(p.n, kBlock, [&](std::int64_t lo, std::int64_t hi) {
+      double acc = 0;
+      updates(p, lo, hi, [&](std::int64_t, T u) { acc += static_cast<double>(u * u); });
+      return acc;
+    });
+  at::Tensor usq_state = update_sq.to(stats_.options());
+  reduce(usq_state);
+  const at::Tensor usq_cpu = usq_state.to(at::kDouble), sums_cpu = sums.narrow(0, S, P).to(at::kDouble);
+  const double* param_sq = sums_cpu.data_ptr<double>();
+  const double* upd_sq = usq_cpu.data_ptr<double>();
+  // 4. Clip by the RMS, scale by the step size, the first moment, decay and update.
+  for (const Piece& p : pieces) {
+    const Slot& s = slots_[p.slot];
+    const double n = static_cast<double>(s.numel);
+    const double size = adafactor_step_size(o_, lr, step, std::sqrt(param_sq[p.slot] / n));
+    const T div = static_cast<T>(std::max(1.0, std::sqrt(upd_sq[p.slot] / n) / o_.clip_threshold));
+    const T scale = static_cast<T>(size), decay = static_cast<T>(-o_.weight_decay * size);
+    const bool momentum = o_.beta1.has_value();
+    const T b1 = static_cast<T>(o_.beta1.value_or(0.0)), one_minus_b1 = static_cast<T>(1.0 - o_.beta1.value_or(0.0));
+    T* wi = wp + base(p);
+    T* m = momentum ? exp_avg_.data_ptr<T>() + base(p) : nullptr;
+    const bool decayed = o_.weight_decay != 0;
+    zs::parallel_for(0, p.n, kBlock, [&](std::int64_t lo, std::int64_t hi) {
+      updates(p, lo, hi, [&](std::int64_t k, T u) {
+        u = u / div;
+        u = u * scale;
+        if (momentum) u = m[k] = m[k] * b1 + one_minus_b1 * u;
+        T x = wi[k];
+        if (decayed) x = x + decay * x;
+        wi[k] = x - u;
+      });
+    });
+  }
+}
+
+void AdafactorUnit::step(at::Tensor w, const at::Tensor& g, double lr, std::int64_t step, const Reduce& reduce) {
+  c10::NoGradGuard no_grad;
+  const auto dtype = stats_.scalar_type();
+  if (w.is_cpu() && g.is_cpu() && stats_.is_cpu() && w.is_contiguous() && g.is_contiguous() && w.scalar_type() == dtype &&
+      (!exp_avg_.defined() || exp_avg_.is_contiguous())) {
+    const auto gt = g.scalar_type();
+    if (dtype == at::kFloat && gt == at::kFloat) return step_loops<float, float>(w, g, lr, step, reduce);
+    if (dtype == at::kFloat && gt == at::kBFloat16) return step_loops<float, at::BFloat16>(w, g, lr, step, reduce);
+    if (dtype == at::kDouble && gt == at::kDouble) return step_loops<double, double>(w, g, lr, step, reduce);
+  }
+  // The tensor form (a GPU; other dtypes).
+  const auto opts = stats_.options();
+  const std::int64_t P = static_cast<std::int64_t>(slots_.size()), S = stats_.numel();
+  const std::vector<Piece> pieces = owned_pieces();
   auto owned_part = [&](const at::Tensor& t, const Piece& p) {
     return t.narrow(0, slots_[p.slot].offset + p.lo - owned_offset_, p.n);
   };

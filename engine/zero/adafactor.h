@@ -68,6 +68,18 @@ class AdafactorUnit {
     std::int64_t rows = 0, cols = 0;  // the last two dimensions (factored), else 0
     std::int64_t stats_offset = 0;    // where its statistics start in stats_
   };
+  /// The owned part of parameter `slot`: its elements [lo, lo + n).
+  struct Piece {
+    std::size_t slot;
+    std::int64_t lo, n;
+  };
+  std::vector<Piece> owned_pieces() const;
+  /// step() on contiguous CPU tensors, weights in the state's dtype T (float or double), gradients
+  /// G (T, or bf16 under float): one pass over the owned elements per phase, nothing of their size
+  /// allocated (the tensor form made about ten temporaries of a unit's size, and fresh pages cost
+  /// the kernel's zeroing: issue 39's Flux run).
+  template <typename T, typename G>
+  void step_loops(at::Tensor& w, const at::Tensor& g, double lr, std::int64_t step, const Reduce& reduce);
   std::vector<Slot> slots_;
   std::int64_t owned_offset_ = 0, owned_ = 0;
   AdafactorOptions o_;

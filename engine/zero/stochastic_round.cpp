@@ -43,9 +43,8 @@ std::uint32_t hash32(std::uint64_t x) {
 /// The same draws in one pass over the elements (no index or hash tensors: the tensor form holds
 /// several int64 temporaries of the tensor's length at once — 20 GB for a 340 M-parameter Flux
 /// double block offloaded to CPU memory, found on an H200 in issue 39).
-at::Tensor round_loop(const at::Tensor& x, std::uint64_t key, std::int64_t first_index) {
+void round_loop(const at::Tensor& x, at::Tensor& out, std::uint64_t key, std::int64_t first_index) {
   const at::Tensor v = x.to(at::kFloat).contiguous();
-  at::Tensor out = at::empty(x.sizes(), x.options().dtype(at::kBFloat16));
   const auto* in = static_cast<const std::uint32_t*>(v.data_ptr());
   auto* dst = static_cast<std::uint16_t*>(out.data_ptr());
   const std::uint64_t k1 = key & 0xFFFFFFFFULL, k2 = key >> 32;
@@ -58,13 +57,16 @@ at::Tensor round_loop(const at::Tensor& x, std::uint64_t key, std::int64_t first
       dst[k] = nan ? std::uint16_t{0x7FC0} : static_cast<std::uint16_t>((in[k] + (h & 0xFFFFu)) >> 16);
     }
   });
-  return out;
 }
 
 }  // namespace
 
 at::Tensor stochastic_round_bf16(const at::Tensor& x, std::uint64_t key, std::int64_t first_index) {
-  if (x.is_cpu() && x.is_contiguous()) return round_loop(x, key, first_index);
+  if (x.is_cpu() && x.is_contiguous()) {
+    at::Tensor out = at::empty(x.sizes(), x.options().dtype(at::kBFloat16));
+    round_loop(x, out, key, first_index);
+    return out;
+  }
   // The tensor form (on a GPU; a strided CPU tensor takes it too, which is how the tests compare
   // the two).
   const at::Tensor v = x.reshape({-1}).to(at::kFloat).contiguous();
@@ -78,6 +80,14 @@ at::Tensor stochastic_round_bf16(const at::Tensor& x, std::uint64_t key, std::in
   // probability of the fraction they held (for either sign, the pattern grows with the magnitude).
   const at::Tensor bits = v.view(at::kInt).to(at::kLong) + h.bitwise_and_(0xFFFF);
   return bits.bitwise_and_(-65536).to(at::kInt).view(at::kFloat).to(at::kBFloat16).view(x.sizes());
+}
+
+void stochastic_round_bf16_into(const at::Tensor& x, at::Tensor& out, std::uint64_t key, std::int64_t first_index) {
+  if (x.is_cpu() && x.is_contiguous() && out.is_cpu() && out.is_contiguous() && out.scalar_type() == at::kBFloat16 &&
+      out.numel() == x.numel())
+    round_loop(x, out, key, first_index);
+  else
+    out.copy_(stochastic_round_bf16(x, key, first_index).view(out.sizes()));
 }
 
 }  // namespace zs::zero

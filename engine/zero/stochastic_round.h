@@ -21,4 +21,7 @@ std::uint64_t rounding_key(std::uint64_t seed, const std::string& unit, std::int
 /// element k draws with index first_index + k.
 at::Tensor stochastic_round_bf16(const at::Tensor& x, std::uint64_t key, std::int64_t first_index);
 
+/// The same into `out` (bf16, x's size): on the CPU written in place, no temporary.
+void stochastic_round_bf16_into(const at::Tensor& x, at::Tensor& out, std::uint64_t key, std::int64_t first_index);
+
 }  // namespace zs::zero

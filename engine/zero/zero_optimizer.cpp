@@ -517,7 +517,7 @@ at::Tensor ZeroOptimizer::take_grads(Unit& u) {
 }
 
 void ZeroOptimizer::reduce_into_part(Unit& u, const at::Tensor& full) {
-  if (!u.shard_grad.defined()) u.shard_grad = at::zeros({u.plan.owned}, shard_grad_opts_);  // freed by its step
+  if (!u.shard_grad.defined()) u.shard_grad = host_scratch(u.plan.owned, shard_grad_opts_).zero_();  // freed by its step
   reduce_scatter_into_shard(u, full);
 }
 

@@ -305,12 +305,19 @@ class ZeroOptimizer final {
   /// The weights a step reads and writes for compute parameters `p` (the rank's part): the
   /// masters, else `p` itself where the state lives in its precision, else a copy there
   /// (float32 for bf16 weights without masters).
-  at::Tensor step_weights(Unit& u, const at::Tensor& p) const;
+  at::Tensor step_weights(Unit& u, const at::Tensor& p);
   /// Writes the updated weights `w` (float32 where they were computed) into the unit's compute
   /// parameters `p`: converted from the masters, rounded stochastically without them, or copied.
   void write_weights(Unit& u, at::Tensor& p, const at::Tensor& w);
   /// Sums over the ranks that share a unit's elements (nothing when replicated).
   void reduce_shared(at::Tensor& t);
+  /// A flat CPU buffer of n elements (contents undefined), from the ones recycle() kept: a step
+  /// with the optimizer in CPU memory takes a unit-sized buffer or two per unit (a fused
+  /// backward's gradient part, bf16 weights' float32 copy), and fresh pages of that size cost the
+  /// kernel's zeroing every time (a third of a Flux Adafactor step, issue 39). Other devices allocate.
+  at::Tensor host_scratch(std::int64_t n, const at::TensorOptions& opts);
+  /// Keeps a CPU buffer for host_scratch() (the two most recent; older ones are freed).
+  void recycle(at::Tensor t);
   void step_nvme(double lr);
   /// Master / moments of a unit, whole (NVMe: read synchronously). kind: 0 master, 1 m, 2 v.
   at::Tensor read_state(Unit& u, int kind);
@@ -337,6 +344,7 @@ class ZeroOptimizer final {
   Unit* fused_pending_ = nullptr;  // the unit whose hook ran last, not stepped yet
   double current_norm_ = 0;  // fused_backward: this step's global norm, once clip_grad_norm has it
   at::TensorOptions shard_grad_opts_;  // what a unit's reduced gradient part is kept in
+  std::vector<at::Tensor> scratch_;    // host_scratch's kept buffers
   at::TensorOptions compute_opts_, state_opts_;  // where/what the model computes; where the optimizer state lives
   at::TensorOptions given_opts_;  // the trained parameters' own precision, on the compute device
   std::unique_ptr<Offload> offload_;

@@ -14,6 +14,7 @@
 #include "zero/blockwise_quant.h"
 #include "zero/cpu_adam.h"
 #include "zero/stochastic_round.h"
+#include "core/parallel.h"
 #include "zero/zero_unit.h"
 
 namespace zs::zero {
@@ -206,11 +207,53 @@ void ZeroOptimizer::write_state(Unit& u, int kind, const at::Tensor& values) {
   store.wait(store.write(region, 0, u.plan.owned, buf.data_ptr()));
 }
 
+namespace {
+
+/// Σx² in float64. A contiguous CPU tensor in one pass in fixed blocks (the same sum for any
+/// thread count, and for a bf16 tensor and its float32 copy); others through ATen.
+double squares_sum(const at::Tensor& x) {
+  if (!x.is_cpu() || !x.is_contiguous() ||
+      (x.scalar_type() != at::kFloat && x.scalar_type() != at::kDouble && x.scalar_type() != at::kBFloat16))
+    return at::linalg_vector_norm(x, 2, c10::nullopt, false, at::kDouble).pow(2).item<double>();
+  auto sum = [&](const auto* v) {
+    return zs::blocked_sum(x.numel(), 1 << 15, [v](std::int64_t lo, std::int64_t hi) {
+      double acc = 0;
+      for (std::int64_t k = lo; k < hi; ++k) acc += static_cast<double>(v[k]) * static_cast<double>(v[k]);
+      return acc;
+    });
+  };
+  if (x.scalar_type() == at::kFloat) return sum(x.data_ptr<float>());
+  if (x.scalar_type() == at::kDouble) return sum(x.data_ptr<double>());
+  return sum(x.data_ptr<at::BFloat16>());
+}
+
+}  // namespace
+
 at::Tensor ZeroOptimizer::grad_square_sum(Unit& u) {
   // A held bf16 gradient: one pass over its bf16 values, summed in float64, times its scale².
-  if (u.grad_held)
-    return at::linalg_vector_norm(u.grad_host, 2, c10::nullopt, false, at::kDouble).pow(2) * (u.held_scale * u.held_scale);
-  return step_grad(u).to(at::kDouble).pow(2).sum().cpu();
+  if (u.grad_held) return at::scalar_tensor(squares_sum(u.grad_host) * (u.held_scale * u.held_scale), at::kDouble);
+  return at::scalar_tensor(squares_sum(step_grad(u)), at::kDouble);
+}
+
+at::Tensor ZeroOptimizer::host_scratch(std::int64_t n, const at::TensorOptions& opts) {
+  if (opts.device().is_cpu() && !opts.pinned_memory())
+    for (auto it = scratch_.begin(); it != scratch_.end(); ++it)
+      if (it->numel() == n && it->scalar_type() == opts.dtype().toScalarType()) {
+        at::Tensor t = std::move(*it);
+        scratch_.erase(it);
+        return t;
+      }
+  return at::empty({n}, opts);
+}
+
+void ZeroOptimizer::recycle(at::Tensor t) {
+  if (!t.defined() || !t.is_cpu() || t.is_pinned() || !t.is_contiguous() || t.storage_offset() != 0 ||
+      t.storage().nbytes() != static_cast<std::size_t>(t.numel()) * t.element_size())
+    return;
+  // The two most recent: a run of equal units (a transformer's blocks) reuses them, and what is
+  // kept stays within two units' buffers.
+  scratch_.push_back(t.view({-1}));
+  if (scratch_.size() > 2) scratch_.erase(scratch_.begin());
 }
 
 at::Tensor ZeroOptimizer::step_grad(Unit& u) {
@@ -263,14 +306,17 @@ void ZeroOptimizer::fused_step_unit(Unit& u) {
     ++step_;
     fused_begun_ = true;
   }
-  if (u.plan.hook_grads && !u.shard_grad.defined()) u.shard_grad = at::zeros({u.plan.owned}, shard_grad_opts_);
+  if (u.plan.hook_grads && !u.shard_grad.defined()) u.shard_grad = host_scratch(u.plan.owned, shard_grad_opts_).zero_();
   fused_norm_sq_ += grad_square_sum(u).item<double>();
   at::Tensor g = step_grad(u);
   // The global norm is known only once every unit has stepped: clipping scales by the last one's.
   if (fused_clip_ > 0 && previous_norm_ > fused_clip_) g.mul_(fused_clip_ / (previous_norm_ + 1e-6));
   step_in_memory(u, fused_lr_);
   u.stepped = true;
-  if (u.plan.hook_grads) u.shard_grad = at::Tensor();  // its gradient memory goes now
+  if (u.plan.hook_grads) {  // its gradient memory goes now (in CPU memory: to the next unit)
+    recycle(std::move(u.shard_grad));
+    u.shard_grad = at::Tensor();
+  }
 }
 
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
@@ -330,14 +376,16 @@ void ZeroOptimizer::reduce_shared(at::Tensor& t) {
 
 void ZeroOptimizer::write_weights(Unit& u, at::Tensor& p, const at::Tensor& w) {
   if (masters_) copy_converted(p, w);
-  else if (stochastic_) p.copy_(stochastic_round_bf16(w, rounding_key(o_.seed, u.name, step_), u.plan.owned_offset));
+  else if (stochastic_) stochastic_round_bf16_into(w, p, rounding_key(o_.seed, u.name, step_), u.plan.owned_offset);
   else if (!w.is_same(p)) p.copy_(w);
+  if (!masters_ && !w.is_same(p)) recycle(w);  // step_weights' copy
 }
 
-at::Tensor ZeroOptimizer::step_weights(Unit& u, const at::Tensor& p) const {
+at::Tensor ZeroOptimizer::step_weights(Unit& u, const at::Tensor& p) {
   if (masters_) return u.master;
   const bool in_place = p.device() == state_opts_.device() && p.scalar_type() == state_opts_.dtype().toScalarType();
-  return in_place ? p : p.to(state_opts_);
+  if (in_place) return p;
+  return host_scratch(p.numel(), state_opts_).copy_(p.reshape({-1})).view(p.sizes());
 }
 
 void ZeroOptimizer::step_lean(Unit& u, double lr) {
