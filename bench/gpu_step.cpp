@@ -12,8 +12,9 @@
 //                  [--device cuda|cpu --scale full|tiny]
 //
 // UNet settings (--runs): stage0, stage1, stage2, stage3, stage2+cpu-opt, stage3+cpu-param,
-// stage3+cpu-param+opt; a "/serial" suffix turns the side streams and the overlap of
-// reductions and prefetches off (for measuring the overlap). --profile 1 also prints the
+// stage3+cpu-param+opt; "+delayed" adds zero.offload_optimizer.delayed_update (after one
+// ordinary step: every timed step is delayed); a "/serial" suffix turns the side streams and the
+// overlap of reductions and prefetches off (for measuring the overlap). --profile 1 also prints the
 // forward, backward, reduction and step phases (synchronized, so without overlap).
 //
 // Transformer families: each run is a trainer config (the ready configs), trained as the trainer
@@ -94,6 +95,7 @@ struct Setting {
   int stage = 0;
   zero::ZeroOptions::Offload opt = zero::ZeroOptions::Offload::none, param = zero::ZeroOptions::Offload::none;
   bool overlap = true;
+  bool delayed = false;
 };
 
 Setting parse_setting(const std::string& name) {
@@ -107,6 +109,7 @@ Setting parse_setting(const std::string& name) {
   s.stage = n[5] - '0';
   if (n.find("+cpu-opt") != std::string::npos || n.find("+opt") != std::string::npos) s.opt = zero::ZeroOptions::Offload::cpu;
   if (n.find("+cpu-param") != std::string::npos) s.param = zero::ZeroOptions::Offload::cpu;
+  s.delayed = n.find("+delayed") != std::string::npos;
   return s;
 }
 
@@ -132,6 +135,8 @@ int child(const Args& a, const std::string& name) {
   o.side_streams = s.overlap;
   o.overlap_comm = s.overlap;
   if (!s.overlap) o.prefetch_bucket_size = 0;
+  o.delayed_update = s.delayed;
+  o.delayed_update_warmup = 1;
   zero::ZeroOptimizer opt(unet->units(), *comm, o);
   unet->set_unit_hooks(opt.unit_hooks());
   unet->set_gradient_checkpointing(a.ckpt);

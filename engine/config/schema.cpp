@@ -435,6 +435,22 @@ SchemaBuilder build() {
         "Staging buffers of the NVMe sub-group pipeline (at least 3 are used: the read of the next "
         "sub-group, the update of this one and the write of the previous one overlap).")
       .range(1, {});
+  s.add("zero.offload_optimizer.delayed_update", T::boolean, false, ZS_REF(zero.offload_optimizer.delayed_update),
+        "One-step delayed parameter update (ZeRO-Offload's DPU): after `delayed_update_warmup` ordinary steps, the "
+        "CPU computes step t's update on its own thread while the GPU runs step t+1, and the update goes into the "
+        "weights at the end of step t+1. What it changes: every update lands one step late, so step t+1's "
+        "gradients are taken at weights that lack step t's update (one step of staleness, as in asynchronous "
+        "SGD); the optimizer's moments still see every gradient in order. Samples, validation and the EMA follow "
+        "the weights the device holds (one update behind the fp32 masters); checkpoints keep both and resume "
+        "exactly, and their weights (what exports read) are the masters, with the last update. When: the optimizer is in CPU "
+        "memory and its step takes a large part of each iteration (large models, few GPUs, a slow host); after "
+        "the warm-up, when the weights move slowly. Not for very short runs or tiny learning-rate schedules "
+        "where one step matters. Needs `device: cpu`, AdamW or AdamW8bit, fp32 master weights, no fused_backward; "
+        "holds a second fp32 gradient part in CPU memory (4 bytes a parameter per rank's part).");
+  s.add("zero.offload_optimizer.delayed_update_warmup", T::integer, I{40},
+        ZS_REF(zero.offload_optimizer.delayed_update_warmup),
+        "Ordinary steps before the delayed update starts (the first steps move the weights most).")
+      .range(0, {});
   s.section("zero.offload_param", "Where parameter shards live (stage 3 only).");
   s.add("zero.offload_param.device", T::choice, std::string("none"), ZS_REF(zero.offload_param.device),
         "`none`, `cpu` or `nvme`. Only with stage 3; each unit's shard is brought in when the unit "

@@ -70,7 +70,9 @@ std::string schema_markdown() {
          "the schedule is allowed but warned about.\n"
          "- `data.resolution` is a multiple of 8.\n"
          "- `launch.machine_rank` is below `launch.num_machines`, and `launch.num_processes` is a multiple of it.\n"
-         "- `sampling.use_ema` needs `ema.enabled`.\n";
+         "- `sampling.use_ema` needs `ema.enabled`.\n"
+         "- `zero.offload_optimizer.delayed_update` needs `zero.offload_optimizer.device: cpu`, `optimizer.type` AdamW "
+         "or AdamW8bit, `optimizer.master_weights: fp32` and no `optimizer.fused_backward`.\n";
   return out;
 }
 

@@ -127,6 +127,8 @@ struct OffloadOptimizerConfig {
   std::string nvme_path;
   bool pin_memory{};
   std::int64_t buffer_count{};
+  bool delayed_update{};              ///< ZeRO-Offload's one-step delayed parameter update
+  std::int64_t delayed_update_warmup{};  ///< ordinary steps before it starts
 };
 
 struct OffloadParamConfig {

@@ -112,6 +112,17 @@ void check_schedule(const TrainerConfig& c, RuleSet& rules) {
   if (c.optimizer.master_weights == "none" && c.precision != "bf16")
     rules.fail("optimizer.master_weights", "none keeps only bf16 weights: it needs precision: bf16 (fp32 has no "
                                            "masters to drop; fp16's loss scaling needs them)");
+  if (c.zero.offload_optimizer.delayed_update) {
+    const char* key = "zero.offload_optimizer.delayed_update";
+    if (c.zero.offload_optimizer.device != "cpu")
+      rules.fail(key, "needs zero.offload_optimizer.device: cpu (the update runs on a host thread)");
+    if (c.optimizer.type == "Adafactor")
+      rules.fail(key, "works with AdamW and AdamW8bit; Adafactor sums its statistics over the ranks inside the step");
+    if (c.optimizer.fused_backward)
+      rules.fail(key, "and optimizer.fused_backward exclude each other (the fused step runs during backward already)");
+    if (c.optimizer.master_weights == "none")
+      rules.fail(key, "needs optimizer.master_weights: fp32 (the masters run one update ahead of the weights)");
+  }
   if (c.optimizer.fused_backward && c.precision == "fp16")
     rules.fail("optimizer.fused_backward", "cannot run under precision fp16: loss scaling must see every gradient "
                                            "before any unit steps; use precision: bf16");

@@ -416,6 +416,7 @@ void count_buffers(const zero::Plan& plan, const UnitTally& t, const EstimateOpt
     e.cpu.buffers += std::max(o.buffer_count, 3) * 3 * slot;
   }
   e.cpu.buffers += t.param_staging;
+  if (o.delayed_update && o.offload_optimizer == Offload::cpu) e.cpu.buffers += 4 * t.owned_total;
 }
 
 /// Frozen components (VAE, text encoders), in the compute dtype, the VAE in fp32 when it asks
@@ -607,6 +608,7 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   o.adafactor_beta1 = cfg.optimizer.adafactor.beta1.has_value();
   o.master_weights = cfg.optimizer.master_weights != "none";
   o.fused_backward = cfg.optimizer.fused_backward;
+  o.delayed_update = cfg.zero.offload_optimizer.delayed_update && cfg.zero.offload_optimizer.device == "cpu";
   o.accumulation = cfg.training.gradient_accumulation_steps;
   o.frozen_off_device = cfg.data.cache_latents && cfg.data.cache_text_embeddings && !trained.text_trained();
   return o;

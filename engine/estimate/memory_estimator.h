@@ -67,6 +67,9 @@ struct EstimateOptions {
   /// optimizer.fused_backward: from stage 2 on a unit's reduced gradients exist only from its
   /// reduction to its step (with accumulation > 1 they stay, as without it).
   bool fused_backward = false;
+  /// zero.offload_optimizer.delayed_update: a second float32 gradient part in CPU memory (the one
+  /// the host thread's update reads while the next step's gradients arrive).
+  bool delayed_update = false;
   std::int64_t accumulation = 1;       ///< training.gradient_accumulation_steps
   std::int64_t gpu_memory = 0;         ///< bytes of the compute device (0: unknown, "fits" is true)
   std::int64_t cpu_memory = 0;         ///< bytes of this machine's RAM (0: unknown)

@@ -57,6 +57,8 @@ zero::ZeroOptions zero_options(const config::TrainerConfig& cfg) {
   zo.param_nvme_path = z.offload_param.nvme_path;
   zo.sub_group_size = z.sub_group_size;
   zo.buffer_count = static_cast<int>(z.offload_optimizer.buffer_count);
+  zo.delayed_update = z.offload_optimizer.delayed_update;
+  zo.delayed_update_warmup = z.offload_optimizer.delayed_update_warmup;
   // CPU copies are pinned whenever CUDA is present (the pin_memory keys are read for DeepSpeed
   // compatibility; unpinned copies would only make the transfers slower).
   zo.pin_memory = true;

@@ -131,7 +131,8 @@ void Trainer::State::restore(const checkpoint::CheckpointInfo& ckpt) {
   for (auto& u : optimizer->layout()) layout[u.name] = std::move(u);
   optimizer->load_shards([&](const std::string& unit, const std::string& kind, std::int64_t first, std::int64_t count) {
                            return reader.read_state(layout.at(unit), kind, first, count, zero::kQuantBlock); },
-                         meta.optimizer_steps, with_ema);
+                         meta.optimizer_steps, with_ema,
+                         cfg.zero.offload_optimizer.delayed_update && reader.has("lagged"));
   if (meta.previous_grad_norm) optimizer->set_previous_grad_norm(*meta.previous_grad_norm);
   // The noise needs no state: each sample's generator is seeded by its batch and place
   // (sample_generator), so it follows from batches_consumed.

@@ -138,7 +138,22 @@ void ZeroOptimizer::choose_precisions(const std::vector<models::ParamUnit>& unit
   // copy is neither zeroed nor added into on the way. fp16 keeps the copy (loss scaling unscales
   // it in place); the fused backward step and the lean optimizers read their own way.
   hold_bf16_grads_ = o_.host_bf16_grads && masters_ && compute == at::kBFloat16 && o_.offload_optimizer == ZeroOptions::Offload::cpu &&
-                     o_.optimizer == OptimizerType::adamw && !o_.fused_backward;
+                     o_.optimizer == OptimizerType::adamw && !o_.fused_backward && !o_.delayed_update;
+  if (o_.delayed_update) {
+    // The host thread updates masters and moments only: no collectives (Adafactor all-reduces
+    // its statistics inside the step), no weights (the device trains on them meanwhile).
+    if (o_.offload_optimizer != ZeroOptions::Offload::cpu)
+      throw Error(ErrorKind::config, "zero.offload_optimizer.delayed_update needs zero.offload_optimizer.device: cpu");
+    if (o_.optimizer == OptimizerType::adafactor)
+      throw Error(ErrorKind::config, "zero.offload_optimizer.delayed_update works with AdamW and AdamW8bit, not Adafactor "
+                                     "(its statistics are summed over the ranks inside the step)");
+    if (o_.fused_backward)
+      throw Error(ErrorKind::config, "zero.offload_optimizer.delayed_update and optimizer.fused_backward exclude each "
+                                     "other (the fused step runs during backward already)");
+    if (!masters_)
+      throw Error(ErrorKind::config, "zero.offload_optimizer.delayed_update needs optimizer.master_weights: fp32 (the "
+                                     "masters run one update ahead of the weights)");
+  }
   compute_opts_ = given.dtype(compute);
   copies_ = std::make_unique<CopyStream>(o_.side_streams ? compute_opts_.device() : at::Device(at::kCPU));
   // Offloaded state lives in CPU memory, named explicitly: Tensor::to() with options that name no
@@ -587,7 +602,9 @@ void ZeroOptimizer::reduce_unit(std::size_t unit) {
 
 // Collectives still in flight (after a failure) keep their tensors alive through their work
 // objects, so nothing waits for them here: after a peer died that could take a timeout per unit.
-ZeroOptimizer::~ZeroOptimizer() = default;
+ZeroOptimizer::~ZeroOptimizer() {
+  if (delayed_thread_.joinable()) delayed_thread_.join();
+}
 
 void ZeroOptimizer::ensure_grads() {
   for (auto& u : units_) {

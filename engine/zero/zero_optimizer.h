@@ -19,10 +19,12 @@
 // (stage 3) the parameter shards live in CPU memory or NVMe files between gathers.
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <c10/core/ScalarType.h>
@@ -83,6 +85,13 @@ struct ZeroOptions {
   /// into the fused CPU step where they landed instead of through a float32 copy. false: the copy,
   /// as before (tests and benchmarks compare the two).
   bool host_bf16_grads = true;
+  /// zero.offload_optimizer.delayed_update (ZeRO-Offload's one-step delayed parameter update):
+  /// after `delayed_update_warmup` ordinary steps, step t computes its update on a host thread
+  /// while the device runs step t+1 with the weights of step t−1; the update is written at the
+  /// next step(). AdamW or AdamW8bit with the optimizer in CPU memory, unfused; the EMA then
+  /// follows the weights the device holds.
+  bool delayed_update = false;
+  std::int64_t delayed_update_warmup = 40;
 
   /// The dtype the model computes in (bf16/fp16: mixed precision with fp32 masters); unset: the
   /// parameters' own dtype.
@@ -203,7 +212,12 @@ class ZeroOptimizer final {
                                                std::int64_t count)>;
   /// Restores weights, moments, the EMA (when `with_ema`) and the step count from `read`; a
   /// collective from stage 1 on (the units kept whole are gathered again).
-  void load_shards(const ShardSource& read, std::int64_t steps, bool with_ema);
+  void load_shards(const ShardSource& read, std::int64_t steps, bool with_ema, bool with_lagged = false);
+  /// delayed_update: writes the update under way into the weights now. Nothing otherwise.
+  void flush_delayed();
+  /// delayed_update: whether an update is computed but not yet in the weights (the checkpoint then
+  /// also keeps the weights the device trains with, as "<unit>/lagged").
+  bool delayed_pending() const { return delayed_pending_; }
 
   /// What every unit's layout and treatment is (the plan this optimizer carries out).
   const Plan& plan() const { return plan_; }
@@ -319,6 +333,12 @@ class ZeroOptimizer final {
   /// Keeps a CPU buffer for host_scratch() (the two most recent; older ones are freed).
   void recycle(at::Tensor t);
   void step_nvme(double lr);
+  /// delayed_update: waits for the host thread's update (rethrowing its error).
+  void join_delayed();
+  /// delayed_update: the weights from the masters the host thread updated (compute copy, shards).
+  void write_delayed();
+  /// delayed_update: the update of a unit from its delayed_grad into masters and moments only.
+  void compute_delayed(Unit& u, double lr, std::int64_t step);
   /// Master / moments of a unit, whole (NVMe: read synchronously). kind: 0 master, 1 m, 2 v.
   at::Tensor read_state(Unit& u, int kind);
   void write_state(Unit& u, int kind, const at::Tensor& values);
@@ -345,6 +365,9 @@ class ZeroOptimizer final {
   double current_norm_ = 0;  // fused_backward: this step's global norm, once clip_grad_norm has it
   at::TensorOptions shard_grad_opts_;  // what a unit's reduced gradient part is kept in
   std::vector<at::Tensor> scratch_;    // host_scratch's kept buffers
+  std::thread delayed_thread_;         // delayed_update: the update under way
+  std::exception_ptr delayed_error_;
+  bool delayed_pending_ = false;       // masters ahead of the weights by one update
   at::TensorOptions compute_opts_, state_opts_;  // where/what the model computes; where the optimizer state lives
   at::TensorOptions given_opts_;  // the trained parameters' own precision, on the compute device
   std::unique_ptr<Offload> offload_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <utility>
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -504,6 +505,36 @@ void ZeroOptimizer::step(double lr) {
     return;
   }
   ++step_;
+  if (o_.delayed_update && step_ > o_.delayed_update_warmup) {
+    // The update computed while this step's forward and backward ran goes into the weights (the
+    // next forward uses them: the masters of step t−1); this step's gradients move aside and
+    // their update is computed on a host thread while the device runs the next step.
+    join_delayed();
+    write_delayed();
+    for (auto& u : units_) {
+      const at::Tensor g = step_grad(*u);
+      if (u->shard_grad.defined() && u->shard_grad.is_cpu()) {
+        if (!u->delayed_grad.defined()) u->delayed_grad = at::zeros_like(u->shard_grad);
+        std::swap(u->shard_grad, u->delayed_grad);  // (zero_grad clears the other for the next step)
+      } else {
+        if (!u->delayed_grad.defined()) u->delayed_grad = at::empty({u->plan.owned}, state_opts_);
+        u->delayed_grad.copy_(g);
+      }
+    }
+    delayed_pending_ = true;
+    delayed_thread_ = std::thread([this, lr, step = step_] {
+      try {
+        c10::NoGradGuard no_grad;
+        for (auto& u : units_) compute_delayed(*u, lr, step);
+      } catch (...) {
+        delayed_error_ = std::current_exception();
+      }
+    });
+    copies_->join();
+    gather_whole_units(plan_.overlap_comm);
+    grads_reduced_ = false;
+    return;
+  }
   if (o_.offload_optimizer == ZeroOptions::Offload::nvme) step_nvme(lr);
   else
     for (auto& u : units_) step_in_memory(*u, lr);
@@ -512,8 +543,42 @@ void ZeroOptimizer::step(double lr) {
   grads_reduced_ = false;  // (the reduced gradients are cleared by the next zero_grad)
 }
 
+void ZeroOptimizer::compute_delayed(Unit& u, double lr, std::int64_t step) {
+  const double unit_lr = lr * u.lr_scale;
+  if (u.quantized) {
+    adamw8bit_update(u.master, u.delayed_grad, u.exp_avg, u.m_absmax, u.exp_avg_sq, u.v_absmax, signed_map_,
+                     unsigned_map_, AdamHyper{unit_lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, step});
+    return;
+  }
+  adam_master(u.master, u.exp_avg, u.exp_avg_sq, u.delayed_grad, o_, unit_lr, step, at::Tensor());
+}
+
+void ZeroOptimizer::join_delayed() {
+  if (delayed_thread_.joinable()) delayed_thread_.join();
+  if (delayed_error_) std::rethrow_exception(std::exchange(delayed_error_, nullptr));
+}
+
+void ZeroOptimizer::write_delayed() {
+  if (!delayed_pending_) return;
+  c10::NoGradGuard no_grad;
+  for (auto& u : units_) {
+    at::Tensor p = owned_params(*u);
+    copy_converted(p, u->master);
+    store_owned_params(*u, p);
+  }
+  delayed_pending_ = false;
+}
+
+void ZeroOptimizer::flush_delayed() {
+  join_delayed();
+  if (!delayed_pending_) return;
+  write_delayed();
+  gather_whole_units(false);
+}
+
 NamedTensors ZeroOptimizer::state() const {
   auto& self = const_cast<ZeroOptimizer&>(*this);  // NVMe reads change no logical state
+  self.join_delayed();
   NamedTensors out;
   for (const auto& u : units_) {
     if (u->adafactor) {
@@ -593,6 +658,7 @@ OffloadedBytes ZeroOptimizer::offloaded() const {
 
 NamedTensors ZeroOptimizer::full_parameters() {
   finish_gathers();
+  join_delayed();  // (the masters: one update ahead of the weights while one is pending)
   if (sharded_units() == 0 && !masters_) return {};
   c10::NoGradGuard no_grad;
   NamedTensors out;
@@ -628,7 +694,9 @@ void ZeroOptimizer::enable_ema(double decay) {
 void ZeroOptimizer::update_ema() {
   if (ema_decay_ < 0) return;
   c10::NoGradGuard no_grad;
-  for (auto& u : units_) u->ema.lerp_(owned_weights(*u).detach().to(at::kCPU, at::kFloat), 1.0 - ema_decay_);
+  // delayed_update: the weights the device holds (the masters are being updated meanwhile).
+  for (auto& u : units_)
+    u->ema.lerp_((delayed_pending_ ? owned_params(*u) : owned_weights(*u)).detach().to(at::kCPU, at::kFloat), 1.0 - ema_decay_);
 }
 
 NamedTensors ZeroOptimizer::ema_state() {
@@ -683,12 +751,15 @@ std::vector<checkpoint::UnitLayout> ZeroOptimizer::layout() const {
 
 NamedTensors ZeroOptimizer::shard_state() {
   finish_gathers();
+  join_delayed();
   NamedTensors out;
   if (plan_.replicated && comm_.rank() != 0) return out;
   c10::NoGradGuard no_grad;
   const auto opts = at::TensorOptions().dtype(master_dtype_);
   for (auto& u : units_) {
     out.emplace_back(u->name + "/weights", read_state(*u, 0).to(at::kCPU).to(opts).contiguous().clone());
+    // delayed_update with an update computed but not yet written: the weights the device holds.
+    if (delayed_pending_) out.emplace_back(u->name + "/lagged", owned_params(*u).to(at::kCPU).to(opts).contiguous().clone());
     if (u->adafactor) {
       if (u->adafactor->exp_avg().defined())
         out.emplace_back(u->name + "/exp_avg", u->adafactor->exp_avg().to(at::kCPU).to(opts).contiguous().clone());
@@ -709,13 +780,15 @@ NamedTensors ZeroOptimizer::shard_state() {
   return out;
 }
 
-void ZeroOptimizer::load_shards(const ShardSource& read, std::int64_t steps, bool with_ema) {
+void ZeroOptimizer::load_shards(const ShardSource& read, std::int64_t steps, bool with_ema, bool with_lagged) {
   finish_gathers();
+  join_delayed();
   c10::NoGradGuard no_grad;
+  delayed_pending_ = with_lagged;  // the next step writes the saved masters into the weights
   for (auto& u : units_) {
     const at::Tensor w = read(u->name, "weights", u->plan.owned_offset, u->plan.owned);
     at::Tensor live = owned_params(*u);
-    live.copy_(w);
+    live.copy_(with_lagged ? read(u->name, "lagged", u->plan.owned_offset, u->plan.owned) : w);
     store_owned_params(*u, live);
     if (masters_) write_state(*u, 0, w.to(at::TensorOptions().dtype(master_dtype_)));
     if (u->adafactor) {

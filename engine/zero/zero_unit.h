@@ -36,6 +36,7 @@ struct ZeroOptimizer::Unit {
                              // param offload; undefined with NVMe, where they live in a file)
   at::Tensor flat_grad;      // [padded] full gradients, compute dtype (freed after a stage 2 reduction)
   at::Tensor shard_grad;     // [owned] the rank's reduced gradients, where the step reads them
+  at::Tensor delayed_grad;   // delayed_update: the gradients the host thread's update reads
                              // (stages 2-3: compute dtype, as ZeRO counts them; with optimizer
                              // offload, every stage: fp32 on the CPU)
   at::Tensor master;         // [owned] fp32 master weights (mixed precision / offload; not NVMe)

@@ -88,7 +88,7 @@ for step in $steps; do
     sd15)
       # Offload against stage 0 right before it, and the host's AdamW floor.
       [ "$t" -gt 70 ] || { echo "sd15: skipped, ${t}s left"; continue; }
-      timeout $((t - 10)) $bench --model sd15 --batch 8 --runs stage0,stage2+cpu-opt --steps 5 --warmup 2 --baseline 1 \
+      timeout $((t - 10)) $bench --model sd15 --batch 8 --runs stage0,stage2+cpu-opt,stage2+cpu-opt+delayed --steps 5 --warmup 2 --baseline 1 \
         --profile 1 2>&1 | tee "$out/sd15.log"
       timeout 60 $build/bench/bench_cpu_adam --sizes 256 --threads "$(nproc)" --steps 3 --python python3 2>&1 | tee -a "$out/sd15.log"
       timeout 60 $build/bench/bench_offload_host --params 256 --threads 1,0 --steps 3 --lean 0 2>&1 | tee -a "$out/sd15.log"

@@ -218,6 +218,7 @@ struct Denoiser {
 struct Variant {
   bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false, lora = false, flux = false, qwen = false;
   bool adafactor = false, adam8 = false, nomaster = false, nooverlap = false, nomaster_cos = false, fused = false;
+  bool delayed = false;  // zero.offload_optimizer.delayed_update after 2 ordinary steps
   std::string te;  // "", full or lora
   zero::ZeroOptions::Offload opt = zero::ZeroOptions::Offload::none, param = zero::ZeroOptions::Offload::none;
   std::string nvme;
@@ -242,6 +243,7 @@ struct Variant {
       else if (f == "nooverlap") nooverlap = true;
       else if (f == "nomaster_cos") nomaster_cos = bf16 = true;
       else if (f == "fused") fused = true;
+      else if (f == "delayed") delayed = true;
       else if (f.rfind("te=", 0) == 0) te = f.substr(3);
       else if (f.rfind("opt=", 0) == 0) opt = device(f.substr(4));
       else if (f.rfind("param=", 0) == 0) param = device(f.substr(6));
@@ -301,6 +303,8 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   o.master_weights = !v.nomaster && !v.nomaster_cos;
   if (v.nooverlap) o.overlap_comm = false;
   o.fused_backward = v.fused;
+  o.delayed_update = v.delayed;
+  o.delayed_update_warmup = 2;
   o.seed = 42;
   const at::Device dev = v.cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
   if (v.cuda) {
@@ -440,6 +444,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   zero::ReferenceEma ref_ema(ref_params, 0.8);
   const std::int64_t G = 12, per_rank = G / world, micro = per_rank / accum;
   double previous_ref_norm = -1;
+  std::vector<at::Tensor> lagged;  // delayed: the weights of the reference's next forward
   for (int step = 0; step < 5; ++step) {
     at::Generator gen = at::detail::createCPUGenerator(100 + step);
     const at::Tensor x = at::randn({G, 3, 8, 8}, gen).to(dtype), target = at::randn({G, 3, 8, 8}, gen).to(dtype);
@@ -469,6 +474,15 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
     // accumulation would run them), gradients summed and divided by the number of ranks.
     // Each rank's gradient is accumulated on its own, then the ranks' sums are added in rank order.
     std::vector<at::Tensor> total(ref_params.size());
+    // delayed: the reference's forward runs on the weights one update behind its masters.
+    std::vector<at::Tensor> masters;
+    if (!lagged.empty()) {
+      c10::NoGradGuard no_grad;
+      for (std::size_t i = 0; i < ref_params.size(); ++i) {
+        masters.push_back(ref_params[i].second.clone());
+        ref_params[i].second.copy_(lagged[i]);
+      }
+    }
     for (int r = 0; r < world; ++r) {
       ref_opt.zero_grad();
       for (int k = 0; k < accum; ++k) {
@@ -486,6 +500,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
     {
       c10::NoGradGuard no_grad;
       for (std::size_t i = 0; i < ref_params.size(); ++i) ref_params[i].second.mutable_grad().copy_(total[i]).div_(world);
+      for (std::size_t i = 0; i < masters.size(); ++i) ref_params[i].second.copy_(masters[i]);
     }
     if (step == 0)
       for (const auto& d : nvme_dirs) std::printf("nvme_files %ld %s\n", count_files(d), d.c_str());
@@ -496,9 +511,17 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
       for (auto& [name, p] : ref_params) p.mutable_grad().mul_(clip / (previous_ref_norm + 1e-6));
     }
     previous_ref_norm = ref_norm;
+    // delayed: from the third step the next forward uses the masters before this update.
+    lagged.clear();
+    if (v.delayed && step + 1 > 2)
+      for (const auto& [name, p] : ref_params) lagged.push_back(p.detach().clone());
     ref_opt.step(1e-3);
     opt.update_ema();
-    ref_ema.update(ref_params);
+    zero::NamedTensors held = ref_params;  // the EMA follows the weights the device holds
+    for (std::size_t i = 0; i < lagged.size(); ++i) held[i].second = lagged[i];
+    ref_ema.update(held);
+    if (v.delayed && !check(opt.delayed_pending() == (step + 1 > 2), "an update is pending after each delayed step"))
+      return 1;
     if (std::abs(norm - ref_norm) > (v.bf16 ? 2e-2 : 1e-5) * ref_norm) {
       std::fprintf(stderr, "grad norm %g vs reference %g at step %d\n", norm, ref_norm, step);
       return 1;
@@ -670,6 +693,8 @@ int reshard(comm::Communicator& c, const std::string& phase, int stage, const st
   o.offload_optimizer = v.opt;
   o.offload_param = v.param;
   o.optimizer_nvme_path = o.param_nvme_path = v.nvme;
+  o.delayed_update = v.delayed;  // saved after step 3, while step 3's update is pending
+  o.delayed_update_warmup = 2;
   lean_options(v, o);
   // LoRA: the base as frozen units (partitioned at stage 3), the adapters one unit kept whole.
   std::vector<models::ParamUnit> units = unet->units();
@@ -721,7 +746,8 @@ int reshard(comm::Communicator& c, const std::string& phase, int stage, const st
   for (auto& u : opt.layout()) layout[u.name] = std::move(u);
   opt.load_shards([&](const std::string& unit, const std::string& kind, std::int64_t first, std::int64_t count) {
     return reader.read_state(layout.at(unit), kind, first, count, zero::kQuantBlock);
-  }, meta.at("step").get<std::int64_t>(), reader.has("ema"));
+  }, meta.at("step").get<std::int64_t>(), reader.has("ema"), v.delayed && reader.has("lagged"));
+  if (v.delayed && !check(opt.delayed_pending(), "the checkpoint kept the update pending")) return 1;
   for (int step = 3; step < 6; ++step) reshard_step(c, unet, opt, step);
   const auto mine = whole();
   const io::SafetensorsReader ref(dir + "/reference.safetensors");

@@ -191,6 +191,13 @@ class TestDist : public QObject {
     QTest::newRow("fused lora, stage 3, 2 ranks, f64") << 3 << 2 << 1 << 0.0 << "f64,fused,lora";
     QTest::newRow("adafactor, flux, stage 3, 2 ranks, f64") << 3 << 2 << 1 << 0.0 << "f64,flux,adafactor";
     QTest::newRow("adafactor lora, stage 2, 2 ranks, f64") << 2 << 2 << 1 << 0.0 << "f64,lora,adafactor";
+    // zero.offload_optimizer.delayed_update (issue 38): after 2 ordinary steps each update lands one
+    // step late; the reference applies each one step late in a straight line.
+    QTest::newRow("delayed update, stage 1, 2 ranks, optimizer on cpu, f64") << 1 << 2 << 1 << 0.0 << "f64,delayed,opt=cpu";
+    QTest::newRow("delayed update, stage 2, 2 ranks, accumulation 2, clipping, optimizer on cpu, f64")
+        << 2 << 2 << 2 << 0.5 << "f64,delayed,opt=cpu";
+    QTest::newRow("delayed update, stage 3, 2 ranks, parameters and optimizer on cpu, f64")
+        << 3 << 2 << 1 << 0.0 << "f64,delayed,opt=cpu,param=cpu";
   }
 
   // After 5 AdamW steps the weights equal one process training the same samples in the same
@@ -248,6 +255,12 @@ class TestDist : public QObject {
     QTest::newRow("lora: stage 0 on 1 rank -> stage 3 on 2 ranks, base shards and optimizer on cpu")
         << 0 << 1 << 3 << 2 << "lora,param=cpu,opt=cpu";
     QTest::newRow("stage 1 on 3 ranks -> stage 2 on 3 ranks") << 1 << 3 << 2 << 3 << "";
+    // zero.offload_optimizer.delayed_update (issue 38): saved while step 3's update is pending (the
+    // weights the device holds go along as "lagged"), resumed under another layout.
+    QTest::newRow("delayed update: stage 2 on 2 ranks -> stage 3 on 3 ranks, optimizer on cpu")
+        << 2 << 2 << 3 << 3 << "delayed,opt=cpu";
+    QTest::newRow("delayed update: stage 1 on 1 rank -> stage 3 on 2 ranks, params and optimizer on cpu")
+        << 1 << 1 << 3 << 2 << "delayed,opt=cpu,param=cpu";
   }
 
   void shardsResumeUnderAnotherLayout() {
@@ -287,7 +300,8 @@ class TestDist : public QObject {
   static QString save_variant(const QString& load_variant) {
     QStringList keep;
     for (const QString& f : load_variant.split(','))
-      if (f == "lora" || f == "adafactor" || f == "adam8") keep << f;
+      if (f == "lora" || f == "adafactor" || f == "adam8" || f == "delayed") keep << f;
+    if (keep.contains("delayed")) keep << "opt=cpu";  // (the delayed update needs it)
     return keep.join(',');
   }
 

@@ -243,6 +243,14 @@ logging:
         << "optimizer:\n  type: AdamW8bit\nzero:\n  stage: 2\n  offload_optimizer:\n    device: nvme\n    nvme_path: /tmp\n"
         << "t.yaml:6:13: zero.offload_optimizer.device: nvme streams AdamW's state only; optimizer.type AdamW8bit keeps its "
            "state in memory: use device cpu";
+    QTest::newRow("delayed update without cpu offload")
+        << "zero:\n  stage: 2\n  offload_optimizer:\n    delayed_update: true\n"
+        << "t.yaml:4:21: zero.offload_optimizer.delayed_update: needs zero.offload_optimizer.device: cpu (the update "
+           "runs on a host thread)";
+    QTest::newRow("delayed update with Adafactor")
+        << "optimizer:\n  type: Adafactor\nzero:\n  stage: 2\n  offload_optimizer:\n    device: cpu\n    delayed_update: true\n"
+        << "t.yaml:7:21: zero.offload_optimizer.delayed_update: works with AdamW and AdamW8bit; Adafactor sums its "
+           "statistics over the ranks inside the step";
     QTest::newRow("resolution multiple of 8") << "data:\n  resolution: 100\n"
                                               << "t.yaml:2:15: data.resolution: must be a multiple of 8 (got 100)";
     QTest::newRow("machine rank") << "launch:\n  num_machines: 2\n  machine_rank: 2\n  num_processes: 4\n"
