@@ -63,6 +63,7 @@ MetricsPanel::MetricsPanel(QWidget* parent) : QWidget(parent) {
     QCPGraph* g = addGraph(plot("loss"), name, colour);
     g->setLineStyle(QCPGraph::lsNone);
     g->setScatterStyle(QCPScatterStyle(QCPScatterStyle::ssDisc, 7));
+    g->removeFromLegend();  // until the run has such points (drawValidation)
   }
   plot("loss")->legend->setVisible(true);
   addGraph(plot("lr"), tr("lr"), kColours[2]);
@@ -72,6 +73,12 @@ MetricsPanel::MetricsPanel(QWidget* parent) : QWidget(parent) {
   addGraph(tp, tr("samples/s"), kColours[0]);
   addGraph(tp, tr("s/it"), kColours[1], tp->yAxis2);
   tp->legend->setVisible(true);
+  // Its legend below the chart, one row: inside, it covered the two lines it names.
+  tp->axisRect()->insetLayout()->take(tp->legend);
+  tp->plotLayout()->addElement(2, 0, tp->legend);
+  tp->plotLayout()->setRowStretchFactor(2, 0.001);
+  tp->legend->setFillOrder(QCPLegend::foColumnsFirst);
+  tp->legend->setMargins(QMargins(4, 2, 4, 2));
   addGraph(plot("grad_norm"), tr("grad norm"), kColours[4]);
   QCPGraph* scale = addGraph(plot("loss_scale"), tr("loss scale"), kColours[3]);
   scale->setLineStyle(QCPGraph::lsStepLeft);
@@ -152,9 +159,10 @@ void MetricsPanel::setNote(const QString& name, const QString& text) {
   if (note->text() == text && note->visible() == !text.isEmpty()) return;
   note->setText(text);
   note->setVisible(!text.isEmpty());
-  // A note replaces the plot: no axis labels to overlap it.
-  p->xAxis->setTickLabels(text.isEmpty());
-  p->yAxis->setTickLabels(text.isEmpty());
+  // A note replaces the plot: no axes (their ticks and labels crowded into a corner of an empty
+  // log-scale plot) around it.
+  p->xAxis->setVisible(text.isEmpty());
+  p->yAxis->setVisible(text.isEmpty());
   p->replot(QCustomPlot::rpQueuedReplot);
 }
 
@@ -171,6 +179,11 @@ void MetricsPanel::drawValidation() {
   for (const ValidationPoint& v : m_controller->validation()) {
     p->graph(2)->addData(v.step, v.val_loss);
     if (v.has_ema) p->graph(3)->addData(v.step, v.val_loss_ema);
+  }
+  // The legend names only what the run has: no validation entries without validation points.
+  for (int g : {2, 3}) {
+    if (p->graph(g)->data()->isEmpty()) p->graph(g)->removeFromLegend();
+    else p->graph(g)->addToLegend();
   }
 }
 

@@ -82,10 +82,16 @@ TensorBoardLog::Written TensorBoardLog::add(const nlohmann::json& e) {
   if (type == event::metrics) {
     for (const auto& [field, tag] : kScalars)
       if (e.contains(field)) scalar(tag, e[field]);
-    if (e.contains(event::ranks))
+    if (e.contains(event::ranks)) {
+      // Without CUDA every rank reports zeros for the GPU fields: those are no measurement.
+      bool gpu = false;
+      for (const auto& r : e[event::ranks])
+        gpu |= r.value(event::gpu_reserved_bytes, std::int64_t{0}) > 0 || r.value(event::gpu_peak_bytes, std::int64_t{0}) > 0;
       for (const auto& r : e[event::ranks])
         for (const char* kind : kMemory)
-          if (r.contains(kind)) scalar("memory/rank" + std::to_string(r.value(event::rank, 0)) + "/" + kind, r[kind]);
+          if (r.contains(kind) && (gpu || kind == kMemory[0]))
+            scalar("memory/rank" + std::to_string(r.value(event::rank, 0)) + "/" + kind, r[kind]);
+    }
   } else if (type == event::validation) {
     for (const auto& [field, tag] : kValidation)
       if (e.contains(field)) scalar(tag, e[field]);

@@ -148,6 +148,20 @@ class TestDashboard : public QObject {
     QVERIFY(w.openRun(tmp.path()));
     run.metrics(10, 1);  // 1 s of wall time per step, 0.25 s/it of training
     run.metrics(20, 1);
+    QCustomPlot* loss = w.metricsPanel()->plot("loss");
+    QTRY_COMPARE(w.metricsPanel()->pointCount("loss"), 2);
+    // Issue 40's dashboard details: no validation entries in the legend before there are points;
+    // no axes around the loss-scale note; the throughput legend outside the lines it names.
+    QCOMPARE(loss->legend->itemCount(), 2);
+    QVERIFY(!loss->legend->hasItemWithPlottable(loss->graph(2)) && !loss->legend->hasItemWithPlottable(loss->graph(3)));
+    QCustomPlot* scale = w.metricsPanel()->plot("loss_scale");
+    QVERIFY(!scale->xAxis->visible() && !scale->yAxis->visible());
+    QCustomPlot* tp = w.metricsPanel()->plot("throughput");
+    tp->replot();
+    QVERIFY(tp->legend->visible());
+    QCOMPARE(tp->legend->itemCount(), 2);
+    QVERIFY2(!tp->legend->outerRect().intersects(tp->axisRect()->rect()),
+             "the throughput legend lies outside the chart's lines");
     run.line("{\"type\":\"validation\",\"step\":10,\"time\":10,\"val_loss\":0.8,\"val_loss_ema\":0.9}");
     run.line("{\"type\":\"validation\",\"step\":20,\"time\":20,\"val_loss\":0.7}");
     QTRY_COMPARE(w.metricsPanel()->pointCount("loss", 2), 2);
@@ -158,6 +172,8 @@ class TestDashboard : public QObject {
              "\"grad_norm\":1,\"samples_per_s\":100,\"s_per_step\":0.25,\"epoch\":3,\"loss_scale\":65536,\"ranks\":[]}");
     QTRY_COMPARE(w.metricsPanel()->pointCount("loss_scale"), 1);
     QCOMPARE(w.metricsPanel()->plotNote("loss_scale"), QString());
+    QVERIFY(scale->xAxis->visible() && scale->yAxis->visible());
+    QCOMPARE(loss->legend->itemCount(), 4);  // val_loss and val_loss (EMA) now that both have points
     QCOMPARE(w.controller()->metrics().back().smoothed, 0.625);
     QVERIFY(w.findChild<QAction*>("validateNow") != nullptr);
     w.controller()->validateNow();
