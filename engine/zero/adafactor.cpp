@@ -16,6 +16,18 @@ namespace {
 /// int64: 16 bytes an element while they live).
 constexpr std::int64_t kChunk = 1 << 20;
 
+/// Σ term(k) over [0, n) in double, in eight lanes (k mod 8) added in a fixed order at the end:
+/// the additions of one lane wait on each other, eight lanes do not (and vectorize).
+template <typename F>
+double lanes_sum(std::int64_t n, const F& term) {
+  double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    for (int j = 0; j < 8; ++j) l[j] += term(k + j);
+  for (; k < n; ++k) l[0] += term(k);
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
 }  // namespace
 
 double adafactor_step_size(const AdafactorOptions& o, double lr, std::int64_t step, double param_rms) {
@@ -109,12 +121,11 @@ void AdafactorUnit::step_loops(at::Tensor& w, const at::Tensor& g, double lr, st
       zs::parallel_for(r0, r1, std::max<std::int64_t>(1, kBlock / s.cols), [&](std::int64_t lo, std::int64_t hi) {
         for (std::int64_t r = lo; r < hi; ++r) {
           const std::int64_t a = std::max(p.lo, r * s.cols), b = std::min(p.lo + p.n, (r + 1) * s.cols);
-          double acc = 0;
-          for (std::int64_t e = a; e < b; ++e) {
-            const T v = static_cast<T>(gi[e - p.lo]);
-            acc += static_cast<double>(v * v + eps1);
-          }
-          row_sums[r] = static_cast<T>(acc);
+          const G* x = gi + (a - p.lo);
+          row_sums[r] = static_cast<T>(lanes_sum(b - a, [&](std::int64_t k) {
+            const T v = static_cast<T>(x[k]);
+            return static_cast<double>(v * v + eps1);
+          }));
         }
       });
       // Columns: per slab (the leading dimensions) and block of columns, down the rows.
@@ -147,9 +158,8 @@ void AdafactorUnit::step_loops(at::Tensor& w, const at::Tensor& g, double lr, st
       });
     }
     sp[S + static_cast<std::int64_t>(p.slot)] = static_cast<T>(zs::blocked_sum(p.n, kBlock, [&](std::int64_t lo, std::int64_t hi) {
-      double acc = 0;
-      for (std::int64_t e = lo; e < hi; ++e) acc += static_cast<double>(wi[e]) * static_cast<double>(wi[e]);
-      return acc;
+      const T* x = wi + lo;
+      return lanes_sum(hi - lo, [&](std::int64_t k) { return static_cast<double>(x[k]) * static_cast<double>(x[k]); });
     }));
   }
   reduce(sums);
@@ -171,24 +181,32 @@ void AdafactorUnit::step_loops(at::Tensor& w, const at::Tensor& g, double lr, st
       stats_.narrow(0, s.stats_offset, s.numel).mul_(beta2t).add_(sums.narrow(0, s.stats_offset, s.numel), 1.0 - beta2t);
     }
   }
-  // The unclipped update of element e of piece p (its own index within the parameter), visited
-  // in row segments: f(index in the piece, update).
+  // The unclipped updates of elements [a, b) of piece p (indices within the piece), a chunk at a
+  // time into a buffer: f(first index, updates, count). The product loops run over a row segment's
+  // contiguous columns and gradients, so they vectorize.
   const T* const st = stats_.data_ptr<T>();
+  constexpr std::int64_t kUpdates = 1024;
   auto updates = [&](const Piece& p, std::int64_t a, std::int64_t b, const auto& f) {
     const Slot& s = slots_[p.slot];
     const G* gi = gp + base(p);
-    if (s.rows > 0) {
-      const T* r = row_factor[p.slot].data_ptr<T>();
-      const T* c = col_factor[p.slot].data_ptr<T>();
-      segments(s, p.lo + a, p.lo + b, [&](std::int64_t row, std::int64_t first, std::int64_t end) {
-        const T rv = r[row];
-        const T* cv = c + (row / s.rows) * s.cols;  // this slab's column factors
-        const std::int64_t row_start = row * s.cols;
-        for (std::int64_t e = first; e < end; ++e) f(e - p.lo, (rv * cv[e - row_start]) * static_cast<T>(gi[e - p.lo]));
-      });
-    } else {
-      const T* v = st + s.stats_offset + p.lo;
-      for (std::int64_t k = a; k < b; ++k) f(k, (T(1) / std::sqrt(v[k])) * static_cast<T>(gi[k]));
+    T buf[kUpdates];
+    for (std::int64_t c = a; c < b; c += kUpdates) {
+      const std::int64_t m = std::min(kUpdates, b - c);
+      if (s.rows > 0) {
+        const T* r = row_factor[p.slot].data_ptr<T>();
+        const T* cf = col_factor[p.slot].data_ptr<T>();
+        segments(s, p.lo + c, p.lo + c + m, [&](std::int64_t row, std::int64_t first, std::int64_t end) {
+          const T rv = r[row];
+          const T* cv = cf + (row / s.rows) * s.cols + (first - row * s.cols);  // this slab's column factors
+          const G* gg = gi + (first - p.lo);
+          T* out = buf + (first - p.lo - c);
+          for (std::int64_t j = 0; j < end - first; ++j) out[j] = (rv * cv[j]) * static_cast<T>(gg[j]);
+        });
+      } else {
+        const T* v = st + s.stats_offset + p.lo + c;
+        for (std::int64_t j = 0; j < m; ++j) buf[j] = (T(1) / std::sqrt(v[j])) * static_cast<T>(gi[c + j]);
+      }
+      f(c, static_cast<const T*>(buf), m);
     }
   };
   // 3. The squares' sums of the unclipped updates (for the RMS clip), summed over the ranks.
@@ -197,7 +215,9 @@ void AdafactorUnit::step_loops(at::Tensor& w, const at::Tensor& g, double lr, st
   for (const Piece& p : pieces)
     usq[p.slot] = zs::blocked_sum(p.n, kBlock, [&](std::int64_t lo, std::int64_t hi) {
       double acc = 0;
-      updates(p, lo, hi, [&](std::int64_t, T u) { acc += static_cast<double>(u * u); });
+      updates(p, lo, hi, [&](std::int64_t, const T* u, std::int64_t m) {
+        acc += lanes_sum(m, [u](std::int64_t k) { return static_cast<double>(u[k] * u[k]); });
+      });
       return acc;
     });
   at::Tensor usq_state = update_sq.to(stats_.options());
@@ -218,13 +238,20 @@ void AdafactorUnit::step_loops(at::Tensor& w, const at::Tensor& g, double lr, st
     T* m = momentum ? exp_avg_.data_ptr<T>() + base(p) : nullptr;
     const bool decayed = o_.weight_decay != 0;
     zs::parallel_for(0, p.n, kBlock, [&](std::int64_t lo, std::int64_t hi) {
-      updates(p, lo, hi, [&](std::int64_t k, T u) {
-        u = u / div;
-        u = u * scale;
-        if (momentum) u = m[k] = m[k] * b1 + one_minus_b1 * u;
-        T x = wi[k];
-        if (decayed) x = x + decay * x;
-        wi[k] = x - u;
+      updates(p, lo, hi, [&](std::int64_t first, const T* u, std::int64_t count) {
+        T* w = wi + first;
+        if (!momentum && !decayed) {  // (kohya's and OneTrainer's settings)
+          for (std::int64_t j = 0; j < count; ++j) w[j] = w[j] - (u[j] / div) * scale;
+          return;
+        }
+        T* mm = momentum ? m + first : nullptr;
+        for (std::int64_t j = 0; j < count; ++j) {
+          T v = (u[j] / div) * scale;
+          if (momentum) v = mm[j] = mm[j] * b1 + one_minus_b1 * v;
+          T x = w[j];
+          if (decayed) x = x + decay * x;
+          w[j] = x - v;
+        }
       });
     });
   }
