@@ -7,9 +7,9 @@
 # bench_offload_host,
 # zs_tests, zs_dist_worker) and .whl/ (the pinned diffusers, for the baselines). There, with .gpu and
 # .whl carried:
-#   scripts/gpu/measure.sh run [STEP...]   (default: tests flux qwen streams sd15 — what the first
-#                                          H200 session, 2026-11-27, left unmeasured, and the offload
-#                                          rows again: its CPU step ran on one thread, since fixed)
+#   scripts/gpu/measure.sh run [STEP...]   (default: sd15 flux tests qwen streams — the offload rows
+#                                          with the delayed update first, then what the two H200
+#                                          sessions of 2026-11-27 left open)
 # Steps: tests sdxl sd15 flux streams qwen. Each writes its figures to $OUT/<step>.log as they come
 # (seven files: the device tool brings back eight at most),
 # and a step is skipped once the deadline (ZS_DEADLINE seconds after the start, default 540) is
@@ -39,7 +39,7 @@ start=$(date +%s)
 deadline=${ZS_DEADLINE:-540}
 left() { echo $(( deadline - ($(date +%s) - start) )); }
 mkdir -p "$out"
-steps=${*:-tests flux qwen streams sd15}
+steps=${*:-sd15 flux tests qwen streams}
 
 # The binaries look for the source tree and ../shared where they were built (/work/main).
 mkdir -p $prefix && tar -xJf .gpu/prefix.tar.xz -C $prefix || exit 1
@@ -96,7 +96,9 @@ for step in $steps; do
     flux)
       # A fifth of the blocks at full width (building all 57 with random weights took over 3.5 min).
       [ "$t" -gt 150 ] || { echo "flux: skipped, ${t}s left"; continue; }
-      timeout $((t - 10)) $bench --model flux-dev --runs configs/flux-dev-finetune-adafactor.yaml,configs/flux-dev-lora.yaml \
+      # LoRA first: in the second H200 session its child failed with an illegal memory access right
+      # after the diffusers baseline's cuBLAS failure (rerun it alone with CUDA_LAUNCH_BLOCKING=1 if so).
+      timeout $((t - 10)) $bench --model flux-dev --runs configs/flux-dev-lora.yaml,configs/flux-dev-finetune-adafactor.yaml \
         --layers 4 --single-layers 8 --steps 2 --warmup 1 --baseline 1 2>&1 | tee "$out/flux.log"
       ;;
     streams)
