@@ -138,7 +138,7 @@ void ZeroOptimizer::choose_precisions(const std::vector<models::ParamUnit>& unit
   // copy is neither zeroed nor added into on the way. fp16 keeps the copy (loss scaling unscales
   // it in place); the fused backward step and the lean optimizers read their own way.
   hold_bf16_grads_ = o_.host_bf16_grads && masters_ && compute == at::kBFloat16 && o_.offload_optimizer == ZeroOptions::Offload::cpu &&
-                     o_.optimizer == OptimizerType::adamw && !o_.fused_backward && !o_.delayed_update;
+                     o_.optimizer == OptimizerType::adamw && !o_.fused_backward;
   if (o_.delayed_update) {
     // The host thread updates masters and moments only: no collectives (Adafactor all-reduces
     // its statistics inside the step), no weights (the device trains on them meanwhile).

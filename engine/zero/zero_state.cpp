@@ -512,6 +512,17 @@ void ZeroOptimizer::step(double lr) {
     join_delayed();
     write_delayed();
     for (auto& u : units_) {
+      u->delayed_held = u->grad_held;
+      if (u->grad_held) {
+        // A held bf16 gradient moves aside as it is (its buffer swapped for a second one of the
+        // same kind); the float32 copy stays clean.
+        if (!u->delayed_host.defined())
+          u->delayed_host = at::empty({u->plan.owned}, u->grad_host.options().pinned_memory(u->grad_host.is_pinned()));
+        std::swap(u->grad_host, u->delayed_host);
+        u->delayed_scale = u->held_scale;
+        u->grad_held = false;
+        continue;
+      }
       const at::Tensor g = step_grad(*u);
       if (u->shard_grad.defined() && u->shard_grad.is_cpu()) {
         if (!u->delayed_grad.defined()) u->delayed_grad = at::zeros_like(u->shard_grad);
@@ -550,7 +561,8 @@ void ZeroOptimizer::compute_delayed(Unit& u, double lr, std::int64_t step) {
                      unsigned_map_, AdamHyper{unit_lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, step});
     return;
   }
-  adam_master(u.master, u.exp_avg, u.exp_avg_sq, u.delayed_grad, o_, unit_lr, step, at::Tensor());
+  if (u.delayed_held) adam_master(u.master, u.exp_avg, u.exp_avg_sq, u.delayed_host, o_, unit_lr, step, at::Tensor(), u.delayed_scale);
+  else adam_master(u.master, u.exp_avg, u.exp_avg_sq, u.delayed_grad, o_, unit_lr, step, at::Tensor());
 }
 
 void ZeroOptimizer::join_delayed() {

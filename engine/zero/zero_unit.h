@@ -37,6 +37,9 @@ struct ZeroOptimizer::Unit {
   at::Tensor flat_grad;      // [padded] full gradients, compute dtype (freed after a stage 2 reduction)
   at::Tensor shard_grad;     // [owned] the rank's reduced gradients, where the step reads them
   at::Tensor delayed_grad;   // delayed_update: the gradients the host thread's update reads
+  at::Tensor delayed_host;   // ... or, when the step's gradient was held in bf16, that (swapped with grad_host)
+  bool delayed_held = false;
+  double delayed_scale = 1.0;
                              // (stages 2-3: compute dtype, as ZeRO counts them; with optimizer
                              // offload, every stage: fp32 on the CPU)
   at::Tensor master;         // [owned] fp32 master weights (mixed precision / offload; not NVMe)

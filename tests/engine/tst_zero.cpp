@@ -601,15 +601,21 @@ class TestZero : public QObject {
     QTest::addColumn<int>("stage");
     QTest::addColumn<int>("accum");
     QTest::addColumn<double>("clip");
-    QTest::newRow("stage 2") << 2 << 1 << 0.0;
-    QTest::newRow("stage 3, parameters in CPU memory") << 3 << 1 << 0.0;
-    QTest::newRow("stage 2, accumulation 2") << 2 << 2 << 0.0;
-    QTest::newRow("stage 2, clipping") << 2 << 1 << 0.05;
+    QTest::addColumn<bool>("delayed");
+    QTest::newRow("stage 2") << 2 << 1 << 0.0 << false;
+    QTest::newRow("stage 3, parameters in CPU memory") << 3 << 1 << 0.0 << false;
+    QTest::newRow("stage 2, accumulation 2") << 2 << 2 << 0.0 << false;
+    QTest::newRow("stage 2, clipping") << 2 << 1 << 0.05 << false;
+    // The delayed update (after one ordinary step) moves the held bf16 gradient aside as it is.
+    QTest::newRow("stage 2, delayed update") << 2 << 1 << 0.0 << true;
+    QTest::newRow("stage 3, parameters in CPU memory, delayed update") << 3 << 1 << 0.0 << true;
+    QTest::newRow("stage 2, accumulation 2, delayed update") << 2 << 2 << 0.0 << true;
   }
   void hostPipelineEqualsTheFloat32Copy() {
     QFETCH(int, stage);
     QFETCH(int, accum);
     QFETCH(double, clip);
+    QFETCH(bool, delayed);
     const models::UNetConfig c = two_level_config(32, 1, 1);
     auto comm = comm::Communicator::single();
     at::manual_seed(3);
@@ -627,9 +633,11 @@ class TestZero : public QObject {
       if (stage == 3) o.offload_param = zero::ZeroOptions::Offload::cpu;
       o.weight_decay = 0.01;
       o.host_bf16_grads = held;
+      o.delayed_update = delayed;
+      o.delayed_update_warmup = 1;
       zero::ZeroOptimizer opt(unet->units(), *comm, o);
       unet->set_unit_hooks(opt.unit_hooks());
-      for (int step = 0; step < 3; ++step) {
+      for (int step = 0; step < 4; ++step) {
         opt.zero_grad();
         for (int micro = 0; micro < accum; ++micro) {
           opt.set_last_micro_step(micro == accum - 1);
