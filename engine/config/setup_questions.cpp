@@ -50,6 +50,12 @@ bool sampling(const SetupAnswers& a) { return as_int(a, "sampling_every") > 0; }
 bool lora(const SetupAnswers& a) { return get(a, "training_method") == "lora"; }
 bool bf16(const SetupAnswers& a) { return get(a, "mixed_precision") == "bf16"; }
 bool not_fp16(const SetupAnswers& a) { return get(a, "mixed_precision") != "fp16"; }
+/// zero.offload_optimizer.delayed_update's conditions: the optimizer in CPU memory, AdamW or
+/// AdamW8bit with fp32 masters, not fused.
+bool delayed_applies(const SetupAnswers& a) {
+  return offload_optimizer(a) && get(a, "offload_optimizer") == "cpu" && get(a, "optimizer_type") != "Adafactor" &&
+         !(not_fp16(a) && get(a, "fused_backward") == "yes") && !(bf16(a) && get(a, "master_weights") == "none");
+}
 /// The answered model as a config (preset, or the folder or file).
 TrainerConfig model_of(const SetupAnswers& a) {
   TrainerConfig c;
@@ -194,6 +200,11 @@ std::vector<SetupQuestion> make_questions() {
        "Each ZeRO unit steps as soon as its gradients are reduced and, from stage 2 on, its gradient memory "
        "goes at once: no full set of gradients ever exists. Clipping then uses the previous step's norm.",
        {"optimizer.fused_backward"}, not_fp16},
+      {"delayed_update", "training", "Hide the CPU optimizer step behind the next step (delayed update)?", Kind::yes_no, {},
+       "ZeRO-Offload's one-step delayed parameter update: the CPU computes each update while the GPU runs the "
+       "next step, and the update lands one step late. For long runs whose CPU step is slow; after "
+       "zero.offload_optimizer.delayed_update_warmup ordinary steps.",
+       {"zero.offload_optimizer.delayed_update"}, delayed_applies},
       {"lr_scheduler", "training", "Learning-rate schedule", Kind::choice,
        {{"constant", "constant"}, {"cosine", "cosine"}, {"WarmupLR", "WarmupLR"}, {"WarmupDecayLR", "WarmupDecayLR"}},
        "", {"scheduler"}},
@@ -332,6 +343,7 @@ SetupAnswers answers_from_config(const TrainerConfig& c) {
   a["optimizer_type"] = c.optimizer.type;
   a["master_weights"] = c.optimizer.master_weights;
   a["fused_backward"] = bool_answer(c.optimizer.fused_backward);
+  a["delayed_update"] = bool_answer(c.zero.offload_optimizer.delayed_update);
   a["lr_scheduler"] = c.scheduler.type;
   a["warmup_steps"] = std::to_string(c.scheduler.warmup_steps);
   a["training_method"] = c.training.method;
@@ -427,6 +439,8 @@ std::vector<std::string> settings_from_answers(const SetupAnswers& a) {
   text("optimizer.type", "optimizer_type");
   set("optimizer.master_weights", bf16(a) ? get(a, "master_weights") : "fp32");
   if (not_fp16(a)) flag("optimizer.fused_backward", "fused_backward");
+  if (delayed_applies(a)) flag("zero.offload_optimizer.delayed_update", "delayed_update");
+  else set("zero.offload_optimizer.delayed_update", "false");
   text("scheduler.type", "lr_scheduler");
   if (warmup(a)) text("scheduler.warmup_steps", "warmup_steps");
   text("training.method", "training_method");

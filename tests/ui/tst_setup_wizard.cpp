@@ -425,6 +425,20 @@ class TestSetupWizard : public QObject {
     // fp16 has neither question (loss scaling needs masters and every gradient first).
     w.setAnswer("mixed_precision", "fp16");
     QVERIFY(!w.isAsked("master_weights") && !w.isAsked("fused_backward"));
+    // The delayed update (issue 38) is asked with AdamW in CPU memory, unfused, and lands in the config.
+    QVERIFY(!w.isAsked("delayed_update"));  // Adafactor, no offload
+    w.setAnswer("mixed_precision", "bf16");
+    w.setAnswer("optimizer_type", "AdamW");
+    w.setAnswer("master_weights", "fp32");
+    w.setAnswer("fused_backward", "no");
+    w.setAnswer("offload_optimizer", "cpu");
+    QVERIFY(w.isAsked("delayed_update"));
+    w.setAnswer("delayed_update", "yes");
+    const QString delayed = dir.path() + "/delayed.yaml";
+    QVERIFY2(w.saveTo(delayed, false, &error), qPrintable(error));
+    QVERIFY(zs::config::load_config_file(delayed.toStdString()).config.zero.offload_optimizer.delayed_update);
+    w.setAnswer("fused_backward", "yes");
+    QVERIFY(!w.isAsked("delayed_update"));
   }
 
   void memoryPanelStacksTheBreakdown() {
