@@ -19,4 +19,25 @@ void parallel_for(std::int64_t begin, std::int64_t end, std::int64_t grain,
 /// `block` elements added in order: the same result for any number of threads.
 double blocked_sum(std::int64_t n, std::int64_t block, const std::function<double(std::int64_t, std::int64_t)>& f);
 
+/// Σ term(k) over [0, n) in double, in eight lanes (k mod 8) added in a fixed order at the end:
+/// the additions of one lane wait on each other, eight lanes do not (and vectorize).
+template <typename F>
+double lanes_sum(std::int64_t n, const F& term) {
+  double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::int64_t k = 0;
+  for (; k + 8 <= n; k += 8)
+    for (int j = 0; j < 8; ++j) l[j] += term(k + j);
+  for (; k < n; ++k) l[0] += term(k);
+  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+/// Σ x[k]² over [0, n) in double (x: float, double or bf16), in blocked_sum's fixed blocks and
+/// lanes_sum's lanes: the same sum for any thread count, and for bf16 values and their float copy.
+template <typename T>
+double sum_of_squares(const T* x, std::int64_t n) {
+  return blocked_sum(n, 1 << 15, [x](std::int64_t lo, std::int64_t hi) {
+    return lanes_sum(hi - lo, [p = x + lo](std::int64_t k) { return static_cast<double>(p[k]) * static_cast<double>(p[k]); });
+  });
+}
+
 }  // namespace zs

@@ -89,7 +89,7 @@ TensorBoardLog::Written TensorBoardLog::add(const nlohmann::json& e) {
         gpu |= r.value(event::gpu_reserved_bytes, std::int64_t{0}) > 0 || r.value(event::gpu_peak_bytes, std::int64_t{0}) > 0;
       for (const auto& r : e[event::ranks])
         for (const char* kind : kMemory)
-          if (r.contains(kind) && (gpu || kind == kMemory[0]))
+          if (r.contains(kind) && (gpu || kind == event::rss_bytes))
             scalar("memory/rank" + std::to_string(r.value(event::rank, 0)) + "/" + kind, r[kind]);
     }
   } else if (type == event::validation) {

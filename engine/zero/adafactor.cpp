@@ -16,18 +16,6 @@ namespace {
 /// int64: 16 bytes an element while they live).
 constexpr std::int64_t kChunk = 1 << 20;
 
-/// Σ term(k) over [0, n) in double, in eight lanes (k mod 8) added in a fixed order at the end:
-/// the additions of one lane wait on each other, eight lanes do not (and vectorize).
-template <typename F>
-double lanes_sum(std::int64_t n, const F& term) {
-  double l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  std::int64_t k = 0;
-  for (; k + 8 <= n; k += 8)
-    for (int j = 0; j < 8; ++j) l[j] += term(k + j);
-  for (; k < n; ++k) l[0] += term(k);
-  return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-}
-
 }  // namespace
 
 double adafactor_step_size(const AdafactorOptions& o, double lr, std::int64_t step, double param_rms) {
@@ -122,7 +110,7 @@ void AdafactorUnit::step_loops(at::Tensor& w, const at::Tensor& g, double lr, st
         for (std::int64_t r = lo; r < hi; ++r) {
           const std::int64_t a = std::max(p.lo, r * s.cols), b = std::min(p.lo + p.n, (r + 1) * s.cols);
           const G* x = gi + (a - p.lo);
-          row_sums[r] = static_cast<T>(lanes_sum(b - a, [&](std::int64_t k) {
+          row_sums[r] = static_cast<T>(zs::lanes_sum(b - a, [&](std::int64_t k) {
             const T v = static_cast<T>(x[k]);
             return static_cast<double>(v * v + eps1);
           }));
@@ -157,10 +145,7 @@ void AdafactorUnit::step_loops(at::Tensor& w, const at::Tensor& g, double lr, st
         }
       });
     }
-    sp[S + static_cast<std::int64_t>(p.slot)] = static_cast<T>(zs::blocked_sum(p.n, kBlock, [&](std::int64_t lo, std::int64_t hi) {
-      const T* x = wi + lo;
-      return lanes_sum(hi - lo, [&](std::int64_t k) { return static_cast<double>(x[k]) * static_cast<double>(x[k]); });
-    }));
+    sp[S + static_cast<std::int64_t>(p.slot)] = static_cast<T>(zs::sum_of_squares(wi, p.n));
   }
   reduce(sums);
   // 2. The statistics, updated alike on every rank (β₂ₜ = 1 − t^decay_rate); each factored
@@ -216,7 +201,7 @@ void AdafactorUnit::step_loops(at::Tensor& w, const at::Tensor& g, double lr, st
     usq[p.slot] = zs::blocked_sum(p.n, kBlock, [&](std::int64_t lo, std::int64_t hi) {
       double acc = 0;
       updates(p, lo, hi, [&](std::int64_t, const T* u, std::int64_t m) {
-        acc += lanes_sum(m, [u](std::int64_t k) { return static_cast<double>(u[k] * u[k]); });
+        acc += zs::lanes_sum(m, [u](std::int64_t k) { return static_cast<double>(u[k] * u[k]); });
       });
       return acc;
     });

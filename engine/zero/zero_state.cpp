@@ -12,10 +12,10 @@
 
 #include "core/copy_stream.h"
 #include "core/error.h"
+#include "core/parallel.h"
 #include "zero/blockwise_quant.h"
 #include "zero/cpu_adam.h"
 #include "zero/stochastic_round.h"
-#include "core/parallel.h"
 #include "zero/zero_unit.h"
 
 namespace zs::zero {
@@ -210,22 +210,14 @@ void ZeroOptimizer::write_state(Unit& u, int kind, const at::Tensor& values) {
 
 namespace {
 
-/// Σx² in float64. A contiguous CPU tensor in one pass in fixed blocks (the same sum for any
-/// thread count, and for a bf16 tensor and its float32 copy); others through ATen.
+/// Σx² in float64: a contiguous CPU tensor through zs::sum_of_squares; others through ATen.
 double squares_sum(const at::Tensor& x) {
   if (!x.is_cpu() || !x.is_contiguous() ||
       (x.scalar_type() != at::kFloat && x.scalar_type() != at::kDouble && x.scalar_type() != at::kBFloat16))
     return at::linalg_vector_norm(x, 2, c10::nullopt, false, at::kDouble).pow(2).item<double>();
-  auto sum = [&](const auto* v) {
-    return zs::blocked_sum(x.numel(), 1 << 15, [v](std::int64_t lo, std::int64_t hi) {
-      double acc = 0;
-      for (std::int64_t k = lo; k < hi; ++k) acc += static_cast<double>(v[k]) * static_cast<double>(v[k]);
-      return acc;
-    });
-  };
-  if (x.scalar_type() == at::kFloat) return sum(x.data_ptr<float>());
-  if (x.scalar_type() == at::kDouble) return sum(x.data_ptr<double>());
-  return sum(x.data_ptr<at::BFloat16>());
+  if (x.scalar_type() == at::kFloat) return zs::sum_of_squares(x.data_ptr<float>(), x.numel());
+  if (x.scalar_type() == at::kDouble) return zs::sum_of_squares(x.data_ptr<double>(), x.numel());
+  return zs::sum_of_squares(x.data_ptr<at::BFloat16>(), x.numel());
 }
 
 }  // namespace
@@ -523,13 +515,12 @@ void ZeroOptimizer::step(double lr) {
         u->grad_held = false;
         continue;
       }
-      const at::Tensor g = step_grad(*u);
       if (u->shard_grad.defined() && u->shard_grad.is_cpu()) {
         if (!u->delayed_grad.defined()) u->delayed_grad = at::zeros_like(u->shard_grad);
         std::swap(u->shard_grad, u->delayed_grad);  // (zero_grad clears the other for the next step)
       } else {
         if (!u->delayed_grad.defined()) u->delayed_grad = at::empty({u->plan.owned}, state_opts_);
-        u->delayed_grad.copy_(g);
+        u->delayed_grad.copy_(step_grad(*u));
       }
     }
     delayed_pending_ = true;

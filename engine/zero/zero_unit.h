@@ -36,12 +36,12 @@ struct ZeroOptimizer::Unit {
                              // param offload; undefined with NVMe, where they live in a file)
   at::Tensor flat_grad;      // [padded] full gradients, compute dtype (freed after a stage 2 reduction)
   at::Tensor shard_grad;     // [owned] the rank's reduced gradients, where the step reads them
+                             // (stages 2-3: compute dtype, as ZeRO counts them; with optimizer
+                             // offload, every stage: fp32 on the CPU)
   at::Tensor delayed_grad;   // delayed_update: the gradients the host thread's update reads
   at::Tensor delayed_host;   // ... or, when the step's gradient was held in bf16, that (swapped with grad_host)
   bool delayed_held = false;
   double delayed_scale = 1.0;
-                             // (stages 2-3: compute dtype, as ZeRO counts them; with optimizer
-                             // offload, every stage: fp32 on the CPU)
   at::Tensor master;         // [owned] fp32 master weights (mixed precision / offload; not NVMe)
   at::Tensor exp_avg, exp_avg_sq;  // [owned] (not NVMe); 8-bit AdamW: uint8 codes (quantized)
   bool quantized = false;          // 8-bit AdamW on a unit of at least kMin8bitSize elements

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -35,6 +36,7 @@
 #include "zero/zero_plan.h"
 #include "zero/reference_adafactor.h"
 #include "zero/reference_adamw.h"
+#include "zero/reference_delay.h"
 #include "zero/reference_ema.h"
 #include "zero/zero_optimizer.h"
 
@@ -444,7 +446,8 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   zero::ReferenceEma ref_ema(ref_params, 0.8);
   const std::int64_t G = 12, per_rank = G / world, micro = per_rank / accum;
   double previous_ref_norm = -1;
-  std::vector<at::Tensor> lagged;  // delayed: the weights of the reference's next forward
+  // delayed (after 2 ordinary steps, as o.delayed_update_warmup): each update one step late.
+  zero::ReferenceDelay delay(ref_params, v.delayed ? 2 : std::numeric_limits<std::int64_t>::max());
   for (int step = 0; step < 5; ++step) {
     at::Generator gen = at::detail::createCPUGenerator(100 + step);
     const at::Tensor x = at::randn({G, 3, 8, 8}, gen).to(dtype), target = at::randn({G, 3, 8, 8}, gen).to(dtype);
@@ -474,15 +477,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
     // accumulation would run them), gradients summed and divided by the number of ranks.
     // Each rank's gradient is accumulated on its own, then the ranks' sums are added in rank order.
     std::vector<at::Tensor> total(ref_params.size());
-    // delayed: the reference's forward runs on the weights one update behind its masters.
-    std::vector<at::Tensor> masters;
-    if (!lagged.empty()) {
-      c10::NoGradGuard no_grad;
-      for (std::size_t i = 0; i < ref_params.size(); ++i) {
-        masters.push_back(ref_params[i].second.clone());
-        ref_params[i].second.copy_(lagged[i]);
-      }
-    }
+    delay.begin_forward();  // delayed: the weights one update behind the masters
     for (int r = 0; r < world; ++r) {
       ref_opt.zero_grad();
       for (int k = 0; k < accum; ++k) {
@@ -500,8 +495,8 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
     {
       c10::NoGradGuard no_grad;
       for (std::size_t i = 0; i < ref_params.size(); ++i) ref_params[i].second.mutable_grad().copy_(total[i]).div_(world);
-      for (std::size_t i = 0; i < masters.size(); ++i) ref_params[i].second.copy_(masters[i]);
     }
+    delay.end_backward();
     if (step == 0)
       for (const auto& d : nvme_dirs) std::printf("nvme_files %ld %s\n", count_files(d), d.c_str());
     // fused_backward clips by the previous step's norm (the first step unclipped).
@@ -511,15 +506,10 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
       for (auto& [name, p] : ref_params) p.mutable_grad().mul_(clip / (previous_ref_norm + 1e-6));
     }
     previous_ref_norm = ref_norm;
-    // delayed: from the third step the next forward uses the masters before this update.
-    lagged.clear();
-    if (v.delayed && step + 1 > 2)
-      for (const auto& [name, p] : ref_params) lagged.push_back(p.detach().clone());
+    delay.before_step(step + 1);
     ref_opt.step(1e-3);
     opt.update_ema();
-    zero::NamedTensors held = ref_params;  // the EMA follows the weights the device holds
-    for (std::size_t i = 0; i < lagged.size(); ++i) held[i].second = lagged[i];
-    ref_ema.update(held);
+    ref_ema.update(delay.held());  // the EMA follows the weights the device holds
     if (v.delayed && !check(opt.delayed_pending() == (step + 1 > 2), "an update is pending after each delayed step"))
       return 1;
     if (std::abs(norm - ref_norm) > (v.bf16 ? 2e-2 : 1e-5) * ref_norm) {

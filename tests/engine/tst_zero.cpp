@@ -25,6 +25,7 @@
 #include "zero/blockwise_quant.h"
 #include "zero/reference_adafactor.h"
 #include "zero/reference_adamw.h"
+#include "zero/reference_delay.h"
 #include "zero/reference_ema.h"
 #include "zero/cpu_adam.h"
 #include "zero/stochastic_round.h"
@@ -497,7 +498,7 @@ class TestZero : public QObject {
       return std::array<at::Tensor, 4>{at::randn({2, 4, 8, 8}, gen).to(at::kDouble), at::randint(0, 1000, {2}, gen, at::kLong),
                                        at::randn({2, 4, 32}, gen).to(at::kDouble), at::randn({2, 4, 8, 8}, gen).to(at::kDouble)};
     };
-    // The reference: masters stepped by ReferenceAdamW; the forward on `lagged` once it is set.
+    // The reference: masters stepped by ReferenceAdamW, each forward on ReferenceDelay's weights.
     at::manual_seed(7);
     models::UNet2DConditionModel ref(c);
     ref->to(at::kDouble);
@@ -505,29 +506,17 @@ class TestZero : public QObject {
     for (const auto& p : ref->named_parameters()) ref_params.emplace_back(p.key(), p.value());
     zero::ReferenceAdamW ref_opt(ref_params, 0.9, 0.999, 1e-8, 0.01);
     zero::ReferenceEma ref_ema(ref_params, 0.8);
-    std::vector<at::Tensor> lagged;
+    zero::ReferenceDelay delay(ref_params, warmup);
     for (int k = 1; k <= steps; ++k) {
       const auto [x, t, ctx, target] = batch(k);
-      std::vector<at::Tensor> masters;
-      if (!lagged.empty()) {
-        c10::NoGradGuard no_grad;
-        for (std::size_t i = 0; i < ref_params.size(); ++i) {
-          masters.push_back(ref_params[i].second.clone());
-          ref_params[i].second.copy_(lagged[i]);
-        }
-      }
+      delay.begin_forward();
       ref_opt.zero_grad();
       (ref->forward(x, t, ctx) - target).pow(2).mean().backward();
-      c10::NoGradGuard no_grad;
-      for (std::size_t i = 0; i < masters.size(); ++i) ref_params[i].second.copy_(masters[i]);
+      delay.end_backward();
       ref_opt.clip_grad_norm(clip);
-      lagged.clear();
-      if (k > warmup)
-        for (const auto& [name, p] : ref_params) lagged.push_back(p.clone());  // the weights of the next forward
+      delay.before_step(k);
       ref_opt.step(lr);
-      zero::NamedTensors held = ref_params;
-      for (std::size_t i = 0; i < lagged.size(); ++i) held[i].second = lagged[i];
-      ref_ema.update(held);
+      ref_ema.update(delay.held());
     }
     // ZeroOptimizer with the delayed update; `resume`: rebuilt from its shards after step 3.
     zero::ZeroOptions o;
