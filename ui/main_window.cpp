@@ -258,6 +258,7 @@ void MainWindow::rebuildRecentMenu() {
   for (const QString& dir : recentRuns())
     m_recent->addAction(dir, this, [this, dir] { openRun(dir); });
   m_recent->setEnabled(!m_recent->isEmpty());
+  m_gallery->setRecentRuns(recentRuns());  // Samples > Compare runs offers them
 }
 
 void MainWindow::chooseConfig() {

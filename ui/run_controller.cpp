@@ -9,6 +9,8 @@
 
 #include "run_controller.h"
 
+#include "sample_folder.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -324,18 +326,7 @@ void RunController::poll() {
 }
 
 void RunController::addSampleStep(qint64 step) {
-  SampleStep s;
-  s.step = step;
-  s.dir = m_runDir + QStringLiteral("/samples/step_") + QString::number(step);
-  const QDir dir(s.dir);
-  for (const QString& f : dir.entryList({QStringLiteral("[0-9][0-9][0-9].png")}, QDir::Files, QDir::Name))
-    s.images << dir.filePath(f);
-  QFile prompts(dir.filePath(QStringLiteral("prompts.json")));
-  if (prompts.open(QIODevice::ReadOnly)) {
-    const QJsonDocument doc = QJsonDocument::fromJson(prompts.readAll());
-    const QJsonArray list = doc.isArray() ? doc.array() : doc.object().value(QStringLiteral("prompts")).toArray();
-    for (const auto& p : list) s.prompts << (p.isString() ? p.toString() : p.toObject().value(QStringLiteral("prompt")).toString());
-  }
+  const SampleStep s = readSampleStep(m_runDir + QStringLiteral("/samples/step_") + QString::number(step), step);
   for (auto& existing : m_samples)
     if (existing.step == step) {
       existing = s;
