@@ -45,6 +45,9 @@ int run_cache_command(const std::vector<std::string>& args);
 /// `zerostudio model {info,eval,convert}`: diffusers folders and single files.
 int run_model_command(const std::vector<std::string>& args);
 
+/// `zerostudio queue {add,list,remove,move,stop,retry,pause,unpause,run}` (queue_command.cpp).
+int run_queue_command(const std::vector<std::string>& args);
+
 /// `zerostudio completion bash|--commands` and `zerostudio manpage` (shell_docs.cpp).
 int run_completion_command(const std::vector<std::string>& args);
 int run_manpage_command(const std::vector<std::string>& args);

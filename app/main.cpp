@@ -32,6 +32,8 @@ const char* kHelp =
     "  export CHECKPOINT ...      consolidate a checkpoint (diffusers, single-file, safetensors,\n"
     "                             LoRA files for kohya/A1111/ComfyUI and diffusers, --merge)\n"
     "  estimate FILE              memory per process and the lowest ZeRO setting that fits\n"
+    "  queue add|list|run ...     the job queue shared with the GUI (remove, move, stop, retry,\n"
+    "                             pause, unpause); `queue run` works through it\n"
     "  cache FILE                 fill the latent and text caches (--num_processes N)\n"
     "  model info DIR|FILE        a diffusers folder's or single file's components\n"
     "  model eval ...             run one component of a model on given inputs\n"
@@ -92,6 +94,7 @@ int dispatch(int argc, char** argv) {
   if (first == "cache") return zs::cli::run_cache_command(rest);
   if (first == "tensorboard") return zs::cli::run_tensorboard_command(rest);
   if (first == "model") return zs::cli::run_model_command(rest);
+  if (first == "queue") return zs::cli::run_queue_command(rest);
   if (first == "completion") return zs::cli::run_completion_command(rest);
   if (first == "manpage") return zs::cli::run_manpage_command(rest);
   if (first[0] == '-') throw zs::cli::UsageError("unknown option '" + first + "'");

@@ -16,7 +16,7 @@ namespace {
 const CommandSpec kCompletion{
     "completion", "bash | --commands",
     "Print the bash completion script (or the list of commands it completes).",
-    "The script completes the command, the subcommands of `config` and `model`, each command's\n"
+    "The script completes the command, the subcommands of `config`, `model` and `queue`, each command's\n"
     "flags as its --help lists them, the values of flags that take one of a few words, and file\n"
     "names elsewhere. Installed packages put it where bash-completion finds it; from a build:\n"
     "  source <(build/app/zerostudio completion bash)",

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <vector>
 
+#include <QTemporaryDir>
 #include <QtTest>
 #ifdef QT_WIDGETS_LIB
 #include <QApplication>
@@ -22,6 +23,9 @@ int main(int argc, char** argv) {
   args.insert(args.end(), argv + 2, argv + argc);
   args.push_back(nullptr);
   int count = argc - 1;
+  // Settings, the job queue and recent runs go to a folder of the suite's own, never the user's.
+  QTemporaryDir configHome;
+  qputenv("XDG_CONFIG_HOME", configHome.path().toUtf8());
 #ifdef QT_WIDGETS_LIB
   QApplication app(count, args.data());
 #else

@@ -21,6 +21,7 @@
 #include "checkpoint_browser.h"
 #include "log_view.h"
 #include "metrics_panel.h"
+#include "queue_panel.h"
 #include "run_controller.h"
 #include "sample_gallery.h"
 #include "setup_wizard.h"
@@ -58,6 +59,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   m_tabs->addTab(m_checkpoints, tr("Checkpoints"));
   m_tabs->addTab(m_log, tr("Log"));
   m_tabs->addTab(m_configView, tr("Config"));
+  m_queue = new QueuePanel(QString(), m_tabs);
+  m_tabs->addTab(m_queue, tr("Queue"));
   v->addWidget(m_tabs, 1);
   setCentralWidget(central);
   m_metrics->setController(m_controller);
@@ -82,6 +85,10 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   m_sample = run->addAction(tr("Sample now"), m_controller, &RunController::sampleNow);
   m_save = run->addAction(tr("Save now"), m_controller, &RunController::saveNow);
   m_validate = run->addAction(tr("Validate now"), m_controller, &RunController::validateNow);
+  run->addSeparator();
+  m_addToQueue = run->addAction(tr("Add to &Queue"), this, [this] { addToQueue(m_configPath); });
+  m_addToQueue->setObjectName(QStringLiteral("addToQueue"));
+  m_addToQueue->setToolTip(tr("Add the open config as a job of the queue (the Queue tab)"));
   m_start->setObjectName(QStringLiteral("start"));
   m_pause->setObjectName(QStringLiteral("pause"));
   m_stop->setObjectName(QStringLiteral("stop"));
@@ -125,6 +132,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
     updateStatus();
   });
   connect(m_checkpoints, &CheckpointBrowser::resumeRequested, this, &MainWindow::resumeFrom);
+  connect(m_queue, &QueuePanel::openRunRequested, this, [this](const QString& dir) {
+    if (openRun(dir)) m_tabs->setCurrentWidget(m_metrics);
+  });
   rebuildRecentMenu();
   updateActions();
 }
@@ -202,8 +212,18 @@ SetupWizard* MainWindow::newConfig() {
   wizard->setAttribute(Qt::WA_DeleteOnClose);
   if (!m_configPath.isEmpty()) wizard->loadConfig(m_configPath);
   connect(wizard, &SetupWizard::configSaved, this, [this](const QString& path) { openConfig(path); });
+  connect(wizard, &SetupWizard::queueRequested, this, [this](const QString& path) { addToQueue(path); });
   wizard->show();
   return wizard;
+}
+
+qint64 MainWindow::addToQueue(const QString& configPath) {
+  QString error;
+  const qint64 id = m_queue->addJob(configPath, {}, 0, &error);
+  m_tabs->setCurrentWidget(m_queue);
+  m_status->setText(id ? tr("Added %1 to the queue as job %2").arg(QFileInfo(configPath).fileName()).arg(id)
+                       : tr("Not added to the queue: %1").arg(error.section(QLatin1Char('\n'), 0, 0)));
+  return id;
 }
 
 QString MainWindow::configText() const { return m_configView->toPlainText(); }
@@ -215,6 +235,7 @@ void MainWindow::updateActions() {
   const bool owns = m_controller->ownsRun();
   const bool live = m_controller->isActive() && !m_controller->runDir().isEmpty();
   m_start->setEnabled(!owns && !m_configPath.isEmpty());
+  m_addToQueue->setEnabled(!m_configPath.isEmpty());
   // Commands go through the run directory, so they also reach runs started from a terminal.
   for (QAction* a : {m_pause, m_stop, m_sample, m_save, m_validate}) a->setEnabled(live);
   const QSignalBlocker block(m_pause);

@@ -21,6 +21,7 @@ namespace zs::ui {
 class CheckpointBrowser;
 class LogView;
 class MetricsPanel;
+class QueuePanel;
 class RunController;
 class SampleGallery;
 class SetupWizard;
@@ -42,6 +43,9 @@ class MainWindow : public QMainWindow {
   bool startRun();
   /// Opens the setup wizard (filled from the open config, if any); a saved config is opened.
   SetupWizard* newConfig();
+  /// Adds a config as a job of the queue and shows the Queue tab. Returns its id, 0 when refused
+  /// (the status bar and the panel say why).
+  qint64 addToQueue(const QString& configPath);
 
   /// The text shown for the config (resolved YAML, or the list of problems).
   QString configText() const;
@@ -57,6 +61,7 @@ class MainWindow : public QMainWindow {
   SampleGallery* gallery() const { return m_gallery; }
   CheckpointBrowser* checkpoints() const { return m_checkpoints; }
   LogView* logView() const { return m_log; }
+  QueuePanel* queuePanel() const { return m_queue; }
   QTabWidget* tabs() const { return m_tabs; }
   /// Recent run folders, newest first.
   QStringList recentRuns() const;
@@ -86,6 +91,7 @@ class MainWindow : public QMainWindow {
   SampleGallery* m_gallery = nullptr;
   CheckpointBrowser* m_checkpoints = nullptr;
   LogView* m_log = nullptr;
+  QueuePanel* m_queue = nullptr;
   QPlainTextEdit* m_configView = nullptr;
   QLabel* m_status = nullptr;
   QLabel* m_progress = nullptr;
@@ -97,6 +103,7 @@ class MainWindow : public QMainWindow {
   QAction* m_sample = nullptr;
   QAction* m_save = nullptr;
   QAction* m_validate = nullptr;
+  QAction* m_addToQueue = nullptr;
   QString m_configPath;
   int m_configProcesses = 1;
   std::function<bool()> m_askClose;

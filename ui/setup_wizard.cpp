@@ -313,7 +313,12 @@ void SetupWizard::buildSummaryPage() {
   auto* save = new QPushButton(tr("Save..."), summary);
   save->setObjectName(QStringLiteral("save"));
   v->addWidget(save, 0, Qt::AlignLeft);
-  connect(save, &QPushButton::clicked, this, &SetupWizard::saveInteractively);
+  connect(save, &QPushButton::clicked, this, [this] { saveInteractively(false); });
+  auto* queue = new QPushButton(tr("Save and Add to Queue..."), summary);
+  queue->setObjectName(QStringLiteral("saveToQueue"));
+  queue->setToolTip(tr("Save the config, then add it as a job of the queue (the main window's Queue tab)"));
+  v->addWidget(queue, 0, Qt::AlignLeft);
+  connect(queue, &QPushButton::clicked, this, [this] { saveInteractively(true); });
   setPage(static_cast<int>(m_pages.size()), summary);
 }
 
@@ -621,13 +626,21 @@ void SetupWizard::openExisting() {
   if (!loadConfig(path, &error)) QMessageBox::warning(this, tr("Cannot open %1").arg(QFileInfo(path).fileName()), error);
 }
 
-void SetupWizard::saveInteractively() {
+bool SetupWizard::saveToQueue(const QString& path, bool launchFiles, QString* error) {
+  if (!saveTo(path, launchFiles, error)) return false;
+  emit queueRequested(path);
+  return true;
+}
+
+void SetupWizard::saveInteractively(bool toQueue) {
   const QString path = QFileDialog::getSaveFileName(this, tr("Save trainer config"), QStringLiteral("train.yaml"),
                                                     tr("Trainer configs (*.yaml *.yml)"));
   if (path.isEmpty()) return;
   auto* launch = findChild<QCheckBox*>(QStringLiteral("launchFiles"));
   QString error;
-  if (!saveTo(path, launch && launch->isChecked(), &error)) QMessageBox::warning(this, tr("Not saved"), error);
+  const bool launchFiles = launch && launch->isChecked();
+  if (!(toQueue ? saveToQueue(path, launchFiles, &error) : saveTo(path, launchFiles, &error)))
+    QMessageBox::warning(this, tr("Not saved"), error);
 }
 
 }  // namespace zs::ui

@@ -63,6 +63,8 @@ class SetupWizard : public QWizard {
   /// Writes the YAML (and, with `launchFiles`, STEM.accelerate.yaml and STEM.deepspeed.json
   /// beside it). False with `error` set when the answers have problems or a file cannot be written.
   bool saveTo(const QString& path, bool launchFiles, QString* error = nullptr);
+  /// saveTo(), then asks for the saved config to join the job queue (queueRequested).
+  bool saveToQueue(const QString& path, bool launchFiles, QString* error = nullptr);
 
   MemoryPanel* memoryPanel() const { return m_memory; }
 
@@ -75,6 +77,8 @@ class SetupWizard : public QWizard {
 
  signals:
   void configSaved(const QString& path);
+  /// The saved config at `path` should be added to the job queue (the last page's Add to Queue).
+  void queueRequested(const QString& path);
 
  private:
   friend class QuestionPage;
@@ -99,7 +103,7 @@ class SetupWizard : public QWizard {
   void updateMemory();
   void applySuggestion(int stage, const QString& offloadOptimizer, const QString& offloadParam);
   void openExisting();
-  void saveInteractively();
+  void saveInteractively(bool toQueue);
 
   config::SetupAnswers m_answers;
   std::string m_base;  ///< YAML the answers are applied on

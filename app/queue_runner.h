@@ -1,0 +1,24 @@
+#pragma once
+// The runner behind `zerostudio queue run` (the GUI starts the same command): takes jobs from the
+// queue one at a time and runs each as a child `zerostudio train` / `launch` process.
+
+#include <functional>
+#include <string>
+
+#include "train/job_queue.h"
+
+namespace zs::cli {
+
+struct QueueRunOptions {
+  bool watch = false;            ///< wait for new jobs instead of exiting when none is left
+  bool stop_on_failure = false;  ///< end at the first failed job (exit 1)
+  double poll_s = 1.0;           ///< seconds between looks at the queue file
+};
+
+/// Holds the queue's runner lock (waiting for another runner first) and runs waiting jobs in order
+/// until none is left (or, with `watch`, until SIGINT/SIGTERM/SIGHUP). Returns the exit code:
+/// 0, 1 (a job failed with stop_on_failure), 130 (ended by a signal while a job ran; that job waits
+/// again and resumes from its checkpoint).
+int run_queue(const train::JobQueue& queue, const QueueRunOptions& options);
+
+}  // namespace zs::cli

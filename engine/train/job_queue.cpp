@@ -1,0 +1,328 @@
+#include "train/job_queue.h"
+
+#include <algorithm>
+#include <ctime>
+#include <filesystem>
+#include <system_error>
+
+#include <nlohmann/json.hpp>
+
+#include "config/config_loader.h"
+#include "config/config_writer.h"
+#include "core/error.h"
+#include "core/install_paths.h"
+#include "io/atomic_file.h"
+
+namespace zs::train {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr char kFormat[] = "zerostudio-queue";
+constexpr int kVersion = 1;
+
+std::int64_t now_s() { return static_cast<std::int64_t>(std::time(nullptr)); }
+
+JobState state_from(const std::string& s, const std::string& file) {
+  for (JobState st : {JobState::waiting, JobState::running, JobState::finished, JobState::failed, JobState::stopped})
+    if (s == to_string(st)) return st;
+  throw Error(ErrorKind::io, file + ": unknown job state '" + s + "'; fix or remove the file");
+}
+
+json to_json(const QueueJob& j) {
+  return {{"id", j.id},           {"name", j.name},         {"source", j.source},
+          {"overrides", j.overrides}, {"config", j.config}, {"run_dir", j.run_dir},
+          {"working_dir", j.working_dir}, {"num_processes", j.num_processes}, {"state", to_string(j.state)},
+          {"exit_code", j.exit_code}, {"last_error", j.last_error}, {"fit_note", j.fit_note},
+          {"added_at", j.added_at},   {"started_at", j.started_at}, {"ended_at", j.ended_at},
+          {"starts", j.starts},       {"stop_requested", j.stop_requested}, {"runner_pid", j.runner_pid},
+          {"pid", j.pid}};
+}
+
+QueueJob job_from(const json& o, const std::string& file) {
+  QueueJob j;
+  j.id = o.at("id").get<std::int64_t>();
+  j.name = o.value("name", "");
+  j.source = o.value("source", "");
+  j.overrides = o.value("overrides", std::vector<std::string>{});
+  j.config = o.at("config").get<std::string>();
+  j.run_dir = o.at("run_dir").get<std::string>();
+  j.working_dir = o.value("working_dir", "");
+  j.num_processes = o.value("num_processes", 1);
+  j.state = state_from(o.value("state", "waiting"), file);
+  j.exit_code = o.value("exit_code", 0);
+  j.last_error = o.value("last_error", "");
+  j.fit_note = o.value("fit_note", "");
+  j.added_at = o.value("added_at", std::int64_t{0});
+  j.started_at = o.value("started_at", std::int64_t{0});
+  j.ended_at = o.value("ended_at", std::int64_t{0});
+  j.starts = o.value("starts", 0);
+  j.stop_requested = o.value("stop_requested", false);
+  j.runner_pid = o.value("runner_pid", std::int64_t{0});
+  j.pid = o.value("pid", std::int64_t{0});
+  return j;
+}
+
+QueueState parse(const std::string& text, const std::string& file) {
+  QueueState st;
+  try {
+    const json o = json::parse(text);
+    if (o.value("format", "") != kFormat)
+      throw Error(ErrorKind::io, file + ": not a ZeroStudio queue file (no \"format\": \"" + kFormat +
+                                     "\"); move it away and the queue starts empty");
+    if (o.value("version", 0) > kVersion)
+      throw Error(ErrorKind::io, file + ": written by a newer ZeroStudio (queue version " +
+                                     std::to_string(o.value("version", 0)) + "); update this one");
+    st.paused = o.value("paused", false);
+    st.next_id = o.value("next_id", std::int64_t{1});
+    for (const auto& j : o.at("jobs")) st.jobs.push_back(job_from(j, file));
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::io, file + ": the queue file is damaged (" + std::string(e.what()) +
+                                   "); fix it or move it away and the queue starts empty");
+  }
+  for (const auto& j : st.jobs) st.next_id = std::max(st.next_id, j.id + 1);
+  return st;
+}
+
+std::string serialize(const QueueState& st) {
+  json jobs = json::array();
+  for (const auto& j : st.jobs) jobs.push_back(to_json(j));
+  const json o = {{"format", kFormat}, {"version", kVersion}, {"paused", st.paused}, {"next_id", st.next_id}, {"jobs", jobs}};
+  return o.dump(2) + "\n";
+}
+
+std::string absolute(const std::string& path, const std::string& base) {
+  const fs::path p(path);
+  return (p.is_absolute() ? p : fs::path(base) / p).lexically_normal().string();
+}
+
+/// Creates a new folder ROOT/BASE (or BASE-2, BASE-3 ...) and returns it: mkdir either creates a
+/// folder or fails, so two adds at once never share one.
+std::string create_unique_folder(const fs::path& root, const std::string& base) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) throw Error(ErrorKind::io, root.string() + ": cannot create the runs folder: " + ec.message());
+  for (int n = 1; n < 10000; ++n) {
+    const fs::path p = root / (n == 1 ? base : base + "-" + std::to_string(n));
+    if (fs::create_directory(p, ec)) return p.string();
+    if (ec) throw Error(ErrorKind::io, p.string() + ": cannot create the job's run folder: " + ec.message());
+  }
+  throw Error(ErrorKind::io, root.string() + ": no free name for " + base + "; clear out old runs");
+}
+
+bool holds_a_run(const std::string& run_dir) {
+  std::error_code ec;
+  return fs::exists(fs::path(run_dir) / "events.jsonl", ec);
+}
+
+}  // namespace
+
+const char* to_string(JobState state) {
+  switch (state) {
+    case JobState::waiting: return "waiting";
+    case JobState::running: return "running";
+    case JobState::finished: return "finished";
+    case JobState::failed: return "failed";
+    case JobState::stopped: return "stopped";
+  }
+  return "waiting";
+}
+
+QueueJob* QueueState::find(std::int64_t id) {
+  for (auto& j : jobs)
+    if (j.id == id) return &j;
+  return nullptr;
+}
+
+const QueueJob* QueueState::find(std::int64_t id) const { return const_cast<QueueState*>(this)->find(id); }
+
+JobQueue::JobQueue(std::string dir) : dir_(std::move(dir)) {}
+
+std::string JobQueue::default_queue_dir() { return xdg_config_dir(); }
+std::string JobQueue::file() const { return (fs::path(dir_) / "queue.json").string(); }
+std::string JobQueue::runner_lock() const { return (fs::path(dir_) / "runner.lock").string(); }
+std::string JobQueue::job_lock(std::int64_t id) const {
+  return (fs::path(dir_) / "queue-jobs" / (std::to_string(id) + ".lock")).string();
+}
+
+QueueState JobQueue::read() const {
+  std::error_code ec;
+  if (!fs::exists(file(), ec)) return {};
+  return parse(io::read_file(file()), file());  // whole files only: writers rename into place
+}
+
+QueueState JobQueue::update(const std::function<void(QueueState&)>& change) const {
+  const FileLock lock((fs::path(dir_) / "queue.lock").string());
+  QueueState st = read();
+  change(st);
+  io::write_file_atomic(file(), serialize(st));
+  return st;
+}
+
+QueueJob JobQueue::add(const JobRequest& request) const {
+  const std::string cwd = request.working_dir.empty() ? fs::current_path().string() : request.working_dir;
+  const std::string source = absolute(request.config_file, cwd);
+  const config::LoadedConfig loaded = config::load_config_file(source, request.overrides);
+  const auto& cfg = loaded.config;
+  std::string base = cfg.logging.run_name;
+  if (base.empty()) {
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    localtime_r(&t, &tm);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    base = fs::path(source).stem().string() + "-" + stamp;
+  }
+  const fs::path root = absolute(effective_runs_root(cfg.logging.runs_root), cwd);
+  const std::string run_dir = create_unique_folder(root, base);
+  QueueJob job;
+  job.name = fs::path(run_dir).filename().string();
+  job.source = source;
+  job.overrides = request.overrides;
+  job.run_dir = run_dir;
+  job.working_dir = cwd;
+  job.num_processes = request.num_processes > 0 ? request.num_processes : static_cast<int>(std::max<std::int64_t>(1, cfg.launch.num_processes));
+  job.fit_note = request.fit_note;
+  job.added_at = now_s();
+  try {
+    update([&](QueueState& st) {
+      job.id = st.next_id++;
+      job.config = (fs::path(dir_) / "queue-jobs" / (std::to_string(job.id) + ".yaml")).string();
+      config::save_config(cfg, job.config);
+      st.jobs.push_back(job);
+    });
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(run_dir, ec);  // still empty
+    throw;
+  }
+  return job;
+}
+
+void JobQueue::remove(std::int64_t id) const {
+  std::string config, run_dir;
+  update([&](QueueState& st) {
+    const QueueJob* j = st.find(id);
+    if (!j) throw Error(ErrorKind::config, "the queue has no job " + std::to_string(id) + " (zerostudio queue list)");
+    if (j->state == JobState::running && job_live(id))
+      throw Error(ErrorKind::config, "job " + std::to_string(id) + " is running; stop it first (zerostudio queue stop " +
+                                         std::to_string(id) + ")");
+    config = j->config;
+    run_dir = j->run_dir;
+    st.jobs.erase(std::find_if(st.jobs.begin(), st.jobs.end(), [&](const QueueJob& x) { return x.id == id; }));
+  });
+  std::error_code ec;
+  fs::remove(config, ec);
+  fs::remove(job_lock(id), ec);
+  if (!holds_a_run(run_dir)) fs::remove(run_dir, ec);  // removes only an empty folder
+}
+
+void JobQueue::move(std::int64_t id, std::size_t index) const {
+  update([&](QueueState& st) {
+    auto it = std::find_if(st.jobs.begin(), st.jobs.end(), [&](const QueueJob& x) { return x.id == id; });
+    if (it == st.jobs.end()) throw Error(ErrorKind::config, "the queue has no job " + std::to_string(id));
+    QueueJob j = std::move(*it);
+    st.jobs.erase(it);
+    st.jobs.insert(st.jobs.begin() + static_cast<std::ptrdiff_t>(std::min(index, st.jobs.size())), std::move(j));
+  });
+}
+
+void JobQueue::reorder(const std::vector<std::int64_t>& ids) const {
+  update([&](QueueState& st) {
+    std::vector<QueueJob> ordered;
+    for (std::int64_t id : ids)
+      if (QueueJob* j = st.find(id)) ordered.push_back(std::move(*j)), j->id = -1;
+    for (auto& j : st.jobs)
+      if (j.id != -1) ordered.push_back(std::move(j));
+    st.jobs = std::move(ordered);
+  });
+}
+
+void JobQueue::set_paused(bool paused) const {
+  update([&](QueueState& st) { st.paused = paused; });
+}
+
+void JobQueue::request_stop(std::int64_t id) const {
+  update([&](QueueState& st) {
+    QueueJob* j = st.find(id);
+    if (!j) throw Error(ErrorKind::config, "the queue has no job " + std::to_string(id));
+    if (j->state == JobState::waiting || (j->state == JobState::running && !job_live(id))) j->state = JobState::stopped;
+    else if (j->state == JobState::running) j->stop_requested = true;
+  });
+}
+
+void JobQueue::requeue(std::int64_t id) const {
+  update([&](QueueState& st) {
+    QueueJob* j = st.find(id);
+    if (!j) throw Error(ErrorKind::config, "the queue has no job " + std::to_string(id));
+    if (j->state == JobState::running) throw Error(ErrorKind::config, "job " + std::to_string(id) + " is running");
+    j->state = JobState::waiting;
+    j->stop_requested = false;
+  });
+}
+
+void JobQueue::replace_config(std::int64_t id, const std::string& yaml) const {
+  (void)config::load_config_string(yaml, "job " + std::to_string(id));  // every problem, before any change
+  update([&](QueueState& st) {
+    const QueueJob* j = st.find(id);
+    if (!j) throw Error(ErrorKind::config, "the queue has no job " + std::to_string(id));
+    if (j->state != JobState::waiting)
+      throw Error(ErrorKind::config, "job " + std::to_string(id) + " is " + to_string(j->state) +
+                                         "; only a waiting job's config can change");
+    io::write_file_atomic(j->config, yaml);
+  });
+}
+
+bool JobQueue::runner_active() const { return FileLock::is_held(runner_lock()); }
+
+bool JobQueue::job_live(std::int64_t id) const { return FileLock::is_held(job_lock(id)); }
+
+std::string JobQueue::shown_state(const QueueJob& job) const {
+  if (job.state == JobState::running && !job_live(job.id)) return "interrupted";
+  return to_string(job.state);
+}
+
+std::optional<ClaimedJob> JobQueue::claim_next(std::int64_t runner_pid) const {
+  std::optional<ClaimedJob> claimed;
+  update([&](QueueState& st) {
+    if (st.paused) return;
+    for (auto& j : st.jobs) {
+      if (j.state != JobState::waiting && j.state != JobState::running) continue;
+      FileLock lock(job_lock(j.id), FileLock::Wait::no);
+      if (!lock.held()) continue;  // running, and its runner or processes are alive
+      const bool resumed = j.state == JobState::running;
+      j.state = JobState::running;
+      j.starts += 1;
+      j.runner_pid = runner_pid;
+      j.started_at = now_s();
+      j.ended_at = 0;
+      j.stop_requested = false;
+      claimed = ClaimedJob{j, resumed, std::move(lock)};
+      return;
+    }
+  });
+  return claimed;
+}
+
+void JobQueue::finish(std::int64_t id, JobState state, int exit_code, const std::string& last_error) const {
+  update([&](QueueState& st) {
+    QueueJob* j = st.find(id);
+    if (!j) return;  // removed meanwhile (the GUI refuses that, an edited file may not)
+    j->state = state;
+    j->exit_code = exit_code;
+    j->last_error = last_error;
+    j->ended_at = now_s();
+    j->stop_requested = false;
+    j->pid = 0;
+  });
+}
+
+void JobQueue::set_pid(std::int64_t id, std::int64_t pid) const {
+  update([&](QueueState& st) {
+    if (QueueJob* j = st.find(id)) j->pid = pid;
+  });
+}
+
+}  // namespace zs::train
