@@ -288,6 +288,29 @@ class TestQueue : public QObject {
     QCOMPARE(cli.run({"queue", "remove", "2"}).code, 1);
   }
 
+  // A job of two ranks runs through `launch` (both ranks in one run folder); a job whose estimate
+  // does not fit --gpu-memory is flagged when added, not refused.
+  void twoRankJobAndTheFitFlag() {
+    QTemporaryDir dir;
+    zs::test::FailureReport report;
+    Cli cli(dir.path() + "/cfg", dir.path(), report);
+    const auto added = cli.run(QStringList{"queue", "add", zs::test::quickstart(), "--num-processes", "2", "--gpu-memory", "1MiB"} +
+                               tinyJob(6));
+    QCOMPARE(added.code, 0);
+    QVERIFY2(added.out.contains("(2 ranks)") && added.out.contains("warning: job 1 may not fit: estimate"), qPrintable(added.out));
+    const auto job = cli.queue().read().jobs.at(0);
+    QCOMPARE(job.num_processes, 2);
+    QVERIFY(job.fit_note.find("does not fit 1.0 MiB") != std::string::npos);
+    QVERIFY(cli.run({"queue", "list"}).out.contains("may not fit: estimate"));
+    report.addRun(QString::fromStdString(job.run_dir));
+    QCOMPARE(cli.run({"queue", "run"}).code, 0);
+    QCOMPARE(cli.queue().read().jobs.at(0).state, JobState::finished);
+    const auto starts = events(job.run_dir, "run_start");
+    QCOMPARE(starts.size(), std::size_t{1});
+    QCOMPARE(starts[0].value("world_size", 0), 2);
+    QVERIFY(QFile::exists(QString::fromStdString(job.run_dir) + "/logs/rank1.log"));
+  }
+
   // Two `queue run`s started together: one runs, the other waits for it; every job starts once.
   void twoRunnersStartEachJobOnce() {
     QTemporaryDir dir;
