@@ -293,8 +293,10 @@ SchemaBuilder build() {
         "Adafactor: transformers' Adafactor (the `optimizer.adafactor` keys): a matrix keeps one row and one "
         "column statistic (O + I values for O × I), a 3 × 3 convolution two thirds of its size, a vector its "
         "size; with `optimizer.adafactor.beta1` also a first moment. `optimizer.betas` and `optimizer.eps` "
-        "are AdamW's and AdamW8bit's; `optimizer.weight_decay` applies to all three. NVMe offload "
-        "(zero.offload_optimizer.device: nvme) streams AdamW only.",
+        "are AdamW's and AdamW8bit's; `optimizer.weight_decay` applies to all three. With NVMe offload "
+        "(zero.offload_optimizer.device: nvme) AdamW's state streams through in sub-groups; the other two "
+        "bring each unit's whole state into CPU memory for its step (two units' at a time), Adafactor's "
+        "row and column statistics staying in memory.",
         {"AdamW", "AdamW8bit", "Adafactor"});
   s.add("optimizer.lr", T::number, 1e-4, ZS_REF(optimizer.lr),
         "Peak learning rate (after warmup).")

@@ -127,13 +127,10 @@ void check_schedule(const TrainerConfig& c, RuleSet& rules) {
     rules.fail("optimizer.fused_backward", "cannot run under precision fp16: loss scaling must see every gradient "
                                            "before any unit steps; use precision: bf16");
   if (c.optimizer.fused_backward && c.zero.offload_optimizer.device == "nvme")
-    rules.fail("optimizer.fused_backward", "steps each unit from memory; zero.offload_optimizer.device nvme streams the "
-                                           "whole state in sub-groups instead: use device cpu");
+    rules.fail("optimizer.fused_backward", "steps each unit from memory during backward; with zero.offload_optimizer.device "
+                                           "nvme the state comes from files after backward: use device cpu");
   if (af.warmup_init && !af.relative_step)
     rules.fail("optimizer.adafactor.warmup_init", "needs optimizer.adafactor.relative_step: true (transformers refuses it too)");
-  if (c.optimizer.type != "AdamW" && c.zero.offload_optimizer.device == "nvme")
-    rules.fail("zero.offload_optimizer.device", "nvme streams AdamW's state only; optimizer.type " + c.optimizer.type +
-                                                    " keeps its state in memory: use device cpu");
   if (s.type != "constant" && s.warmup_min_lr > c.optimizer.lr)
     rules.fail("scheduler.warmup_min_lr", "must not exceed optimizer.lr (the peak learning rate)");
   if (decays && s.min_lr > c.optimizer.lr)

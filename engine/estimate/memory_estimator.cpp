@@ -292,6 +292,7 @@ struct UnitTally {
   int64_t hook_total = 0;           // units whose hooks reduce their gradients
   std::map<std::string, int64_t> hooked;  // ... each by name: its padded elements
   std::vector<int64_t> sharded_padded;
+  int64_t max_swapped = 0;          // bytes: the largest unit state the lean optimizers swap in from NVMe
 };
 
 /// Whether fp32 master weights exist (mixed precision or offload, unless master_weights: none).
@@ -361,7 +362,22 @@ UnitTally count_model_states(const zero::Plan& plan, const std::vector<models::R
     const int64_t state = optimizer_state_bytes(o, l, found == shapes.end() ? nullptr : found->second);
     if (o.offload_optimizer == Offload::none) e.gpu.optimizer_states += state;
     else if (o.offload_optimizer == Offload::cpu) e.cpu.optimizer_states += state;
-    else e.nvme += 3 * align_up(4 * l.owned);
+    else if (o.optimizer != "Adafactor" && o.optimizer != "AdamW8bit") e.nvme += 3 * align_up(4 * l.owned);
+    else {
+      // The lean optimizers on NVMe: a unit's state in files, whole (ZeroOptimizer::begin_swap_in);
+      // Adafactor's row and column statistics stay in CPU memory.
+      const int64_t in_memory = o.optimizer == "Adafactor"
+                                    ? 4 * adafactor_state_elements(found == shapes.end() ? nullptr : found->second, l.numel)
+                                    : 0;
+      e.cpu.optimizer_states += in_memory;
+      // Each tensor a region of its own, aligned (the masters, two moments or their codes, two
+      // absmax arrays; Adafactor's masters and first moment).
+      const int64_t masters = keeps_masters(o) ? align_up(4 * l.owned) : 0;
+      if (o.optimizer == "Adafactor") e.nvme += masters + (o.adafactor_beta1 ? align_up(4 * l.owned) : 0);
+      else if (l.numel >= zero::kMin8bitSize) e.nvme += masters + 2 * align_up(l.owned) + 2 * align_up(4 * (l.owned / zero::kQuantBlock));
+      else e.nvme += masters + 2 * align_up(4 * l.owned);
+      t.max_swapped = std::max(t.max_swapped, state - in_memory);
+    }
     if (o.ema) e.cpu.parameters += 4 * l.owned;
   }
   return t;
@@ -411,7 +427,9 @@ void count_buffers(const zero::Plan& plan, const UnitTally& t, const EstimateOpt
   const int64_t backward = gathered + in_flight;
   const int64_t step = gathered + std::max({allgather, reduce, upcast});
   e.gpu.buffers = std::max(backward, step - e.gpu.activations);
-  if (o.offload_optimizer == Offload::nvme) {
+  if (o.offload_optimizer == Offload::nvme && t.max_swapped > 0) {
+    e.cpu.buffers += 2 * t.max_swapped;  // the unit that steps and the next one being read
+  } else if (o.offload_optimizer == Offload::nvme) {
     const int64_t slot = align_up(4 * std::min(o.sub_group_size, t.owned_total));
     e.cpu.buffers += std::max(o.buffer_count, 3) * 3 * slot;
   }

@@ -75,15 +75,12 @@ PlanOptions plan_options(const ZeroOptions& o, int world_size, int rank) {
 ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, comm::Communicator& comm, ZeroOptions options)
     : comm_(comm), o_(std::move(options)) {
   if (o_.fused_backward && o_.offload_optimizer == ZeroOptions::Offload::nvme)
-    throw Error(ErrorKind::config, "optimizer.fused_backward steps each unit from memory: zero.offload_optimizer.device "
-                                   "nvme streams the whole state in sub-groups instead. Use device: cpu or fused_backward: false.");
+    throw Error(ErrorKind::config, "optimizer.fused_backward steps each unit from memory during backward: with "
+                                   "zero.offload_optimizer.device nvme the state comes from files after backward. Use "
+                                   "device: cpu or fused_backward: false.");
   if (o_.fused_backward && o_.compute_dtype == at::kHalf)
     throw Error(ErrorKind::config, "optimizer.fused_backward cannot run under fp16: loss scaling must see every gradient "
                                    "before any unit steps. Use precision: bf16.");
-  if (o_.optimizer != OptimizerType::adamw && o_.offload_optimizer == ZeroOptions::Offload::nvme)
-    throw Error(ErrorKind::config, std::string("optimizer.type ") + optimizer_name(o_.optimizer) +
-                                       " keeps its state in memory: zero.offload_optimizer.device nvme streams AdamW's "
-                                       "only. Use device: cpu (8-bit AdamW needs 2 bytes a parameter, Adafactor less).");
   // The layout and treatment of every unit: the plan (zero_plan.h), from the units' sizes; the
   // frozen units get theirs from the same rules, apart (plan() describes what is trained).
   std::vector<std::pair<std::string, std::int64_t>> sizes, frozen_sizes;
@@ -166,7 +163,9 @@ void ZeroOptimizer::choose_precisions(const std::vector<models::ParamUnit>& unit
 std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_trained_unit(models::ParamUnit& pu, const UnitPlan& up) {
   // Where and in what the optimizer state lives (float32 without masters under bf16 too).
   const at::TensorOptions moment_opts = state_opts_;
-  const bool nvme_optimizer = o_.offload_optimizer == ZeroOptions::Offload::nvme;
+  // AdamW on NVMe streams its state in sub-groups (init_offload writes it); the lean optimizers'
+  // state is made here as in memory and moved to files whole, a unit at a time.
+  const bool nvme_optimizer = o_.offload_optimizer == ZeroOptions::Offload::nvme && o_.optimizer == OptimizerType::adamw;
   auto u = std::make_unique<Unit>();
   u->name = pu.name;
   u->lr_scale = pu.lr_scale;

@@ -333,6 +333,14 @@ class ZeroOptimizer final {
   /// Keeps a CPU buffer for host_scratch() (the two most recent; older ones are freed).
   void recycle(at::Tensor t);
   void step_nvme(double lr);
+  /// NVMe with Adafactor or 8-bit AdamW: a unit's whole optimizer state (masters, codes and
+  /// absmax, Adafactor's first moment) lives in files and comes into memory for its step.
+  /// begin_swap_in allocates and starts the reads, finish_swap_in waits for them; swap_out
+  /// writes the state back (when `write`) and frees it. Units without swapped state: nothing.
+  void begin_swap_in(Unit& u);
+  void finish_swap_in(Unit& u);
+  void swap_out(Unit& u, bool write);
+  struct SwapGuard;  // swaps a unit in for a scope (zero_unit.h)
   /// delayed_update: waits for the host thread's update (rethrowing its error).
   void join_delayed();
   /// delayed_update: the weights from the masters the host thread updated (compute copy, shards).
@@ -342,6 +350,7 @@ class ZeroOptimizer final {
   /// Master / moments of a unit, whole (NVMe: read synchronously). kind: 0 master, 1 m, 2 v.
   at::Tensor read_state(Unit& u, int kind);
   void write_state(Unit& u, int kind, const at::Tensor& values);
+  void write_state_in_memory(Unit& u, int kind, const at::Tensor& values);
   bool last_micro_ = true;
   double ema_decay_ = -1;  // < 0: no EMA
   bool ema_swapped_ = false;

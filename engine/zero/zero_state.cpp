@@ -94,7 +94,7 @@ void ZeroOptimizer::init_offload() {
     if (!store.io().fallback_reason().empty()) line += "; io_uring not used: " + store.io().fallback_reason();
     o_.log(line);
   };
-  if (o_.offload_optimizer == O::nvme) {
+  if (o_.offload_optimizer == O::nvme && o_.optimizer == OptimizerType::adamw) {
     const std::int64_t elem = static_cast<std::int64_t>(c10::elementSize(master_dtype_));
     std::int64_t need = 0;
     for (const auto& u : units_) need += 3 * round_up(std::max<std::int64_t>(u->plan.owned, 1) * elem, kIoAlignment);
@@ -141,6 +141,36 @@ void ZeroOptimizer::init_offload() {
       offload_->buffers.push_back({aligned_buffer(buffer_elems, master_dtype_), aligned_buffer(buffer_elems, master_dtype_),
                                    aligned_buffer(buffer_elems, master_dtype_)});
     say(store, "optimizer states");
+  } else if (o_.offload_optimizer == O::nvme) {
+    // Adafactor and 8-bit AdamW: each unit's state goes to files whole (Adafactor's row and column
+    // statistics, small, stay in memory) and comes back for the unit's step (step()).
+    std::int64_t need = 0;
+    const auto fields = [&](Unit& u) {
+      std::vector<std::pair<const char*, at::Tensor*>> f = {{"master.swp", &u.master},        {"exp_avg.swp", &u.exp_avg},
+                                                            {"exp_avg_sq.swp", &u.exp_avg_sq}, {"absmax.swp", &u.m_absmax},
+                                                            {"absmax.swp", &u.v_absmax}};
+      if (u.adafactor) f.emplace_back("exp_avg.swp", &u.adafactor->exp_avg());
+      std::erase_if(f, [](const auto& x) { return !x.second->defined() || x.second->numel() == 0; });
+      return f;
+    };
+    for (auto& u : units_)
+      for (const auto& [file, t] : fields(*u)) need += round_up(t->numel() * static_cast<std::int64_t>(t->element_size()), kIoAlignment);
+    NvmeStore::check_space(o_.optimizer_nvme_path, need, "zero.offload_optimizer.nvme_path");
+    offload_->optimizer_store = std::make_unique<NvmeStore>(o_.optimizer_nvme_path, o_.run_tag + "-optimizer",
+                                                            comm_.rank(), o_.aio);
+    auto& store = *offload_->optimizer_store;
+    for (auto& u : units_) {
+      for (const auto& [file, t] : fields(*u)) {
+        Unit::Swapped sw{t, store.add_region(file, t->numel(), t->scalar_type()), t->numel(), t->scalar_type()};
+        at::Tensor buf = aligned_buffer(sw.numel, sw.dtype);
+        buf.copy_(t->reshape({-1}));
+        store.wait(store.write(sw.region, 0, sw.numel, buf.data_ptr()));
+        *t = at::Tensor();
+        u->swapped.push_back(sw);
+      }
+      u->resident = u->swapped.empty();
+    }
+    say(store, "optimizer states (each unit's whole, in memory for its step)");
   }
   if (o_.offload_param == O::nvme) {
     const std::int64_t elem = static_cast<std::int64_t>(compute_opts_.dtype().itemsize());
@@ -170,7 +200,38 @@ std::vector<std::string> ZeroOptimizer::nvme_dirs() const {
   return out;
 }
 
+void ZeroOptimizer::begin_swap_in(Unit& u) {
+  if (u.swapped.empty() || u.resident || !u.swap_reads.empty()) return;
+  auto& store = *offload_->optimizer_store;
+  for (const auto& sw : u.swapped) {
+    *sw.field = aligned_buffer(sw.numel, sw.dtype);
+    u.swap_reads.push_back(store.read(sw.region, 0, sw.numel, sw.field->data_ptr()));
+  }
+}
+
+void ZeroOptimizer::finish_swap_in(Unit& u) {
+  if (u.swapped.empty() || u.resident) return;
+  begin_swap_in(u);
+  auto& store = *offload_->optimizer_store;
+  for (auto t : u.swap_reads) store.wait(t);
+  u.swap_reads.clear();
+  u.resident = true;
+}
+
+void ZeroOptimizer::swap_out(Unit& u, bool write) {
+  if (u.swapped.empty() || !u.resident) return;
+  if (write) {
+    auto& store = *offload_->optimizer_store;
+    std::vector<NvmeStore::Ticket> tickets;
+    for (const auto& sw : u.swapped) tickets.push_back(store.write(sw.region, 0, sw.numel, sw.field->data_ptr()));
+    for (auto t : tickets) store.wait(t);
+  }
+  for (const auto& sw : u.swapped) *sw.field = at::Tensor();
+  u.resident = false;
+}
+
 at::Tensor ZeroOptimizer::read_state(Unit& u, int kind) {
+  const SwapGuard in(*this, u, /*write=*/false);  // (returned tensors keep their storage)
   const int region = kind == 0 ? u.region_master : kind == 1 ? u.region_exp_avg : u.region_exp_avg_sq;
   if (region < 0) {
     if (u.adafactor) return kind == 1 ? u.adafactor->exp_avg() : kind == 2 ? at::Tensor() : owned_weights(u);
@@ -190,22 +251,28 @@ void ZeroOptimizer::write_state(Unit& u, int kind, const at::Tensor& values) {
   const int region = kind == 0 ? u.region_master : kind == 1 ? u.region_exp_avg : u.region_exp_avg_sq;
   c10::NoGradGuard no_grad;
   if (region < 0) {
-    if (u.quantized && kind > 0) {
-      quantize_into(values.reshape({-1}).to(u.m_absmax.options()), kind == 1 ? signed_map_ : unsigned_map_,
-                    kind == 1 ? u.exp_avg : u.exp_avg_sq, kind == 1 ? u.m_absmax : u.v_absmax);
-      return;
-    }
-    if (u.adafactor && kind > 0) {
-      if (kind == 1 && u.adafactor->exp_avg().defined()) u.adafactor->exp_avg().copy_(values);
-      return;
-    }
-    (kind == 1 ? u.exp_avg : kind == 2 ? u.exp_avg_sq : masters_ ? u.master : owned_params(u)).copy_(values);
+    SwapGuard in(*this, u, /*write=*/true);
+    write_state_in_memory(u, kind, values);
+    in.finish();
     return;
   }
   auto& store = *offload_->optimizer_store;
   at::Tensor buf = aligned_buffer(u.plan.owned, master_dtype_);
   buf.copy_(values.reshape({-1}));
   store.wait(store.write(region, 0, u.plan.owned, buf.data_ptr()));
+}
+
+void ZeroOptimizer::write_state_in_memory(Unit& u, int kind, const at::Tensor& values) {
+  if (u.quantized && kind > 0) {
+    quantize_into(values.reshape({-1}).to(u.m_absmax.options()), kind == 1 ? signed_map_ : unsigned_map_,
+                  kind == 1 ? u.exp_avg : u.exp_avg_sq, kind == 1 ? u.m_absmax : u.v_absmax);
+    return;
+  }
+  if (u.adafactor && kind > 0) {
+    if (kind == 1 && u.adafactor->exp_avg().defined()) u.adafactor->exp_avg().copy_(values);
+    return;
+  }
+  (kind == 1 ? u.exp_avg : kind == 2 ? u.exp_avg_sq : masters_ ? u.master : owned_params(u)).copy_(values);
 }
 
 namespace {
@@ -537,9 +604,19 @@ void ZeroOptimizer::step(double lr) {
     grads_reduced_ = false;
     return;
   }
-  if (o_.offload_optimizer == ZeroOptions::Offload::nvme) step_nvme(lr);
-  else
-    for (auto& u : units_) step_in_memory(*u, lr);
+  if (o_.offload_optimizer == ZeroOptions::Offload::nvme && o_.optimizer == OptimizerType::adamw) {
+    step_nvme(lr);  // AdamW: sub-groups streamed through the staging buffers
+  } else {
+    // In memory; lean optimizers on NVMe bring each unit's state in for its step, the next
+    // unit's reads under way while this one steps.
+    for (std::size_t k = 0; k < units_.size(); ++k) {
+      Unit& u = *units_[k];
+      finish_swap_in(u);
+      if (k + 1 < units_.size()) begin_swap_in(*units_[k + 1]);
+      step_in_memory(u, lr);
+      swap_out(u, /*write=*/true);
+    }
+  }
   copies_->join();  // the new weights on their way up, before anything computes with them
   gather_whole_units(plan_.overlap_comm);
   grads_reduced_ = false;  // (the reduced gradients are cleared by the next zero_grad)
@@ -584,6 +661,7 @@ NamedTensors ZeroOptimizer::state() const {
   self.join_delayed();
   NamedTensors out;
   for (const auto& u : units_) {
+    const SwapGuard in(self, *u, /*write=*/false);
     if (u->adafactor) {
       at::Tensor m = u->adafactor->exp_avg();
       if (m.defined() && u->plan.owned != u->plan.padded) {
@@ -760,6 +838,7 @@ NamedTensors ZeroOptimizer::shard_state() {
   c10::NoGradGuard no_grad;
   const auto opts = at::TensorOptions().dtype(master_dtype_);
   for (auto& u : units_) {
+    const SwapGuard in(*this, *u, /*write=*/false);
     out.emplace_back(u->name + "/weights", read_state(*u, 0).to(at::kCPU).to(opts).contiguous().clone());
     // delayed_update with an update computed but not yet written: the weights the device holds.
     if (delayed_pending_) out.emplace_back(u->name + "/lagged", owned_params(*u).to(at::kCPU).to(opts).contiguous().clone());
@@ -789,6 +868,7 @@ void ZeroOptimizer::load_shards(const ShardSource& read, std::int64_t steps, boo
   c10::NoGradGuard no_grad;
   delayed_pending_ = with_lagged;  // the next step writes the saved masters into the weights
   for (auto& u : units_) {
+    SwapGuard in(*this, *u, /*write=*/true);
     const at::Tensor w = read(u->name, "weights", u->plan.owned_offset, u->plan.owned);
     at::Tensor live = owned_params(*u);
     live.copy_(with_lagged ? read(u->name, "lagged", u->plan.owned_offset, u->plan.owned) : w);
@@ -815,6 +895,7 @@ void ZeroOptimizer::load_shards(const ShardSource& read, std::int64_t steps, boo
       write_state(*u, 2, read(u->name, "exp_avg_sq", u->plan.owned_offset, u->plan.owned));
     }
     if (with_ema && ema_decay_ >= 0) u->ema.copy_(read(u->name, "ema", u->plan.owned_offset, u->plan.owned));
+    in.finish();
   }
   step_ = steps;
   gather_whole_units();

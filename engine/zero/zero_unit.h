@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 #include <utility>
@@ -59,6 +60,17 @@ struct ZeroOptimizer::Unit {
   int region_master = -1, region_exp_avg = -1, region_exp_avg_sq = -1, region_param = -1;
   at::Tensor param_staging;
   NvmeStore::Ticket param_read = 0;
+  // NVMe with a lean optimizer: the state tensors that live in files between steps (fields of
+  // this unit), their regions, whether they are in memory now, and the reads under way.
+  struct Swapped {
+    at::Tensor* field;
+    int region;
+    std::int64_t numel;
+    at::ScalarType dtype;
+  };
+  std::vector<Swapped> swapped;
+  bool resident = true;
+  std::vector<NvmeStore::Ticket> swap_reads;
   at::Tensor init_master;  // construction only: the owned weights in master precision
   // Side-stream copies (CUDA): pinned staging buffers and the fences of the copies under way.
   at::Tensor grad_host;           // [owned] a reduced gradient on its way to the CPU shard_grad
@@ -76,6 +88,39 @@ struct ZeroOptimizer::Unit {
   at::Tensor param_host;          // [owned] the CPU step's new weights on their way to the device
   CopyStream::Fence param_fence;  // its host-to-device copy
   CopyStream::Fence gather_fence; // stage 3: an offloaded shard's prefetch (copy up and gather)
+};
+
+/// A unit's swapped state in memory for a scope (nothing when it has none or is in already);
+/// written back at the end when `write`. Errors of the write-back are thrown by finish().
+struct ZeroOptimizer::SwapGuard {
+  SwapGuard(ZeroOptimizer& opt, Unit& u, bool write) : opt_(opt), u_(u), write_(write) {
+    if (u.swapped.empty() || u.resident) return;
+    opt.begin_swap_in(u);
+    opt.finish_swap_in(u);
+    active_ = true;
+  }
+  /// Writes back (when asked) and frees now.
+  void finish() {
+    if (!active_) return;
+    active_ = false;
+    opt_.swap_out(u_, write_);
+  }
+  ~SwapGuard() {
+    if (!active_) return;
+    try {
+      opt_.swap_out(u_, write_ && std::uncaught_exceptions() == 0);
+    } catch (...) {
+      // a failed write-back during unwinding: the first error is the one reported
+    }
+  }
+  SwapGuard(const SwapGuard&) = delete;
+  SwapGuard& operator=(const SwapGuard&) = delete;
+
+ private:
+  ZeroOptimizer& opt_;
+  Unit& u_;
+  bool write_;
+  bool active_ = false;
 };
 
 /// The NVMe side: one store per kind of data, the sub-group plan and its staging buffers.

@@ -163,6 +163,12 @@ class TestDist : public QObject {
       QTest::addRow("%s, stage 2, 2 ranks, optimizer on cpu, f64", opt) << 2 << 2 << 1 << 0.0 << QString("f64,opt=cpu,%1").arg(opt);
       QTest::addRow("%s, stage 3, 2 ranks, parameters and optimizer on cpu, f64", opt)
           << 3 << 2 << 1 << 0.0 << QString("f64,param=cpu,opt=cpu,%1").arg(opt);
+      // On NVMe each unit's whole state comes in for its step (the next one's read under way).
+      for (int stage : {0, 2})
+        QTest::addRow("%s, stage %d, 2 ranks, optimizer on nvme, f64", opt, stage)
+            << stage << 2 << 1 << 0.0 << QString("f64,opt=nvme,nvme=@,%1").arg(opt);
+      QTest::addRow("%s, stage 3, 2 ranks, accumulation 2, clipping, parameters and optimizer on nvme, f64", opt)
+          << 3 << 2 << 2 << 0.05 << QString("f64,param=nvme,opt=nvme,nvme=@,%1").arg(opt);
     }
     // bf16 weights without fp32 masters (optimizer.master_weights: none). Against one process doing
     // the same: at stages 0-1 without overlap_comm (the graph has no unit boundaries, so the bf16
@@ -252,6 +258,9 @@ class TestDist : public QObject {
     QTest::newRow("adafactor: stage 0 on 1 rank -> stage 3 on 2 ranks, params on cpu") << 0 << 1 << 3 << 2 << "adafactor,param=cpu,opt=cpu";
     QTest::newRow("adam8: stage 3 on 2 ranks -> stage 1 on 3 ranks") << 3 << 2 << 1 << 3 << "adam8";
     QTest::newRow("adam8: stage 0 on 1 rank -> stage 2 on 2 ranks, optimizer on cpu") << 0 << 1 << 2 << 2 << "adam8,opt=cpu";
+    QTest::newRow("adam8: stage 3 on 2 ranks -> stage 1 on 3 ranks, optimizer on nvme") << 3 << 2 << 1 << 3 << "adam8,opt=nvme,nvme=@";
+    QTest::newRow("adafactor: stage 2 on 2 ranks -> stage 3 on 3 ranks, parameters and optimizer on nvme")
+        << 2 << 2 << 3 << 3 << "adafactor,param=nvme,opt=nvme,nvme=@";
     QTest::newRow("lora: stage 0 on 1 rank -> stage 3 on 2 ranks, base shards and optimizer on cpu")
         << 0 << 1 << 3 << 2 << "lora,param=cpu,opt=cpu";
     QTest::newRow("stage 1 on 3 ranks -> stage 2 on 3 ranks") << 1 << 3 << 2 << 3 << "";

@@ -239,10 +239,11 @@ logging:
         << "precision: fp16\noptimizer:\n  fused_backward: true\n"
         << "t.yaml:3:19: optimizer.fused_backward: cannot run under precision fp16: loss scaling must see every gradient "
            "before any unit steps; use precision: bf16";
-    QTest::newRow("8-bit AdamW on nvme")
-        << "optimizer:\n  type: AdamW8bit\nzero:\n  stage: 2\n  offload_optimizer:\n    device: nvme\n    nvme_path: /tmp\n"
-        << "t.yaml:6:13: zero.offload_optimizer.device: nvme streams AdamW's state only; optimizer.type AdamW8bit keeps its "
-           "state in memory: use device cpu";
+    QTest::newRow("fused backward on nvme")
+        << "optimizer:\n  type: AdamW8bit\n  fused_backward: true\nprecision: bf16\nzero:\n  stage: 2\n  offload_optimizer:\n"
+           "    device: nvme\n    nvme_path: /tmp\n"
+        << "t.yaml:3:19: optimizer.fused_backward: steps each unit from memory during backward; with "
+           "zero.offload_optimizer.device nvme the state comes from files after backward: use device cpu";
     QTest::newRow("delayed update without cpu offload")
         << "zero:\n  stage: 2\n  offload_optimizer:\n    delayed_update: true\n"
         << "t.yaml:4:21: zero.offload_optimizer.delayed_update: needs zero.offload_optimizer.device: cpu (the update "

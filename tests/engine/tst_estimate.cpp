@@ -293,6 +293,13 @@ class TestEstimate : public QObject {
     QTest::newRow("Adafactor with beta1, no masters, bf16 stage 3, cpu optimizer")
         << "precision=bf16,zero.stage=3,optimizer.type=Adafactor,optimizer.adafactor.beta1=0.9,optimizer.master_weights=none,"
            "zero.offload_optimizer.device=cpu";
+    // The lean optimizers on NVMe: each unit's state whole in files (ZeroOptimizer::begin_swap_in).
+    QTest::newRow("AdamW8bit, bf16 stage 2, nvme optimizer")
+        << "precision=bf16,zero.stage=2,optimizer.type=AdamW8bit,zero.offload_optimizer.device=nvme,"
+           "zero.offload_optimizer.nvme_path=/tmp";
+    QTest::newRow("Adafactor with beta1, bf16 stage 3, nvme optimizer and parameters")
+        << "precision=bf16,zero.stage=3,optimizer.type=Adafactor,optimizer.adafactor.beta1=0.9,zero.offload_optimizer.device=nvme,"
+           "zero.offload_optimizer.nvme_path=/tmp,zero.offload_param.device=nvme,zero.offload_param.nvme_path=/tmp";
   }
   void engineAccountingMatches() {
     QFETCH(QString, sets);
@@ -313,6 +320,7 @@ class TestEstimate : public QObject {
     QCOMPARE(ms.gradients, e.gpu.gradients);
     QCOMPARE(off.parameters, e.cpu.parameters);
     QCOMPARE(off.gradients, e.cpu.gradients);
+    QCOMPARE(off.nvme_bytes, e.nvme);
     if (cfg.optimizer.type == "Adafactor") {
       // Adafactor's statistics are estimated from unit kinds (adafactor_state_elements): not below
       // what the optimizer holds, and at most twice it.

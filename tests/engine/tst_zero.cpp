@@ -165,6 +165,63 @@ class TestZero : public QObject {
     }
   }
 
+  // Resuming 8-bit moments (issue 37). A checkpoint keeps them dequantized with each block's absmax:
+  // loaded into blocks cut as before — every layout, since units pad their shards to whole blocks
+  // counted from the unit's start — quantize_into with the saved absmax gives back the very codes.
+  // Cut otherwise (a unit whose first element moved, e.g. a checkpoint from a version that cut
+  // units differently), the values are quantized again: the bound is that each element lands on
+  // the map value nearest to it under its new block's absmax A, i.e. within half the gap g of the
+  // map around x/A: |y − x| ≤ A·g/2 (below the signed map's lowest value, about −0.993, the distance
+  // to it). The maps' widest gaps are 0.0141 (signed) and 0.0070 (unsigned), so the worst is 0.7 % and
+  // 0.35 % of the block's largest magnitude; where moments crowd near zero the map is far finer. Heavy-tailed moments,
+  // shifts of 1, 100 and 255 elements.
+  void requantizingAnotherCutStaysWithinHalfAGap() {
+    at::manual_seed(11);
+    const std::int64_t n = 40 * zero::kQuantBlock + 77;
+    const at::Tensor scale = at::exp(at::randn({n}) * 2) * 1e-3;
+    for (const bool is_signed : {true, false}) {
+      const at::Tensor map = zero::dynamic_map(is_signed);
+      const at::Tensor x = is_signed ? at::randn({n}) * scale : (at::randn({n}) * scale).square();
+      const std::int64_t blocks = (n + zero::kQuantBlock - 1) / zero::kQuantBlock;
+      at::Tensor codes = at::empty({n}, at::kByte), absmax = at::empty({blocks});
+      zero::quantize_into(x, map, codes, absmax);
+      const at::Tensor saved = zero::dequantize_flat(codes, absmax, map);  // what a checkpoint holds
+      at::Tensor again = at::empty({n}, at::kByte), absmax_again = at::empty({blocks});
+      zero::quantize_into(saved, map, again, absmax_again, absmax);
+      QVERIFY2(at::equal(again, codes), "the same cut must give back the same codes");
+      const at::Tensor sorted = std::get<0>(map.sort());
+      double worst = 0;
+      for (const std::int64_t shift : {1, 100, 255}) {
+        const at::Tensor part = saved.narrow(0, shift, n - shift).contiguous();
+        const std::int64_t m = part.numel(), mb = (m + zero::kQuantBlock - 1) / zero::kQuantBlock;
+        at::Tensor c = at::empty({m}, at::kByte), a = at::empty({mb});
+        zero::quantize_into(part, map, c, a);
+        const at::Tensor y = zero::dequantize_flat(c, a, map);
+        const at::Tensor a_el = a.repeat_interleave(zero::kQuantBlock).narrow(0, 0, m);
+        const at::Tensor safe = at::where(a_el > 0, a_el, at::ones_like(a_el));
+        const at::Tensor s = (part / safe).clamp(-1, 1);
+        // The map values around s: hi = first ≥ s, lo = the one before (the ends: the gap to itself).
+        const at::Tensor hi_i = at::searchsorted(sorted, s).clamp(0, sorted.numel() - 1);
+        const at::Tensor lo_i = (hi_i - 1).clamp_min(0);
+        const at::Tensor gap = sorted.index_select(0, hi_i) - sorted.index_select(0, lo_i);
+        // Below the map's lowest value (the signed map ends at about −0.993, not −1, so a block's
+        // negative extreme comes back up to 0.7 % small) the error is the distance to that value.
+        const at::Tensor below = (sorted[0] - s).clamp_min(0);
+        const at::Tensor bound = at::where(s < sorted[0], below, 0.5 * gap) * a_el + 1e-6 * a_el;  // + float32 rounding
+        const at::Tensor err = (y - part).abs();
+        const std::int64_t over = (err > bound).sum().item<std::int64_t>();
+        QVERIFY2(over == 0, qPrintable(QString("%1 map, shift %2: %3 elements beyond half a gap")
+                                           .arg(is_signed ? "signed" : "unsigned").arg(shift).arg(over)));
+        worst = std::max(worst, (err / safe).max().item<double>());
+        QVERIFY(!at::equal(c, codes.narrow(0, shift, m)));  // it did re-quantize
+      }
+      const double widest = (sorted.narrow(0, 1, 255) - sorted.narrow(0, 0, 255)).max().item<double>();
+      qInfo("%s map: widest gap %.4f; worst re-quantization error %.4f of the block's absmax", is_signed ? "signed" : "unsigned",
+            widest, worst);
+      QVERIFY(worst <= 0.5 * widest + 1e-6);
+    }
+  }
+
   // AdamW8bit's fused CPU step (one pass per block: dequantize, update, requantize) against the
   // tensor form it replaces on the CPU (still what runs on a GPU; strided codes take it here):
   // float32 and float64 weights, 3 steps with weight decay. The same arithmetic up to where ATen
