@@ -300,6 +300,13 @@ bool keeps_masters(const EstimateOptions& o) {
   return o.master_weights && (compute_bytes(o.precision) < 4 || o.offload_optimizer != Offload::none);
 }
 
+/// Whether ZeroOptimizer holds reduced bf16 gradients in CPU memory as they land (offloaded AdamW
+/// with masters under bf16, unfused) instead of adding them into a float32 copy.
+bool holds_bf16_grads(const EstimateOptions& o) {
+  return o.precision == "bf16" && keeps_masters(o) && o.offload_optimizer == Offload::cpu && o.optimizer == "AdamW" &&
+         !o.fused_backward;
+}
+
 /// Optimizer-state bytes of one unit's owned part (masters included).
 int64_t optimizer_state_bytes(const EstimateOptions& o, const zero::UnitPlan& l, const UnitShape* shape) {
   const int64_t masters = keeps_masters(o) ? 4 * l.owned : 0;
@@ -353,7 +360,11 @@ UnitTally count_model_states(const zero::Plan& plan, const std::vector<models::R
     if (transient_parts && l.hook_grads) {
       // (counted as working buffers)
     } else if (o.offload_optimizer != Offload::none) {
-      e.cpu.gradients += 4 * l.owned;
+      // Offloaded AdamW under bf16 keeps a reduce-scattered gradient in bf16 where it lands
+      // (ZeroOptimizer's held gradients); the float32 copy is made only when a second
+      // micro-batch adds to it.
+      if (holds_bf16_grads(o) && l.reduce_scatter) e.cpu.gradients += 2 * l.owned + (o.accumulation > 1 ? 4 * l.owned : 0);
+      else e.cpu.gradients += 4 * l.owned;
     } else if (l.reduced_copy) {
       e.gpu.gradients += c * l.owned;
     }
@@ -434,7 +445,8 @@ void count_buffers(const zero::Plan& plan, const UnitTally& t, const EstimateOpt
     e.cpu.buffers += std::max(o.buffer_count, 3) * 3 * slot;
   }
   e.cpu.buffers += t.param_staging;
-  if (o.delayed_update && o.offload_optimizer == Offload::cpu) e.cpu.buffers += 4 * t.owned_total;
+  // delayed_update: the step's gradients move aside (a second bf16 buffer when they are held).
+  if (o.delayed_update && o.offload_optimizer == Offload::cpu) e.cpu.buffers += (holds_bf16_grads(o) ? 2 : 4) * t.owned_total;
 }
 
 /// Frozen components (VAE, text encoders), in the compute dtype, the VAE in fp32 when it asks

@@ -222,7 +222,8 @@ std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_trained_unit(models::Pa
   const bool offloaded = o_.offload_optimizer != ZeroOptions::Offload::none;
   shard_grad_opts_ = offloaded ? state_opts_ : compute_opts_;
   // fused_backward: a hooked unit's part exists only from its reduction to its step.
-  if (up.reduced_copy && !(o_.fused_backward && up.hook_grads))
+  u->grad_copy = up.reduced_copy;
+  if (up.reduced_copy && !(o_.fused_backward && up.hook_grads) && !hold_bf16_grads_)
     u->shard_grad = at::zeros({u->plan.owned}, shard_grad_opts_);
   return u;
 }
@@ -387,10 +388,10 @@ void ZeroOptimizer::reduce_scatter_into_shard(Unit& u, const at::Tensor& full_gr
 }
 
 void ZeroOptimizer::deposit_grad(Unit& u, const at::Tensor& part, double scale, bool accumulate) {
-  if (!copies_->asynchronous() || !u.shard_grad.device().is_cpu() || !part.is_cuda()) {
+  const bool copy_on_cpu = shard_grad_opts_.device().is_cpu();
+  if (!copies_->asynchronous() || !copy_on_cpu || !part.is_cuda()) {
     release_held_grad(u);
-    if (hold_bf16_grads_ && accumulate && u.shard_grad_clean && part.scalar_type() == at::kBFloat16 &&
-        u.shard_grad.device().is_cpu()) {
+    if (hold_bf16_grads_ && accumulate && u.shard_grad_clean && part.scalar_type() == at::kBFloat16 && copy_on_cpu) {
       // The step's first deposit stays bf16 (the part itself may be a view of a buffer that goes).
       if (!u.grad_host.defined()) u.grad_host = at::empty({u.plan.owned}, part.options().device(at::kCPU));
       u.grad_host.copy_(part);
@@ -398,8 +399,9 @@ void ZeroOptimizer::deposit_grad(Unit& u, const at::Tensor& part, double scale, 
       u.held_scale = scale;
       return;
     }
-    if (accumulate) u.shard_grad.add_(part.to(u.shard_grad.options()), scale);
-    else u.shard_grad.copy_(part);
+    at::Tensor& copy = grad_copy(u);
+    if (accumulate) copy.add_(part.to(copy.options()), scale);
+    else copy.copy_(part);
     u.shard_grad_clean = false;
     return;
   }
@@ -426,8 +428,8 @@ bool ZeroOptimizer::settle_grad(Unit& u, bool block) {
     u.grad_held = true;  // the fused step reads it where it landed
     u.held_scale = u.grad_scale;
   } else {
-    if (u.grad_accumulate) u.shard_grad.add_(u.grad_host, u.grad_scale);
-    else u.shard_grad.copy_(u.grad_host);
+    if (u.grad_accumulate) grad_copy(u).add_(u.grad_host, u.grad_scale);
+    else grad_copy(u).copy_(u.grad_host);
     u.shard_grad_clean = false;
   }
   u.grad_pending = false;
@@ -437,7 +439,7 @@ bool ZeroOptimizer::settle_grad(Unit& u, bool block) {
 
 void ZeroOptimizer::release_held_grad(Unit& u) {
   if (!u.grad_held) return;
-  u.shard_grad.add_(u.grad_host, u.held_scale);
+  grad_copy(u).add_(u.grad_host, u.held_scale);
   u.shard_grad_clean = false;
   u.grad_held = false;
 }
@@ -461,15 +463,15 @@ void ZeroOptimizer::launch_reduce(Unit& u) {
     u.pending = std::make_unique<NothingPending>();
   } else {
     // Without a separate reduced copy (stage 1) the owned range of the full buffer receives it.
-    u.part = u.shard_grad.defined() ? at::empty({u.plan.shard}, u.flat_grad.options())
-                                    : u.flat_grad.narrow(0, u.plan.owned_offset, u.plan.owned);
+    u.part = has_grad_copy(u) ? at::empty({u.plan.shard}, u.flat_grad.options())
+                              : u.flat_grad.narrow(0, u.plan.owned_offset, u.plan.owned);
     u.pending = comm_.reduce_scatter_async(u.flat_grad, u.part);
   }
   in_flight_.push_back(&u);
 }
 
 void ZeroOptimizer::stage_owned_grad(Unit& u) {
-  if (!u.plan.reduce_scatter && u.shard_grad.defined() && u.flat_grad.defined())
+  if (!u.plan.reduce_scatter && has_grad_copy(u) && u.flat_grad.defined())
     deposit_grad(u, u.flat_grad.narrow(0, u.plan.owned_offset, u.plan.owned), 1.0, /*accumulate=*/false);
 }
 
@@ -484,7 +486,7 @@ void ZeroOptimizer::finish_reduce(Unit& u) {
     stage_owned_grad(u);
     return;
   }
-  if (u.shard_grad.defined()) deposit_grad(u, u.part, 1.0 / comm_.world_size(), /*accumulate=*/true);  // every micro-step adds
+  if (has_grad_copy(u)) deposit_grad(u, u.part, 1.0 / comm_.world_size(), /*accumulate=*/true);  // every micro-step adds
   else u.part.mul_(1.0 / comm_.world_size());  // the owned range of the full buffer itself
   u.part = at::Tensor();
   if (!u.plan.partitioned_grads) return;

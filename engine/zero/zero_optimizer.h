@@ -333,6 +333,13 @@ class ZeroOptimizer final {
   /// Keeps a CPU buffer for host_scratch() (the two most recent; older ones are freed).
   void recycle(at::Tensor t);
   void step_nvme(double lr);
+  /// The unit's reduced copy (shard_grad), zeros when first asked for. Offloaded AdamW under bf16
+  /// makes it only when a step needs it (accumulation, fp32 readers): a held bf16 gradient alone
+  /// goes straight into the fused step, so a run without accumulation never has it (−4 B a
+  /// parameter in CPU memory).
+  at::Tensor& grad_copy(Unit& u);
+  /// Whether the reduced gradients go to a copy of their own (made or still to be made).
+  bool has_grad_copy(const Unit& u) const;
   /// NVMe with Adafactor or 8-bit AdamW: a unit's whole optimizer state (masters, codes and
   /// absmax, Adafactor's first moment) lives in files and comes into memory for its step.
   /// begin_swap_in allocates and starts the reads, finish_swap_in waits for them; swap_out

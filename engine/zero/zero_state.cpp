@@ -316,9 +316,22 @@ void ZeroOptimizer::recycle(at::Tensor t) {
   if (scratch_.size() > 2) scratch_.erase(scratch_.begin());
 }
 
+bool ZeroOptimizer::has_grad_copy(const Unit& u) const {
+  return u.shard_grad.defined() || (u.grad_copy && hold_bf16_grads_);
+}
+
+at::Tensor& ZeroOptimizer::grad_copy(Unit& u) {
+  if (!u.shard_grad.defined()) {
+    const bool pin = o_.pin_memory && at::globalContext().hasCUDA() && shard_grad_opts_.device().is_cpu();
+    u.shard_grad = at::zeros({u.plan.owned}, shard_grad_opts_.pinned_memory(pin));
+    u.shard_grad_clean = true;
+  }
+  return u.shard_grad;
+}
+
 at::Tensor ZeroOptimizer::step_grad(Unit& u) {
   release_held_grad(u);  // readers of the float32 buffer see a held bf16 gradient in it
-  if (u.shard_grad.defined()) return u.shard_grad;
+  if (has_grad_copy(u)) return grad_copy(u);
   return u.flat_grad.narrow(0, u.plan.owned_offset, u.plan.owned);
 }
 
@@ -726,6 +739,9 @@ OffloadedBytes ZeroOptimizer::offloaded() const {
   if (o_.offload_optimizer != ZeroOptions::Offload::none)
     for (const auto& u : units_) {
       b.gradients += bytes(u->shard_grad);
+      // Held bf16 gradients: the buffer they land in (made by the first deposit).
+      if (hold_bf16_grads_ && u->grad_copy && u->plan.reduce_scatter)
+        b.gradients += u->grad_host.defined() ? bytes(u->grad_host) : 2 * u->plan.owned;
       b.optimizer_states += optimizer_bytes(*u);
     }
   if (o_.offload_param == ZeroOptions::Offload::cpu)

@@ -36,6 +36,7 @@ struct ZeroOptimizer::Unit {
   at::Tensor shard_param;    // [shard] stage 3 sharded units: this rank's parameters (CPU with
                              // param offload; undefined with NVMe, where they live in a file)
   at::Tensor flat_grad;      // [padded] full gradients, compute dtype (freed after a stage 2 reduction)
+  bool grad_copy = false;    // the unit keeps a reduced copy (shard_grad), made by grad_copy() on first use
   at::Tensor shard_grad;     // [owned] the rank's reduced gradients, where the step reads them
                              // (stages 2-3: compute dtype, as ZeRO counts them; with optimizer
                              // offload, every stage: fp32 on the CPU)
