@@ -311,6 +311,28 @@ class TestQueue : public QObject {
     QVERIFY(QFile::exists(QString::fromStdString(job.run_dir) + "/logs/rank1.log"));
   }
 
+  // `queue run --watch` waits for jobs: one added while it waits runs, and SIGTERM while no job
+  // runs ends it with 0.
+  void watchRunsJobsAddedLater() {
+    QTemporaryDir dir;
+    zs::test::FailureReport report;
+    Cli cli(dir.path() + "/cfg", dir.path(), report);
+    QProcess runner;
+    cli.start(runner, {"queue", "run", "--watch"});
+    QElapsedTimer t;
+    t.start();
+    QTRY_VERIFY_WITH_TIMEOUT(QString::fromUtf8(runner.peek(4096)).contains("waiting for new ones"), 20000);
+    QVERIFY(cli.run(QStringList{"queue", "add", zs::test::quickstart()} + tinyJob(3)).code == 0);
+    QTRY_COMPARE_WITH_TIMEOUT(cli.queue().read().jobs.at(0).state, JobState::finished, 60000);
+    QVERIFY(cli.queue().runner_active());
+    ::kill(static_cast<pid_t>(runner.processId()), SIGTERM);
+    QVERIFY(runner.waitForFinished(20000));
+    report.setOutput("runner", QString::fromUtf8(runner.readAll()));
+    QCOMPARE(runner.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(runner.exitCode(), 0);
+    QVERIFY(!cli.queue().runner_active());
+  }
+
   // Two `queue run`s started together: one runs, the other waits for it; every job starts once.
   void twoRunnersStartEachJobOnce() {
     QTemporaryDir dir;
