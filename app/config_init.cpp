@@ -1,4 +1,5 @@
 // `zerostudio config init`: the setup wizard's questions in the terminal, for headless servers.
+#include <algorithm>
 #include <iostream>
 #include <string>
 
@@ -19,14 +20,17 @@ using config::SetupQuestion;
 using Kind = SetupQuestion::Kind;
 
 /// One answer from `in` for `q` (the current answer when the line is empty or input ended);
-/// asks again on an answer of the wrong kind.
-std::string ask(const SetupQuestion& q, const std::string& current, std::istream& in, std::ostream& out) {
+/// asks again on an answer of the wrong kind. A choice offers config::question_choices.
+std::string ask(const SetupQuestion& q, const SetupAnswers& answers, std::istream& in, std::ostream& out) {
+  const auto found = answers.find(q.id);
+  const std::string current = found == answers.end() ? std::string() : found->second;
+  const auto choices = config::question_choices(q, answers);
   for (;;) {
     out << q.prompt;
     if (q.kind == Kind::choice) {
       out << "\n";
-      for (std::size_t i = 0; i < q.choices.size(); ++i)
-        out << "  [" << i << "] " << q.choices[i].second << (q.choices[i].first == current ? "  (current)" : "") << "\n";
+      for (std::size_t i = 0; i < choices.size(); ++i)
+        out << "  [" << i << "] " << choices[i].second << (choices[i].first == current ? "  (current)" : "") << "\n";
       out << "Choice";
     }
     if (q.kind == Kind::yes_no) out << " [yes/no]";
@@ -46,8 +50,8 @@ std::string ask(const SetupQuestion& q, const std::string& current, std::istream
     if (line.empty()) return current;
     switch (q.kind) {
       case Kind::choice:
-        for (std::size_t i = 0; i < q.choices.size(); ++i)
-          if (line == std::to_string(i) || line == q.choices[i].first) return q.choices[i].first;
+        for (std::size_t i = 0; i < choices.size(); ++i)
+          if (line == std::to_string(i) || line == choices[i].first) return choices[i].first;
         out << "  answer with a number from the list or one of its values\n";
         continue;
       case Kind::yes_no:
@@ -72,6 +76,20 @@ std::string ask(const SetupQuestion& q, const std::string& current, std::istream
         return line;
     }
   }
+}
+
+/// Asks `q` and sets the answer with what follows from it (a family's defaults), naming those.
+void ask_and_set(SetupAnswers& answers, const SetupQuestion& q, std::istream& in, std::ostream& out) {
+  const auto changed = config::set_answer(answers, q.id, ask(q, answers, in, out));
+  if (changed.empty()) return;
+  out << "  (";
+  for (std::size_t i = 0; i < changed.size(); ++i) {
+    std::string value = answers[changed[i]];
+    std::replace(value.begin(), value.end(), '\n', ' ');
+    while (!value.empty() && value.back() == ' ') value.pop_back();
+    out << (i ? "; " : "") << changed[i] << ": " << (value.empty() ? "(empty)" : value);
+  }
+  out << ")\n";
 }
 
 const CommandSpec kInit{
@@ -110,7 +128,7 @@ int run_config_init(const std::vector<std::string>& args) {
       for (const auto& [id, title] : config::setup_pages())
         if (id == page) out << "\n== " << title << " ==\n";
     }
-    answers[q.id] = ask(q, answers[q.id], std::cin, out);
+    ask_and_set(answers, q, std::cin, out);
   }
   for (int round = 0;; ++round) {
     const config::SetupResult result = config::apply_answers(answers, base);
@@ -137,7 +155,7 @@ int run_config_init(const std::vector<std::string>& args) {
         if (std::find(again.begin(), again.end(), id) == again.end()) again.push_back(id);
     }
     if (again.empty()) throw config::ConfigError(result.problems);
-    for (const auto& id : again) answers[id] = ask(config::setup_question(id), answers[id], std::cin, out);
+    for (const auto& id : again) ask_and_set(answers, config::setup_question(id), std::cin, out);
   }
 }
 

@@ -9,8 +9,8 @@ run() { if [ -n "${DISPLAY:-}" ]; then "$@"; else xvfb-run -a -s "-screen 0 1280
 (cd "$build" && run ctest -R 'tst_setup_wizard|tst_dashboard_e2e|tst_queue_panel|tst_samples_compare' --output-on-failure)
 out="$here/docs/guide/images"
 mkdir -p "$out"
-for shot in wizard_0_environment wizard_1_deepspeed wizard_2_processes wizard_3_model wizard_4_method \
-            wizard_5_dataset wizard_6_training wizard_7_sampling wizard_8_output wizard_9_summary \
+for shot in wizard_0_environment wizard_1_deepspeed wizard_2_processes wizard_3_model wizard_model_family_card \
+            wizard_4_method wizard_5_dataset wizard_6_training wizard_7_sampling wizard_8_output wizard_9_summary \
             dashboard_dashboard dashboard_samples dashboard_checkpoints dashboard_log dashboard_config \
             checkpoints_lora queue samples_strip samples_compare_steps samples_compare_runs samples_zoom; do
   cp "$build/screenshots/$shot.png" "$out/$shot.png"

@@ -125,9 +125,24 @@ MemoryPanel::MemoryPanel(QWidget* parent) : QWidget(parent) {
   m_apply->setObjectName(QStringLiteral("applySuggestion"));
   m_apply->setEnabled(false);
   layout->addWidget(m_apply);
+  m_fastest = new QLabel(this);
+  m_fastest->setObjectName(QStringLiteral("fastest"));
+  m_fastest->setWordWrap(true);
+  layout->addWidget(m_fastest);
+  m_fastestHost = new QLabel(this);
+  m_fastestHost->setObjectName(QStringLiteral("fastestHost"));
+  m_fastestHost->setWordWrap(true);
+  layout->addWidget(m_fastestHost);
+  m_applyFastest = new QPushButton(tr("Use the fastest setting that fits"), this);
+  m_applyFastest->setObjectName(QStringLiteral("applyFastest"));
+  m_applyFastest->setToolTip(tr("Sets the ZeRO stage, offload, optimizer, master weights, fused step and "
+                                "checkpointing to the fastest combination the estimate fits on this card"));
+  m_applyFastest->setEnabled(false);
+  layout->addWidget(m_applyFastest);
   layout->addStretch(1);
   connect(m_card, &QComboBox::currentIndexChanged, this, [this] { emit cardChanged(cardBytes()); });
   connect(m_apply, &QPushButton::clicked, this, &MemoryPanel::applySuggestionNow);
+  connect(m_applyFastest, &QPushButton::clicked, this, &MemoryPanel::fastestRequested);
 }
 
 qint64 MemoryPanel::cardBytes() const { return m_card->currentData().toLongLong(); }
@@ -188,7 +203,42 @@ void MemoryPanel::showEstimate(const estimate::MemoryEstimate& e, bool cpu_run) 
 void MemoryPanel::showUnavailable(const QString& why) {
   m_fit->setText(tr("<i>%1</i>").arg(why.toHtmlEscaped()));
   m_apply->setEnabled(false);
+  m_applyFastest->setEnabled(false);
 }
+
+void MemoryPanel::showFastest(const estimate::FastestFit& fit, qint64 ram, bool current) {
+  const QString card = m_card->currentText();
+  if (!fit.found) {
+    m_fastest->setText(tr("<b>Fastest that fits the %1:</b> nothing, even with every offload and checkpointing: "
+                          "lower the batch or the resolution, or choose a larger card.")
+                           .arg(card.toHtmlEscaped()));
+    m_fastestHost->clear();
+    m_applyFastest->setEnabled(false);
+    return;
+  }
+  m_fastest->setText(tr("<b>Fastest that fits the %1:</b> %2 (%3 on the device)%4")
+                         .arg(card.toHtmlEscaped(), QString::fromStdString(fit.setting.describe()).toHtmlEscaped(),
+                              bytesText(fit.estimate.gpu.total()), current ? tr("; the current answers") : QString()));
+  const QString need = bytesText(fit.host_needed);
+  if (ram <= 0)
+    m_fastestHost->setText(tr("Host memory it needs: %1").arg(need));
+  else if (fit.host_fits)
+    m_fastestHost->setText(tr("Host memory it needs: %1 (this machine has %2)").arg(need, bytesText(ram)));
+  else
+    m_fastestHost->setText(tr("<span style='color:#c0392b'>Host memory it needs: %1; this machine has %2, and no "
+                              "setting that fits the card needs less.</span>")
+                               .arg(need, bytesText(ram)));
+  m_applyFastest->setEnabled(!current);
+}
+
+void MemoryPanel::showFastestUnavailable(const QString& why) {
+  m_fastest->setText(tr("<i>%1</i>").arg(why.toHtmlEscaped()));
+  m_fastestHost->clear();
+  m_applyFastest->setEnabled(false);
+}
+
+QString MemoryPanel::fastestText() const { return m_fastest->text(); }
+QString MemoryPanel::fastestHostText() const { return m_fastestHost->text(); }
 
 QString MemoryPanel::deviceText() const { return m_deviceBar->text(); }
 QVector<MemoryPanel::Segment> MemoryPanel::deviceSegments() const { return m_deviceBar->segments(); }

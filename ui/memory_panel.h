@@ -2,13 +2,16 @@
 // The wizard's side panel: the memory estimate for the current answers, a stacked device bar
 // (parameters, gradients, optimizer states, activations, frozen parts, buffers) against the
 // chosen card (or the detected GPU) and the host-memory need beside it (with a warning when this
-// machine has less), "fits" or "does not fit", and the lowest setting that fits with a button to
-// apply it.
+// machine has less), "fits" or "does not fit", the lowest setting that fits with a button to
+// apply it, and the fastest setting that fits the card (estimate::fastest_fitting: stage,
+// offload, optimizer, masters, fused step, checkpointing) with the host memory it needs and a
+// one-click "Use the fastest setting that fits".
 
 #include <QColor>
 #include <QString>
 #include <QWidget>
 
+#include "estimate/fastest_fitting.h"
 #include "estimate/memory_estimator.h"
 
 #include <QVector>
@@ -30,6 +33,11 @@ class MemoryPanel : public QWidget {
   void showEstimate(const estimate::MemoryEstimate& estimate, bool cpu_run);
   /// Greys the figures out and says why (the answers have problems).
   void showUnavailable(const QString& why);
+  /// Shows the fastest setting that fits the chosen card and the host memory it needs against
+  /// `ram` (0: unknown); `current`: the answers already are that setting (the button is off).
+  void showFastest(const estimate::FastestFit& fit, qint64 ram, bool current);
+  /// No fastest setting to offer, and why (a CPU-only run, answers with problems).
+  void showFastestUnavailable(const QString& why);
 
   /// Bytes of the card the estimate is compared with.
   qint64 cardBytes() const;
@@ -52,12 +60,17 @@ class MemoryPanel : public QWidget {
   QVector<Segment> deviceSegments() const;
   /// The warning under the CPU bar (empty when the machine's memory holds the run).
   QString hostWarning() const;
+  /// The fastest setting that fits the card, as shown, and the host memory it needs.
+  QString fastestText() const;
+  QString fastestHostText() const;
 
  signals:
   /// The user chose another card size.
   void cardChanged(qint64 bytes);
   /// "Apply" on the suggestion: the stage and offload devices ("none", "cpu", "nvme").
   void suggestionApplied(int stage, const QString& offloadOptimizer, const QString& offloadParam);
+  /// "Use the fastest setting that fits" was pressed (the wizard applies the setting it computed).
+  void fastestRequested();
 
  private:
   QComboBox* m_card = nullptr;
@@ -72,6 +85,9 @@ class MemoryPanel : public QWidget {
   QLabel* m_fit = nullptr;
   QLabel* m_suggestion = nullptr;
   QPushButton* m_apply = nullptr;
+  QLabel* m_fastest = nullptr;
+  QLabel* m_fastestHost = nullptr;
+  QPushButton* m_applyFastest = nullptr;
   qint64 m_deviceBytes = 0;
   qint64 m_cpuBytes = 0;
   estimate::Suggestion m_lastSuggestion;

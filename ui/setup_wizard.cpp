@@ -146,6 +146,7 @@ SetupWizard::SetupWizard(QWidget* parent) : QWizard(parent) {
   setSideWidget(m_memory);
   connect(m_memory, &MemoryPanel::cardChanged, this, [this] { updateMemory(); });
   connect(m_memory, &MemoryPanel::suggestionApplied, this, &SetupWizard::applySuggestion);
+  connect(m_memory, &MemoryPanel::fastestRequested, this, &SetupWizard::applyFastest);
   buildPages();
   showAnswers();
   refresh();
@@ -324,8 +325,10 @@ void SetupWizard::buildSummaryPage() {
 
 void SetupWizard::answerChanged(const std::string& id, const QString& value) {
   if (m_updating) return;
-  m_answers[id] = value.toStdString();
+  // The engine says what follows from the answer (a family's defaults); those widgets follow.
+  const auto changed = config::set_answer(m_answers, id, value.toStdString());
   m_saved = false;
+  if (!changed.empty()) showAnswers();
   refresh();
 }
 
@@ -338,7 +341,24 @@ void SetupWizard::showAnswers() {
   m_updating = false;
 }
 
+void SetupWizard::updateChoices() {
+  // Choices that follow the answers (the model sources of the chosen family).
+  for (const auto& q : config::setup_questions()) {
+    if (q.kind != Kind::choice) continue;
+    auto* combo = qobject_cast<QComboBox*>(m_widgets[q.id]);
+    const auto choices = config::question_choices(q, m_answers);
+    bool same = combo->count() == static_cast<int>(choices.size());
+    for (int i = 0; same && i < combo->count(); ++i) same = combo->itemData(i).toString() == qs(choices[i].first);
+    if (same) continue;
+    const QSignalBlocker block(combo);
+    combo->clear();
+    for (const auto& [value, label] : choices) combo->addItem(qs(label), qs(value));
+    combo->setCurrentIndex(std::max(0, combo->findData(qs(m_answers[q.id]))));
+  }
+}
+
 void SetupWizard::refresh() {
+  updateChoices();
   // Visibility: a row is shown while its question is asked.
   for (const auto& q : config::setup_questions()) {
     const bool asked = config::is_asked(q, m_answers);
@@ -504,7 +524,9 @@ void SetupWizard::updateDatasetInfo() {
 
 void SetupWizard::updateMemory() {
   if (!m_result) {
+    m_fastest.reset();
     m_memory->showUnavailable(tr("The estimate waits until the answers have no problem."));
+    m_memory->showFastestUnavailable(tr("The fastest setting waits until the answers have no problem."));
     return;
   }
   const auto& cfg = m_result->config;
@@ -512,7 +534,9 @@ void SetupWizard::updateMemory() {
     QString error;
     const estimate::ModelShape* shape = shapeOf(cfg, &error);
     if (!shape) {
+      m_fastest.reset();  // the last model's: never applied to this one
       m_memory->showUnavailable(error.isEmpty() ? tr("Reading the model...") : error);
+      m_memory->showFastestUnavailable(error.isEmpty() ? tr("Reading the model...") : error);
       return;
     }
     estimate::EstimateOptions o = estimate::options_from_config(cfg);
@@ -520,8 +544,20 @@ void SetupWizard::updateMemory() {
     o.cpu_memory = physical_memory_bytes();
     o.gpu_memory = cpu_run ? o.cpu_memory : m_memory->cardBytes();
     m_memory->showEstimate(estimate::estimate_memory(*shape, o), cpu_run);
+    // The fastest setting for the chosen card (GPU runs: a CPU-only run has no card).
+    if (cpu_run) {
+      m_fastest.reset();
+      m_memory->showFastestUnavailable(tr("The card sizes are for GPU runs: answer no to \"CPU only\" on the "
+                                          "Machines page for the fastest setting that fits."));
+    } else {
+      m_fastest = estimate::fastest_fitting(*shape, o, m_memory->cardBytes(), o.cpu_memory);
+      const bool current = m_fastest->found && m_fastest->setting == estimate::setting_of(o);
+      m_memory->showFastest(*m_fastest, o.cpu_memory, current);
+    }
   } catch (const std::exception& e) {
+    m_fastest.reset();
     m_memory->showUnavailable(QString::fromUtf8(e.what()));
+    m_memory->showFastestUnavailable(QString::fromUtf8(e.what()));
   }
 }
 
@@ -531,6 +567,22 @@ void SetupWizard::applySuggestion(int stage, const QString& offloadOptimizer, co
   m_answers["zero_stage"] = std::to_string(stage);
   m_answers["offload_optimizer"] = offloadOptimizer.toStdString();
   m_answers["offload_param"] = offloadParam.toStdString();
+  showAnswers();
+  refresh();
+}
+
+void SetupWizard::applyFastest() {
+  if (!m_fastest || !m_fastest->found) return;
+  // Through the questions that ask those keys; the rest (cpu_checkpointing) onto the base.
+  const std::vector<std::string> rest = config::set_answers_from_settings(m_answers, m_fastest->setting.settings());
+  if (!rest.empty()) {
+    try {
+      m_base = config::to_yaml(config::load_config_string(m_base, "wizard", rest).config);
+    } catch (const std::exception& e) {
+      QMessageBox::warning(this, tr("Not applied"), QString::fromUtf8(e.what()));
+    }
+  }
+  m_saved = false;
   showAnswers();
   refresh();
 }
@@ -558,6 +610,12 @@ bool SetupWizard::loadConfig(const QString& path, QString* error) {
 void SetupWizard::setAnswer(const QString& id, const QString& value) {
   const auto it = m_widgets.find(id.toStdString());
   if (it == m_widgets.end()) return;
+  // A choice the combo does not list now (a model source of another family): answered directly,
+  // and the combo's list follows.
+  if (auto* combo = qobject_cast<QComboBox*>(it->second); combo && combo->findData(value) < 0) {
+    answerChanged(id.toStdString(), value);
+    return;
+  }
   setWidgetValue(it->second, value);  // emits the widget's change signal like a user edit
   if (widgetValue(it->second) != value) answerChanged(id.toStdString(), value);
 }

@@ -18,6 +18,7 @@
 #include <QWizard>
 
 #include "config/setup_questions.h"
+#include "estimate/fastest_fitting.h"
 #include "estimate/model_shape.h"
 
 class QLabel;
@@ -67,6 +68,10 @@ class SetupWizard : public QWizard {
   bool saveToQueue(const QString& path, bool launchFiles, QString* error = nullptr);
 
   MemoryPanel* memoryPanel() const { return m_memory; }
+  /// The fastest setting that fits the memory panel's card for the current answers (what "Use
+  /// the fastest setting that fits" applies); empty while the estimate is unavailable or in a
+  /// CPU-only run.
+  const std::optional<estimate::FastestFit>& fastestFit() const { return m_fastest; }
 
   /// No model shape or dataset scan is under way (they run off the GUI thread; what shows them
   /// updates when they finish).
@@ -92,6 +97,7 @@ class SetupWizard : public QWizard {
   void answerChanged(const std::string& id, const QString& value);
   void showAnswers();  // answers -> widgets (signals blocked)
   void refresh();      // validation, visibility, problems, model/dataset info, memory panel
+  void updateChoices();  // choice lists that follow the answers (config::question_choices)
   /// The shape of `cfg`'s model as it trains (m_shapes caches it by estimate::model_shape_key),
   /// or nullptr while it is computed off the GUI thread (model info and the memory panel update
   /// when it arrives) or when that failed (`error` says why).
@@ -102,12 +108,16 @@ class SetupWizard : public QWizard {
   void updateDatasetInfo();
   void updateMemory();
   void applySuggestion(int stage, const QString& offloadOptimizer, const QString& offloadParam);
+  /// Puts m_fastest's setting into the answers (and cpu_checkpointing, which no question asks,
+  /// into the base YAML).
+  void applyFastest();
   void openExisting();
   void saveInteractively(bool toQueue);
 
   config::SetupAnswers m_answers;
   std::string m_base;  ///< YAML the answers are applied on
   std::optional<config::LoadedConfig> m_result;
+  std::optional<estimate::FastestFit> m_fastest;
   std::map<std::string, QStringList> m_problems;  ///< by question id
   QStringList m_unplaced;                          ///< problems no question owns
   std::map<std::string, QWidget*> m_widgets;       ///< by question id: the input

@@ -11,6 +11,7 @@
 
 #include "config/config_import.h"
 #include "config/config_writer.h"
+#include "config/family_defaults.h"
 #include "config/schema.h"
 #include "config/trainer_config.h"
 #include "core/error.h"
@@ -73,6 +74,8 @@ bool prediction_applies(const SetupAnswers& a) {
     return true;  // no model named yet
   }
 }
+/// Rectified-flow families (Flux.1, Qwen-Image): timestep sampling instead of a prediction type.
+bool flow_matching(const SetupAnswers& a) { return !prediction_applies(a); }
 bool text_trained(const SetupAnswers& a) {
   // The model and the choice as a config, resolved where the trainer resolves it.
   TrainerConfig c = model_of(a);
@@ -84,7 +87,15 @@ bool text_trained(const SetupAnswers& a) {
   }
 }
 
-/// Every registered family's presets, then a folder or a single file on disk.
+/// The families the model page starts with (family_defaults.h).
+std::vector<std::pair<std::string, std::string>> family_choices() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& f : setup_families()) out.emplace_back(f.id, f.title);
+  return out;
+}
+
+/// Every registered family's presets, then a folder or a single file on disk (question_choices
+/// keeps those of the answered family).
 std::vector<std::pair<std::string, std::string>> model_choices() {
   std::vector<std::pair<std::string, std::string>> out;
   for (const models::ModelFamily* f : models::model_families())
@@ -153,6 +164,12 @@ std::vector<SetupQuestion> make_questions() {
       {"mixed_precision", "processes", "Do you wish to use mixed precision?", Kind::choice,
        {{"no", "no"}, {"fp16", "fp16"}, {"bf16", "bf16"}},
        "bf16 on recent GPUs and on the CPU; fp16 needs CUDA and uses dynamic loss scaling.", {"precision"}},
+      {"model_family", "model", "Which model family do you want to train?", Kind::choice, family_choices(),
+       "Fills the family's defaults, as the ready configs in configs/ set them: the resolution, the objective "
+       "(prediction type, or timestep sampling for rectified flow), LoRA's target layers, batch size, "
+       "learning rate and schedule and, for a full-size model, a GPU run in bf16. The sources below are the "
+       "family's.",
+       {}},
       {"model_source", "model", "Which model do you want to train?", Kind::choice,
        model_choices(),
        "", {"model.preset", "model.path"}},
@@ -167,6 +184,14 @@ std::vector<SetupQuestion> make_questions() {
       {"prediction_type", "model", "Prediction type", Kind::choice, {{"epsilon", "epsilon"}, {"v_prediction", "v_prediction"}},
        "What the UNet predicts: the added noise, or the velocity (not asked for flow-matching models).",
        {"model.prediction_type"}, prediction_applies},
+      {"timestep_sampling", "model", "Timestep sampling", Kind::choice,
+       {{"shift", "shift: sigmoid of a normal draw, shifted for the image size as sampling shifts (sd-scripts)"},
+        {"sigmoid", "sigmoid: sigmoid of a normal draw (ai-toolkit, SimpleTuner)"},
+        {"logit_normal", "logit-normal (SD3's paper)"},
+        {"uniform", "uniform"}},
+       "How training draws the noise level of rectified flow (asked for Flux.1 and Qwen-Image; DDPM models draw "
+       "their timesteps uniformly).",
+       {"training.timestep_sampling"}, flow_matching},
       {"data_source", "dataset", "Where are the training images?", Kind::choice,
        {{"shapes", "Generate the demo dataset of coloured shapes"}, {"folder", "A folder of images with captions"}},
        "", {"data.generate", "data.path"}},
@@ -302,6 +327,74 @@ const SetupQuestion& setup_question(const std::string& id) {
 
 bool is_asked(const SetupQuestion& q, const SetupAnswers& answers) { return !q.asked || q.asked(answers); }
 
+std::vector<std::pair<std::string, std::string>> question_choices(const SetupQuestion& q, const SetupAnswers& a) {
+  const SetupFamily* family = q.id == "model_source" ? find_setup_family(get(a, "model_family")) : nullptr;
+  if (!family) return q.choices;
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::string current = get(a, q.id);
+  for (const auto& choice : q.choices)  // the current answer stays (a loaded config's source)
+    if (family_offers_source(*family, choice.first) || choice.first == current) out.push_back(choice);
+  return out;
+}
+
+std::vector<std::string> set_answer(SetupAnswers& a, const std::string& id, const std::string& value) {
+  const bool same = get(a, id) == value;
+  a[id] = value;
+  if (id == "model_source") {
+    // A preset of another family (typed, or from a script) takes its family along; the defaults
+    // stay as they are (only choosing the family fills them).
+    const SetupFamily* f = setup_family_of_preset(value);
+    if (!f || f->id == get(a, "model_family")) return {};
+    a["model_family"] = f->id;
+    return {"model_family"};
+  }
+  if (same) return {};
+  if (id == "model_family")
+    if (const SetupFamily* f = find_setup_family(value)) return fill_family_defaults(a, *f);
+  if (id == "training_method")
+    if (const SetupFamily* f = find_setup_family(get(a, "model_family"))) return follow_training_method(a, *f);
+  return {};
+}
+
+std::vector<std::string> set_answers_from_settings(SetupAnswers& a, const std::vector<std::string>& settings) {
+  // Keys a question carries one to one (booleans as yes/no).
+  static const std::map<std::string, std::string> by_key = {
+      {"zero.stage", "zero_stage"},
+      {"zero.offload_optimizer.device", "offload_optimizer"},
+      {"zero.offload_param.device", "offload_param"},
+      {"optimizer.type", "optimizer_type"},
+      {"optimizer.master_weights", "master_weights"},
+      {"optimizer.fused_backward", "fused_backward"},
+      {"training.gradient_checkpointing", "gradient_checkpointing"},
+      {"training.batch_size", "batch_size"},
+      {"data.resolution", "resolution"},
+  };
+  std::vector<std::string> rest;
+  bool zero = false;
+  for (const auto& s : settings) {
+    const auto eq = s.find('=');
+    const std::string key = s.substr(0, eq);
+    std::string value = eq == std::string::npos ? std::string() : s.substr(eq + 1);
+    const auto it = by_key.find(key);
+    if (it == by_key.end()) {
+      rest.push_back(s);
+      continue;
+    }
+    if (value == "true") value = "yes";
+    if (value == "false") value = "no";
+    a[it->second] = value;
+    zero = zero || key.starts_with("zero.");
+  }
+  if (zero) {
+    // The ZeRO questions are asked with DeepSpeed on and no DeepSpeed file (whose settings would
+    // replace them); stage 0 without offload is the same run without DeepSpeed.
+    const bool offload = get(a, "offload_optimizer") != "none" || get(a, "offload_param") != "none";
+    a["use_deepspeed"] = as_int(a, "zero_stage") > 0 || offload ? "yes" : "no";
+    a["deepspeed_config_file"] = "";
+  }
+  return rest;
+}
+
 SetupAnswers answers_from_config(const TrainerConfig& c) {
   SetupAnswers a;
   a["compute_environment"] = "this_machine";
@@ -332,6 +425,8 @@ SetupAnswers answers_from_config(const TrainerConfig& c) {
   a["model_file"] = single ? c.model.path : "";
   a["model_config_path"] = c.model.config_path;
   a["prediction_type"] = c.model.prediction_type;
+  a["timestep_sampling"] = c.training.timestep_sampling;
+  a["model_family"] = setup_family_id(c);
   a["data_source"] = c.data.generate == "shapes" ? "shapes" : "folder";
   a["data_path"] = c.data.path;
   a["resolution"] = std::to_string(c.data.resolution);
@@ -420,9 +515,16 @@ std::vector<std::string> settings_from_answers(const SetupAnswers& a) {
     set("model.path", "\"\"");
     text("model.preset", "model_source");
   }
-  // Not asked for flow-matching models: the key goes back to its default (a family refuses it set).
-  if (prediction_applies(a)) text("model.prediction_type", "prediction_type");
-  else set("model.prediction_type", std::get<std::string>(find_field("model.prediction_type")->default_value));
+  // Each is asked for its kind of model only: the other goes back to its default (a family refuses
+  // a key that does not apply set away from it).
+  auto reset = [&](const std::string& key) { set(key, std::get<std::string>(find_field(key)->default_value)); };
+  if (prediction_applies(a)) {
+    text("model.prediction_type", "prediction_type");
+    reset("training.timestep_sampling");
+  } else {
+    reset("model.prediction_type");
+    text("training.timestep_sampling", "timestep_sampling");
+  }
   if (data_folder(a)) {
     set("data.generate", "none");
     text("data.path", "data_path");

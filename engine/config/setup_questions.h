@@ -38,6 +38,27 @@ const SetupQuestion& setup_question(const std::string& id);
 /// Whether `q` is asked given the answers so far (accelerate skips some: the NVMe path only for
 /// nvme, parameter offload only for stage 3, the ZeRO questions when a DeepSpeed file is given…).
 bool is_asked(const SetupQuestion& q, const SetupAnswers& answers);
+/// The choices `q` offers given the answers: q.choices, but model_source lists only the answered
+/// family's presets and the folder or file it reads (family_defaults.h), and always the current
+/// answer.
+std::vector<std::pair<std::string, std::string>> question_choices(const SetupQuestion& q, const SetupAnswers& answers);
+
+/// Sets answer `id` to `value` as a user answering it would, with what follows from it: choosing
+/// another model_family fills that family's defaults (family_defaults.h: a model source of the
+/// family, resolution, prediction type or timestep sampling, LoRA targets, batch size, the
+/// learning rate for the training method and its schedule; for a full-size model a GPU run in
+/// bf16 where the answers were the quickstart's CPU and fp32); another training_method takes the
+/// family's learning rate for it where the answer was the family's for the old one; a
+/// model_source preset of another family switches model_family without refilling. Returns the
+/// ids of the other answers it changed (the wizard shows them; `config init` names them).
+std::vector<std::string> set_answer(SetupAnswers& answers, const std::string& id, const std::string& value);
+
+/// Puts "key=value" settings (as `--set` takes them) into the answers of the questions that carry
+/// those keys (zero.stage, zero.offload_*.device, optimizer.type, optimizer.master_weights,
+/// optimizer.fused_backward, training.gradient_checkpointing, training.batch_size,
+/// data.resolution), turning DeepSpeed on where a ZeRO stage or offload needs it. Returns the
+/// settings no question carries (for the base YAML the answers are applied on).
+std::vector<std::string> set_answers_from_settings(SetupAnswers& answers, const std::vector<std::string>& settings);
 
 /// The answers that describe `config` (every question, asked or not).
 SetupAnswers answers_from_config(const TrainerConfig& config);

@@ -4,10 +4,13 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "config/builtin_configs.h"
 #include "config/config_loader.h"
 #include "config/config_writer.h"
+#include "config/family_defaults.h"
 #include "config/schema.h"
 #include "config/schema_markdown.h"
+#include "config/setup_questions.h"
 #include "models/model_family.h"
 #include "test_support.h"
 
@@ -497,6 +500,106 @@ launch: {num_processes: 4, num_machines: 2, machine_rank: 1, main_process_ip: 10
     QCOMPARE(suggest_paths("zero.stag").front(), std::string("zero.stage"));
     QCOMPARE(suggest_paths("zero.offload_optimiser.device").front(), std::string("zero.offload_optimizer.device"));
     QVERIFY(suggest_paths("completely.unrelated.thing").empty());
+  }
+
+  // The model page's first question (issue 40): choosing a family fills its defaults, as its
+  // ready config sets them, into the answers, and they land in the config the answers make:
+  // the preset, resolution, prediction type (DDPM) or timestep sampling (rectified flow), LoRA's
+  // targets (the registry family's defaults), batch size, the learning rate for the method
+  // (following a later change of method) and its schedule, and for a full-size model a GPU run
+  // in bf16. The
+  // model sources offered are the family's; the family round-trips through answers_from_config.
+  void familyDefaultsLandInTheConfig_data() {
+    QTest::addColumn<QString>("family");
+    QTest::addColumn<QString>("preset");
+    QTest::addColumn<qint64>("resolution");
+    QTest::addColumn<QString>("prediction");   // empty: rectified flow
+    QTest::addColumn<QString>("readyConfig");  // configs/ file whose settings the defaults follow
+    QTest::addColumn<QStringList>("sources");
+    QTest::newRow("SD 1.x") << "sd1" << "sd15" << qint64{512} << "epsilon" << "sd15-lora.yaml"
+                            << QStringList{"sd15", "folder", "file"};
+    QTest::newRow("SDXL") << "sdxl" << "sdxl" << qint64{1024} << "epsilon" << "sdxl-finetune-adafactor.yaml"
+                          << QStringList{"sdxl", "folder", "file"};
+    QTest::newRow("Flux.1 [dev]") << "flux-dev" << "flux-dev" << qint64{1024} << "" << "flux-dev-lora.yaml"
+                                  << QStringList{"flux-dev", "folder", "file"};
+    QTest::newRow("Flux.1 [schnell]") << "flux-schnell" << "flux-schnell" << qint64{1024} << "" << ""
+                                      << QStringList{"flux-schnell", "folder", "file"};
+    QTest::newRow("Qwen-Image") << "qwen-image" << "qwen-image" << qint64{1024} << ""
+                                << "qwen-image-lora-zero3-offload.yaml" << QStringList{"qwen-image", "folder"};
+    QTest::newRow("demo") << "demo" << "tiny" << qint64{16} << "v_prediction" << "quickstart.yaml"
+                          << QStringList{"tiny", "flux-tiny", "qwen-image-tiny"};
+  }
+  void familyDefaultsLandInTheConfig() {
+    QFETCH(QString, family);
+    QFETCH(QString, preset);
+    QFETCH(qint64, resolution);
+    QFETCH(QString, prediction);
+    QFETCH(QString, readyConfig);
+    QFETCH(QStringList, sources);
+    const SetupFamily* f = find_setup_family(family.toStdString());
+    QVERIFY(f);
+    const LoadedConfig start = load_config_string(quickstart_yaml(), "quickstart");
+    SetupAnswers a = answers_from_config(start.config);
+    QCOMPARE(a["model_family"], std::string("demo"));  // the quickstart's tiny model
+    // Another family first, so every row changes the family (the demo row comes back to it).
+    set_answer(a, "model_family", family == "sd1" ? "sdxl" : "sd1");
+    const auto changed = set_answer(a, "model_family", family.toStdString());
+    QVERIFY(std::find(changed.begin(), changed.end(), "resolution") != changed.end());
+    QStringList offered;
+    for (const auto& [value, label] : question_choices(setup_question("model_source"), a))
+      offered << QString::fromStdString(value);
+    QCOMPARE(offered, sources);
+    set_answer(a, "training_method", "lora");
+    set_answer(a, "train_text_encoder", "none");
+    const SetupResult r = apply_answers(a, to_yaml(start.config));
+    QStringList problems;
+    for (const auto& p : r.problems) problems << QString::fromStdString(p.to_string());
+    QVERIFY2(r.loaded, qPrintable(problems.join('\n')));
+    const TrainerConfig& c = r.loaded->config;
+    QCOMPARE(QString::fromStdString(c.model.preset), preset);
+    QCOMPARE(c.data.resolution, resolution);
+    QCOMPARE(c.training.batch_size, f->batch_size);
+    QCOMPARE(c.optimizer.lr, f->lr_lora);  // LoRA chosen after the family: its learning rate followed
+    QCOMPARE(c.scheduler.type, f->scheduler);
+    const auto not_applying = zs::models::family_of(c).keys_not_applying();
+    const bool flow = std::find(not_applying.begin(), not_applying.end(), "model.prediction_type") != not_applying.end();
+    QCOMPARE(flow, prediction.isEmpty());
+    if (!flow) QCOMPARE(QString::fromStdString(c.model.prediction_type), prediction);
+    QCOMPARE(c.training.timestep_sampling, std::string("shift"));  // rectified flow's; SD's key at its default
+    QVERIFY(is_asked(setup_question("timestep_sampling"), a) == flow);
+    QVERIFY(is_asked(setup_question("prediction_type"), a) == !flow);
+    // LoRA's targets: the family's defaults written out (the demo's: null, each tiny model's own).
+    if (f->full_size) {
+      QVERIFY(c.lora.targets);
+      QCOMPARE(*c.lora.targets, zs::models::family_of(c).default_lora_targets());
+      QCOMPARE(c.precision, std::string("bf16"));
+      QVERIFY(!c.launch.use_cpu);
+    } else {
+      QVERIFY(!c.lora.targets);
+      QCOMPARE(c.precision, std::string("bf16"));  // the demo leaves the device and precision as SD 1.x set them
+      QVERIFY(!c.launch.use_cpu);
+    }
+    QCOMPARE(answers_from_config(c)["model_family"], family.toStdString());
+    // The ready config of the family sets what the defaults fill (and is read as that family).
+    if (!readyConfig.isEmpty()) {
+      const auto ready =
+          load_config_file((zs::test::sourceDir() + "/configs/" + readyConfig).toStdString()).config;
+      QCOMPARE(setup_family_id(ready), family.toStdString());
+      QCOMPARE(ready.data.resolution, resolution);
+      QCOMPARE(ready.training.batch_size, f->batch_size);
+      QCOMPARE(ready.optimizer.lr, ready.training.method == "lora" ? f->lr_lora : f->lr_full);
+      QCOMPARE(ready.scheduler.type, f->scheduler);
+      QCOMPARE(ready.scheduler.warmup_steps, f->warmup_steps);
+      if (!flow) QCOMPARE(QString::fromStdString(ready.model.prediction_type), prediction);
+      QCOMPARE(ready.training.timestep_sampling, c.training.timestep_sampling);
+      if (ready.lora.targets) QCOMPARE(*ready.lora.targets, *c.lora.targets);
+    }
+    // Choosing a source of another family takes the family along and leaves the defaults.
+    const std::string other = family == "sd1" ? "sdxl" : "sd15";
+    const auto moved = set_answer(a, "model_source", other);
+    QCOMPARE(moved, std::vector<std::string>{"model_family"});
+    QCOMPARE(a["model_family"], setup_family_of_preset(other)->id);
+    QCOMPARE(a["resolution"], std::to_string(resolution));
   }
 
   void docsConfigMdIsGeneratedFromSchema() {

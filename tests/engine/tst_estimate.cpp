@@ -16,6 +16,7 @@
 #include "core/cpu_allocation_counter.h"
 #include "core/error.h"
 #include "data/shapes.h"
+#include "estimate/fastest_fitting.h"
 #include "estimate/memory_estimator.h"
 #include "estimate/model_shape.h"
 #include "io/safetensors.h"
@@ -28,6 +29,7 @@
 #include "train/optimizer_setup.h"
 #include "zero/zero_optimizer.h"
 
+#include <QElapsedTimer>
 #include <QFile>
 #include <QTemporaryDir>
 #include <QtTest>
@@ -911,6 +913,113 @@ class TestEstimate : public QObject {
     bool roster_has_encoder = false;
     for (const auto& u : models::family_of(cfg).roster(cfg)) roster_has_encoder |= u.name == "text_encoder" && !u.frozen;
     QCOMPARE(roster_has_encoder, trains);
+  }
+
+  // The fastest setting that fits a card (issue 40; estimate/fastest_fitting.h), for each family
+  // at its ready configs' resolution, batch 1, bf16, one GPU, from 8 to 80 GB. Against the slow
+  // reference (every candidate estimated, the first that fits taken): the same pick; it fits the
+  // card; a larger card never gets a later (slower) candidate; a host limit only ever moves the
+  // pick later, and a pick that fits the host says how much it needs. SD 1.5 on 80 GB trains
+  // with nothing offloaded (AdamW, masters, no checkpointing: the fastest candidate of all);
+  // Flux.1 [dev] and Qwen-Image fit an 8 GB card (stage 3, the weights in CPU memory). Each pick,
+  // applied through the setup questions (config::set_answers_from_settings), makes a config
+  // whose estimate is the pick's.
+  void fastestFittingSettingPerCard_data() {
+    QTest::addColumn<QString>("yaml");
+    const QString common = "version: 2\nprecision: bf16\nlaunch: {use_cpu: false}\n";
+    QTest::newRow("SD 1.5 full") << common + "model: {preset: sd15}\ndata: {resolution: 512}\n";
+    QTest::newRow("SD 1.5 LoRA")
+        << common + "model: {preset: sd15}\ndata: {resolution: 512}\ntraining: {method: lora}\n";
+    QTest::newRow("SDXL full") << common + "model: {preset: sdxl}\ndata: {resolution: 1024}\n";
+    QTest::newRow("Flux.1 [dev] full") << common + "model: {preset: flux-dev}\ndata: {resolution: 1024}\n";
+    QTest::newRow("Flux.1 [dev] LoRA")
+        << common + "model: {preset: flux-dev}\ndata: {resolution: 1024}\ntraining: {method: lora}\nlora: {rank: 16}\n";
+    QTest::newRow("Qwen-Image full") << common + "model: {preset: qwen-image}\ndata: {resolution: 1024}\n";
+  }
+  void fastestFittingSettingPerCard() {
+    QFETCH(QString, yaml);
+    QTemporaryDir nvme;  // NVMe picks need a writable folder to validate
+    const std::string text = yaml.toStdString() + "zero: {offload_optimizer: {nvme_path: " + nvme.path().toStdString() +
+                             "}, offload_param: {nvme_path: " + nvme.path().toStdString() + "}}\n";
+    const config::TrainerConfig cfg = config::load_config_string(text, "fastest").config;
+    const ModelShape model = model_shape(cfg);
+    const EstimateOptions o = options_from_config(cfg);
+    const std::vector<TrainingSetting> candidates = fastest_candidates(o);
+    QVERIFY(!candidates.empty());
+    QCOMPARE(candidates.front(), (TrainingSetting{}));  // stage 0, nothing offloaded, AdamW with masters, unfused
+    // The slow reference: every candidate's device total and host need.
+    std::vector<std::int64_t> device, host;
+    for (const auto& c : candidates) {
+      const MemoryEstimate e = estimate_memory(model, with_setting(o, c));
+      device.push_back(e.gpu.total());
+      host.push_back(host_memory_needed(e));
+    }
+    if (o.lora)  // only the adapters train: their optimizer stays on the device, AdamW with masters
+      for (const auto& c : candidates)
+        QVERIFY(c.optimizer == "AdamW" && c.master_weights && c.offload_optimizer == Offload::none && !c.fused_backward);
+    int previous = static_cast<int>(candidates.size());
+    qint64 slowest_ms = 0;
+    for (int gb : {8, 12, 16, 24, 48, 80}) {
+      const std::int64_t card = std::int64_t{gb} << 30;
+      QElapsedTimer timer;
+      timer.start();
+      const FastestFit fit = fastest_fitting(model, o, card, 0);
+      slowest_ms = std::max(slowest_ms, timer.elapsed());
+      int reference = -1;
+      for (int i = 0; i < static_cast<int>(candidates.size()) && reference < 0; ++i)
+        if (device[i] <= card) reference = i;
+      QCOMPARE(fit.found, reference >= 0);
+      if (!fit.found) {
+        qInfo("%2d GB: nothing fits (%d candidates)", gb, fit.tried);
+        continue;
+      }
+      QCOMPARE(fit.rank, reference);
+      QCOMPARE(fit.setting, candidates[fit.rank]);
+      QVERIFY(fit.host_fits);
+      QVERIFY2(fit.estimate.gpu.total() <= card && fit.estimate.fits, fit.setting.describe().c_str());
+      QCOMPARE(fit.estimate.gpu.total(), device[fit.rank]);
+      QCOMPARE(fit.host_needed, host[fit.rank]);
+      QVERIFY2(fit.rank <= previous, fit.setting.describe().c_str());  // never slower on a larger card
+      previous = fit.rank;
+      qInfo("%2d GB: #%d %s: device %.1f GiB, host %.1f GiB", gb, fit.rank, fit.setting.describe().c_str(),
+            fit.estimate.gpu.total() / 1073741824.0, fit.host_needed / 1073741824.0);
+      // A host limit (64 GiB) moves the pick later or leaves it; a pick that fits says so.
+      const std::int64_t limit = std::int64_t{64} << 30;
+      const FastestFit limited = fastest_fitting(model, o, card, limit);
+      QVERIFY(limited.found && limited.rank >= fit.rank);
+      QCOMPARE(limited.host_fits, limited.host_needed <= limit);
+      if (!limited.host_fits) QCOMPARE(limited.rank, fit.rank);  // none fits the host: the card's pick
+      // Through the setup questions into a config: the same estimate.
+      config::SetupAnswers answers = config::answers_from_config(cfg);
+      const auto rest = config::set_answers_from_settings(answers, fit.setting.settings());
+      const std::string base = config::to_yaml(config::load_config_string(text, "base", rest).config);
+      const config::SetupResult r = config::apply_answers(answers, base);
+      QVERIFY2(r.loaded, r.problems.empty() ? "" : r.problems.front().to_string().c_str());
+      QCOMPARE(setting_of(options_from_config(r.loaded->config)), fit.setting);
+      QCOMPARE(estimate_memory(model, options_from_config(r.loaded->config)).gpu.total(), fit.estimate.gpu.total());
+    }
+    qInfo("%zu candidates; the slowest search took %lld ms", candidates.size(), static_cast<long long>(slowest_ms));
+    QVERIFY(slowest_ms < 2000);
+    const std::string preset = cfg.model.preset;
+    const FastestFit on8 = fastest_fitting(model, o, std::int64_t{8} << 30, 0);
+    const FastestFit on80 = fastest_fitting(model, o, std::int64_t{80} << 30, 0);
+    if (preset == "sd15" && !o.lora) {
+      QVERIFY(on80.found && on80.rank == 0);
+      QVERIFY(on80.setting.offload_optimizer == Offload::none && on80.setting.offload_param == Offload::none);
+    }
+    if (preset == "flux-dev" || preset == "qwen-image") {
+      QVERIFY2(on8.found, "nothing fits 8 GB");
+      QCOMPARE(on8.setting.stage, 3);
+      QVERIFY(on8.setting.offload_param != Offload::none);  // the bf16 weights alone exceed the card
+    }
+    // Every candidate is a config validation accepts.
+    for (const auto& c : candidates) {
+      try {
+        config::load_config_string(text, "candidate", c.settings());
+      } catch (const config::ConfigError& e) {
+        QFAIL(qPrintable(QString::fromStdString(c.describe() + ": " + e.problems().front().to_string())));
+      }
+    }
   }
 
   void jsonHasTheDocumentedKeys() {

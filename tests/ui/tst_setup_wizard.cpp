@@ -5,6 +5,7 @@
 #include "models/sd/sd_export.h"
 #include "config/config_import.h"
 #include "config/config_loader.h"
+#include "config/family_defaults.h"
 #include "models/model_family.h"
 
 #include <nlohmann/json.hpp>
@@ -19,6 +20,8 @@
 #include <QLineEdit>
 #include <QListWidget>
 #include <QProcess>
+#include <QPushButton>
+#include <QRegularExpression>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QThread>
@@ -558,6 +561,111 @@ class TestSetupWizard : public QObject {
     QVERIFY(nextEnabled(w) == false);
   }
 
+  // The model page starts with the family (issue 40): choosing each, as a user does in its combo,
+  // fills the family's defaults into the config the answers make (preset, resolution, prediction
+  // type or timestep sampling, LoRA targets, batch, learning rate, a GPU run in bf16) and lists
+  // only its model sources. For each card size the memory panel offers the fastest setting that
+  // fits, with the host memory it needs; one click sets stage, offload, optimizer, masters, fused
+  // step and checkpointing, and the panel's estimate of the answers then fits that card. The
+  // model page with the family and the card picker is grabbed for the guide.
+  void familyFirstAndTheFastestSettingForACard() {
+    SetupWizard w;
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QVERIFY(goTo(w, "model"));
+    auto* family = qobject_cast<QComboBox*>(w.questionWidget("model_family"));
+    auto* source = qobject_cast<QComboBox*>(w.questionWidget("model_source"));
+    QVERIFY(family && family->isVisible() && source);
+    QVERIFY(family->mapTo(&w, QPoint()).y() < source->mapTo(&w, QPoint()).y());  // the page's first question
+    QCOMPARE(family->currentData().toString(), QString("demo"));  // the quickstart's tiny model
+    w.setAnswer("training_method", "lora");
+    w.setAnswer("train_text_encoder", "none");
+    for (const auto& f : zs::config::setup_families()) {
+      family->setCurrentIndex(family->findData(QString::fromStdString(f.id)));  // as a user picks it
+      QVERIFY(wizardSettled(w));
+      QStringList problems;
+      for (const auto& [page, title] : zs::config::setup_pages())
+        problems += w.problemsOnPage(QString::fromStdString(page));
+      QVERIFY2(w.result().has_value(), qPrintable(QString::fromStdString(f.id) + ": " + problems.join("; ")));
+      const auto& c = w.result()->config;
+      QCOMPARE(c.model.preset, f.presets.front());
+      QCOMPARE(c.data.resolution, f.resolution);
+      QCOMPARE(qobject_cast<QLineEdit*>(w.questionWidget("resolution"))->text(), QString::number(f.resolution));
+      QCOMPARE(c.training.batch_size, f.batch_size);
+      QCOMPARE(c.optimizer.lr, f.lr_lora);
+      if (!f.prediction_type.empty()) QCOMPARE(c.model.prediction_type, f.prediction_type);
+      QCOMPARE(c.training.timestep_sampling, std::string("shift"));
+      QCOMPARE(w.isAsked("prediction_type"), !f.prediction_type.empty());
+      QCOMPARE(w.isAsked("timestep_sampling"), f.prediction_type.empty());
+      QCOMPARE(source->count(), static_cast<int>(f.presets.size()) + int(f.folder) + int(f.single_file));
+      QCOMPARE(source->itemData(0).toString(), QString::fromStdString(f.presets.front()));
+      if (f.full_size) {
+        QVERIFY(c.lora.targets && *c.lora.targets == zs::models::family_of(c).default_lora_targets());
+        QCOMPARE(c.precision, std::string("bf16"));
+        QVERIFY(!c.launch.use_cpu);
+      }
+    }
+    // SDXL's full fine-tune: its AdamW setting does not fit a 24 GB card; the panel offers the
+    // fastest that does.
+    family->setCurrentIndex(family->findData(QString("sdxl")));
+    w.setAnswer("training_method", "full");
+    QCOMPARE(w.answer("learning_rate").toDouble(), 4e-7);
+    auto* panel = w.memoryPanel();
+    auto* cards = panel->findChild<QComboBox*>("cardSize");
+    QVERIFY(cards);
+    const qint64 detected = zs::gpu_total_bytes(0);
+    QCOMPARE(cards->count(), 6 + int(detected > 0));
+    if (detected > 0) QCOMPARE(cards->itemData(0).toLongLong(), detected);
+    auto* use = panel->findChild<QPushButton*>("applyFastest");
+    QVERIFY(use && use->isVisible());
+    const QRegularExpression bytes(QStringLiteral("Host memory it needs: [0-9.]+ [KMGT]?i?B"));
+    // The page as the guide shows it: AdamW at stage 0 does not fit 24 GB, the fastest that does
+    // is offered.
+    panel->setCardBytes(qint64{24} << 30);
+    QVERIFY(wizardSettled(w));
+    QVERIFY2(panel->fitText().contains("does not fit"), qPrintable(panel->fitText()));
+    QVERIFY(use->isEnabled());
+    QDir().mkpath(zs::test::binaryDir() + "/screenshots");
+    QTest::qWait(50);  // the labels' new heights
+    const QImage shot = w.grab().toImage();
+    QVERIFY(drewSomething(shot));
+    QVERIFY(shot.save(zs::test::binaryDir() + "/screenshots/wizard_model_family_card.png"));
+    for (int gb : {8, 12, 16, 24, 48, 80}) {
+      const qint64 card = qint64{gb} << 30;
+      panel->setCardBytes(card);
+      QVERIFY(wizardSettled(w));
+      QStringList problems;
+      for (const auto& [page, title] : zs::config::setup_pages())
+        problems += w.problemsOnPage(QString::fromStdString(page));
+      QVERIFY2(w.fastestFit() && w.fastestFit()->found, qPrintable(panel->fastestText() + " " + problems.join("; ")));
+      const zs::estimate::FastestFit fit = *w.fastestFit();
+      QVERIFY2(panel->fastestText().contains(QString("Fastest that fits the %1 GB card").arg(gb)),
+               qPrintable(panel->fastestText()));
+      QVERIFY2(panel->fastestHostText().contains(bytes), qPrintable(panel->fastestHostText()));
+      if (use->isEnabled()) QTest::mouseClick(use, Qt::LeftButton);
+      QVERIFY(wizardSettled(w));
+      // The answers are the setting, the estimate of the config they make fits the card.
+      QVERIFY(w.result().has_value());
+      const auto& c = w.result()->config;
+      QCOMPARE(c.zero.stage, std::int64_t{fit.setting.stage});
+      QCOMPARE(c.zero.offload_optimizer.device, std::string(zs::estimate::offload_name(fit.setting.offload_optimizer)));
+      QCOMPARE(c.zero.offload_param.device, std::string(zs::estimate::offload_name(fit.setting.offload_param)));
+      QCOMPARE(c.optimizer.type, fit.setting.optimizer);
+      QCOMPARE(c.optimizer.master_weights, std::string(fit.setting.master_weights ? "fp32" : "none"));
+      QCOMPARE(c.optimizer.fused_backward, fit.setting.fused_backward);
+      QCOMPARE(c.training.gradient_checkpointing, fit.setting.gradient_checkpointing);
+      QCOMPARE(c.training.cpu_checkpointing, fit.setting.cpu_checkpointing);
+      QCOMPARE(panel->deviceBytes(), fit.estimate.gpu.total());
+      QVERIFY2(panel->deviceBytes() <= card && panel->fitText().contains("fits") &&
+                   !panel->fitText().contains("does not"),
+               qPrintable(panel->fitText()));
+      QVERIFY(!use->isEnabled());  // the answers are that setting now
+      QVERIFY(panel->fastestText().contains("the current answers"));
+      qInfo("SDXL full, 1024 px, batch 1, %d GB: %s; device %.1f GiB, host %s", gb, fit.setting.describe().c_str(),
+            fit.estimate.gpu.total() / 1073741824.0, qPrintable(panel->fastestHostText()));
+    }
+  }
+
   // Every page grabbed to PNG in the build folder, to be looked at.
   void grabsEveryPage() {
     SetupWizard w;
@@ -566,7 +674,7 @@ class TestSetupWizard : public QObject {
     QDir().mkpath(zs::test::binaryDir() + "/screenshots");
     int pages = 0;
     for (;;) {
-      QCoreApplication::processEvents();
+      QTest::qWait(50);  // word-wrapped labels take a second layout pass for their heights
       const QImage shot = w.grab().toImage();
       QVERIFY(!shot.isNull() && drewSomething(shot));
       const QString file = zs::test::binaryDir() + "/screenshots/wizard_" + QString::number(pages) + "_" +
