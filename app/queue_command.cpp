@@ -12,7 +12,6 @@
 #include "commands.h"
 #include "config/config_loader.h"
 #include "core/error.h"
-#include "core/memory.h"
 #include "estimate/memory_estimator.h"
 #include "queue_runner.h"
 #include "train/job_queue.h"
@@ -79,23 +78,6 @@ std::int64_t job_id(const std::string& text) {
   throw UsageError("'" + text + "' is not a job number (zerostudio queue list shows them)");
 }
 
-/// Why the job's estimate does not fit the card, or "" (fits, or nothing to check against).
-std::string fit_note(const std::string& file, const std::vector<std::string>& sets, const ParsedArgs& a) {
-  const config::LoadedConfig loaded = config::load_config_file(file, sets);
-  estimate::EstimateOptions o = estimate::options_from_config(loaded.config);
-  o.gpu_memory = a.has("gpu_memory") ? estimate::parse_bytes(a.get("gpu_memory"))
-                                     : (loaded.config.launch.use_cpu ? 0 : gpu_total_bytes(0));
-  if (o.gpu_memory <= 0) return "";
-  try {
-    const auto e = estimate::estimate_memory(estimate::model_shape(loaded.config), o);
-    if (e.fits) return "";
-    return "estimate " + estimate::format_bytes(e.gpu.total()) + " per GPU does not fit " +
-           estimate::format_bytes(o.gpu_memory) + " (zerostudio estimate " + file + " suggests a setting)";
-  } catch (const Error& e) {  // no architecture to read yet (a model made by an earlier job)
-    return "";
-  }
-}
-
 std::string clock_text(std::int64_t t) {
   if (t <= 0) return "-";
   const std::time_t tt = static_cast<std::time_t>(t);
@@ -113,7 +95,7 @@ int queue_add(const ParsedArgs& a) {
   r.num_processes = static_cast<int>(a.get_int("num_processes", 0, 1));
   const config::LoadedConfig loaded = config::load_config_file(r.config_file, r.overrides);  // problems first
   print_warnings(loaded.warnings);
-  r.fit_note = fit_note(r.config_file, r.overrides, a);
+  r.gpu_memory = a.has("gpu_memory") ? estimate::parse_bytes(a.get("gpu_memory")) : -1;
   const train::QueueJob job = train::JobQueue().add(r);
   std::cout << "added job " << job.id << ": " << job.name << " (" << job.num_processes << " rank"
             << (job.num_processes == 1 ? "" : "s") << "), run folder " << job.run_dir << "\n";

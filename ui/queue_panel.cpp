@@ -165,7 +165,8 @@ void QueuePanel::report(const QString& error) {
   m_message->setVisible(!error.isEmpty());
 }
 
-qint64 QueuePanel::addJob(const QString& configFile, const QStringList& overrides, int processes, QString* error) {
+qint64 QueuePanel::addJob(const QString& configFile, const QStringList& overrides, int processes, QString* error,
+                          qint64 gpuMemory) {
   qint64 id = 0;
   guarded(
       [&] {
@@ -173,6 +174,7 @@ qint64 QueuePanel::addJob(const QString& configFile, const QStringList& override
         r.config_file = configFile.toStdString();
         for (const QString& o : overrides) r.overrides.push_back(o.toStdString());
         r.num_processes = processes;
+        r.gpu_memory = gpuMemory;
         id = m_queue->add(r).id;
       },
       error);

@@ -33,8 +33,10 @@ class QueuePanel : public QWidget {
   explicit QueuePanel(const QString& queueDir = QString(), QWidget* parent = nullptr);
   ~QueuePanel() override;
 
-  /// Adds a job (the config is checked; `error` lists its problems). Returns the job's id, or 0.
-  qint64 addJob(const QString& configFile, const QStringList& overrides = {}, int processes = 0, QString* error = nullptr);
+  /// Adds a job (the config is checked; `error` lists its problems), flagged when its estimate does
+  /// not fit `gpuMemory` bytes (-1: the detected GPU). Returns the job's id, or 0.
+  qint64 addJob(const QString& configFile, const QStringList& overrides = {}, int processes = 0, QString* error = nullptr,
+                qint64 gpuMemory = -1);
   bool removeJob(qint64 id, QString* error = nullptr);
   bool stopJob(qint64 id, QString* error = nullptr);
   bool retryJob(qint64 id, QString* error = nullptr);

@@ -11,6 +11,8 @@
 #include "config/config_writer.h"
 #include "core/error.h"
 #include "core/install_paths.h"
+#include "core/memory.h"
+#include "estimate/memory_estimator.h"
 #include "io/atomic_file.h"
 
 namespace zs::train {
@@ -112,6 +114,24 @@ std::string create_unique_folder(const fs::path& root, const std::string& base) 
   throw Error(ErrorKind::io, root.string() + ": no free name for " + base + "; clear out old runs");
 }
 
+/// Why the config's estimate does not fit `gpu_memory` (-1: the detected GPU), or "" (it fits,
+/// there is nothing to check against, or the model's architecture cannot be read yet — a model
+/// an earlier job makes).
+std::string fit_note(const config::TrainerConfig& cfg, const std::string& file, std::int64_t gpu_memory) {
+  if (gpu_memory < 0) gpu_memory = cfg.launch.use_cpu ? 0 : gpu_total_bytes(0);
+  if (gpu_memory <= 0) return "";
+  try {
+    estimate::EstimateOptions o = estimate::options_from_config(cfg);
+    o.gpu_memory = gpu_memory;
+    const auto e = estimate::estimate_memory(estimate::model_shape(cfg), o);
+    if (e.fits) return "";
+    return "estimate " + estimate::format_bytes(e.gpu.total()) + " per GPU does not fit " + estimate::format_bytes(gpu_memory) +
+           " (zerostudio estimate " + file + " suggests a setting)";
+  } catch (const Error&) {
+    return "";
+  }
+}
+
 bool holds_a_run(const std::string& run_dir) {
   std::error_code ec;
   return fs::exists(fs::path(run_dir) / "events.jsonl", ec);
@@ -184,7 +204,7 @@ QueueJob JobQueue::add(const JobRequest& request) const {
   job.run_dir = run_dir;
   job.working_dir = cwd;
   job.num_processes = request.num_processes > 0 ? request.num_processes : static_cast<int>(std::max<std::int64_t>(1, cfg.launch.num_processes));
-  job.fit_note = request.fit_note;
+  job.fit_note = fit_note(cfg, source, request.gpu_memory);
   job.added_at = now_s();
   try {
     update([&](QueueState& st) {

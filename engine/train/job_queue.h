@@ -63,7 +63,9 @@ struct JobRequest {
   std::vector<std::string> overrides;  ///< "key=value", as --set
   int num_processes = 0;               ///< 0: the config's launch.num_processes
   std::string working_dir;             ///< empty: the current folder
-  std::string fit_note;                ///< set by the caller from the estimator
+  /// Device bytes to check the job's estimate against: -1 the detected GPU (none: no check; a
+  /// CPU-only config is not checked), 0 no check.
+  std::int64_t gpu_memory = -1;
 };
 
 /// A job taken by a runner: the job as it was claimed and the lock it holds while it runs.
@@ -93,7 +95,8 @@ class JobQueue {
   QueueState update(const std::function<void(QueueState&)>& change) const;
 
   /// Validates the config with its overrides (throws config::ConfigError listing every problem),
-  /// creates the job's run folder and config copy and appends the job. Returns it.
+  /// creates the job's run folder and config copy and appends the job, flagged (fit_note) when
+  /// its memory estimate does not fit request.gpu_memory. Returns it.
   QueueJob add(const JobRequest& request) const;
   /// Removes a job that is not running (its copy goes; its run folder stays when it holds a run).
   /// Throws zs::Error(config) for an unknown id or a running job.

@@ -108,7 +108,7 @@ class TestQueue : public QObject {
     const JobQueue q(dir.path().toStdString() + "/cfg");
     const QString source = dir.path() + "/mine.yaml";
     QVERIFY(QFile::copy(zs::test::quickstart(), source));
-    zs::train::JobRequest r{source.toStdString(), tinyOverrides(7), 0, dir.path().toStdString(), ""};
+    zs::train::JobRequest r{source.toStdString(), tinyOverrides(7), 0, dir.path().toStdString(), 0};
     const auto a = q.add(r), b = q.add(r);
     QCOMPARE(a.id, 1);
     QCOMPARE(b.id, 2);
@@ -147,7 +147,7 @@ class TestQueue : public QObject {
   void editsFollowTheRules() {
     QTemporaryDir dir;
     const JobQueue q(dir.path().toStdString() + "/cfg");
-    const zs::train::JobRequest r{zs::test::quickstart().toStdString(), tinyOverrides(5), 0, dir.path().toStdString(), ""};
+    const zs::train::JobRequest r{zs::test::quickstart().toStdString(), tinyOverrides(5), 0, dir.path().toStdString(), 0};
     for (int i = 0; i < 3; ++i) q.add(r);
     auto ids = [&] {
       std::vector<std::int64_t> out;
@@ -202,7 +202,7 @@ class TestQueue : public QObject {
   void eachJobIsClaimedOnce() {
     QTemporaryDir dir;
     const JobQueue q(dir.path().toStdString() + "/cfg");
-    const zs::train::JobRequest r{zs::test::quickstart().toStdString(), tinyOverrides(5), 0, dir.path().toStdString(), ""};
+    const zs::train::JobRequest r{zs::test::quickstart().toStdString(), tinyOverrides(5), 0, dir.path().toStdString(), 0};
     for (int i = 0; i < 12; ++i) q.add(r);
     std::mutex m;
     std::vector<zs::train::ClaimedJob> claimed;

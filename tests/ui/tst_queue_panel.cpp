@@ -184,6 +184,10 @@ class TestQueuePanel : public QObject {
     bad.close();
     QCOMPARE(panel.addJob(bad.fileName(), {}, 0, &error), 0);
     QVERIFY2(error.contains("bad.yaml:3") && error.contains("training.batch_size"), qPrintable(error));
+    // A job whose estimate does not fit the card is added, flagged.
+    const qint64 big = panel.addJob(zs::test::quickstart(), tinyOverrides(home.path()), 0, &error, 1 << 20);
+    QVERIFY(big > 0);
+    QVERIFY2(panel.rowText(big).contains("may not fit: estimate"), qPrintable(panel.rowText(big)));
   }
 
   // Run > Add to Queue adds the open config and shows the Queue tab; the wizard's last page
