@@ -320,7 +320,8 @@ void RunController::poll() {
   } else if (static_cast<int>(m_metrics.size()) > firstMetric) {
     emit metricsAdded(firstMetric);
   }
-  if (m_samples.size() != samplesBefore) emit samplesAdded();
+  if (m_samples.size() != samplesBefore || m_samplesReplaced) emit samplesAdded();
+  m_samplesReplaced = false;
   if (checkpoints) emit checkpointsChanged();
   if (static_cast<int>(m_logs.size()) > firstLog) emit logsAdded(firstLog);
 }
@@ -328,8 +329,9 @@ void RunController::poll() {
 void RunController::addSampleStep(qint64 step) {
   const SampleStep s = readSampleStep(m_runDir + QStringLiteral("/samples/step_") + QString::number(step), step);
   for (auto& existing : m_samples)
-    if (existing.step == step) {
+    if (existing.step == step) {  // sampled again (a run resumed from before this step)
       existing = s;
+      m_samplesReplaced = true;
       return;
     }
   m_samples.push_back(s);

@@ -145,6 +145,7 @@ class RunController : public QObject {
   std::vector<ValidationPoint> m_validation;
   train::LossSmoother m_smoother;  // runs written before the events carried loss_smoothed
   std::vector<SampleStep> m_samples;
+  bool m_samplesReplaced = false;  // a step was sampled again under its number since the last poll
   std::vector<LogLine> m_logs;
   QTimer* m_timer = nullptr;
   QProcess* m_process = nullptr;

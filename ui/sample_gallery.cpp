@@ -1,5 +1,7 @@
 #include "sample_gallery.h"
 
+#include <algorithm>
+
 #include <QButtonGroup>
 #include <QDesktopServices>
 #include <QDialog>
@@ -161,7 +163,10 @@ void SampleGallery::showStepIndex(int index) {
   m_stepLabel->setText(tr("Step %1 (%2 of %3)").arg(s.step).arg(index + 1).arg(stepCount()));
   QStringList files;
   for (const SampleTile* t : m_tiles) files << t->path();
-  if (same && files == s.images) return;  // a new step elsewhere: this one's files are read already
+  // A new step elsewhere: this one's files are read already (unless they were replaced: the step
+  // was sampled again after a resume).
+  if (same && files == s.images && std::all_of(m_tiles.begin(), m_tiles.end(), [](const SampleTile* t) { return t->isCurrent(); }))
+    return;
   for (SampleTile* t : m_tiles) delete t;
   m_tiles.clear();
   const int columns = 4;

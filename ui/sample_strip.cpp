@@ -1,5 +1,7 @@
 #include "sample_strip.h"
 
+#include <algorithm>
+
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -105,8 +107,11 @@ void SampleStrip::sync() {
       const int i = imageIndex(s, m_slots[chosen]);
       want.push_back({s.step, i >= 0 ? s.images[i] : QString()});
     }
-  // A live run only adds steps: keep the tiles already made (their files are read once).
-  if (want.mid(0, m_shown.size()) != m_shown) clearTiles();
+  // A live run only adds steps: keep the tiles already made (their files are read once), unless
+  // a step was sampled again under its number (a resumed run) and its file replaced.
+  if (want.mid(0, m_shown.size()) != m_shown ||
+      std::any_of(m_tiles.begin(), m_tiles.end(), [](const SampleTile* t) { return !t->isCurrent(); }))
+    clearTiles();
   QScrollBar* h = m_scroll->horizontalScrollBar();
   const bool atEnd = m_shown.isEmpty() || h->value() >= h->maximum() - 4;
   const QString prompt = chosen >= 0 ? m_slots[chosen].label() : QString();

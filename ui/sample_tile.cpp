@@ -17,6 +17,8 @@ QPixmap SampleTile::thumbnail(const QImage& image, int edge) {
   return QPixmap::fromImage(k == 1 ? image : image.scaled(image.size() * k, Qt::IgnoreAspectRatio, Qt::FastTransformation));
 }
 
+bool SampleTile::isCurrent() const { return m_path.isEmpty() || QFileInfo(m_path).lastModified() == m_stamp; }
+
 SampleTile::SampleTile(const QString& path, const QString& caption, int edge, QWidget* parent)
     : QFrame(parent), m_path(path), m_caption(caption) {
   auto* v = new QVBoxLayout(this);
@@ -27,6 +29,7 @@ SampleTile::SampleTile(const QString& path, const QString& caption, int edge, QW
   image->setAlignment(Qt::AlignCenter);
   image->setMinimumSize(std::min(edge, 48), std::min(edge, 48));
   if (!path.isEmpty()) {
+    m_stamp = QFileInfo(path).lastModified();
     const QImage file(path);
     m_shown = thumbnail(file, edge);
     if (!m_shown.isNull()) m_scale = static_cast<double>(m_shown.width()) / file.width();

@@ -4,6 +4,7 @@
 // pixels stay square and sharp), large ones shrunk smoothly. A click asks to enlarge it; the
 // context menu enlarges it, opens the file or opens its folder.
 
+#include <QDateTime>
 #include <QFrame>
 #include <QImage>
 #include <QPixmap>
@@ -23,6 +24,9 @@ class SampleTile : public QFrame {
   SampleTile(const QString& path, const QString& caption, int edge, QWidget* parent = nullptr);
 
   QString path() const { return m_path; }
+  /// False once the file was replaced since it was read (a step sampled again under the same
+  /// number after a resume): the view that shows it makes a new tile.
+  bool isCurrent() const;
   QString caption() const { return m_caption; }
   /// The pixmap as shown (empty for a placeholder or a file that cannot be read).
   QPixmap shownPixmap() const { return m_shown; }
@@ -47,6 +51,7 @@ class SampleTile : public QFrame {
 
  private:
   QString m_path;
+  QDateTime m_stamp;  // the file's modification time when read
   QString m_caption;
   QPixmap m_shown;
   double m_scale = 0;

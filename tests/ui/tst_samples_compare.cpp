@@ -39,14 +39,15 @@ const QStringList kPromptsSwapped = {"a blue square", "a blue square", "a red ci
 
 // A 48×40 picture that differs per step, prompt and image, and per pixel (noise that fades as the
 // steps go on, a shape that grows), so a wrong file or a wrong pixel shows.
-QImage picture(int step, int image, const QString& prompt) {
+QImage picture(int step, int image, const QString& prompt, int variant = 0) {
   QImage img(48, 40, QImage::Format_RGB32);
   const bool red = prompt.contains("red");
   const int amplitude = std::max(12, 140 - step * 3);
   for (int y = 0; y < img.height(); ++y)
     for (int x = 0; x < img.width(); ++x) {
       quint32 h = static_cast<quint32>(x) * 73856093u ^ static_cast<quint32>(y) * 19349663u ^
-                  static_cast<quint32>(step) * 83492791u ^ static_cast<quint32>(image + 1) * 2654435761u;
+                  static_cast<quint32>(step) * 83492791u ^ static_cast<quint32>(image + 1) * 2654435761u ^
+                  static_cast<quint32>(variant) * 40503u;
       h ^= h >> 13;
       h *= 0x5bd1e995u;
       h ^= h >> 15;
@@ -66,7 +67,7 @@ QImage picture(int step, int image, const QString& prompt) {
 
 // samples/step_<N>/ written as engine/train/image_logger.cpp does (a temporary folder renamed into
 // place), then its samples event.
-void writeStep(ScriptedRun& run, const QString& runDir, int step, const QStringList& prompts) {
+void writeStep(ScriptedRun& run, const QString& runDir, int step, const QStringList& prompts, int variant = 0) {
   const QString final = runDir + QString("/samples/step_%1").arg(step);
   const QString tmp = runDir + QString("/samples/.step_%1.tmp").arg(step);
   QDir().mkpath(tmp);
@@ -75,7 +76,7 @@ void writeStep(ScriptedRun& run, const QString& runDir, int step, const QStringL
   QPainter g(&grid);
   for (int i = 0; i < prompts.size(); ++i) {
     const QString name = QString("%1.png").arg(i, 3, 10, QChar('0'));
-    const QImage img = picture(step, i, prompts[i]);
+    const QImage img = picture(step, i, prompts[i], variant);
     img.save(tmp + "/" + name);
     g.drawImage((i % 2) * 48, (i / 2) * 40, img);
     listing.append(QJsonObject{{"file", name}, {"prompt", prompts[i]}, {"seed", 42 + i}});
@@ -215,6 +216,36 @@ class TestSamplesCompare : public QObject {
     QVERIFY2(why.isEmpty(), qPrintable(why));
     QCOMPARE(strip->tile(0), first);  // appended, not rebuilt
     QCOMPARE(w.gallery()->currentStep(), qint64{30});  // the grid followed too
+  }
+
+  // A step sampled again under its number (a run resumed from a checkpoint before it) shows its
+  // new images in the strip and the grid, not the ones read before.
+  void aResampledStepShowsItsNewImages() {
+    QTemporaryDir tmp;
+    const QString dir = tmp.path() + "/live";
+    makeRun(dir, {10, 20}, kPrompts, false);
+    MainWindow w;
+    w.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&w));
+    QVERIFY(w.openRun(dir));
+    w.tabs()->setCurrentWidget(w.gallery());
+    w.gallery()->setMode(SampleGallery::Mode::strip);
+    SampleStrip* strip = w.gallery()->strip();
+    strip->setPromptIndex(2);
+    QCOMPARE(strip->count(), 2);
+    const QImage before = strip->tile(1)->shownImage();
+    QVERIFY(QDir(dir + "/samples/step_20").removeRecursively());
+    QTest::qWait(20);  // (a new modification time, even on coarse clocks)
+    ScriptedRun run(dir);
+    writeStep(run, dir, 20, kPrompts, /*variant=*/1);
+    QTRY_VERIFY_WITH_TIMEOUT(strip->count() == 2 && strip->tile(1)->shownImage() != before, 5000);
+    QString why = compareShown(strip->tile(1)->shownImage(), png(dir, 20, 2));
+    QVERIFY2(why.isEmpty(), qPrintable(why));
+    w.gallery()->setMode(SampleGallery::Mode::grid);
+    w.gallery()->showStepIndex(1);
+    QCOMPARE(w.gallery()->currentStep(), qint64{20});
+    why = compareShown(w.gallery()->gridTile(2)->shownImage(), png(dir, 20, 2));
+    QVERIFY2(why.isEmpty(), qPrintable(why));
   }
 
   // Two steps of this run side by side: every image of each step, then one prompt of each.
