@@ -13,7 +13,8 @@
 //   AdamW, bf16 into f32  what ZeroOptimizer's offload did before issue 38: the bf16 gradients added
 //                         into a zeroed float32 copy, then the fused AdamW on the copy
 //   AdamW, bf16 fused     the bf16 gradients read straight into the fused AdamW (cpu_adamw_bf16_grad)
-//   AdamW8bit / Adafactor the lean optimizers' CPU steps on the same units (their own traffic)
+//   AdamW8bit / Adafactor the lean optimizers' CPU steps on the same units (their own traffic);
+//   "AdamW8bit, kernel alone" without the bf16 conversions around it (adamw8bit_update only)
 // Each figure is the median of --steps timed steps after one untimed. --zero 1 then times whole
 // ZeroOptimizer steps (a 54 M-parameter UNet, bf16, stage 2, optimizer in CPU memory, one rank)
 // with the host pipeline against the float32 copy, two models in one process alternating A B B A.
@@ -130,7 +131,7 @@ double adamw_ms(Host& h, int steps, bool fused) {
   });
 }
 
-double adamw8bit_ms(Host& h, int steps) {
+double adamw8bit_ms(Host& h, int steps, bool kernel_only = false) {
   const at::Tensor smap = zero::dynamic_map(true), umap = zero::dynamic_map(false);
   const std::int64_t blocks = (h.n + zero::kQuantBlock - 1) / zero::kQuantBlock;
   at::Tensor mc = at::zeros({h.n}, at::kByte), vc = at::zeros({h.n}, at::kByte);
@@ -138,16 +139,20 @@ double adamw8bit_ms(Host& h, int steps) {
   // Codes of zero: the maps' nearest value to 0 (the moments start at zero).
   zero::quantize_into(at::zeros({h.n}), smap, mc, ma);
   zero::quantize_into(at::zeros({h.n}), umap, vc, va);
+  // kernel_only: float32 gradients made before the clock starts and no bf16 copy of the weights
+  // after it — adamw8bit_update alone.
+  const at::Tensor g32 = kernel_only ? h.g16.to(at::kFloat) : at::Tensor();
   std::int64_t step = 0;
   return median_ms(steps, [&] {
     zero::AdamHyper hyper{1e-4, 0.9, 0.999, 1e-8, 0.01, ++step};
     h.each_unit([&](std::int64_t off, std::int64_t cnt) {
       // Units start on block boundaries (as ZeroOptimizer cuts 8-bit shards).
       const std::int64_t b0 = off / zero::kQuantBlock, nb = (cnt + zero::kQuantBlock - 1) / zero::kQuantBlock;
-      zero::adamw8bit_update(h.p.narrow(0, off, cnt), h.g16.narrow(0, off, cnt).to(at::kFloat),
+      zero::adamw8bit_update(h.p.narrow(0, off, cnt),
+                             kernel_only ? g32.narrow(0, off, cnt) : h.g16.narrow(0, off, cnt).to(at::kFloat),
                              mc.narrow(0, off, cnt), ma.narrow(0, b0, nb), vc.narrow(0, off, cnt),
                              va.narrow(0, b0, nb), smap, umap, hyper);
-      h.out16.narrow(0, off, cnt).copy_(h.p.narrow(0, off, cnt));
+      if (!kernel_only) h.out16.narrow(0, off, cnt).copy_(h.p.narrow(0, off, cnt));
     });
   });
 }
@@ -272,6 +277,7 @@ int main(int argc, char** argv) {
     row("AdamW, bf16 fused", fused);
     if (a.lean) {
       row("AdamW8bit", adamw8bit_ms(h, a.steps));
+      row("AdamW8bit, kernel alone", adamw8bit_ms(h, a.steps, true));
       row("Adafactor", adafactor_ms(h, a.steps));
     }
     if (threads == cores) last_ratio = floor / fused;
