@@ -140,6 +140,37 @@ class TestQueuePanel : public QObject {
     QVERIFY(panel.grab().save(zs::test::binaryDir() + "/screenshots/queue.png"));
   }
 
+  // Run queue starts `zerostudio queue run` as a process of its own: it runs the waiting job while
+  // the panel shows it running, then finishes and lets go of the runner lock; a second Run queue
+  // while it works is refused.
+  void runQueueStartsADetachedRunner() {
+    QTemporaryDir home;
+    const QString dir = home.path() + "/zerostudio";
+    QueuePanel panel(dir);
+    panel.setRunnerProgram(zs::test::cliPath());
+    const qint64 id = panel.addJob(zs::test::quickstart(), tinyOverrides(home.path()) << "training.max_steps=40");
+    QVERIFY(id > 0);
+    const qint64 second = panel.addJob(zs::test::quickstart(), tinyOverrides(home.path()));
+    QString error;
+    const QByteArray suiteHome = qgetenv("XDG_CONFIG_HOME");
+    qputenv("XDG_CONFIG_HOME", home.path().toUtf8());  // the runner (it inherits this) works on this queue
+    const bool started = panel.startRunner(&error);
+    qputenv("XDG_CONFIG_HOME", suiteHome);
+    QVERIFY2(started, qPrintable(error));
+    QTRY_VERIFY_WITH_TIMEOUT(panel.stateText(id).startsWith("running"), 20000);
+    QVERIFY(panel.statusText().contains("a runner is working"));
+    QVERIFY(!panel.startRunner(&error));
+    QVERIFY2(error.contains("already at work"), qPrintable(error));
+    QTRY_COMPARE_WITH_TIMEOUT(panel.stateText(second), QString("finished"), 120000);
+    QCOMPARE(panel.stateText(id), QString("finished"));
+    const zs::train::JobQueue q(dir.toStdString());
+    QTRY_VERIFY_WITH_TIMEOUT(!q.runner_active(), 10000);
+    QFile log(dir + "/queue-runner.log");
+    QVERIFY(log.open(QIODevice::ReadOnly));
+    const QString text = QString::fromUtf8(log.readAll());
+    QVERIFY2(text.contains("job 1") && text.contains("no waiting jobs left (2 finished"), qPrintable(text));
+  }
+
   // A drag moves a row: the list's new order is written to the file (what the runner follows).
   void dragWritesTheOrder() {
     QTemporaryDir home;
