@@ -14,7 +14,8 @@
 //                         into a zeroed float32 copy, then the fused AdamW on the copy
 //   AdamW, bf16 fused     the bf16 gradients read straight into the fused AdamW (cpu_adamw_bf16_grad)
 //   AdamW8bit / Adafactor the lean optimizers' CPU steps on the same units (their own traffic);
-//   "AdamW8bit, kernel alone" without the bf16 conversions around it (adamw8bit_update only)
+//   "AdamW8bit, kernel alone" without the bf16 conversions around it (adamw8bit_update only),
+//   and the same with the AVX2 paths off ("kernel, scalar")
 // Each figure is the median of --steps timed steps after one untimed. --zero 1 then times whole
 // ZeroOptimizer steps (a 54 M-parameter UNet, bf16, stage 2, optimizer in CPU memory, one rank)
 // with the host pipeline against the float32 copy, two models in one process alternating A B B A.
@@ -278,6 +279,9 @@ int main(int argc, char** argv) {
     if (a.lean) {
       row("AdamW8bit", adamw8bit_ms(h, a.steps));
       row("AdamW8bit, kernel alone", adamw8bit_ms(h, a.steps, true));
+      zero::set_blockwise_simd(false);  // the scalar loops, for the ratio
+      row("AdamW8bit, kernel, scalar", adamw8bit_ms(h, a.steps, true));
+      zero::set_blockwise_simd(true);
       row("Adafactor", adafactor_ms(h, a.steps));
     }
     if (threads == cores) last_ratio = floor / fused;

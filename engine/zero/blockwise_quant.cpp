@@ -1,6 +1,8 @@
 #include "zero/blockwise_quant.h"
 
 #include <algorithm>
+#include <atomic>
+#include <type_traits>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <immintrin.h>
 
 #include "core/parallel.h"
 
@@ -76,7 +79,8 @@ bool cpu_loops(const at::Tensor& codes, const at::Tensor& absmax) {
 struct BucketTable {
   std::vector<float> code;  // the map it was built for (its first entry −1)
   std::vector<std::int16_t> lo, hi;
-  explicit BucketTable(const std::vector<float>& c) : code(c), lo(65536), hi(65536) {
+  std::vector<std::int32_t> lohi;  // lo | hi << 16 per bucket: the AVX2 path gathers both at once
+  explicit BucketTable(const std::vector<float>& c) : code(c), lo(65536), hi(65536), lohi(65536) {
     auto below = [&](float f) {
       return static_cast<std::int16_t>(std::upper_bound(code.begin(), code.end(), f) - code.begin() - 1);
     };
@@ -93,6 +97,8 @@ struct BucketTable {
       lo[key] = below(std::min(a, b));
       hi[key] = below(std::max(a, b));
     }
+    for (std::uint32_t key = 0; key < 65536; ++key)
+      lohi[key] = static_cast<std::int32_t>(static_cast<std::uint16_t>(lo[key]) | (static_cast<std::uint32_t>(static_cast<std::uint16_t>(hi[key])) << 16));
   }
   /// searchsorted(code, v, right=True) − 1: the last entry at or below v (−1 when none).
   std::int64_t below(float v) const {
@@ -123,12 +129,86 @@ const BucketTable& bucket_table(const std::vector<float>& code) {
   return *tables.back();
 }
 
+/// The AVX2 paths below give the scalar loops' bits: every operation is the same IEEE one on
+/// eight lanes (division, square root, the same fused multiply-adds), the map searched the same
+/// way. set_blockwise_simd(false) forces the scalar loops (tests compare the two).
+std::atomic<bool> g_simd_enabled{true};
+
+bool use_avx2() {
+  static const bool supported = detected_simd() != SimdLevel::scalar;
+  return supported && g_simd_enabled.load(std::memory_order_relaxed);
+}
+
+/// quantize_block on eight values `v` (already divided by the absmax): the codes, or −1 in the
+/// lanes whose bucket spans more than one map edge (or NaN), which the caller does in scalar.
+__attribute__((target("avx2,fma"))) inline __m256i quantize8(__m256 v, const BucketTable& t) {
+  const float* code = t.code.data();
+  const __m256i last = _mm256_set1_epi32(static_cast<int>(t.code.size()) - 1), one = _mm256_set1_epi32(1);
+  const __m256i key = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
+  const __m256i both = _mm256_i32gather_epi32(t.lohi.data(), key, 4);  // lo | hi << 16, signed halves
+  const __m256i j = _mm256_srai_epi32(_mm256_slli_epi32(both, 16), 16), end = _mm256_srai_epi32(both, 16);
+  const __m256i span = _mm256_sub_epi32(end, j);
+  const __m256i common = _mm256_or_si256(_mm256_cmpeq_epi32(span, one), _mm256_cmpeq_epi32(span, _mm256_setzero_si256()));
+  // below = j + ((j < end) & (code[min(j + 1, last)] <= v))
+  const __m256i up = _mm256_min_epi32(_mm256_add_epi32(j, one), last);
+  const __m256 c_up = _mm256_i32gather_ps(code, _mm256_max_epi32(up, _mm256_setzero_si256()), 4);
+  const __m256i step = _mm256_and_si256(_mm256_cmpgt_epi32(end, j), _mm256_castps_si256(_mm256_cmp_ps(c_up, v, _CMP_LE_OQ)));
+  const __m256i below = _mm256_sub_epi32(j, step);  // (a true mask is −1)
+  // The nearer of that entry and the next, the next only where strictly closer.
+  const __m256i lo = _mm256_max_epi32(_mm256_min_epi32(below, last), _mm256_setzero_si256());
+  const __m256i next = _mm256_min_epi32(_mm256_add_epi32(lo, one), last);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256 d_next = _mm256_andnot_ps(sign, _mm256_sub_ps(v, _mm256_i32gather_ps(code, next, 4)));
+  const __m256 d_lo = _mm256_andnot_ps(sign, _mm256_sub_ps(v, _mm256_i32gather_ps(code, lo, 4)));
+  const __m256i closer = _mm256_castps_si256(_mm256_cmp_ps(d_next, d_lo, _CMP_LT_OQ));
+  const __m256i out = _mm256_sub_epi32(lo, closer);
+  return _mm256_blendv_epi8(_mm256_set1_epi32(-1), out, common);
+}
+
 /// One block's codes for the values `xs[0, count)` with their absmax `a` (quantize_into's rule).
+/// The codes of `v` [n] (values already divided by their absmax), scalar.
+inline void quantize_scaled(const float* v_in, std::int64_t n, const BucketTable& table, std::uint8_t* out) {
+  const std::vector<float>& code = table.code;
+  const std::int64_t last = static_cast<std::int64_t>(code.size()) - 1;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float v = v_in[i];
+    const std::int64_t j = std::clamp<std::int64_t>(table.below(v), 0, last);
+    const std::int64_t next = std::min(j + 1, last);
+    const bool closer = std::fabs(v - code[static_cast<std::size_t>(next)]) < std::fabs(v - code[static_cast<std::size_t>(j)]);
+    out[i] = static_cast<std::uint8_t>(j + static_cast<std::int64_t>(closer));
+  }
+}
+
+__attribute__((target("avx2,fma"))) void quantize_block_avx2(const float* xs, std::int64_t count, float denom,
+                                                             const BucketTable& table, std::uint8_t* out) {
+  const __m256 d = _mm256_set1_ps(denom);
+  std::int64_t i = 0;
+  alignas(32) std::int32_t codes[8];
+  alignas(32) float vs[8];
+  for (; i + 8 <= count; i += 8) {
+    const __m256 v = _mm256_div_ps(_mm256_loadu_ps(xs + i), d);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(codes), quantize8(v, table));
+    _mm256_store_ps(vs, v);
+    for (int k = 0; k < 8; ++k) {
+      if (codes[k] < 0) quantize_scaled(vs + k, 1, table, out + i + k);  // a wide bucket: the scalar search
+      else out[i + k] = static_cast<std::uint8_t>(codes[k]);
+    }
+  }
+  for (; i < count; ++i) {
+    const float v = xs[i] / denom;
+    quantize_scaled(&v, 1, table, out + i);
+  }
+}
+
 inline void quantize_block(const float* xs, std::int64_t count, float a, const BucketTable& table,
                            std::uint8_t* out) {
   const std::vector<float>& code = table.code;
   const std::int64_t last = static_cast<std::int64_t>(code.size()) - 1;
   const float denom = a > 0 ? a : 1.0f;
+  if (use_avx2()) {
+    quantize_block_avx2(xs, count, denom, table, out);
+    return;
+  }
   for (std::int64_t i = 0; i < count; ++i) {
     const float v = xs[i] / denom;
     const std::int64_t j = std::clamp<std::int64_t>(table.below(v), 0, last);
@@ -196,6 +276,35 @@ void quantize_cpu(const at::Tensor& x, const at::Tensor& map, at::Tensor& codes,
 /// float64 weights equal the tensor form's to 1e-17).
 #pragma GCC push_options
 #pragma GCC optimize("fp-contract=off")
+/// adamw8bit_cpu's element loop for float32 weights on eight lanes at a time (the same operations,
+/// each an IEEE one); returns how many elements it did (a multiple of 8; the rest go scalar).
+__attribute__((target("avx2,fma"))) std::int64_t adamw8bit_avx2(float* p, const float* g, const std::uint8_t* mc,
+                                                              const std::uint8_t* vc, std::int64_t count, float am, float av,
+                                                              const float* smap, const float* umap, float b1, float ob1,
+                                                              float b2, float ob2, float fc2, float eps, bool has_decay,
+                                                              float decay, float step, float* m, float* v) {
+  const __m256 vam = _mm256_set1_ps(am), vav = _mm256_set1_ps(av), vb1 = _mm256_set1_ps(b1), vob1 = _mm256_set1_ps(ob1);
+  const __m256 vb2 = _mm256_set1_ps(b2), vob2 = _mm256_set1_ps(ob2), vfc2 = _mm256_set1_ps(fc2), veps = _mm256_set1_ps(eps);
+  const __m256 vdecay = _mm256_set1_ps(decay), vstep = _mm256_set1_ps(step);
+  std::int64_t k = 0;
+  for (; k + 8 <= count; k += 8) {
+    const __m256i mi_codes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(mc + k)));
+    const __m256i vi_codes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(vc + k)));
+    const __m256 m_old = _mm256_mul_ps(_mm256_i32gather_ps(smap, mi_codes, 4), vam);
+    const __m256 v_old = _mm256_mul_ps(_mm256_i32gather_ps(umap, vi_codes, 4), vav);
+    const __m256 gi = _mm256_loadu_ps(g + k);
+    const __m256 mi = _mm256_fmadd_ps(vob1, gi, _mm256_mul_ps(m_old, vb1));
+    const __m256 vi = _mm256_fmadd_ps(_mm256_mul_ps(vob2, gi), gi, _mm256_mul_ps(v_old, vb2));
+    const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), vfc2), veps);
+    __m256 w = _mm256_loadu_ps(p + k);
+    if (has_decay) w = _mm256_mul_ps(w, vdecay);
+    _mm256_storeu_ps(p + k, _mm256_fmadd_ps(vstep, _mm256_div_ps(mi, denom), w));
+    _mm256_storeu_ps(m + k, mi);
+    _mm256_storeu_ps(v + k, vi);
+  }
+  return k;
+}
+
 template <class P>
 void adamw8bit_cpu(P* p, const float* g, std::uint8_t* mc, float* ma, std::uint8_t* vc, float* va, std::int64_t n,
                    const std::vector<float>& smap, const std::vector<float>& umap, const BucketTable& st,
@@ -213,7 +322,12 @@ void adamw8bit_cpu(P* p, const float* g, std::uint8_t* mc, float* ma, std::uint8
     for (std::int64_t b = b0; b < b1_; ++b) {
       const std::int64_t lo = b * kQuantBlock, count = std::min(n, lo + kQuantBlock) - lo;
       const float am = ma[b], av = va[b];
-      for (std::int64_t k = 0; k < count; ++k) {
+      std::int64_t k0 = 0;
+      if constexpr (std::is_same_v<P, float>)
+        if (use_avx2())
+          k0 = adamw8bit_avx2(p + lo, g + lo, mc + lo, vc + lo, count, am, av, smap.data(), umap.data(), b1, ob1, b2, ob2, fc2,
+                              eps, has_decay, decay, step, m, v);
+      for (std::int64_t k = k0; k < count; ++k) {
         const std::int64_t i = lo + k;
         const float gi = g[i];
         const float m_old = smap[mc[i]] * am, v_old = umap[vc[i]] * av;
@@ -236,6 +350,8 @@ void adamw8bit_cpu(P* p, const float* g, std::uint8_t* mc, float* ma, std::uint8
 #pragma GCC pop_options
 
 }  // namespace
+
+void set_blockwise_simd(bool enabled) { g_simd_enabled = enabled; }
 
 void quantize_into(const at::Tensor& x, const at::Tensor& map, at::Tensor codes, at::Tensor absmax,
                    const at::Tensor& given_absmax) {

@@ -48,4 +48,8 @@ void adamw8bit_update(at::Tensor p, const at::Tensor& g, at::Tensor m_codes, at:
                       at::Tensor v_absmax, const at::Tensor& signed_map, const at::Tensor& unsigned_map,
                       const AdamHyper& h);
 
+/// Whether the CPU loops above may use their AVX2 paths (on by default where the CPU has AVX2 and
+/// FMA; they give the scalar loops' bits). Tests turn it off to compare the two.
+void set_blockwise_simd(bool enabled);
+
 }  // namespace zs::zero

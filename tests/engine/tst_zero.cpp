@@ -165,6 +165,53 @@ class TestZero : public QObject {
     }
   }
 
+  // The AVX2 paths of the 8-bit CPU loops (quantize_into, adamw8bit_update with float32 weights)
+  // give the scalar loops' bits: codes, absmax, moments and weights, over 3 steps with weight
+  // decay on blocks that are all zero, tiny, one-signed, huge and partial, plus a NaN gradient
+  // (its block's moments become NaN the same way).
+  void blockwiseSimdEqualsTheScalarLoops() {
+    if (zero::detected_simd() == zero::SimdLevel::scalar) QSKIP("this CPU has no AVX2: only the scalar loops run here");
+    at::manual_seed(12);
+    const std::int64_t n = 12 * zero::kQuantBlock + 77;
+    at::Tensor x = at::randn({n}) * at::exp(at::randn({n}) * 3);
+    x.narrow(0, 0, zero::kQuantBlock).zero_();
+    x.narrow(0, zero::kQuantBlock, zero::kQuantBlock).mul_(1e-30);
+    x.narrow(0, 2 * zero::kQuantBlock, zero::kQuantBlock).abs_();
+    x.narrow(0, 3 * zero::kQuantBlock, zero::kQuantBlock).mul_(1e30);
+    const std::int64_t blocks = (n + zero::kQuantBlock - 1) / zero::kQuantBlock;
+    const at::Tensor smap = zero::dynamic_map(true), umap = zero::dynamic_map(false);
+    struct Run {
+      at::Tensor p, mc, ma, vc, va, qc, qa;
+    };
+    auto run = [&](bool simd) {
+      zero::set_blockwise_simd(simd);
+      Run r{at::randn({n}), at::empty({n}, at::kByte), at::empty({blocks}), at::empty({n}, at::kByte), at::empty({blocks}),
+            at::empty({n}, at::kByte), at::empty({blocks})};
+      at::manual_seed(5);
+      r.p = at::randn({n});
+      zero::quantize_into(x, smap, r.qc, r.qa);
+      zero::quantize_into(at::zeros({n}), smap, r.mc, r.ma);
+      zero::quantize_into(at::zeros({n}), umap, r.vc, r.va);
+      for (int step = 1; step <= 3; ++step) {
+        at::Tensor g = at::randn({n}) * at::exp(at::randn({n}) * 2);
+        if (step == 2) g[5 * zero::kQuantBlock + 3] = std::nanf("");
+        zero::adamw8bit_update(r.p, g, r.mc, r.ma, r.vc, r.va, smap, umap, zero::AdamHyper{1e-3, 0.9, 0.999, 1e-8, 0.01, step});
+      }
+      zero::set_blockwise_simd(true);
+      return r;
+    };
+    const Run scalar = run(false), simd = run(true);
+    QVERIFY(at::equal(simd.qc, scalar.qc));
+    QVERIFY(at::equal(simd.qa, scalar.qa));
+    QVERIFY(at::equal(simd.mc, scalar.mc) && at::equal(simd.vc, scalar.vc));
+    const auto same_bits = [](const at::Tensor& a, const at::Tensor& b) {  // NaN equal to NaN
+      return at::equal(a.view(at::kInt), b.view(at::kInt));
+    };
+    QVERIFY(same_bits(simd.ma, scalar.ma) && same_bits(simd.va, scalar.va));
+    QVERIFY(same_bits(simd.p, scalar.p));
+    QVERIFY(at::isnan(simd.ma).any().item<bool>());  // the NaN gradient's block
+  }
+
   // Resuming 8-bit moments (issue 37). A checkpoint keeps them dequantized with each block's absmax:
   // loaded into blocks cut as before — every layout, since units pad their shards to whole blocks
   // counted from the unit's start — quantize_into with the saved absmax gives back the very codes.
