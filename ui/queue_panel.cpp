@@ -6,6 +6,7 @@
 #include <QDialog>
 #include <QDialogButtonBox>
 #include <QFileDialog>
+#include <QFile>
 #include <QFileInfo>
 #include <QFileSystemWatcher>
 #include <QFontDatabase>
@@ -16,6 +17,7 @@
 #include <QProcess>
 #include <QPushButton>
 #include <QSettings>
+#include <QTextCursor>
 #include <QTimer>
 #include <QTreeWidget>
 #include <QVBoxLayout>
@@ -84,6 +86,7 @@ QueuePanel::QueuePanel(const QString& queueDir, QWidget* parent)
   bar->addWidget(m_stopOnFailure);
   m_run = button(tr("Run queue"), "queueRun",
                  tr("Start `zerostudio queue run`: it works through the waiting jobs, also after this window closes"));
+  m_log = button(tr("Runner log"), "queueRunnerLog", tr("What the runners started here printed (each job's own output: its run's logs/job.log)"));
   v->addLayout(bar);
 
   m_list = new QTreeWidget(this);
@@ -123,6 +126,23 @@ QueuePanel::QueuePanel(const QString& queueDir, QWidget* parent)
   connect(m_list, &QTreeWidget::itemSelectionChanged, this, &QueuePanel::updateButtons);
   connect(m_pause, &QPushButton::clicked, this, [this](bool on) { setPaused(on); });
   connect(m_run, &QPushButton::clicked, this, [this] { startRunner(); });
+  connect(m_log, &QPushButton::clicked, this, [this] {
+    QDialog dialog(this);
+    dialog.setWindowTitle(tr("Queue runner log"));
+    dialog.resize(820, 480);
+    auto* v = new QVBoxLayout(&dialog);
+    auto* text = new QPlainTextEdit(&dialog);
+    text->setReadOnly(true);
+    text->setFont(QFontDatabase::systemFont(QFontDatabase::FixedFont));
+    const QString log = runnerLog();
+    text->setPlainText(log.isEmpty() ? tr("(no runner was started from this window yet)") : log);
+    text->moveCursor(QTextCursor::End);
+    v->addWidget(text);
+    auto* close = new QDialogButtonBox(QDialogButtonBox::Close, &dialog);
+    connect(close, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+    v->addWidget(close);
+    dialog.exec();
+  });
   connect(m_stopOnFailure, &QCheckBox::toggled, this,
           [](bool on) { QSettings().setValue(QStringLiteral("queue/stopOnFailure"), on); });
   // A drag moves rows (removed, then inserted); the new order is written once the drop is done.
@@ -193,6 +213,13 @@ bool QueuePanel::reorder(const QList<qint64>& ids, QString* error) {
 
 bool QueuePanel::replaceConfig(qint64 id, const QString& yaml, QString* error) {
   return guarded([&] { m_queue->replace_config(id, yaml.toStdString()); }, error);
+}
+
+QString QueuePanel::runnerLog() const {
+  QFile f(qs(m_queue->dir()) + QStringLiteral("/queue-runner.log"));
+  if (!f.open(QIODevice::ReadOnly)) return QString();
+  if (f.size() > 65536) f.seek(f.size() - 65536);
+  return QString::fromUtf8(f.readAll());
 }
 
 QString QueuePanel::configText(qint64 id) const {

@@ -51,6 +51,9 @@ class QueuePanel : public QWidget {
   /// this executable). False when a runner is already at work or it could not start.
   bool startRunner(QString* error = nullptr);
   void setRunnerProgram(const QString& program) { m_runnerProgram = program; }
+  /// The end (last 64 KiB) of what the runners started from here printed (queue-runner.log in the
+  /// queue's folder), what the Runner log button shows.
+  QString runnerLog() const;
 
   /// Re-reads the queue file now (the timer does it every second).
   void refresh();
@@ -89,6 +92,7 @@ class QueuePanel : public QWidget {
   QPushButton* m_open = nullptr;
   QPushButton* m_pause = nullptr;
   QPushButton* m_run = nullptr;
+  QPushButton* m_log = nullptr;
   QCheckBox* m_stopOnFailure = nullptr;
   QTimer* m_timer = nullptr;
   QFileSystemWatcher* m_watcher = nullptr;

@@ -169,6 +169,7 @@ class TestQueuePanel : public QObject {
     QVERIFY(log.open(QIODevice::ReadOnly));
     const QString text = QString::fromUtf8(log.readAll());
     QVERIFY2(text.contains("job 1") && text.contains("no waiting jobs left (2 finished"), qPrintable(text));
+    QVERIFY(panel.runnerLog().endsWith(text.right(200)));  // what the Runner log button shows
   }
 
   // A drag moves a row: the list's new order is written to the file (what the runner follows).
