@@ -165,18 +165,15 @@ __attribute__((target("avx2,fma"))) inline __m256i quantize8(__m256 v, const Buc
   return _mm256_blendv_epi8(_mm256_set1_epi32(-1), out, common);
 }
 
-/// One block's codes for the values `xs[0, count)` with their absmax `a` (quantize_into's rule).
-/// The codes of `v` [n] (values already divided by their absmax), scalar.
-inline void quantize_scaled(const float* v_in, std::int64_t n, const BucketTable& table, std::uint8_t* out) {
+/// The code of `v` (a value already divided by its block's absmax): the map entry at or below it,
+/// the next one only where strictly closer (no branch: this is a coin toss per element).
+inline std::uint8_t quantize_one(float v, const BucketTable& table) {
   const std::vector<float>& code = table.code;
   const std::int64_t last = static_cast<std::int64_t>(code.size()) - 1;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float v = v_in[i];
-    const std::int64_t j = std::clamp<std::int64_t>(table.below(v), 0, last);
-    const std::int64_t next = std::min(j + 1, last);
-    const bool closer = std::fabs(v - code[static_cast<std::size_t>(next)]) < std::fabs(v - code[static_cast<std::size_t>(j)]);
-    out[i] = static_cast<std::uint8_t>(j + static_cast<std::int64_t>(closer));
-  }
+  const std::int64_t j = std::clamp<std::int64_t>(table.below(v), 0, last);
+  const std::int64_t next = std::min(j + 1, last);
+  const bool closer = std::fabs(v - code[static_cast<std::size_t>(next)]) < std::fabs(v - code[static_cast<std::size_t>(j)]);
+  return static_cast<std::uint8_t>(j + static_cast<std::int64_t>(closer));
 }
 
 __attribute__((target("avx2,fma"))) void quantize_block_avx2(const float* xs, std::int64_t count, float denom,
@@ -189,34 +186,21 @@ __attribute__((target("avx2,fma"))) void quantize_block_avx2(const float* xs, st
     const __m256 v = _mm256_div_ps(_mm256_loadu_ps(xs + i), d);
     _mm256_store_si256(reinterpret_cast<__m256i*>(codes), quantize8(v, table));
     _mm256_store_ps(vs, v);
-    for (int k = 0; k < 8; ++k) {
-      if (codes[k] < 0) quantize_scaled(vs + k, 1, table, out + i + k);  // a wide bucket: the scalar search
-      else out[i + k] = static_cast<std::uint8_t>(codes[k]);
-    }
+    for (int k = 0; k < 8; ++k)  // a wide bucket (−1): the scalar search
+      out[i + k] = codes[k] < 0 ? quantize_one(vs[k], table) : static_cast<std::uint8_t>(codes[k]);
   }
-  for (; i < count; ++i) {
-    const float v = xs[i] / denom;
-    quantize_scaled(&v, 1, table, out + i);
-  }
+  for (; i < count; ++i) out[i] = quantize_one(xs[i] / denom, table);
 }
 
+/// One block's codes for the values `xs[0, count)` with their absmax `a` (quantize_into's rule).
 inline void quantize_block(const float* xs, std::int64_t count, float a, const BucketTable& table,
                            std::uint8_t* out) {
-  const std::vector<float>& code = table.code;
-  const std::int64_t last = static_cast<std::int64_t>(code.size()) - 1;
   const float denom = a > 0 ? a : 1.0f;
   if (use_avx2()) {
     quantize_block_avx2(xs, count, denom, table, out);
     return;
   }
-  for (std::int64_t i = 0; i < count; ++i) {
-    const float v = xs[i] / denom;
-    const std::int64_t j = std::clamp<std::int64_t>(table.below(v), 0, last);
-    const std::int64_t next = std::min(j + 1, last);
-    // The next entry only where strictly closer (no branch: this is a coin toss per element).
-    const bool closer = std::fabs(v - code[static_cast<std::size_t>(next)]) < std::fabs(v - code[static_cast<std::size_t>(j)]);
-    out[i] = static_cast<std::uint8_t>(j + static_cast<std::int64_t>(closer));
-  }
+  for (std::int64_t i = 0; i < count; ++i) out[i] = quantize_one(xs[i] / denom, table);
 }
 
 /// The absmax of xs[0, count) (NaN when any is NaN, as amax).
