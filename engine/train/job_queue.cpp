@@ -14,6 +14,7 @@
 #include "core/memory.h"
 #include "estimate/memory_estimator.h"
 #include "io/atomic_file.h"
+#include "train/run_directory.h"
 
 namespace zs::train {
 
@@ -186,17 +187,10 @@ QueueJob JobQueue::add(const JobRequest& request) const {
   const std::string source = absolute(request.config_file, cwd);
   const config::LoadedConfig loaded = config::load_config_file(source, request.overrides);
   const auto& cfg = loaded.config;
-  std::string base = cfg.logging.run_name;
-  if (base.empty()) {
-    const std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    localtime_r(&t, &tm);
-    char stamp[32];
-    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
-    base = fs::path(source).stem().string() + "-" + stamp;
-  }
-  const fs::path root = absolute(effective_runs_root(cfg.logging.runs_root), cwd);
-  const std::string run_dir = create_unique_folder(root, base);
+  // The folder `train` would pick (logging.run_name, else STEM-DATE-TIME under the runs root),
+  // made unique: the same config may be queued several times.
+  const fs::path named = absolute(resolve_run_dir(cfg, {"", "", fs::path(source).stem().string()}).path, cwd);
+  const std::string run_dir = create_unique_folder(named.parent_path(), named.filename().string());
   QueueJob job;
   job.name = fs::path(run_dir).filename().string();
   job.source = source;
