@@ -25,6 +25,7 @@
 #include "metrics_panel.h"
 #include "run_controller.h"
 #include "sample_gallery.h"
+#include "ui/screenshot.h"
 #include "test_support.h"
 
 using namespace zs::ui;
@@ -35,13 +36,6 @@ QStringList smallRun(const QString& root) {
   return {"data.generate_count=64", "training.batch_size=8", "training.max_steps=30", "sampling.every_n_steps=10",
           "sampling.steps=4", "checkpointing.every_n_steps=20", "logging.every_n_steps=2",
           "logging.runs_root=" + root, "launch.timeout_s=20"};
-}
-
-void grab(QWidget* w, const QString& name) {
-  QDir().mkpath(zs::test::binaryDir() + "/screenshots");
-  const QImage shot = w->grab().toImage();
-  QVERIFY(!shot.isNull());
-  QVERIFY(shot.save(zs::test::binaryDir() + "/screenshots/" + name + ".png"));
 }
 
 }  // namespace
@@ -97,8 +91,8 @@ class TestDashboardE2e : public QObject {
     for (int i = 0; i < w.tabs()->count(); ++i) {
       w.tabs()->setCurrentIndex(i);
       QCoreApplication::processEvents();
-      grab(&w, "dashboard_" + w.tabs()->tabText(i).toLower());
-      grab(w.tabs()->currentWidget(), "panel_" + w.tabs()->tabText(i).toLower());
+      ZS_SAVE_SCREENSHOT(&w, "dashboard_" + w.tabs()->tabText(i).toLower());
+      ZS_SAVE_SCREENSHOT(w.tabs()->currentWidget(), "panel_" + w.tabs()->tabText(i).toLower());
     }
     // Click to enlarge a sample.
     QWidget* big = w.gallery()->enlarge(0);
@@ -164,7 +158,7 @@ class TestDashboardE2e : public QObject {
     error = browser.exportCheckpoint(0, "diffusers", "fp32", false, tmp.path() + "/plain", true);
     QVERIFY2(error.contains("--merge"), qPrintable(error));
     browser.resize(900, 300);
-    grab(&browser, "checkpoints_lora");
+    ZS_SAVE_SCREENSHOT(&browser, "checkpoints_lora");
   }
 
   void closingDuringARunAsks() {

@@ -16,6 +16,7 @@
 #include "main_window.h"
 #include "queue_panel.h"
 #include "setup_wizard.h"
+#include "screenshot.h"
 #include "test_support.h"
 #include "train/job_queue.h"
 
@@ -136,8 +137,7 @@ class TestQueuePanel : public QObject {
     panel.list()->setCurrentItem(panel.list()->topLevelItem(2));
     QVERIFY(!panel.findChild<QPushButton*>("queueRemove")->isEnabled());  // running
     QVERIFY(panel.findChild<QPushButton*>("queueStop")->isEnabled());
-    QDir().mkpath(zs::test::binaryDir() + "/screenshots");
-    QVERIFY(panel.grab().save(zs::test::binaryDir() + "/screenshots/queue.png"));
+    ZS_SAVE_SCREENSHOT(&panel, "queue");
   }
 
   // Run queue starts `zerostudio queue run` as a process of its own: it runs the waiting job while

@@ -25,6 +25,7 @@
 #include "sample_strip.h"
 #include "sample_tile.h"
 #include "scripted_run.h"
+#include "screenshot.h"
 #include "test_support.h"
 #include "zoom_view.h"
 
@@ -124,22 +125,6 @@ QString compareShown(const QImage& shownImage, const QString& file) {
   return {};
 }
 
-bool drewSomething(const QImage& shot) {
-  const QRgb first = shot.pixel(0, 0);
-  for (int y = 0; y < shot.height(); y += 5)
-    for (int x = 0; x < shot.width(); x += 5)
-      if (shot.pixel(x, y) != first) return true;
-  return false;
-}
-
-void saveShot(QWidget* w, const QString& name) {
-  QCoreApplication::processEvents();
-  QDir().mkpath(zs::test::binaryDir() + "/screenshots");
-  const QImage shot = w->grab().toImage();
-  QVERIFY(!shot.isNull() && drewSomething(shot));
-  QVERIFY(shot.save(zs::test::binaryDir() + "/screenshots/" + name + ".png"));
-}
-
 ZoomView* zoomOf(QWidget* dialog) { return dialog ? dialog->findChild<ZoomView*>() : nullptr; }
 
 }  // namespace samples_compare_test
@@ -187,7 +172,7 @@ class TestSamplesCompare : public QObject {
     const QString why = compareShown(strip->tile(2)->shownImage(), png(dir, 30, 0));
     QVERIFY2(why.isEmpty(), qPrintable(why));
     QVERIFY(!compareShown(strip->tile(2)->shownImage(), png(dir, 30, 1)).isEmpty());  // the check tells files apart
-    saveShot(&w, "samples_strip");
+    ZS_SAVE_SCREENSHOT(&w, "samples_strip");
   }
 
   // A step the run writes while the strip is open appears at its end; the tiles already shown stay.
@@ -274,7 +259,7 @@ class TestSamplesCompare : public QObject {
         const QString why = compareShown(c->tile(side, i)->shownImage(), c->paths(side)[i]);
         QVERIFY2(why.isEmpty(), qPrintable(why));
       }
-    saveShot(&w, "samples_compare_steps");
+    ZS_SAVE_SCREENSHOT(&w, "samples_compare_steps");
     c->setPromptIndex(2);  // "a blue square"
     QCOMPARE(c->paths(0), QStringList{png(dir, 20, 2)});
     QCOMPARE(c->paths(1), QStringList{png(dir, 30, 2)});
@@ -318,7 +303,7 @@ class TestSamplesCompare : public QObject {
       QVERIFY2(why.isEmpty(), qPrintable(why));
     }
     QVERIFY(c->message().isEmpty());
-    saveShot(&w, "samples_compare_runs");
+    ZS_SAVE_SCREENSHOT(&w, "samples_compare_runs");
     c->setStep(0, 30);
     QCOMPARE(c->step(1), qint64{33});
     QCOMPARE(c->paths(1), QStringList{png(other, 33, 0)});
@@ -391,7 +376,7 @@ class TestSamplesCompare : public QObject {
     QCOMPARE(zoom->zoom(), 2.0);
     QCOMPARE(zoom->shownImage().size(), src.size() * 2);
     zoom->setZoom(8);
-    saveShot(dialog, "samples_zoom");
+    ZS_SAVE_SCREENSHOT(dialog, "samples_zoom");
     // Open file from the enlarged view.
     auto* open = zoom->findChild<QPushButton*>("openFile");
     QVERIFY(open);

@@ -30,6 +30,7 @@
 #include "core/memory.h"
 #include "memory_panel.h"
 #include "setup_wizard.h"
+#include "screenshot.h"
 #include "test_support.h"
 
 using zs::ui::SetupWizard;
@@ -52,14 +53,6 @@ bool goTo(SetupWizard& w, const QString& pageId) {
     w.next();
   }
   return w.currentPageId() == pageId;
-}
-
-bool drewSomething(const QImage& shot) {
-  const QRgb first = shot.pixel(0, 0);
-  for (int y = 0; y < shot.height(); y += 5)
-    for (int x = 0; x < shot.width(); x += 5)
-      if (shot.pixel(x, y) != first) return true;
-  return false;
 }
 
 }  // namespace
@@ -625,11 +618,8 @@ class TestSetupWizard : public QObject {
     QVERIFY(wizardSettled(w));
     QVERIFY2(panel->fitText().contains("does not fit"), qPrintable(panel->fitText()));
     QVERIFY(use->isEnabled());
-    QDir().mkpath(zs::test::binaryDir() + "/screenshots");
     QTest::qWait(50);  // the labels' new heights
-    const QImage shot = w.grab().toImage();
-    QVERIFY(drewSomething(shot));
-    QVERIFY(shot.save(zs::test::binaryDir() + "/screenshots/wizard_model_family_card.png"));
+    ZS_SAVE_SCREENSHOT(&w, "wizard_model_family_card");
     for (int gb : {8, 12, 16, 24, 48, 80}) {
       const qint64 card = qint64{gb} << 30;
       panel->setCardBytes(card);
@@ -671,15 +661,10 @@ class TestSetupWizard : public QObject {
     SetupWizard w;
     w.show();
     QVERIFY(QTest::qWaitForWindowExposed(&w));
-    QDir().mkpath(zs::test::binaryDir() + "/screenshots");
     int pages = 0;
     for (;;) {
       QTest::qWait(50);  // word-wrapped labels take a second layout pass for their heights
-      const QImage shot = w.grab().toImage();
-      QVERIFY(!shot.isNull() && drewSomething(shot));
-      const QString file = zs::test::binaryDir() + "/screenshots/wizard_" + QString::number(pages) + "_" +
-                           w.currentPageId() + ".png";
-      QVERIFY(shot.save(file));
+      ZS_SAVE_SCREENSHOT(&w, "wizard_" + QString::number(pages) + "_" + w.currentPageId());
       ++pages;
       if (w.currentPageId() == "summary") break;
       QVERIFY(nextEnabled(w));
