@@ -160,15 +160,14 @@ void ZeroOptimizer::init_offload() {
                                                             comm_.rank(), o_.aio);
     auto& store = *offload_->optimizer_store;
     for (auto& u : units_) {
+      // Each field in an aligned buffer (what the transfers need), then written out like any step's.
       for (const auto& [file, t] : fields(*u)) {
-        Unit::Swapped sw{t, store.add_region(file, t->numel(), t->scalar_type()), t->numel(), t->scalar_type()};
-        at::Tensor buf = aligned_buffer(sw.numel, sw.dtype);
+        u->swapped.push_back({t, store.add_region(file, t->numel(), t->scalar_type()), t->numel(), t->scalar_type()});
+        at::Tensor buf = aligned_buffer(t->numel(), t->scalar_type());
         buf.copy_(t->reshape({-1}));
-        store.wait(store.write(sw.region, 0, sw.numel, buf.data_ptr()));
-        *t = at::Tensor();
-        u->swapped.push_back(sw);
+        *t = buf;
       }
-      u->resident = u->swapped.empty();
+      swap_out(*u, /*write=*/true);
     }
     say(store, "optimizer states (each unit's whole, in memory for its step)");
   }
