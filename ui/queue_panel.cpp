@@ -264,7 +264,6 @@ void QueuePanel::refresh() {
     report(QString::fromUtf8(e.what()));
     return;
   }
-  m_paused = st.paused;
   m_runnerActive = m_queue->runner_active();
   std::vector<QStringList> rows;
   QString digest;

@@ -99,7 +99,6 @@ class QueuePanel : public QWidget {
   QString m_runnerProgram;
   QList<qint64> m_order;  ///< the ids in the file's order, as last read
   QString m_shown;  ///< what the list shows, to skip rebuilding it when nothing changed
-  bool m_paused = false;
   bool m_runnerActive = false;
   bool m_rebuilding = false;
 };
