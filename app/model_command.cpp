@@ -28,7 +28,9 @@ const CommandSpec kInfo{"model info", "DIR|FILE.safetensors",
                         "or what a single-file checkpoint holds.",
                         "Counts come from the weight files' headers; nothing is loaded. For a single file, the\n"
                         "configs inferred from its shapes are printed (--config DIR takes them from a companion\n"
-                        "diffusers folder where it has them).",
+                        "diffusers folder where it has them). A component that cannot be read (a missing or\n"
+                        "damaged shard, a broken tokenizer) is listed as unreadable, and then the command\n"
+                        "exits with 1 after the listing.",
                         {{"config", "DIR", "A single file's companion folder (model.config_path)"}}, 1, 1};
 
 const CommandSpec kEval{
@@ -60,7 +62,8 @@ const CommandSpec kConvert{"model convert", "DIR -o OUT.safetensors [--dtype fp1
                            1, 1};
 
 const CommandSpec kModel{"model", "{info,eval,convert} ...",
-                         "Stable Diffusion models (diffusers folders, single files): what is in them, run a component.",
+                         "Models (diffusers folders of SD 1.x, SDXL, Flux.1 and Qwen-Image; single files of SD, "
+                         "SDXL and Flux.1): what is in them, run a component (SD), convert (SD).",
                          "Subcommands:\n  info     list the components\n  eval     run one component on inputs\n"
                          "  convert  diffusers folder -> single file\n",
                          {}, 0, 0};

@@ -1,5 +1,7 @@
 #include "io/json_file.h"
 
+#include <cstdlib>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -31,11 +33,25 @@ std::string json_class_name(const std::string& path) {
   }
 }
 
+namespace {
+
+/// An integer JSON value within ±kMaxConfigCount (unsigned values past int64's range included).
+std::int64_t bounded_count(const nlohmann::json& v, const char* key, const std::string& source) {
+  const bool too_big = v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(kMaxConfigCount)
+                                              : std::abs(v.get<std::int64_t>()) > kMaxConfigCount;
+  if (too_big)
+    throw Error(ErrorKind::config, source + ": " + key + ": " + v.dump() + " is beyond " + std::to_string(kMaxConfigCount) +
+                                       ", the largest count ZeroStudio accepts in a model's config (a damaged or hostile file?)");
+  return v.get<std::int64_t>();
+}
+
+}  // namespace
+
 std::int64_t config_int(const nlohmann::json& j, const char* key, std::int64_t fallback, const std::string& source) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
   if (!j[key].is_number_integer())
     throw Error(ErrorKind::config, source + ": " + key + ": expected an integer, found " + j[key].dump());
-  return j[key].get<std::int64_t>();
+  return bounded_count(j[key], key, source);
 }
 
 std::vector<std::int64_t> config_int_list(const nlohmann::json& j, const char* key, std::vector<std::int64_t> fallback,
@@ -45,7 +61,7 @@ std::vector<std::int64_t> config_int_list(const nlohmann::json& j, const char* k
   std::vector<std::int64_t> out;
   for (const auto& v : j[key]) {
     if (!v.is_number_integer()) throw Error(ErrorKind::config, source + ": " + key + ": " + expected);
-    out.push_back(v.get<std::int64_t>());
+    out.push_back(bounded_count(v, key, source));
   }
   return out;
 }

@@ -16,11 +16,17 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what);
 /// unreadable or has none (a probe: never throws).
 std::string json_class_name(const std::string& path);
 
+/// The largest magnitude a count, length or size read from a model's JSON may have (2^24): larger
+/// ones are refused before anything is allocated from them. The largest real value is far below
+/// (vocabularies of ~250 k, context lengths of ~128 k, widths of ~16 k).
+inline constexpr std::int64_t kMaxConfigCount = std::int64_t{1} << 24;
+
 /// A config file's integer `key` (`source` names the file): `fallback` when absent or null; anything
-/// else throws zs::Error(config) "SOURCE: KEY: expected an integer, found VALUE".
+/// else throws zs::Error(config) "SOURCE: KEY: expected an integer, found VALUE", and a value beyond
+/// ±kMaxConfigCount "SOURCE: KEY: VALUE is beyond 16777216, the largest ... accepted".
 std::int64_t config_int(const nlohmann::json& j, const char* key, std::int64_t fallback, const std::string& source);
 /// A config file's list of integers `key`: `fallback` when absent or null; anything else throws
-/// zs::Error(config) "SOURCE: KEY: EXPECTED".
+/// zs::Error(config) "SOURCE: KEY: EXPECTED"; each value is bounded as config_int's.
 std::vector<std::int64_t> config_int_list(const nlohmann::json& j, const char* key, std::vector<std::int64_t> fallback,
                                           const std::string& source, const std::string& expected);
 

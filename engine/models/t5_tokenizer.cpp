@@ -107,6 +107,9 @@ T5Tokenizer T5Tokenizer::load(const std::string& spiece_model, std::int64_t extr
                                        std::to_string(eos) + ", unk " + std::to_string(unk) +
                                        " are not T5's (0, 1, 2): this is not a T5 tokenizer");
   if (extra_ids < 0) throw Error(ErrorKind::config, spiece_model + ": extra_ids cannot be negative");
+  if (extra_ids > kMaxExtraIds)
+    throw Error(ErrorKind::config, spiece_model + ": extra_ids " + std::to_string(extra_ids) + " is beyond " +
+                                       std::to_string(kMaxExtraIds) + ", the most ZeroStudio accepts (T5's tokenizers have 100)");
   t.extra_ids_ = extra_ids;
   t.path_ = spiece_model;
   t.added_ = {{"<pad>", kPad}, {"</s>", kEos}, {"<unk>", kUnk}};
@@ -121,7 +124,10 @@ T5Tokenizer T5Tokenizer::load_folder(const std::string& dir) {
   const fs::path config = fs::path(dir) / "tokenizer_config.json";
   if (fs::exists(config)) {
     const nlohmann::json j = io::read_json_file(config.string(), "T5 tokenizer config");
-    if (j.contains("extra_ids") && j["extra_ids"].is_number_integer()) extra_ids = j["extra_ids"].get<std::int64_t>();
+    extra_ids = io::config_int(j, "extra_ids", extra_ids, config.string());
+    if (extra_ids < 0 || extra_ids > kMaxExtraIds)
+      throw Error(ErrorKind::config, config.string() + ": extra_ids: " + std::to_string(extra_ids) + " is outside 0.." +
+                                         std::to_string(kMaxExtraIds) + ", what ZeroStudio accepts (T5's tokenizers have 100)");
   }
   return load((fs::path(dir) / "spiece.model").string(), extra_ids);
 }

@@ -22,6 +22,8 @@ class T5Tokenizer {
   /// when it is missing or not a SentencePiece model, or when its special ids are not T5's
   /// (pad 0, eos 1, unk 2).
   static T5Tokenizer load(const std::string& spiece_model, std::int64_t extra_ids = 100);
+  /// The most sentinel tokens load accepts (each is a string made up front; T5's tokenizers have 100).
+  static constexpr std::int64_t kMaxExtraIds = 10'000;
   /// As load, reading extra_ids from tokenizer_config.json beside it when there is one.
   static T5Tokenizer load_folder(const std::string& dir);
 

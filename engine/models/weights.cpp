@@ -21,8 +21,6 @@ at::Tensor WeightFiles::find(const std::string& name) const {
     if (r->contains(name)) return r->tensor(name);
   return {};
 }
-namespace {
-
 std::string shape_text(at::IntArrayRef s) {
   std::ostringstream o;
   o << '[';
@@ -31,7 +29,20 @@ std::string shape_text(at::IntArrayRef s) {
   return o.str();
 }
 
-}  // namespace
+void expect_rows(const at::Tensor& t, std::int64_t rows, const std::string& key, const std::string& where) {
+  if (t.dim() >= 1 && t.size(0) == rows) return;
+  throw Error(ErrorKind::config, where + ": " + key + " has shape " + shape_text(t.sizes()) + "; this model needs " +
+                                     std::to_string(rows) + " rows there (the file does not match its config: give " +
+                                     "the config folder this file was made with)");
+}
+
+at::Tensor fused_rows(const at::Tensor& t, std::int64_t parts, std::int64_t index, std::int64_t rows_each,
+                      const std::string& key, const std::string& where) {
+  expect_rows(t, parts * rows_each, key, where);
+  if (index < 0 || index >= parts)
+    throw Error(ErrorKind::config, where + ": " + key + ": part " + std::to_string(index) + " of " + std::to_string(parts));
+  return t.narrow(0, index * rows_each, rows_each).contiguous();
+}
 
 LoadReport load_weights(torch::nn::Module& module, const io::SafetensorsReader& reader, const std::string& prefix) {
   return load_weights(module, std::vector<const io::SafetensorsReader*>{&reader}, prefix);

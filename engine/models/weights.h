@@ -51,6 +51,19 @@ using TensorLookup = std::function<at::Tensor(const std::string& name)>;
 void load_weights(torch::nn::Module& module, const TensorLookup& lookup, const std::string& where,
                   const std::function<bool(const std::string&)>& skip = {});
 
+/// Rows [index·n, (index+1)·n) of `t` [parts·n, ...], a fused tensor of a single-file layout (q, k
+/// and v in one, or a modulation's two halves), where n = `rows_each`. A tensor whose first
+/// dimension is not exactly parts·n (or that has no dimension) throws zs::Error(config) naming
+/// `where` (the file), `key`, its shape and the expected rows, before anything is cut.
+at::Tensor fused_rows(const at::Tensor& t, std::int64_t parts, std::int64_t index, std::int64_t rows_each,
+                      const std::string& key, const std::string& where);
+
+/// Checks that `t`'s first dimension has `rows` rows (the same refusal as fused_rows).
+void expect_rows(const at::Tensor& t, std::int64_t rows, const std::string& key, const std::string& where);
+
+/// "[2, 1536]": a shape as the loaders' messages write it.
+std::string shape_text(at::IntArrayRef shape);
+
 /// Elements of every parameter of `module` (shapes only: meta tensors count too).
 std::int64_t parameter_count(const torch::nn::Module& module);
 

@@ -314,6 +314,33 @@ class TestCli : public QObject {
     QVERIFY2(no_tensor.err.contains("no tensor \"sample\" (unet needs it)"), qPrintable(no_tensor.err));
   }
 
+  // `model info` keeps its listing but exits non-zero when a component cannot be read (a missing
+  // shard, a broken SentencePiece model), naming each; --help says so (issue 59 item 9).
+  void modelInfoFailsOnAnUnreadableComponent() {
+    QTemporaryDir dir;
+    const QString flux = dir.path() + "/flux", qwen = dir.path() + "/qwen";
+    QCOMPARE(QProcess::execute("cp", {"-r", zs::test::peerFixture("flux-tiny"), flux}), 0);
+    QCOMPARE(QProcess::execute("cp", {"-r", zs::test::peerFixture("qwen-image-tiny"), qwen}), 0);
+    QCOMPARE(run({"model", "info", flux}).code, 0);
+    QCOMPARE(run({"model", "info", qwen}).code, 0);
+    QVERIFY(QFile::remove(qwen + "/text_encoder/model-00003-of-00005.safetensors"));
+    const Result shard = run({"model", "info", qwen});
+    QCOMPARE(shard.code, 1);
+    QVERIFY2(shard.out.contains("  transformer  diffusers.QwenImageTransformer2DModel") &&
+                 shard.out.contains("text_encoder") && shard.out.contains("(unreadable: "), qPrintable(shard.out));
+    QVERIFY2(shard.err.contains("1 component could not be read") && shard.err.contains("model-00003-of-00005.safetensors"),
+             qPrintable(shard.err));
+    {
+      QFile spiece(flux + "/tokenizer_2/spiece.model");
+      QVERIFY(spiece.open(QIODevice::WriteOnly | QIODevice::Truncate));
+      spiece.write("not a protobuf");
+    }
+    const Result tok = run({"model", "info", flux});
+    QCOMPARE(tok.code, 1);
+    QVERIFY2(tok.out.contains("tokenizer_2") && tok.err.contains("tokenizer_2: "), qPrintable(tok.out + tok.err));
+    QVERIFY(run({"model", "info", "--help"}).out.contains("exits with 1"));
+  }
+
   // export's --help says that it streams (the memory a user must plan for).
   void exportHelpSaysItStreams() {
     const Result r = run({"export", "--help"});

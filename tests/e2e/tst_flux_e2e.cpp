@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -13,10 +14,12 @@
 #include "checkpoint/export.h"
 #include "checkpoint/sharded_state.h"
 #include "config/config_loader.h"
+#include "core/error.h"
 #include "io/image.h"
 #include "io/safetensors.h"
 #include "models/flux/flux_single_file.h"
 #include "models/flux/flux_transformer.h"
+#include "models/model_family.h"
 #include "models/sd/single_file_names.h"
 #include "train/trainer.h"
 
@@ -127,6 +130,16 @@ class TestFluxE2E : public QObject {
                                                         "model.max_sequence_length=16", "training.max_steps=1",
                                                         "sampling.every_n_steps=0", "checkpointing.every_n_steps=1"});
     QCOMPARE(run(from_bfl, dir.path().toStdString() + "/from-bfl").step, std::int64_t{1});
+    // `model info FILE --config DIR` reads the file as that run did (one reading for both; it
+    // refused this tiny file's heads before: issue 59 item 12).
+    {
+      std::ostringstream listing;
+      models::family_of(from_bfl).describe(listing, bfl, folder);
+      QVERIFY2(listing.str().find("single-file Flux.1 transformer") != std::string::npos &&
+                   listing.str().find(models::BflFile(bfl).config(folder).to_json().dump()) != std::string::npos,
+               listing.str().c_str());
+      QVERIFY_THROWS_EXCEPTION(zs::Error, models::BflFile(bfl).config());  // its shapes alone: not Flux.1's heads
+    }
     QCOMPARE(losses(read_events(dir.path().toStdString() + "/from-bfl")),
              losses(read_events(dir.path().toStdString() + "/again")));
     // ComfyUI's files: the same run from BFL's transformer, ae.safetensors (BFL's autoencoder names),

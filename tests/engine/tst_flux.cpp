@@ -294,6 +294,36 @@ class TestFlux : public QObject {
     }
   }
 
+  // Counts read from a model's JSON are bounded before anything is made from them (issue 59 item
+  // 2: extra_ids 100000000000 grew `model info` until it was killed); the bound is named.
+  void countsFromJsonAreBounded() {
+    const QTemporaryDir dir;
+    QVERIFY(QFile::copy(zs::test::peerFixture("flux_t5_spiece.model"), dir.filePath("spiece.model")));
+    const std::string config = dir.filePath("tokenizer_config.json").toStdString();
+    for (const std::string& value : {"100000000000", "18446744073709551615", "10001", "-1", "\"many\""}) {
+      std::ofstream(config) << "{\"extra_ids\": " << value << "}";
+      try {
+        T5Tokenizer::load_folder(dir.path().toStdString());
+        QFAIL(qPrintable(QString::fromStdString("extra_ids " + value + " accepted")));
+      } catch (const zs::Error& e) {
+        QVERIFY2(QString(e.what()).startsWith(QString::fromStdString(config + ": extra_ids: ")), e.what());
+      }
+    }
+    std::ofstream(config) << "{\"extra_ids\": 100}";
+    QCOMPARE(T5Tokenizer::load_folder(dir.path().toStdString()).vocab_size() > 100, true);
+    for (const char* key : {"num_layers", "joint_attention_dim", "axes_dims_rope"}) {
+      nlohmann::json j = {{key, std::int64_t{1} << 40}};
+      if (std::string(key) == "axes_dims_rope") j[key] = {16, std::int64_t{1} << 40, 56};
+      try {
+        FluxConfig::from_json(j, "config.json");
+        QFAIL(key);
+      } catch (const zs::Error& e) {
+        QVERIFY2(QString(e.what()).startsWith(QString("config.json: ") + key) && QString(e.what()).contains("16777216"),
+                 e.what());
+      }
+    }
+  }
+
   // The full-size shapes (../shared/REFERENCE.md, "Flux.1 transformer" and "T5 v1.1 XXL
   // encoder": counted from diffusers' and transformers' module lists), built as meta tensors.
   void fullSizeParameterCountsAreTheReferences() {
@@ -357,6 +387,43 @@ class TestFlux : public QObject {
     }
     // Not BFL's layout at all (a diffusers transformer file): refused, naming the file.
     QVERIFY_THROWS_EXCEPTION(zs::Error, bfl_flux_prefix({"transformer_blocks.0.attn.to_q.weight"}, "x.safetensors"));
+  }
+
+  // A fused tensor with other rows than the config implies (a qkv of 2 rows, a final modulation
+  // of 1, a linear1 cut short) is refused naming the file, the key, its shape and the rows the
+  // config needs — before any cut (it was indexed past its end: exit 139, issue 59 item 1).
+  void bflFusedTensorsOfTheWrongShapeAreRefused() {
+    const zs::io::SafetensorsReader ref(zs::test::peerFixture("flux_bfl.safetensors").toStdString());
+    FluxConfig c = tiny_config(true);
+    c.num_layers = 2;
+    c.num_single_layers = 2;
+    const std::int64_t dim = c.inner_dim();
+    struct Case {
+      std::string bad_key;     // the BFL key replaced
+      std::vector<std::int64_t> shape;
+      std::string asked;       // the diffusers name read
+      std::int64_t rows;       // what the message must name
+    };
+    const std::vector<Case> cases = {
+        {"double_blocks.0.img_attn.qkv.weight", {2, dim}, "transformer_blocks.0.attn.to_v.weight", 3 * dim},
+        {"double_blocks.1.txt_attn.qkv.bias", {3 * dim + 3}, "transformer_blocks.1.attn.add_q_proj.bias", 3 * dim},
+        {"final_layer.adaLN_modulation.1.weight", {1, dim}, "norm_out.linear.weight", 2 * dim},
+        {"single_blocks.0.linear1.weight", {3 * dim, dim}, "single_transformer_blocks.0.proj_mlp.weight", 7 * dim},
+        {"double_blocks.0.img_attn.qkv.weight", {}, "transformer_blocks.0.attn.to_q.weight", 3 * dim}};
+    for (const auto& k : cases) {
+      const FileTensor file = [&](const std::string& name) {
+        if (name == k.bad_key) return at::zeros(k.shape);
+        return ref.contains("bfl." + name) ? ref.tensor("bfl." + name) : at::Tensor();
+      };
+      try {
+        bfl_flux_tensor(k.asked, file, c, "", "flux1-bad.safetensors");
+        QFAIL(qPrintable(QString::fromStdString(k.bad_key + " accepted")));
+      } catch (const zs::Error& e) {
+        const QString what = e.what();
+        QVERIFY2(what.startsWith("flux1-bad.safetensors: " + QString::fromStdString(k.bad_key) + " has shape ["), e.what());
+        QVERIFY2(what.contains(QString("needs %1 rows").arg(k.rows)), e.what());
+      }
+    }
   }
 
   void badConfigsNameTheKey() {

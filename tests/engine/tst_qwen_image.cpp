@@ -13,7 +13,10 @@
 #include <QtTest>
 
 #include <algorithm>
+#include <fstream>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/export.h"
@@ -26,6 +29,7 @@
 #include "models/flux/flux_transformer.h"
 #include "models/lora.h"
 #include "models/model_family.h"
+#include "models/sd/diffusers_pipeline.h"
 #include "models/qwen_image/qwen_image_family.h"
 #include "models/qwen_image/qwen_image_model.h"
 #include "models/trainable_model.h"
@@ -371,6 +375,33 @@ class TestQwenImage : public QObject {
     } catch (const zs::Error& e) {
       QVERIFY2(QString(e.what()).contains("model_index.json: has no vae"), e.what());
     }
+  }
+
+  // An index's weight_map names plain shard files beside it, as strings: a path out of the folder
+  // (/proc/self/environ, ../../x) or a number is refused naming the index and the tensor before
+  // anything is opened (issue 59 items 7 and 8).
+  void indexShardsArePlainFileNames() {
+    QTemporaryDir dir;
+    const QString copy = dir.path() + "/q";
+    QCOMPARE(QProcess::execute("cp", {"-r", zs::test::peerFixture("qwen-image-tiny"), copy}), 0);
+    const std::string index = copy.toStdString() + "/text_encoder/model.safetensors.index.json";
+    nlohmann::json j;
+    std::ifstream(index) >> j;
+    const std::string first = j["weight_map"].begin().key();
+    for (const nlohmann::json& bad : {nlohmann::json("/proc/self/environ"), nlohmann::json("../../x.safetensors"),
+                                      nlohmann::json("sub/model.safetensors"), nlohmann::json(".."), nlohmann::json(7)}) {
+      nlohmann::json k = j;
+      k["weight_map"][first] = bad;
+      std::ofstream(index) << k.dump();
+      try {
+        zs::models::DiffusersPipeline::open(copy.toStdString()).weight_files("text_encoder");
+        QFAIL(bad.dump().c_str());
+      } catch (const zs::Error& e) {
+        QVERIFY2(QString(e.what()).startsWith(QString::fromStdString(index + ": weight_map: \"" + first + "\": ")), e.what());
+      }
+    }
+    std::ofstream(index) << j.dump();
+    QCOMPARE(zs::models::DiffusersPipeline::open(copy.toStdString()).weight_files("text_encoder").size(), std::size_t{5});
   }
 };
 

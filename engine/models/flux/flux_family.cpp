@@ -287,11 +287,11 @@ checkpoint::ExportResult FluxFamily::export_checkpoint(const checkpoint::Checkpo
   return checkpoint::export_flux_checkpoint(info, out, options);
 }
 
-void FluxFamily::describe(std::ostream& out, const std::string& path, const std::string&) const {
+void FluxFamily::describe(std::ostream& out, const std::string& path, const std::string& config_path) const {
   std::error_code ec;
   if (fs::is_directory(path, ec) && fs::exists(fs::path(path) / "model_index.json", ec)) {
     const auto p = DiffusersPipeline::open(path);
-    describe_pipeline(out, p, [&](const PipelineComponent& c) -> std::string {
+    const auto unreadable = describe_pipeline(out, p, [&](const PipelineComponent& c) -> std::string {
       if (c.name == "tokenizer_2") {
         const auto t = T5Tokenizer::load_folder(p.dir(c.name));
         return "SentencePiece (spiece.model), vocabulary " + std::to_string(t.vocab_size());
@@ -303,6 +303,7 @@ void FluxFamily::describe(std::ostream& out, const std::string& path, const std:
     out << "  transformer: " << c.num_layers << " double-stream + " << c.num_single_layers << " single-stream blocks, "
         << c.inner_dim() << " wide, " << (c.guidance_embeds ? "guidance embedding (Flux.1 [dev] kind)" : "no guidance embedding ([schnell] kind)")
         << "\n";
+    fail_unreadable(path, unreadable);
     return;
   }
   if (fs::is_regular_file(path, ec)) {
@@ -315,7 +316,7 @@ void FluxFamily::describe(std::ostream& out, const std::string& path, const std:
       dtypes[e.dtype] += e.numel();
     }
     const std::string& prefix = bfl.prefix();
-    const FluxConfig c = bfl.config();
+    const FluxConfig c = bfl.config(config_path);  // as a run with model.config_path reads it
     out << path << ": Black Forest Labs' single-file Flux.1 transformer" << (prefix.empty() ? "" : " (prefix " + prefix + ")")
         << ", " << params << " parameters, " << estimate::format_bytes(static_cast<std::int64_t>(fs::file_size(path)))
         << "\n  dtypes:";

@@ -122,8 +122,7 @@ FluxModel FluxModel::load_pipeline(const std::string& dir, const UnitBuilt& on_u
     // Black Forest Labs' single file: its tensors mapped onto diffusers' names as they are read;
     // the configuration from the folder's transformer/config.json, else from the file's shapes.
     const BflFile file(transformer_file);
-    const std::string folder_config = p.dir("transformer") + "/config.json";
-    const FluxConfig c = fs::exists(folder_config) ? FluxConfig::from_file(folder_config) : file.config();
+    const FluxConfig c = file.config(dir);
     m.transformer = load_transformer_units<FluxTransformer2DModel>(
         c, [&](const std::string& n) { return file.tensor(n, c); }, transformer_file, on_unit);
   }

@@ -1,6 +1,7 @@
 #include "models/flux/flux_single_file.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <set>
 
@@ -9,6 +10,7 @@
 #include "core/error.h"
 #include "core/meta_tensors.h"
 #include "io/safetensors.h"
+#include "models/weights.h"
 
 namespace zs::models {
 
@@ -96,16 +98,20 @@ FluxConfig bfl_flux_config(const std::vector<std::string>& names, const FileShap
 }
 
 at::Tensor bfl_flux_tensor(const std::string& name, const FileTensor& tensor, const FluxConfig& c,
-                           const std::string& prefix) {
+                           const std::string& prefix, const std::string& where) {
   const std::int64_t dim = c.inner_dim(), mlp = 4 * dim;
   auto get = [&](const std::string& key) { return tensor(prefix + key); };
+  // Fused tensors are checked whole against the config before any cut (a short one would be cut
+  // past its end).
   auto chunk = [&](const std::string& key, std::int64_t index, std::int64_t count) {
     const at::Tensor t = get(key);
-    return t.defined() ? t.chunk(count, 0)[static_cast<std::size_t>(index)].contiguous() : t;
+    return t.defined() ? fused_rows(t, count, index, dim, prefix + key, where) : t;
   };
   auto rows = [&](const std::string& key, std::int64_t first, std::int64_t n) {
     const at::Tensor t = get(key);
-    return t.defined() ? t.narrow(0, first, n).contiguous() : t;
+    if (!t.defined()) return t;
+    expect_rows(t, 3 * dim + mlp, prefix + key, where);  // single blocks' linear1: q, k, v, then the MLP's input
+    return t.narrow(0, first, n).contiguous();
   };
   const std::string w = leaf(name);
   static const std::map<std::string, std::string> kEmbedders = {
@@ -121,10 +127,10 @@ at::Tensor bfl_flux_tensor(const std::string& name, const FileTensor& tensor, co
   const std::string module = name.substr(0, name.rfind('.'));
   if (const auto it = kEmbedders.find(module); it != kEmbedders.end()) return get(it->second + "." + w);
   if (module == "norm_out.linear") {  // (shift, scale) in BFL's file, (scale, shift) in diffusers'
-    const at::Tensor t = get("final_layer.adaLN_modulation.1." + w);
+    const std::string key = "final_layer.adaLN_modulation.1." + w;
+    const at::Tensor t = get(key);
     if (!t.defined()) return t;
-    const auto halves = t.chunk(2, 0);
-    return at::cat({halves[1], halves[0]}, 0);
+    return at::cat({fused_rows(t, 2, 1, dim, prefix + key, where), fused_rows(t, 2, 0, dim, prefix + key, where)}, 0);
   }
   std::int64_t i = 0;
   std::string rest;
@@ -183,9 +189,17 @@ FluxConfig BflFile::config() const {
   }, prefix_, path());
 }
 
+FluxConfig BflFile::config(const std::string& config_dir) const {
+  if (!config_dir.empty()) {
+    const std::string folder_config = config_dir + "/transformer/config.json";
+    if (std::filesystem::exists(folder_config)) return FluxConfig::from_file(folder_config);
+  }
+  return config();
+}
+
 at::Tensor BflFile::tensor(const std::string& name, const FluxConfig& c) const {
   return bfl_flux_tensor(name, [this](const std::string& k) { return reader_->contains(k) ? reader_->tensor(k) : at::Tensor(); },
-                         c, prefix_);
+                         c, prefix_, path());
 }
 
 std::vector<BflTensor> bfl_flux_layout(const FluxConfig& c) {

@@ -41,9 +41,11 @@ FluxConfig bfl_flux_config(const std::vector<std::string>& names, const FileShap
                            const std::string& file);
 
 /// The diffusers tensor `name` of a FluxTransformer2DModel of config `c`, read from the BFL file
-/// through `tensor` (keys behind `prefix`). An undefined tensor for a name the layout lacks.
+/// through `tensor` (keys behind `prefix`). An undefined tensor for a name the layout lacks. A
+/// fused tensor (qkv, linear1, the final modulation) whose rows do not fit `c` throws
+/// zs::Error(config) naming `where`, the key, its shape and the expected rows before it is cut.
 at::Tensor bfl_flux_tensor(const std::string& name, const FileTensor& tensor, const FluxConfig& c,
-                           const std::string& prefix);
+                           const std::string& prefix, const std::string& where = "the Flux transformer file");
 
 /// A Black Forest Labs transformer file opened for reading (copies share the mapping).
 class BflFile {
@@ -57,6 +59,10 @@ class BflFile {
   const io::SafetensorsReader& reader() const { return *reader_; }
   /// The configuration the file's names and shapes imply (bfl_flux_config).
   FluxConfig config() const;
+  /// The configuration a run uses with this file: `config_dir`/transformer/config.json (the
+  /// companion folder, model.config_path) when it exists, else config(). `train` and `model info`
+  /// both read a single file through this.
+  FluxConfig config(const std::string& config_dir) const;
   /// The diffusers tensor `name` of a transformer of config `c` (bfl_flux_tensor); undefined when absent.
   at::Tensor tensor(const std::string& name, const FluxConfig& c) const;
 

@@ -221,11 +221,12 @@ void QwenImageFamily::describe(std::ostream& out, const std::string& path, const
   const QwenImageConfig c = QwenImageConfig::from_file((fs::path(path) / "transformer" / "config.json").string());
   if (fs::exists(fs::path(path) / "model_index.json", ec)) {
     const auto p = DiffusersPipeline::open(path);
-    describe_pipeline(out, p, [&](const PipelineComponent& comp) -> std::string {
+    const auto unreadable = describe_pipeline(out, p, [&](const PipelineComponent& comp) -> std::string {
       const auto t = QwenTokenizer::load(p.dir(comp.name));
       return "byte-level BPE (Qwen2), vocabulary " + std::to_string(t.vocab_size());
     });
     out << "  transformer: " << c.num_layers << " dual-stream blocks, " << c.inner_dim() << " wide\n";
+    fail_unreadable(path, unreadable);
     return;
   }
   out << path << ": Qwen-Image-architecture model folder, transformer " << c.num_layers << " dual-stream blocks, "

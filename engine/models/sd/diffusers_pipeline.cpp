@@ -44,6 +44,11 @@ bool DiffusersPipeline::has(const std::string& component) const {
 
 std::string DiffusersPipeline::dir(const std::string& component) const { return (fs::path(root_) / component).string(); }
 
+namespace {
+/// The most shard files one index may name (real ones have a few dozen).
+constexpr std::size_t kMaxShards = 10'000;
+}  // namespace
+
 std::vector<std::string> DiffusersPipeline::weight_files(const std::string& component) const {
   const fs::path d(dir(component));
   for (const char* base : {"diffusion_pytorch_model", "model"})
@@ -56,7 +61,21 @@ std::vector<std::string> DiffusersPipeline::weight_files(const std::string& comp
         if (!j.contains("weight_map") || !j["weight_map"].is_object())
           throw Error(ErrorKind::config, index.string() + ": weight_map: missing (expected tensor name -> shard file)");
         std::set<std::string> files;
-        for (const auto& [name, file] : j["weight_map"].items()) files.insert((d / file.get<std::string>()).string());
+        for (const auto& [name, file] : j["weight_map"].items()) {
+          // A shard is a plain file name beside the index: nothing outside the folder is opened.
+          if (!file.is_string())
+            throw Error(ErrorKind::config, index.string() + ": weight_map: \"" + name + "\": expected a shard file name "
+                                           "(a string), found " + file.dump());
+          const std::string shard = file.get<std::string>();
+          if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos ||
+              shard.find('\0') != std::string::npos || shard.size() > 255)
+            throw Error(ErrorKind::config, index.string() + ": weight_map: \"" + name + "\": \"" + shard +
+                                           "\" is not a plain file name in the index's folder; shards must lie beside it");
+          files.insert((d / shard).string());
+          if (files.size() > kMaxShards)
+            throw Error(ErrorKind::config, index.string() + ": weight_map names more than " + std::to_string(kMaxShards) +
+                                           " shard files, the most ZeroStudio accepts");
+        }
         for (const auto& f : files)
           if (!fs::exists(f)) throw Error(ErrorKind::io, index.string() + ": names " + f + ", which is missing");
         return {files.begin(), files.end()};
@@ -98,20 +117,21 @@ ClipTextModel DiffusersPipeline::load_text_encoder(const std::string& component)
 
 ClipTokenizer DiffusersPipeline::load_tokenizer(const std::string& component) const { return ClipTokenizer::load(dir(component)); }
 
-void describe_pipeline(std::ostream& out, const DiffusersPipeline& p,
-                       const std::function<std::string(const PipelineComponent&)>& tokenizer_line) {
+std::vector<std::string> describe_pipeline(std::ostream& out, const DiffusersPipeline& p,
+                                           const std::function<std::string(const PipelineComponent&)>& tokenizer_line) {
   out << p.root() << ": " << (p.class_name().empty() ? "pipeline" : p.class_name()) << "\n";
+  std::vector<std::string> unreadable;
   for (const auto& c : p.components()) {
     out << "  " << c.name << "  " << c.library << "." << c.class_name;
+    // Tokenizers and schedulers have no weights; every other component has.
+    const bool weightless = c.class_name.find("Tokenizer") != std::string::npos ||
+                            c.class_name.find("Scheduler") != std::string::npos ||
+                            c.class_name.find("Processor") != std::string::npos;
     std::vector<std::string> files;
+    std::int64_t params = 0, bytes = 0;
+    std::map<std::string, std::int64_t> dtypes;
     try {
-      files = p.weight_files(c.name);
-    } catch (const Error&) {
-      // Tokenizers and schedulers have no weights.
-    }
-    if (!files.empty()) {
-      std::int64_t params = 0, bytes = 0;
-      std::map<std::string, std::int64_t> dtypes;
+      if (!weightless) files = p.weight_files(c.name);
       for (const auto& f : files) {
         const io::SafetensorsReader r(f);
         for (const auto& e : r.entries()) {
@@ -120,6 +140,12 @@ void describe_pipeline(std::ostream& out, const DiffusersPipeline& p,
         }
         bytes += static_cast<std::int64_t>(fs::file_size(f));
       }
+    } catch (const Error& e) {
+      out << "  (unreadable: " << e.what() << ")\n";
+      unreadable.push_back(c.name + ": " + e.what());
+      continue;
+    }
+    if (!files.empty()) {
       out << "  " << params << " parameters  ";
       for (const auto& [d, n] : dtypes) {
         out << d;
@@ -134,11 +160,21 @@ void describe_pipeline(std::ostream& out, const DiffusersPipeline& p,
       try {
         out << "  " << tokenizer_line(c);
       } catch (const Error& e) {
-        out << "  (" << e.what() << ")";
+        out << "  (unreadable: " << e.what() << ")";
+        unreadable.push_back(c.name + ": " + e.what());
       }
     }
     out << "\n";
   }
+  return unreadable;
+}
+
+void fail_unreadable(const std::string& root, const std::vector<std::string>& unreadable) {
+  if (unreadable.empty()) return;
+  std::string list;
+  for (const auto& u : unreadable) list += "\n  " + u;
+  throw Error(ErrorKind::io, root + ": " + std::to_string(unreadable.size()) + " component" +
+                                 (unreadable.size() == 1 ? "" : "s") + " could not be read (listed above):" + list);
 }
 
 diffusion::ScheduleConfig DiffusersPipeline::load_scheduler() const {

@@ -56,8 +56,14 @@ class DiffusersPipeline : public ModelSource {
 
 /// `zerostudio model info` of a pipeline folder: its class, then a line per component with its
 /// parameters, dtypes, bytes and shards read from the weight files' headers, and for tokenizers
-/// what `tokenizer_line` says (its exception's message when it throws).
-void describe_pipeline(std::ostream& out, const DiffusersPipeline& p,
-                       const std::function<std::string(const PipelineComponent&)>& tokenizer_line);
+/// what `tokenizer_line` says (its exception's message when it throws). Returns the components
+/// that could not be read (a missing or damaged shard, a broken tokenizer), each "NAME: why", so
+/// that `model info` can keep the listing and still fail (see fail_unreadable).
+std::vector<std::string> describe_pipeline(std::ostream& out, const DiffusersPipeline& p,
+                                           const std::function<std::string(const PipelineComponent&)>& tokenizer_line);
+
+/// Throws zs::Error(io) "ROOT: N component(s) could not be read: ..." when `unreadable` is not
+/// empty (after the listing is written).
+void fail_unreadable(const std::string& root, const std::vector<std::string>& unreadable);
 
 }  // namespace zs::models

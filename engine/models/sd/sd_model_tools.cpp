@@ -50,11 +50,11 @@ void SdFamily::describe(std::ostream& out, const std::string& path, const std::s
     return;
   }
   const auto p = DiffusersPipeline::open(path);
-  describe_pipeline(out, p, [&](const PipelineComponent& c) {
+  fail_unreadable(path, describe_pipeline(out, p, [&](const PipelineComponent& c) {
     const auto t = p.load_tokenizer(c.name);
     return "vocabulary " + std::to_string(t.vocab_size()) + ", " + std::to_string(t.max_length()) + " tokens, padding id " +
            std::to_string(t.pad_id());
-  });
+  }));
 }
 
 void SdFamily::evaluate(const std::string& model, const std::string& config_path, const std::string& component,

@@ -285,7 +285,12 @@ ClipTextModel SingleFileModel::load_text_encoder(const std::string& component) c
     const auto& [t, part] = it->second;
     at::Tensor x = read_if(*reader_, kSingleFileXLTextEncoder2 + t.name);
     if (!x.defined()) return x;
-    if (t.parts.size() > 1) x = x.chunk(static_cast<std::int64_t>(t.parts.size()), 0)[static_cast<std::int64_t>(part)];
+    if (t.parts.size() > 1) {
+      // q, k and v fused: checked whole against the model before the cut.
+      const auto parts = static_cast<std::int64_t>(t.parts.size());
+      x = fused_rows(x, parts, static_cast<std::int64_t>(part), model->named_parameters()[n].size(0),
+                     kSingleFileXLTextEncoder2 + t.name, path_);
+    }
     return t.transposed ? x.t().contiguous() : x;
   }, path_ + " (text encoder 2)");
   return model;
