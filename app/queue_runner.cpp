@@ -198,6 +198,10 @@ int run_queue(const train::JobQueue& queue, const QueueRunOptions& o) {
   }
   bool said_waiting = false, cut_short = false;
   int done = 0, failed = 0;
+  // One runner claims a job again only when something edited the queue behind it (a job that
+  // ends "waiting" ends this runner too); past kMaxClaimsInARow the job fails instead of looping.
+  std::int64_t last_id = -1;
+  int claims_in_a_row = 0;
   while (g_queue_signals.load() == 0) {
     std::optional<train::ClaimedJob> claimed = queue.claim_next(::getpid());
     if (!claimed) {
@@ -218,6 +222,19 @@ int run_queue(const train::JobQueue& queue, const QueueRunOptions& o) {
     }
     said_waiting = false;
     const train::QueueJob& job = claimed->job;
+    claims_in_a_row = job.id == last_id ? claims_in_a_row + 1 : 1;
+    last_id = job.id;
+    if (claims_in_a_row > kMaxClaimsInARow) {
+      const std::string error = "claimed " + std::to_string(claims_in_a_row) + " times in a row by one queue runner without " +
+                                "ending (the most is " + std::to_string(kMaxClaimsInARow) + "); check " + queue.file() +
+                                " and retry it";
+      queue.finish(job.id, train::JobState::failed, 1, error);
+      claimed->lock.release();
+      ++failed;
+      say("job " + std::to_string(job.id) + ": failed: " + error);
+      if (o.stop_on_failure) return 1;
+      continue;
+    }
     say("job " + std::to_string(job.id) + " (" + job.name + "): " + (claimed->resumed ? "resuming after an interruption" : "started") +
         ", run folder " + job.run_dir);
     const auto t0 = std::chrono::steady_clock::now();

@@ -15,6 +15,10 @@ struct QueueRunOptions {
   double poll_s = 1.0;           ///< seconds between looks at the queue file
 };
 
+/// The most times one runner claims the same job in a row; past it the job fails with that reason
+/// (a job that ends "waiting" ends the runner too, so a second claim means the file was edited).
+inline constexpr int kMaxClaimsInARow = 3;
+
 /// Holds the queue's runner lock (waiting for another runner first) and runs waiting jobs in order
 /// until none is left (or, with `watch`, until SIGINT/SIGTERM/SIGHUP). Returns the exit code:
 /// 0, 1 (a job failed with stop_on_failure), 130 (ended by a signal while a job ran; that job waits

@@ -1,6 +1,7 @@
 #include "train/job_queue.h"
 
 #include <algorithm>
+#include <map>
 #include <ctime>
 #include <filesystem>
 #include <system_error>
@@ -85,6 +86,15 @@ QueueState parse(const std::string& text, const std::string& file) {
     throw Error(ErrorKind::io, file + ": the queue file is damaged (" + std::string(e.what()) +
                                    "); fix it or move it away and the queue starts empty");
   }
+  // Two entries with one id (a pasted job) would be claimed again and again: finish() and
+  // set_pid() reach only the first. Refused whole, the file left as it is.
+  std::map<std::int64_t, int> seen;
+  std::string dup;
+  for (const auto& j : st.jobs)
+    if (++seen[j.id] == 2) dup += (dup.empty() ? "" : ", ") + std::to_string(j.id);
+  if (!dup.empty())
+    throw Error(ErrorKind::io, file + ": more than one job has the id " + dup +
+                                   "; give each job its own id (or remove the copy) and run again (nothing was changed)");
   for (const auto& j : st.jobs) st.next_id = std::max(st.next_id, j.id + 1);
   return st;
 }

@@ -144,6 +144,34 @@ class TestQueue : public QObject {
 
   // Reorder, stop a waiting job, retry it, edit a waiting job's config (a bad edit changes
   // nothing), remove (refused while the job's lock is held, i.e. it runs).
+  // Two entries with one id (a job pasted into queue.json) are refused by every reader, naming the
+  // id and changing nothing; `queue run` ends at once with that error instead of restarting the
+  // copy forever (issue 59 item 3: 53 restarts in 150 s).
+  void duplicateIdsAreRefused() {
+    const QTemporaryDir home;
+    const JobQueue q(home.path().toStdString() + "/zerostudio");
+    QDir().mkpath(QString::fromStdString(q.dir()));
+    const std::string text = R"({"format": "zerostudio-queue", "version": 1, "next_id": 8, "jobs": [
+      {"id": 7, "config": "/nowhere/a.yaml", "run_dir": "/nowhere/a", "state": "running"},
+      {"id": 3, "config": "/nowhere/b.yaml", "run_dir": "/nowhere/b", "state": "waiting"},
+      {"id": 7, "config": "/nowhere/a.yaml", "run_dir": "/nowhere/a", "state": "running"}]})";
+    std::ofstream(q.file()) << text;
+    try {
+      q.read();
+      QFAIL("a queue with two jobs of id 7 was read");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).startsWith(QString::fromStdString(q.file() + ": more than one job has the id 7;")), e.what());
+    }
+    zs::test::FailureReport report;
+    Cli cli(home.path(), home.path(), report);
+    const auto r = cli.run({"queue", "run"}, 30000);
+    QVERIFY2(r.code != 0 && r.code != -1 && r.out.contains("more than one job has the id 7"), qPrintable(r.out));
+    QVERIFY(!r.out.contains("resuming"));
+    std::ifstream in(q.file());
+    const std::string after((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    QCOMPARE(after, text);
+  }
+
   void editsFollowTheRules() {
     QTemporaryDir dir;
     const JobQueue q(dir.path().toStdString() + "/cfg");
