@@ -78,6 +78,7 @@ struct Child {
   int beat_fd = -1;       // our end of its heartbeat socket (ZEROSTUDIO_HEARTBEAT_FD on its side)
   Clock::time_point last_beat;  // its last heartbeat (or its start)
   bool stalled = false;   // killed by us for a stopped heartbeat
+  std::string stopped_after;  // "rank 1 died": the launcher stopped it after another rank's failure
   std::string pending;    // partial line
   std::string last_error; // the last "error: ..." line it printed
   bool running = true;
@@ -115,6 +116,10 @@ std::string ending_of(const Child& c, int status, std::int64_t heartbeat_timeout
   if (c.stalled)
     return "rank " + std::to_string(c.rank) + " stalled (no heartbeat for " + std::to_string(heartbeat_timeout_s) +
            " s, launch.heartbeat_timeout_s) and was killed";
+  // The launcher's own SIGTERM or SIGKILL (or the exit it caused) is no fault of the rank's.
+  if (!c.stopped_after.empty())
+    return "rank " + std::to_string(c.rank) + " was stopped by the launcher after " + c.stopped_after +
+           (WIFSIGNALED(status) ? " (" + signal_text(WTERMSIG(status)) + ")" : " (exit code " + std::to_string(WEXITSTATUS(status)) + ")");
   if (WIFSIGNALED(status))
     return "rank " + std::to_string(c.rank) + " was killed by " + signal_text(WTERMSIG(status)) +
            (WTERMSIG(status) == SIGKILL ? " (out of memory? see dmesg)" : "");
@@ -301,7 +306,11 @@ int supervise(std::vector<Child>& children, const config::LaunchConfig& lc, cons
           // said so in the events. Otherwise rank 0 reports its own errors; a killed rank 0 and
           // the other ranks cannot.
           const bool save_failed = WIFEXITED(status) && c.code == train::kSaveFailedExit;
-          if (!save_failed && (c.rank != 0 || WIFSIGNALED(status)))
+          // A rank the launcher ended is a log line: the first failure stays the run's error.
+          if (!c.stopped_after.empty())
+            append_run_event(run_dir, train::event::log,
+                             {{train::event::message, ending}, {"rank", c.rank}, {"source", "launcher"}});
+          else if (!save_failed && (c.rank != 0 || WIFSIGNALED(status)))
             append_run_event(run_dir, train::event::error,
                              {{train::event::message, ending}, {"rank", c.rank}, {"source", "launcher"}});
           if (first_failure == 0) {
@@ -313,9 +322,17 @@ int supervise(std::vector<Child>& children, const config::LaunchConfig& lc, cons
               // The others cannot finish a step without it: tell them to stop now, give them a
               // moment to write their logs, then kill what is left (as torchrun's agent does).
               bool told = false;
+              const std::string cause = "rank " + std::to_string(c.rank) +
+                                        (c.stalled ? " stalled" : WIFSIGNALED(status) ? " was killed" : " failed");
               for (auto& o : children)
                 if (o.running && o.pid != c.pid) {
+                  // One that has already ended (not yet reaped) ended on its own: its own words.
+                  siginfo_t info{};
+                  const bool ended = ::waitid(P_PID, static_cast<id_t>(o.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                                     info.si_pid == o.pid;
+                  if (ended) continue;
                   ::kill(o.pid, SIGTERM);
+                  o.stopped_after = cause;
                   told = true;
                 }
               if (told) {

@@ -650,6 +650,7 @@ class TestLaunch : public QObject {
   }
 
   void twoRankResumeEqualsAStraightRun() {
+    ZS_SPLIT_ROWS();
     QFETCH(QString, stage);
     QFETCH(QStringList, sets);
     QTemporaryDir dir;
@@ -729,6 +730,14 @@ class TestLaunch : public QObject {
             out.contains("[launcher] stopping the other ranks"));
     QVERIFY2(clock.elapsed() < 30000, qPrintable(QString::number(clock.elapsed())));
     QVERIFY2(launcher_wrote(run, 1, "rank 1 was killed by signal 9"), "events.jsonl should say that rank 1 was killed");
+    // The rank the launcher itself ended is reported as such, never as an OOM kill, and its end
+    // is no error of the run's (issue 59 item 4).
+    QVERIFY2(!out.contains("rank 0 was killed by signal") && !out.contains("rank 0 exited with code"), qPrintable(out));
+    if (out.contains("[launcher] stopping the other ranks"))
+      QVERIFY2(out.contains("[launcher] rank 0 was stopped by the launcher after rank 1 was killed"), qPrintable(out));
+    for (const auto& e : events(run))
+      if (e["type"] == "error" && e.value("source", "") == "launcher")
+        QVERIFY2(e.value("rank", -1) == 1, e.dump().c_str());
   }
 
   // A rank that dies (SIGKILL, as the OOM killer sends) ends the whole launch within seconds, not
