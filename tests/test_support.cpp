@@ -1,10 +1,14 @@
 #include "test_support.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 
 #include <QDir>
@@ -53,6 +57,39 @@ bool registerTest(const char* file, TestFactory make) {
 std::unique_ptr<QObject> makeTest(const std::string& name) {
   const auto it = registry().find(name);
   return it == registry().end() ? nullptr : it->second();
+}
+
+SmallDisk::SmallDisk(const QString& dir, qint64 bytes) : m_dir(dir.toUtf8()) {
+  QDir().mkpath(dir);
+  const QByteArray opts = "size=" + QByteArray::number((bytes + 4095) / 4096 * 4096) + ",mode=0755";
+  m_mounted = ::mount("tmpfs", m_dir.constData(), "tmpfs", 0, opts.constData()) == 0;
+  if (!m_mounted) m_why = QString("cannot mount a tmpfs on %1 (%2): needs root").arg(dir, std::strerror(errno));
+}
+
+SmallDisk::~SmallDisk() {
+  if (m_mounted) ::umount2(m_dir.constData(), MNT_DETACH);
+}
+
+void SmallDisk::fill() const {
+  const int fd = ::open((m_dir + "/filler").constData(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  if (fd < 0) return;
+  const std::string block(512, 'x');
+  while (::write(fd, block.data(), block.size()) > 0) {
+  }
+  ::close(fd);
+}
+
+bool rowInThisPart() {
+  static const auto part = []() -> std::pair<int, int> {
+    const QByteArray v = qgetenv("ZS_TEST_PART");
+    const int slash = v.indexOf('/');
+    if (slash <= 0) return {0, 1};
+    const int k = v.left(slash).toInt(), n = v.mid(slash + 1).toInt();
+    return k >= 1 && n >= k ? std::pair{k - 1, n} : std::pair{0, 1};
+  }();
+  static std::map<std::string, int> rows;  // rows seen per test function
+  const int i = rows[QTest::currentTestFunction() ? QTest::currentTestFunction() : ""]++;
+  return i % part.second == part.first;
 }
 
 QStringList registeredTests() {

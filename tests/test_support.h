@@ -69,7 +69,38 @@ std::unique_ptr<QObject> makeTest(const std::string& name);
 /// Every registered name, sorted.
 QStringList registeredTests();
 
+/// A tmpfs of `bytes` mounted on `dir` (created) for full-disk tests, unmounted on destruction.
+/// Mounting needs root: check mounted() (and ZS_SKIP_UNLESS_CI when it is not).
+class SmallDisk {
+ public:
+  SmallDisk(const QString& dir, qint64 bytes);
+  ~SmallDisk();
+  SmallDisk(const SmallDisk&) = delete;
+  SmallDisk& operator=(const SmallDisk&) = delete;
+  bool mounted() const { return m_mounted; }
+  QString why() const { return m_why; }  ///< why it could not be mounted
+  /// Writes DIR/filler until the disk is full.
+  void fill() const;
+
+ private:
+  QByteArray m_dir;
+  bool m_mounted = false;
+  QString m_why;
+};
+
+/// Whether the current data row of a data-driven test function is this process's: a function
+/// whose rows are dealt over several CTest tests (zs_split_test's PART:N, which sets
+/// ZS_TEST_PART=K/N, K in 1..N) runs row i (counted per function, in order) only where
+/// i % N == K - 1. Without ZS_TEST_PART every row is. Use ZS_SPLIT_ROWS() first in the function.
+bool rowInThisPart();
+
 }  // namespace zs::test
+
+/// Skips a data row that another part of a split test runs (zs::test::rowInThisPart).
+#define ZS_SPLIT_ROWS()                                                                             \
+  do {                                                                                              \
+    if (!zs::test::rowInThisPart()) QSKIP("run by another part of this test (ZS_TEST_PART)");      \
+  } while (0)
 
 /// Registers TestClass as its file's test (replaces QTEST_MAIN and QTEST_GUILESS_MAIN: the suite's
 /// main makes a QApplication when the suite links Qt Widgets, a QCoreApplication otherwise).

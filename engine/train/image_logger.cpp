@@ -106,6 +106,18 @@ SampleFolder write_samples(models::TrainableModel& model, const config::TrainerC
                     models::sampling_steps(cfg), models::sampling_guidance(cfg), sampling.seed, device,
                     sampling.negative_prompt);
   if (!write_files) return {};
+  try {
+    return write_sample_files(images, sampling, samples_root, step);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::io) throw;
+    std::error_code ec;
+    io::remove_tree(fs::path(samples_root) / (".step_" + std::to_string(step) + ".tmp"), ec);
+    return {"", 0, e.what()};
+  }
+}
+
+SampleFolder write_sample_files(const at::Tensor& images, const config::SamplingConfig& sampling,
+                                const std::string& samples_root, std::int64_t step) {
   const fs::path final_dir = fs::path(samples_root) / ("step_" + std::to_string(step));
   const fs::path tmp_dir = fs::path(samples_root) / (".step_" + std::to_string(step) + ".tmp");
   std::error_code ec;

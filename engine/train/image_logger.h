@@ -34,14 +34,20 @@ io::Image make_grid(const std::vector<io::Image>& images, int columns);
 
 /// Samples per the config's `sampling` section (steps and guidance resolved by the model's family)
 /// at data.resolution and writes `samples_root`/step_<step>/ (via a hidden temporary folder,
-/// then rename). Returns the folder and the number of images.
+/// then rename). Returns the folder and the number of images; a file that cannot be written (a
+/// full disk) leaves no folder and is reported in `error` instead: samples never end a run.
 struct SampleFolder {
   std::string dir;
   std::int64_t count = 0;
+  std::string error;  ///< why the images could not be written ("" when they were)
 };
 /// With `write_files` false the images are only computed (other ranks under ZeRO stage 3,
 /// whose collectives the sampler's forward passes take part in).
 SampleFolder write_samples(models::TrainableModel& model, const config::TrainerConfig& cfg, const at::Device& device,
                            const std::string& samples_root, std::int64_t step, bool write_files = true);
+/// The file part of write_samples: `images` [N, C, H, W] in [-1, 1] as step_<step>/000.png …,
+/// grid.png and prompts.json. Throws zs::Error(io) naming the file that cannot be written.
+SampleFolder write_sample_files(const at::Tensor& images, const config::SamplingConfig& sampling,
+                                const std::string& samples_root, std::int64_t step);
 
 }  // namespace zs::train

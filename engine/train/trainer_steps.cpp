@@ -217,7 +217,9 @@ json Trainer::State::gather_ranks() {
 
 void Trainer::State::sample_if_due(const Requests& r) {
   const bool due = cfg.sampling.every_n_steps > 0 && step % cfg.sampling.every_n_steps == 0;
-  if (r.sample || due || step == cfg.training.max_steps) sample();
+  // every_n_steps 0 turns the image logger off, the last step included (a request still samples).
+  const bool last = cfg.sampling.every_n_steps > 0 && step == cfg.training.max_steps;
+  if (r.sample || due || last) sample();
 }
 
 void Trainer::State::sample() {
@@ -237,7 +239,11 @@ void Trainer::State::sample() {
     if (compute) folder = write_samples(*model, cfg, device, samples_dir(), step, main_rank());
     if (swap) optimizer->swap_ema();
   });
-  if (main_rank()) emit(event::samples, {{"dir", folder.dir}, {"count", folder.count}});
+  if (!main_rank()) return;
+  if (!folder.error.empty())  // a full disk: a warning, never the end of the run
+    emit(event::warning, {{event::message, "samples of step " + std::to_string(step) + " not written: " + folder.error}});
+  else
+    emit(event::samples, {{"dir", folder.dir}, {"count", folder.count}});
 }
 
 void Trainer::State::validate_if_due(const Requests& r) {

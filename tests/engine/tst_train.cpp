@@ -7,6 +7,10 @@
 #include <set>
 #include <tuple>
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "config/schema.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_meta.h"
@@ -330,6 +334,78 @@ class TestTrain : public QObject {
     }
     QCOMPARE(starts, 2);
     QCOMPARE(last_epoch, 2.0);
+  }
+
+  // A full disk: the event log's reserve (kept allocated past its end) still takes the run's
+  // last events whole; past the reserve a line is lost whole (to stderr), never cut, and the
+  // file stays one JSON object per line (issue 59 item 5: 5 of 7 full-disk runs ended with a
+  // partial last line and no run_end).
+  void eventLogKeepsWholeLinesOnAFullDisk() {
+    QTemporaryDir dir;
+    const test::SmallDisk disk(dir.path() + "/disk", 256 * 1024);
+    if (!disk.mounted()) ZS_SKIP_UNLESS_CI(disk.why());
+    const std::string path = (dir.path() + "/disk/events.jsonl").toStdString();
+    std::int64_t lost = 0;
+    {
+      train::EventLog log(path);
+      log.write("run_start", 0, {{"max_steps", 100}});
+      disk.fill();
+      for (int i = 1; i <= 100; ++i) log.write("metrics", i, {{"loss", 0.25 + i * 1e-3}, {"lr", 1e-4}});
+      log.write("save_failed", 100, {{"message", "no space left"}});
+      log.write("run_end", 100, {{"reason", "save_failed"}, {"exit_code", 3}});
+      QCOMPARE(log.lost(), std::int64_t{0});
+      for (int i = 0; i < 2000; ++i) log.write("metrics", 100, {{"loss", 0.5}, {"note", std::string(40, 'y')}});
+      lost = log.lost();
+    }
+    QVERIFY2(lost > 0, "the reserve never ran out: the test did not fill the disk");
+    std::ifstream in(path);
+    int lines = 0;
+    bool ended = false;
+    for (std::string line; std::getline(in, line); ++lines) {
+      const auto e = nlohmann::json::parse(line, nullptr, false);
+      QVERIFY2(e.is_object(), line.c_str());
+      ended |= e["type"] == "run_end";
+    }
+    QVERIFY(ended);
+    QCOMPARE(lines, 103 + 2000 - static_cast<int>(lost));
+  }
+
+  // sampling.every_n_steps 0 means no samples at all, the last step included; a sample folder that
+  // cannot be written (a full disk) is a warning and the run finishes
+  // (issue 59 item 6: it ended the run, exit 1).
+  void samplesOffMeansNoneAndAFailedWriteIsAWarning() {
+    QTemporaryDir dir;
+    const std::vector<std::string> base = {"data.generate_count=8", "training.batch_size=4", "training.max_steps=2",
+                                           "checkpointing.every_n_steps=0", "ema.enabled=false", "launch.use_cpu=true",
+                                           "scheduler.type=constant"};
+    auto with = [&](std::vector<std::string> more) {
+      more.insert(more.begin(), base.begin(), base.end());
+      return test::small_config(more);
+    };
+    train::TrainerOptions off;
+    off.run_dir = (dir.path() + "/off").toStdString();
+    train::TrainerCommands commands;
+    QCOMPARE(train::Trainer(with({"sampling.every_n_steps=0"}), off).run(commands).step, std::int64_t{2});
+    QVERIFY2(QDir(dir.path() + "/off/samples").isEmpty(), "every_n_steps 0 wrote samples");
+    for (const auto& e : test::read_events(off.run_dir)) QVERIFY(e["type"] != "samples");
+
+    // The samples folder on a full disk (a tmpfs of one page, filled).
+    train::TrainerOptions full;
+    full.run_dir = (dir.path() + "/full").toStdString();
+    const test::SmallDisk disk(dir.path() + "/full/samples", 4096);
+    if (!disk.mounted()) ZS_SKIP_UNLESS_CI(disk.why());
+    disk.fill();
+    const auto end = train::Trainer(with({"sampling.every_n_steps=1"}), full).run(commands);
+    QCOMPARE(end.step, std::int64_t{2});
+    int warnings = 0;
+    bool finished = false;
+    for (const auto& e : test::read_events(full.run_dir)) {
+      QVERIFY(e["type"] != "samples" && e["type"] != "error");
+      if (e["type"] == "warning" && e["message"].get<std::string>().find("samples of step ") == 0) ++warnings;
+      if (e["type"] == "run_end") finished = e["reason"] == "finished";
+    }
+    QCOMPARE(warnings, 2);
+    QVERIFY(finished);
   }
 
   // sampling.negative_prompt conditions guidance's unconditional branch, and the text cache
