@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "models/clip_text_model.h"
 #include "models/lora.h"
+#include "models/peft_lora_config.h"
 #include "models/sd/sd_family.h"
 #include "models/sd/lora_names.h"
 #include "models/sd/unet_2d_condition.h"
@@ -349,7 +350,13 @@ class TestLora : public QObject {
     QVERIFY(entry(d, "unet.down_blocks.0.attentions.0.transformer_blocks.0.attn1.to_q.lora_A.weight"));
     QVERIFY(entry(d, "unet.up_blocks.1.resnets.0.conv1.lora_B.weight"));
     QVERIFY(entry(d, "text_encoder.text_model.encoder.layers.1.self_attn.v_proj.lora_B.weight"));
-    QCOMPARE(d.metadata(), (std::map<std::string, std::string>{{"format", "pt"}}));
+    // diffusers' lora_adapter_metadata (issue 59 item 10): r and lora_alpha = r per component,
+    // the scale being inside lora_B; read back, scale 1.
+    QCOMPARE(d.metadata().at("format"), std::string("pt"));
+    for (const char* component : {"unet", "text_encoder"}) {
+      const auto config = zs::models::read_peft_lora_config(d, component, peft);
+      QVERIFY2(config && config->r == 4 && config->scale() == 1.0, component);
+    }
     QCOMPARE(zs::checkpoint::detect_lora_format(kohya), LoraFileFormat::kohya);
     QCOMPARE(zs::checkpoint::detect_lora_format(peft), LoraFileFormat::diffusers);
   }

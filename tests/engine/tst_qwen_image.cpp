@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -374,6 +375,60 @@ class TestQwenImage : public QObject {
       QFAIL("a folder without vae loaded");
     } catch (const zs::Error& e) {
       QVERIFY2(QString(e.what()).contains("model_index.json: has no vae"), e.what());
+    }
+  }
+
+  // A LoRA written by the pinned diffusers with lora_alpha 8 apart from rank 4
+  // (QwenImagePipeline.save_lora_weights with transformer_lora_adapter_metadata; gen/
+  // qwen_lora_alpha.py) changes each weight by what diffusers' own loading and fuse_lora change it
+  // by: (8/4)·B·A, whatever the run's lora.alpha (issue 59 item 10: it was applied at scale 1, half
+  // of it). What the reader does not apply (DoRA, per-layer patterns, another r) is refused by name.
+  void loraAlphaFromDiffusersMetadata() {
+    const std::string file = zs::test::peerFixture("qwen_lora_alpha.safetensors").toStdString();
+    const zs::io::SafetensorsReader deltas(zs::test::peerFixture("qwen_lora_alpha_deltas.safetensors").toStdString());
+    const auto cfg = folder_config(zs::test::peerFixture("qwen-image-tiny").toStdString());
+    auto adapted = [&] {
+      auto m = family_of(cfg).build(cfg, {}, {});
+      LoraOptions o;
+      o.rank = 4;
+      o.alpha = 1.0;  // the run's own alpha: the file's scale wins
+      m->attach_denoiser_lora({"to_q", "to_k", "to_v", "to_out.0"}, o, 3);
+      return m;
+    };
+    const auto model = adapted();
+    QCOMPARE(model->load_lora_file(file), std::size_t{8});
+    std::size_t compared = 0;
+    for (const LoraLayer& l : lora_layers(*dynamic_cast<QwenImageModel&>(*model).transformer)) {
+      const at::Tensor want = deltas.tensor("delta." + l.name + ".weight");
+      const double scale = std::max(1.0, want.abs().max().item<double>());
+      QVERIFY2(qwen_image_diff(lora_delta(l), want) <= 1e-5 * scale, l.name.c_str());
+      ++compared;
+    }
+    QCOMPARE(compared, std::size_t{8});
+    // The same tensors with other metadata.
+    const zs::io::SafetensorsReader r(file);
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const auto& e : r.entries()) tensors.emplace_back(e.name, r.tensor(e.name));
+    const nlohmann::json meta = nlohmann::json::parse(r.metadata().at("lora_adapter_metadata"));
+    QCOMPARE(meta.at("transformer.lora_alpha").get<double>(), 8.0);
+    QTemporaryDir dir;
+    for (const auto& [key, value, why] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+             {"transformer.use_dora", true, "DoRA adapters are not supported"},
+             {"transformer.rank_pattern", {{"to_q", 8}}, "per-layer patterns are not supported"},
+             {"transformer.alpha_pattern", {{"to_k", 2}}, "per-layer patterns are not supported"},
+             {"transformer.r", 8, "the file's lora_adapter_metadata says r 8"},
+             {"transformer.lora_alpha", "eight", "transformer.lora_alpha: expected a number"}}) {
+      nlohmann::json m = meta;
+      m[key] = value;
+      const std::string bad = dir.filePath("bad.safetensors").toStdString();
+      zs::io::write_safetensors(bad, tensors, {{"format", "pt"}, {"lora_adapter_metadata", m.dump()}});
+      try {
+        adapted()->load_lora_file(bad);
+        QFAIL(key.c_str());
+      } catch (const zs::Error& e) {
+        QVERIFY2(QString(e.what()).contains(QString::fromStdString(bad)) && QString(e.what()).contains(QString::fromStdString(why)),
+                 e.what());
+      }
     }
   }
 

@@ -80,7 +80,9 @@ ExportResult write_peft_file(const CheckpointAdapters& adapters, const std::stri
     ExportTensors part = peft_lora_tensors(layers, component + ".", "");
     tensors.insert(tensors.end(), part.begin(), part.end());
   }
-  return write_lora_tensors(tensors, out, o, metadata,
+  std::map<std::string, std::string> header = metadata;
+  header.merge(peft_lora_header(adapters));  // as save_lora_weights writes it
+  return write_lora_tensors(tensors, out, o, header,
                             "diffusers/PEFT LoRA layout: FluxPipeline.load_lora_weights reads it (the scale "
                             "alpha/rank is folded into lora_B)");
 }

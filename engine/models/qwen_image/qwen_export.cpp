@@ -41,10 +41,12 @@ ExportTensors base_transformer(const fs::path& model_dir, const std::string& sou
 
 ExportResult write_lora(const ComponentAdapters& layers, const std::string& format, const std::string& out,
                         const ExportOptions& o, std::map<std::string, std::string> metadata) {
-  if (format == "lora-diffusers")
+  if (format == "lora-diffusers") {
+    metadata.merge(peft_lora_header({{"transformer", layers}}));  // as save_lora_weights writes it
     return write_lora_tensors(peft_lora_tensors(layers, "transformer.", ""), out, o, metadata,
                               "diffusers/PEFT LoRA layout: QwenImagePipeline.load_lora_weights reads it (the scale "
                               "alpha/rank is folded into lora_B)");
+  }
   if (format == "lora-diffsynth")
     return write_lora_tensors(peft_lora_tensors(layers, "", ".default"), out, o, metadata,
                               "DiffSynth-Studio's LoRA layout (its Qwen-Image trainer's files; alpha/rank folded into "

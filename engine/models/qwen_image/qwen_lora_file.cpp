@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/peft_lora_config.h"
 
 namespace zs::models {
 
@@ -73,13 +74,20 @@ std::map<std::string, FileAdapter> read_qwen_lora_file(const std::string& file, 
     else if (what == up) p.up = t;
     else p.alpha = t.item<double>();
   }
+  // diffusers' own files carry PEFT's LoraConfig in the header (lora_alpha apart from r): the
+  // scale its loader applies. Without it (or an .alpha per layer) a PEFT file means scale 1.
+  const std::optional<PeftLoraConfig> peft = read_peft_lora_config(r, "transformer", "lora.init_from: " + file);
   std::map<std::string, FileAdapter> out;
   for (auto& [path, p] : found) {
     if (!p.down.defined() || !p.up.defined())
       throw Error(ErrorKind::config, "lora.init_from: " + file + ": the adapter of " + path + " lacks its " +
                                          (p.down.defined() ? "up (lora_B / lora_up)" : "down (lora_A / lora_down)") + " matrix");
     const double rank = static_cast<double>(p.down.size(0));
-    out[path] = {p.down, p.up, p.alpha >= 0 ? p.alpha / rank : 1.0};
+    if (peft && peft->r != rank)
+      throw Error(ErrorKind::config, "lora.init_from: " + file + ": the adapter of " + path + " has rank " +
+                                         std::to_string(p.down.size(0)) + ", the file's lora_adapter_metadata says r " +
+                                         std::to_string(static_cast<std::int64_t>(peft->r)));
+    out[path] = {p.down, p.up, p.alpha >= 0 ? p.alpha / rank : peft ? peft->scale() : 1.0};
   }
   return out;
 }

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/peft_lora_config.h"
 #include "models/sd/unet_config.h"
 
 namespace zs::checkpoint {
@@ -128,6 +129,23 @@ LoraFileContent lora_file_content(const std::vector<LoraFileLayer>& layers, cons
                      {"ss_base_model_version", options.sdxl ? "sdxl_base_v1-0" : "sd_v1"}};
   } else {
     file.metadata = {{"format", "pt"}};
+    // diffusers' lora_adapter_metadata: one LoraConfig per component, lora_alpha = r (the scale is
+    // inside lora_B); none when a component's layers differ in rank.
+    std::map<std::string, models::PeftLoraComponent> components;
+    bool uniform = true;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const std::string name = models::diffusers_lora_component(layers[i].part);
+      auto& c = components.try_emplace(name, models::PeftLoraComponent{name, 0, 0, {}}).first->second;
+      const auto r = static_cast<double>(layers[i].adapter->rank());
+      uniform &= c.rank == 0 || c.rank == r;
+      c.rank = c.alpha = r;
+      c.targets.push_back(layers[i].path);
+    }
+    if (uniform) {
+      std::vector<models::PeftLoraComponent> list;
+      for (auto& [name, c] : components) list.push_back(std::move(c));
+      file.metadata.merge(models::peft_lora_metadata(list));
+    }
   }
   for (const auto& [key, value] : options.metadata) file.metadata[key] = value;
   return file;
@@ -160,6 +178,11 @@ std::size_t read_lora_file(const std::string& path, const std::vector<LoraModelP
   }
   const std::string down_tail = format == LoraFileFormat::kohya ? kKohyaDown : kPeftDown;
   const std::string up_tail = format == LoraFileFormat::kohya ? kKohyaUp : kPeftUp;
+  // diffusers' own files may carry each component's PEFT LoraConfig (lora_alpha apart from r).
+  std::map<std::string, std::optional<models::PeftLoraConfig>> peft;
+  if (format == LoraFileFormat::diffusers)
+    for (const char* component : {"unet", "text_encoder", "text_encoder_2"})
+      peft[component] = models::read_peft_lora_config(reader, component, path);
   // Every adapter is read and checked before any is attached: a refused file leaves the model as it was.
   std::vector<std::pair<const models::LoraLayer*, std::shared_ptr<models::LoraAdapter>>> found;
   for (const auto& e : reader.entries()) {
@@ -185,11 +208,17 @@ std::size_t read_lora_file(const std::string& path, const std::vector<LoraModelP
     if (!fits)
       throw Error(ErrorKind::checkpoint, path + ": the shapes of '" + stem + "' do not fit the layer " + layer.name);
     // kohya: the stored alpha (a file without it means alpha = rank, as sd-scripts reads it);
-    // diffusers: alpha = rank, the scale being inside up.
+    // diffusers: its metadata's scale where it has one (as alpha/rank), else alpha = rank.
     const std::string alpha_key = stem + kKohyaAlpha;
+    const auto config = peft.find(stem.substr(0, stem.find('.')));
+    if (config != peft.end() && config->second && config->second->r != static_cast<double>(r))
+      throw Error(ErrorKind::checkpoint, path + ": '" + stem + "' has rank " + std::to_string(r) +
+                                             ", the file's lora_adapter_metadata says r " +
+                                             std::to_string(static_cast<std::int64_t>(config->second->r)));
     a->alpha = format == LoraFileFormat::kohya && reader.contains(alpha_key)
                    ? reader.tensor(alpha_key).to(at::kDouble).item<double>()
-                   : static_cast<double>(r);
+               : config != peft.end() && config->second ? config->second->scale() * static_cast<double>(r)
+                                                        : static_cast<double>(r);
     found.emplace_back(&layer, std::move(a));
   }
   for (auto& [layer, adapter] : found) models::set_adapter(*layer, std::move(adapter));

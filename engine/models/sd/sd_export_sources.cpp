@@ -1,5 +1,7 @@
 #include "models/sd/sd_export_sources.h"
 
+#include "models/peft_lora_config.h"
+
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -202,6 +204,23 @@ ExportTensors peft_lora_tensors(const ComponentAdapters& layers, const std::stri
     tensors.push_back({stem + ".lora_B" + suffix + ".weight", a->up.sizes().vec(), [a] { return a->up * a->scale(); }});
   }
   return tensors;
+}
+
+std::map<std::string, std::string> peft_lora_header(const CheckpointAdapters& adapters) {
+  std::vector<models::PeftLoraComponent> components;
+  for (const auto& [component, layers] : adapters) {
+    if (layers.empty()) continue;
+    models::PeftLoraComponent c{component, 0, 0, {}};
+    for (const auto& [path, a] : layers) {
+      const auto r = static_cast<double>(a->rank());
+      if (c.rank != 0 && c.rank != r) return {};
+      c.rank = r;
+      c.targets.push_back(path);
+    }
+    c.alpha = c.rank;  // the scale is inside lora_B
+    components.push_back(std::move(c));
+  }
+  return components.empty() ? std::map<std::string, std::string>{} : models::peft_lora_metadata(components);
 }
 
 ExportTensors kohya_lora_tensors(const ComponentAdapters& layers, const std::string& prefix) {

@@ -1,0 +1,51 @@
+#pragma once
+// The adapter config diffusers stores in a LoRA file (save_lora_weights(...,
+// *_lora_adapter_metadata=LoraConfig.to_dict()), loaders/lora_base.py): PEFT's LoraConfig as JSON in
+// the safetensors header's "lora_adapter_metadata", each key behind its component ("transformer.r",
+// "transformer.lora_alpha", "unet.use_dora" …). diffusers' loader builds the LoraConfig from it, so
+// a layer's change is (lora_alpha / r) · B · A (lora_alpha / √r with use_rslora). Shared by every
+// family's LoRA import and diffusers-format export.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace zs::io {
+class SafetensorsReader;
+}
+
+namespace zs::models {
+
+/// The safetensors header key diffusers keeps the adapter config under.
+inline constexpr char kLoraAdapterMetadataKey[] = "lora_adapter_metadata";
+
+/// What ZeroStudio reads of PEFT's LoraConfig.
+struct PeftLoraConfig {
+  double r = 0;           ///< the rank the config names
+  double lora_alpha = 0;
+  bool use_rslora = false;
+  /// lora_alpha / r, or lora_alpha / √r with use_rslora (peft/tuners/lora/layer.py update_layer).
+  double scale() const;
+};
+
+/// The config of `component` ("transformer", "unet", "text_encoder") in `reader`'s header, or
+/// nullopt when the file has none (then the file's own alphas, or scale 1, hold). Throws
+/// zs::Error(config) naming `file` and the key for what ZeroStudio does not apply: use_dora,
+/// a non-empty rank_pattern or alpha_pattern, a missing or non-numeric r or lora_alpha, JSON that
+/// does not parse.
+std::optional<PeftLoraConfig> read_peft_lora_config(const io::SafetensorsReader& reader, const std::string& component,
+                                                    const std::string& file);
+
+/// One component's adapters as a LoraConfig describes them.
+struct PeftLoraComponent {
+  std::string name;                  ///< "transformer", "unet", "text_encoder" …
+  double rank = 0, alpha = 0;
+  std::vector<std::string> targets;  ///< module paths (PEFT's target_modules)
+};
+
+/// The header entry diffusers writes for these components: {kLoraAdapterMetadataKey: JSON with
+/// each component's LoraConfig keys behind "NAME."}, to merge into a file's metadata.
+std::map<std::string, std::string> peft_lora_metadata(const std::vector<PeftLoraComponent>& components);
+
+}  // namespace zs::models
