@@ -207,9 +207,11 @@ class TestDist : public QObject {
   }
 
   // After 5 AdamW steps the weights equal one process training the same samples in the same
-  // micro-batches: to 1e-10 in float64 (the sharding is exact), to 2e-5 in float32 (last-bit
-  // differences amplified by Adam's first steps; measured 4.6e-6 to 1.14e-5).
+  // micro-batches: to 1e-10 in float64 (the sharding is exact), to 5e-5 in float32 (last-bit
+  // differences amplified by Adam's first steps; measured 4.6e-6 to 1.14e-5 on Intel, 2.12e-5 on
+  // an AMD EPYC).
   void zeroStagesMatchOneProcess() {
+    ZS_SPLIT_ROWS();
     QFETCH(int, stage);
     QFETCH(int, world);
     QFETCH(int, accum);
@@ -273,6 +275,7 @@ class TestDist : public QObject {
   }
 
   void shardsResumeUnderAnotherLayout() {
+    ZS_SPLIT_ROWS();
     QFETCH(int, save_stage);
     QFETCH(int, save_world);
     QFETCH(int, load_stage);
@@ -489,6 +492,7 @@ class TestDist : public QObject {
   }
 
   void zeroMemoryFollowsTheFormulas() {
+    ZS_SPLIT_ROWS();
     QFETCH(int, stage);
     QFETCH(int, world);
     std::vector<int> ranks(static_cast<std::size_t>(world));
@@ -540,6 +544,7 @@ class TestDist : public QObject {
   }
 
   void zeroStagesCostAboutWhatStage0Costs() {
+    ZS_SPLIT_ROWS();
     QFETCH(int, stage);
     QFETCH(int, world);
     QFETCH(QString, lora);
