@@ -17,7 +17,8 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what) 
   ss << in.rdbuf();
   try {
     return nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number beyond double's range (-1e400)
     throw Error(ErrorKind::config, path + ": not valid JSON: " + e.what());
   }
 }

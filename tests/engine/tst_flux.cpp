@@ -309,6 +309,14 @@ class TestFlux : public QObject {
         QVERIFY2(QString(e.what()).startsWith(QString::fromStdString(config + ": extra_ids: ")), e.what());
       }
     }
+    // A number past double's range is nlohmann's out_of_range, not a parse error: named too.
+    std::ofstream(config) << "{\"extra_ids\": 100, \"model_max_length\": -1e400}";
+    try {
+      T5Tokenizer::load_folder(dir.path().toStdString());
+      QFAIL("-1e400 accepted");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).startsWith(QString::fromStdString(config + ": not valid JSON: ")), e.what());
+    }
     std::ofstream(config) << "{\"extra_ids\": 100}";
     QCOMPARE(T5Tokenizer::load_folder(dir.path().toStdString()).vocab_size() > 100, true);
     for (const char* key : {"num_layers", "joint_attention_dim", "axes_dims_rope"}) {
