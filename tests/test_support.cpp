@@ -59,15 +59,25 @@ std::unique_ptr<QObject> makeTest(const std::string& name) {
   return it == registry().end() ? nullptr : it->second();
 }
 
+namespace {
+
+/// tmpfs's options for a disk of `bytes` (whole pages).
+QByteArray tmpfs_options(qint64 bytes) { return "size=" + QByteArray::number((bytes + 4095) / 4096 * 4096) + ",mode=0755"; }
+
+}  // namespace
+
 SmallDisk::SmallDisk(const QString& dir, qint64 bytes) : m_dir(dir.toUtf8()) {
   QDir().mkpath(dir);
-  const QByteArray opts = "size=" + QByteArray::number((bytes + 4095) / 4096 * 4096) + ",mode=0755";
-  m_mounted = ::mount("tmpfs", m_dir.constData(), "tmpfs", 0, opts.constData()) == 0;
+  m_mounted = ::mount("tmpfs", m_dir.constData(), "tmpfs", 0, tmpfs_options(bytes).constData()) == 0;
   if (!m_mounted) m_why = QString("cannot mount a tmpfs on %1 (%2): needs root").arg(dir, std::strerror(errno));
 }
 
 SmallDisk::~SmallDisk() {
   if (m_mounted) ::umount2(m_dir.constData(), MNT_DETACH);
+}
+
+bool SmallDisk::resize(qint64 bytes) const {
+  return m_mounted && ::mount("tmpfs", m_dir.constData(), "tmpfs", MS_REMOUNT, tmpfs_options(bytes).constData()) == 0;
 }
 
 void SmallDisk::fill() const {

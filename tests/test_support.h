@@ -81,6 +81,8 @@ class SmallDisk {
   QString why() const { return m_why; }  ///< why it could not be mounted
   /// Writes DIR/filler until the disk is full.
   void fill() const;
+  /// Gives the mounted disk another size (a remount; its files stay). False with errno on failure.
+  bool resize(qint64 bytes) const;
 
  private:
   QByteArray m_dir;

@@ -1,7 +1,6 @@
 #include "io/json_file.h"
 
 #include <cstdlib>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>

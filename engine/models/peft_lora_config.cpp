@@ -44,21 +44,26 @@ std::optional<PeftLoraConfig> read_peft_lora_config(const io::SafetensorsReader&
   return c;
 }
 
-std::map<std::string, std::string> peft_lora_metadata(const std::vector<PeftLoraComponent>& components) {
+std::map<std::string, std::string> peft_lora_metadata(const std::vector<PeftLoraLayer>& layers) {
   nlohmann::json j = nlohmann::json::object();
-  for (const auto& c : components) {
-    const std::string p = c.name + ".";
-    if (c.rank == std::floor(c.rank)) j[p + "r"] = static_cast<std::int64_t>(c.rank);
-    else j[p + "r"] = c.rank;
-    j[p + "lora_alpha"] = c.alpha;
-    j[p + "use_dora"] = false;
-    j[p + "use_rslora"] = false;
-    j[p + "rank_pattern"] = nlohmann::json::object();
-    j[p + "alpha_pattern"] = nlohmann::json::object();
-    j[p + "target_modules"] = c.targets;
-    j[p + "lora_dropout"] = 0.0;
-    j[p + "bias"] = "none";
+  for (const auto& l : layers) {
+    const std::string p = l.component + ".";
+    if (!j.contains(p + "r")) {
+      j[p + "r"] = l.rank;
+      j[p + "lora_alpha"] = l.rank;  // the scale is inside lora_B
+      j[p + "use_dora"] = false;
+      j[p + "use_rslora"] = false;
+      j[p + "rank_pattern"] = nlohmann::json::object();
+      j[p + "alpha_pattern"] = nlohmann::json::object();
+      j[p + "target_modules"] = nlohmann::json::array();
+      j[p + "lora_dropout"] = 0.0;
+      j[p + "bias"] = "none";
+    } else if (j[p + "r"].get<std::int64_t>() != l.rank) {
+      return {};
+    }
+    j[p + "target_modules"].push_back(l.path);
   }
+  if (j.empty()) return {};
   return {{kLoraAdapterMetadataKey, j.dump(2)}};
 }
 

@@ -6,6 +6,7 @@
 // a layer's change is (lora_alpha / r) · B · A (lora_alpha / √r with use_rslora). Shared by every
 // family's LoRA import and diffusers-format export.
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -37,15 +38,17 @@ struct PeftLoraConfig {
 std::optional<PeftLoraConfig> read_peft_lora_config(const io::SafetensorsReader& reader, const std::string& component,
                                                     const std::string& file);
 
-/// One component's adapters as a LoraConfig describes them.
-struct PeftLoraComponent {
-  std::string name;                  ///< "transformer", "unet", "text_encoder" …
-  double rank = 0, alpha = 0;
-  std::vector<std::string> targets;  ///< module paths (PEFT's target_modules)
+/// One adapted layer of a LoRA file whose lora_B carries the scale alpha/rank (our PEFT exports).
+struct PeftLoraLayer {
+  std::string component;  ///< "transformer", "unet", "text_encoder" …
+  std::string path;       ///< the module path (one of PEFT's target_modules)
+  std::int64_t rank = 0;
 };
 
-/// The header entry diffusers writes for these components: {kLoraAdapterMetadataKey: JSON with
-/// each component's LoraConfig keys behind "NAME."}, to merge into a file's metadata.
-std::map<std::string, std::string> peft_lora_metadata(const std::vector<PeftLoraComponent>& components);
+/// The header entry diffusers writes for such a file: {kLoraAdapterMetadataKey: JSON with each
+/// component's LoraConfig keys behind "NAME."}, r the layers' rank and lora_alpha = r (scale 1, as
+/// the file is read); to merge into a file's metadata. Empty when there are no layers or a
+/// component's layers differ in rank (one r cannot describe them).
+std::map<std::string, std::string> peft_lora_metadata(const std::vector<PeftLoraLayer>& layers);
 
 }  // namespace zs::models

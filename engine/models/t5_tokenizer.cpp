@@ -59,6 +59,14 @@ const SpmModule& spm_module() {
   return m;
 }
 
+/// extra_ids within 0..kMaxExtraIds (each is a string made up front), refused naming `where`.
+void check_extra_ids(std::int64_t extra_ids, const std::string& where) {
+  if (extra_ids < 0 || extra_ids > T5Tokenizer::kMaxExtraIds)
+    throw Error(ErrorKind::config, where + ": extra_ids: " + std::to_string(extra_ids) + " is outside 0.." +
+                                       std::to_string(T5Tokenizer::kMaxExtraIds) +
+                                       ", what ZeroStudio accepts (T5's tokenizers have 100)");
+}
+
 }  // namespace
 
 struct T5Tokenizer::Processor {
@@ -106,10 +114,7 @@ T5Tokenizer T5Tokenizer::load(const std::string& spiece_model, std::int64_t extr
     throw Error(ErrorKind::config, spiece_model + ": special ids pad " + std::to_string(pad) + ", eos " +
                                        std::to_string(eos) + ", unk " + std::to_string(unk) +
                                        " are not T5's (0, 1, 2): this is not a T5 tokenizer");
-  if (extra_ids < 0) throw Error(ErrorKind::config, spiece_model + ": extra_ids cannot be negative");
-  if (extra_ids > kMaxExtraIds)
-    throw Error(ErrorKind::config, spiece_model + ": extra_ids " + std::to_string(extra_ids) + " is beyond " +
-                                       std::to_string(kMaxExtraIds) + ", the most ZeroStudio accepts (T5's tokenizers have 100)");
+  check_extra_ids(extra_ids, spiece_model);
   t.extra_ids_ = extra_ids;
   t.path_ = spiece_model;
   t.added_ = {{"<pad>", kPad}, {"</s>", kEos}, {"<unk>", kUnk}};
@@ -125,9 +130,7 @@ T5Tokenizer T5Tokenizer::load_folder(const std::string& dir) {
   if (fs::exists(config)) {
     const nlohmann::json j = io::read_json_file(config.string(), "T5 tokenizer config");
     extra_ids = io::config_int(j, "extra_ids", extra_ids, config.string());
-    if (extra_ids < 0 || extra_ids > kMaxExtraIds)
-      throw Error(ErrorKind::config, config.string() + ": extra_ids: " + std::to_string(extra_ids) + " is outside 0.." +
-                                         std::to_string(kMaxExtraIds) + ", what ZeroStudio accepts (T5's tokenizers have 100)");
+    check_extra_ids(extra_ids, config.string());  // named where the number is
   }
   return load((fs::path(dir) / "spiece.model").string(), extra_ids);
 }

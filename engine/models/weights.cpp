@@ -21,6 +21,8 @@ at::Tensor WeightFiles::find(const std::string& name) const {
     if (r->contains(name)) return r->tensor(name);
   return {};
 }
+namespace {
+
 std::string shape_text(at::IntArrayRef s) {
   std::ostringstream o;
   o << '[';
@@ -28,6 +30,8 @@ std::string shape_text(at::IntArrayRef s) {
   o << ']';
   return o.str();
 }
+
+}  // namespace
 
 void expect_rows(const at::Tensor& t, std::int64_t rows, const std::string& key, const std::string& where) {
   if (t.dim() >= 1 && t.size(0) == rows) return;

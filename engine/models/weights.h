@@ -61,9 +61,6 @@ at::Tensor fused_rows(const at::Tensor& t, std::int64_t parts, std::int64_t inde
 /// Checks that `t`'s first dimension has `rows` rows (the same refusal as fused_rows).
 void expect_rows(const at::Tensor& t, std::int64_t rows, const std::string& key, const std::string& where);
 
-/// "[2, 1536]": a shape as the loaders' messages write it.
-std::string shape_text(at::IntArrayRef shape);
-
 /// Elements of every parameter of `module` (shapes only: meta tensors count too).
 std::int64_t parameter_count(const torch::nn::Module& module);
 

@@ -47,7 +47,7 @@ void EventLog::reserve(std::int64_t size) {
   if (size >= 0 && ::fallocate(fd_, FALLOC_FL_KEEP_SIZE, size, kReserveBytes) == 0) reserved_to_ = size + kReserveBytes;
 }
 
-bool EventLog::append(const std::string& text) {
+void EventLog::append(const std::string& text) {
   const std::int64_t before = size_of(fd_);
   std::size_t done = 0;
   while (done < text.size()) {
@@ -71,11 +71,10 @@ bool EventLog::append(const std::string& text) {
       std::cerr << "warning: " << path_ << ": cannot write the event log (" << std::strerror(err)
                 << "); events that cannot be written follow here\n";
     std::cerr << "event: " << text << std::flush;
-    return false;
+    return;
   }
   const std::int64_t size = before + static_cast<std::int64_t>(text.size());
   if (reserved_to_ - size < kReserveBytes / 2) reserve(size_of(fd_));
-  return true;
 }
 
 nlohmann::json EventLog::write(const std::string& type, std::int64_t step, const nlohmann::json& fields) {

@@ -34,7 +34,7 @@ class EventLog {
 
  private:
   void reserve(std::int64_t size);
-  bool append(const std::string& text);
+  void append(const std::string& text);
 
   std::string path_;
   int fd_ = -1;

@@ -110,8 +110,6 @@ SampleFolder write_samples(models::TrainableModel& model, const config::TrainerC
     return write_sample_files(images, sampling, samples_root, step);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::io) throw;
-    std::error_code ec;
-    io::remove_tree(fs::path(samples_root) / (".step_" + std::to_string(step) + ".tmp"), ec);
     return {"", 0, e.what()};
   }
 }
@@ -124,6 +122,14 @@ SampleFolder write_sample_files(const at::Tensor& images, const config::Sampling
   io::remove_tree(tmp_dir, ec);
   fs::create_directories(tmp_dir, ec);
   if (ec) throw Error(ErrorKind::io, tmp_dir.string() + ": cannot create the sample folder: " + ec.message());
+  // Whatever leaves early (a full disk) leaves no half-written folder; once renamed, nothing is left here.
+  struct RemoveOnExit {
+    fs::path dir;
+    ~RemoveOnExit() {
+      std::error_code ignored;
+      io::remove_tree(dir, ignored);
+    }
+  } remove_on_exit{tmp_dir};
   std::vector<io::Image> pngs;
   nlohmann::json listing = nlohmann::json::array();
   for (std::int64_t k = 0; k < images.size(0); ++k) {

@@ -46,7 +46,8 @@ struct SampleFolder {
 SampleFolder write_samples(models::TrainableModel& model, const config::TrainerConfig& cfg, const at::Device& device,
                            const std::string& samples_root, std::int64_t step, bool write_files = true);
 /// The file part of write_samples: `images` [N, C, H, W] in [-1, 1] as step_<step>/000.png …,
-/// grid.png and prompts.json. Throws zs::Error(io) naming the file that cannot be written.
+/// grid.png and prompts.json. Throws zs::Error(io) naming the file that cannot be written, and then
+/// leaves no temporary folder behind.
 SampleFolder write_sample_files(const at::Tensor& images, const config::SamplingConfig& sampling,
                                 const std::string& samples_root, std::int64_t step);
 

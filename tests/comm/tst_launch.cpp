@@ -9,7 +9,6 @@
 #include <set>
 
 #include <unistd.h>
-#include <sys/mount.h>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -1050,19 +1049,8 @@ class TestLaunch : public QObject {
     QVERIFY(one > 0);
     const QString run = dir.path() + "/run";
     report.addRun(run);
-    QVERIFY(QDir().mkpath(run + "/checkpoints"));
-    const QByteArray target = (run + "/checkpoints").toUtf8();
-    const auto mount_size = [&](qint64 bytes, bool remount) {
-      const QByteArray opts = "size=" + QByteArray::number((bytes + 4095) / 4096 * 4096) + ",mode=0755";
-      return ::mount("tmpfs", target.constData(), "tmpfs", remount ? MS_REMOUNT : 0, opts.constData()) == 0;
-    };
-    if (!mount_size(one * 3 / 2, false)) {
-      ZS_SKIP_UNLESS_CI(QString("cannot mount a tmpfs (%1): needs root").arg(std::strerror(errno)));
-    }
-    struct Unmount {
-      QByteArray path;
-      ~Unmount() { ::umount2(path.constData(), MNT_DETACH); }
-    } unmount{target};
+    const zs::test::SmallDisk disk(run + "/checkpoints", one * 3 / 2);
+    if (!disk.mounted()) ZS_SKIP_UNLESS_CI(disk.why());
     const QProcessEnvironment env = env_with({{"ZEROSTUDIO_SAVE_RETRY_SECONDS", "0.5"}});
     QProcess p;
     p.setProcessChannelMode(QProcess::MergedChannels);
@@ -1087,7 +1075,7 @@ class TestLaunch : public QObject {
     const auto [newest, problems] = newest_checkpoint(run);
     QCOMPARE(newest, run + "/checkpoints/step_2");
     QVERIFY(problems.empty());
-    QVERIFY2(mount_size(one * 8, true), std::strerror(errno));
+    QVERIFY2(disk.resize(one * 8), std::strerror(errno));
     QVERIFY2(p.waitForFinished(120000), "the run did not go on once there was room");
     report.setOutput("train", QString::fromUtf8(p.readAll()));
     QCOMPARE(p.exitCode(), 0);

@@ -129,23 +129,10 @@ LoraFileContent lora_file_content(const std::vector<LoraFileLayer>& layers, cons
                      {"ss_base_model_version", options.sdxl ? "sdxl_base_v1-0" : "sd_v1"}};
   } else {
     file.metadata = {{"format", "pt"}};
-    // diffusers' lora_adapter_metadata: one LoraConfig per component, lora_alpha = r (the scale is
-    // inside lora_B); none when a component's layers differ in rank.
-    std::map<std::string, models::PeftLoraComponent> components;
-    bool uniform = true;
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-      const std::string name = models::diffusers_lora_component(layers[i].part);
-      auto& c = components.try_emplace(name, models::PeftLoraComponent{name, 0, 0, {}}).first->second;
-      const auto r = static_cast<double>(layers[i].adapter->rank());
-      uniform &= c.rank == 0 || c.rank == r;
-      c.rank = c.alpha = r;
-      c.targets.push_back(layers[i].path);
-    }
-    if (uniform) {
-      std::vector<models::PeftLoraComponent> list;
-      for (auto& [name, c] : components) list.push_back(std::move(c));
-      file.metadata.merge(models::peft_lora_metadata(list));
-    }
+    // diffusers' lora_adapter_metadata (the scale is inside lora_B).
+    std::vector<models::PeftLoraLayer> list;
+    for (const auto& l : layers) list.push_back({models::diffusers_lora_component(l.part), l.path, l.adapter->rank()});
+    file.metadata.merge(models::peft_lora_metadata(list));
   }
   for (const auto& [key, value] : options.metadata) file.metadata[key] = value;
   return file;

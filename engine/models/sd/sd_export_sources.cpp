@@ -1,7 +1,5 @@
 #include "models/sd/sd_export_sources.h"
 
-#include "models/peft_lora_config.h"
-
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -15,6 +13,7 @@
 #include "core/meta_tensors.h"
 #include "core/text.h"
 #include "io/safetensors.h"
+#include "models/peft_lora_config.h"
 #include "models/sd/diffusers_pipeline.h"
 #include "models/sd/diffusion_model.h"
 #include "models/sd/single_file_model.h"
@@ -207,20 +206,10 @@ ExportTensors peft_lora_tensors(const ComponentAdapters& layers, const std::stri
 }
 
 std::map<std::string, std::string> peft_lora_header(const CheckpointAdapters& adapters) {
-  std::vector<models::PeftLoraComponent> components;
-  for (const auto& [component, layers] : adapters) {
-    if (layers.empty()) continue;
-    models::PeftLoraComponent c{component, 0, 0, {}};
-    for (const auto& [path, a] : layers) {
-      const auto r = static_cast<double>(a->rank());
-      if (c.rank != 0 && c.rank != r) return {};
-      c.rank = r;
-      c.targets.push_back(path);
-    }
-    c.alpha = c.rank;  // the scale is inside lora_B
-    components.push_back(std::move(c));
-  }
-  return components.empty() ? std::map<std::string, std::string>{} : models::peft_lora_metadata(components);
+  std::vector<models::PeftLoraLayer> list;
+  for (const auto& [component, layers] : adapters)
+    for (const auto& [path, a] : layers) list.push_back({component, path, a->rank()});
+  return models::peft_lora_metadata(list);
 }
 
 ExportTensors kohya_lora_tensors(const ComponentAdapters& layers, const std::string& prefix) {

@@ -77,9 +77,8 @@ ExportResult write_lora_tensors(const ExportTensors& tensors, const std::string&
 /// suffix ".default").
 ExportTensors peft_lora_tensors(const ComponentAdapters& layers, const std::string& prefix, const std::string& suffix);
 
-/// diffusers' lora_adapter_metadata for adapters written by peft_lora_tensors (alpha/rank folded
-/// into lora_B, so lora_alpha = r), one LoraConfig per component ("transformer", "unet" …); empty
-/// when a component's layers differ in rank (one r cannot describe them).
+/// diffusers' lora_adapter_metadata for adapters written by peft_lora_tensors, one LoraConfig per
+/// component ("transformer", "text_encoder" …): models::peft_lora_metadata of their layers.
 std::map<std::string, std::string> peft_lora_header(const CheckpointAdapters& adapters);
 
 /// Adapters under kohya's names: "<prefix><path, '.' → '_'>.lora_down.weight", ".lora_up.weight"
