@@ -19,6 +19,7 @@ CPU offload — this is the everything-on-the-card loop the offloaded run is com
 
 Prints one line: "torch psi P s_it T peak_alloc B peak_reserved R host_peak H"."""
 import argparse
+import os
 import resource
 import time
 
@@ -66,6 +67,10 @@ def main():
         length = 16
     dev = torch.device(a.device)
     cuda = dev.type == "cuda"
+    if cuda and os.environ.get("ZEROSTUDIO_CUDNN_ATTENTION") != "1":
+        # As ZeroStudio's CUDA attention (core/torch_compat.h, avoid_cudnn_attention): flash or
+        # memory-efficient SDPA, not cuDNN's (its backward failed at Flux.1's shapes on an H200).
+        torch.backends.cuda.enable_cudnn_sdp(False)
     torch.manual_seed(0)
     torch.set_default_dtype(torch.bfloat16)  # built in bf16 on the GPU: no fp32 copy, no CPU init
     with torch.device(dev):

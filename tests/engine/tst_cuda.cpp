@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/memory.h"
+#include "core/torch_compat.h"
 #include "io/safetensors.h"
 #include "models/attention.h"
 #include "models/sd/unet_2d_condition.h"
@@ -172,6 +173,19 @@ class TestCuda : public QObject {
           ref.abs().max().item<double>());
     QVERIFY2(worst <= 1e-5, qPrintable(QString::number(worst)));
     QVERIFY2(bf16_out <= std::ldexp(1.0, -7) * ref.abs().max().item<double>(), qPrintable(QString::number(bf16_out)));
+  }
+
+  // After the first fused attention on CUDA, PyTorch's SDPA may no longer pick cuDNN's kernels
+  // (core/torch_compat.h, avoid_cudnn_attention: their backward failed with an illegal memory
+  // access at Flux.1's joint attention on an H200 with PyTorch 2.11, in ZeroStudio and in the
+  // diffusers baseline alike), unless ZEROSTUDIO_CUDNN_ATTENTION=1 asks for PyTorch's own choice.
+  void fusedAttentionStaysOffCudnn() {
+    ZS_REQUIRE_CUDA();
+    if (qgetenv("ZEROSTUDIO_CUDNN_ATTENTION") == "1") QSKIP("ZEROSTUDIO_CUDNN_ATTENTION=1 leaves cuDNN's attention on");
+    const auto opts = at::TensorOptions().dtype(at::kBFloat16).device(at::kCUDA, 0);
+    const at::Tensor q = at::randn({1, 256, 4 * 64}, opts).requires_grad_(true);
+    multi_head_attention(q, q, q, 4, at::Tensor()).sum().backward();
+    QVERIFY(!zs::compat::cudnn_attention_allowed());
   }
 
   // The caching allocator's figures reach the metrics: allocated, reserved and the peak, and a
