@@ -7,10 +7,11 @@
 # bench_offload_host,
 # zs_tests, zs_dist_worker) and .whl/ (the pinned diffusers, for the baselines). There, with .gpu and
 # .whl carried:
-#   scripts/gpu/measure.sh run [STEP...]   (default: sd15 flux tests qwen streams — the offload rows
-#                                          with the delayed update first, then what the two H200
-#                                          sessions of 2026-11-27 left open)
-# Steps: tests sdxl sd15 flux streams qwen. Each writes its figures to $OUT/<step>.log as they come
+#   scripts/gpu/measure.sh run [STEP...]   (default: flux-lora sd15 tests — issue 58's order: the
+#                                          Flux.1 fault, offload against stage 0, Flux.1 LoRA
+#                                          streamed vs resident vs diffusers, the CUDA tests, then
+#                                          Qwen-Image's seed LoRA config if time is left)
+# Steps: flux-lora sdpa flux-cudnn tests sdxl sd15 flux streams qwen. Each writes its figures to $OUT/<step>.log as they come
 # (seven files: the device tool brings back eight at most),
 # and a step is skipped once the deadline (ZS_DEADLINE seconds after the start, default 540) is
 # too near for it.
@@ -39,7 +40,7 @@ start=$(date +%s)
 deadline=${ZS_DEADLINE:-540}
 left() { echo $(( deadline - ($(date +%s) - start) )); }
 mkdir -p "$out"
-steps=${*:-sd15 flux tests qwen streams}
+steps=${*:-flux-lora sd15 tests qwen}
 
 # The binaries look for the source tree and ../shared where they were built (/work/main).
 mkdir -p $prefix && tar -xJf .gpu/prefix.tar.xz -C $prefix || exit 1
@@ -93,6 +94,51 @@ for step in $steps; do
       timeout 60 $build/bench/bench_cpu_adam --sizes 256 --threads "$(nproc)" --steps 3 --python python3 2>&1 | tee -a "$out/sd15.log"
       timeout 60 $build/bench/bench_offload_host --params 256 --threads 1,0 --steps 3 --lean 0 2>&1 | tee -a "$out/sd15.log"
       ;;
+    flux-lora)
+      # Issue 58 items 1 and 3: Flux.1 [dev] LoRA r16 at full width (4 double + 8 single blocks),
+      # 1024 px: the ready config (ZeRO-3, base streamed from CPU memory) alone first, then the
+      # diffusers + peft baseline, then the base resident on the card (stage 0). The second H200
+      # session saw the baseline fail with CUBLAS_STATUS_EXECUTION_FAILED and this LoRA run with
+      # an illegal memory access: whatever fails here runs again with CUDA_LAUNCH_BLOCKING=1, and a
+      # failing ZeroStudio run once more at one block of each kind under compute-sanitizer.
+      [ "$t" -gt 150 ] || { echo "flux-lora: skipped, ${t}s left"; continue; }
+      flags="--model flux-dev --layers 4 --single-layers 8 --steps 3 --warmup 1"
+      timeout $((t - 10)) $bench $flags --runs configs/flux-dev-lora.yaml --baseline 1 2>&1 | tee "$out/flux.log"
+      t=$(left)
+      timeout $((t - 10)) $bench $flags --runs scripts/gpu/flux-dev-lora-resident.yaml --baseline 0 2>&1 | tee -a "$out/flux.log"
+      if grep -q "failed" "$out/flux.log"; then
+        t=$(left)
+        echo "== again with CUDA_LAUNCH_BLOCKING=1" | tee -a "$out/flux.log"
+        if grep -q "PyTorch baseline failed" "$out/flux.log"; then
+          CUDA_LAUNCH_BLOCKING=1 timeout $((t / 3)) python3 bench/gpu_transformer_baseline.py --model flux-dev \
+            --config configs/flux-dev-lora.yaml --layers 4 --single-layers 8 --steps 1 --warmup 1 2>&1 | tail -30 | tee -a "$out/flux.log"
+        fi
+        for c in configs/flux-dev-lora.yaml scripts/gpu/flux-dev-lora-resident.yaml; do
+          grep -q "^$c .*failed" "$out/flux.log" || continue
+          t=$(left)
+          CUDA_LAUNCH_BLOCKING=1 timeout $((t / 3)) $bench --model flux-dev --layers 4 --single-layers 8 --steps 1 \
+            --warmup 1 --child $c 2>&1 | tail -30 | tee -a "$out/flux.log"
+          t=$(left)
+          [ "$t" -gt 90 ] && timeout $((t / 2)) compute-sanitizer --print-limit 20 $bench --model flux-dev --layers 1 \
+            --single-layers 1 --steps 1 --warmup 0 --child $c 2>&1 | tail -60 | tee -a "$out/flux.log"
+        done
+      fi
+      ;;
+    sdpa)
+      # Issue 58 item 1: PyTorch's SDPA alone at Flux.1's joint-attention shapes, one backend forced
+      # each, each in a process of its own (a fault poisons the context).
+      [ "$t" -gt 40 ] || { echo "sdpa: skipped, ${t}s left"; continue; }
+      for v in "cudnn transposed" "cudnn contiguous" "flash transposed" "efficient transposed"; do
+        timeout 45 python3 scripts/gpu/sdpa_cudnn_repro.py $v 2>&1 | grep -E "^sdpa|Error|error" | head -3
+      done | tee "$out/sdpa.log"
+      ;;
+    flux-cudnn)
+      # The diffusers + peft baseline with PyTorch's own SDPA choice (cuDNN on Hopper).
+      [ "$t" -gt 60 ] || { echo "flux-cudnn: skipped, ${t}s left"; continue; }
+      ZEROSTUDIO_CUDNN_ATTENTION=1 timeout $((t - 10)) python3 bench/gpu_transformer_baseline.py --model flux-dev \
+        --config configs/flux-dev-lora.yaml --layers 4 --single-layers 8 --steps 2 --warmup 1 2>&1 | tail -5 \
+        | tee "$out/flux-cudnn.log"
+      ;;
     flux)
       # A fifth of the blocks at full width (building all 57 with random weights took over 3.5 min).
       [ "$t" -gt 150 ] || { echo "flux: skipped, ${t}s left"; continue; }
@@ -109,7 +155,7 @@ for step in $steps; do
     qwen)
       [ "$t" -gt 150 ] || { echo "qwen: skipped, ${t}s left"; continue; }
       timeout $((t - 10)) $bench --model qwen-image \
-        --runs configs/qwen-image-finetune-adafactor.yaml,configs/qwen-image-lora-zero3-offload.yaml \
+        --runs configs/qwen-image-lora-zero3-offload.yaml,configs/qwen-image-finetune-adafactor.yaml \
         --layers 12 --steps 2 --warmup 1 --baseline 1 2>&1 | tee "$out/qwen.log"
       ;;
     *) echo "unknown step $step" ;;
