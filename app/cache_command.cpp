@@ -82,6 +82,8 @@ int run_cache_command(const std::vector<std::string>& args) {
   if (!cfg.data.cache_latents && !cfg.data.cache_text_embeddings)
     throw Error(ErrorKind::config, file + ": data.cache_latents and data.cache_text_embeddings are both off; turn them "
                                           "on (--set data.cache_latents=true --set data.cache_text_embeddings=true)");
+  // The model's files as `train` reads them, before anything is created (issue 59 item 11).
+  config::require_readable_model(loaded);
   const train::RunDirectory run = train::resolve_run_dir(cfg, {a.get("run_dir"), "", std::filesystem::path(file).stem().string()});
   if (cfg.data.path.empty() && run.generated)
     throw Error(ErrorKind::config, file + ": data.path is empty, which means the run's data/ folder; name the run with "

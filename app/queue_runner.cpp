@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "config/config_loader.h"
+#include "config/trainability.h"
 #include "core/error.h"
 #include "train/control_file.h"
 
@@ -78,9 +80,40 @@ struct JobEnd {
   std::string error;
 };
 
+/// Why the job's model cannot be trained from ("" when it can): its config loaded and its model
+/// files read as `train` reads them (config::require_readable_model), from the folder the job was
+/// added from, where its relative paths resolve — before the run folder is created, so a broken
+/// model leaves no folder behind (issue 59 item 11). The runner is single-threaded here, so it
+/// may step into that folder for the check and back.
+std::string refused_model(const train::QueueJob& job) {
+  std::error_code ec;
+  const fs::path here = fs::current_path(ec);
+  if (ec) return std::string("cannot read the runner's working folder: ") + ec.message();
+  fs::current_path(job.working_dir, ec);
+  if (ec) return job.working_dir + ": cannot enter the folder the job was added from: " + ec.message();
+  struct Back {
+    const fs::path& to;
+    ~Back() {
+      std::error_code ignored;
+      fs::current_path(to, ignored);
+    }
+  } back{here};
+  try {
+    config::require_readable_model(config::load_config_file(job.config));
+  } catch (const config::ConfigError& e) {
+    std::string m;
+    for (const auto& p : e.problems()) m += (m.empty() ? "" : "; ") + p.to_string();
+    return m;
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
 /// Runs one claimed job to its end.
 JobEnd run_job(const train::JobQueue& queue, const train::ClaimedJob& claimed, const QueueRunOptions& o) {
   const train::QueueJob& job = claimed.job;
+  if (const std::string refused = refused_model(job); !refused.empty()) return {train::JobState::failed, 1, refused};
   std::error_code ec;
   fs::create_directories(fs::path(job.run_dir) / "logs", ec);
   if (ec) return {train::JobState::failed, 1, job.run_dir + ": cannot create the run folder: " + ec.message()};

@@ -1,5 +1,6 @@
 // Engine headers first (LibTorch's before Qt's macros).
 #include "config/config_loader.h"
+#include "config/trainability.h"
 #include "train/commands.h"
 #include "train/control_file.h"
 #include "train/event_types.h"
@@ -153,10 +154,14 @@ bool RunController::startInProcess(const QString& configPath, const QString& run
   for (const auto& s : m_overrides) sets.push_back(s.toStdString());
   train::TrainerOptions opts;
   try {
-    cfg = config::load_config_file(configPath.toStdString(), sets).config;
+    const config::LoadedConfig loaded = config::load_config_file(configPath.toStdString(), sets);
+    cfg = loaded.config;
     opts.name_hint = QFileInfo(configPath).completeBaseName().toStdString();
     opts.resume = resume.toStdString();
     opts.run_dir = train::resolve_run_dir(cfg, {runDir.toStdString(), opts.resume, opts.name_hint}).path;
+    // A model or images not in place are refused here, before the run folder exists (the
+    // trainer checks again on its thread, as `train` does).
+    config::require_trainable(loaded, opts.run_dir);
   } catch (const config::ConfigError& e) {
     if (error) {
       QStringList lines;

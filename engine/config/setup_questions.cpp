@@ -592,7 +592,8 @@ SetupResult apply_answers(const SetupAnswers& answers, const std::string& base_y
     }
     r.warnings.insert(r.warnings.end(), loaded.warnings.begin(), loaded.warnings.end());
     // What the config needs before it can train (the run folder is not known yet).
-    for (const auto& p : trainability_problems(loaded, ""))
+    // (Not the model's files: the wizard asks this on every change; `train` reads them.)
+    for (const auto& p : trainability_problems(loaded, "", ModelFiles::skip))
       r.warnings.push_back(p.key + ": " + p.message + " (needed before training)");
     r.loaded = std::move(loaded);  // the loader validated it (every rule, one source of truth)
   } catch (const ConfigError& e) {

@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "models/model_family.h"
+
 namespace zs::config {
 
 namespace fs = std::filesystem;
@@ -10,7 +12,19 @@ std::string dataset_folder(const TrainerConfig& c, const std::string& run_dir) {
   return c.data.path.empty() ? (fs::path(run_dir) / "data").string() : c.data.path;
 }
 
-std::vector<ConfigProblem> trainability_problems(const LoadedConfig& loaded, const std::string& run_dir) {
+namespace {
+
+std::string model_files_message(const TrainerConfig& c) {
+  const std::string problem = models::model_files_problem(c);
+  if (problem.empty()) return "";
+  return "'" + c.model.path + "' cannot be trained from: " + problem +
+         "\n  (replace or re-download what is named; `zerostudio model info " + c.model.path + "` lists every component)";
+}
+
+}  // namespace
+
+std::vector<ConfigProblem> trainability_problems(const LoadedConfig& loaded, const std::string& run_dir,
+                                                 ModelFiles files) {
   const TrainerConfig& c = loaded.config;
   std::vector<ConfigProblem> out;
   auto add = [&](const std::string& key, std::string message) {
@@ -24,6 +38,8 @@ std::vector<ConfigProblem> trainability_problems(const LoadedConfig& loaded, con
   else if (!c.model.path.empty() && !fs::exists(c.model.path, ec))
     add("model.path", "'" + c.model.path + "' does not exist yet; set it to your diffusers folder (with "
                       "model_index.json) or single-file checkpoint");
+  else if (!c.model.path.empty() && files == ModelFiles::read)
+    if (std::string m = model_files_message(c); !m.empty()) add("model.path", std::move(m));
   if (c.data.path.empty() && c.data.generate == "none") {
     const std::string folder =
         run_dir.empty() ? (fs::path(c.logging.runs_root) / "<run>" / "data").string() : dataset_folder(c, run_dir);
@@ -41,6 +57,14 @@ std::vector<ConfigProblem> trainability_problems(const LoadedConfig& loaded, con
 void require_trainable(const LoadedConfig& loaded, const std::string& run_dir) {
   auto problems = trainability_problems(loaded, run_dir);
   if (!problems.empty()) throw ConfigError(std::move(problems));
+}
+
+void require_readable_model(const LoadedConfig& loaded) {
+  const TrainerConfig& c = loaded.config;
+  if (c.model.path.empty()) return;
+  std::error_code ec;
+  std::string m = fs::exists(c.model.path, ec) ? model_files_message(c) : "'" + c.model.path + "' does not exist";
+  if (!m.empty()) throw ConfigError({{loaded.location_of("model.path"), "model.path", std::move(m)}});
 }
 
 }  // namespace zs::config

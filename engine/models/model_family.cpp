@@ -1,5 +1,7 @@
 #include "models/model_family.h"
 
+#include <ostream>
+
 #include "config/trainer_config.h"
 #include "core/error.h"
 #include "estimate/model_shape.h"
@@ -44,6 +46,19 @@ const ModelFamily& family_of(const config::TrainerConfig& cfg) {
                                        "; give a diffusers folder or single file of a supported family (presets: " +
                                        known + ")");
   throw Error(ErrorKind::config, "model.preset: '" + cfg.model.preset + "' is no family's preset; choose one of " + known);
+}
+
+std::string model_files_problem(const config::TrainerConfig& cfg) {
+  if (cfg.model.path.empty()) return "";
+  try {
+    const ModelFamily& family = family_of(cfg);
+    std::ostream listing(nullptr);  // describe's listing is not wanted here, only its verdict
+    family.describe(listing, cfg.model.path, cfg.model.config_path);
+    (void)family.shape(cfg);  // the denoiser's config.json
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 TrainedParts resolve_trained_parts(const config::TrainerConfig& cfg) {

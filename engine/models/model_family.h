@@ -179,6 +179,13 @@ double sampling_guidance(const config::TrainerConfig& cfg);
 /// lora.text_encoder_targets, or the family's default when it is null.
 std::vector<std::string> text_encoder_lora_targets(const config::TrainerConfig& cfg);
 
+/// Whether the files at model.path can be trained from, short of reading tensor data: the family
+/// found, every component's weight-file headers and shard index, its config.json and its
+/// tokenizers (what `zerostudio model info` reads, ModelFamily::describe). Empty when they can
+/// (or model.path is empty); else what cannot be read, naming the file. Run before a run folder
+/// is created (config/trainability.h), so a broken download leaves nothing behind.
+std::string model_files_problem(const config::TrainerConfig& cfg);
+
 /// What the config's run trains: training.method and training.train_text_encoder, with auto
 /// resolved by the model's family. The one place these are decided.
 TrainedParts resolve_trained_parts(const config::TrainerConfig& cfg);

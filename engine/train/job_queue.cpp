@@ -10,6 +10,7 @@
 
 #include "config/config_loader.h"
 #include "config/config_writer.h"
+#include "config/trainability.h"
 #include "core/error.h"
 #include "core/install_paths.h"
 #include "core/memory.h"
@@ -197,6 +198,7 @@ QueueJob JobQueue::add(const JobRequest& request) const {
   const std::string source = absolute(request.config_file, cwd);
   const config::LoadedConfig loaded = config::load_config_file(source, request.overrides);
   const auto& cfg = loaded.config;
+  config::require_readable_model(loaded);  // refused before its run folder is reserved (issue 59 item 11)
   // The folder `train` would pick (logging.run_name, else STEM-DATE-TIME under the runs root),
   // made unique: the same config may be queued several times.
   const fs::path named = absolute(resolve_run_dir(cfg, {"", "", fs::path(source).stem().string()}).path, cwd);

@@ -574,6 +574,36 @@ class TestCli : public QObject {
     QVERIFY2(trained.err.contains("frozen parts off the device"), qPrintable(trained.err));
   }
 
+  // A model whose files cannot be read (here a truncated UNet file) is refused by train, launch
+  // and cache before anything is created — no run folder, no cache — naming the file; `config
+  // validate` names it too (issue 59 item 11).
+  void refusedModelLeavesNothingBehind() {
+    ZS_REQUIRE_SHARED();
+    QTemporaryDir dir;
+    const QString model = dir.path() + "/model", runs = dir.path() + "/runs", cache = dir.path() + "/cache";
+    QCOMPARE(QProcess::execute("cp", {"-r", zs::test::sharedDir() + "/fixtures/sd15-tiny", model}), 0);
+    const QString weights = model + "/unet/diffusion_pytorch_model.safetensors";
+    QVERIFY(QFile::resize(weights, QFileInfo(weights).size() - 100));
+    const QStringList sets = {"--set", "model.path=" + model, "--set", "model.prediction_type=epsilon", "--set",
+                              "data.resolution=32", "--set", "logging.runs_root=" + runs, "--set", "logging.run_name=broken",
+                              "--set", "data.latent_cache_dir=" + cache, "--set", "launch.use_cpu=true", "--set",
+                              "data.cache_latents=true", "--set", "data.cache_text_embeddings=true"};
+    const QList<QStringList> commands = {{"train", quickstart()},
+                                         {"launch", "--num_processes", "2", quickstart()},
+                                         {"cache", quickstart()}};
+    for (const QStringList& command : commands) {
+      const Result r = run(command + sets);
+      const QString what = command[0] + ": " + r.err;
+      QVERIFY2(r.code == 1, qPrintable(what));
+      QVERIFY2(r.err.contains("model.path") && r.err.contains("unet/diffusion_pytorch_model.safetensors") &&
+                   r.err.contains("truncated") && r.err.contains("zerostudio model info"),
+               qPrintable(what));
+      QVERIFY2(!QFileInfo::exists(runs) && !QFileInfo::exists(cache), qPrintable(what));
+    }
+    const Result validated = run(QStringList{"config", "validate", quickstart()} + sets);
+    QVERIFY2(validated.err.contains("unet/diffusion_pytorch_model.safetensors"), qPrintable(validated.out + validated.err));
+  }
+
   void overridesAndPrint() {
     const Result r = run({"config", "validate", quickstart(), "--set", "zero.stage=3", "--set=training.max_steps=20", "--print"});
     QCOMPARE(r.code, 0);

@@ -316,6 +316,38 @@ class TestQueue : public QObject {
     QCOMPARE(cli.run({"queue", "remove", "2"}).code, 1);
   }
 
+  // A model whose files cannot be read is refused when the job is added (no run folder is
+  // reserved), and, broken after that, fails in the runner before anything is written into its
+  // run folder; the errors name the file (issue 59 item 11).
+  void brokenModelLeavesNoRunBehind() {
+    ZS_REQUIRE_SHARED();
+    QTemporaryDir dir;
+    zs::test::FailureReport report;
+    Cli cli(dir.path() + "/cfg", dir.path(), report);
+    const QString model = dir.path() + "/model", vocab = model + "/tokenizer/vocab.json";
+    QCOMPARE(QProcess::execute("cp", {"-r", zs::test::sharedDir() + "/fixtures/sd15-tiny", model}), 0);
+    QVERIFY(QFile::rename(vocab, vocab + ".away"));
+    const QStringList add = QStringList{"queue", "add", zs::test::quickstart(), "--set", "model.path=" + model, "--set",
+                                        "model.prediction_type=epsilon", "--set", "data.resolution=32"} + tinyJob(2);
+    const auto refused = cli.run(add);
+    QCOMPARE(refused.code, 1);
+    QVERIFY2(refused.out.contains("vocab.json"), qPrintable(refused.out));
+    QVERIFY(!QFileInfo::exists(dir.path() + "/runs"));
+    QVERIFY(cli.queue().read().jobs.empty());
+
+    QVERIFY(QFile::rename(vocab + ".away", vocab));
+    QCOMPARE(cli.run(add).code, 0);
+    QVERIFY(QFile::remove(vocab));
+    const auto ran = cli.run({"queue", "run"});
+    const auto jobs = cli.queue().read().jobs;
+    QCOMPARE(jobs.size(), std::size_t{1});
+    QCOMPARE(jobs[0].state, JobState::failed);
+    QVERIFY2(QString::fromStdString(jobs[0].last_error).contains("vocab.json"), jobs[0].last_error.c_str());
+    // The folder `queue add` reserved stays empty: no config, events or logs of a run that never was.
+    QVERIFY2(QDir(QString::fromStdString(jobs[0].run_dir)).isEmpty(), jobs[0].run_dir.c_str());
+    QVERIFY2(ran.out.contains("job 1: failed"), qPrintable(ran.out));
+  }
+
   // A job of two ranks runs through `launch` (both ranks in one run folder); a job whose estimate
   // does not fit --gpu-memory is flagged when added, not refused.
   void twoRankJobAndTheFitFlag() {

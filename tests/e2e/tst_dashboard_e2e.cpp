@@ -182,6 +182,26 @@ class TestDashboardE2e : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(QDir(run + "/checkpoints").entryList({"step_*"}, QDir::Dirs).size() == 1, 60000);
   }
 
+  // Start refuses a model whose files cannot be read before the run folder exists (the folder
+  // would show in Recent Runs), naming the file (issue 59 item 11).
+  void startRefusesABrokenModelWithoutARunFolder() {
+    ZS_REQUIRE_SHARED();
+    QTemporaryDir tmp;
+    const QString model = tmp.path() + "/model";
+    QCOMPARE(QProcess::execute("cp", {"-r", zs::test::sharedDir() + "/fixtures/sd15-tiny", model}), 0);
+    {
+      QFile config(model + "/vae/config.json");
+      QVERIFY(config.open(QIODevice::WriteOnly | QIODevice::Truncate));
+      config.write("{\"in_channels\": ");
+    }
+    RunController c;
+    c.setOverrides(smallRun(tmp.path()) + QStringList{"model.path=" + model, "model.prediction_type=epsilon"});
+    QString error;
+    QVERIFY(!c.startInProcess(zs::test::quickstart(), tmp.path() + "/run", {}, &error));
+    QVERIFY2(error.contains("model.path") && error.contains("vae/config.json"), qPrintable(error));
+    QVERIFY(!QFileInfo::exists(tmp.path() + "/run"));
+  }
+
   // In-process runs take Pause and Stop through control.json too (one channel for every run), and
   // a Stop made before the model has loaded is not lost: the run ends without training a step.
   void inProcessCommandsGoThroughTheRunDirectory() {

@@ -131,6 +131,10 @@ std::vector<std::string> describe_pipeline(std::ostream& out, const DiffusersPip
     std::int64_t params = 0, bytes = 0;
     std::map<std::string, std::int64_t> dtypes;
     try {
+      // The component's own config parses (what loading it reads first).
+      for (const char* name : {"config.json", "scheduler_config.json"})
+        if (const fs::path config = fs::path(p.dir(c.name)) / name; fs::exists(config))
+          (void)io::read_json_file(config.string(), c.name + " config");
       if (!weightless) files = p.weight_files(c.name);
       for (const auto& f : files) {
         const io::SafetensorsReader r(f);
@@ -174,7 +178,7 @@ void fail_unreadable(const std::string& root, const std::vector<std::string>& un
   std::string list;
   for (const auto& u : unreadable) list += "\n  " + u;
   throw Error(ErrorKind::io, root + ": " + std::to_string(unreadable.size()) + " component" +
-                                 (unreadable.size() == 1 ? "" : "s") + " could not be read (listed above):" + list);
+                                 (unreadable.size() == 1 ? "" : "s") + " could not be read:" + list);
 }
 
 diffusion::ScheduleConfig DiffusersPipeline::load_scheduler() const {
