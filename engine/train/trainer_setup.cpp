@@ -7,6 +7,7 @@
 
 #include <c10/core/GradMode.h>
 
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_meta.h"
 #include "checkpoint/sharded_state.h"
 #include "config/config_loader.h"
@@ -14,6 +15,7 @@
 #include "config/trainability.h"
 #include "core/error.h"
 #include "data/shapes.h"
+#include "estimate/memory_estimator.h"
 #include "comm/communicator.h"
 #include "io/safetensors.h"
 #include "models/attention_options.h"
@@ -74,6 +76,7 @@ void Trainer::State::start() {
     });
     share_initial_weights();
     phase("building the optimizer", [&] { build_optimizer(); });
+    phase("checking the space for checkpoints", [&] { check_checkpoint_space(); });
     if (ckpt) phase("loading the checkpoint", [&] { restore(*ckpt); });
     start_loader(ckpt);
   } catch (const std::exception& e) {
@@ -104,6 +107,47 @@ void Trainer::State::build_optimizer() {
                              [this](const std::string& line) { log(line); }, sharded_init.get());
   sharded_init.reset();  // the optimizer holds the shards now
   if (cfg.ema.enabled) optimizer->enable_ema(cfg.ema.decay);  // per shard, on the CPU
+}
+
+namespace {
+
+/// How many of a run's checkpoints can be on disk at once: with keep_last, the kept periodic and
+/// timed ones, the best-by-metric ones and the one being written; without, every periodic one
+/// and the final; the overwrite checkpoint on top.
+std::int64_t checkpoints_kept(const config::TrainerConfig& c) {
+  const auto& cp = c.checkpointing;
+  std::int64_t n = cp.keep_last > 0 ? cp.keep_last + cp.keep_best + 1
+                                    : (cp.every_n_steps > 0 ? c.training.max_steps / cp.every_n_steps : 0) + 1;
+  if (cp.overwrite_every_n_steps > 0) ++n;
+  return n;
+}
+
+}  // namespace
+
+void Trainer::State::check_checkpoint_space() {
+  // Every rank's shard, as a save writes them (the ranks of one machine share its disk).
+  const at::Tensor mine = at::tensor(std::vector<std::int64_t>{optimizer->checkpoint_bytes()});
+  at::Tensor all = at::zeros({world}, at::kLong);
+  if (world > 1) comm->all_gather(mine, all);
+  else all.copy_(mine);
+  if (!main_rank()) return;
+  const std::int64_t one = all.sum().item<std::int64_t>();
+  // checkpoints/ once it exists (it may be a disk of its own), else the run folder.
+  std::error_code ec;
+  const std::string where = fs::is_directory(checkpoints_dir(), ec) ? checkpoints_dir() : run_dir;
+  const std::int64_t free = checkpoint::free_bytes(where);
+  if (free < 0 || one <= 0) return;
+  const std::int64_t kept = checkpoints_kept(cfg);
+  const std::string each = estimate::format_bytes(one), room = estimate::format_bytes(free);
+  if (free < one)
+    throw Error(ErrorKind::io, where + ": " + room + " free, but one checkpoint of this run takes " + each +
+                                   "; free space there, or put the run on a disk with room (logging.runs_root or --run-dir)");
+  if (free < one * kept)
+    warn(where + ": " + room + " free for up to " + std::to_string(kept) + " checkpoints of " + each + " (" +
+         estimate::format_bytes(one * kept) + ", checkpointing.keep_last " + std::to_string(cfg.checkpointing.keep_last) +
+         "): saves will fail once it is full; free space, or lower checkpointing.keep_last");
+  else
+    log("checkpoints: " + each + " each, up to " + std::to_string(kept) + " kept; " + room + " free in " + where);
 }
 
 void Trainer::State::restore(const checkpoint::CheckpointInfo& ckpt) {

@@ -147,6 +147,10 @@ struct Trainer::State {
   void share_initial_weights();
   /// The ZeRO optimizer over the model (and its EMA).
   void build_optimizer();
+  /// Free space where checkpoints go against what the run will keep there (issue 59 item 13):
+  /// refuses to start when one checkpoint cannot fit, warns when the kept ones cannot. A
+  /// collective (every rank's shard is counted).
+  void check_checkpoint_space();
   /// Everything a resumed run takes from its checkpoint (checkpoint::CheckpointMeta): the loop's
   /// counters, the smoothed loss, the loss scale, then weights, moments, EMA and noise generators
   /// from shards saved at any world size/stage.

@@ -55,10 +55,11 @@ AdafactorUnit::AdafactorUnit(const std::vector<std::int64_t>& offsets, const std
   if (o_.beta1) exp_avg_ = at::zeros({owned}, opts);
 }
 
-at::Tensor AdafactorUnit::statistics(std::size_t i) const {
+at::Tensor AdafactorUnit::statistics(std::size_t i) const { return stats_.narrow(0, slots_.at(i).stats_offset, statistics_numel(i)); }
+
+std::int64_t AdafactorUnit::statistics_numel(std::size_t i) const {
   const Slot& s = slots_.at(i);
-  const std::int64_t n = s.rows > 0 ? s.numel / s.cols + s.numel / s.rows : s.numel;
-  return stats_.narrow(0, s.stats_offset, n);
+  return s.rows > 0 ? s.numel / s.cols + s.numel / s.rows : s.numel;
 }
 
 std::int64_t AdafactorUnit::bytes() const {

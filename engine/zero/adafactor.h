@@ -59,6 +59,8 @@ class AdafactorUnit {
   at::Tensor& exp_avg() { return exp_avg_; }
   /// Bytes held (statistics and first moment).
   std::int64_t bytes() const;
+  /// Elements of parameter i's statistics (what statistics(i) holds), known without them.
+  std::int64_t statistics_numel(std::size_t i) const;
   /// Elements of parameter `shape`'s statistics (row + column, or its size).
   static std::int64_t statistics_numel(c10::IntArrayRef shape);
 

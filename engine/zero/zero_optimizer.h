@@ -204,6 +204,10 @@ class ZeroOptimizer final {
   /// them whole), each parameter's statistics as "<unit>/adafactor:<parameter>".
   /// At stage 0 every rank holds everything, so only rank 0 returns anything.
   NamedTensors shard_state();
+  /// The bytes shard_state() returns on this rank, known without reading the state (nothing is
+  /// swapped in or copied): what one checkpoint's shard of this rank takes on disk, less the file
+  /// headers. With delayed_update it counts the lagged weights too (most checkpoints have them).
+  std::int64_t checkpoint_bytes() const;
   /// Source of a unit's elements [first, first + count) of one kind, from shards saved under
   /// any world size and stage. Kinds ending in ".absmax" count blocks, not elements, and may come
   /// back undefined (the unit was saved cut otherwise: the moments are quantized afresh); a kind

@@ -877,6 +877,28 @@ NamedTensors ZeroOptimizer::shard_state() {
   return out;
 }
 
+std::int64_t ZeroOptimizer::checkpoint_bytes() const {
+  if (plan_.replicated && comm_.rank() != 0) return 0;
+  const auto w = static_cast<std::int64_t>(c10::elementSize(master_dtype_));
+  std::int64_t total = 0;
+  for (const auto& u : units_) {
+    // As shard_state: weights (+ lagged), the moments or Adafactor's first moment and (rank 0)
+    // statistics, 8-bit AdamW's absmax per block, the EMA.
+    std::int64_t copies = o_.delayed_update ? 2 : 1;
+    if (u->adafactor) {
+      copies += o_.adafactor.beta1 ? 1 : 0;
+      if (comm_.rank() == 0)
+        for (std::size_t i = 0; i < u->params.size(); ++i) total += u->adafactor->statistics_numel(i) * w;
+    } else {
+      copies += 2;
+    }
+    total += copies * u->plan.owned * w;
+    if (u->quantized) total += 2 * (u->plan.owned / kQuantBlock) * static_cast<std::int64_t>(sizeof(float));
+    if (ema_decay_ >= 0 && u->ema.defined()) total += u->ema.numel() * static_cast<std::int64_t>(u->ema.element_size());
+  }
+  return total;
+}
+
 void ZeroOptimizer::load_shards(const ShardSource& read, std::int64_t steps, bool with_ema, bool with_lagged) {
   finish_gathers();
   join_delayed();

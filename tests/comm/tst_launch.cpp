@@ -1033,9 +1033,10 @@ class TestLaunch : public QObject {
     }
   }
 
-  // A real full disk: the run's checkpoints/ is a tmpfs with room for one checkpoint. The second
-  // save is refused with the free and needed bytes, the run pauses (the first checkpoint stays
-  // intact), and once the tmpfs grows the retry saves and the run ends normally.
+  // A real full disk: the run's checkpoints/ is a tmpfs with room for one checkpoint. The run
+  // warns before its first step; the second save is refused with the free and needed bytes, the
+  // run pauses (the first checkpoint stays intact), and once the tmpfs grows the retry saves and
+  // the run ends normally. A tmpfs with room for half a checkpoint is refused at the start.
   void aFullDiskPausesUntilThereIsRoom() {
     QTemporaryDir dir;
     zs::test::FailureReport report;
@@ -1082,6 +1083,22 @@ class TestLaunch : public QObject {
     QStringList tags = QDir(run + "/checkpoints").entryList(QDir::Dirs | QDir::NoDotAndDotDot);
     tags.sort();
     QCOMPARE(tags, (QStringList{"step_2", "step_4", "step_6"}));
+    // Before its first step the run said that the disk would not hold the checkpoints it keeps
+    // (keep_last 0: three periodic ones and the final; issue 59 item 13)...
+    bool warned = false;
+    for (const auto& e : events(run))
+      warned = warned || (e["type"] == "warning" &&
+                          e.value("message", "").find("free for up to 4 checkpoints") != std::string::npos);
+    QVERIFY(warned);
+    // ... and a disk without room for one checkpoint is refused before the first step.
+    const QString tight = dir.path() + "/tight";
+    report.addRun(tight);
+    const zs::test::SmallDisk small(tight + "/checkpoints", one / 2);
+    QVERIFY2(small.mounted(), qPrintable(small.why()));
+    const Ended refused = cli(QStringList{"train", quickstart()} + small_run(tight, 6), report, 120000);
+    QCOMPARE(refused.code, 1);
+    QVERIFY2(refused.out.contains("one checkpoint of this run takes"), refused.why());
+    for (const auto& e : events(tight)) QVERIFY(e["type"] != "metrics");
   }
 
   // kill -9 at random moments while a checkpoint is saved every step: each time the newest

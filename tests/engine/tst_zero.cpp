@@ -685,6 +685,64 @@ class TestZero : public QObject {
     QVERIFY(!opt->delayed_pending());
   }
 
+  // checkpoint_bytes (what the trainer checks the disk against before a run, issue 59 item 13)
+  // equals the bytes shard_state returns, for every kind of state a checkpoint holds: masters or
+  // bf16 weights, AdamW's moments, 8-bit AdamW's absmax, Adafactor's first moment and statistics,
+  // the EMA, the lagged weights of a pending delayed update; stages 0-3, one rank.
+  void checkpointBytesForecastTheShards_data() {
+    QTest::addColumn<int>("stage");
+    QTest::addColumn<QString>("optimizer");
+    QTest::addColumn<bool>("bf16");
+    QTest::addColumn<bool>("ema");
+    QTest::addColumn<bool>("delayed");
+    QTest::newRow("stage 0, AdamW, f32") << 0 << "AdamW" << false << false << false;
+    QTest::newRow("stage 2, AdamW, bf16 with masters, EMA") << 2 << "AdamW" << true << true << false;
+    QTest::newRow("stage 3, AdamW8bit, bf16") << 3 << "AdamW8bit" << true << false << false;
+    QTest::newRow("stage 2, Adafactor with beta1, EMA") << 2 << "Adafactor" << false << true << false;
+    QTest::newRow("stage 3, Adafactor, bf16") << 3 << "Adafactor" << true << false << false;
+    QTest::newRow("stage 2, AdamW, bf16, delayed update pending") << 2 << "AdamW" << true << false << true;
+  }
+  void checkpointBytesForecastTheShards() {
+    QFETCH(int, stage);
+    QFETCH(QString, optimizer);
+    QFETCH(bool, bf16);
+    QFETCH(bool, ema);
+    QFETCH(bool, delayed);
+    const models::UNetConfig c = two_level_config(32, 1, 1);
+    auto comm = comm::Communicator::single();
+    at::manual_seed(7);
+    models::UNet2DConditionModel unet(c);
+    zero::ZeroOptions o;
+    o.stage = stage;
+    o.persistence_threshold = 0;
+    o.optimizer = zero::optimizer_from_name(optimizer.toStdString());
+    if (optimizer == "Adafactor" && !bf16) o.adafactor.beta1 = 0.9;
+    if (bf16) o.compute_dtype = at::kBFloat16;
+    if (delayed) {
+      o.offload_optimizer = zero::ZeroOptions::Offload::cpu;
+      o.delayed_update = true;
+      o.delayed_update_warmup = 1;
+    }
+    zero::ZeroOptimizer opt(unet->units(), *comm, o);
+    unet->set_unit_hooks(opt.unit_hooks());
+    if (ema) opt.enable_ema(0.9);
+    const at::ScalarType dtype = bf16 ? at::kBFloat16 : at::kFloat;
+    const at::Tensor x = at::randn({2, 4, 16, 16}).to(dtype), t = at::full({2}, 500, at::kLong);
+    const at::Tensor ctx = at::randn({2, 4, 32}).to(dtype);
+    for (int step = 0; step < 3; ++step) {
+      opt.zero_grad();
+      unet->forward(x, t, ctx).to(at::kFloat).pow(2).mean().backward();
+      opt.reduce_gradients();
+      opt.step(1e-3);
+      if (ema) opt.update_ema();
+    }
+    QCOMPARE(opt.delayed_pending(), delayed);
+    std::int64_t saved = 0;
+    for (const auto& [name, tensor] : opt.shard_state()) saved += tensor.numel() * static_cast<std::int64_t>(tensor.element_size());
+    QVERIFY(saved > 0);
+    QCOMPARE(opt.checkpoint_bytes(), saved);
+  }
+
   // The host pipeline (issue 38): with AdamW in CPU memory under bf16, the bf16 gradients go into
   // the fused step where they landed instead of being added into a float32 copy first. The same
   // run both ways: bit for bit without clipping (stage 2 and 3, one rank and accumulation 2, where
