@@ -122,6 +122,14 @@ int main(int argc, char** argv) {
   } catch (const zs::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // The system refused a file operation (a name too long, no permission, a full disk): the
+    // file and the system's reason are the message (issue 59 item 7), not a bug to report.
+    if (e.path1().empty()) std::cerr << "error: " << zs::printable(e.what()) << "\n";
+    else
+      std::cerr << "error: " << zs::printable(e.path1().string()) << ": " << e.code().message()
+                << (e.path2().empty() ? "" : " (with " + zs::printable(e.path2().string()) + ")") << "\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "error: unexpected failure: " << zs::printable(e.what()) << "\nPlease report this with the command you ran.\n";
     return 1;

@@ -604,6 +604,21 @@ class TestCli : public QObject {
     QVERIFY2(validated.err.contains("unet/diffusion_pytorch_model.safetensors"), qPrintable(validated.out + validated.err));
   }
 
+  // A path the system refuses (a name longer than the filesystem allows) is an error naming the
+  // path and the system's reason, not an "unexpected failure" to report (issue 59 item 7).
+  void aRefusedPathIsNamed() {
+    QTemporaryDir dir;
+    const QString longName = dir.path() + "/" + QString(300, 'a');
+    for (const QStringList& command : {QStringList{"model", "info", longName},
+                                       QStringList{"train", quickstart(), "--run-dir", longName, "--set", "training.max_steps=1"}}) {
+      const Result r = run(command);
+      const QString what = command.join(' ').left(40) + ": " + r.err;
+      QCOMPARE(r.code, 1);
+      QVERIFY2(r.err.contains("File name too long") && r.err.contains(QString(300, 'a')), qPrintable(what));
+      QVERIFY2(!r.err.contains("unexpected failure"), qPrintable(what));
+    }
+  }
+
   void overridesAndPrint() {
     const Result r = run({"config", "validate", quickstart(), "--set", "zero.stage=3", "--set=training.max_steps=20", "--print"});
     QCOMPARE(r.code, 0);

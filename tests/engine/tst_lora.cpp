@@ -9,6 +9,7 @@
 #include "models/clip_text_model.h"
 #include "models/lora.h"
 #include "models/peft_lora_config.h"
+#include "models/qwen_image/qwen_lora_file.h"
 #include "models/sd/sd_family.h"
 #include "models/sd/lora_names.h"
 #include "models/sd/unet_2d_condition.h"
@@ -400,6 +401,47 @@ class TestLora : public QObject {
         const double d = max_abs_diff(lora_delta(a[i]), lora_delta(b[i]));
         QVERIFY2(d <= 1e-7, qPrintable(QString::fromStdString(a[i].name) + ": " + QString::number(d)));
       }
+    }
+  }
+
+  // A LoRA tensor of the wrong rank (a 0-dimension matrix, an alpha of several values) is refused
+  // naming the file and the tensor, in SD's and Qwen-Image's readers alike, instead of failing
+  // inside LibTorch as an "unexpected failure" (issue 59 item 7).
+  void aMisshapenLoraTensorIsRefusedByName() {
+    ZS_REQUIRE_SHARED();
+    QTemporaryDir dir;
+    const AdaptedTinyModel m = tiny_model(UNetConfig::from_file(fixture("sd15-tiny/unet/config.json")), false, true);
+    const std::string good = dir.filePath("good.safetensors").toStdString();
+    zs::checkpoint::write_lora_file(good, m.parts(), m.unet_config, LoraFileFormat::kohya, {});
+    const zs::io::SafetensorsReader reader(good);
+    std::string down, alpha;
+    for (const auto& e : reader.entries()) {
+      if (down.empty() && e.name.ends_with(".lora_down.weight")) down = e.name;
+      if (alpha.empty() && e.name.ends_with(".alpha")) alpha = e.name;
+    }
+    QVERIFY(!down.empty() && !alpha.empty());
+    for (const auto& [name, bad] : {std::pair{down, at::zeros({})}, std::pair{alpha, at::ones({2})}}) {
+      std::vector<std::pair<std::string, at::Tensor>> tensors;
+      for (const auto& e : reader.entries()) tensors.emplace_back(e.name, e.name == name ? bad : reader.tensor(e.name));
+      const std::string path = dir.filePath("bad.safetensors").toStdString();
+      zs::io::write_safetensors(path, tensors);
+      const AdaptedTinyModel fresh = tiny_model(m.unet_config, false, false);
+      try {
+        zs::checkpoint::read_lora_file(path, fresh.parts(), m.unet_config, false);
+        QFAIL(name.c_str());
+      } catch (const zs::Error& e) {
+        const QString what = e.what();
+        QVERIFY2(what.contains("bad.safetensors") && (what.contains("dimensions") || what.contains("one number")), e.what());
+      }
+    }
+    const std::string qwen = dir.filePath("qwen.safetensors").toStdString();
+    zs::io::write_safetensors(qwen, {{"transformer_blocks.0.attn.to_q.lora_A.weight", at::zeros({})},
+                                     {"transformer_blocks.0.attn.to_q.lora_B.weight", at::zeros({8, 4})}});
+    try {
+      zs::models::read_qwen_lora_file(qwen, {"transformer_blocks.0.attn.to_q"});
+      QFAIL("qwen");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).contains("qwen.safetensors") && QString(e.what()).contains("two dimensions"), e.what());
     }
   }
 

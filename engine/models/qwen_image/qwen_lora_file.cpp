@@ -70,6 +70,11 @@ std::map<std::string, FileAdapter> read_qwen_lora_file(const std::string& file, 
     }
     Parts& p = found[path];
     const at::Tensor t = r.tensor(e.name).to(at::kFloat);
+    // A matrix [rank, in] or [out, rank]; an alpha one number (issue 59 item 7: a 0-dimension
+    // tensor was an "unexpected failure").
+    if (what == alpha ? t.numel() != 1 : t.dim() != 2)
+      throw foreign(e.name, "has " + std::to_string(t.dim()) + " dimensions and " + std::to_string(t.numel()) +
+                                (what == alpha ? " values; an alpha is one number" : " values; a LoRA matrix has two dimensions"));
     if (what == down) p.down = t;
     else if (what == up) p.up = t;
     else p.alpha = t.item<double>();

@@ -187,6 +187,11 @@ std::size_t read_lora_file(const std::string& path, const std::vector<LoraModelP
     const auto opts = at::TensorOptions().dtype(dtype).device(w.device());
     a->down = reader.tensor(e.name).to(opts);
     a->up = reader.tensor(stem + up_tail).to(opts);
+    // (Dimensions first: a 0-dimension tensor has no size(0); issue 59 item 7.)
+    if (a->down.dim() != w.dim() || a->up.dim() != w.dim())
+      throw Error(ErrorKind::checkpoint, path + ": the shapes of '" + stem + "' do not fit the layer " + layer.name +
+                                             " (" + std::to_string(a->down.dim()) + " and " + std::to_string(a->up.dim()) +
+                                             " dimensions, the layer's weight has " + std::to_string(w.dim()) + ")");
     const std::int64_t r = a->down.size(0);
     const bool fits = a->down.dim() == w.dim() && a->up.dim() == w.dim() && a->up.size(1) == r &&
                       a->down.size(1) == w.size(1) && a->up.size(0) == w.size(0) &&
@@ -202,6 +207,9 @@ std::size_t read_lora_file(const std::string& path, const std::vector<LoraModelP
       throw Error(ErrorKind::checkpoint, path + ": '" + stem + "' has rank " + std::to_string(r) +
                                              ", the file's lora_adapter_metadata says r " +
                                              std::to_string(static_cast<std::int64_t>(config->second->r)));
+    if (format == LoraFileFormat::kohya && reader.contains(alpha_key) && reader.tensor(alpha_key).numel() != 1)
+      throw Error(ErrorKind::checkpoint, path + ": '" + alpha_key + "' holds " +
+                                             std::to_string(reader.tensor(alpha_key).numel()) + " values; an alpha is one number");
     a->alpha = format == LoraFileFormat::kohya && reader.contains(alpha_key)
                    ? reader.tensor(alpha_key).to(at::kDouble).item<double>()
                : config != peft.end() && config->second ? config->second->scale() * static_cast<double>(r)
