@@ -1,5 +1,6 @@
 #include "models/model_family.h"
 
+#include <filesystem>
 #include <ostream>
 
 #include "config/trainer_config.h"
@@ -10,6 +11,8 @@
 #include "models/sd/sd_family.h"
 
 namespace zs::models {
+
+namespace fs = std::filesystem;
 
 const char* to_string(TextEncoderTraining t) {
   switch (t) {
@@ -52,8 +55,14 @@ std::string model_files_problem(const config::TrainerConfig& cfg) {
   if (cfg.model.path.empty()) return "";
   try {
     const ModelFamily& family = family_of(cfg);
-    std::ostream listing(nullptr);  // describe's listing is not wanted here, only its verdict
-    family.describe(listing, cfg.model.path, cfg.model.config_path);
+    // A diffusers pipeline or a single file: what `model info` reads. (A folder without
+    // model_index.json is ZeroStudio's own export of a tiny preset, which `model info` does not
+    // describe; its loader checks it.)
+    std::error_code ec;
+    if (!fs::is_directory(cfg.model.path, ec) || fs::exists(fs::path(cfg.model.path) / "model_index.json", ec)) {
+      std::ostream listing(nullptr);  // describe's listing is not wanted here, only its verdict
+      family.describe(listing, cfg.model.path, cfg.model.config_path);
+    }
     (void)family.shape(cfg);  // the denoiser's config.json
   } catch (const std::exception& e) {
     return e.what();
