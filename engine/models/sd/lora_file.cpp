@@ -193,8 +193,7 @@ std::size_t read_lora_file(const std::string& path, const std::vector<LoraModelP
                                              " (" + std::to_string(a->down.dim()) + " and " + std::to_string(a->up.dim()) +
                                              " dimensions, the layer's weight has " + std::to_string(w.dim()) + ")");
     const std::int64_t r = a->down.size(0);
-    const bool fits = a->down.dim() == w.dim() && a->up.dim() == w.dim() && a->up.size(1) == r &&
-                      a->down.size(1) == w.size(1) && a->up.size(0) == w.size(0) &&
+    const bool fits = a->up.size(1) == r && a->down.size(1) == w.size(1) && a->up.size(0) == w.size(0) &&
                       (!layer.conv || (a->down.size(2) == w.size(2) && a->down.size(3) == w.size(3) &&
                                        a->up.size(2) == 1 && a->up.size(3) == 1));
     if (!fits)
@@ -207,11 +206,13 @@ std::size_t read_lora_file(const std::string& path, const std::vector<LoraModelP
       throw Error(ErrorKind::checkpoint, path + ": '" + stem + "' has rank " + std::to_string(r) +
                                              ", the file's lora_adapter_metadata says r " +
                                              std::to_string(static_cast<std::int64_t>(config->second->r)));
-    if (format == LoraFileFormat::kohya && reader.contains(alpha_key) && reader.tensor(alpha_key).numel() != 1)
-      throw Error(ErrorKind::checkpoint, path + ": '" + alpha_key + "' holds " +
-                                             std::to_string(reader.tensor(alpha_key).numel()) + " values; an alpha is one number");
-    a->alpha = format == LoraFileFormat::kohya && reader.contains(alpha_key)
-                   ? reader.tensor(alpha_key).to(at::kDouble).item<double>()
+    const at::Tensor stored_alpha =
+        format == LoraFileFormat::kohya && reader.contains(alpha_key) ? reader.tensor(alpha_key) : at::Tensor();
+    if (stored_alpha.defined() && stored_alpha.numel() != 1)
+      throw Error(ErrorKind::checkpoint, path + ": '" + alpha_key + "' holds " + std::to_string(stored_alpha.numel()) +
+                                             " values; an alpha is one number");
+    a->alpha = stored_alpha.defined()
+                   ? stored_alpha.to(at::kDouble).item<double>()
                : config != peft.end() && config->second ? config->second->scale() * static_cast<double>(r)
                                                         : static_cast<double>(r);
     found.emplace_back(&layer, std::move(a));
