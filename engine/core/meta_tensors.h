@@ -11,7 +11,7 @@ struct ForceDispatchKeyGuard;
 
 namespace zs {
 
-/// New tensors of this thread are meta tensors while alive; on destruction the thread's dispatch
+/// New tensors of this thread are meta tensors (device meta, nothing reserved) while alive; on destruction the thread's dispatch
 /// keys are restored exactly. (c10's IncludeDispatchKeyGuard does not: removing Meta from a key
 /// set clears only its functionality bit — LibTorch 1.13's "Removing keys from DispatchKeySet
 /// only affects functionality keys" — so the Meta backend bit stayed and every later CPU

@@ -4,6 +4,7 @@
 // reference outputs reproduced from one.
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
+#include <torch/nn/modules/embedding.h>
 
 #include "core/cpu_allocation_counter.h"
 #include "core/error.h"
@@ -100,6 +101,24 @@ class TestPipeline : public QObject {
   Q_OBJECT
 
  private slots:
+  // Modules built under MetaTensorScope are meta tensors and reserve nothing: with the Meta key
+  // merely included, factory functions still reserved CPU memory (untouched) for every tensor, so
+  // a full-size shape (the estimator's T5-XXL, Qwen2.5-VL) reserved tens of GB of address space —
+  // refused where overcommit is strict, and seconds under the fuzzer's sanitizers.
+  void metaScopeReservesNothing() {
+    {
+      const zs::test::MetaTensorScope meta;
+      const torch::nn::Embedding huge(std::int64_t{1} << 24, std::int64_t{1} << 14);  // 1 TiB in float32
+      QVERIFY(huge->weight.is_meta());
+      QCOMPARE(huge->weight.sizes().vec(), (std::vector<std::int64_t>{std::int64_t{1} << 24, std::int64_t{1} << 14}));
+      QVERIFY((huge->weight * 2).is_meta());
+    }
+    // The thread's dispatch keys are back: new tensors are CPU tensors with values.
+    const at::Tensor after = at::ones({3});
+    QVERIFY(after.device().is_cpu());
+    QCOMPARE(after.sum().item<double>(), 3.0);
+  }
+
   void componentsOfTheFixture() {
     ZS_REQUIRE_SHARED();
     const auto p = DiffusersPipeline::open(fixtureDir().toStdString());
