@@ -135,6 +135,10 @@ void deepspeed_json_leaves(const std::string& text, const std::string& file, con
     // e.byte counts from 1
     problems.push_back({location_at(text, file, e.byte > 0 ? e.byte - 1 : 0), "", std::string("invalid JSON: ") + e.what()});
     return;
+  } catch (const json::exception& e) {
+    // out_of_range: a number beyond a double's range (3e1000); the parser gives no position
+    problems.push_back({{file, 1, 1}, "", std::string("invalid JSON: ") + e.what()});
+    return;
   }
   if (!root.is_object()) {
     problems.push_back({{file, 1, 1}, "", "a DeepSpeed config must be a JSON object"});
