@@ -466,6 +466,20 @@ class GroupCommunicator final : public Communicator {
   std::unique_ptr<RingCollectives> ring_;  // Gloo: reduce-scatter and all-gather of CPU tensors
 };
 
+// Every rank waits here until all have built their process group. Without it a rank that fails
+// right after its own group was built closes its connections while a slower rank is still making
+// its own, and that rank reports "did not all meet" instead of naming the failed rank (seen in
+// tst_dist_faults with the machine loaded).
+void wait_until_all_connected(c10d::Store& store, int world_size, std::chrono::milliseconds timeout) {
+  const std::string key = "connected";
+  store.add(key, 1);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (store.add(key, 0) < world_size) {
+    if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("not every rank finished connecting");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
 }  // namespace
 
 Communicator::~Communicator() = default;
@@ -537,6 +551,7 @@ std::unique_ptr<Communicator> Communicator::connect(const RendezvousInfo& info, 
       auto opts = c10d::ProcessGroupNCCL::Options::create();
       opts->timeout = timeout;
       auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, info.rank, info.world_size, opts);
+      wait_until_all_connected(*prefixed, info.world_size, timeout);
       return std::make_unique<GroupCommunicator<c10d::ProcessGroupNCCL>>(group, store, "nccl", true, info, timeout,
                                                                           at::Device(at::kCUDA, index));
     }
@@ -553,6 +568,7 @@ std::unique_ptr<Communicator> Communicator::connect(const RendezvousInfo& info, 
       opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
     }
     auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, info.rank, info.world_size, opts);
+    wait_until_all_connected(*prefixed, info.world_size, timeout);
     return std::make_unique<GroupCommunicator<c10d::ProcessGroupGloo>>(group, store, "gloo", false, info, timeout);
   } catch (const Error&) {
     throw;
