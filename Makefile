@@ -3,7 +3,9 @@
 #   make test          install what is missing, build, run every test (Debian's LibTorch 1.13, no peer Python)
 #   make test-torch2   the same code against PyTorch 2.x's LibTorch with the CUDA paths compiled, in
 #                      build-torch2/, plus the Python peer tests (the pinned environment in .venv/)
-# Other targets: deps, peers, configure, build, build-torch2, package, bench, docs, guide, clean.
+#   make fuzz          the libFuzzer targets (tests/fuzz), FUZZ_SECONDS each under ASan + UBSan, in
+#                      build-fuzz/ (clang); a finding fails it and is kept in tests/fuzz/regressions/
+# Other targets: deps, peers, configure, build, build-torch2, build-fuzz, package, bench, docs, guide, clean.
 
 BUILD      ?= build
 BUILD_TYPE ?= Release
@@ -16,7 +18,8 @@ PACKAGES := build-essential cmake ninja-build ccache pkg-config git \
             qt6-base-dev qt6-qpa-plugins libqcustomplot-dev libyaml-cpp-dev nlohmann-json3-dev \
             liburing-dev libpng-dev libjpeg-dev zlib1g-dev libicu-dev libsentencepiece-dev \
             xvfb xauth fonts-dejavu-core python3-torch python3-venv \
-            dpkg-dev lintian appstream desktop-file-utils groff-base
+            dpkg-dev lintian appstream desktop-file-utils groff-base \
+            clang libclang-rt-14-dev
 
 # The pinned peer environment: Debian's Python 3.11 (python3-venv) with tests/peers/requirements.txt.
 VENV        := .venv
@@ -25,12 +28,16 @@ PIP_VERSION := 25.3
 TORCH2_BUILD ?= build-torch2
 # What make test-torch2 runs: unit and e2e tests, one exactness row per ZeRO stage, the peer tests.
 TORCH2_LABELS := unit|e2e|dist_row|peers
+# The fuzz build (clang, sanitizers, the engine and tests/fuzz only) and each target's time in make fuzz.
+FUZZ_BUILD   ?= build-fuzz
+FUZZ_SECONDS ?= 20
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 ZS := $(BUILD)/app/zerostudio
 
-.PHONY: all deps peers configure build run test configure-torch2 build-torch2 test-torch2 package bench docs guide clean
+.PHONY: all deps peers configure build run test configure-torch2 build-torch2 test-torch2 configure-fuzz build-fuzz fuzz \
+        package bench docs guide clean
 
 all: build
 
@@ -107,6 +114,17 @@ build-torch2: configure-torch2
 test-torch2: build-torch2
 	@$(call run_ctest,$(TORCH2_BUILD),-L '$(TORCH2_LABELS)')
 
+# The fuzz targets: Debian's clang with libFuzzer, ASan and UBSan over the engine (CMakeLists.txt,
+# ZS_FUZZ); LibTorch and the other libraries stay uninstrumented.
+configure-fuzz: deps
+	cmake -S . -B $(FUZZ_BUILD) $(GENERATOR) -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Fuzz -DZS_FUZZ=ON
+
+build-fuzz: configure-fuzz
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target zs_fuzz_all
+
+fuzz: build-fuzz
+	@scripts/fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
 # The Debian package (CPack): $(BUILD)/zerostudio_<version>_amd64.deb, dependencies computed by
 # dpkg-shlibdeps; tst_package builds it too and checks it with lintian.
 package: build
@@ -124,4 +142,4 @@ docs: build
 	$(ZS) config schema --markdown > docs/CONFIG.md
 
 clean:
-	rm -rf $(BUILD) $(TORCH2_BUILD)
+	rm -rf $(BUILD) $(TORCH2_BUILD) $(FUZZ_BUILD)

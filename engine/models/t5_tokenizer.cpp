@@ -28,6 +28,25 @@ struct SpmModule {
   int (*encode)(void*, const char*, std::size_t, int*, std::size_t, std::size_t*, char*, std::size_t) = nullptr;
 };
 
+// AddressSanitizer refuses RTLD_DEEPBIND (github.com/google/sanitizers/issues/611): the fuzz build
+// (make fuzz) loads the module, built there without sanitizers, into a link-map namespace of its
+// own instead (dlmopen), where its protobuf cannot meet LibTorch's either.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define ZS_NO_DEEPBIND 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define ZS_NO_DEEPBIND 1
+#endif
+void* open_module(const std::string& path) {
+#ifdef ZS_NO_DEEPBIND
+  return dlmopen(LM_ID_NEWLM, path.c_str(), RTLD_NOW | RTLD_LOCAL);
+#else
+  return dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+#endif
+}
+
 /// Loads the module once, locally and deep-bound (its protobuf copy stays its own).
 const SpmModule& spm_module() {
   static SpmModule m;
@@ -37,7 +56,7 @@ const SpmModule& spm_module() {
     std::string tried;
     for (const std::string& path : T5Tokenizer::module_candidates()) {
       if (path.empty() || !fs::exists(path)) continue;
-      void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      void* h = open_module(path);
       if (!h) {
         tried += "\n  " + path + ": " + dlerror();
         continue;

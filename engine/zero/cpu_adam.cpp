@@ -7,6 +7,7 @@
 #include <c10/util/Half.h>
 // GCC 12 warns about its own AVX-512 intrinsics (a known false positive).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include "core/error.h"
@@ -168,13 +169,20 @@ void check_tensor(const at::Tensor& t, const at::Tensor& like, const char* what)
                                        " must be a contiguous float32 CPU tensor with as many elements as the parameters");
 }
 
+// F16C (the fp16 <-> fp32 conversions of the bf16/fp16 paths) from CPUID leaf 1: clang 14's
+// __builtin_cpu_supports does not know "f16c" (the fuzz build compiles with it).
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+
 }  // namespace
 
 SimdLevel detected_simd() {
   static const SimdLevel level = [] {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return SimdLevel::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c())
       return SimdLevel::avx2;
     return SimdLevel::scalar;
   }();

@@ -199,8 +199,8 @@ ExportTensors peft_lora_tensors(const ComponentAdapters& layers, const std::stri
   ExportTensors tensors;
   for (const auto& [path, a] : layers) {
     const std::string stem = prefix + path;
-    tensors.push_back({stem + ".lora_A" + suffix + ".weight", a->down.sizes().vec(), [a] { return a->down; }});
-    tensors.push_back({stem + ".lora_B" + suffix + ".weight", a->up.sizes().vec(), [a] { return a->up * a->scale(); }});
+    tensors.push_back({stem + ".lora_A" + suffix + ".weight", a->down.sizes().vec(), [a = a] { return a->down; }});
+    tensors.push_back({stem + ".lora_B" + suffix + ".weight", a->up.sizes().vec(), [a = a] { return a->up * a->scale(); }});
   }
   return tensors;
 }
@@ -217,8 +217,8 @@ ExportTensors kohya_lora_tensors(const ComponentAdapters& layers, const std::str
   for (const auto& [path, a] : layers) {
     std::string stem = prefix + path;
     std::replace(stem.begin() + static_cast<std::ptrdiff_t>(prefix.size()), stem.end(), '.', '_');
-    tensors.push_back({stem + ".lora_down.weight", a->down.sizes().vec(), [a] { return a->down; }});
-    tensors.push_back({stem + ".lora_up.weight", a->up.sizes().vec(), [a] { return a->up; }});
+    tensors.push_back({stem + ".lora_down.weight", a->down.sizes().vec(), [a = a] { return a->down; }});
+    tensors.push_back({stem + ".lora_up.weight", a->up.sizes().vec(), [a = a] { return a->up; }});
     const at::Tensor alpha = at::scalar_tensor(a->alpha, at::kFloat);
     tensors.push_back({stem + ".alpha", {}, [alpha] { return alpha; }});
   }
