@@ -233,8 +233,7 @@ int run_queue(const train::JobQueue& queue, const QueueRunOptions& o) {
   int done = 0, failed = 0;
   // One runner claims a job again only when something edited the queue behind it (a job that
   // ends "waiting" ends this runner too); past kMaxClaimsInARow the job fails instead of looping.
-  std::int64_t last_id = -1;
-  int claims_in_a_row = 0;
+  ClaimStreak streak;
   while (g_queue_signals.load() == 0) {
     std::optional<train::ClaimedJob> claimed = queue.claim_next(::getpid());
     if (!claimed) {
@@ -255,10 +254,8 @@ int run_queue(const train::JobQueue& queue, const QueueRunOptions& o) {
     }
     said_waiting = false;
     const train::QueueJob& job = claimed->job;
-    claims_in_a_row = job.id == last_id ? claims_in_a_row + 1 : 1;
-    last_id = job.id;
-    if (claims_in_a_row > kMaxClaimsInARow) {
-      const std::string error = "claimed " + std::to_string(claims_in_a_row) + " times in a row by one queue runner without " +
+    if (!streak.allow(job.id)) {
+      const std::string error = "claimed " + std::to_string(streak.count()) + " times in a row by one queue runner without " +
                                 "ending (the most is " + std::to_string(kMaxClaimsInARow) + "); check " + queue.file() +
                                 " and retry it";
       queue.finish(job.id, train::JobState::failed, 1, error);

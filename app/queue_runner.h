@@ -2,6 +2,7 @@
 // The runner behind `zerostudio queue run` (the GUI starts the same command): takes jobs from the
 // queue one at a time and runs each as a child `zerostudio train` / `launch` process.
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -18,6 +19,22 @@ struct QueueRunOptions {
 /// The most times one runner claims the same job in a row; past it the job fails with that reason
 /// (a job that ends "waiting" ends the runner too, so a second claim means the file was edited).
 inline constexpr int kMaxClaimsInARow = 3;
+
+/// One runner's claims of the same job in a row, against kMaxClaimsInARow.
+class ClaimStreak {
+ public:
+  /// Records a claim of job `id`; false when it is one claim too many in a row (the job then fails).
+  bool allow(std::int64_t id) {
+    count_ = id == last_ ? count_ + 1 : 1;
+    last_ = id;
+    return count_ <= kMaxClaimsInARow;
+  }
+  int count() const { return count_; }
+
+ private:
+  std::int64_t last_ = -1;
+  int count_ = 0;
+};
 
 /// Holds the queue's runner lock (waiting for another runner first) and runs waiting jobs in order
 /// until none is left (or, with `watch`, until SIGINT/SIGTERM/SIGHUP). Returns the exit code:

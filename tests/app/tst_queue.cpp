@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "core/file_lock.h"
 #include "io/atomic_file.h"
+#include "queue_runner.h"
 #include "train/job_queue.h"
 #include "test_support.h"
 
@@ -170,6 +171,26 @@ class TestQueue : public QObject {
     std::ifstream in(q.file());
     const std::string after((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     QCOMPARE(after, text);
+  }
+
+  // The runner's bound on claiming one job again and again (a queue file edited behind it): the
+  // claim past kMaxClaimsInARow in a row is refused, which fails the job; another job in between
+  // starts the count anew.
+  void oneJobIsClaimedAtMostThreeTimesInARow() {
+    QCOMPARE(zs::cli::kMaxClaimsInARow, 3);
+    zs::cli::ClaimStreak streak;
+    for (int i = 1; i <= 3; ++i) {
+      QVERIFY(streak.allow(7));
+      QCOMPARE(streak.count(), i);
+    }
+    QVERIFY(!streak.allow(7));
+    QCOMPARE(streak.count(), 4);
+    QVERIFY(streak.allow(8));
+    QCOMPARE(streak.count(), 1);
+    QVERIFY(streak.allow(7));
+    QVERIFY(streak.allow(7));
+    QVERIFY(streak.allow(7));
+    QVERIFY(!streak.allow(7));
   }
 
   void editsFollowTheRules() {
