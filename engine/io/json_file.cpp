@@ -1,5 +1,6 @@
 #include "io/json_file.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -64,6 +65,20 @@ std::vector<std::int64_t> config_int_list(const nlohmann::json& j, const char* k
     out.push_back(bounded_count(v, key, source));
   }
   return out;
+}
+
+std::int64_t json_int(const nlohmann::json& j, const char* key, std::int64_t fallback, std::int64_t lo, std::int64_t hi,
+                      const std::string& source, ErrorKind kind) {
+  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
+  const nlohmann::json& v = j[key];
+  const bool fits = v.is_number_unsigned() ? v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::max<std::int64_t>(hi, 0)) &&
+                                                 static_cast<std::int64_t>(v.get<std::uint64_t>()) >= lo
+                    : v.is_number_integer() ? v.get<std::int64_t>() >= lo && v.get<std::int64_t>() <= hi
+                                            : false;
+  if (!fits)
+    throw Error(kind, source + ": " + key + ": expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi) +
+                          ", found " + v.dump());
+  return v.is_number_unsigned() ? static_cast<std::int64_t>(v.get<std::uint64_t>()) : v.get<std::int64_t>();
 }
 
 }  // namespace zs::io

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
+
 namespace zs::io {
 
 /// Parses the JSON file at `path`. Throws zs::Error(io) "PATH: cannot open the WHAT" when it
@@ -29,5 +31,12 @@ std::int64_t config_int(const nlohmann::json& j, const char* key, std::int64_t f
 /// zs::Error(config) "SOURCE: KEY: EXPECTED"; each value is bounded as config_int's.
 std::vector<std::int64_t> config_int_list(const nlohmann::json& j, const char* key, std::vector<std::int64_t> fallback,
                                           const std::string& source, const std::string& expected);
+
+/// An integer `key` of a JSON object that ZeroStudio writes itself (queue.json, control.json):
+/// `fallback` when absent or null; a value that is no integer, or lies outside [lo, hi], throws
+/// zs::Error(kind) "SOURCE: KEY: expected an integer from LO to HI, found VALUE". (nlohmann's own
+/// conversion of 1e56 or 3.5 to an integer is a cast: undefined behaviour, found by make fuzz.)
+std::int64_t json_int(const nlohmann::json& j, const char* key, std::int64_t fallback, std::int64_t lo, std::int64_t hi,
+                      const std::string& source, ErrorKind kind = ErrorKind::io);
 
 }  // namespace zs::io

@@ -1,11 +1,13 @@
 #include "train/control_file.h"
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "io/atomic_file.h"
+#include "io/json_file.h"
 
 namespace zs::train {
 
@@ -21,9 +23,11 @@ ControlState read_control_file(const std::string& run_dir) {
     const auto j = nlohmann::json::parse(in);
     s.pause = j.value("pause", false);
     s.stop = j.value("stop", false);
-    s.sample = j.value("sample", std::int64_t{0});
-    s.save = j.value("save", std::int64_t{0});
-    s.validate = j.value("validate", std::int64_t{0});
+    // Integers through io::json_int: a float such as 1e56 is refused (nlohmann would cast it).
+    const std::int64_t most = std::numeric_limits<std::int64_t>::max();
+    s.sample = io::json_int(j, "sample", 0, 0, most, "control.json");
+    s.save = io::json_int(j, "save", 0, 0, most, "control.json");
+    s.validate = io::json_int(j, "validate", 0, 0, most, "control.json");
   } catch (const std::exception&) {
     return ControlState{};
   }

@@ -1,6 +1,7 @@
 #include "train/job_queue.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <ctime>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "core/memory.h"
 #include "estimate/memory_estimator.h"
 #include "io/atomic_file.h"
+#include "io/json_file.h"
 #include "train/run_directory.h"
 
 namespace zs::train {
@@ -48,25 +50,32 @@ json to_json(const QueueJob& j) {
 
 QueueJob job_from(const json& o, const std::string& file) {
   QueueJob j;
-  j.id = o.at("id").get<std::int64_t>();
+  constexpr std::int64_t kIntMax = std::numeric_limits<int>::max(), kInt64Max = std::numeric_limits<std::int64_t>::max();
+  // Integers through io::json_int: a float (1e56) is refused, not cast (undefined behaviour).
+  const std::string where = file + ": job";
+  auto integer = [&](const char* key, std::int64_t fallback, std::int64_t lo, std::int64_t hi) {
+    return io::json_int(o, key, fallback, lo, hi, where);
+  };
+  if (!o.is_object() || !o.contains("id")) throw Error(ErrorKind::io, file + ": a job without an id; fix or remove the file");
+  j.id = integer("id", 0, 1, kInt64Max);
   j.name = o.value("name", "");
   j.source = o.value("source", "");
   j.overrides = o.value("overrides", std::vector<std::string>{});
   j.config = o.at("config").get<std::string>();
   j.run_dir = o.at("run_dir").get<std::string>();
   j.working_dir = o.value("working_dir", "");
-  j.num_processes = o.value("num_processes", 1);
+  j.num_processes = static_cast<int>(integer("num_processes", 1, 1, 4096));
   j.state = state_from(o.value("state", "waiting"), file);
-  j.exit_code = o.value("exit_code", 0);
+  j.exit_code = static_cast<int>(integer("exit_code", 0, -kIntMax, kIntMax));
   j.last_error = o.value("last_error", "");
   j.fit_note = o.value("fit_note", "");
-  j.added_at = o.value("added_at", std::int64_t{0});
-  j.started_at = o.value("started_at", std::int64_t{0});
-  j.ended_at = o.value("ended_at", std::int64_t{0});
-  j.starts = o.value("starts", 0);
+  j.added_at = integer("added_at", 0, 0, kInt64Max);
+  j.started_at = integer("started_at", 0, 0, kInt64Max);
+  j.ended_at = integer("ended_at", 0, 0, kInt64Max);
+  j.starts = static_cast<int>(integer("starts", 0, 0, kIntMax));
   j.stop_requested = o.value("stop_requested", false);
-  j.runner_pid = o.value("runner_pid", std::int64_t{0});
-  j.pid = o.value("pid", std::int64_t{0});
+  j.runner_pid = integer("runner_pid", 0, 0, kInt64Max);
+  j.pid = integer("pid", 0, 0, kInt64Max);
   return j;
 }
 
@@ -77,11 +86,11 @@ QueueState parse(const std::string& text, const std::string& file) {
     if (o.value("format", "") != kFormat)
       throw Error(ErrorKind::io, file + ": not a ZeroStudio queue file (no \"format\": \"" + kFormat +
                                      "\"); move it away and the queue starts empty");
-    if (o.value("version", 0) > kVersion)
+    if (io::json_int(o, "version", 0, 0, std::numeric_limits<int>::max(), file) > kVersion)
       throw Error(ErrorKind::io, file + ": written by a newer ZeroStudio (queue version " +
                                      std::to_string(o.value("version", 0)) + "); update this one");
     st.paused = o.value("paused", false);
-    st.next_id = o.value("next_id", std::int64_t{1});
+    st.next_id = io::json_int(o, "next_id", 1, 1, std::numeric_limits<std::int64_t>::max(), file);
     for (const auto& j : o.at("jobs")) st.jobs.push_back(job_from(j, file));
   } catch (const json::exception& e) {
     throw Error(ErrorKind::io, file + ": the queue file is damaged (" + std::string(e.what()) +

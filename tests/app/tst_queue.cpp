@@ -173,6 +173,24 @@ class TestQueue : public QObject {
     QCOMPARE(after, text);
   }
 
+  // Integers of a job are integers in range: a float such as 1e56 was cast by nlohmann
+  // (undefined behaviour; found by make fuzz, tests/fuzz/regressions/queue_json).
+  void aNumberOutOfRangeIsRefusedByName() {
+    const QTemporaryDir home;
+    const JobQueue q(home.path().toStdString() + "/zerostudio");
+    QDir().mkpath(QString::fromStdString(q.dir()));
+    std::ofstream(q.file()) << R"({"format": "zerostudio-queue", "version": 1, "next_id": 2, "jobs": [
+      {"id": 1, "config": "/nowhere/a.yaml", "run_dir": "/nowhere/a", "num_processes": 1e56}]})";
+    try {
+      q.read();
+      QFAIL("a job with 1e56 processes was read");
+    } catch (const zs::Error& e) {
+      QVERIFY2(QString(e.what()).startsWith(QString::fromStdString(
+                   q.file() + ": job: num_processes: expected an integer from 1 to 4096, found 1e+56")),
+               e.what());
+    }
+  }
+
   // The runner's bound on claiming one job again and again (a queue file edited behind it): the
   // claim past kMaxClaimsInARow in a row is refused, which fails the job; another job in between
   // starts the count anew.
