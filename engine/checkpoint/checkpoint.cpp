@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 
 #include <zlib.h>
@@ -10,6 +11,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "io/atomic_file.h"
+#include "io/json_file.h"
 #include "io/safetensors.h"
 
 namespace zs::checkpoint {
@@ -123,16 +125,20 @@ CheckpointInfo open_checkpoint(const std::string& given) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::checkpoint, meta_path.string() + ": unreadable: " + e.what());
   }
-  if (info.meta.value("format", "") != kFormat)
+  if (!info.meta.is_object() || !info.meta.contains("format") || info.meta["format"] != kFormat)
     throw Error(ErrorKind::checkpoint, meta_path.string() + ": not a ZeroStudio checkpoint");
-  const int version = info.meta.value("version", 0);
-  if (version < 1 || version > kVersion)
-    throw Error(ErrorKind::checkpoint, meta_path.string() + ": checkpoint version " +
-                                           info.meta.value("version", nlohmann::json()).dump() +
+  const auto& version = info.meta.contains("version") ? info.meta["version"] : nlohmann::json();
+  if (!version.is_number_integer() || version.get<std::int64_t>() < 1 || version.get<std::int64_t>() > kVersion)
+    throw Error(ErrorKind::checkpoint, meta_path.string() + ": checkpoint version " + version.dump() +
                                            " is not supported by this build (it reads versions 1 and 2)");
   info.path = path;
-  info.tag = info.meta.value("tag", fs::path(path).filename().string());
-  info.step = info.meta.value("step", std::int64_t{0});
+  // Typed reads (io::json_int: a float such as 1e56 is refused, not cast).
+  info.step = io::json_int(info.meta, "step", 0, 0, std::numeric_limits<std::int64_t>::max(), meta_path.string(),
+                           ErrorKind::checkpoint);
+  const auto& tag = info.meta.contains("tag") ? info.meta["tag"] : nlohmann::json();
+  if (!tag.is_null() && !tag.is_string())
+    throw Error(ErrorKind::checkpoint, meta_path.string() + ": tag: expected a string, found " + tag.dump());
+  info.tag = tag.is_string() ? tag.get<std::string>() : fs::path(path).filename().string();
   info.bytes = folder_bytes(path);
   return info;
 }

@@ -1,5 +1,7 @@
 #include "checkpoint/checkpoint_meta.h"
 
+#include <type_traits>
+
 #include "core/error.h"
 
 namespace zs::checkpoint {
@@ -42,9 +44,21 @@ CheckpointMeta CheckpointMeta::from_json(const json& j, const std::string& where
   CheckpointMeta m;
   const char* key = "";
   // Each key read through `get` (its default where older checkpoints lack it), so an error names it.
+  auto refuse = [&](const json& v) {
+    throw Error(ErrorKind::checkpoint, where + ": meta.json key '" + key + "' is not what ZeroStudio wrote (expected an "
+                                           "integer, found " + v.dump() + "); resume from another checkpoint");
+  };
   auto get = [&](const char* k, auto fallback) {
     key = k;
+    using T = decltype(fallback);
+    // An integer key holds an integer: nlohmann would cast a float such as 1e56 (undefined behaviour).
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+      if (j.contains(k) && !j[k].is_null() && !j[k].is_number_integer()) refuse(j[k]);
     return j.value(k, fallback);
+  };
+  auto integer = [&](const json& v) {
+    if (!v.is_number_integer()) refuse(v);
+    return v.get<std::int64_t>();
   };
   auto has = [&](const char* k) {
     key = k;
@@ -54,11 +68,11 @@ CheckpointMeta CheckpointMeta::from_json(const json& j, const std::string& where
     m.step = get("step", std::int64_t{0});
     m.optimizer_steps = get("optimizer_steps", m.step);
     m.batches_consumed = get("batches_consumed", std::int64_t{0});
-    if (has("samples_seen")) m.samples_seen = j[key].get<std::int64_t>();
+    if (has("samples_seen")) m.samples_seen = integer(j[key]);
     m.epoch = get("epoch", 0.0);
     m.loss = get("loss", 0.0);
     m.smoothed_loss = get("smoothed_loss", 0.0);
-    if (has("smoothed_state")) m.smoothed_state = {j[key].at(0).get<double>(), j[key].at(1).get<std::int64_t>()};
+    if (has("smoothed_state")) m.smoothed_state = {j[key].at(0).get<double>(), integer(j[key].at(1))};
     if (has("val_loss")) m.val_loss = j[key].get<double>();
     if (has("previous_grad_norm")) m.previous_grad_norm = j[key].get<double>();
     m.val_loss_step = get("val_loss_step", std::int64_t{-1});

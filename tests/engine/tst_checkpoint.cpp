@@ -8,6 +8,7 @@
 #include <set>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_meta.h"
 #include "checkpoint/export.h"
 #include "checkpoint/sharded_state.h"
 #include "models/sd/single_file_names.h"
@@ -296,6 +297,41 @@ class TestCheckpoint : public QObject {
       ++checked;
     }
     QCOMPARE(st.entries().size(), checked);
+  }
+
+  // A meta.json whose values are not what ZeroStudio writes is refused naming the key: a float
+  // for an integer was cast by nlohmann (1e56: undefined behaviour), a number for a string was
+  // "unexpected failure".
+  void damagedMetaIsNamed_data() {
+    QTest::addColumn<QString>("meta");
+    QTest::addColumn<QString>("expected");
+    const QString f = R"("format": "zerostudio-checkpoint")";
+    QTest::newRow("step 1e56") << "{" + f + R"(, "version": 2, "step": 1e56})"
+                               << "meta.json: step: expected an integer from 0 to 9223372036854775807, found 1e+56";
+    QTest::newRow("version 2.5") << "{" + f + R"(, "version": 2.5})" << "meta.json: checkpoint version 2.5 is not supported";
+    QTest::newRow("format a number") << R"({"format": 7, "version": 2})" << "meta.json: not a ZeroStudio checkpoint";
+    QTest::newRow("tag a number") << "{" + f + R"(, "version": 2, "tag": 5})" << "meta.json: tag: expected a string, found 5";
+  }
+  void damagedMetaIsNamed() {
+    QFETCH(QString, meta);
+    QFETCH(QString, expected);
+    QTemporaryDir dir;
+    io::write_file_atomic((dir.path() + "/meta.json").toStdString(), meta.toStdString());
+    try {
+      checkpoint::open_checkpoint(dir.path().toStdString());
+      QFAIL("a damaged meta.json was read");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).startsWith(dir.path() + "/" + expected), e.what());
+    }
+  }
+  void damagedMetaKeysAreNamed() {
+    try {
+      checkpoint::CheckpointMeta::from_json(nlohmann::json::parse(R"({"step": 3, "batches_consumed": 1e56})"), "C");
+      QFAIL("1e56 batches were read");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).startsWith("C: meta.json key 'batches_consumed' is not what ZeroStudio wrote (expected an "
+                                            "integer, found 1e+56)"), e.what());
+    }
   }
 
   void verifyNamesDamagedFiles() {
