@@ -97,12 +97,18 @@ std::vector<std::string> verify_checkpoint(const CheckpointInfo& info) {
       problems.push_back(path + ": missing");
       continue;
     }
-    if (static_cast<std::int64_t>(size) != want.value("bytes", std::int64_t{-1})) {
-      problems.push_back(path + ": " + std::to_string(size) + " bytes, the checkpoint recorded " +
-                         std::to_string(want.value("bytes", std::int64_t{-1})) + " (truncated?)");
+    // Typed reads: a value that is no integer is a damaged meta.json, named (not cast or thrown as "unexpected").
+    const std::string entry = (fs::path(info.path) / "meta.json").string() + ": files: " + name;
+    const std::int64_t bytes = io::json_int(want, "bytes", -1, -1, std::numeric_limits<std::int64_t>::max(), entry,
+                                            ErrorKind::checkpoint);
+    if (static_cast<std::int64_t>(size) != bytes) {
+      problems.push_back(path + ": " + std::to_string(size) + " bytes, the checkpoint recorded " + std::to_string(bytes) +
+                         " (truncated?)");
       continue;
     }
-    if (file_crc32(path) != want.value("crc32", std::uint32_t{0})) problems.push_back(path + ": checksum mismatch (corrupt)");
+    const auto crc = static_cast<std::uint32_t>(
+        io::json_int(want, "crc32", 0, 0, std::numeric_limits<std::uint32_t>::max(), entry, ErrorKind::checkpoint));
+    if (file_crc32(path) != crc) problems.push_back(path + ": checksum mismatch (corrupt)");
   }
   return problems;
 }

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/json_file.h"
 
 namespace zs::models {
 
@@ -52,14 +53,16 @@ WordTokenizer WordTokenizer::load(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::io, path + ": not a valid tokenizer file: " + e.what());
   }
-  if (!j.is_object() || j.value("format", "") != kFormat)
+  if (!j.is_object() || !j.contains("format") || j["format"] != kFormat)
     throw Error(ErrorKind::io, path + ": not a ZeroStudio word tokenizer (format \"" + std::string(kFormat) + "\")");
-  if (j.value("version", 0) != 1)
-    throw Error(ErrorKind::io, path + ": tokenizer version " + j.value("version", nlohmann::json()).dump() +
-                                   " is not supported (this build reads version 1)");
+  const nlohmann::json version = j.contains("version") ? j["version"] : nlohmann::json();
+  if (!version.is_number_integer() || version.get<std::int64_t>() != 1)
+    throw Error(ErrorKind::io, path + ": tokenizer version " + version.dump() + " is not supported (this build reads version 1)");
   WordTokenizer tok;
+  if (!j.contains("max_length")) throw Error(ErrorKind::io, path + ": max_length is missing");
+  // Bounded before encode() allocates that many ids (issue 59 item 2); an integer, not a cast float.
+  tok.max_length_ = io::json_int(j, "max_length", 0, 2, io::kMaxConfigCount, path);
   try {
-    tok.max_length_ = j.at("max_length").get<std::int64_t>();
     tok.vocab_ = j.at("vocab").get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::io, path + ": " + e.what());

@@ -136,6 +136,23 @@ class TestTextEncoder : public QObject {
     } catch (const zs::Error& e) {
       QVERIFY2(QString(e.what()).contains("tokenizer.json: not a ZeroStudio word tokenizer"), e.what());
     }
+    // A format that is no string, a float version, and a max_length that encode() would allocate
+    // (1e12 ids) or that is a float: each refused naming the file (issue 59 items 2 and 7).
+    const std::string ok = R"("format": "zerostudio-word-tokenizer", "vocab": ["<bos>", "<eos>", "<unk>"])";
+    const std::vector<std::pair<std::string, std::string>> bad = {
+        {R"({"format": 5})", "not a ZeroStudio word tokenizer"},
+        {"{" + ok + R"(, "version": 1.5, "max_length": 8})", "tokenizer version 1.5 is not supported"},
+        {"{" + ok + R"(, "version": 1, "max_length": 1000000000000})", "max_length: expected an integer from 2 to 16777216"},
+        {"{" + ok + R"(, "version": 1, "max_length": 8.5})", "max_length: expected an integer from 2 to 16777216, found 8.5"}};
+    for (const auto& [text, want] : bad) {
+      zs::io::write_file_atomic(path, text);
+      try {
+        WordTokenizer::load(path);
+        QFAIL(text.c_str());
+      } catch (const zs::Error& e) {
+        QVERIFY2(QString(e.what()).contains(QString::fromStdString(want)), e.what());
+      }
+    }
   }
 
   void tinyEncoderPoolsAtTheEndToken() {
