@@ -8,6 +8,7 @@
 
 #include <zlib.h>
 
+#include "checkpoint/checkpoint_meta.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "io/atomic_file.h"
@@ -145,6 +146,9 @@ CheckpointInfo open_checkpoint(const std::string& given) {
   if (!tag.is_null() && !tag.is_string())
     throw Error(ErrorKind::checkpoint, meta_path.string() + ": tag: expected a string, found " + tag.dump());
   info.tag = tag.is_string() ? tag.get<std::string>() : fs::path(path).filename().string();
+  // Every other key typed too (CheckpointMeta::from_json names the first one that is not what
+  // ZeroStudio wrote), so `checkpoint list`, the browser and the exports read checked values.
+  (void)CheckpointMeta::from_json(info.meta, path);
   info.bytes = folder_bytes(path);
   return info;
 }

@@ -88,7 +88,8 @@ CheckpointMeta CheckpointMeta::from_json(const json& j, const std::string& where
     if (has("base_model")) m.base_model = j[key];
     if (has("lora")) {
       const json& l = j[key];
-      m.lora = LoraMeta{l.value("rank", std::int64_t{0}), l.value("alpha", 0.0), l.value("unet", false),
+      key = "lora";
+      m.lora = LoraMeta{l.contains("rank") ? integer(l["rank"]) : 0, l.value("alpha", 0.0), l.value("unet", false),
                         l.value("text_encoders", false), l.value("dropout", 0.0)};
     }
     if (has("loss_scaler")) {

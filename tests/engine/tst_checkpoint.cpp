@@ -325,6 +325,16 @@ class TestCheckpoint : public QObject {
     }
   }
   void damagedMetaKeysAreNamed() {
+    // At open: every key is typed, so `checkpoint list` and the browser never meet a string loss.
+    QTemporaryDir dir;
+    io::write_file_atomic((dir.path() + "/meta.json").toStdString(),
+                          R"({"format": "zerostudio-checkpoint", "version": 2, "step": 4, "loss": "low"})");
+    try {
+      checkpoint::open_checkpoint(dir.path().toStdString());
+      QFAIL("a string loss was read");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).startsWith(dir.path() + ": meta.json key 'loss' is not what ZeroStudio wrote"), e.what());
+    }
     try {
       checkpoint::CheckpointMeta::from_json(nlohmann::json::parse(R"({"step": 3, "batches_consumed": 1e56})"), "C");
       QFAIL("1e56 batches were read");
