@@ -81,27 +81,6 @@ FluxConfig transformer_config(const config::TrainerConfig& cfg) {
   return c;
 }
 
-// The full-size frozen parts' counts (the configs' defaults) never change: they are counted once a
-// process. Their skeletons are big even as meta tensors (LibTorch 1.13 reserves untouched memory
-// for each: ~19 GB for T5-XXL), and the wizard's live estimate asks for the shape at every edit.
-struct FrozenCounts {
-  std::int64_t vae = 0, t5 = 0, t5_piece = 0;
-};
-const FrozenCounts& frozen_counts() {
-  static const FrozenCounts counts = [] {
-    const MetaTensorScope meta;
-    FrozenCounts f;
-    f.vae = parameter_count(*AutoencoderKL(flux_vae_config()));
-    // T5 v1.1 XXL's encoder (the config's defaults): counted, never trained.
-    const T5EncoderModel t5(T5Config{});
-    f.t5 = parameter_count(*t5);
-    f.t5_piece = parameter_count(*t5->shared);
-    for (const auto& block : *t5->encoder->block) f.t5_piece = std::max(f.t5_piece, parameter_count(*block));
-    return f;
-  }();
-  return counts;
-}
-
 }  // namespace
 
 const ModelFamily& flux_family() {
@@ -227,16 +206,17 @@ estimate::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
     m.latent_factor = 2;  // pixels, packed 2×2 into the tokens
     m.context_tokens = tc.max_position_embeddings;
   } else {
-    {
-      const MetaTensorScope meta;
-      describe_units(*FluxTransformer2DModel(c));
-    }
-    const FrozenCounts& frozen = frozen_counts();
-    const std::int64_t vae_parameters = frozen.vae;
-    const std::int64_t t5_parameters = frozen.t5;
+    const MetaTensorScope meta;
+    describe_units(*FluxTransformer2DModel(c));
+    const std::int64_t vae_parameters = parameter_count(*AutoencoderKL(flux_vae_config()));
+    // T5 v1.1 XXL's encoder (the config's defaults): counted, never trained.
+    const T5EncoderModel t5(T5Config{});
+    const std::int64_t t5_parameters = parameter_count(*t5);
     // On a GPU it streams block by block (FluxModel::encode): the device holds one piece at a time.
     m.frozen_streamed_parameters = t5_parameters;
-    m.frozen_streamed_piece = frozen.t5_piece;
+    m.frozen_streamed_piece = parameter_count(*t5->shared);
+    for (const auto& block : *t5->encoder->block)
+      m.frozen_streamed_piece = std::max(m.frozen_streamed_piece, parameter_count(*block));
     // CLIP-L (the config's defaults), which LoRA may train.
     const estimate::UnitShape text =
         estimate::clip_text_encoder_shape("text_encoder", ClipTextConfig{}, lora_text, cfg.lora.rank);

@@ -57,33 +57,6 @@ QwenImageConfig transformer_config(const config::TrainerConfig& cfg) {
   return QwenImageConfig{};
 }
 
-// The full-size frozen parts' counts (the configs' defaults) never change: they are counted once a
-// process. Their skeletons are big even as meta tensors (LibTorch 1.13 reserves untouched memory
-// for each: ~30 GB for Qwen2.5-VL-7B), and the wizard's live estimate asks for the shape at every edit.
-struct FrozenCounts {
-  std::int64_t vae = 0, text = 0, text_piece = 0;
-};
-const FrozenCounts& frozen_counts() {
-  static const FrozenCounts counts = [] {
-    const MetaTensorScope meta;
-    FrozenCounts f;
-    f.vae = parameter_count(*QwenVae(QwenVaeConfig{}));
-    // Qwen2.5-VL-7B's language model: counted, never trained; on a GPU it streams layer by layer
-    // (QwenImageModel::encode_one), so the device holds one piece at a time.
-    const QwenTextModel text(QwenTextConfig{});
-    f.text = parameter_count(*text);
-    // The largest piece: the embedding, or one decoder layer ("…layers.N").
-    for (const auto& child : text->named_modules("", false)) {
-      const std::string& k = child.key();
-      const auto at = k.rfind("layers.");
-      const bool layer = at != std::string::npos && k.find('.', at + 7) == std::string::npos;
-      if (layer || k.ends_with("embed_tokens")) f.text_piece = std::max(f.text_piece, parameter_count(*child.value()));
-    }
-    return f;
-  }();
-  return counts;
-}
-
 }  // namespace
 
 const ModelFamily& qwen_image_family() {
@@ -174,15 +147,22 @@ estimate::ModelShape QwenImageFamily::shape(const config::TrainerConfig& cfg) co
     m.latent_factor = 2;  // pixels, packed 2×2 into the tokens
     m.context_tokens = tc.max_position_embeddings;
   } else {
-    {
-      const MetaTensorScope meta;
-      describe_units(*QwenImageTransformer2DModel(c));
-    }
-    const FrozenCounts& frozen = frozen_counts();
-    const std::int64_t vae_parameters = frozen.vae;
-    const std::int64_t text_parameters = frozen.text;
+    const MetaTensorScope meta;
+    describe_units(*QwenImageTransformer2DModel(c));
+    const std::int64_t vae_parameters = parameter_count(*QwenVae(QwenVaeConfig{}));
+    // Qwen2.5-VL-7B's language model: counted, never trained; on a GPU it streams layer by layer
+    // (QwenImageModel::encode_one), so the device holds one piece at a time.
+    const QwenTextModel text(QwenTextConfig{});
+    const std::int64_t text_parameters = parameter_count(*text);
     m.frozen_streamed_parameters = text_parameters;
-    m.frozen_streamed_piece = frozen.text_piece;
+    // The largest piece: the embedding, or one decoder layer ("…layers.N").
+    for (const auto& child : text->named_modules("", false)) {
+      const std::string& k = child.key();
+      const auto at = k.rfind("layers.");
+      const bool layer = at != std::string::npos && k.find('.', at + 7) == std::string::npos;
+      if (layer || k.ends_with("embed_tokens"))
+        m.frozen_streamed_piece = std::max(m.frozen_streamed_piece, parameter_count(*child.value()));
+    }
     m.frozen_parameters = vae_parameters + text_parameters;
     m.frozen_on_demand = true;  // QwenImageModel::text_model(), vae_model()
     m.latent_factor = 16;  // 8 (VAE) × 2 (packing): one token per 16×16 pixels
