@@ -9,9 +9,9 @@
 
 #include "arg_parser.h"
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/export.h"
 #include "commands.h"
 #include "core/error.h"
+#include "train/checkpoint_export.h"
 #include "train/tensorboard.h"
 
 namespace zs::cli {
@@ -160,7 +160,7 @@ int run_export_command(const std::vector<std::string>& args) {
   o.dtype = export_dtype(a.get("dtype", lora_file ? "fp16" : "fp32"));
   o.ema = a.has("ema");
   o.progress = export_progress("exporting");
-  const auto r = checkpoint::export_checkpoint(a.positional()[0], a.get("output"), o);
+  const auto r = train::export_checkpoint(a.positional()[0], a.get("output"), o);
   for (const auto& f : r.files) std::printf("wrote %s\n", f.c_str());
   for (const auto& n : r.notes) std::printf("note: %s\n", n.c_str());
   std::printf("%zu tensors, %.1f MB\n", r.tensors, static_cast<double>(r.bytes) / 1e6);

@@ -5,12 +5,13 @@
 
 #include "arg_parser.h"
 #include "commands.h"
-#include "config/config_loader.h"
 #include "config/builtin_configs.h"
+#include "config/config_loader.h"
 #include "config/config_writer.h"
 #include "config/setup_questions.h"
+#include "core/text.h"
 #include "estimate/memory_estimator.h"
-#include "estimate/model_shape.h"
+#include "models/model_shape.h"
 
 namespace zs::cli {
 namespace {
@@ -135,11 +136,11 @@ int run_config_init(const std::vector<std::string>& args) {
     print_warnings(result.warnings);
     if (result.loaded) {
       const auto& cfg = result.loaded->config;
-      const auto shape = estimate::model_shape(cfg);
+      const auto shape = models::model_shape(cfg);
       const auto e = estimate::estimate_memory(shape, estimate::options_from_config(cfg));
-      out << "\nMemory per process: device " << estimate::format_bytes(e.gpu.total()) << ", CPU "
-          << estimate::format_bytes(e.cpu.total());
-      if (e.nvme > 0) out << ", NVMe " << estimate::format_bytes(e.nvme);
+      out << "\nMemory per process: device " << format_bytes(e.gpu.total()) << ", CPU "
+          << format_bytes(e.cpu.total());
+      if (e.nvme > 0) out << ", NVMe " << format_bytes(e.nvme);
       out << " (zerostudio estimate FILE --gpu-memory SIZE compares it with a card)\n";
       const std::string path = a.get("output", "zerostudio.yaml");
       config::save_config(cfg, path);

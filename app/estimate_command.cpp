@@ -43,7 +43,7 @@ int run_estimate_command(const std::vector<std::string>& args) {
   if (a.has("num_processes")) sets.push_back("launch.num_processes=" + std::to_string(a.get_int("num_processes", 1, 1)));
   const config::LoadedConfig loaded = config::load_config_file(a.positional()[0], sets);
   print_warnings(loaded.warnings);
-  const auto model = estimate::model_shape(loaded.config);
+  const auto model = models::model_shape(loaded.config);
   estimate::EstimateOptions o = estimate::options_from_config(loaded.config);
   o.gpu_memory = a.has("gpu_memory") ? estimate::parse_bytes(a.get("gpu_memory"))
                                      : (loaded.config.launch.use_cpu ? 0 : gpu_total_bytes(0));

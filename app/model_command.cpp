@@ -11,12 +11,13 @@
 
 #include "arg_parser.h"
 #include "checkpoint/export.h"
-#include "models/sd/sd_export.h"
 #include "commands.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "estimate/memory_estimator.h"
-#include "config/trainer_config.h"
 #include "models/model_family.h"
+#include "models/sd/sd_export.h"
+#include "settings/trainer_config.h"
 
 namespace zs::cli {
 namespace {
@@ -97,7 +98,7 @@ int convert(const ParsedArgs& a) {
   o.dtype = export_dtype(a.get("dtype", "fp32"));
   o.progress = export_progress("converting");
   const auto r = checkpoint::convert_to_single_file(a.positional()[0], a.get("output"), o);
-  std::cout << "wrote " << a.get("output") << " (" << r.tensors << " tensors, " << estimate::format_bytes(r.bytes) << ")\n";
+  std::cout << "wrote " << a.get("output") << " (" << r.tensors << " tensors, " << format_bytes(r.bytes) << ")\n";
   return 0;
 }
 

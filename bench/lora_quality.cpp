@@ -23,14 +23,14 @@
 #include <ATen/ATen.h>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/export.h"
-#include "models/sd/lora_file.h"
 #include "config/config_loader.h"
 #include "data/shapes.h"
 #include "io/atomic_file.h"
 #include "io/image.h"
-#include "models/sd/diffusion_model.h"
 #include "models/lora.h"
+#include "models/sd/diffusion_model.h"
+#include "models/sd/lora_file.h"
+#include "train/checkpoint_export.h"
 #include "train/image_logger.h"
 #include "train/trainer.h"
 
@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
     io::remove_tree(base_model, ec);
     checkpoint::ExportOptions eo;
     eo.format = "diffusers";
-    checkpoint::export_checkpoint(last_checkpoint(base_run), base_model, eo);
+    train::export_checkpoint(last_checkpoint(base_run), base_model, eo);
 
     // 2. The LoRA run on cyan shapes (and the old colours), from the base.
     const std::string data_dir = work + "/lora_data", lora_run = work + "/lora_run";
@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
     checkpoint::ExportOptions lo;
     lo.format = "lora-diffusers";
     lo.dtype = at::kFloat;
-    checkpoint::export_checkpoint(last_checkpoint(lora_run), lora_file, lo);
+    train::export_checkpoint(last_checkpoint(lora_run), lora_file, lo);
     auto model = models::DiffusionModel::load_folder(base_model);
     model.train(false);
     const std::size_t adapted = checkpoint::read_lora_file(

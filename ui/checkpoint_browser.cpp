@@ -1,6 +1,6 @@
 // Engine headers first (LibTorch's before Qt's macros).
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/export.h"
+#include "train/checkpoint_export.h"
 
 #include "checkpoint_browser.h"
 
@@ -204,7 +204,7 @@ QString CheckpointBrowser::exportCheckpoint(int row, const QString& format, cons
   const std::string ckpt = m_paths.value(row).toStdString(), target = out.toStdString();
   QThread* thread = QThread::create([o, ckpt, target, shared] {
     try {
-      checkpoint::export_checkpoint(ckpt, target, o);
+      train::export_checkpoint(ckpt, target, o);
     } catch (const std::exception& e) {
       *shared = QString::fromUtf8(e.what());
     }

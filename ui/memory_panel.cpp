@@ -11,11 +11,12 @@
 #include <algorithm>
 
 #include "core/memory.h"
+#include "core/text.h"
 
 namespace zs::ui {
 namespace {
 
-QString bytesText(qint64 bytes) { return QString::fromStdString(estimate::format_bytes(bytes)); }
+QString bytesText(qint64 bytes) { return QString::fromStdString(format_bytes(bytes)); }
 
 /// Bars count MiB so that 80 GB cards stay inside an int.
 int mib(qint64 bytes) { return static_cast<int>(bytes >> 20); }

@@ -396,11 +396,11 @@ void SetupWizard::refresh() {
   }
 }
 
-const estimate::ModelShape* SetupWizard::shapeOf(const config::TrainerConfig& cfg, QString* error) {
+const models::ModelShape* SetupWizard::shapeOf(const config::TrainerConfig& cfg, QString* error) {
   // Keyed by all that the shape depends on: LoRA's rank and targets and the text encoders'
   // training change it, so the model page's shape (full training) is never taken for a LoRA
   // estimate's, nor the other way round.
-  const std::string key = estimate::model_shape_key(cfg);
+  const std::string key = models::model_shape_key(cfg);
   if (const auto it = m_shapes.find(key); it != m_shapes.end()) return &it->second;
   if (const auto e = m_shapeErrors.find(key); e != m_shapeErrors.end()) {
     *error = e->second;
@@ -409,7 +409,7 @@ const estimate::ModelShape* SetupWizard::shapeOf(const config::TrainerConfig& cf
   if (m_shapesAsked.insert(key).second)
     postWork([this, key, cfg]() -> std::function<void()> {
       try {
-        auto shape = std::make_shared<estimate::ModelShape>(estimate::model_shape(cfg));
+        auto shape = std::make_shared<models::ModelShape>(models::model_shape(cfg));
         return [this, key, shape] {
           m_shapesAsked.erase(key);
           m_shapes.emplace(key, std::move(*shape));
@@ -451,13 +451,13 @@ void SetupWizard::updateModelInfo() {
       c.model.preset = key;
     }
     QString error;
-    const estimate::ModelShape* shape = shapeOf(c, &error);  // the model alone, as fully trained
+    const models::ModelShape* shape = shapeOf(c, &error);  // the model alone, as fully trained
     if (!shape) {
       m_modelInfo->setText(error.isEmpty() ? tr("Reading the model...")
                                            : tr("<span style='color:#c0392b'>%1</span>").arg(error.toHtmlEscaped()));
       return;
     }
-    const estimate::ModelShape& m = *shape;
+    const models::ModelShape& m = *shape;
     QString text = tr("%1 trainable parameters (%2 units)")
                        .arg(QLocale().toString(static_cast<qlonglong>(m.trainable_parameters())))
                        .arg(m.units.size());
@@ -532,7 +532,7 @@ void SetupWizard::updateMemory() {
   const auto& cfg = m_result->config;
   try {
     QString error;
-    const estimate::ModelShape* shape = shapeOf(cfg, &error);
+    const models::ModelShape* shape = shapeOf(cfg, &error);
     if (!shape) {
       m_fastest.reset();  // the last model's: never applied to this one
       m_memory->showUnavailable(error.isEmpty() ? tr("Reading the model...") : error);

@@ -19,7 +19,7 @@
 
 #include "config/setup_questions.h"
 #include "estimate/fastest_fitting.h"
-#include "estimate/model_shape.h"
+#include "models/model_shape.h"
 
 class QLabel;
 class QListWidget;
@@ -98,10 +98,10 @@ class SetupWizard : public QWizard {
   void showAnswers();  // answers -> widgets (signals blocked)
   void refresh();      // validation, visibility, problems, model/dataset info, memory panel
   void updateChoices();  // choice lists that follow the answers (config::question_choices)
-  /// The shape of `cfg`'s model as it trains (m_shapes caches it by estimate::model_shape_key),
+  /// The shape of `cfg`'s model as it trains (m_shapes caches it by models::model_shape_key),
   /// or nullptr while it is computed off the GUI thread (model info and the memory panel update
   /// when it arrives) or when that failed (`error` says why).
-  const estimate::ModelShape* shapeOf(const config::TrainerConfig& cfg, QString* error);
+  const models::ModelShape* shapeOf(const config::TrainerConfig& cfg, QString* error);
   /// Runs `job` on the work thread; the function it returns runs on the GUI thread afterwards.
   void postWork(std::function<std::function<void()>()> job);
   void updateModelInfo();
@@ -124,7 +124,7 @@ class SetupWizard : public QWizard {
   std::map<std::string, QWidget*> m_rows;          ///< by question id: the form row's field
   std::map<std::string, QWidget*> m_helpRows;      ///< by question id: its help line
   std::map<std::string, QuestionPage*> m_pages;    ///< by page id
-  std::map<std::string, estimate::ModelShape> m_shapes;  ///< model shapes by estimate::model_shape_key
+  std::map<std::string, models::ModelShape> m_shapes;  ///< model shapes by models::model_shape_key
   std::map<std::string, QString> m_shapeErrors;          ///< why a shape could not be read (until the next refresh)
   std::set<std::string> m_shapesAsked;                   ///< keys being computed
   QThread m_workThread;                                  ///< builds shapes and scans datasets

@@ -1,6 +1,7 @@
 #pragma once
-// Export of a sharded checkpoint for other tools, consolidated one tensor at a time: memory
-// holds the largest tensor (and its converted copy), never the whole model.
+// What an export of a sharded checkpoint asks for and returns (train/checkpoint_export.h runs it
+// through the run's model family). Exports are consolidated one tensor at a time: memory holds
+// the largest tensor (and its converted copy), never the whole model.
 // The layouts are the model family's (SD's: models/sd/sd_export.cpp):
 //   safetensors: one file with the UNet under diffusers' names and __metadata__ (format, step,
 //                config hash, which weights).
@@ -48,10 +49,5 @@ struct ExportResult {
   std::size_t tensors = 0;
   std::int64_t bytes = 0;
 };
-
-/// Exports checkpoint folder `checkpoint` to `out` (a file for safetensors, a folder for
-/// diffusers) through the family of the run that saved it (models::ModelFamily::export_checkpoint). Throws zs::Error naming the checkpoint or the output on any problem (no EMA in
-/// the checkpoint, an unknown format, an existing output folder that is not empty).
-ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out, const ExportOptions& options);
 
 }  // namespace zs::checkpoint

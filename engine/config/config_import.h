@@ -9,7 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "config/config_loader.h"
-#include "config/value.h"
+#include "settings/value.h"
 
 namespace zs::config {
 

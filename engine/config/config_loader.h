@@ -9,7 +9,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "config/problem.h"
-#include "config/trainer_config.h"
+#include "settings/trainer_config.h"
 
 namespace zs::config {
 

@@ -6,9 +6,9 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "config/trainer_config.h"
 #include "core/error.h"
 #include "models/model_family.h"
+#include "settings/trainer_config.h"
 
 namespace zs::config {
 namespace {

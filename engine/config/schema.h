@@ -8,8 +8,8 @@
 #include <string_view>
 #include <vector>
 
-#include "config/trainer_config.h"
-#include "config/value.h"
+#include "settings/trainer_config.h"
+#include "settings/value.h"
 
 namespace zs::config {
 

@@ -13,9 +13,9 @@
 #include "config/config_writer.h"
 #include "config/family_defaults.h"
 #include "config/schema.h"
-#include "config/trainer_config.h"
 #include "core/error.h"
 #include "models/model_family.h"
+#include "settings/trainer_config.h"
 
 namespace zs::config {
 namespace {

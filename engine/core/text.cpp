@@ -1,5 +1,8 @@
 #include "core/text.h"
 
+#include <cmath>
+#include <cstdio>
+
 namespace zs {
 
 namespace {
@@ -54,6 +57,20 @@ std::string printable(std::string_view text) {
 std::string without_trailing_slash(std::string_view path) {
   while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
   return std::string(path);
+}
+
+std::string format_bytes(std::int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int i = 0;
+  while (std::abs(v) >= 1024 && i < 4) {
+    v /= 1024;
+    ++i;
+  }
+  char buf[32];
+  if (i == 0) std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[i]);
+  return buf;
 }
 
 }  // namespace zs

@@ -1,6 +1,7 @@
 #pragma once
 // Small text helpers for what users type and what messages print.
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -14,5 +15,8 @@ std::string printable(std::string_view text);
 /// A path without trailing separators, as shell completion writes folders ("runs/x/" ->
 /// "runs/x"); "/" stays "/", and "" stays "".
 std::string without_trailing_slash(std::string_view path);
+
+/// A byte count for people: "13.1 GiB", "512.0 MiB", "0 B" (binary units, one decimal).
+std::string format_bytes(std::int64_t bytes);
 
 }  // namespace zs

@@ -9,11 +9,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "config/trainer_config.h"
+#include "config/zero_settings.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "models/attention_options.h"
 #include "models/model_family.h"
-#include "train/optimizer_setup.h"
+#include "settings/trainer_config.h"
 
 namespace zs::estimate {
 namespace {
@@ -610,8 +611,8 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   o.text_training = trained.text;
   o.world_size = static_cast<int>(cfg.launch.num_processes);
   o.processes_per_machine = static_cast<int>(std::max<int64_t>(cfg.launch.num_processes / std::max<int64_t>(cfg.launch.num_machines, 1), 1));
-  // The ZeRO settings as the trainer builds them (train::zero_options): one reading of the config.
-  const zero::ZeroOptions zo = train::zero_options(cfg);
+  // The ZeRO settings as the trainer builds them (config::zero_options): one reading of the config.
+  const zero::ZeroOptions zo = config::zero_options(cfg);
   o.stage = zo.stage;
   o.offload_optimizer = zo.offload_optimizer;
   o.offload_param = zo.offload_param;
@@ -669,20 +670,6 @@ int64_t parse_bytes(const std::string& text) {
   if (used == 0 || scale == 0 || value < 0)
     throw Error(ErrorKind::config, "\"" + text + "\" is not a memory size: write e.g. 24GiB, 24GB, 16G or 25769803776");
   return static_cast<int64_t>(std::llround(value * scale));
-}
-
-std::string format_bytes(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int i = 0;
-  while (std::abs(v) >= 1024 && i < 4) {
-    v /= 1024;
-    ++i;
-  }
-  char buf[32];
-  if (i == 0) std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[i]);
-  return buf;
 }
 
 namespace {

@@ -11,9 +11,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "estimate/model_shape.h"
 #include "models/attention_options.h"
 #include "models/model_family.h"
+#include "models/model_shape.h"
 #include "zero/zero_plan.h"
 
 namespace zs::config {
@@ -23,6 +23,10 @@ struct TrainerConfig;
 namespace zs::estimate {
 
 using Offload = zero::Offload;
+// The model's shape is the family's (models/model_shape.h); the estimator reads it.
+using models::ModelShape;
+using models::UnitKind;
+using models::UnitShape;
 
 /// Everything the estimate depends on (the config's values, or the wizard's current answers).
 struct EstimateOptions {
@@ -170,8 +174,6 @@ using zero::offload_from_name;
 using zero::offload_name;
 /// "24GiB", "24 GB", "24G", "80e9", "25769803776": bytes; throws zs::Error(config) otherwise.
 std::int64_t parse_bytes(const std::string& text);
-/// "13.1 GiB", "512.0 MiB", "0 B".
-std::string format_bytes(std::int64_t bytes);
 
 /// The JSON object `zerostudio estimate --json` prints (sizes in bytes per process).
 nlohmann::json to_json(const MemoryEstimate& estimate);

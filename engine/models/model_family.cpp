@@ -3,12 +3,12 @@
 #include <filesystem>
 #include <ostream>
 
-#include "config/trainer_config.h"
 #include "core/error.h"
-#include "estimate/model_shape.h"
 #include "models/flux/flux_family.h"
+#include "models/model_shape.h"
 #include "models/qwen_image/qwen_image_family.h"
 #include "models/sd/sd_family.h"
+#include "settings/trainer_config.h"
 
 namespace zs::models {
 
@@ -122,7 +122,7 @@ std::vector<RosterUnit> unit_roster(const RosterParts& parts, const TrainedParts
   return out;
 }
 
-RosterParts roster_parts(const estimate::ModelShape& m) {
+RosterParts roster_parts(const models::ModelShape& m) {
   RosterParts parts;
   for (const auto& u : m.units) parts.denoiser.emplace_back(u.name, u.parameters);
   parts.denoiser_adapters = m.lora_denoiser_parameters;

@@ -17,9 +17,6 @@
 namespace zs::config {
 struct TrainerConfig;
 }
-namespace zs::estimate {
-struct ModelShape;
-}
 namespace zs::checkpoint {
 struct CheckpointInfo;
 struct ExportOptions;
@@ -28,6 +25,7 @@ struct ExportResult;
 
 namespace zs::models {
 
+struct ModelShape;
 class TrainableModel;
 
 /// How the text encoders train.
@@ -70,7 +68,7 @@ struct RosterParts {
 
 /// The roster's parts of a model as the estimator describes it (its shape's units, text encoders
 /// and adapter counts).
-RosterParts roster_parts(const estimate::ModelShape& shape);
+RosterParts roster_parts(const models::ModelShape& shape);
 
 /// The optimizer's unit name of a text encoder's LoRA adapters ("lora_<component>").
 std::string text_adapter_unit(const std::string& component);
@@ -120,7 +118,7 @@ class ModelFamily {
   }
   /// The estimator's description of the config's model (no weights allocated). Throws zs::Error
   /// naming the file when the model's config cannot be read.
-  virtual estimate::ModelShape shape(const config::TrainerConfig& cfg) const = 0;
+  virtual models::ModelShape shape(const config::TrainerConfig& cfg) const = 0;
   /// The model a run of `cfg` starts from (no checkpoint): model.path's weights, or the preset's
   /// built from the seed (the tiny preset's vocabulary from `captions`). With `on_unit`, denoiser
   /// units are handed over as they are built (ZeRO-3's sharded init). Throws zs::Error naming the

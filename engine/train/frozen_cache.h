@@ -11,7 +11,7 @@
 
 #include <c10/core/Device.h>
 
-#include "config/trainer_config.h"
+#include "settings/trainer_config.h"
 
 namespace zs::data {
 class DataLoader;

@@ -9,9 +9,9 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "config/trainer_config.h"
 #include "io/image.h"
 #include "models/trainable_model.h"
+#include "settings/trainer_config.h"
 
 namespace zs::train {
 

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/install_paths.h"
 #include "core/memory.h"
+#include "core/text.h"
 #include "estimate/memory_estimator.h"
 #include "io/atomic_file.h"
 #include "io/json_file.h"
@@ -144,9 +145,9 @@ std::string fit_note(const config::TrainerConfig& cfg, const std::string& file, 
   try {
     estimate::EstimateOptions o = estimate::options_from_config(cfg);
     o.gpu_memory = gpu_memory;
-    const auto e = estimate::estimate_memory(estimate::model_shape(cfg), o);
+    const auto e = estimate::estimate_memory(models::model_shape(cfg), o);
     if (e.fits) return "";
-    return "estimate " + estimate::format_bytes(e.gpu.total()) + " per GPU does not fit " + estimate::format_bytes(gpu_memory) +
+    return "estimate " + format_bytes(e.gpu.total()) + " per GPU does not fit " + format_bytes(gpu_memory) +
            " (zerostudio estimate " + file + " suggests a setting)";
   } catch (const Error&) {
     return "";

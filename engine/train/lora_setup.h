@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "config/trainer_config.h"
-#include "models/trainable_model.h"
 #include "models/lora.h"
+#include "models/trainable_model.h"
+#include "settings/trainer_config.h"
 
 namespace zs::train {
 

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "config/trainer_config.h"
+#include "settings/trainer_config.h"
 
 namespace zs::train {
 

@@ -8,7 +8,8 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
-#include "config/trainer_config.h"
+#include "settings/trainer_config.h"
+#include "config/zero_settings.h"
 #include "train/loss_scaler.h"
 #include "zero/zero_optimizer.h"
 
@@ -30,10 +31,6 @@ namespace zs::train {
 /// CUDA (LibTorch has no fp16 convolution or group norm on the CPU): throws zs::Error(config)
 /// saying so and suggesting bf16.
 at::ScalarType compute_dtype(const std::string& precision, const c10::Device& device);
-
-/// The ZeRO options the config asks for (stage, buckets, offload, Adam's hyper-parameters, I/O);
-/// the device, compute precision, NVMe run tag and log are the caller's to add.
-zero::ZeroOptions zero_options(const config::TrainerConfig& cfg);
 
 /// zero3_init_flag's ShardedInit for this rank: units cut to their shards as they are built, kept
 /// in bf16 from the start when there are no fp32 master weights (nothing needs fp32 then).

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "config/trainer_config.h"
+#include "settings/trainer_config.h"
 
 namespace zs::train {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "config/trainer_config.h"
+#include "settings/trainer_config.h"
 
 namespace zs::data {
 struct DataItem;

@@ -2,8 +2,8 @@
 #include "train/trainer_state.h"
 
 #include "config/schema.h"
-#include "config/value.h"
 #include "core/memory.h"
+#include "settings/value.h"
 #include "train/run_directory.h"
 
 namespace zs::train {

@@ -12,8 +12,8 @@
 #include <ATen/core/Tensor.h>
 #include <nlohmann/json.hpp>
 
-#include "config/trainer_config.h"
 #include "core/error.h"
+#include "settings/trainer_config.h"
 #include "train/commands.h"
 
 namespace zs::comm {

@@ -10,23 +10,24 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_meta.h"
 #include "checkpoint/sharded_state.h"
+#include "comm/communicator.h"
 #include "config/config_loader.h"
 #include "config/config_writer.h"
 #include "config/trainability.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "data/shapes.h"
 #include "estimate/memory_estimator.h"
-#include "comm/communicator.h"
 #include "io/safetensors.h"
 #include "models/attention_options.h"
 #include "models/model_family.h"
 #include "models/trainable_model.h"
 #include "train/frozen_cache.h"
-#include "train/run_length.h"
 #include "train/lora_setup.h"
 #include "train/optimizer_setup.h"
-#include "train/validation_set.h"
+#include "train/run_length.h"
 #include "train/trainer_state.h"
+#include "train/validation_set.h"
 #include "zero/zero_plan.h"
 
 namespace zs::train {
@@ -138,13 +139,13 @@ void Trainer::State::check_checkpoint_space() {
   const std::int64_t free = checkpoint::free_bytes(where);
   if (free < 0 || one <= 0) return;
   const std::int64_t kept = checkpoints_kept(cfg);
-  const std::string each = estimate::format_bytes(one), room = estimate::format_bytes(free);
+  const std::string each = format_bytes(one), room = format_bytes(free);
   if (free < one)
     throw Error(ErrorKind::io, where + ": " + room + " free, but one checkpoint of this run takes " + each +
                                    "; free space there, or put the run on a disk with room (logging.runs_root or --run-dir)");
   if (free < one * kept)
     warn(where + ": " + room + " free for up to " + std::to_string(kept) + " checkpoints of " + each + " (" +
-         estimate::format_bytes(one * kept) + ", checkpointing.keep_last " + std::to_string(cfg.checkpointing.keep_last) +
+         format_bytes(one * kept) + ", checkpointing.keep_last " + std::to_string(cfg.checkpointing.keep_last) +
          "): saves will fail once it is full; free space, or lower checkpointing.keep_last");
   else
     log("checkpoints: " + each + " each, up to " + std::to_string(kept) + " kept; " + room + " free in " + where);

@@ -9,18 +9,18 @@
 #include "checkpoint/checkpoint_meta.h"
 #include "checkpoint/sharded_save.h"
 #include "checkpoint/sharded_state.h"
+#include "comm/communicator.h"
 #include "config/config_writer.h"
-#include "config/value.h"
 #include "core/error.h"
 #include "core/memory.h"
-#include "comm/communicator.h"
 #include "models/activation_checkpoint.h"
 #include "models/attention.h"
+#include "settings/value.h"
+#include "train/image_logger.h"
 #include "train/rank_figures.h"
 #include "train/sample_generator.h"
-#include "train/image_logger.h"
-#include "train/validation_set.h"
 #include "train/trainer_state.h"
+#include "train/validation_set.h"
 
 namespace zs::train {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "config/trainer_config.h"
 #include "data/dataset.h"
+#include "settings/trainer_config.h"
 
 namespace zs::diffusion {
 class Objective;

@@ -81,7 +81,7 @@ using zs::test::quickstart;
 void compare_with_estimate(const nlohmann::json& rank, std::vector<std::string> sets) {
   sets.push_back("launch.num_processes=2");
   const auto cfg = zs::config::load_config_file(zs::test::quickstart().toStdString(), sets).config;
-  const auto e = zs::estimate::estimate_memory(zs::estimate::model_shape(cfg), zs::estimate::options_from_config(cfg));
+  const auto e = zs::estimate::estimate_memory(zs::models::model_shape(cfg), zs::estimate::options_from_config(cfg));
   auto near = [&](const char* where, const char* what, double got, double want) {
     const bool ok = want == 0 ? got == 0 : std::abs(got / want - 1) <= 0.10;
     QVERIFY2(ok, qPrintable(QString("%1.%2: engine %3, estimate %4").arg(where, what).arg(got).arg(want)));

@@ -17,16 +17,16 @@
 #include <thread>
 
 #include "checkpoint_browser.h"
-#include "config/trainer_config.h"
-#include "model_support.h"
-#include "train/trainer.h"
 #include "log_view.h"
 #include "main_window.h"
 #include "metrics_panel.h"
+#include "model_support.h"
 #include "run_controller.h"
 #include "sample_gallery.h"
-#include "ui/screenshot.h"
+#include "settings/trainer_config.h"
 #include "test_support.h"
+#include "train/trainer.h"
+#include "ui/screenshot.h"
 
 using namespace zs::ui;
 

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/export.h"
+#include "train/checkpoint_export.h"
 #include "checkpoint/sharded_state.h"
 #include "config/config_loader.h"
 #include "core/error.h"
@@ -88,7 +88,7 @@ class TestFluxE2E : public QObject {
     const std::string exported = dir.path().toStdString() + "/exported";
     checkpoint::ExportOptions o;
     o.format = "diffusers";
-    const auto r = checkpoint::export_checkpoint(ckpt.path, exported, o);
+    const auto r = train::export_checkpoint(ckpt.path, exported, o);
     QCOMPARE(r.files.size(), std::size_t{1});
     for (const char* part : {"model_index.json", "vae/config.json", "text_encoder_2/model.safetensors.index.json",
                              "tokenizer_2/spiece.model", "transformer/config.json"})
@@ -111,7 +111,7 @@ class TestFluxE2E : public QObject {
     // diffusers tensor is the exported one.
     o.format = "single-file";
     const std::string bfl = dir.path().toStdString() + "/flux1-tiny.safetensors";
-    checkpoint::export_checkpoint(ckpt.path, bfl, o);
+    train::export_checkpoint(ckpt.path, bfl, o);
     const io::SafetensorsReader single(bfl);
     QVERIFY(single.contains("double_blocks.0.img_attn.qkv.weight") && single.contains("single_blocks.0.linear1.weight") &&
             single.contains("final_layer.adaLN_modulation.1.weight") && single.contains("guidance_in.in_layer.weight"));
@@ -186,7 +186,7 @@ class TestFluxE2E : public QObject {
     merge.format = "safetensors";
     merge.merge = true;
     const std::string merged = dir.path().toStdString() + "/merged-bfl.safetensors";
-    checkpoint::export_checkpoint(checkpoint_dir(read_events(dir.path().toStdString() + "/lora-bfl")), merged, merge);
+    train::export_checkpoint(checkpoint_dir(read_events(dir.path().toStdString() + "/lora-bfl")), merged, merge);
     QVERIFY(at::equal(io::SafetensorsReader(merged).tensor("x_embedder.weight"), file.tensor("x_embedder.weight")));
     // Without model.config_path the BFL file is refused, naming the key.
     try {
@@ -198,7 +198,7 @@ class TestFluxE2E : public QObject {
     // A full fine-tune has no adapters to write as a LoRA file; the refusal says what to use.
     o.format = "lora-kohya";
     try {
-      checkpoint::export_checkpoint(ckpt.path, dir.path().toStdString() + "/x.safetensors", o);
+      train::export_checkpoint(ckpt.path, dir.path().toStdString() + "/x.safetensors", o);
       QFAIL("a LoRA export of a full fine-tune accepted");
     } catch (const Error& e) {
       QVERIFY2(QString(e.what()).contains("--format diffusers, single-file or safetensors"), e.what());
@@ -222,7 +222,7 @@ class TestFluxE2E : public QObject {
     o.format = "lora-diffusers";
     o.dtype = at::kFloat;
     const std::string peft = dir.path().toStdString() + "/lora.safetensors";
-    checkpoint::export_checkpoint(ckpt.path, peft, o);
+    train::export_checkpoint(ckpt.path, peft, o);
     const io::SafetensorsReader lora(peft);
     const std::string layer = "transformer.transformer_blocks.0.attn.to_q";
     QVERIFY(lora.contains(layer + ".lora_A.weight") && lora.contains(layer + ".lora_B.weight"));
@@ -234,7 +234,7 @@ class TestFluxE2E : public QObject {
     // block's qkv adapter carries the three parts' ranks, and its update's q rows are to_q's.
     o.format = "lora-kohya";
     const std::string kohya_file = dir.path().toStdString() + "/lora_kohya.safetensors";
-    checkpoint::export_checkpoint(ckpt.path, kohya_file, o);
+    train::export_checkpoint(ckpt.path, kohya_file, o);
     const io::SafetensorsReader kohya(kohya_file);
     QCOMPARE(QString::fromStdString(kohya.metadata().at("ss_network_module")), QString("networks.lora_flux"));
     const std::string qkv = "lora_unet_double_blocks_0_img_attn_qkv";
@@ -249,7 +249,7 @@ class TestFluxE2E : public QObject {
     o.format = "safetensors";
     o.merge = true;
     const std::string merged = dir.path().toStdString() + "/merged.safetensors";
-    checkpoint::export_checkpoint(ckpt.path, merged, o);
+    train::export_checkpoint(ckpt.path, merged, o);
     const io::SafetensorsReader full(merged);
     const io::SafetensorsReader base(folder + "/transformer/diffusion_pytorch_model-00002-of-00010.safetensors");
     std::size_t unchanged = 0;
@@ -285,7 +285,7 @@ class TestFluxE2E : public QObject {
     for (const std::string format : {"lora-diffusers", "lora-kohya"}) {
       o.format = format;
       const std::string out = dir.path().toStdString() + "/" + format + ".safetensors";
-      checkpoint::export_checkpoint(ckpt.path, out, o);
+      train::export_checkpoint(ckpt.path, out, o);
       const io::SafetensorsReader f(out);
       const std::string prefix = format == "lora-kohya" ? "lora_te1_text_model_encoder_layers_0_self_attn_q_proj"
                                                         : "text_encoder.text_model.encoder.layers.0.self_attn.q_proj";
@@ -297,7 +297,7 @@ class TestFluxE2E : public QObject {
     // Merged into CLIP-L's weights (the fixture's file has transformers 5's names, without "text_model.").
     o.format = "diffusers";
     o.merge = true;
-    const auto merged = checkpoint::export_checkpoint(ckpt.path, dir.path().toStdString() + "/merged", o);
+    const auto merged = train::export_checkpoint(ckpt.path, dir.path().toStdString() + "/merged", o);
     QCOMPARE(merged.files.size(), std::size_t{2});  // the transformer and CLIP-L
     const io::SafetensorsReader clip_merged(dir.path().toStdString() + "/merged/text_encoder/model.safetensors");
     const io::SafetensorsReader clip_base(folder + "/text_encoder/model.safetensors");
@@ -331,7 +331,7 @@ class TestFluxE2E : public QObject {
     checkpoint::ExportOptions o;
     o.format = "diffusers";
     const std::string exported = base + "/exported";
-    checkpoint::export_checkpoint(checkpoint_dir(read_events(base + "/straight")), exported, o);
+    train::export_checkpoint(checkpoint_dir(read_events(base + "/straight")), exported, o);
     QVERIFY(fs::exists(exported + "/tokenizer/tokenizer.json") && fs::exists(exported + "/text_encoder/model.safetensors"));
     const auto again = flux_config({"model.path=" + exported, "training.max_steps=1", "sampling.every_n_steps=0",
                                     "checkpointing.every_n_steps=0"});

@@ -11,15 +11,15 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/export.h"
-#include "models/sd/lora_file.h"
+#include "train/checkpoint_export.h"
 #include "checkpoint/sharded_state.h"
-#include "config/trainer_config.h"
 #include "core/error.h"
 #include "io/image.h"
 #include "io/safetensors.h"
 #include "models/sd/diffusion_model.h"
+#include "models/sd/lora_file.h"
 #include "models/weights.h"
+#include "settings/trainer_config.h"
 #include "train/trainer.h"
 
 #include <QTemporaryDir>
@@ -69,7 +69,7 @@ checkpoint::ExportResult export_as(const std::string& ckpt, const std::string& o
   o.format = format;
   o.merge = merge;
   o.dtype = dtype;
-  return checkpoint::export_checkpoint(ckpt, out, o);
+  return train::export_checkpoint(ckpt, out, o);
 }
 
 /// Rows of a fixed random batch through `unet` ([2, C, H, W] samples, timesteps 10 and 700).

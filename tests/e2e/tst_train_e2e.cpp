@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/export.h"
+#include "train/checkpoint_export.h"
 #include "models/sd/sd_export.h"
 #include "models/sd/diffusion_model.h"
 #include "config/config_loader.h"
@@ -106,7 +106,7 @@ class TestTrainE2E : public QObject {
     const std::string ckpt = checkpoint_dir(read_events(run));
     checkpoint::ExportOptions o;
     o.format = "diffusers";
-    checkpoint::export_checkpoint(ckpt, dir.path().toStdString() + "/diffusers", o);
+    train::export_checkpoint(ckpt, dir.path().toStdString() + "/diffusers", o);
     const auto exported = models::DiffusionModel::load_pipeline(dir.path().toStdString() + "/diffusers", "epsilon");
     const auto original = models::DiffusionModel::load_pipeline(fixture, "epsilon");
     for (const auto& p : original.vae->named_parameters()) QVERIFY(at::equal(p.value(), exported.vae->named_parameters()[p.key()]));
@@ -116,7 +116,7 @@ class TestTrainE2E : public QObject {
     QCOMPARE(exported_prediction(dir.path().toStdString() + "/diffusers"), std::string("v_prediction"));
     o.format = "single-file";
     const std::string single = dir.path().toStdString() + "/single.safetensors";
-    checkpoint::export_checkpoint(ckpt, single, o);
+    train::export_checkpoint(ckpt, single, o);
     const io::SafetensorsReader in(file), out(single);
     QCOMPARE(out.entries().size(), in.entries().size());
     for (const auto& e : in.entries())
@@ -237,7 +237,7 @@ class TestTrainE2E : public QObject {
     checkpoint::ExportOptions o;
     o.format = "diffusers";
     const std::string out = dir.path().toStdString() + "/diffusers";
-    checkpoint::export_checkpoint(checkpoint_dir(read_events(run)), out, o);
+    train::export_checkpoint(checkpoint_dir(read_events(run)), out, o);
     QCOMPARE(exported_prediction(out), std::string("v_prediction"));
     json want = io::read_json_file(fixture + "/scheduler/scheduler_config.json", "fixture"),
          got = io::read_json_file(out + "/scheduler/scheduler_config.json", "export");

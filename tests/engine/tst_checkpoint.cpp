@@ -9,7 +9,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_meta.h"
-#include "checkpoint/export.h"
+#include "train/checkpoint_export.h"
 #include "checkpoint/sharded_state.h"
 #include "models/sd/single_file_names.h"
 #include "core/cpu_allocation_counter.h"
@@ -172,7 +172,7 @@ class TestCheckpoint : public QObject {
     const std::string out = (dir.path() + "/diffusers").toStdString();
     checkpoint::ExportOptions o;
     o.format = "diffusers";
-    const auto r = checkpoint::export_checkpoint(ckpt, out, o);
+    const auto r = train::export_checkpoint(ckpt, out, o);
     QCOMPARE(r.tensors, model.named_parameters().size());
     auto back = models::DiffusionModel::load_folder(run + "/model");
     models::load_weights(*back.unet, io::SafetensorsReader(out + "/unet/diffusion_pytorch_model.safetensors"));
@@ -185,7 +185,7 @@ class TestCheckpoint : public QObject {
     o.format = "safetensors";
     o.dtype = at::kBFloat16;
     o.ema = true;
-    checkpoint::export_checkpoint(ckpt, file, o);
+    train::export_checkpoint(ckpt, file, o);
     const io::SafetensorsReader st(file);
     QCOMPARE(st.metadata().at("step"), std::string("7"));
     QCOMPARE(st.metadata().at("config_hash"), std::string("abcd1234"));
@@ -216,7 +216,7 @@ class TestCheckpoint : public QObject {
     std::int64_t peak = 0;
     {
       CpuAllocationCounter counter;
-      checkpoint::export_checkpoint(ckpt, (dir.path() + "/unet.safetensors").toStdString(), o);
+      train::export_checkpoint(ckpt, (dir.path() + "/unet.safetensors").toStdString(), o);
       peak = counter.peak();
     }
     qInfo("export of a %d-shard checkpoint: peak %lld bytes; largest tensor %lld, model %lld bytes", kRanks,
@@ -283,7 +283,7 @@ class TestCheckpoint : public QObject {
     const std::string file = (dir.path() + "/model.safetensors").toStdString();
     checkpoint::ExportOptions o;
     o.format = "single-file";
-    checkpoint::export_checkpoint(ckpt, file, o);
+    train::export_checkpoint(ckpt, file, o);
     const io::SafetensorsReader st(file);
     std::vector<std::string> unet_names;
     for (const auto& p : model.unet->named_parameters()) unet_names.push_back(p.key());

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comm/communicator.h"
 #include "config/config_import.h"
 #include "config/config_loader.h"
 #include "config/config_writer.h"
@@ -15,16 +16,16 @@
 #include "config/validation.h"
 #include "core/cpu_allocation_counter.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "data/shapes.h"
 #include "estimate/fastest_fitting.h"
 #include "estimate/memory_estimator.h"
-#include "estimate/model_shape.h"
 #include "io/safetensors.h"
-#include "models/model_family.h"
-#include "models/sd/sd_shape.h"
 #include "models/activation_checkpoint.h"
-#include "comm/communicator.h"
+#include "models/model_family.h"
+#include "models/model_shape.h"
 #include "models/sd/diffusion_model.h"
+#include "models/sd/sd_shape.h"
 #include "train/lora_setup.h"
 #include "train/optimizer_setup.h"
 #include "zero/zero_optimizer.h"

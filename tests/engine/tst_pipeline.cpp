@@ -6,21 +6,21 @@
 #include <nlohmann/json.hpp>
 #include <torch/nn/modules/embedding.h>
 
+#include "checkpoint/export.h"
+#include "config/config_loader.h"
 #include "core/cpu_allocation_counter.h"
 #include "core/error.h"
-#include "io/atomic_file.h"
-#include "io/safetensors.h"
-#include "checkpoint/export.h"
-#include "models/sd/sd_export.h"
-#include "config/config_loader.h"
-#include "config/trainer_config.h"
 #include "data/latent_cache.h"
 #include "estimate/memory_estimator.h"
-#include "estimate/model_shape.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "models/model_shape.h"
 #include "models/sd/diffusers_pipeline.h"
 #include "models/sd/diffusion_model.h"
+#include "models/sd/sd_export.h"
 #include "models/sd/single_file_model.h"
 #include "models/sd/single_file_names.h"
+#include "settings/trainer_config.h"
 
 #include <QDir>
 #include <QFile>
@@ -266,7 +266,7 @@ class TestPipeline : public QObject {
         zs::config::load_config_string("version: 1\n", "frozen", {"model.path=" + pipeline, "precision=bf16"}).config;
     zs::estimate::EstimateOptions eo = zs::estimate::options_from_config(cfg);
     eo.frozen_off_device = false;
-    const std::int64_t estimated = zs::estimate::estimate_memory(zs::estimate::model_shape(cfg), eo).gpu_frozen;
+    const std::int64_t estimated = zs::estimate::estimate_memory(zs::models::model_shape(cfg), eo).gpu_frozen;
     qInfo("estimated frozen bytes %lld", static_cast<long long>(estimated));
     QVERIFY2(std::abs(static_cast<double>(freed) / static_cast<double>(estimated) - 1) <= 0.10, qPrintable(QString::number(estimated)));
     const TextConditioning remembered = m.condition({"a red fox", "a red fox"}, at::kCPU);
@@ -337,7 +337,7 @@ class TestPipeline : public QObject {
     folder_cfg.model.path = pipeline;
     file_cfg.model.path = file;
     file_cfg.model.config_path = vocab;
-    const auto from_folder = zs::estimate::model_shape(folder_cfg), from_file = zs::estimate::model_shape(file_cfg);
+    const auto from_folder = zs::models::model_shape(folder_cfg), from_file = zs::models::model_shape(file_cfg);
     QCOMPARE(from_file.trainable_parameters(), from_folder.trainable_parameters());
     QCOMPARE(from_file.frozen_parameters, from_folder.frozen_parameters);
     QCOMPARE(from_file.frozen_fp32_parameters, from_folder.frozen_fp32_parameters);

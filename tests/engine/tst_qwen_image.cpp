@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/export.h"
+#include "train/checkpoint_export.h"
 #include "checkpoint/sharded_state.h"
 #include "config/config_loader.h"
 #include "core/error.h"
@@ -301,7 +301,7 @@ class TestQwenImage : public QObject {
     zs::checkpoint::ExportOptions o;
     o.format = "safetensors";
     const std::string file = dir.path().toStdString() + "/transformer.safetensors";
-    zs::checkpoint::export_checkpoint(ckpt.path, file, o);
+    zs::train::export_checkpoint(ckpt.path, file, o);
     const zs::checkpoint::ShardReader shards(ckpt.path, ckpt.meta["sharding"]);
     const zs::io::SafetensorsReader exported(file);
     for (const auto& name : shards.parameter_names())
@@ -309,7 +309,7 @@ class TestQwenImage : public QObject {
     QCOMPARE(exported.entries().size(), shards.parameter_names().size());
     o.format = "diffusers";
     const std::string out = dir.path().toStdString() + "/exported";
-    zs::checkpoint::export_checkpoint(ckpt.path, out, o);
+    zs::train::export_checkpoint(ckpt.path, out, o);
     for (const char* part : {"model_index.json", "vae/config.json", "text_encoder/model.safetensors.index.json",
                              "tokenizer/tokenizer.json", "transformer/diffusion_pytorch_model.safetensors"})
       QVERIFY2(QFile::exists(QString::fromStdString(out + "/" + part)), part);
@@ -317,7 +317,7 @@ class TestQwenImage : public QObject {
     for (const std::string format : {"lora-diffsynth", "lora-musubi", "lora-diffusers"}) {
       o.format = format;
       try {
-        zs::checkpoint::export_checkpoint(ckpt.path, dir.path().toStdString() + "/x.safetensors", o);
+        zs::train::export_checkpoint(ckpt.path, dir.path().toStdString() + "/x.safetensors", o);
         QFAIL(format.c_str());
       } catch (const zs::Error& e) {
         QVERIFY2(QString(e.what()).contains("--format diffusers or safetensors"), e.what());
@@ -349,7 +349,7 @@ class TestQwenImage : public QObject {
     o.format = "diffusers";
     o.merge = true;
     const std::string out = dir.path().toStdString() + "/merged";
-    zs::checkpoint::export_checkpoint(zs::test::checkpoint_dir(zs::test::read_events(run_dir)), out, o);
+    zs::train::export_checkpoint(zs::test::checkpoint_dir(zs::test::read_events(run_dir)), out, o);
     const zs::io::SafetensorsReader merged(out + "/transformer/diffusion_pytorch_model.safetensors");
     for (const auto& e : base.entries()) QCOMPARE(merged.tensor(e.name).sizes(), base.tensor(e.name).sizes());
     QVERIFY2(QFile::exists(QString::fromStdString(out + "/text_encoder/model.safetensors")),

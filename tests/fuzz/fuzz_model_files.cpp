@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include "config/trainer_config.h"
-#include "estimate/model_shape.h"
 #include "fuzz_support.h"
 #include "models/clip_tokenizer.h"
 #include "models/model_family.h"
+#include "models/model_shape.h"
 #include "models/qwen_image/qwen_tokenizer.h"
 #include "models/t5_tokenizer.h"
+#include "settings/trainer_config.h"
 
 namespace fs = std::filesystem;
 

@@ -8,26 +8,26 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/export.h"
-#include "config/trainer_config.h"
 #include "core/error.h"
 #include "core/meta_tensors.h"
-#include "estimate/model_shape.h"
+#include "core/text.h"
+#include "data/shapes.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
-#include "data/shapes.h"
-#include "estimate/memory_estimator.h"
 #include "models/flux/flux_export.h"
-#include "models/sd/diffusers_pipeline.h"
-#include "models/t5_tokenizer.h"
 #include "models/flux/flux_model.h"
 #include "models/flux/flux_single_file.h"
 #include "models/flux/flux_transformer.h"
 #include "models/lora.h"
+#include "models/model_shape.h"
+#include "models/sd/diffusers_pipeline.h"
 #include "models/t5_encoder.h"
+#include "models/t5_tokenizer.h"
 #include "models/trainable_model.h"
 #include "models/weights.h"
+#include "settings/trainer_config.h"
 
 namespace zs::models {
 
@@ -177,19 +177,19 @@ std::vector<FamilyFinding> FluxFamily::check(const config::TrainerConfig& cfg) c
   return out;
 }
 
-estimate::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
+models::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
   // The tiny preset is built for real (a few hundred thousand parameters) with the demo dataset's
   // words; the others are described on meta tensors.
   const bool tiny = is_tiny(cfg);
   std::optional<FluxModel> tiny_model;
   if (tiny) tiny_model.emplace(FluxModel::build_tiny(data::all_shape_captions(), 0));
   const FluxConfig c = tiny ? tiny_model->transformer->config() : transformer_config(cfg);
-  estimate::ModelShape m;
+  models::ModelShape m;
   m.name = cfg.model.path.empty() ? cfg.model.preset : cfg.model.path;
   const TrainedParts trained = resolve_trained_parts(cfg);
   const std::int64_t dim = c.inner_dim();
   auto describe_units = [&](FluxTransformer2DModelImpl& transformer) {
-    m.units = estimate::transformer_unit_shapes(transformer.units(), c.in_channels, dim, c.num_attention_heads);
+    m.units = models::transformer_unit_shapes(transformer.units(), c.in_channels, dim, c.num_attention_heads);
     if (trained.lora)
       m.lora_denoiser_parameters = lora_parameter_count(transformer, lora_targets(cfg), cfg.lora.rank);
   };
@@ -199,7 +199,7 @@ estimate::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
     describe_units(*tiny_model->transformer);
     // Its own encoder stands in for CLIP and T5 (counted as the SD tiny preset's is).
     const ClipTextConfig& tc = tiny_model->clip->config();
-    const estimate::UnitShape text = estimate::clip_text_encoder_shape("text_encoder", tc, lora_text, cfg.lora.rank);
+    const models::UnitShape text = models::clip_text_encoder_shape("text_encoder", tc, lora_text, cfg.lora.rank);
     m.frozen_parameters = text.parameters;
     m.lora_text_parameters = text.lora_parameters;
     m.text_encoders.push_back(text);
@@ -218,8 +218,8 @@ estimate::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
     for (const auto& block : *t5->encoder->block)
       m.frozen_streamed_piece = std::max(m.frozen_streamed_piece, parameter_count(*block));
     // CLIP-L (the config's defaults), which LoRA may train.
-    const estimate::UnitShape text =
-        estimate::clip_text_encoder_shape("text_encoder", ClipTextConfig{}, lora_text, cfg.lora.rank);
+    const models::UnitShape text =
+        models::clip_text_encoder_shape("text_encoder", ClipTextConfig{}, lora_text, cfg.lora.rank);
     m.frozen_parameters = vae_parameters + text.parameters + t5_parameters;
     m.frozen_fp32_parameters = vae_parameters;  // force_upcast
     m.lora_text_parameters = text.lora_parameters;
@@ -318,7 +318,7 @@ void FluxFamily::describe(std::ostream& out, const std::string& path, const std:
     const std::string& prefix = bfl.prefix();
     const FluxConfig c = bfl.config(config_path);  // as a run with model.config_path reads it
     out << path << ": Black Forest Labs' single-file Flux.1 transformer" << (prefix.empty() ? "" : " (prefix " + prefix + ")")
-        << ", " << params << " parameters, " << estimate::format_bytes(static_cast<std::int64_t>(fs::file_size(path)))
+        << ", " << params << " parameters, " << format_bytes(static_cast<std::int64_t>(fs::file_size(path)))
         << "\n  dtypes:";
     for (const auto& [d, n] : dtypes) out << " " << d << "(" << n << ")";
     out << "\n  transformer: " << c.num_layers << " double-stream + " << c.num_single_layers << " single-stream blocks, "

@@ -29,7 +29,7 @@ class FluxFamily final : public ModelFamily {
   double default_guidance_scale(const config::TrainerConfig& cfg) const override;
   std::vector<std::string> default_lora_targets() const override;
   std::vector<std::string> default_text_encoder_lora_targets() const override;
-  estimate::ModelShape shape(const config::TrainerConfig& cfg) const override;
+  models::ModelShape shape(const config::TrainerConfig& cfg) const override;
   /// model.prediction_type and training.min_snr_gamma mean nothing for rectified flow.
   std::vector<std::string> keys_not_applying() const override;
   std::vector<FamilyFinding> check(const config::TrainerConfig& cfg) const override;

@@ -8,7 +8,6 @@
 #include <c10/core/GradMode.h>
 #include <nlohmann/json.hpp>
 
-#include "config/trainer_config.h"
 #include "core/error.h"
 #include "data/latent_cache.h"
 #include "io/atomic_file.h"
@@ -16,11 +15,12 @@
 #include "io/safetensors.h"
 #include "models/flux/flux_single_file.h"
 #include "models/frozen_outputs.h"
-#include "models/sd/single_file_names.h"
 #include "models/lora.h"
 #include "models/sd/diffusers_pipeline.h"
+#include "models/sd/single_file_names.h"
 #include "models/transformer_model_parts.h"
 #include "models/weights.h"
+#include "settings/trainer_config.h"
 
 namespace zs::models {
 

@@ -7,14 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/export.h"
-#include "config/trainer_config.h"
 #include "core/error.h"
 #include "core/meta_tensors.h"
 #include "data/shapes.h"
-#include "estimate/model_shape.h"
 #include "io/json_file.h"
 #include "models/clip_text_model.h"
 #include "models/lora.h"
+#include "models/model_shape.h"
 #include "models/qwen_image/qwen_export.h"
 #include "models/qwen_image/qwen_image_model.h"
 #include "models/qwen_image/qwen_text_encoder.h"
@@ -24,6 +23,7 @@
 #include "models/sd/diffusers_pipeline.h"
 #include "models/trainable_model.h"
 #include "models/weights.h"
+#include "settings/trainer_config.h"
 
 namespace zs::models {
 
@@ -124,24 +124,24 @@ std::vector<FamilyFinding> QwenImageFamily::check(const config::TrainerConfig& c
   return out;
 }
 
-estimate::ModelShape QwenImageFamily::shape(const config::TrainerConfig& cfg) const {
+models::ModelShape QwenImageFamily::shape(const config::TrainerConfig& cfg) const {
   // The tiny preset is built for real with the demo dataset's words; the others on meta tensors.
   const bool tiny = is_tiny(cfg);
   std::optional<QwenImageModel> tiny_model;
   if (tiny) tiny_model.emplace(QwenImageModel::build_tiny(data::all_shape_captions(), 0));
   const QwenImageConfig c = tiny ? tiny_model->transformer->config() : transformer_config(cfg);
-  estimate::ModelShape m;
+  models::ModelShape m;
   m.name = cfg.model.path.empty() ? cfg.model.preset : cfg.model.path;
   const TrainedParts trained = resolve_trained_parts(cfg);
   const std::int64_t dim = c.inner_dim();
   auto describe_units = [&](QwenImageTransformer2DModelImpl& transformer) {
-    m.units = estimate::transformer_unit_shapes(transformer.units(), c.in_channels, dim, c.num_attention_heads);
+    m.units = models::transformer_unit_shapes(transformer.units(), c.in_channels, dim, c.num_attention_heads);
     if (trained.lora) m.lora_denoiser_parameters = lora_parameter_count(transformer, lora_targets(cfg), cfg.lora.rank);
   };
   if (tiny) {
     describe_units(*tiny_model->transformer);
     const ClipTextConfig& tc = tiny_model->tiny_text->config();
-    const estimate::UnitShape text = estimate::clip_text_encoder_shape("text_encoder", tc, nullptr, cfg.lora.rank);
+    const models::UnitShape text = models::clip_text_encoder_shape("text_encoder", tc, nullptr, cfg.lora.rank);
     m.frozen_parameters = text.parameters;
     m.text_encoders.push_back(text);
     m.latent_factor = 2;  // pixels, packed 2×2 into the tokens

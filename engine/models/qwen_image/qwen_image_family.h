@@ -28,7 +28,7 @@ class QwenImageFamily final : public ModelFamily {
   double default_guidance_scale(const config::TrainerConfig& cfg) const override;
   std::vector<std::string> default_lora_targets() const override;
   std::vector<std::string> default_text_encoder_lora_targets() const override;
-  estimate::ModelShape shape(const config::TrainerConfig& cfg) const override;
+  models::ModelShape shape(const config::TrainerConfig& cfg) const override;
   /// SD's prediction type and min-SNR, and Flux's embedded guidance and companion files.
   std::vector<std::string> keys_not_applying() const override;
   std::vector<FamilyFinding> check(const config::TrainerConfig& cfg) const override;

@@ -8,20 +8,20 @@
 #include <c10/core/GradMode.h>
 #include <nlohmann/json.hpp>
 
-#include "config/trainer_config.h"
 #include "core/error.h"
 #include "data/latent_cache.h"
 #include "io/atomic_file.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
+#include "models/attention_options.h"
 #include "models/flux/flux_transformer.h"
 #include "models/frozen_outputs.h"
-#include "models/attention_options.h"
 #include "models/lora.h"
 #include "models/qwen_image/qwen_lora_file.h"
 #include "models/sd/diffusers_pipeline.h"
 #include "models/transformer_model_parts.h"
 #include "models/weights.h"
+#include "settings/trainer_config.h"
 
 namespace zs::models {
 

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "estimate/memory_estimator.h"
+#include "core/text.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "models/weights.h"
@@ -158,7 +158,7 @@ std::vector<std::string> describe_pipeline(std::ostream& out, const DiffusersPip
         else
           out << ' ';
       }
-      out << estimate::format_bytes(bytes);
+      out << format_bytes(bytes);
       if (files.size() > 1) out << " in " << files.size() << " shards";
     } else if (c.class_name.find("Tokenizer") != std::string::npos) {
       try {

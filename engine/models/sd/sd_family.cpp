@@ -2,12 +2,12 @@
 
 #include <filesystem>
 
-#include "config/trainer_config.h"
 #include "core/error.h"
-#include "estimate/model_shape.h"
 #include "models/lora.h"
+#include "models/model_shape.h"
 #include "models/sd/model_source.h"
 #include "models/sd/sd_export.h"
+#include "settings/trainer_config.h"
 
 namespace zs::models {
 

@@ -25,7 +25,7 @@ class SdFamily final : public ModelFamily {
   TextEncoderTraining auto_text_training(const config::TrainerConfig& cfg) const override;
   std::vector<std::string> default_lora_targets() const override;
   std::vector<std::string> default_text_encoder_lora_targets() const override;
-  estimate::ModelShape shape(const config::TrainerConfig& cfg) const override;
+  models::ModelShape shape(const config::TrainerConfig& cfg) const override;
   std::unique_ptr<TrainableModel> build(const config::TrainerConfig& cfg, const std::vector<std::string>& captions,
                                         const UnitBuilt& on_unit) const override;
   std::unique_ptr<TrainableModel> load_folder(const std::string& dir, const UnitBuilt& on_unit) const override;

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "estimate/memory_estimator.h"
+#include "core/text.h"
 #include "io/atomic_file.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
@@ -30,7 +30,7 @@ void describe_single_file(std::ostream& out, const std::string& path, const std:
   const auto& i = file.info();
   const auto counts = file.parameter_counts();
   out << path << ": single-file Stable Diffusion " << (i.family == "sdxl" ? "XL" : "1.x") << " checkpoint, "
-      << estimate::format_bytes(static_cast<std::int64_t>(fs::file_size(path))) << "\n";
+      << format_bytes(static_cast<std::int64_t>(fs::file_size(path))) << "\n";
   auto line = [&](const std::string& part, const std::string& what, const nlohmann::json& config) {
     out << "  " << part << "  " << what << "  " << (counts.count(part) ? counts.at(part) : 0) << " parameters  (config "
         << i.config_sources.at(part) << ")\n    " << config.dump() << "\n";

@@ -2,29 +2,29 @@
 // configs alone, the frozen parts counted from the weight files' headers.
 #include "models/sd/sd_shape.h"
 
-#include "estimate/model_shape.h"
+#include "models/model_shape.h"
 #include "models/sd/sd_family.h"
 
 #include <algorithm>
 #include <filesystem>
 
-#include "config/trainer_config.h"
 #include "core/error.h"
 #include "core/meta_tensors.h"
 #include "data/shapes.h"
 #include "io/safetensors.h"
 #include "models/autoencoder_kl.h"
-#include "models/sd/diffusers_pipeline.h"
-#include "models/sd/single_file_model.h"
-#include "models/sd/diffusion_model.h"
 #include "models/lora.h"
+#include "models/sd/diffusers_pipeline.h"
+#include "models/sd/diffusion_model.h"
+#include "models/sd/single_file_model.h"
 #include "models/sd/unet_2d_condition.h"
+#include "settings/trainer_config.h"
 
 namespace zs::models {
 
-using estimate::ModelShape;
-using estimate::UnitKind;
-using estimate::UnitShape;
+using models::ModelShape;
+using models::UnitKind;
+using models::UnitShape;
 
 namespace {
 
@@ -238,7 +238,7 @@ ModelShape SdFamily::shape(const config::TrainerConfig& cfg) const {
   const bool lora_unet = trained.lora, lora_text = trained.text == TextEncoderTraining::lora;
   const std::vector<std::string> text_targets = text_encoder_lora_targets(cfg);
   for (const auto& [name, c] : arch.text_encoders) {
-    const UnitShape unit = estimate::clip_text_encoder_shape(name, c, lora_text ? &text_targets : nullptr, cfg.lora.rank);
+    const UnitShape unit = models::clip_text_encoder_shape(name, c, lora_text ? &text_targets : nullptr, cfg.lora.rank);
     if (arch.count_text_encoders) m.frozen_parameters += unit.parameters;  // a pipeline's are counted from its files above
     m.lora_text_parameters += unit.lora_parameters;
     m.text_encoders.push_back(unit);

@@ -1,6 +1,7 @@
-#include "config/trainer_config.h"
+// TrainerConfig's members that read the schema (settings/trainer_config.h declares them).
 
 #include "config/schema.h"
+#include "settings/trainer_config.h"
 
 namespace zs::config {
 

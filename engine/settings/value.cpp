@@ -1,4 +1,4 @@
-#include "config/value.h"
+#include "settings/value.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,16 +1,16 @@
-#include "estimate/model_shape.h"
+#include "models/model_shape.h"
 
 #include <algorithm>
 
-#include "config/trainer_config.h"
 #include "core/meta_tensors.h"
 #include "models/clip_text_model.h"
 #include "models/lora.h"
 #include "models/model_family.h"
 #include "models/param_unit.h"
 #include "models/weights.h"
+#include "settings/trainer_config.h"
 
-namespace zs::estimate {
+namespace zs::models {
 
 std::int64_t ModelShape::largest_module() const {
   std::int64_t n = 0;
@@ -73,4 +73,4 @@ std::vector<UnitShape> transformer_unit_shapes(const std::vector<models::ParamUn
   return out;
 }
 
-}  // namespace zs::estimate
+}  // namespace zs::models

@@ -7,16 +7,12 @@
 #include <string>
 #include <vector>
 
-
 namespace zs::config {
 struct TrainerConfig;
 }
 namespace zs::models {
 struct ClipTextConfig;
 struct ParamUnit;
-}
-
-namespace zs::estimate {
 
 enum class UnitKind {
   io, resnet, transformer, downsampler, upsampler, text_encoder,
@@ -90,13 +86,13 @@ std::string model_shape_key(const config::TrainerConfig& config);
 /// A CLIP text encoder (SD's, SDXL's two, Flux's CLIP-L) as the estimator counts it, built as
 /// shapes only: its parameters, largest layer, width, heads and layers, and with `lora_targets`
 /// (train_text_encoder: lora) the adapters of rank `rank` they would put on it.
-UnitShape clip_text_encoder_shape(const std::string& name, const models::ClipTextConfig& c,
+UnitShape clip_text_encoder_shape(const std::string& name, const ClipTextConfig& c,
                                   const std::vector<std::string>* lora_targets, std::int64_t rank);
 
 /// A flow-matching transformer's units (Flux, Qwen-Image) as the estimator counts them: "io" (fed
 /// `in_channels`), and blocks `dim` wide with `heads` heads — single-stream where the name starts
 /// with "single_", joint (dual-stream) otherwise.
-std::vector<UnitShape> transformer_unit_shapes(const std::vector<models::ParamUnit>& units, std::int64_t in_channels,
+std::vector<UnitShape> transformer_unit_shapes(const std::vector<ParamUnit>& units, std::int64_t in_channels,
                                                std::int64_t dim, std::int64_t heads);
 
-}  // namespace zs::estimate
+}  // namespace zs::models

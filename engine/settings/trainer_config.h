@@ -1,8 +1,11 @@
 #pragma once
 // TrainerConfig: the typed form of a trainer YAML file.
 //
-// Defaults, allowed values and documentation live in the schema (schema.cpp), not
-// here: build a config with TrainerConfig::defaults() or load one with load_config().
+// settings/ holds only these plain types (namespace zs::config), below every layer that reads
+// them: the model families take a TrainerConfig, and config/ — which reads, checks and writes
+// it — asks the families. Defaults, allowed values and documentation live in the schema
+// (config/schema.cpp), not here: build a config with TrainerConfig::defaults()
+// (config/config_defaults.cpp) or load one with load_config().
 // Members are zero-initialised only so that a default-constructed struct is never garbage.
 
 #include <cstdint>
@@ -10,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "config/value.h"
+#include "settings/value.h"
 
 namespace zs::config {
 
