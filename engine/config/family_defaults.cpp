@@ -1,7 +1,6 @@
 #include "config/family_defaults.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
@@ -14,23 +13,15 @@ namespace zs::config {
 namespace {
 
 std::vector<SetupFamily> make_families() {
-  // As configs/ sets them: sd15-*.yaml 512 px, epsilon, batch 4, lr 1e-5 (full) and 1e-4 (LoRA),
-  // WarmupLR over 100 steps (sd15-lora; the full fine-tune 250); sdxl-*.yaml 1024 px, epsilon,
-  // batch 1 (the Adafactor recipe), lr 4e-7 (LoRA: 1e-4, kohya's usual; no ready config),
-  // WarmupLR over 100; flux-dev-*.yaml and qwen-image-*.yaml 1024 px, batch 1, lr 1e-5 and 1e-4,
-  // a constant rate, the schema's shift sampling (sd-scripts' flux_shift; [schnell] is the same
-  // transformer, distilled); the demo is quickstart.yaml (16 px, v_prediction, batch 32, lr 1e-3,
-  // cosine after 100 warmup steps).
-  return {
-      {"sd1", "Stable Diffusion 1.x", {"sd15"}, true, true, 512, "epsilon", "", 4, 1e-5, 1e-4, "WarmupLR", 100, true},
-      {"sdxl", "SDXL", {"sdxl"}, true, true, 1024, "epsilon", "", 1, 4e-7, 1e-4, "WarmupLR", 100, true},
-      {"flux-dev", "Flux.1 [dev]", {"flux-dev"}, true, true, 1024, "", "shift", 1, 1e-5, 1e-4, "constant", 0, true},
-      {"flux-schnell", "Flux.1 [schnell]", {"flux-schnell"}, true, true, 1024, "", "shift", 1, 1e-5, 1e-4, "constant", 0,
-       true},
-      {"qwen-image", "Qwen-Image", {"qwen-image"}, true, false, 1024, "", "shift", 1, 1e-5, 1e-4, "constant", 0, true},
-      {"demo", "Tiny demo models (train on the CPU in minutes)", {"tiny", "flux-tiny", "qwen-image-tiny"}, false, false,
-       16, "v_prediction", "shift", 32, 1e-3, 1e-3, "cosine", 100, false},
-  };
+  // The registry's families in its order, each with its own choices; then the demo: every preset
+  // that trains without model.path, with quickstart.yaml's settings (16 px, v_prediction for the
+  // DDPM ones, shift sampling for the flow ones, batch 32, lr 1e-3, cosine after 100 warmup steps).
+  std::vector<SetupFamily> out;
+  for (const models::ModelFamily* f : models::model_families())
+    for (auto& choice : f->wizard_choices()) out.push_back(std::move(choice));
+  out.push_back({"demo", "Tiny demo models (train on the CPU in minutes)", models::presets_training_without_path(), false,
+                 false, 16, "v_prediction", "shift", 32, 1e-3, 1e-3, "cosine", 100, false});
+  return out;
 }
 
 /// The registry's family name of a preset ("sd", "flux", "qwen-image").
@@ -75,18 +66,16 @@ const SetupFamily* setup_family_of_preset(const std::string& preset) {
 std::string setup_family_id(const TrainerConfig& c) {
   const SetupFamily* by_preset = setup_family_of_preset(c.model.preset);
   if (c.model.path.empty()) return by_preset ? by_preset->id : std::string();
-  std::string registry;
+  const models::ModelFamily* family = nullptr;
   try {
-    registry = models::family_of(c).name();
+    family = &models::family_of(c);
   } catch (const Error&) {
     return by_preset ? by_preset->id : std::string();
   }
   // A ready config names its folder before the download: the preset says which of the family's.
-  if (by_preset && by_preset->full_size && registry_family(by_preset->presets.front()) == registry) return by_preset->id;
-  if (registry == "flux") return "flux-dev";
-  if (registry == "qwen-image") return "qwen-image";
-  std::error_code ec;
-  return std::filesystem::is_directory(std::filesystem::path(c.model.path) / "text_encoder_2", ec) ? "sdxl" : "sd1";
+  if (by_preset && by_preset->full_size && registry_family(by_preset->presets.front()) == family->name())
+    return by_preset->id;
+  return family->wizard_choice_of(c);
 }
 
 std::vector<std::string> family_lora_targets(const SetupFamily& family) {

@@ -3,38 +3,25 @@
 // the GUI wizard and `zerostudio config init`) and the defaults that choosing one fills in, as
 // the ready configs in configs/ set them. Finer than the engine's registry (models/model_family.h),
 // where SD 1.x and SDXL are one ModelFamily and Flux.1 [dev] and [schnell] another: a family here
-// is what a user names when asked "what do you want to train?". setup_questions.cpp applies the
-// defaults (config::set_answer); docs/guide/wizard.md shows the table.
+// is what a user names when asked "what do you want to train?". Each model family supplies its
+// own (ModelFamily::wizard_choices); the demo family (every preset that trains without
+// model.path) is the quickstart's. setup_questions.cpp applies the defaults (config::set_answer);
+// docs/guide/wizard.md shows the table.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "config/setup_questions.h"
+#include "models/model_family.h"
 
 namespace zs::config {
 
 struct TrainerConfig;
 
-/// One family as the setup questions offer it, and what choosing it fills in.
-struct SetupFamily {
-  std::string id;                    ///< the model_family answer: sd1, sdxl, flux-dev, flux-schnell, qwen-image, demo
-  std::string title;                 ///< the wizard's choice ("SDXL")
-  std::vector<std::string> presets;  ///< model.preset values offered as model sources, the default first
-  bool folder = true;                ///< a diffusers folder is offered as a source
-  bool single_file = true;           ///< a single-file checkpoint is offered (Qwen-Image reads folders only)
-  std::int64_t resolution = 512;     ///< data.resolution: the side the model was trained at (pixels)
-  std::string prediction_type;       ///< model.prediction_type of a DDPM family; empty: rectified flow
-  std::string timestep_sampling;     ///< training.timestep_sampling of a rectified-flow family; empty: DDPM
-  std::int64_t batch_size = 1;       ///< training.batch_size per process
-  double lr_full = 1e-5;             ///< optimizer.lr for a full fine-tune
-  double lr_lora = 1e-4;             ///< optimizer.lr for LoRA
-  std::string scheduler = "constant";  ///< scheduler.type
-  std::int64_t warmup_steps = 0;       ///< scheduler.warmup_steps
-  /// A full-size model: a GPU run in bf16 (every ready config's precision) replaces the
-  /// quickstart's CPU-only fp32 answers. The demo family leaves the device and precision alone.
-  bool full_size = true;
-};
+/// One family as the setup questions offer it, and what choosing it fills in: a model family's
+/// own choice (models::ModelFamily::wizard_choices), or the demo of every tiny preset.
+using SetupFamily = models::WizardChoice;
 
 /// Every family, in the order the wizard lists them (the full-size ones first, the demo last).
 const std::vector<SetupFamily>& setup_families();

@@ -1,5 +1,6 @@
 #include "config/trainability.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "models/model_family.h"
@@ -13,6 +14,14 @@ std::string dataset_folder(const TrainerConfig& c, const std::string& run_dir) {
 }
 
 namespace {
+
+/// "a, b or c".
+std::string or_list(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == items.size() ? " or " : ", ") + items[i];
+  return out;
+}
 
 std::string model_files_message(const TrainerConfig& c) {
   const std::string problem = models::model_files_problem(c);
@@ -31,10 +40,10 @@ std::vector<ConfigProblem> trainability_problems(const LoadedConfig& loaded, con
     out.push_back({loaded.location_of(key), key, std::move(message)});
   };
   std::error_code ec;
-  if (c.model.path.empty() && c.model.preset != "tiny" && c.model.preset != "flux-tiny" &&
-      c.model.preset != "qwen-image-tiny")
+  const std::vector<std::string> tiny = models::presets_training_without_path();
+  if (c.model.path.empty() && std::find(tiny.begin(), tiny.end(), c.model.preset) == tiny.end())
     add("model.preset", c.model.preset + " describes the architecture for estimates only; set model.path to its "
-                        "diffusers folder or single-file checkpoint to train it (or use preset tiny, flux-tiny or qwen-image-tiny)");
+                        "diffusers folder or single-file checkpoint to train it (or use preset " + or_list(tiny) + ")");
   else if (!c.model.path.empty() && !fs::exists(c.model.path, ec))
     add("model.path", "'" + c.model.path + "' does not exist yet; set it to your diffusers folder (with "
                       "model_index.json) or single-file checkpoint");

@@ -36,6 +36,14 @@ const ModelFamily* find_family(const std::string& name) {
   return nullptr;
 }
 
+std::vector<std::string> presets_training_without_path() {
+  std::vector<std::string> out;
+  for (const ModelFamily* f : model_families())
+    for (const auto& p : f->presets())
+      if (p.trains_without_path) out.push_back(p.name);
+  return out;
+}
+
 const ModelFamily& family_of(const config::TrainerConfig& cfg) {
   // Newest first: SD, the first family, takes any model.path the others do not recognize.
   const auto& all = model_families();

@@ -82,6 +82,33 @@ std::vector<RosterUnit> unit_roster(const RosterParts& parts, const TrainedParts
 struct ModelPreset {
   std::string name;   ///< model.preset's value ("sd15")
   std::string title;  ///< the wizard's choice ("Stable Diffusion 1.5 architecture")
+  /// Built from the seed without model.path, small enough to train on the CPU in minutes (the
+  /// wizard's demo family); the others describe an architecture for estimates until model.path
+  /// names its weights.
+  bool trains_without_path = false;
+};
+
+/// A full-size model as the setup questions offer it (the model page's "model_family" answer;
+/// finer than the registry: SD offers SD 1.x and SDXL) and the defaults choosing it fills in, as
+/// the family's ready configs in configs/ set them (config/family_defaults.h applies them).
+struct WizardChoice {
+  std::string id;                    ///< the model_family answer: sd1, sdxl, flux-dev, flux-schnell, qwen-image
+  std::string title;                 ///< the wizard's choice ("SDXL")
+  std::vector<std::string> presets;  ///< model.preset values offered as model sources, the default first
+  bool folder = true;                ///< a diffusers folder is offered as a source
+  bool single_file = true;           ///< a single-file checkpoint is offered (Qwen-Image reads folders only)
+  std::int64_t resolution = 512;     ///< data.resolution: the side the model was trained at (pixels)
+  std::string prediction_type;       ///< model.prediction_type of a DDPM family; empty: rectified flow
+  std::string timestep_sampling;     ///< training.timestep_sampling of a rectified-flow family; empty: DDPM
+  std::int64_t batch_size = 1;       ///< training.batch_size per process
+  double lr_full = 1e-5;             ///< optimizer.lr for a full fine-tune
+  double lr_lora = 1e-4;             ///< optimizer.lr for LoRA
+  std::string scheduler = "constant";  ///< scheduler.type
+  std::int64_t warmup_steps = 0;       ///< scheduler.warmup_steps
+  /// A full-size model: a GPU run in bf16 (every ready config's precision) replaces the
+  /// quickstart's CPU-only fp32 answers. Only the wizard's demo choice (the registry's
+  /// trains_without_path presets) leaves the device and precision alone.
+  bool full_size = true;
 };
 
 /// A config finding of a family (key: the dotted config key it is about).
@@ -98,6 +125,14 @@ class ModelFamily {
   virtual std::string name() const = 0;
   /// The model.preset values this family builds, as the wizard offers them.
   virtual std::vector<ModelPreset> presets() const = 0;
+  /// The full-size models the setup questions offer from this family, with their defaults.
+  virtual std::vector<WizardChoice> wizard_choices() const = 0;
+  /// The wizard choice (WizardChoice::id) of a config whose model.path this family recognizes;
+  /// by default the first. May look at the folder's layout, never at weights.
+  virtual std::string wizard_choice_of(const config::TrainerConfig& cfg) const {
+    (void)cfg;
+    return wizard_choices().front().id;
+  }
   /// Whether the config's model (model.preset without model.path, or the folder or file at
   /// model.path) belongs to this family. May read the model's config files; never its weights.
   virtual bool recognizes(const config::TrainerConfig& cfg) const = 0;
@@ -167,6 +202,9 @@ const std::vector<const ModelFamily*>& model_families();
 const ModelFamily& family_of(const config::TrainerConfig& cfg);
 /// The family named `name` ("sd"), or nullptr.
 const ModelFamily* find_family(const std::string& name);
+/// The presets of every family that train without model.path (ModelPreset::trains_without_path),
+/// in the registry's order: the wizard's demo family.
+std::vector<std::string> presets_training_without_path();
 
 /// lora.targets, or the family's default targets when it is null.
 std::vector<std::string> lora_targets(const config::TrainerConfig& cfg);

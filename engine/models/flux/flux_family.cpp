@@ -108,9 +108,17 @@ bool is_flux_model(const std::string& path) {
 }
 
 std::vector<ModelPreset> FluxFamily::presets() const {
-  return {{"flux-tiny", "Tiny Flux.1-architecture demo model (trains on the CPU)"},
+  return {{"flux-tiny", "Tiny Flux.1-architecture demo model (trains on the CPU)", true},
           {"flux-dev", "Flux.1 [dev] architecture"},
           {"flux-schnell", "Flux.1 [schnell] architecture"}};
+}
+
+std::vector<WizardChoice> FluxFamily::wizard_choices() const {
+  // As configs/flux-dev-*.yaml set them: 1024 px, batch 1, lr 1e-5 and 1e-4, a constant rate, the
+  // schema's shift sampling (sd-scripts' flux_shift; [schnell] is the same transformer, distilled).
+  return {{"flux-dev", "Flux.1 [dev]", {"flux-dev"}, true, true, 1024, "", "shift", 1, 1e-5, 1e-4, "constant", 0, true},
+          {"flux-schnell", "Flux.1 [schnell]", {"flux-schnell"}, true, true, 1024, "", "shift", 1, 1e-5, 1e-4, "constant",
+           0, true}};
 }
 
 TextEncoderTraining FluxFamily::auto_text_training(const config::TrainerConfig& cfg) const {

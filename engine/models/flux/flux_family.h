@@ -17,6 +17,7 @@ class FluxFamily final : public ModelFamily {
  public:
   std::string name() const override { return "flux"; }
   std::vector<ModelPreset> presets() const override;
+  std::vector<WizardChoice> wizard_choices() const override;
   /// flux-dev / flux-schnell presets, and at model.path a diffusers Flux folder (model_index.json's
   /// FluxPipeline, or transformer/config.json's FluxTransformer2DModel) or a BFL single file.
   bool recognizes(const config::TrainerConfig& cfg) const override;

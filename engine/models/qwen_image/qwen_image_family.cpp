@@ -73,8 +73,14 @@ bool is_qwen_image_model(const std::string& path) {
 }
 
 std::vector<ModelPreset> QwenImageFamily::presets() const {
-  return {{"qwen-image-tiny", "Tiny Qwen-Image-architecture demo model (trains on the CPU)"},
+  return {{"qwen-image-tiny", "Tiny Qwen-Image-architecture demo model (trains on the CPU)", true},
           {"qwen-image", "Qwen-Image architecture (20 B transformer, Qwen2.5-VL-7B text encoder)"}};
+}
+
+std::vector<WizardChoice> QwenImageFamily::wizard_choices() const {
+  // As configs/qwen-image-*.yaml set them: 1024 px, batch 1, lr 1e-5 and 1e-4, a constant rate,
+  // shift sampling; diffusers folders only (no single-file layout is read).
+  return {{"qwen-image", "Qwen-Image", {"qwen-image"}, true, false, 1024, "", "shift", 1, 1e-5, 1e-4, "constant", 0, true}};
 }
 
 bool QwenImageFamily::recognizes(const config::TrainerConfig& cfg) const {

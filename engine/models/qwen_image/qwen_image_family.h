@@ -18,6 +18,7 @@ class QwenImageFamily final : public ModelFamily {
  public:
   std::string name() const override { return "qwen-image"; }
   std::vector<ModelPreset> presets() const override;
+  std::vector<WizardChoice> wizard_choices() const override;
   /// The qwen-image / qwen-image-tiny presets, and at model.path a diffusers Qwen-Image folder
   /// (model_index.json's QwenImagePipeline, or transformer/config.json's QwenImageTransformer2DModel).
   bool recognizes(const config::TrainerConfig& cfg) const override;

@@ -19,9 +19,24 @@ const ModelFamily& sd_family() {
 }
 
 std::vector<ModelPreset> SdFamily::presets() const {
-  return {{"tiny", "Tiny demo model (trains on the CPU)"},
+  return {{"tiny", "Tiny demo model (trains on the CPU)", true},
           {"sd15", "Stable Diffusion 1.5 architecture"},
           {"sdxl", "SDXL architecture"}};
+}
+
+std::vector<WizardChoice> SdFamily::wizard_choices() const {
+  // As configs/ sets them: sd15-*.yaml 512 px, epsilon, batch 4, lr 1e-5 (full) and 1e-4 (LoRA),
+  // WarmupLR over 100 steps (sd15-lora; the full fine-tune 250); sdxl-*.yaml 1024 px, epsilon,
+  // batch 1 (the Adafactor recipe), lr 4e-7 (LoRA: 1e-4, kohya's usual; no ready config),
+  // WarmupLR over 100.
+  return {{"sd1", "Stable Diffusion 1.x", {"sd15"}, true, true, 512, "epsilon", "", 4, 1e-5, 1e-4, "WarmupLR", 100, true},
+          {"sdxl", "SDXL", {"sdxl"}, true, true, 1024, "epsilon", "", 1, 4e-7, 1e-4, "WarmupLR", 100, true}};
+}
+
+std::string SdFamily::wizard_choice_of(const config::TrainerConfig& cfg) const {
+  // A diffusers folder with a second text encoder is SDXL's; anything else SD 1.x's.
+  std::error_code ec;
+  return fs::is_directory(fs::path(cfg.model.path) / "text_encoder_2", ec) ? "sdxl" : "sd1";
 }
 
 bool SdFamily::recognizes(const config::TrainerConfig& cfg) const {

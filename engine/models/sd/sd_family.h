@@ -21,6 +21,8 @@ class SdFamily final : public ModelFamily {
  public:
   std::string name() const override { return "sd"; }
   std::vector<ModelPreset> presets() const override;
+  std::vector<WizardChoice> wizard_choices() const override;
+  std::string wizard_choice_of(const config::TrainerConfig& cfg) const override;
   bool recognizes(const config::TrainerConfig& cfg) const override;
   TextEncoderTraining auto_text_training(const config::TrainerConfig& cfg) const override;
   std::vector<std::string> default_lora_targets() const override;
