@@ -184,19 +184,19 @@ struct Denoiser {
     if (qwen) {
       // QwenImageModel::predict's arrangement, with captions of their own lengths: odd samples' last
       // context token is padding (masked out).
-      const at::Tensor tokens = models::flux_pack_latents(x.contiguous());
+      const at::Tensor tokens = models::pack_latents_2x2(x.contiguous());
       at::Tensor mask = at::ones({x.size(0), ctx.size(1)}, at::kLong);
       for (std::int64_t i = 1; i < x.size(0); i += 2) mask[i][ctx.size(1) - 1] = 0;
       const at::Tensor out = qwen->forward(tokens, ctx, mask, t.to(at::kDouble) / 1000.0, x.size(2) / 2, x.size(3) / 2);
-      return models::flux_unpack_latents(out, x.size(2), x.size(3));
+      return models::unpack_latents_2x2(out, x.size(2), x.size(3));
     }
     if (!flux) return unet->forward(x, t, ctx);
     const auto opts = x.options();
-    const at::Tensor tokens = models::flux_pack_latents(x.contiguous());
+    const at::Tensor tokens = models::pack_latents_2x2(x.contiguous());
     const at::Tensor out = flux->forward(tokens, ctx, ctx.mean(1), t.to(at::kDouble) / 1000.0,
                                          models::flux_image_ids(x.size(2) / 2, x.size(3) / 2, opts),
                                          at::zeros({ctx.size(1), 3}, opts), at::ones({x.size(0)}, opts));
-    return models::flux_unpack_latents(out, x.size(2), x.size(3));
+    return models::unpack_latents_2x2(out, x.size(2), x.size(3));
   }
 };
 

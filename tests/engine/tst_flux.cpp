@@ -78,8 +78,8 @@ class TestFlux : public QObject {
   void packingAndIdsAreThePipelines() {
     const zs::io::SafetensorsReader ref(zs::test::peerFixture("flux_transformer.safetensors").toStdString());
     const at::Tensor latents = ref.tensor("latents");
-    QVERIFY(at::equal(flux_pack_latents(latents), ref.tensor("hidden")));
-    QVERIFY(at::equal(flux_unpack_latents(ref.tensor("hidden"), latents.size(2), latents.size(3)), latents));
+    QVERIFY(at::equal(pack_latents_2x2(latents), ref.tensor("hidden")));
+    QVERIFY(at::equal(unpack_latents_2x2(ref.tensor("hidden"), latents.size(2), latents.size(3)), latents));
     QVERIFY(at::equal(flux_image_ids(2, 3, at::TensorOptions().dtype(at::kFloat)), ref.tensor("img_ids")));
   }
 

@@ -104,8 +104,8 @@ class TestQwenImage : public QObject {
     const auto cfg = zs::config::load_config_file((zs::test::sourceDir() + "/configs/quickstart-qwen-image.yaml").toStdString()).config;
     const auto model = family_of(cfg).build(cfg, zs::data::all_shape_captions(), {});
     const at::Tensor u = at::randn({2, 3, 4, 6}, at::kDouble), c = at::randn({2, 3, 4, 6}, at::kDouble);
-    const at::Tensor got = flux_pack_latents(model->combine_guidance(u, c, 4.0));
-    const at::Tensor cp = flux_pack_latents(c), comb = flux_pack_latents(u + 4.0 * (c - u));
+    const at::Tensor got = pack_latents_2x2(model->combine_guidance(u, c, 4.0));
+    const at::Tensor cp = pack_latents_2x2(c), comb = pack_latents_2x2(u + 4.0 * (c - u));
     // The norm of every packed token of the result is the conditional prediction's.
     QVERIFY(qwen_image_diff(got.norm(2, {-1}), cp.norm(2, {-1})) < 1e-12);
     QVERIFY(qwen_image_diff(got / got.norm(2, {-1}, true), comb / comb.norm(2, {-1}, true)) < 1e-12);

@@ -147,7 +147,7 @@ class TestQwenTransformer : public QObject {
   // its largest index) and rotations for a 4 × 6 grid and 7 text tokens.
   void packingAndRopeAreThePipelines() {
     QWEN_FIXTURE(ref);
-    QVERIFY(at::equal(flux_pack_latents(ref->tensor("latents").squeeze(1)), ref->tensor("hidden")));
+    QVERIFY(at::equal(pack_latents_2x2(ref->tensor("latents").squeeze(1)), ref->tensor("hidden")));
     const at::Tensor ids = qwen_rope_ids(4, 6, 7, at::kCPU);
     QCOMPARE(ids.size(0), std::int64_t{7 + 24});
     QVERIFY(at::equal(ids[0], at::full({3}, 3, at::kLong)));   // text starts at max(4/2, 6/2)

@@ -294,7 +294,7 @@ at::Tensor FluxModel::predict(const at::Tensor& noisy, const at::Tensor& t, cons
                               const at::Tensor& geometry) {
   (void)geometry;
   const std::int64_t b = noisy.size(0), h = noisy.size(2), w = noisy.size(3);
-  const at::Tensor tokens = flux_pack_latents(noisy.contiguous());
+  const at::Tensor tokens = pack_latents_2x2(noisy.contiguous());
   const auto opts = tokens.options();
   // FluxPipeline: image ids (0, row, column) of the token grid; text ids all zero.
   const at::Tensor img_ids = flux_image_ids(h / 2, w / 2, opts);
@@ -305,7 +305,7 @@ at::Tensor FluxModel::predict(const at::Tensor& noisy, const at::Tensor& t, cons
   const at::Tensor context = cond.context.to(opts.dtype());
   const at::Tensor pooled = cond.pooled.to(opts.dtype());
   const at::Tensor out = transformer->forward(tokens, context, pooled, t, img_ids, txt_ids, guidance);
-  return flux_unpack_latents(out, h, w);
+  return unpack_latents_2x2(out, h, w);
 }
 
 at::Tensor FluxModel::to_model_space(const at::Tensor& images, at::Generator& generator, data::LatentCache* cache,

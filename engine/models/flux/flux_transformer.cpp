@@ -21,7 +21,6 @@ namespace {
   throw Error(ErrorKind::config, source + ": " + key + ": " + what);
 }
 
-
 }  // namespace
 
 FluxConfig FluxConfig::from_json(const json& j, const std::string& source) {
@@ -53,17 +52,6 @@ FluxConfig FluxConfig::from_json(const json& j, const std::string& source) {
   return c;
 }
 
-void check_rope_axes(const std::vector<std::int64_t>& axes, std::int64_t head_dim, const std::string& source) {
-  std::int64_t rope = 0;
-  for (const auto d : axes) {
-    if (d < 2 || d % 2 != 0) fail(source, "axes_dims_rope", "every axis needs an even number of dimensions");
-    rope += d;
-  }
-  if (rope != head_dim)
-    fail(source, "axes_dims_rope", "sums to " + std::to_string(rope) + " but attention_head_dim is " +
-                                       std::to_string(head_dim) + "; they must be equal");
-}
-
 FluxConfig FluxConfig::from_file(const std::string& path) {
   return from_json(io::read_json_file(path, "Flux transformer config (expected diffusers' transformer/config.json)"), path);
 }
@@ -83,29 +71,18 @@ json FluxConfig::to_json() const {
           {"axes_dims_rope", axes_dims_rope}};
 }
 
-FluxRmsNormImpl::FluxRmsNormImpl(std::int64_t dim, double eps_) : eps(eps_) {
-  weight = register_parameter("weight", at::ones({dim}));
-}
-
-at::Tensor FluxRmsNormImpl::forward(const at::Tensor& x) {
-  const at::ScalarType up = at::promote_types(x.scalar_type(), at::kFloat);
-  const at::Tensor xf = x.to(up);
-  const at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return (normed * weight.to(up)).to(x.scalar_type());
-}
-
 FluxAttentionImpl::FluxAttentionImpl(std::int64_t dim, std::int64_t heads_, std::int64_t head_dim_, bool joint)
     : heads(heads_), head_dim(head_dim_) {
   const std::int64_t inner = heads * head_dim;
-  norm_q = register_module("norm_q", FluxRmsNorm(head_dim, 1e-6));
-  norm_k = register_module("norm_k", FluxRmsNorm(head_dim, 1e-6));
+  norm_q = register_module("norm_q", RmsNorm(head_dim, 1e-6));
+  norm_k = register_module("norm_k", RmsNorm(head_dim, 1e-6));
   to_q = register_module("to_q", AdaptedLinear(dim, inner));
   to_k = register_module("to_k", AdaptedLinear(dim, inner));
   to_v = register_module("to_v", AdaptedLinear(dim, inner));
   if (joint) {
     to_out = register_module("to_out", torch::nn::ModuleList(AdaptedLinear(inner, dim)));
-    norm_added_q = register_module("norm_added_q", FluxRmsNorm(head_dim, 1e-6));
-    norm_added_k = register_module("norm_added_k", FluxRmsNorm(head_dim, 1e-6));
+    norm_added_q = register_module("norm_added_q", RmsNorm(head_dim, 1e-6));
+    norm_added_k = register_module("norm_added_k", RmsNorm(head_dim, 1e-6));
     add_q_proj = register_module("add_q_proj", AdaptedLinear(dim, inner));
     add_k_proj = register_module("add_k_proj", AdaptedLinear(dim, inner));
     add_v_proj = register_module("add_v_proj", AdaptedLinear(dim, inner));
@@ -124,8 +101,8 @@ std::pair<at::Tensor, at::Tensor> FluxAttentionImpl::forward(const at::Tensor& x
     k = at::cat({norm_added_k(heads_of(add_k_proj(context))), k}, 1);
     v = at::cat({heads_of(add_v_proj(context)), v}, 1);
   }
-  q = flux_apply_rope(q, cos, sin);
-  k = flux_apply_rope(k, cos, sin);
+  q = apply_rope(q, cos, sin);
+  k = apply_rope(k, cos, sin);
   const at::Tensor out = multi_head_attention(q.flatten(2), k.flatten(2), v.flatten(2), heads, {}, attention);
   if (!joint) return {out, {}};
   const std::int64_t text = context.size(1);
@@ -133,35 +110,12 @@ std::pair<at::Tensor, at::Tensor> FluxAttentionImpl::forward(const at::Tensor& x
   return {to_out[0]->as<AdaptedLinearImpl>()->forward(image_out.contiguous()), to_add_out(text_out.contiguous())};
 }
 
-FluxAdaNormImpl::FluxAdaNormImpl(std::int64_t dim, std::int64_t chunks_) : chunks(chunks_) {
-  linear = register_module("linear", AdaptedLinear(dim, chunks * dim));
-}
-
-std::vector<at::Tensor> FluxAdaNormImpl::forward(const at::Tensor& temb) {
-  return linear(at::silu(temb)).chunk(chunks, 1);
-}
-
-FluxGeluProjImpl::FluxGeluProjImpl(std::int64_t dim, std::int64_t inner) {
-  proj = register_module("proj", AdaptedLinear(dim, inner));
-}
-
-at::Tensor FluxGeluProjImpl::forward(const at::Tensor& x) { return at::gelu(proj(x), "tanh"); }
-
-FluxFeedForwardImpl::FluxFeedForwardImpl(std::int64_t dim, std::int64_t inner) {
-  gelu = FluxGeluProj(dim, inner);
-  out = AdaptedLinear(inner, dim);
-  // net.1 is diffusers' dropout (no weights): an empty module keeps the indices of net.2.
-  net = register_module("net", torch::nn::ModuleList(gelu, torch::nn::Identity(), out));
-}
-
-at::Tensor FluxFeedForwardImpl::forward(const at::Tensor& x) { return out(gelu(x)); }
-
 FluxDoubleBlockImpl::FluxDoubleBlockImpl(std::int64_t dim, std::int64_t heads, std::int64_t head_dim) {
-  norm1 = register_module("norm1", FluxAdaNorm(dim, 6));
-  norm1_context = register_module("norm1_context", FluxAdaNorm(dim, 6));
+  norm1 = register_module("norm1", AdaModulation(dim, 6));
+  norm1_context = register_module("norm1_context", AdaModulation(dim, 6));
   attn = register_module("attn", FluxAttention(dim, heads, head_dim, /*joint=*/true));
-  ff = register_module("ff", FluxFeedForward(dim, 4 * dim));
-  ff_context = register_module("ff_context", FluxFeedForward(dim, 4 * dim));
+  ff = register_module("ff", GeluFeedForward(dim, 4 * dim));
+  ff_context = register_module("ff_context", GeluFeedForward(dim, 4 * dim));
 }
 
 std::pair<at::Tensor, at::Tensor> FluxDoubleBlockImpl::forward(const at::Tensor& x, const at::Tensor& context,
@@ -169,11 +123,11 @@ std::pair<at::Tensor, at::Tensor> FluxDoubleBlockImpl::forward(const at::Tensor&
                                                                const at::Tensor& sin) {
   // AdaLayerNormZero: shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp.
   const auto m = norm1(temb), c = norm1_context(temb);
-  const auto [attn_x, attn_c] = attn(flux_modulate(x, m[0], m[1]), flux_modulate(context, c[0], c[1]), cos, sin);
+  const auto [attn_x, attn_c] = attn(ada_modulate(x, m[0], m[1]), ada_modulate(context, c[0], c[1]), cos, sin);
   at::Tensor h = x + m[2].unsqueeze(1) * attn_x;
-  h = h + m[5].unsqueeze(1) * ff(flux_modulate(h, m[3], m[4]));
+  h = h + m[5].unsqueeze(1) * ff(ada_modulate(h, m[3], m[4]));
   at::Tensor e = context + c[2].unsqueeze(1) * attn_c;
-  e = e + c[5].unsqueeze(1) * ff_context(flux_modulate(e, c[3], c[4]));
+  e = e + c[5].unsqueeze(1) * ff_context(ada_modulate(e, c[3], c[4]));
   if (h.scalar_type() == at::kHalf) {  // as diffusers: keep fp16 finite
     h = h.clamp(-65504, 65504);
     e = e.clamp(-65504, 65504);
@@ -182,7 +136,7 @@ std::pair<at::Tensor, at::Tensor> FluxDoubleBlockImpl::forward(const at::Tensor&
 }
 
 FluxSingleBlockImpl::FluxSingleBlockImpl(std::int64_t dim, std::int64_t heads, std::int64_t head_dim, std::int64_t mlp) {
-  norm = register_module("norm", FluxAdaNorm(dim, 3));
+  norm = register_module("norm", AdaModulation(dim, 3));
   proj_mlp = register_module("proj_mlp", AdaptedLinear(dim, mlp));
   proj_out = register_module("proj_out", AdaptedLinear(dim + mlp, dim));
   attn = register_module("attn", FluxAttention(dim, heads, head_dim, /*joint=*/false));
@@ -191,7 +145,7 @@ FluxSingleBlockImpl::FluxSingleBlockImpl(std::int64_t dim, std::int64_t heads, s
 at::Tensor FluxSingleBlockImpl::forward(const at::Tensor& x, const at::Tensor& temb, const at::Tensor& cos,
                                         const at::Tensor& sin) {
   const auto m = norm(temb);  // shift, scale, gate
-  const at::Tensor normed = flux_modulate(x, m[0], m[1]);
+  const at::Tensor normed = ada_modulate(x, m[0], m[1]);
   const at::Tensor mlp = at::gelu(proj_mlp(normed), "tanh");
   const at::Tensor attn_out = attn->forward(normed, at::Tensor(), cos, sin).first;
   at::Tensor h = x + m[2].unsqueeze(1) * proj_out(at::cat({attn_out, mlp}, 2));
@@ -199,22 +153,15 @@ at::Tensor FluxSingleBlockImpl::forward(const at::Tensor& x, const at::Tensor& t
   return h;
 }
 
-FluxMlpEmbedderImpl::FluxMlpEmbedderImpl(std::int64_t in, std::int64_t dim) {
-  linear_1 = register_module("linear_1", AdaptedLinear(in, dim));
-  linear_2 = register_module("linear_2", AdaptedLinear(dim, dim));
-}
-
-at::Tensor FluxMlpEmbedderImpl::forward(const at::Tensor& x) { return linear_2(at::silu(linear_1(x))); }
-
 FluxTimeTextEmbedImpl::FluxTimeTextEmbedImpl(std::int64_t dim, std::int64_t pooled_dim, bool guidance) {
-  timestep_embedder = register_module("timestep_embedder", FluxMlpEmbedder(256, dim));
-  if (guidance) guidance_embedder = register_module("guidance_embedder", FluxMlpEmbedder(256, dim));
-  text_embedder = register_module("text_embedder", FluxMlpEmbedder(pooled_dim, dim));
+  timestep_embedder = register_module("timestep_embedder", TimestepEmbedding(256, dim));
+  if (guidance) guidance_embedder = register_module("guidance_embedder", TimestepEmbedding(256, dim));
+  text_embedder = register_module("text_embedder", TimestepEmbedding(pooled_dim, dim));
 }
 
 at::Tensor FluxTimeTextEmbedImpl::forward(const at::Tensor& t, const at::Tensor& guidance, const at::Tensor& pooled) {
-  at::Tensor emb = timestep_embedder(flux_timestep_features(t, 256).to(pooled.scalar_type()));
-  if (guidance_embedder) emb = emb + guidance_embedder(flux_timestep_features(guidance, 256).to(pooled.scalar_type()));
+  at::Tensor emb = timestep_embedder(timestep_features(t, 256).to(pooled.scalar_type()));
+  if (guidance_embedder) emb = emb + guidance_embedder(timestep_features(guidance, 256).to(pooled.scalar_type()));
   return emb + text_embedder(pooled);
 }
 
@@ -237,7 +184,7 @@ FluxTransformer2DModelImpl::FluxTransformer2DModelImpl(FluxConfig config, const 
     const std::string name = "single_transformer_blocks." + std::to_string(i);
     if (on_unit) on_unit(name, name, *single_transformer_blocks[static_cast<std::size_t>(i)]);
   }
-  norm_out = register_module("norm_out", FluxAdaNorm(dim, 2));
+  norm_out = register_module("norm_out", AdaModulation(dim, 2));
   proj_out = register_module("proj_out",
                              AdaptedLinear(dim, config_.patch_size * config_.patch_size * config_.out_channels));
 }
@@ -284,7 +231,7 @@ at::Tensor FluxTransformer2DModelImpl::forward(const at::Tensor& hidden, const a
   h = joint.narrow(1, text, joint.size(1) - text);
   // AdaLayerNormContinuous: linear(SiLU(temb)) → (scale, shift).
   const auto ss = norm_out(temb.to(h.scalar_type()));
-  h = flux_modulate(h, ss[1], ss[0]);
+  h = ada_modulate(h, ss[1], ss[0]);
   const at::Tensor out = proj_out(h);
   return hooks_ ? hooks_->after(0, out) : out;
 }
@@ -310,31 +257,6 @@ std::vector<ParamUnit> FluxTransformer2DModelImpl::units() const {
   return out;
 }
 
-at::Tensor flux_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-  return at::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
-}
-
-at::Tensor flux_apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  const at::ScalarType up = at::promote_types(x.scalar_type(), at::kFloat);
-  const at::Tensor pairs = x.reshape({x.size(0), x.size(1), x.size(2), -1, 2});
-  const at::Tensor real = pairs.select(-1, 0), imag = pairs.select(-1, 1);
-  const at::Tensor rotated = at::stack({-imag, real}, -1).flatten(3);
-  const at::Tensor c = cos.to(x.device(), up).unsqueeze(0).unsqueeze(2);
-  const at::Tensor s = sin.to(x.device(), up).unsqueeze(0).unsqueeze(2);
-  return (x.to(up) * c + rotated.to(up) * s).to(x.scalar_type());
-}
-
-at::Tensor flux_timestep_features(const at::Tensor& t, std::int64_t dim) {
-  // In float64, returned as float32 (or float64 for float64 models): the arguments reach the
-  // thousands (guidance 3.5 enters as 3500), where float32's exp and sin differ by an ulp between
-  // builds and one ulp of a frequency moves an angle by ~2e-4 (tests/fixtures/gen/flux_transformer.py).
-  const std::int64_t half = dim / 2;
-  const at::Tensor exponent =
-      at::arange(0, half, at::TensorOptions().dtype(at::kDouble).device(t.device())) * (-std::log(10000.0) / half);
-  const at::Tensor args = t.to(at::kDouble).unsqueeze(1) * at::exp(exponent).unsqueeze(0);
-  return at::cat({at::cos(args), at::sin(args)}, -1).to(at::promote_types(t.scalar_type(), at::kFloat));
-}
-
 std::pair<at::Tensor, at::Tensor> flux_rope(const at::Tensor& ids, const std::vector<std::int64_t>& axes_dims,
                                             double theta) {
   std::vector<at::Tensor> cos, sin;
@@ -349,17 +271,6 @@ std::pair<at::Tensor, at::Tensor> flux_rope(const at::Tensor& ids, const std::ve
     sin.push_back(angles.sin().repeat_interleave(2, 1));
   }
   return {at::cat(cos, -1).to(at::kFloat), at::cat(sin, -1).to(at::kFloat)};
-}
-
-at::Tensor flux_pack_latents(const at::Tensor& latents) {
-  const auto b = latents.size(0), c = latents.size(1), h = latents.size(2), w = latents.size(3);
-  if (h % 2 != 0 || w % 2 != 0) throw std::invalid_argument("flux_pack_latents: latent sides must be even");
-  return latents.view({b, c, h / 2, 2, w / 2, 2}).permute({0, 2, 4, 1, 3, 5}).reshape({b, (h / 2) * (w / 2), c * 4});
-}
-
-at::Tensor flux_unpack_latents(const at::Tensor& tokens, std::int64_t height, std::int64_t width) {
-  const auto b = tokens.size(0), c = tokens.size(2) / 4;
-  return tokens.view({b, height / 2, width / 2, c, 2, 2}).permute({0, 3, 1, 4, 2, 5}).reshape({b, c, height, width});
 }
 
 at::Tensor flux_image_ids(std::int64_t h, std::int64_t w, const at::TensorOptions& options) {

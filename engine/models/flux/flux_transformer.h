@@ -16,6 +16,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 
 #include "models/attention.h"
+#include "models/diffusers_blocks.h"
 #include "models/lora.h"
 #include "models/param_unit.h"
 
@@ -42,17 +43,6 @@ struct FluxConfig {
   nlohmann::json to_json() const;
 };
 
-/// RMS norm with a learned scale over the last dimension, computed in float32 (torch.nn.RMSNorm
-/// as Flux's qk-norm uses it).
-class FluxRmsNormImpl : public torch::nn::Module {
- public:
-  FluxRmsNormImpl(std::int64_t dim, double eps);
-  at::Tensor forward(const at::Tensor& x);
-  at::Tensor weight;
-  double eps;
-};
-TORCH_MODULE(FluxRmsNorm);
-
 /// FluxAttention: q/k/v of one stream (and, in double blocks, add_q/k/v_proj of the text stream)
 /// with per-head RMS norms, RoPE, joint attention; to_out.0 and to_add_out in double blocks.
 class FluxAttentionImpl : public torch::nn::Module, public AttentionSite {
@@ -62,44 +52,12 @@ class FluxAttentionImpl : public torch::nn::Module, public AttentionSite {
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& context, const at::Tensor& cos,
                                             const at::Tensor& sin);
   std::int64_t heads, head_dim;
-  FluxRmsNorm norm_q{nullptr}, norm_k{nullptr}, norm_added_q{nullptr}, norm_added_k{nullptr};
+  RmsNorm norm_q{nullptr}, norm_k{nullptr}, norm_added_q{nullptr}, norm_added_k{nullptr};
   AdaptedLinear to_q{nullptr}, to_k{nullptr}, to_v{nullptr}, add_q_proj{nullptr}, add_k_proj{nullptr},
       add_v_proj{nullptr}, to_add_out{nullptr};
   torch::nn::ModuleList to_out{nullptr};  ///< [0]: AdaptedLinear (double blocks only)
 };
 TORCH_MODULE(FluxAttention);
-
-/// A modulation's projection: "<norm>.linear" of AdaLayerNormZero(Single) and AdaLayerNormContinuous.
-class FluxAdaNormImpl : public torch::nn::Module {
- public:
-  FluxAdaNormImpl(std::int64_t dim, std::int64_t chunks);
-  /// linear(SiLU(temb)) in `chunks` pieces [B, dim] each.
-  std::vector<at::Tensor> forward(const at::Tensor& temb);
-  AdaptedLinear linear{nullptr};
-  std::int64_t chunks;
-};
-TORCH_MODULE(FluxAdaNorm);
-
-/// diffusers' GELU(approximate="tanh") with its projection ("net.0.proj").
-class FluxGeluProjImpl : public torch::nn::Module {
- public:
-  FluxGeluProjImpl(std::int64_t dim, std::int64_t inner);
-  at::Tensor forward(const at::Tensor& x);
-  AdaptedLinear proj{nullptr};
-};
-TORCH_MODULE(FluxGeluProj);
-
-/// diffusers' FeedForward with gelu-approximate: net.0 (FluxGeluProj), net.1 (dropout, no
-/// weights), net.2.
-class FluxFeedForwardImpl : public torch::nn::Module {
- public:
-  FluxFeedForwardImpl(std::int64_t dim, std::int64_t inner);
-  at::Tensor forward(const at::Tensor& x);
-  torch::nn::ModuleList net{nullptr};
-  FluxGeluProj gelu{nullptr};
-  AdaptedLinear out{nullptr};
-};
-TORCH_MODULE(FluxFeedForward);
 
 /// FluxTransformerBlock (double stream).
 class FluxDoubleBlockImpl : public torch::nn::Module {
@@ -108,9 +66,9 @@ class FluxDoubleBlockImpl : public torch::nn::Module {
   /// Returns {image, text}.
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& context, const at::Tensor& temb,
                                             const at::Tensor& cos, const at::Tensor& sin);
-  FluxAdaNorm norm1{nullptr}, norm1_context{nullptr};
+  AdaModulation norm1{nullptr}, norm1_context{nullptr};
   FluxAttention attn{nullptr};
-  FluxFeedForward ff{nullptr}, ff_context{nullptr};
+  GeluFeedForward ff{nullptr}, ff_context{nullptr};
 };
 TORCH_MODULE(FluxDoubleBlock);
 
@@ -120,20 +78,11 @@ class FluxSingleBlockImpl : public torch::nn::Module {
   FluxSingleBlockImpl(std::int64_t dim, std::int64_t heads, std::int64_t head_dim, std::int64_t mlp);
   /// `x`: the joint sequence [B, L + S, dim].
   at::Tensor forward(const at::Tensor& x, const at::Tensor& temb, const at::Tensor& cos, const at::Tensor& sin);
-  FluxAdaNorm norm{nullptr};
+  AdaModulation norm{nullptr};
   AdaptedLinear proj_mlp{nullptr}, proj_out{nullptr};
   FluxAttention attn{nullptr};
 };
 TORCH_MODULE(FluxSingleBlock);
-
-/// diffusers' TimestepEmbedding: linear_1, SiLU, linear_2.
-class FluxMlpEmbedderImpl : public torch::nn::Module {
- public:
-  FluxMlpEmbedderImpl(std::int64_t in, std::int64_t dim);
-  at::Tensor forward(const at::Tensor& x);
-  AdaptedLinear linear_1{nullptr}, linear_2{nullptr};
-};
-TORCH_MODULE(FluxMlpEmbedder);
 
 /// CombinedTimestep(Guidance)TextProjEmbeddings: "time_text_embed.{timestep,guidance,text}_embedder".
 class FluxTimeTextEmbedImpl : public torch::nn::Module {
@@ -141,7 +90,7 @@ class FluxTimeTextEmbedImpl : public torch::nn::Module {
   FluxTimeTextEmbedImpl(std::int64_t dim, std::int64_t pooled_dim, bool guidance);
   /// `t` and `guidance` already scaled by 1000.
   at::Tensor forward(const at::Tensor& t, const at::Tensor& guidance, const at::Tensor& pooled);
-  FluxMlpEmbedder timestep_embedder{nullptr}, guidance_embedder{nullptr}, text_embedder{nullptr};
+  TimestepEmbedding timestep_embedder{nullptr}, guidance_embedder{nullptr}, text_embedder{nullptr};
 };
 TORCH_MODULE(FluxTimeTextEmbed);
 
@@ -173,7 +122,7 @@ class FluxTransformer2DModelImpl : public torch::nn::Module {
 
   FluxTimeTextEmbed time_text_embed{nullptr};
   AdaptedLinear context_embedder{nullptr}, x_embedder{nullptr}, proj_out{nullptr};
-  FluxAdaNorm norm_out{nullptr};  ///< AdaLayerNormContinuous: (scale, shift), in that order
+  AdaModulation norm_out{nullptr};  ///< AdaLayerNormContinuous: (scale, shift), in that order
   torch::nn::ModuleList transformer_blocks{nullptr}, single_transformer_blocks{nullptr};
 
  private:
@@ -183,33 +132,11 @@ class FluxTransformer2DModelImpl : public torch::nn::Module {
 };
 TORCH_MODULE(FluxTransformer2DModel);
 
-/// diffusers' sinusoidal timestep features (get_timestep_embedding with flip_sin_to_cos, shift 0,
-/// max period 10000): [cos, sin] of t·freqs, `dim` features per value of `t` [B], evaluated in
-/// float64 (diffusers uses float32, which is 3e-4 off at guidance 3500; see tst_flux).
-at::Tensor flux_timestep_features(const at::Tensor& t, std::int64_t dim);
-
-/// AdaLN's modulation: LayerNorm without affine (eps 1e-6) of x [B, N, dim], then
-/// · (1 + scale) + shift, per sample (shift and scale [B, dim]).
-at::Tensor flux_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale);
-
-/// diffusers' apply_rotary_emb (use_real, unbind dim −1; the same as the complex product over pairs of
-/// adjacent features) on x [B, S, H, D] with cos/sin [S, D] (repeat-interleaved pairs), computed in
-/// float32 or wider, returned in x's dtype.
-at::Tensor flux_apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
-
-/// RoPE axes (Flux's and Qwen-Image's axes_dims_rope) against the head size: each axis an even
-/// number of dimensions, together the head's. Throws zs::Error(config) naming `source` and the key.
-void check_rope_axes(const std::vector<std::int64_t>& axes, std::int64_t head_dim, const std::string& source);
-
 /// RoPE's cos and sin [N, Σ axes] for position ids [N, axes] (FluxPosEmbed: per axis
 /// 1/θ^(2i/d) in float64, repeat-interleaved pairs), as float32.
 std::pair<at::Tensor, at::Tensor> flux_rope(const at::Tensor& ids, const std::vector<std::int64_t>& axes_dims,
                                             double theta = 10000.0);
 
-/// FluxPipeline's _pack_latents: [B, C, H, W] → [B, (H/2)·(W/2), 4C] (H and W even).
-at::Tensor flux_pack_latents(const at::Tensor& latents);
-/// The inverse: [B, (H/2)·(W/2), 4C] → [B, C, H, W].
-at::Tensor flux_unpack_latents(const at::Tensor& tokens, std::int64_t height, std::int64_t width);
 /// FluxPipeline's _prepare_latent_image_ids: (0, row, column) for an (h × w) token grid: [h·w, 3].
 at::Tensor flux_image_ids(std::int64_t h, std::int64_t w, const at::TensorOptions& options);
 

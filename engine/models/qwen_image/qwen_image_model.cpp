@@ -14,7 +14,7 @@
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "models/attention_options.h"
-#include "models/flux/flux_transformer.h"
+#include "models/diffusers_blocks.h"
 #include "models/frozen_outputs.h"
 #include "models/lora.h"
 #include "models/qwen_image/qwen_lora_file.h"
@@ -210,21 +210,21 @@ at::Tensor QwenImageModel::predict(const at::Tensor& noisy, const at::Tensor& t,
                                    const at::Tensor& geometry) {
   (void)geometry;
   const std::int64_t h = noisy.size(2), w = noisy.size(3);
-  const at::Tensor tokens = flux_pack_latents(noisy.contiguous());  // QwenImagePipeline._pack_latents
+  const at::Tensor tokens = pack_latents_2x2(noisy.contiguous());  // QwenImagePipeline._pack_latents
   const at::Tensor context = cond.context.to(tokens.scalar_type());
   const at::Tensor mask = cond.mask.defined() ? cond.mask.to(tokens.device()) : at::Tensor();
   const at::Tensor out = transformer->forward(tokens, context, mask, t, h / 2, w / 2);
-  return flux_unpack_latents(out, h, w);
+  return unpack_latents_2x2(out, h, w);
 }
 
 at::Tensor QwenImageModel::combine_guidance(const at::Tensor& uncond, const at::Tensor& cond, double scale) const {
   // pipeline_qwenimage.py: on packed tokens, comb · ‖cond‖ / ‖comb‖ over each token's values.
   const std::int64_t h = cond.size(2), w = cond.size(3);
-  const at::Tensor c = flux_pack_latents(cond.contiguous());
-  const at::Tensor u = flux_pack_latents(uncond.contiguous());
+  const at::Tensor c = pack_latents_2x2(cond.contiguous());
+  const at::Tensor u = pack_latents_2x2(uncond.contiguous());
   const at::Tensor comb = u + scale * (c - u);
   const at::Tensor rescaled = comb * (c.norm(2, {-1}, true) / comb.norm(2, {-1}, true));
-  return flux_unpack_latents(rescaled, h, w);
+  return unpack_latents_2x2(rescaled, h, w);
 }
 
 at::Tensor QwenImageModel::to_model_space(const at::Tensor& images, at::Generator& generator, data::LatentCache* cache,

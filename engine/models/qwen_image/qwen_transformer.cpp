@@ -88,25 +88,12 @@ json QwenImageConfig::to_json() const {
           {"axes_dims_rope", axes_dims_rope}};
 }
 
-QwenRmsNormImpl::QwenRmsNormImpl(std::int64_t dim, double eps_) : eps(eps_) {
-  weight = register_parameter("weight", at::ones({dim}));
-}
-
-at::Tensor QwenRmsNormImpl::forward(const at::Tensor& x) {
-  const at::ScalarType up = at::promote_types(x.scalar_type(), at::kFloat);
-  const at::Tensor xf = x.to(up);
-  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  const auto w = weight.scalar_type();
-  if (w == at::kHalf || w == at::kBFloat16) normed = normed.to(w);
-  return (normed * weight).to(x.scalar_type());
-}
-
 QwenAttentionImpl::QwenAttentionImpl(std::int64_t dim, std::int64_t heads_, std::int64_t head_dim_)
     : heads(heads_), head_dim(head_dim_) {
   const std::int64_t inner = heads * head_dim;
   // diffusers' Attention registration order (the units list parameters in it).
-  norm_q = register_module("norm_q", QwenRmsNorm(head_dim, 1e-6));
-  norm_k = register_module("norm_k", QwenRmsNorm(head_dim, 1e-6));
+  norm_q = register_module("norm_q", RmsNorm(head_dim, 1e-6, RmsNormRounding::weight_dtype));
+  norm_k = register_module("norm_k", RmsNorm(head_dim, 1e-6, RmsNormRounding::weight_dtype));
   to_q = register_module("to_q", AdaptedLinear(dim, inner));
   to_k = register_module("to_k", AdaptedLinear(dim, inner));
   to_v = register_module("to_v", AdaptedLinear(dim, inner));
@@ -115,8 +102,8 @@ QwenAttentionImpl::QwenAttentionImpl(std::int64_t dim, std::int64_t heads_, std:
   add_q_proj = register_module("add_q_proj", AdaptedLinear(dim, inner));
   to_out = register_module("to_out", torch::nn::ModuleList(AdaptedLinear(inner, dim)));
   to_add_out = register_module("to_add_out", AdaptedLinear(inner, dim));
-  norm_added_q = register_module("norm_added_q", QwenRmsNorm(head_dim, 1e-6));
-  norm_added_k = register_module("norm_added_k", QwenRmsNorm(head_dim, 1e-6));
+  norm_added_q = register_module("norm_added_q", RmsNorm(head_dim, 1e-6, RmsNormRounding::weight_dtype));
+  norm_added_k = register_module("norm_added_k", RmsNorm(head_dim, 1e-6, RmsNormRounding::weight_dtype));
 }
 
 std::pair<at::Tensor, at::Tensor> QwenAttentionImpl::forward(const at::Tensor& x, const at::Tensor& context,
@@ -124,9 +111,9 @@ std::pair<at::Tensor, at::Tensor> QwenAttentionImpl::forward(const at::Tensor& x
                                                              const std::vector<at::Tensor>& keys) {
   auto heads_of = [&](const at::Tensor& t) { return t.unflatten(-1, {heads, head_dim}); };
   // [B, L + S, H, head_dim], text first; RoPE over the joint positions (cos/sin rows text first).
-  const at::Tensor q = flux_apply_rope(
+  const at::Tensor q = apply_rope(
       at::cat({norm_added_q(heads_of(add_q_proj(context))), norm_q(heads_of(to_q(x)))}, 1), cos, sin);
-  const at::Tensor k = flux_apply_rope(
+  const at::Tensor k = apply_rope(
       at::cat({norm_added_k(heads_of(add_k_proj(context))), norm_k(heads_of(to_k(x)))}, 1), cos, sin);
   const at::Tensor v = at::cat({heads_of(add_v_proj(context)), heads_of(to_v(x))}, 1);
   const at::Tensor qf = q.flatten(2), kf = k.flatten(2), vf = v.flatten(2);
@@ -154,9 +141,9 @@ QwenImageTransformerBlockImpl::QwenImageTransformerBlockImpl(std::int64_t dim, s
                                                              std::int64_t head_dim) {
   img_mod = register_module("img_mod", torch::nn::ModuleList(torch::nn::SiLU(), AdaptedLinear(dim, 6 * dim)));
   attn = register_module("attn", QwenAttention(dim, heads, head_dim));
-  img_mlp = register_module("img_mlp", FluxFeedForward(dim, 4 * dim));
+  img_mlp = register_module("img_mlp", GeluFeedForward(dim, 4 * dim));
   txt_mod = register_module("txt_mod", torch::nn::ModuleList(torch::nn::SiLU(), AdaptedLinear(dim, 6 * dim)));
-  txt_mlp = register_module("txt_mlp", FluxFeedForward(dim, 4 * dim));
+  txt_mlp = register_module("txt_mlp", GeluFeedForward(dim, 4 * dim));
 }
 
 std::pair<at::Tensor, at::Tensor> QwenImageTransformerBlockImpl::forward(const at::Tensor& x,
@@ -168,11 +155,11 @@ std::pair<at::Tensor, at::Tensor> QwenImageTransformerBlockImpl::forward(const a
   const auto m = img_mod[1]->as<AdaptedLinearImpl>()->forward(at::silu(temb)).chunk(6, 1);
   const auto c = txt_mod[1]->as<AdaptedLinearImpl>()->forward(at::silu(temb)).chunk(6, 1);
   const auto [attn_x, attn_c] =
-      attn(flux_modulate(x, m[0], m[1]), flux_modulate(context, c[0], c[1]), cos, sin, keys);
+      attn(ada_modulate(x, m[0], m[1]), ada_modulate(context, c[0], c[1]), cos, sin, keys);
   at::Tensor h = x + m[2].unsqueeze(1) * attn_x;
   at::Tensor e = context + c[2].unsqueeze(1) * attn_c;
-  h = h + m[5].unsqueeze(1) * img_mlp(flux_modulate(h, m[3], m[4]));
-  e = e + c[5].unsqueeze(1) * txt_mlp(flux_modulate(e, c[3], c[4]));
+  h = h + m[5].unsqueeze(1) * img_mlp(ada_modulate(h, m[3], m[4]));
+  e = e + c[5].unsqueeze(1) * txt_mlp(ada_modulate(e, c[3], c[4]));
   if (h.scalar_type() == at::kHalf) {  // as diffusers: keep fp16 finite
     h = h.clamp(-65504, 65504);
     e = e.clamp(-65504, 65504);
@@ -181,12 +168,12 @@ std::pair<at::Tensor, at::Tensor> QwenImageTransformerBlockImpl::forward(const a
 }
 
 QwenTimestepProjEmbeddingsImpl::QwenTimestepProjEmbeddingsImpl(std::int64_t dim) {
-  timestep_embedder = register_module("timestep_embedder", FluxMlpEmbedder(256, dim));
+  timestep_embedder = register_module("timestep_embedder", TimestepEmbedding(256, dim));
 }
 
 at::Tensor QwenTimestepProjEmbeddingsImpl::forward(const at::Tensor& sigma, at::ScalarType dtype) {
   // σ first in the model's dtype (diffusers' timestep.to(hidden_states.dtype)), then ·1000 exactly.
-  return timestep_embedder(flux_timestep_features(sigma.to(dtype).to(at::kDouble) * 1000, 256).to(dtype));
+  return timestep_embedder(timestep_features(sigma.to(dtype).to(at::kDouble) * 1000, 256).to(dtype));
 }
 
 at::Tensor qwen_rope_ids(std::int64_t grid_h, std::int64_t grid_w, std::int64_t text_len, const at::Device& device) {
@@ -223,7 +210,7 @@ QwenImageTransformer2DModelImpl::QwenImageTransformer2DModelImpl(QwenImageConfig
   const std::int64_t dim = config_.inner_dim(), heads = config_.num_attention_heads, hd = config_.attention_head_dim;
   // diffusers' registration order.
   time_text_embed = register_module("time_text_embed", QwenTimestepProjEmbeddings(dim));
-  txt_norm = register_module("txt_norm", QwenRmsNorm(config_.joint_attention_dim, 1e-6));
+  txt_norm = register_module("txt_norm", RmsNorm(config_.joint_attention_dim, 1e-6, RmsNormRounding::weight_dtype));
   img_in = register_module("img_in", AdaptedLinear(config_.in_channels, dim));
   txt_in = register_module("txt_in", AdaptedLinear(config_.joint_attention_dim, dim));
   transformer_blocks = register_module("transformer_blocks", torch::nn::ModuleList());
@@ -232,7 +219,7 @@ QwenImageTransformer2DModelImpl::QwenImageTransformer2DModelImpl(QwenImageConfig
     const std::string name = "transformer_blocks." + std::to_string(i);
     if (on_unit) on_unit(name, name, *transformer_blocks[static_cast<std::size_t>(i)]);
   }
-  norm_out = register_module("norm_out", FluxAdaNorm(dim, 2));
+  norm_out = register_module("norm_out", AdaModulation(dim, 2));
   proj_out = register_module("proj_out",
                              AdaptedLinear(dim, config_.patch_size * config_.patch_size * config_.out_channels));
 }
@@ -296,7 +283,7 @@ at::Tensor QwenImageTransformer2DModelImpl::forward(const at::Tensor& hidden, co
   h = joint.narrow(1, text, joint.size(1) - text);
   // AdaLayerNormContinuous: linear(SiLU(temb)) → (scale, shift).
   const auto ss = norm_out(temb.to(h.scalar_type()));
-  const at::Tensor out = proj_out(flux_modulate(h, ss[1], ss[0]));
+  const at::Tensor out = proj_out(ada_modulate(h, ss[1], ss[0]));
   return hooks_ ? hooks_->after(0, out) : out;
 }
 

@@ -18,7 +18,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 
 #include "models/attention.h"
-#include "models/flux/flux_transformer.h"
+#include "models/diffusers_blocks.h"
 #include "models/lora.h"
 #include "models/param_unit.h"
 
@@ -43,18 +43,6 @@ struct QwenImageConfig {
   nlohmann::json to_json() const;
 };
 
-/// diffusers' RMSNorm with a learned scale (txt_norm and the attention's qk norms): the mean square
-/// in float32, x·rsqrt(ms + eps) in float32, rounded to the weight's dtype first when that is
-/// fp16/bf16 and then scaled there (torch.nn.RMSNorm, Flux's, rounds only once); returned in x's dtype.
-class QwenRmsNormImpl : public torch::nn::Module {
- public:
-  QwenRmsNormImpl(std::int64_t dim, double eps);
-  at::Tensor forward(const at::Tensor& x);
-  at::Tensor weight;
-  double eps;
-};
-TORCH_MODULE(QwenRmsNorm);
-
 /// Attention with QwenDoubleStreamAttnProcessor2_0: q/k/v of the image stream (to_q/k/v) and of
 /// the text stream (add_q/k/v_proj), per-head RMS norms, RoPE, one attention over [text, image]
 /// in which padded text tokens are no keys; to_out.0 (image) and to_add_out (text).
@@ -67,7 +55,7 @@ class QwenAttentionImpl : public torch::nn::Module, public AttentionSite {
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& x, const at::Tensor& context, const at::Tensor& cos,
                                             const at::Tensor& sin, const std::vector<at::Tensor>& keys);
   std::int64_t heads, head_dim;
-  QwenRmsNorm norm_q{nullptr}, norm_k{nullptr}, norm_added_q{nullptr}, norm_added_k{nullptr};
+  RmsNorm norm_q{nullptr}, norm_k{nullptr}, norm_added_q{nullptr}, norm_added_k{nullptr};
   AdaptedLinear to_q{nullptr}, to_k{nullptr}, to_v{nullptr}, add_k_proj{nullptr}, add_v_proj{nullptr},
       add_q_proj{nullptr}, to_add_out{nullptr};
   torch::nn::ModuleList to_out{nullptr};  ///< [0]: AdaptedLinear
@@ -87,7 +75,7 @@ class QwenImageTransformerBlockImpl : public torch::nn::Module {
                                             const std::vector<at::Tensor>& keys);
   torch::nn::ModuleList img_mod{nullptr}, txt_mod{nullptr};  ///< [0] SiLU, [1] AdaptedLinear
   QwenAttention attn{nullptr};
-  FluxFeedForward img_mlp{nullptr}, txt_mlp{nullptr};
+  GeluFeedForward img_mlp{nullptr}, txt_mlp{nullptr};
 };
 TORCH_MODULE(QwenImageTransformerBlock);
 
@@ -98,7 +86,7 @@ class QwenTimestepProjEmbeddingsImpl : public torch::nn::Module {
   explicit QwenTimestepProjEmbeddingsImpl(std::int64_t dim);
   /// σ [B] (in [0, 1]; the sinusoid takes σ·1000, in float64) → [B, dim] in `dtype`.
   at::Tensor forward(const at::Tensor& sigma, at::ScalarType dtype);
-  FluxMlpEmbedder timestep_embedder{nullptr};
+  TimestepEmbedding timestep_embedder{nullptr};
 };
 TORCH_MODULE(QwenTimestepProjEmbeddings);
 
@@ -138,10 +126,10 @@ class QwenImageTransformer2DModelImpl : public torch::nn::Module {
   void set_cpu_checkpointing(bool on) { cpu_checkpointing_ = on; }
 
   QwenTimestepProjEmbeddings time_text_embed{nullptr};
-  QwenRmsNorm txt_norm{nullptr};
+  RmsNorm txt_norm{nullptr};  ///< diffusers' RMSNorm (RmsNormRounding::weight_dtype), as the qk norms
   AdaptedLinear img_in{nullptr}, txt_in{nullptr}, proj_out{nullptr};
   torch::nn::ModuleList transformer_blocks{nullptr};
-  FluxAdaNorm norm_out{nullptr};  ///< AdaLayerNormContinuous: (scale, shift), in that order
+  AdaModulation norm_out{nullptr};  ///< AdaLayerNormContinuous: (scale, shift), in that order
 
  private:
   QwenImageConfig config_;

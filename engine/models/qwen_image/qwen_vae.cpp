@@ -46,8 +46,8 @@ TORCH_MODULE(CausalConv);
 
 /// QwenImageRMS_norm (bias false): F.normalize over channels × sqrt(dim) × gamma; half types are
 /// normalised in float32 as diffusers does.
-struct RmsNormImpl : Module {
-  RmsNormImpl(int64_t dim, bool images) : scale(std::sqrt(static_cast<double>(dim))) {
+struct ChannelRmsNormImpl : Module {
+  ChannelRmsNormImpl(int64_t dim, bool images) : scale(std::sqrt(static_cast<double>(dim))) {
     gamma = register_parameter("gamma", images ? at::ones({dim, 1, 1}) : at::ones({dim, 1, 1, 1}));
   }
   at::Tensor forward(const at::Tensor& x) {  // [N, C, H, W]
@@ -59,7 +59,7 @@ struct RmsNormImpl : Module {
   double scale;
   at::Tensor gamma;
 };
-TORCH_MODULE(RmsNorm);
+TORCH_MODULE(ChannelRmsNorm);
 
 /// An entry of the encoder's flat down_blocks list (residual blocks and resamplers).
 struct DownLayer : Module {
@@ -70,9 +70,9 @@ struct DownLayer : Module {
 /// when the width changes.
 struct ResidualBlockImpl : DownLayer {
   ResidualBlockImpl(int64_t in, int64_t out)
-      : norm1(register_module("norm1", RmsNorm(in, false))),
+      : norm1(register_module("norm1", ChannelRmsNorm(in, false))),
         conv1(register_module("conv1", CausalConv(in, out, 3))),
-        norm2(register_module("norm2", RmsNorm(out, false))),
+        norm2(register_module("norm2", ChannelRmsNorm(out, false))),
         conv2(register_module("conv2", CausalConv(out, out, 3))) {
     if (in != out) conv_shortcut = register_module("conv_shortcut", CausalConv(in, out, 1));
   }
@@ -80,9 +80,9 @@ struct ResidualBlockImpl : DownLayer {
     const at::Tensor h = conv_shortcut ? conv_shortcut(x) : x;
     return conv2(at::silu(norm2(conv1(at::silu(norm1(x)))))) + h;
   }
-  RmsNorm norm1;
+  ChannelRmsNorm norm1;
   CausalConv conv1;
-  RmsNorm norm2;
+  ChannelRmsNorm norm2;
   CausalConv conv2;
   CausalConv conv_shortcut{nullptr};
 };
@@ -91,7 +91,7 @@ TORCH_MODULE(ResidualBlock);
 /// QwenImageAttentionBlock: one head over the frame's pixels, 1×1 to_qkv and proj, residual.
 struct AttentionBlockImpl : Module, AttentionSite {
   explicit AttentionBlockImpl(int64_t dim)
-      : norm(register_module("norm", RmsNorm(dim, true))),
+      : norm(register_module("norm", ChannelRmsNorm(dim, true))),
         to_qkv(register_module("to_qkv", Conv2d(Conv2dOptions(dim, 3 * dim, 1)))),
         proj(register_module("proj", Conv2d(Conv2dOptions(dim, dim, 1)))) {}
   at::Tensor forward(const at::Tensor& x) {  // [N, C, H, W]
@@ -101,7 +101,7 @@ struct AttentionBlockImpl : Module, AttentionSite {
     const at::Tensor out = multi_head_attention(parts[0], parts[1], parts[2], 1, {}, attention);  // [N, HW, C]
     return proj(out.transpose(1, 2).reshape({n, c, h, w})) + x;
   }
-  RmsNorm norm;
+  ChannelRmsNorm norm;
   Conv2d to_qkv, proj;
 };
 TORCH_MODULE(AttentionBlock);
@@ -190,7 +190,7 @@ struct EncoderImpl : Module {
     for (const auto& l : layers) list->push_back(l);
     register_module("down_blocks", list);
     mid_block = register_module("mid_block", MidBlock(out));
-    norm_out = register_module("norm_out", RmsNorm(out, false));
+    norm_out = register_module("norm_out", ChannelRmsNorm(out, false));
     conv_out = register_module("conv_out", CausalConv(out, 2 * c.z_dim, 3));
   }
   at::Tensor forward(const at::Tensor& image) {  // [B, 3, H, W] -> [B, 2·z, H/f, W/f]
@@ -201,7 +201,7 @@ struct EncoderImpl : Module {
   CausalConv conv_in{nullptr}, conv_out{nullptr};
   std::vector<std::shared_ptr<DownLayer>> layers;
   MidBlock mid_block{nullptr};
-  RmsNorm norm_out{nullptr};
+  ChannelRmsNorm norm_out{nullptr};
 };
 TORCH_MODULE(Encoder);
 
@@ -222,7 +222,7 @@ struct DecoderImpl : Module {
       list->push_back(blocks.back());
     }
     register_module("up_blocks", list);
-    norm_out = register_module("norm_out", RmsNorm(dims.back(), false));
+    norm_out = register_module("norm_out", ChannelRmsNorm(dims.back(), false));
     conv_out = register_module("conv_out", CausalConv(dims.back(), 3, 3));
   }
   at::Tensor forward(const at::Tensor& z) {  // [B, z, h, w] -> [B, 3, h·f, w·f]
@@ -233,7 +233,7 @@ struct DecoderImpl : Module {
   CausalConv conv_in{nullptr}, conv_out{nullptr};
   MidBlock mid_block{nullptr};
   std::vector<UpBlock> blocks;
-  RmsNorm norm_out{nullptr};
+  ChannelRmsNorm norm_out{nullptr};
 };
 TORCH_MODULE(Decoder);
 

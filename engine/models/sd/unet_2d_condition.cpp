@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "models/activation_checkpoint.h"
 #include "models/attention.h"
+#include "models/diffusers_blocks.h"
 #include "models/lora.h"
 
 namespace zs::models {
@@ -239,14 +240,6 @@ TORCH_MODULE(Block);
 CheckpointedFn sampler_fn(Sampler sampler) {
   return [sampler](const at::Tensor& in, const at::Tensor&) mutable { return sampler(in); };
 }
-
-struct TimestepEmbeddingImpl : torch::nn::Module {
-  TimestepEmbeddingImpl(int64_t in, int64_t dim)
-      : linear_1(register_module("linear_1", AdaptedLinear(in, dim))), linear_2(register_module("linear_2", AdaptedLinear(dim, dim))) {}
-  at::Tensor forward(const at::Tensor& x) { return linear_2(at::silu(linear_1(x))); }
-  AdaptedLinear linear_1, linear_2;
-};
-TORCH_MODULE(TimestepEmbedding);
 
 // Some of a module's children under their paths ("transformer_blocks.3"): the unit made of
 // parts of a transformer, loaded and sharded like any module (the children are shared).
