@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <sstream>
+#include <string>
 
 namespace zs {
 
@@ -71,6 +73,16 @@ std::string format_bytes(std::int64_t bytes) {
   if (i == 0) std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
   else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[i]);
   return buf;
+}
+
+std::string python_float(double v) {
+  if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v)) + ".0";
+  for (int digits = 1;; ++digits) {
+    std::ostringstream out;
+    out.precision(digits);
+    out << v;
+    if (digits >= 17 || std::stod(out.str()) == v) return out.str();
+  }
 }
 
 }  // namespace zs

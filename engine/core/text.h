@@ -19,4 +19,8 @@ std::string without_trailing_slash(std::string_view path);
 /// A byte count for people: "13.1 GiB", "512.0 MiB", "0 B" (binary units, one decimal).
 std::string format_bytes(std::int64_t bytes);
 
+/// A number as Python's str(float) writes it (sd-scripts' metadata): "16.0", "0.5", "0.1" — the
+/// shortest text that reads back as the same double.
+std::string python_float(double v);
+
 }  // namespace zs

@@ -21,16 +21,16 @@
 #include "checkpoint/export.h"
 #include "checkpoint/sharded_state.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "core/meta_tensors.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
+#include "models/diffusers_folder.h"
+#include "models/export_sources.h"
 #include "models/flux/flux_model.h"
 #include "models/flux/flux_single_file.h"
 #include "models/flux/flux_transformer.h"
 #include "models/lora.h"
-#include "models/sd/diffusers_pipeline.h"
-#include "models/sd/lora_file.h"
-#include "models/sd/sd_export_sources.h"
 
 namespace zs::checkpoint {
 
@@ -68,7 +68,7 @@ ExportTensors base_tensors(const fs::path& model_dir, const models::FluxModel::P
                                              " of " + component + "); runs keep them there when their checkpoints need a base");
     return file_tensors({file.string()});
   }
-  return file_tensors(models::DiffusersPipeline::open(source).weight_files(component));
+  return file_tensors(models::DiffusersFolder::open(source).weight_files(component));
 }
 
 /// The adapters as diffusers' PEFT names ("<component>.<path>.lora_A.weight" = down,

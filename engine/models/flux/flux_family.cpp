@@ -16,13 +16,13 @@
 #include "io/safetensors.h"
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
+#include "models/diffusers_folder.h"
 #include "models/flux/flux_export.h"
 #include "models/flux/flux_model.h"
 #include "models/flux/flux_single_file.h"
 #include "models/flux/flux_transformer.h"
 #include "models/lora.h"
 #include "models/model_shape.h"
-#include "models/sd/diffusers_pipeline.h"
 #include "models/t5_encoder.h"
 #include "models/t5_tokenizer.h"
 #include "models/trainable_model.h"
@@ -298,7 +298,7 @@ checkpoint::ExportResult FluxFamily::export_checkpoint(const checkpoint::Checkpo
 void FluxFamily::describe(std::ostream& out, const std::string& path, const std::string& config_path) const {
   std::error_code ec;
   if (fs::is_directory(path, ec) && fs::exists(fs::path(path) / "model_index.json", ec)) {
-    const auto p = DiffusersPipeline::open(path);
+    const auto p = DiffusersFolder::open(path);
     const auto unreadable = describe_pipeline(out, p, [&](const PipelineComponent& c) -> std::string {
       if (c.name == "tokenizer_2") {
         const auto t = T5Tokenizer::load_folder(p.dir(c.name));

@@ -13,12 +13,12 @@
 #include "io/atomic_file.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
+#include "models/diffusers_folder.h"
 #include "models/flux/flux_single_file.h"
 #include "models/frozen_outputs.h"
 #include "models/lora.h"
-#include "models/sd/diffusers_pipeline.h"
-#include "models/sd/single_file_names.h"
 #include "models/transformer_model_parts.h"
+#include "models/vae_single_file_names.h"
 #include "models/weights.h"
 #include "settings/trainer_config.h"
 
@@ -104,7 +104,7 @@ AutoencoderKL load_vae_file(const AutoencoderKLConfig& config, const std::string
 
 FluxModel FluxModel::load_pipeline(const std::string& dir, const UnitBuilt& on_unit, bool with_transformer,
                                    const std::string& transformer_file, const Companions& companions) {
-  const DiffusersPipeline p = DiffusersPipeline::open(dir);
+  const DiffusersFolder p = DiffusersFolder::open(dir);
   for (const char* part : {"transformer", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "scheduler"})
     if (!p.has(part) && !(transformer_file.size() && std::string(part) == "transformer"))
       throw Error(ErrorKind::config, dir + "/model_index.json: has no " + part +

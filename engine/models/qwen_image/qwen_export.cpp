@@ -18,10 +18,10 @@
 #include "checkpoint/export.h"
 #include "checkpoint/sharded_state.h"
 #include "core/error.h"
+#include "core/text.h"
+#include "models/diffusers_folder.h"
+#include "models/export_sources.h"
 #include "models/qwen_image/qwen_image_model.h"
-#include "models/sd/diffusers_pipeline.h"
-#include "models/sd/lora_file.h"
-#include "models/sd/sd_export_sources.h"
 
 namespace zs::checkpoint {
 
@@ -31,7 +31,7 @@ namespace {
 
 /// The transformer's base weights: the preset's in the run's model folder, or the pipeline's files.
 ExportTensors base_transformer(const fs::path& model_dir, const std::string& source) {
-  if (!source.empty()) return file_tensors(models::DiffusersPipeline::open(source).weight_files("transformer"));
+  if (!source.empty()) return file_tensors(models::DiffusersFolder::open(source).weight_files("transformer"));
   const fs::path file = model_dir / "transformer" / "diffusion_pytorch_model.safetensors";
   if (!fs::exists(file))
     throw Error(ErrorKind::checkpoint, model_dir.string() + ": holds no base weights (transformer/" +

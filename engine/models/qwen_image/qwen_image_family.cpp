@@ -12,6 +12,7 @@
 #include "data/shapes.h"
 #include "io/json_file.h"
 #include "models/clip_text_model.h"
+#include "models/diffusers_folder.h"
 #include "models/lora.h"
 #include "models/model_shape.h"
 #include "models/qwen_image/qwen_export.h"
@@ -20,7 +21,6 @@
 #include "models/qwen_image/qwen_tokenizer.h"
 #include "models/qwen_image/qwen_transformer.h"
 #include "models/qwen_image/qwen_vae.h"
-#include "models/sd/diffusers_pipeline.h"
 #include "models/trainable_model.h"
 #include "models/weights.h"
 #include "settings/trainer_config.h"
@@ -226,7 +226,7 @@ void QwenImageFamily::describe(std::ostream& out, const std::string& path, const
   std::error_code ec;
   const QwenImageConfig c = QwenImageConfig::from_file((fs::path(path) / "transformer" / "config.json").string());
   if (fs::exists(fs::path(path) / "model_index.json", ec)) {
-    const auto p = DiffusersPipeline::open(path);
+    const auto p = DiffusersFolder::open(path);
     const auto unreadable = describe_pipeline(out, p, [&](const PipelineComponent& comp) -> std::string {
       const auto t = QwenTokenizer::load(p.dir(comp.name));
       return "byte-level BPE (Qwen2), vocabulary " + std::to_string(t.vocab_size());

@@ -15,10 +15,10 @@
 #include "io/safetensors.h"
 #include "models/attention_options.h"
 #include "models/diffusers_blocks.h"
+#include "models/diffusers_folder.h"
 #include "models/frozen_outputs.h"
 #include "models/lora.h"
 #include "models/qwen_image/qwen_lora_file.h"
-#include "models/sd/diffusers_pipeline.h"
 #include "models/transformer_model_parts.h"
 #include "models/weights.h"
 #include "settings/trainer_config.h"
@@ -76,7 +76,7 @@ QwenImageModel QwenImageModel::build_transformer_only(const QwenImageConfig& con
 }
 
 QwenImageModel QwenImageModel::load_pipeline(const std::string& dir, const UnitBuilt& on_unit, bool with_transformer) {
-  const DiffusersPipeline p = DiffusersPipeline::open(dir);
+  const DiffusersFolder p = DiffusersFolder::open(dir);
   for (const char* part : {"transformer", "vae", "text_encoder", "tokenizer", "scheduler"})
     if (!p.has(part))
       throw Error(ErrorKind::config, dir + "/model_index.json: has no " + part +
@@ -154,7 +154,7 @@ void QwenImageModel::place_frozen(torch::nn::Module& part, bool streams) {
 QwenTextModelImpl& QwenImageModel::text_model() {
   if (!text_encoder) {
     if (pipeline_.empty()) throw Error(ErrorKind::config, "qwen-image-tiny has no Qwen2.5-VL text encoder");
-    text_encoder = load_qwen_text_model(DiffusersPipeline::open(pipeline_).dir("text_encoder"), text_files_);
+    text_encoder = load_qwen_text_model(DiffusersFolder::open(pipeline_).dir("text_encoder"), text_files_);
     place_frozen(*text_encoder, /*streams=*/true);
   }
   return *text_encoder;

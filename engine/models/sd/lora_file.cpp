@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "io/safetensors.h"
 #include "models/peft_lora_config.h"
 #include "models/sd/unet_config.h"
@@ -50,16 +51,6 @@ LoraFileFormat format_of(const io::SafetensorsReader& reader) {
 }
 
 }  // namespace
-
-std::string python_float(double v) {
-  if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v)) + ".0";
-  for (int digits = 1;; ++digits) {
-    std::ostringstream out;
-    out.precision(digits);
-    out << v;
-    if (digits >= 17 || std::stod(out.str()) == v) return out.str();
-  }
-}
 
 std::vector<LoraFileLayer> lora_file_layers(const std::vector<LoraModelPart>& parts) {
   std::vector<LoraFileLayer> out;

@@ -33,9 +33,6 @@ struct UNetConfig;
 
 namespace zs::checkpoint {
 
-/// A number as Python's str(float) writes it (sd-scripts' metadata): "16.0", "0.5", "0.1" — the
-/// shortest text that reads back as the same double.
-std::string python_float(double v);
 
 enum class LoraFileFormat { kohya, diffusers };
 

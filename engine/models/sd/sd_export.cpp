@@ -16,19 +16,20 @@
 #include <ATen/ATen.h>
 
 #include "checkpoint/checkpoint.h"
-#include "models/sd/sd_export_sources.h"
-#include "models/sd/sd_lora_export.h"
 #include "checkpoint/sharded_state.h"
-#include "models/sd/single_file_names.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
-#include "models/sd/unet_config.h"
+#include "models/autoencoder_kl.h"
+#include "models/export_sources.h"
 #include "models/sd/diffusers_pipeline.h"
 #include "models/sd/diffusion_model.h"
-#include "models/autoencoder_kl.h"
+#include "models/sd/sd_base_model.h"
+#include "models/sd/sd_lora_export.h"
 #include "models/sd/single_file_model.h"
+#include "models/sd/single_file_names.h"
+#include "models/sd/unet_config.h"
 #include "models/weights.h"
 
 namespace zs::checkpoint {

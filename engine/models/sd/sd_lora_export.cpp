@@ -3,10 +3,10 @@
 #include <filesystem>
 
 #include "checkpoint/checkpoint.h"
-#include "models/sd/sd_export_sources.h"
-#include "models/sd/lora_file.h"
 #include "checkpoint/sharded_state.h"
 #include "core/error.h"
+#include "models/export_sources.h"
+#include "models/sd/lora_file.h"
 #include "models/sd/unet_config.h"
 
 namespace zs::checkpoint {

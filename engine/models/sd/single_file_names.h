@@ -9,12 +9,13 @@
 #include <utility>
 #include <vector>
 
+#include "models/vae_single_file_names.h"
+
 namespace zs::models {
 
 /// Prefixes of the components in a single file.
 inline constexpr const char* kSingleFileUNet = "model.diffusion_model.";
 inline constexpr const char* kSingleFileTextEncoder = "cond_stage_model.transformer.";
-inline constexpr const char* kSingleFileVae = "first_stage_model.";
 /// SDXL: CLIP ViT-L (transformers' names after the prefix) and OpenCLIP ViT-bigG (OpenCLIP's names).
 inline constexpr const char* kSingleFileXLTextEncoder = "conditioner.embedders.0.transformer.";
 inline constexpr const char* kSingleFileXLTextEncoder2 = "conditioner.embedders.1.model.";
@@ -30,15 +31,6 @@ std::vector<std::pair<std::string, std::string>> single_file_unet_names(const st
 /// blocks that have attention (their upsampler comes third).
 std::string single_file_unet_name(const std::string& diffusers_name, int layers_per_block,
                                   const std::set<int>& up_with_attention);
-
-/// Pairs (diffusers VAE name, LDM name without the prefix) for an AutoencoderKL with
-/// `num_blocks` blocks: down.{i}.block.{j}, up.{n−1−i} (reversed), mid.block_{1,2},
-/// mid.attn_1.{norm,q,k,v,proj_out}, nin_shortcut, norm_out, (down|up)sample.conv. The attention
-/// matrices are [C, C] in diffusers and [C, C, 1, 1] there (see `single_file_vae_is_conv`).
-std::vector<std::pair<std::string, std::string>> single_file_vae_names(const std::vector<std::string>& diffusers_names,
-                                                                      int num_blocks);
-/// True for LDM VAE names whose weight is a 1x1 convolution where diffusers has a linear layer.
-bool single_file_vae_is_conv(const std::string& ldm_name);
 
 /// One tensor of OpenCLIP's text tower (SDXL's second text encoder in single files) and the
 /// transformers (CLIPTextModelWithProjection) tensors it is made of.

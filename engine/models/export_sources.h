@@ -1,7 +1,8 @@
 #pragma once
 // What an export writes, component by component, as tensors read one at a time when their turn
 // comes: the checkpoint's trained tensors, or a base model's with a LoRA checkpoint's adapters
-// merged in (W + alpha/rank · up·down). Used by the families' exports (SD's, Flux's); not a public header.
+// merged in (W + alpha/rank · up·down). Shared by every family's export (no family owns it; SD's
+// base model reader is sd/sd_base_model.h); not a public header.
 
 #include <cstdint>
 #include <functional>
@@ -104,23 +105,5 @@ ExportTensors file_tensors(const std::vector<std::string>& files);
 
 /// The checkpoint's parameters whose names start with `prefix`, named without it (adapters left out).
 ExportTensors shard_tensors(const ShardReader& shards, const std::string& prefix, const std::string& kind);
-
-/// The base weights of a run's model (its `model/` folder): a preset's own files there, or the
-/// diffusers folder or single file it was trained from.
-class BaseModel {
- public:
-  /// Throws zs::Error(checkpoint) naming the folder when the base's weights are not there.
-  explicit BaseModel(const std::string& model_dir);
-  /// The UNet under diffusers names with `adapters` merged in.
-  ExportTensors unet(const ComponentAdapters& adapters) const;
-  /// A text encoder under transformers names with `adapters` merged in; empty when the base has
-  /// no such component. Single files: the encoder is loaded whole (its names come from the module).
-  ExportTensors text_encoder(const std::string& component, const ComponentAdapters& adapters) const;
-  /// Whether the base is a preset model (its weights in the run's model folder).
-  bool preset() const { return source_.empty(); }
-
- private:
-  std::string model_dir_, source_, config_path_;
-};
 
 }  // namespace zs::checkpoint
