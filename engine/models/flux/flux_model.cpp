@@ -260,12 +260,11 @@ TextConditioning FluxModel::encode(const std::vector<std::string>& captions, con
 
 TextConditioning FluxModel::condition(const std::vector<std::string>& captions, const at::Device& device,
                                       data::LatentCache* cache) {
-  if (parked_ && !captions.empty() &&
-      std::all_of(captions.begin(), captions.end(), [&](const std::string& c) { return remembered_.count(c) > 0; })) {
+  if (const auto rows = parking_.recall(captions); !rows.empty()) {
     std::vector<at::Tensor> context, pooled;
-    for (const auto& c : captions) {
-      context.push_back(remembered_.at(c).context);
-      pooled.push_back(remembered_.at(c).pooled);
+    for (const TextConditioning* r : rows) {
+      context.push_back(r->context);
+      pooled.push_back(r->pooled);
     }
     const auto opts = clip->parameters().front().options().device(device);
     return {at::cat(context).to(opts), at::cat(pooled).to(opts)};
@@ -276,7 +275,7 @@ TextConditioning FluxModel::condition(const std::vector<std::string>& captions, 
                                clip->parameters().front().options().device(device));
   if (text_encoders_trained()) return encode(captions, device);  // the whole batch, with gradients
   c10::NoGradGuard no_grad;
-  const FrozenVisit visit(parked_, frozen_device_, frozen_parts(true, false), t5.ptr().get(), frozen_visits_);
+  const FrozenVisit visit(parking_.parked(), parking_.device(), frozen_parts(true, false), t5.ptr().get(), frozen_visits_);
   if (captions.size() > 1) {
     // One caption at a time, so a caption's rows never depend on its batch (DiffusionModel says why).
     std::vector<at::Tensor> context, pooled;
@@ -315,7 +314,7 @@ at::Tensor FluxModel::to_model_space(const at::Tensor& images, at::Generator& ge
   const DiagonalGaussian posterior = cached_posteriors(
       images, cache, keys,
       [&](const at::Tensor& image) {
-        const FrozenVisit visit(parked_, frozen_device_, frozen_parts(false, true), nullptr, frozen_visits_);
+        const FrozenVisit visit(parking_.parked(), parking_.device(), frozen_parts(false, true), nullptr, frozen_visits_);
         return vae->encode(image.to(vae->parameters().front().dtype()));
       },
       vae->parameters().front().scalar_type());
@@ -325,7 +324,7 @@ at::Tensor FluxModel::to_model_space(const at::Tensor& images, at::Generator& ge
 at::Tensor FluxModel::to_images(const at::Tensor& samples) {
   if (!vae) return samples;
   c10::NoGradGuard no_grad;
-  const FrozenVisit visit(parked_, frozen_device_, frozen_parts(false, true), nullptr, frozen_visits_);
+  const FrozenVisit visit(parking_.parked(), parking_.device(), frozen_parts(false, true), nullptr, frozen_visits_);
   const at::Tensor z = vae->config().from_model_latents(samples.to(at::kFloat));
   return vae->decode(z.to(vae->parameters().front().scalar_type())).to(at::kFloat);
 }
@@ -434,18 +433,14 @@ std::int64_t FluxModel::frozen_bytes() const {
 
 void FluxModel::park_frozen(const at::Device& device, const std::vector<std::string>& remember,
                             data::LatentCache* text_cache) {
-  if (parked_ || frozen_parts(true, true).empty()) return;
-  for (const auto& caption : remember) {
-    if (remembered_.count(caption)) continue;
-    const TextConditioning one = condition({caption}, device, text_cache);
-    remembered_[caption] = {one.context.cpu(), one.pooled.cpu()};
-  }
-  frozen_device_ = device;
-  if (!device.is_cpu()) {
-    c10::NoGradGuard no_grad;
-    for (auto* part : frozen_parts(true, true)) part->to(at::kCPU);
-  }
-  parked_ = true;
+  if (frozen_parts(true, true).empty()) return;
+  parking_.park(
+      device, remember, [&](const std::string& caption) { return condition({caption}, device, text_cache); },
+      [&] {
+        if (device.is_cpu()) return;
+        c10::NoGradGuard no_grad;
+        for (auto* part : frozen_parts(true, true)) part->to(at::kCPU);
+      });
 }
 
 }  // namespace zs::models

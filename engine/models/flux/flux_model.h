@@ -23,6 +23,7 @@
 #include "models/clip_text_model.h"
 #include "models/clip_tokenizer.h"
 #include "models/flux/flux_transformer.h"
+#include "models/frozen_parking.h"
 #include "models/t5_encoder.h"
 #include "models/t5_tokenizer.h"
 #include "models/trainable_model.h"
@@ -125,7 +126,7 @@ class FluxModel final : public TrainableModel {
   /// compute; on the CPU they stay where they are. The captions of `remember` are encoded first.
   void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {},
                    data::LatentCache* text_cache = nullptr) override;
-  bool frozen_parked() const override { return parked_; }
+  bool frozen_parked() const override { return parking_.parked(); }
   std::int64_t frozen_visits() const override { return frozen_visits_; }
   std::int64_t frozen_bytes() const override;
 
@@ -152,10 +153,8 @@ class FluxModel final : public TrainableModel {
   std::string pipeline_;
   std::string transformer_file_;  ///< a BFL single file the transformer came from (else the pipeline's)
   Companions companions_;
-  bool parked_ = false;
+  FrozenParking parking_;
   std::int64_t frozen_visits_ = 0;
-  at::Device frozen_device_ = at::kCPU;
-  std::map<std::string, TextConditioning> remembered_;  // caption -> its rows, on the CPU
 };
 
 }  // namespace zs::models

@@ -147,7 +147,7 @@ void QwenImageModel::place_frozen(torch::nn::Module& part, bool streams) {
   if (attention_) set_attention_options(part, *attention_);
   if (frozen_dtype_) part.to(*frozen_dtype_);
   // Parked parts wait in CPU memory (a visit brings them); Qwen2.5-VL on a GPU streams from there.
-  const bool home = !parked_ && !(streams && frozen_home_.is_cuda());
+  const bool home = !parking_.parked() && !(streams && frozen_home_.is_cuda());
   if (home) part.to(frozen_home_);
 }
 
@@ -185,10 +185,9 @@ TextConditioning QwenImageModel::condition(const std::vector<std::string>& capti
   // The rows' dtype: the frozen parts' (Qwen2.5-VL's, loaded or not), or the tiny encoder's.
   const auto opts = tokenizer ? at::TensorOptions().dtype(frozen_dtype_.value_or(at::kFloat)).device(device)
                               : tiny_text->parameters().front().options().device(device);
-  if (parked_ && !captions.empty() &&
-      std::all_of(captions.begin(), captions.end(), [&](const std::string& c) { return remembered_.count(c) > 0; })) {
+  if (const auto remembered = parking_.recall(captions); !remembered.empty()) {
     std::vector<at::Tensor> rows;
-    for (const auto& c : captions) rows.push_back(remembered_.at(c).to(opts));
+    for (const TextConditioning* r : remembered) rows.push_back(r->context.to(opts));
     return pad_conditioning(rows);
   }
   if (cache && !text_encoders_trained() && !captions.empty())
@@ -198,7 +197,7 @@ TextConditioning QwenImageModel::condition(const std::vector<std::string>& capti
     return {tiny_text->forward(word_tokenizer.encode_batch(captions).to(device)).last_hidden_state, {}, {}};
   c10::NoGradGuard no_grad;
   if (tokenizer) text_model();  // loaded before the visit brings it
-  const FrozenVisit visit(parked_, frozen_device_, frozen_parts(true, false), text_encoder.ptr().get(), frozen_visits_);
+  const FrozenVisit visit(parking_.parked(), parking_.device(), frozen_parts(true, false), text_encoder.ptr().get(), frozen_visits_);
   // One caption at a time: a caption's rows never depend on its batch (QwenImagePipeline's
   // padding and mask make them equal anyway).
   std::vector<at::Tensor> rows;
@@ -236,7 +235,7 @@ at::Tensor QwenImageModel::to_model_space(const at::Tensor& images, at::Generato
       images, cache, keys,
       [&](const at::Tensor& image) {
         QwenVaeImpl& v = vae_model();
-        const FrozenVisit visit(parked_, frozen_device_, frozen_parts(false, true), nullptr, frozen_visits_);
+        const FrozenVisit visit(parking_.parked(), parking_.device(), frozen_parts(false, true), nullptr, frozen_visits_);
         return v.encode(image.to(dtype));
       },
       dtype);
@@ -247,7 +246,7 @@ at::Tensor QwenImageModel::to_images(const at::Tensor& samples) {
   if (!vae_config_) return samples;
   c10::NoGradGuard no_grad;
   QwenVaeImpl& v = vae_model();
-  const FrozenVisit visit(parked_, frozen_device_, frozen_parts(false, true), nullptr, frozen_visits_);
+  const FrozenVisit visit(parking_.parked(), parking_.device(), frozen_parts(false, true), nullptr, frozen_visits_);
   const at::Tensor z = vae_config_->from_model_latents(samples.to(at::kFloat));
   return v.decode(z.to(v.parameters().front().scalar_type())).to(at::kFloat);
 }
@@ -381,20 +380,22 @@ std::int64_t QwenImageModel::frozen_bytes() const {
 
 void QwenImageModel::park_frozen(const at::Device& device, const std::vector<std::string>& remember,
                                  data::LatentCache* text_cache) {
-  if (parked_ || pipeline_.empty()) return;
-  for (const auto& caption : remember) {
-    if (remembered_.count(caption)) continue;
-    remembered_[caption] = condition({caption}, device, text_cache).context[0].cpu();
-  }
-  frozen_device_ = device;
-  if (!device.is_cpu()) {
-    c10::NoGradGuard no_grad;
-    for (auto* part : frozen_parts(true, true)) part->to(at::kCPU);
-  }
-  // Every caption is cached or remembered now: Qwen2.5-VL (7 B) leaves memory altogether, and
-  // text_model() reads it again should a caption ever miss.
-  text_encoder = nullptr;
-  parked_ = true;
+  if (parking_.parked() || pipeline_.empty()) return;
+  parking_.park(
+      device, remember,
+      // A caption's own rows [n, D] (no padding, no mask: one caption).
+      [&](const std::string& caption) {
+        return TextConditioning{condition({caption}, device, text_cache).context[0], {}, {}};
+      },
+      [&] {
+        if (!device.is_cpu()) {
+          c10::NoGradGuard no_grad;
+          for (auto* part : frozen_parts(true, true)) part->to(at::kCPU);
+        }
+        // Every caption is cached or remembered now: Qwen2.5-VL (7 B) leaves memory altogether,
+        // and text_model() reads it again should a caption ever miss.
+        text_encoder = nullptr;
+      });
 }
 
 }  // namespace zs::models

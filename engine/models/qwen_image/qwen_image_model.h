@@ -21,6 +21,7 @@
 
 #include "diffusion/flow_matching.h"
 #include "models/clip_text_model.h"
+#include "models/frozen_parking.h"
 #include "models/qwen_image/qwen_text_encoder.h"
 #include "models/qwen_image/qwen_tokenizer.h"
 #include "models/qwen_image/qwen_transformer.h"
@@ -110,7 +111,7 @@ class QwenImageModel final : public TrainableModel {
   void frozen_to(at::ScalarType compute) override;
   void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {},
                    data::LatentCache* text_cache = nullptr) override;
-  bool frozen_parked() const override { return parked_; }
+  bool frozen_parked() const override { return parking_.parked(); }
   std::int64_t frozen_visits() const override { return frozen_visits_; }
   std::int64_t frozen_bytes() const override;
 
@@ -147,10 +148,8 @@ class QwenImageModel final : public TrainableModel {
   std::optional<at::ScalarType> frozen_dtype_;  ///< frozen_to()'s
   at::Device frozen_home_ = at::kCPU;           ///< to()'s device
   std::shared_ptr<AttentionOptions> attention_;  ///< set_attention()'s
-  bool parked_ = false;
+  FrozenParking parking_;  // remembered rows: a caption's context [n, D]
   std::int64_t frozen_visits_ = 0;
-  at::Device frozen_device_ = at::kCPU;
-  std::map<std::string, at::Tensor> remembered_;  // caption -> its rows [n, D], on the CPU
 };
 
 }  // namespace zs::models

@@ -219,7 +219,7 @@ class FrozenVisit {
  public:
   // Nested visits (several captions, each encoded on its own) bring the part back once.
   FrozenVisit(DiffusionModel& m, bool text, bool image)
-      : m_(m), text_(text), image_(image), active_(m.parked_), depth_(m.visiting_[text ? 0 : 1]) {
+      : m_(m), text_(text), image_(image), active_(m.parking_.parked()), depth_(m.visiting_[text ? 0 : 1]) {
     if (!active_ || depth_++ > 0) return;
     m_.bring_back(text_, image_);
     ++m_.frozen_visits_;
@@ -257,7 +257,7 @@ std::int64_t DiffusionModel::frozen_bytes() const {
 void DiffusionModel::send_away(bool text, bool image) {
   c10::NoGradGuard no_grad;
   for (const auto& [name, m] : frozen_parts(text, image)) {
-    if (!frozen_device_.is_cpu()) {
+    if (!parking_.device().is_cpu()) {
       m->to(at::kCPU);
       continue;
     }
@@ -269,8 +269,8 @@ void DiffusionModel::bring_back(bool text, bool image) {
   c10::NoGradGuard no_grad;
   std::unique_ptr<ModelSource> source;
   for (const auto& [name, m] : frozen_parts(text, image)) {
-    if (!frozen_device_.is_cpu()) {
-      m->to(frozen_device_);
+    if (!parking_.device().is_cpu()) {
+      m->to(parking_.device());
       continue;
     }
     // Released: read again from the model files, in the dtype the parameters had.
@@ -285,26 +285,20 @@ void DiffusionModel::bring_back(bool text, bool image) {
 
 void DiffusionModel::park_frozen(const at::Device& device, const std::vector<std::string>& remember,
                                  data::LatentCache* text_cache) {
-  if (parked_ || frozen_parts(true, true).empty()) return;
-  for (const auto& caption : remember) {
-    if (remembered_.count(caption)) continue;
-    const TextConditioning one = condition({caption}, device, text_cache);
-    remembered_[caption] = {one.context.cpu(), one.pooled.defined() ? one.pooled.cpu() : at::Tensor()};
-  }
-  frozen_device_ = device;
-  send_away(true, true);
-  parked_ = true;
+  if (frozen_parts(true, true).empty()) return;
+  parking_.park(
+      device, remember, [&](const std::string& caption) { return condition({caption}, device, text_cache); },
+      [&] { send_away(true, true); });
 }
 
 TextConditioning DiffusionModel::condition(const std::vector<std::string>& captions, const at::Device& device,
                                            data::LatentCache* cache) {
-  if (parked_ && !captions.empty() &&
-      std::all_of(captions.begin(), captions.end(), [&](const std::string& c) { return remembered_.count(c) > 0; })) {
+  if (const auto rows = parking_.recall(captions); !rows.empty()) {
     // Sampling's prompts, encoded before the encoders left.
     std::vector<at::Tensor> context, pool;
-    for (const auto& c : captions) {
-      context.push_back(remembered_.at(c).context);
-      if (remembered_.at(c).pooled.defined()) pool.push_back(remembered_.at(c).pooled);
+    for (const TextConditioning* r : rows) {
+      context.push_back(r->context);
+      if (r->pooled.defined()) pool.push_back(r->pooled);
     }
     const auto opts = text_encoder->parameters().front().options().device(device);
     return {at::cat(context).to(opts), pool.empty() ? at::Tensor() : at::cat(pool).to(opts)};

@@ -13,10 +13,11 @@
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
 #include "models/clip_tokenizer.h"
+#include "models/frozen_parking.h"
 #include "models/lora.h"
 #include "models/model_family.h"
-#include "models/trainable_model.h"
 #include "models/sd/unet_2d_condition.h"
+#include "models/trainable_model.h"
 #include "models/word_tokenizer.h"
 
 namespace zs::data {
@@ -152,7 +153,7 @@ class DiffusionModel final : public TrainableModel {
   /// needs no encoder. No effect on models without frozen parts.
   void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {},
                    data::LatentCache* text_cache = nullptr) override;
-  bool frozen_parked() const override { return parked_; }
+  bool frozen_parked() const override { return parking_.parked(); }
   /// Bytes of the frozen parts' weights (what park_frozen takes off the device).
   std::int64_t frozen_bytes() const override;
   std::int64_t frozen_visits() const override { return frozen_visits_; }
@@ -181,11 +182,9 @@ class DiffusionModel final : public TrainableModel {
   std::vector<std::pair<std::string, torch::nn::Module*>> frozen_parts(bool text, bool image) const;
   void send_away(bool text, bool image);
   void bring_back(bool text, bool image);
-  bool parked_ = false;
+  FrozenParking parking_;
   std::int64_t frozen_visits_ = 0;
   int visiting_[2] = {0, 0};  // FrozenVisit depth: text encoders, VAE
-  at::Device frozen_device_ = at::kCPU;
-  std::map<std::string, TextConditioning> remembered_;  // caption -> its rows, on the CPU
 };
 
 }  // namespace zs::models
