@@ -41,25 +41,29 @@ void ZeroOptimizer::lay_out(Unit& u, const models::ParamUnit& pu) {
   }
 }
 
-const char* optimizer_name(OptimizerType t) {
-  switch (t) {
-    case OptimizerType::adamw8bit: return "AdamW8bit";
-    case OptimizerType::adafactor: return "Adafactor";
-    default: return "AdamW";
-  }
+RuleSettings ZeroOptions::rule_settings() const {
+  RuleSettings s;
+  s.optimizer = optimizer;
+  s.compute = compute_dtype == at::kBFloat16 ? Precision::bf16 : compute_dtype == at::kHalf ? Precision::fp16 : Precision::full;
+  s.master_weights = master_weights;
+  s.fused_backward = fused_backward;
+  s.delayed_update = delayed_update;
+  s.host_bf16_grads = host_bf16_grads;
+  s.offload_optimizer = offload_optimizer;
+  return s;
 }
 
-OptimizerType optimizer_from_name(const std::string& name) {
-  for (auto t : {OptimizerType::adamw, OptimizerType::adamw8bit, OptimizerType::adafactor})
-    if (name == optimizer_name(t)) return t;
-  throw Error(ErrorKind::config, "optimizer.type: " + name + " is not one of AdamW, AdamW8bit, Adafactor");
+std::vector<std::string> ZeroOptions::problems() const {
+  std::vector<std::string> out;
+  for (const OptionProblem& p : option_problems(rule_settings())) out.push_back(p.key + ": " + p.message);
+  return out;
 }
 
 PlanOptions plan_options(const ZeroOptions& o, int world_size, int rank) {
   PlanOptions p;
   // 8-bit moments are quantized in blocks counted from each unit's start: shards cut on block
   // boundaries keep every block on one rank, whatever the world size.
-  if (o.optimizer == OptimizerType::adamw8bit) p.shard_multiple = kQuantBlock;
+  p.shard_multiple = shard_multiple(o.optimizer);
   p.fused_backward = o.fused_backward;
   p.stage = o.stage;
   p.world_size = world_size;
@@ -74,13 +78,6 @@ PlanOptions plan_options(const ZeroOptions& o, int world_size, int rank) {
 
 ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, comm::Communicator& comm, ZeroOptions options)
     : comm_(comm), o_(std::move(options)) {
-  if (o_.fused_backward && o_.offload_optimizer == ZeroOptions::Offload::nvme)
-    throw Error(ErrorKind::config, "optimizer.fused_backward steps each unit from memory during backward: with "
-                                   "zero.offload_optimizer.device nvme the state comes from files after backward. Use "
-                                   "device: cpu or fused_backward: false.");
-  if (o_.fused_backward && o_.compute_dtype == at::kHalf)
-    throw Error(ErrorKind::config, "optimizer.fused_backward cannot run under fp16: loss scaling must see every gradient "
-                                   "before any unit steps. Use precision: bf16.");
   // The layout and treatment of every unit: the plan (zero_plan.h), from the units' sizes; the
   // frozen units get theirs from the same rules, apart (plan() describes what is trained).
   std::vector<std::pair<std::string, std::int64_t>> sizes, frozen_sizes;
@@ -125,31 +122,17 @@ void ZeroOptimizer::choose_precisions(const std::vector<models::ParamUnit>& unit
   const at::ScalarType given_type = given.dtype().toScalarType();
   master_dtype_ = given_type == at::kHalf || given_type == at::kBFloat16 ? at::kFloat : given_type;
   const at::ScalarType compute = o_.compute_dtype.value_or(given.dtype().toScalarType());
-  masters_ = o_.master_weights && (compute != master_dtype_ || o_.offload_optimizer != ZeroOptions::Offload::none);
-  if (!o_.master_weights && compute == at::kHalf)
-    throw Error(ErrorKind::config, "optimizer.master_weights: none needs precision bf16 (fp16's loss scaling needs "
-                                   "fp32 master weights); use master_weights: fp32 or precision: bf16");
-  stochastic_ = !o_.master_weights && compute == at::kBFloat16;
-  // The host pipeline (issue 38): with AdamW's masters and moments in CPU memory under bf16, the
-  // fused step reads the bf16 gradients where they landed (cpu_adamw_bf16_grad), so the float32
-  // copy is neither zeroed nor added into on the way. fp16 keeps the copy (loss scaling unscales
-  // it in place); the fused backward step and the lean optimizers read their own way.
-  hold_bf16_grads_ = o_.host_bf16_grads && masters_ && compute == at::kBFloat16 && o_.offload_optimizer == ZeroOptions::Offload::cpu &&
-                     o_.optimizer == OptimizerType::adamw && !o_.fused_backward;
-  if (o_.delayed_update) {
-    // The host thread updates masters and moments only: no collectives (Adafactor all-reduces
-    // its statistics inside the step), no weights (the device trains on them meanwhile).
-    if (o_.offload_optimizer != ZeroOptions::Offload::cpu)
-      throw Error(ErrorKind::config, "zero.offload_optimizer.delayed_update needs zero.offload_optimizer.device: cpu");
-    if (o_.optimizer == OptimizerType::adafactor)
-      throw Error(ErrorKind::config, "zero.offload_optimizer.delayed_update works with AdamW and AdamW8bit, not Adafactor "
-                                     "(its statistics are summed over the ranks inside the step)");
-    if (o_.fused_backward)
-      throw Error(ErrorKind::config, "zero.offload_optimizer.delayed_update and optimizer.fused_backward exclude each "
-                                     "other (the fused step runs during backward already)");
-    if (!masters_)
-      throw Error(ErrorKind::config, "zero.offload_optimizer.delayed_update needs optimizer.master_weights: fp32 (the "
-                                     "masters run one update ahead of the weights)");
+  {
+    // The options' problems with the precision resolved (unset: the parameters' own).
+    ZeroOptions resolved = o_;
+    resolved.compute_dtype = compute;
+    const RuleSettings rules = resolved.rule_settings();
+    std::string why;
+    for (const std::string& p : resolved.problems()) why += (why.empty() ? "" : "; ") + p;
+    if (!why.empty()) throw Error(ErrorKind::config, why);
+    masters_ = keeps_master_weights(o_.master_weights, compute != master_dtype_, o_.offload_optimizer);
+    stochastic_ = !o_.master_weights && compute == at::kBFloat16;
+    hold_bf16_grads_ = holds_bf16_grads(rules);
   }
   compute_opts_ = given.dtype(compute);
   copies_ = std::make_unique<CopyStream>(o_.side_streams ? compute_opts_.device() : at::Device(at::kCPU));
@@ -202,7 +185,7 @@ std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_trained_unit(models::Pa
   if (o_.optimizer == OptimizerType::adafactor) {
     u->adafactor = std::make_unique<AdafactorUnit>(u->offsets, u->shapes, u->plan.owned_offset, u->plan.owned,
                                                    o_.adafactor, moment_opts);
-  } else if (o_.optimizer == OptimizerType::adamw8bit && u->numel >= kMin8bitSize) {
+  } else if (uses_8bit_state(o_.optimizer, u->numel)) {
     // bitsandbytes keeps tensors below min_8bit_size in 32 bits; here the rule holds per unit.
     u->quantized = true;
     u->exp_avg = at::zeros({u->plan.owned}, moment_opts.dtype(at::kByte));

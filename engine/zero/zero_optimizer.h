@@ -35,6 +35,7 @@
 #include "zero/adafactor.h"
 #include "zero/state_bytes.h"
 #include "zero/zero_plan.h"
+#include "zero/zero_rules.h"
 
 namespace zs {
 class CopyStream;
@@ -44,17 +45,6 @@ class Communicator;
 }
 
 namespace zs::zero {
-
-/// optimizer.type: what updates the rank's part (the plan, gathers, offload and checkpoints are the same).
-enum class OptimizerType {
-  adamw,      ///< AdamW, fp32 moments
-  adamw8bit,  ///< AdamW with bitsandbytes' block-wise 8-bit moments (blockwise_quant.h)
-  adafactor,  ///< transformers' Adafactor: factored second moment (adafactor.h)
-};
-/// "AdamW", "AdamW8bit", "Adafactor" (the config's spelling).
-const char* optimizer_name(OptimizerType t);
-/// The config's spelling back; throws zs::Error(config) naming optimizer.type for anything else.
-OptimizerType optimizer_from_name(const std::string& name);
 
 struct ZeroOptions {
   int stage = 0;                                   ///< 0-3
@@ -112,6 +102,12 @@ struct ZeroOptions {
   bool side_streams = true;
   io::AsyncIoOptions aio;
   std::function<void(const std::string&)> log;  ///< where to say which I/O backend was chosen
+
+  /// What the rules (zero_rules.h) read from these options (compute_dtype unset: full precision).
+  RuleSettings rule_settings() const;
+  /// Every combination of these options the optimizer cannot run, as "key: why" (the config's
+  /// key and the message config validation gives there); the constructor refuses them all at once.
+  std::vector<std::string> problems() const;
 };
 
 /// The plan options these ZeroOptions imply for rank `rank` of `world_size`.

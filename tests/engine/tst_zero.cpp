@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "models/param_unit.h"
 #include "zero/zero_optimizer.h"
+#include "zero/zero_rules.h"
 #include "estimate/memory_estimator.h"
 #include "models/sd/sd_shape.h"
 #include "models/sd/unet_2d_condition.h"
@@ -1191,6 +1192,53 @@ class TestZero : public QObject {
       QVERIFY2(m.find("zero.offload_optimizer.nvme_path: /tmp has ") != std::string::npos, m.c_str());
       QVERIFY2(m.find("free space there or choose another folder") != std::string::npos, m.c_str());
     }
+  }
+
+  // The engine's rules (zero_rules.h) that config validation and the estimator share: the
+  // optimizer refuses what validation refuses, with the same key and message, and all at once.
+  void optimizerRefusesWhatValidationRefuses() {
+    zero::ZeroOptions o;
+    o.stage = 2;
+    o.compute_dtype = at::kHalf;
+    o.fused_backward = true;
+    o.delayed_update = true;  // without offload, and fused
+    const auto problems = o.problems();
+    const std::vector<std::string> expected = {
+        "zero.offload_optimizer.delayed_update: needs zero.offload_optimizer.device: cpu (the update runs on a host thread)",
+        "zero.offload_optimizer.delayed_update: and optimizer.fused_backward exclude each other (the fused step runs "
+        "during backward already)",
+        "optimizer.fused_backward: cannot run under precision fp16: loss scaling must see every gradient before any unit "
+        "steps; use precision: bf16"};
+    QCOMPARE(problems, expected);
+    QVERIFY(zero::ZeroOptions{}.problems().empty());
+    auto comm = comm::Communicator::single();
+    std::vector<models::ParamUnit> units{{"u", {{"u.w", at::zeros({8})}}}};
+    o.compute_dtype.reset();
+    o.master_weights = false;  // float32: no masters to drop (the config's rule, now the engine's too)
+    try {
+      zero::ZeroOptimizer opt(units, *comm, o);
+      QFAIL("master_weights none under float32 was accepted");
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      QVERIFY2(m.find("optimizer.master_weights: none keeps only bf16 weights") != std::string::npos, e.what());
+      QVERIFY2(m.find("; optimizer.fused_backward") == std::string::npos, e.what());  // fp16 is no longer asked for
+      QVERIFY2(m.find("; zero.offload_optimizer.delayed_update: needs optimizer.master_weights: fp32") != std::string::npos,
+               e.what());
+    }
+    QCOMPARE(zero::shard_multiple(zero::OptimizerType::adamw8bit), zero::kQuantBlock);
+    QCOMPARE(zero::shard_multiple(zero::OptimizerType::adafactor), std::int64_t{1});
+    QVERIFY(!zero::uses_8bit_state(zero::OptimizerType::adamw8bit, zero::kMin8bitSize - 1));
+    QVERIFY(zero::uses_8bit_state(zero::OptimizerType::adamw8bit, zero::kMin8bitSize));
+    QVERIFY(!zero::uses_8bit_state(zero::OptimizerType::adamw, zero::kMin8bitSize));
+    QVERIFY(zero::keeps_master_weights(true, false, zero::Offload::cpu));
+    QVERIFY(!zero::keeps_master_weights(true, false, zero::Offload::none));
+    QVERIFY(!zero::keeps_master_weights(false, true, zero::Offload::cpu));
+    zero::RuleSettings host;
+    host.compute = zero::Precision::bf16;
+    host.offload_optimizer = zero::Offload::cpu;
+    QVERIFY(zero::holds_bf16_grads(host));
+    host.optimizer = zero::OptimizerType::adamw8bit;
+    QVERIFY(!zero::holds_bf16_grads(host));
   }
 
   void cpuAdamRejectsBadTensors() {
