@@ -33,6 +33,7 @@
 #include "io/async_file_io.h"
 #include "models/param_unit.h"
 #include "zero/adafactor.h"
+#include "zero/state_layout.h"
 #include "zero/state_bytes.h"
 #include "zero/zero_plan.h"
 #include "zero/zero_rules.h"
@@ -304,8 +305,11 @@ class ZeroOptimizer final {
   void step_in_memory(Unit& u, double lr);
   /// 8-bit AdamW and Adafactor (and 8-bit AdamW's small units, in 32 bits) on a unit in memory.
   void step_lean(Unit& u, double lr);
-  /// What a unit's optimizer state takes (masters, moments or their codes and absmax, Adafactor's statistics).
-  static std::int64_t optimizer_bytes(const Unit& u);
+  /// A unit's optimizer state (masters, moments or their codes and absmax, Adafactor's
+  /// statistics): the layout the estimator counts too (state_layout.h).
+  StateLayout unit_state_layout(const Unit& u) const;
+  /// What a unit's optimizer state takes in memory between steps (with NVMe: its unswapped parts).
+  std::int64_t optimizer_bytes(const Unit& u) const;
   /// fused_backward: steps one unit whose reduced gradients are final (once per step).
   void fused_step_unit(Unit& u);
   /// fused_backward: `u`'s hook ran; the unit whose hook ran before is complete now and steps.

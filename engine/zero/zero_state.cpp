@@ -72,9 +72,22 @@ void adam_master(at::Tensor master, at::Tensor m, at::Tensor v, const at::Tensor
 
 }  // namespace
 
-std::int64_t ZeroOptimizer::optimizer_bytes(const Unit& u) {
-  return bytes(u.master) + bytes(u.exp_avg) + bytes(u.exp_avg_sq) + bytes(u.m_absmax) + bytes(u.v_absmax) +
-         (u.adafactor ? u.adafactor->bytes() : 0);
+StateLayout ZeroOptimizer::unit_state_layout(const Unit& u) const {
+  LayoutRequest r;
+  r.optimizer = o_.optimizer;
+  r.numel = u.numel;
+  r.owned = u.plan.owned;
+  r.masters = masters_;
+  r.element_bytes = static_cast<std::int64_t>(c10::elementSize(master_dtype_));
+  r.adafactor_beta1 = o_.adafactor.beta1.has_value();
+  if (u.adafactor)
+    for (std::size_t i = 0; i < u.params.size(); ++i) r.statistics_numel += u.adafactor->statistics_numel(i);
+  return state_layout(r);
+}
+
+std::int64_t ZeroOptimizer::optimizer_bytes(const Unit& u) const {
+  const StateLayout l = unit_state_layout(u);
+  return o_.offload_optimizer == ZeroOptions::Offload::nvme ? l.resident_bytes() : l.bytes();
 }
 
 void ZeroOptimizer::init_offload() {

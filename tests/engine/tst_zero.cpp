@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "models/param_unit.h"
 #include "zero/zero_optimizer.h"
+#include "zero/state_layout.h"
 #include "zero/zero_rules.h"
 #include "estimate/memory_estimator.h"
 #include "models/sd/sd_shape.h"
@@ -1239,6 +1240,36 @@ class TestZero : public QObject {
     QVERIFY(zero::holds_bf16_grads(host));
     host.optimizer = zero::OptimizerType::adamw8bit;
     QVERIFY(!zero::holds_bf16_grads(host));
+  }
+
+  // The state layouts (state_layout.h) the estimator counts: ZeroOptimizer's own optimizer bytes
+  // are these, for each optimizer.
+  void stateLayoutsAreWhatTheOptimizerHolds() {
+    const std::int64_t small = zero::kMin8bitSize - 1, large = zero::kMin8bitSize + zero::kQuantBlock;
+    QCOMPARE(zero::adamw8bit_state_layout(small, small, true).bytes(), 12 * small);  // 32-bit below min_8bit_size
+    QCOMPARE(zero::adamw8bit_state_layout(large, large, true).bytes(), 6 * large + 8 * (large / zero::kQuantBlock));
+    QCOMPARE(zero::adamw_state_layout(100, false, 8).bytes(), 1600);
+    const zero::StateLayout af = zero::adafactor_state_layout(1000, 70, true, true);
+    QCOMPARE(af.bytes(), 4 * (1000 + 1000 + 70));
+    QCOMPARE(af.resident_bytes(), 4 * 70);  // the statistics stay in memory with NVMe
+    // Counted by hand: a unit of 5200 elements (8-bit; padded to 5376 = 21 blocks for AdamW8bit)
+    // and one of 30 (32-bit; padded to a block); Adafactor's statistics 80 + 64, 80 and 10 + 3.
+    const std::map<zero::OptimizerType, std::int64_t> expected = {
+        {zero::OptimizerType::adamw, 12 * (5200 + 30)},
+        {zero::OptimizerType::adamw8bit, 6 * 5376 + 8 * 21 + 12 * 256},
+        {zero::OptimizerType::adafactor, 4 * (2 * 5200 + 144 + 80) + 4 * (2 * 30 + 13)}};
+    auto comm = comm::Communicator::single();
+    for (const auto& [type, bytes] : expected) {
+      at::manual_seed(1);
+      std::vector<models::ParamUnit> units{{"big", {{"big.w", at::randn({80, 64})}, {"big.b", at::randn({80})}}},
+                                           {"small", {{"small.w", at::randn({10, 3})}}}};
+      zero::ZeroOptions o;
+      o.optimizer = type;
+      o.compute_dtype = at::kBFloat16;  // with masters
+      o.adafactor.beta1 = 0.9;
+      zero::ZeroOptimizer opt(units, *comm, o);
+      QCOMPARE(opt.model_state().optimizer_states, bytes);
+    }
   }
 
   void cpuAdamRejectsBadTensors() {
