@@ -12,6 +12,7 @@
 #include "core/copy_stream.h"
 #include "core/error.h"
 #include "comm/communicator.h"
+#include "zero/adamw8bit_unit.h"
 #include "zero/blockwise_quant.h"
 #include "zero/zero_unit.h"
 
@@ -77,7 +78,7 @@ PlanOptions plan_options(const ZeroOptions& o, int world_size, int rank) {
 }
 
 ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, comm::Communicator& comm, ZeroOptions options)
-    : comm_(comm), o_(std::move(options)) {
+    : comm_(comm), o_(std::move(options)), adam_{o_.beta1, o_.beta2, o_.eps, o_.weight_decay} {
   // The layout and treatment of every unit: the plan (zero_plan.h), from the units' sizes; the
   // frozen units get theirs from the same rules, apart (plan() describes what is trained).
   std::vector<std::pair<std::string, std::int64_t>> sizes, frozen_sizes;
@@ -183,22 +184,17 @@ std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_trained_unit(models::Pa
     else u->master = mine.to(state_opts_).clone();
   }
   if (o_.optimizer == OptimizerType::adafactor) {
-    u->adafactor = std::make_unique<AdafactorUnit>(u->offsets, u->shapes, u->plan.owned_offset, u->plan.owned,
+    u->optimizer = std::make_unique<AdafactorUnit>(u->offsets, u->shapes, u->plan.owned_offset, u->plan.owned,
                                                    o_.adafactor, moment_opts);
   } else if (uses_8bit_state(o_.optimizer, u->numel)) {
     // bitsandbytes keeps tensors below min_8bit_size in 32 bits; here the rule holds per unit.
-    u->quantized = true;
-    u->exp_avg = at::zeros({u->plan.owned}, moment_opts.dtype(at::kByte));
-    u->exp_avg_sq = at::zeros({u->plan.owned}, moment_opts.dtype(at::kByte));
-    u->m_absmax = at::zeros({u->plan.owned / kQuantBlock}, moment_opts.dtype(at::kFloat));
-    u->v_absmax = at::zeros({u->plan.owned / kQuantBlock}, moment_opts.dtype(at::kFloat));
     if (!signed_map_.defined()) {
       signed_map_ = dynamic_map(true).to(moment_opts.device());
       unsigned_map_ = dynamic_map(false).to(moment_opts.device());
     }
-  } else if (!nvme_optimizer) {
-    u->exp_avg = at::zeros({u->plan.owned}, moment_opts);
-    u->exp_avg_sq = at::zeros({u->plan.owned}, moment_opts);
+    u->optimizer = std::make_unique<AdamW8bitUnit>(u->numel, u->plan.owned, adam_, moment_opts, signed_map_, unsigned_map_);
+  } else {
+    u->optimizer = std::make_unique<AdamWUnit>(u->plan.owned, adam_, moment_opts, nvme_optimizer);
   }
   // On the device the reduced gradients stay in the compute dtype (ZeRO's 2Ψ/N at stage 2-3; the
   // step upcasts one unit at a time); the offloaded copy is fp32, as DeepSpeed's.
@@ -221,9 +217,11 @@ void ZeroOptimizer::place_offloaded_state() {
     }
   }
   if (pin && o_.offload_optimizer == ZeroOptions::Offload::cpu)
-    for (auto& u : units_)
-      for (at::Tensor* t : {&u->master, &u->exp_avg, &u->exp_avg_sq, &u->m_absmax, &u->v_absmax, &u->shard_grad})
+    for (auto& u : units_) {
+      for (at::Tensor* t : {&u->master, &u->shard_grad})
         if (t->defined()) *t = t->pin_memory();
+      u->optimizer->pin();
+    }
 }
 
 std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_frozen_unit(models::ParamUnit& pu, const UnitPlan& up) {

@@ -33,6 +33,7 @@
 #include "io/async_file_io.h"
 #include "models/param_unit.h"
 #include "zero/adafactor.h"
+#include "zero/adamw_unit.h"
 #include "zero/state_layout.h"
 #include "zero/state_bytes.h"
 #include "zero/zero_plan.h"
@@ -303,11 +304,10 @@ class ZeroOptimizer final {
   at::Tensor owned_weights(Unit& u);
   void init_offload();
   void step_in_memory(Unit& u, double lr);
-  /// 8-bit AdamW and Adafactor (and 8-bit AdamW's small units, in 32 bits) on a unit in memory.
+  /// An optimizer without the fused kernel (8-bit AdamW's large units, Adafactor) on a unit in memory.
   void step_lean(Unit& u, double lr);
-  /// A unit's optimizer state (masters, moments or their codes and absmax, Adafactor's
-  /// statistics): the layout the estimator counts too (state_layout.h).
-  StateLayout unit_state_layout(const Unit& u) const;
+  /// What a unit's checkpoint code reads of it (unit_optimizer.h).
+  static UnitView view(const Unit& u);
   /// What a unit's optimizer state takes in memory between steps (with NVMe: its unswapped parts).
   std::int64_t optimizer_bytes(const Unit& u) const;
   /// fused_backward: steps one unit whose reduced gradients are final (once per step).
@@ -374,6 +374,7 @@ class ZeroOptimizer final {
   Plan plan_;
   at::ScalarType master_dtype_ = at::kFloat;
   at::Tensor signed_map_, unsigned_map_;  // 8-bit AdamW's dynamic maps, where the state lives
+  AdamSettings adam_;                     // AdamW's (and 8-bit AdamW's) hyper-parameters
   bool masters_ = false;  // separate master weights (mixed precision or optimizer offload)
   bool stochastic_ = false;  // master_weights none under bf16: updates rounded stochastically
   bool hold_bf16_grads_ = false;  // offloaded AdamW with masters under bf16: Unit::grad_held

@@ -13,8 +13,6 @@
 #include "core/copy_stream.h"
 #include "core/error.h"
 #include "core/parallel.h"
-#include "zero/blockwise_quant.h"
-#include "zero/cpu_adam.h"
 #include "zero/stochastic_round.h"
 #include "zero/zero_unit.h"
 
@@ -24,69 +22,10 @@ namespace {
 
 std::int64_t bytes(const at::Tensor& t) { return t.defined() ? t.numel() * static_cast<std::int64_t>(t.element_size()) : 0; }
 
-/// The reference arithmetic, in the same order as ReferenceAdamW (every other path is tested
-/// against it): p, m, v updated in place with gradient g.
-void adam_reference(at::Tensor p, at::Tensor m, at::Tensor v, const at::Tensor& g, const ZeroOptions& o, double lr,
-                    std::int64_t step) {
-  const double c1 = 1.0 - std::pow(o.beta1, static_cast<double>(step));
-  const double c2 = 1.0 - std::pow(o.beta2, static_cast<double>(step));
-  if (o.weight_decay > 0) p.mul_(1.0 - lr * o.weight_decay);
-  m.mul_(o.beta1).add_(g, 1.0 - o.beta1);
-  v.mul_(o.beta2).addcmul_(g, g, 1.0 - o.beta2);
-  const at::Tensor denom = v.sqrt().div_(std::sqrt(c2)).add_(o.eps);
-  p.addcdiv_(m, denom, -lr / c1);
-}
-
-/// out = master, converted where master lives and then copied over: a copy across devices that
-/// also converts goes through a pageable temporary and converts on one CPU thread (2.7 s a
-/// step for SD 1.5's 859 M parameters on the GPU to bf16 shards in CPU memory).
-void copy_converted(at::Tensor& out, const at::Tensor& master) {
-  out.copy_(out.device() == master.device() ? master : master.to(out.scalar_type()), /*non_blocking=*/false);
-}
-
-/// Adam on fp32 masters: the fused kernel when everything is float32 in CPU memory (writing the
-/// bf16/fp16 copy of the result in the same pass when `out` is such a CPU tensor), else the
-/// reference arithmetic. `out`, when defined, receives the updated weights.
-void adam_master(at::Tensor master, at::Tensor m, at::Tensor v, const at::Tensor& grad, const ZeroOptions& o,
-                 double lr, std::int64_t step, at::Tensor out, double grad_scale = 1.0) {
-  // bf16 gradients in CPU memory go into the fused kernel as they are (widened there); other
-  // gradient shards in the compute dtype are upcast one unit at a time (the step's only temporary).
-  const bool bf16_in = grad.scalar_type() == at::kBFloat16 && grad.device().is_cpu() && master.scalar_type() == at::kFloat;
-  const at::Tensor g = grad.scalar_type() == master.scalar_type() || bf16_in ? grad : grad.to(master.scalar_type());
-  const bool fused = master.device().is_cpu() && master.scalar_type() == at::kFloat && g.device().is_cpu() &&
-                     (g.scalar_type() == at::kFloat || bf16_in) && master.is_contiguous() && g.is_contiguous() &&
-                     m.is_contiguous() && v.is_contiguous();
-  if (fused) {
-    const AdamHyper h{lr, o.beta1, o.beta2, o.eps, o.weight_decay, step, grad_scale};
-    const bool half_out = out.defined() && out.device().is_cpu() && out.is_contiguous() &&
-                          (out.scalar_type() == at::kBFloat16 || out.scalar_type() == at::kHalf);
-    cpu_adamw(master, g, m, v, h, half_out ? out : at::Tensor());
-    if (out.defined() && !half_out) copy_converted(out, master);
-    return;
-  }
-  at::Tensor g32 = g.to(master.options());
-  if (grad_scale != 1.0) g32 = g32 * grad_scale;
-  adam_reference(master, m, v, g32, o, lr, step);
-  if (out.defined()) copy_converted(out, master);
-}
-
 }  // namespace
 
-StateLayout ZeroOptimizer::unit_state_layout(const Unit& u) const {
-  LayoutRequest r;
-  r.optimizer = o_.optimizer;
-  r.numel = u.numel;
-  r.owned = u.plan.owned;
-  r.masters = masters_;
-  r.element_bytes = static_cast<std::int64_t>(c10::elementSize(master_dtype_));
-  r.adafactor_beta1 = o_.adafactor.beta1.has_value();
-  if (u.adafactor)
-    for (std::size_t i = 0; i < u.params.size(); ++i) r.statistics_numel += u.adafactor->statistics_numel(i);
-  return state_layout(r);
-}
-
 std::int64_t ZeroOptimizer::optimizer_bytes(const Unit& u) const {
-  const StateLayout l = unit_state_layout(u);
+  const StateLayout l = u.optimizer->layout(masters_, static_cast<std::int64_t>(c10::elementSize(master_dtype_)));
   return o_.offload_optimizer == ZeroOptions::Offload::nvme ? l.resident_bytes() : l.bytes();
 }
 
@@ -159,10 +98,8 @@ void ZeroOptimizer::init_offload() {
     // statistics, small, stay in memory) and comes back for the unit's step (step()).
     std::int64_t need = 0;
     const auto fields = [&](Unit& u) {
-      std::vector<std::pair<const char*, at::Tensor*>> f = {{"master.swp", &u.master},        {"exp_avg.swp", &u.exp_avg},
-                                                            {"exp_avg_sq.swp", &u.exp_avg_sq}, {"absmax.swp", &u.m_absmax},
-                                                            {"absmax.swp", &u.v_absmax}};
-      if (u.adafactor) f.emplace_back("exp_avg.swp", &u.adafactor->exp_avg());
+      std::vector<std::pair<const char*, at::Tensor*>> f = {{"master.swp", &u.master}};
+      for (const auto& field : u.optimizer->swappable()) f.push_back(field);
       std::erase_if(f, [](const auto& x) { return !x.second->defined() || x.second->numel() == 0; });
       return f;
     };
@@ -246,11 +183,7 @@ at::Tensor ZeroOptimizer::read_state(Unit& u, int kind) {
   const SwapGuard in(*this, u, /*write=*/false);  // (returned tensors keep their storage)
   const int region = kind == 0 ? u.region_master : kind == 1 ? u.region_exp_avg : u.region_exp_avg_sq;
   if (region < 0) {
-    if (u.adafactor) return kind == 1 ? u.adafactor->exp_avg() : kind == 2 ? at::Tensor() : owned_weights(u);
-    if (u.quantized && kind == 1) return dequantize_flat(u.exp_avg, u.m_absmax, signed_map_);
-    if (u.quantized && kind == 2) return dequantize_flat(u.exp_avg_sq, u.v_absmax, unsigned_map_);
-    if (kind == 1) return u.exp_avg;
-    if (kind == 2) return u.exp_avg_sq;
+    if (kind > 0) return u.optimizer->moment(kind == 1 ? Moment::first : Moment::second);
     return masters_ ? u.master : owned_params(u);
   }
   auto& store = *offload_->optimizer_store;
@@ -275,16 +208,11 @@ void ZeroOptimizer::write_state(Unit& u, int kind, const at::Tensor& values) {
 }
 
 void ZeroOptimizer::write_state_in_memory(Unit& u, int kind, const at::Tensor& values) {
-  if (u.quantized && kind > 0) {
-    quantize_into(values.reshape({-1}).to(u.m_absmax.options()), kind == 1 ? signed_map_ : unsigned_map_,
-                  kind == 1 ? u.exp_avg : u.exp_avg_sq, kind == 1 ? u.m_absmax : u.v_absmax);
+  if (kind > 0) {
+    u.optimizer->set_moment(kind == 1 ? Moment::first : Moment::second, values);
     return;
   }
-  if (u.adafactor && kind > 0) {
-    if (kind == 1 && u.adafactor->exp_avg().defined()) u.adafactor->exp_avg().copy_(values);
-    return;
-  }
-  (kind == 1 ? u.exp_avg : kind == 2 ? u.exp_avg_sq : masters_ ? u.master : owned_params(u)).copy_(values);
+  (masters_ ? u.master : owned_params(u)).copy_(values);
 }
 
 namespace {
@@ -478,19 +406,20 @@ void ZeroOptimizer::step_lean(Unit& u, double lr) {
   const at::Tensor g = step_grad(u);
   at::Tensor w = step_weights(u, p);
   const at::Tensor grad = g.device() == w.device() ? g : g.to(w.device());
-  if (u.adafactor) {
-    u.adafactor->step(w, grad, lr, step_, [this](at::Tensor& t) { reduce_shared(t); });
-  } else {
-    adamw8bit_update(w, grad, u.exp_avg, u.m_absmax, u.exp_avg_sq, u.v_absmax, signed_map_, unsigned_map_,
-                     AdamHyper{lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, step_});
-  }
+  UnitStep s;
+  s.weights = w;
+  s.grad = grad;
+  s.lr = lr;
+  s.step = step_;
+  s.reduce = [this](at::Tensor& t) { reduce_shared(t); };
+  u.optimizer->step(s);
   write_weights(u, p, w);
   store_owned_params(u, p);
 }
 
 void ZeroOptimizer::step_in_memory(Unit& u, double step_lr) {
   const double lr = step_lr * u.lr_scale;
-  if (u.adafactor || u.quantized) {
+  if (!u.optimizer->fused_kernel()) {
     step_lean(u, lr);
     return;
   }
@@ -503,7 +432,7 @@ void ZeroOptimizer::step_in_memory(Unit& u, double step_lr) {
     // while the CPU updates the next unit (step() makes the compute stream wait for them).
     if (!u.param_host.defined()) u.param_host = at::empty({u.plan.owned}, p.options().device(at::kCPU).pinned_memory(true));
     copies_->wait_on_host(u.param_fence);  // the last step's copy out of the same buffer
-    adam_master(u.master, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_, u.param_host, grad_scale);
+    u.optimizer->step({u.master, g, lr, step_, grad_scale, u.param_host});
     at::Tensor host = u.param_host;
     u.param_fence = copies_->run([&] { p.copy_(host, /*non_blocking=*/true); }, {p});
     return;
@@ -513,11 +442,11 @@ void ZeroOptimizer::step_in_memory(Unit& u, double step_lr) {
     // without masters: the update runs in float32 where the moments live and the result goes back
     // to the shard (rounded stochastically to bf16).
     const at::Tensor w = step_weights(u, p);
-    if (stochastic_) adam_master(w, u.exp_avg, u.exp_avg_sq, g.to(w.device()), o_, lr, step_, at::Tensor());
-    else adam_reference(w, u.exp_avg, u.exp_avg_sq, g.to(w.options()), o_, lr, step_);
+    if (stochastic_) u.optimizer->step({w, g.to(w.device()), lr, step_});
+    else u.optimizer->step({w, g.to(w.options()), lr, step_, 1.0, at::Tensor(), /*exact=*/true});
     write_weights(u, p, w);
   } else {
-    adam_master(u.master, u.exp_avg, u.exp_avg_sq, g, o_, lr, step_, p, grad_scale);
+    u.optimizer->step({u.master, g, lr, step_, grad_scale, p});
   }
   store_owned_params(u, p);
 }
@@ -563,7 +492,7 @@ void ZeroOptimizer::step_nvme(double lr) {
       if (u.region_param >= 0 && !seen) touched_params.push_back(&u);
       adam_master(buf[0].narrow(0, piece.buffer_offset, piece.count), buf[1].narrow(0, piece.buffer_offset, piece.count),
                   buf[2].narrow(0, piece.buffer_offset, piece.count), step_grad(u).narrow(0, piece.first, piece.count),
-                  o_, lr * u.lr_scale, step_, p.narrow(0, piece.first, piece.count));
+                  adam_, lr * u.lr_scale, step_, p.narrow(0, piece.first, piece.count));
     }
     writes[k] = transfer(k, true);
   }
@@ -649,13 +578,9 @@ void ZeroOptimizer::step(double lr) {
 
 void ZeroOptimizer::compute_delayed(Unit& u, double lr, std::int64_t step) {
   const double unit_lr = lr * u.lr_scale;
-  if (u.quantized) {
-    adamw8bit_update(u.master, u.delayed_grad, u.exp_avg, u.m_absmax, u.exp_avg_sq, u.v_absmax, signed_map_,
-                     unsigned_map_, AdamHyper{unit_lr, o_.beta1, o_.beta2, o_.eps, o_.weight_decay, step});
-    return;
-  }
-  if (u.delayed_held) adam_master(u.master, u.exp_avg, u.exp_avg_sq, u.delayed_host, o_, unit_lr, step, at::Tensor(), u.delayed_scale);
-  else adam_master(u.master, u.exp_avg, u.exp_avg_sq, u.delayed_grad, o_, unit_lr, step, at::Tensor());
+  // (8-bit AdamW's large units ignore the scale: only AdamW holds bf16 gradients.)
+  if (u.delayed_held) u.optimizer->step({u.master, u.delayed_host, unit_lr, step, u.delayed_scale});
+  else u.optimizer->step({u.master, u.delayed_grad, unit_lr, step});
 }
 
 void ZeroOptimizer::join_delayed() {
@@ -687,43 +612,14 @@ NamedTensors ZeroOptimizer::state() const {
   NamedTensors out;
   for (const auto& u : units_) {
     const SwapGuard in(self, *u, /*write=*/false);
-    if (u->adafactor) {
-      at::Tensor m = u->adafactor->exp_avg();
-      if (m.defined() && u->plan.owned != u->plan.padded) {
-        at::Tensor full = at::zeros({u->plan.padded}, m.options());
-        comm_.all_gather(m, full);
-        m = full;
-      }
-      for (std::size_t i = 0; i < u->params.size(); ++i) {
-        const std::string& name = u->params[i].first;
-        const auto& shape = u->shapes[i];
-        if (m.defined()) out.emplace_back("exp_avg." + name, m.narrow(0, u->offsets[i], u->sizes[i]).view(shape).clone());
-        const at::Tensor stats = u->adafactor->statistics(i);
-        if (shape.size() < 2) {
-          out.emplace_back("exp_avg_sq." + name, stats.view(shape).clone());
-          continue;
-        }
-        std::vector<std::int64_t> row(shape.begin(), shape.end() - 1), col(shape.begin(), shape.end() - 2);
-        col.push_back(shape.back());
-        const std::int64_t rows = c10::multiply_integers(row);
-        out.emplace_back("exp_avg_sq_row." + name, stats.narrow(0, 0, rows).view(row).clone());
-        out.emplace_back("exp_avg_sq_col." + name, stats.narrow(0, rows, stats.numel() - rows).view(col).clone());
-      }
-      continue;
-    }
-    at::Tensor m = self.read_state(*u, 1).contiguous(), v = self.read_state(*u, 2).contiguous();
-    if (u->plan.owned != u->plan.padded) {
-      at::Tensor fm = at::zeros({u->plan.padded}, m.options()), fv = at::zeros({u->plan.padded}, v.options());
-      comm_.all_gather(m, fm);
-      comm_.all_gather(v, fv);
-      m = fm;
-      v = fv;
-    }
-    for (std::size_t i = 0; i < u->params.size(); ++i) {
-      const std::string& name = u->params[i].first;
-      out.emplace_back("exp_avg." + name, m.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]).clone());
-      out.emplace_back("exp_avg_sq." + name, v.narrow(0, u->offsets[i], u->sizes[i]).view(u->shapes[i]).clone());
-    }
+    const auto gather = [&](const at::Tensor& part) {
+      if (u->plan.owned == u->plan.padded) return part;
+      at::Tensor full = at::zeros({u->plan.padded}, part.options());
+      comm_.all_gather(part, full);
+      return full;
+    };
+    const auto read = [&](Moment k) { return self.read_state(*u, k == Moment::first ? 1 : 2); };
+    u->optimizer->full_state(view(*u), read, gather, out);
   }
   out.emplace_back("step", at::full({1}, step_, at::kLong));
   return out;
@@ -870,21 +766,10 @@ NamedTensors ZeroOptimizer::shard_state() {
     out.emplace_back(u->name + "/weights", read_state(*u, 0).to(at::kCPU).to(opts).contiguous().clone());
     // delayed_update with an update computed but not yet written: the weights the device holds.
     if (delayed_pending_) out.emplace_back(u->name + "/lagged", owned_params(*u).to(at::kCPU).to(opts).contiguous().clone());
-    if (u->adafactor) {
-      if (u->adafactor->exp_avg().defined())
-        out.emplace_back(u->name + "/exp_avg", u->adafactor->exp_avg().to(at::kCPU).to(opts).contiguous().clone());
-      if (comm_.rank() == 0)  // the same on every rank
-        for (std::size_t i = 0; i < u->params.size(); ++i)
-          out.emplace_back(u->name + "/adafactor:" + u->params[i].first,
-                           u->adafactor->statistics(i).to(at::kCPU).to(opts).contiguous().clone());
-    } else {
-      out.emplace_back(u->name + "/exp_avg", read_state(*u, 1).to(at::kCPU).to(opts).contiguous().clone());
-      out.emplace_back(u->name + "/exp_avg_sq", read_state(*u, 2).to(at::kCPU).to(opts).contiguous().clone());
-    }
-    if (u->quantized) {
-      out.emplace_back(u->name + "/exp_avg.absmax", u->m_absmax.to(at::kCPU).contiguous().clone());
-      out.emplace_back(u->name + "/exp_avg_sq.absmax", u->v_absmax.to(at::kCPU).contiguous().clone());
-    }
+    for (const Moment k : u->optimizer->moments())
+      out.emplace_back(u->name + (k == Moment::first ? "/exp_avg" : "/exp_avg_sq"),
+                       read_state(*u, k == Moment::first ? 1 : 2).to(at::kCPU).to(opts).contiguous().clone());
+    u->optimizer->save_extra(view(*u), u->name + "/", comm_.rank() == 0, opts, out);
     if (ema_decay_ >= 0) out.emplace_back(u->name + "/ema", u->ema.clone());
   }
   return out;
@@ -897,16 +782,7 @@ std::int64_t ZeroOptimizer::checkpoint_bytes() const {
   for (const auto& u : units_) {
     // As shard_state: weights (+ lagged), the moments or Adafactor's first moment and (rank 0)
     // statistics, 8-bit AdamW's absmax per block, the EMA.
-    std::int64_t copies = o_.delayed_update ? 2 : 1;
-    if (u->adafactor) {
-      copies += o_.adafactor.beta1 ? 1 : 0;
-      if (comm_.rank() == 0)
-        for (std::size_t i = 0; i < u->params.size(); ++i) total += u->adafactor->statistics_numel(i) * w;
-    } else {
-      copies += 2;
-    }
-    total += copies * u->plan.owned * w;
-    if (u->quantized) total += 2 * (u->plan.owned / kQuantBlock) * static_cast<std::int64_t>(sizeof(float));
+    total += (o_.delayed_update ? 2 : 1) * u->plan.owned * w + u->optimizer->checkpoint_bytes(view(*u), comm_.rank() == 0, w);
     if (ema_decay_ >= 0 && u->ema.defined()) total += u->ema.numel() * static_cast<std::int64_t>(u->ema.element_size());
   }
   return total;
@@ -924,31 +800,18 @@ void ZeroOptimizer::load_shards(const ShardSource& read, std::int64_t steps, boo
     live.copy_(with_lagged ? read(u->name, "lagged", u->plan.owned_offset, u->plan.owned) : w);
     store_owned_params(*u, live);
     if (masters_) write_state(*u, 0, w.to(at::TensorOptions().dtype(master_dtype_)));
-    if (u->adafactor) {
-      at::Tensor& m = u->adafactor->exp_avg();
-      if (m.defined()) m.copy_(read(u->name, "exp_avg", u->plan.owned_offset, u->plan.owned));
-      for (std::size_t i = 0; i < u->params.size(); ++i) {
-        at::Tensor stats = u->adafactor->statistics(i);
-        stats.copy_(read(u->name, "adafactor:" + u->params[i].first, 0, stats.numel()));
-      }
-    } else if (u->quantized) {
-      // With the saved blocks' absmax the dequantized moments return to their codes exactly.
-      const std::int64_t first = u->plan.owned_offset / kQuantBlock, blocks = u->plan.owned / kQuantBlock;
-      const auto values = [&](const char* kind) {
-        return read(u->name, kind, u->plan.owned_offset, u->plan.owned).to(u->m_absmax.options()).reshape({-1});
-      };
-      quantize_into(values("exp_avg"), signed_map_, u->exp_avg, u->m_absmax, read(u->name, "exp_avg.absmax", first, blocks));
-      quantize_into(values("exp_avg_sq"), unsigned_map_, u->exp_avg_sq, u->v_absmax,
-                    read(u->name, "exp_avg_sq.absmax", first, blocks));
-    } else {
-      write_state(*u, 1, read(u->name, "exp_avg", u->plan.owned_offset, u->plan.owned));
-      write_state(*u, 2, read(u->name, "exp_avg_sq", u->plan.owned_offset, u->plan.owned));
-    }
+    u->optimizer->load(
+        view(*u), [&](const std::string& kind, std::int64_t first, std::int64_t count) { return read(u->name, kind, first, count); },
+        [&](Moment k, const at::Tensor& values) { write_state(*u, k == Moment::first ? 1 : 2, values); });
     if (with_ema && ema_decay_ >= 0) u->ema.copy_(read(u->name, "ema", u->plan.owned_offset, u->plan.owned));
     in.finish();
   }
   step_ = steps;
   gather_whole_units();
+}
+
+UnitView ZeroOptimizer::view(const Unit& u) {
+  return UnitView{u.params, u.offsets, u.sizes, u.shapes, u.plan.owned_offset, u.plan.owned, u.plan.padded};
 }
 
 std::int64_t ZeroOptimizer::ema_bytes() const {

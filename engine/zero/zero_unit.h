@@ -14,7 +14,7 @@
 
 #include "core/copy_stream.h"
 #include "comm/communicator.h"
-#include "zero/adafactor.h"
+#include "zero/unit_optimizer.h"
 #include "zero/nvme_store.h"
 #include "zero/zero_optimizer.h"
 
@@ -45,10 +45,7 @@ struct ZeroOptimizer::Unit {
   bool delayed_held = false;
   double delayed_scale = 1.0;
   at::Tensor master;         // [owned] fp32 master weights (mixed precision / offload; not NVMe)
-  at::Tensor exp_avg, exp_avg_sq;  // [owned] (not NVMe); 8-bit AdamW: uint8 codes (quantized)
-  bool quantized = false;          // 8-bit AdamW on a unit of at least kMin8bitSize elements
-  at::Tensor m_absmax, v_absmax;   // ... and its blocks' absmax [owned / kQuantBlock]
-  std::unique_ptr<AdafactorUnit> adafactor;  // Adafactor's state (statistics, and exp_avg with beta1)
+  std::unique_ptr<UnitOptimizer> optimizer;  // its state and update (AdamW, 8-bit AdamW, Adafactor)
   std::unique_ptr<comm::PendingCollective> pending;  // a gradient reduction under way
   bool reduced = false;                               // its gradients were reduced in this step
   bool stepped = false;                               // fused_backward: updated in this step
