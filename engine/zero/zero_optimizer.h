@@ -310,6 +310,11 @@ class ZeroOptimizer final {
   static UnitView view(const Unit& u);
   /// What a unit's optimizer state takes in memory between steps (with NVMe: its unswapped parts).
   std::int64_t optimizer_bytes(const Unit& u) const;
+  /// fused_backward: step() after backward: the units the hooks did not step, then the gathers.
+  void step_fused(double lr);
+  /// delayed_update after its warm-up: step() writes the update computed during this step, puts
+  /// this step's gradients aside and starts their update on a host thread.
+  void step_delayed(double lr);
   /// fused_backward: steps one unit whose reduced gradients are final (once per step).
   void fused_step_unit(Unit& u);
   /// fused_backward: `u`'s hook ran; the unit whose hook ran before is complete now and steps.

@@ -1,6 +1,8 @@
 #pragma once
-// ZeroOptimizer's per-unit bookkeeping, shared by zero_optimizer.cpp (flattening, collectives,
-// hooks) and zero_state.cpp (the step, masters, offload, state). Not a public header.
+// ZeroOptimizer's per-unit bookkeeping, shared by its .cpp files: zero_optimizer.cpp (flattening,
+// gathers, hooks), zero_reduce.cpp (gradient reductions), zero_step.cpp (the step in memory),
+// zero_fused.cpp, zero_delayed.cpp and zero_nvme.cpp (the other schedules) and zero_checkpoint.cpp
+// (state, checkpoints, EMA). Not a public header.
 
 #include <array>
 #include <cstdint>
@@ -19,6 +21,11 @@
 #include "zero/zero_optimizer.h"
 
 namespace zs::zero {
+
+/// Bytes a tensor holds (0 when undefined).
+inline std::int64_t tensor_bytes(const at::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<std::int64_t>(t.element_size()) : 0;
+}
 
 struct ZeroOptimizer::Unit {
   std::string name;
