@@ -22,23 +22,24 @@ void ZeroOptimizer::step_delayed(double lr) {
   join_delayed();
   write_delayed();
   for (auto& u : units_) {
-    u->delayed_held = u->grad_held;
+    if (!u->delayed) u->delayed = std::make_unique<DelayedUnit>();
+    DelayedUnit& d = *u->delayed;
+    d.held = u->grad_held;
     if (u->grad_held) {
       // A held bf16 gradient moves aside as it is (its buffer swapped for a second one of the
       // same kind); the float32 copy stays clean.
-      if (!u->delayed_host.defined())
-        u->delayed_host = at::empty({u->plan.owned}, u->grad_host.options().pinned_memory(u->grad_host.is_pinned()));
-      std::swap(u->grad_host, u->delayed_host);
-      u->delayed_scale = u->held_scale;
+      if (!d.host.defined()) d.host = at::empty({u->plan.owned}, u->grad_host.options().pinned_memory(u->grad_host.is_pinned()));
+      std::swap(u->grad_host, d.host);
+      d.scale = u->held_scale;
       u->grad_held = false;
       continue;
     }
     if (u->shard_grad.defined() && u->shard_grad.is_cpu()) {
-      if (!u->delayed_grad.defined()) u->delayed_grad = at::zeros_like(u->shard_grad);
-      std::swap(u->shard_grad, u->delayed_grad);  // (zero_grad clears the other for the next step)
+      if (!d.grad.defined()) d.grad = at::zeros_like(u->shard_grad);
+      std::swap(u->shard_grad, d.grad);  // (zero_grad clears the other for the next step)
     } else {
-      if (!u->delayed_grad.defined()) u->delayed_grad = at::empty({u->plan.owned}, state_opts_);
-      u->delayed_grad.copy_(step_grad(*u));
+      if (!d.grad.defined()) d.grad = at::empty({u->plan.owned}, state_opts_);
+      d.grad.copy_(step_grad(*u));
     }
   }
   delayed_pending_ = true;
@@ -58,8 +59,9 @@ void ZeroOptimizer::step_delayed(double lr) {
 void ZeroOptimizer::compute_delayed(Unit& u, double lr, std::int64_t step) {
   const double unit_lr = lr * u.lr_scale;
   // (8-bit AdamW's large units ignore the scale: only AdamW holds bf16 gradients.)
-  if (u.delayed_held) u.optimizer->step({u.master, u.delayed_host, unit_lr, step, u.delayed_scale});
-  else u.optimizer->step({u.master, u.delayed_grad, unit_lr, step});
+  const DelayedUnit& d = *u.delayed;
+  if (d.held) u.optimizer->step({u.master, d.host, unit_lr, step, d.scale});
+  else u.optimizer->step({u.master, d.grad, unit_lr, step});
 }
 
 void ZeroOptimizer::join_delayed() {

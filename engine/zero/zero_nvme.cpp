@@ -42,14 +42,15 @@ void ZeroOptimizer::init_offload() {
                                                             comm_.rank(), o_.aio);
     auto& store = *offload_->optimizer_store;
     for (auto& u : units_) {
-      u->region_master = store.add_region("master.swp", u->plan.owned, master_dtype_);
-      u->region_exp_avg = store.add_region("exp_avg.swp", u->plan.owned, master_dtype_);
-      u->region_exp_avg_sq = store.add_region("exp_avg_sq.swp", u->plan.owned, master_dtype_);
-      write_state(*u, 0, u->init_master);
+      NvmeUnit& n = nvme_state(*u);
+      n.region_master = store.add_region("master.swp", u->plan.owned, master_dtype_);
+      n.region_exp_avg = store.add_region("exp_avg.swp", u->plan.owned, master_dtype_);
+      n.region_exp_avg_sq = store.add_region("exp_avg_sq.swp", u->plan.owned, master_dtype_);
+      write_state(*u, 0, n.init_master);
       const at::Tensor zeros = at::zeros({u->plan.owned}, at::TensorOptions().dtype(master_dtype_));
       write_state(*u, 1, zeros);
       write_state(*u, 2, zeros);
-      u->init_master = at::Tensor();
+      n.init_master = at::Tensor();
     }
     // The sub-group plan: pieces of at most sub_group_size elements, starting on I/O blocks,
     // grouped in unit order until a group holds sub_group_size elements.
@@ -99,7 +100,7 @@ void ZeroOptimizer::init_offload() {
     for (auto& u : units_) {
       // Each field in an aligned buffer (what the transfers need), then written out like any step's.
       for (const auto& [file, t] : fields(*u)) {
-        u->swapped.push_back({t, store.add_region(file, t->numel(), t->scalar_type()), t->numel(), t->scalar_type()});
+        nvme_state(*u).swapped.push_back({t, store.add_region(file, t->numel(), t->scalar_type()), t->numel(), t->scalar_type()});
         at::Tensor buf = aligned_buffer(t->numel(), t->scalar_type());
         buf.copy_(t->reshape({-1}));
         *t = buf;
@@ -118,14 +119,25 @@ void ZeroOptimizer::init_offload() {
     auto& store = *offload_->param_store;
     for (Unit* u : by_index_) {  // frozen shards too
       if (!u->plan.sharded) continue;
-      u->region_param = store.add_region("params.swp", u->plan.shard, compute_opts_.dtype().toScalarType());
-      u->param_staging = aligned_buffer(u->plan.shard, compute_opts_.dtype().toScalarType());
-      u->param_staging.copy_(u->shard_param);
-      store.wait(store.write(u->region_param, 0, u->plan.shard, u->param_staging.data_ptr()));
+      NvmeUnit& n = nvme_state(*u);
+      n.region_param = store.add_region("params.swp", u->plan.shard, compute_opts_.dtype().toScalarType());
+      n.param_staging = aligned_buffer(u->plan.shard, compute_opts_.dtype().toScalarType());
+      n.param_staging.copy_(u->shard_param);
+      store.wait(store.write(n.region_param, 0, u->plan.shard, n.param_staging.data_ptr()));
       u->shard_param = at::Tensor();  // from now on the shard lives in the file
     }
     say(store, "parameters");
   }
+}
+
+ZeroOptimizer::NvmeUnit& ZeroOptimizer::nvme_state(Unit& u) {
+  if (!u.nvme) u.nvme = std::make_unique<NvmeUnit>();
+  return *u.nvme;
+}
+
+int ZeroOptimizer::state_region(const Unit& u, int kind) {
+  if (!u.nvme) return -1;
+  return kind == 0 ? u.nvme->region_master : kind == 1 ? u.nvme->region_exp_avg : u.nvme->region_exp_avg_sq;
 }
 
 std::vector<std::string> ZeroOptimizer::nvme_dirs() const {
@@ -137,38 +149,41 @@ std::vector<std::string> ZeroOptimizer::nvme_dirs() const {
 }
 
 void ZeroOptimizer::begin_swap_in(Unit& u) {
-  if (u.swapped.empty() || u.resident || !u.swap_reads.empty()) return;
+  if (!u.nvme || u.nvme->swapped.empty() || u.nvme->resident || !u.nvme->swap_reads.empty()) return;
+  NvmeUnit& n = *u.nvme;
   auto& store = *offload_->optimizer_store;
-  for (const auto& sw : u.swapped) {
+  for (const auto& sw : n.swapped) {
     *sw.field = aligned_buffer(sw.numel, sw.dtype);
-    u.swap_reads.push_back(store.read(sw.region, 0, sw.numel, sw.field->data_ptr()));
+    n.swap_reads.push_back(store.read(sw.region, 0, sw.numel, sw.field->data_ptr()));
   }
 }
 
 void ZeroOptimizer::finish_swap_in(Unit& u) {
-  if (u.swapped.empty() || u.resident) return;
+  if (!u.nvme || u.nvme->swapped.empty() || u.nvme->resident) return;
   begin_swap_in(u);
+  NvmeUnit& n = *u.nvme;
   auto& store = *offload_->optimizer_store;
-  for (auto t : u.swap_reads) store.wait(t);
-  u.swap_reads.clear();
-  u.resident = true;
+  for (auto t : n.swap_reads) store.wait(t);
+  n.swap_reads.clear();
+  n.resident = true;
 }
 
 void ZeroOptimizer::swap_out(Unit& u, bool write) {
-  if (u.swapped.empty() || !u.resident) return;
+  if (!u.nvme || u.nvme->swapped.empty() || !u.nvme->resident) return;
+  NvmeUnit& n = *u.nvme;
   if (write) {
     auto& store = *offload_->optimizer_store;
     std::vector<NvmeStore::Ticket> tickets;
-    for (const auto& sw : u.swapped) tickets.push_back(store.write(sw.region, 0, sw.numel, sw.field->data_ptr()));
+    for (const auto& sw : n.swapped) tickets.push_back(store.write(sw.region, 0, sw.numel, sw.field->data_ptr()));
     for (auto t : tickets) store.wait(t);
   }
-  for (const auto& sw : u.swapped) *sw.field = at::Tensor();
-  u.resident = false;
+  for (const auto& sw : n.swapped) *sw.field = at::Tensor();
+  n.resident = false;
 }
 
 at::Tensor ZeroOptimizer::read_state(Unit& u, int kind) {
   const SwapGuard in(*this, u, /*write=*/false);  // (returned tensors keep their storage)
-  const int region = kind == 0 ? u.region_master : kind == 1 ? u.region_exp_avg : u.region_exp_avg_sq;
+  const int region = state_region(u, kind);
   if (region < 0) {
     if (kind > 0) return u.optimizer->moment(kind == 1 ? Moment::first : Moment::second);
     return masters_ ? u.master : owned_params(u);
@@ -180,7 +195,7 @@ at::Tensor ZeroOptimizer::read_state(Unit& u, int kind) {
 }
 
 void ZeroOptimizer::write_state(Unit& u, int kind, const at::Tensor& values) {
-  const int region = kind == 0 ? u.region_master : kind == 1 ? u.region_exp_avg : u.region_exp_avg_sq;
+  const int region = state_region(u, kind);
   c10::NoGradGuard no_grad;
   if (region < 0) {
     SwapGuard in(*this, u, /*write=*/true);
@@ -204,19 +219,21 @@ void ZeroOptimizer::write_state_in_memory(Unit& u, int kind, const at::Tensor& v
 
 at::Tensor ZeroOptimizer::owned_params(Unit& u) {
   if (!u.plan.sharded) return u.flat_param.narrow(0, u.plan.owned_offset, u.plan.owned);
-  if (u.region_param < 0) return u.shard_param;
+  if (!u.nvme || u.nvme->region_param < 0) return u.shard_param;
+  NvmeUnit& n = *u.nvme;
   auto& store = *offload_->param_store;
-  if (u.param_read == 0) u.param_read = store.read(u.region_param, 0, u.plan.shard, u.param_staging.data_ptr());
-  store.wait(u.param_read);
-  u.param_read = 0;
-  return u.param_staging;
+  if (n.param_read == 0) n.param_read = store.read(n.region_param, 0, u.plan.shard, n.param_staging.data_ptr());
+  store.wait(n.param_read);
+  n.param_read = 0;
+  return n.param_staging;
 }
 
 void ZeroOptimizer::store_owned_params(Unit& u, const at::Tensor& values) {
-  if (u.region_param < 0) return;
-  if (values.data_ptr() != u.param_staging.data_ptr()) u.param_staging.copy_(values);
+  if (!u.nvme || u.nvme->region_param < 0) return;
+  NvmeUnit& n = *u.nvme;
+  if (values.data_ptr() != n.param_staging.data_ptr()) n.param_staging.copy_(values);
   auto& store = *offload_->param_store;
-  store.wait(store.write(u.region_param, 0, u.plan.shard, u.param_staging.data_ptr()));
+  store.wait(store.write(n.region_param, 0, u.plan.shard, n.param_staging.data_ptr()));
 }
 
 void ZeroOptimizer::step_nvme(double lr) {
@@ -230,7 +247,8 @@ void ZeroOptimizer::step_nvme(double lr) {
     std::vector<NvmeStore::Ticket> tickets;
     auto& buf = offload_->buffers[k % slots];
     for (const auto& piece : groups[k]) {
-      const int regions[3] = {piece.unit->region_master, piece.unit->region_exp_avg, piece.unit->region_exp_avg_sq};
+      const NvmeUnit& n = *piece.unit->nvme;
+      const int regions[3] = {n.region_master, n.region_exp_avg, n.region_exp_avg_sq};
       for (int kind = 0; kind < 3; ++kind) {
         auto* ptr = static_cast<char*>(buf[kind].data_ptr()) + piece.buffer_offset * buf[kind].element_size();
         tickets.push_back(write ? store.write(regions[kind], piece.first, piece.count, ptr)
@@ -256,8 +274,8 @@ void ZeroOptimizer::step_nvme(double lr) {
       Unit& u = *piece.unit;
       // Stage 3 NVMe shards: read once per step, written back after the loop.
       const bool seen = std::find(touched_params.begin(), touched_params.end(), &u) != touched_params.end();
-      at::Tensor p = seen ? u.param_staging : owned_params(u);
-      if (u.region_param >= 0 && !seen) touched_params.push_back(&u);
+      at::Tensor p = seen ? u.nvme->param_staging : owned_params(u);
+      if (u.nvme->region_param >= 0 && !seen) touched_params.push_back(&u);
       adam_master(buf[0].narrow(0, piece.buffer_offset, piece.count), buf[1].narrow(0, piece.buffer_offset, piece.count),
                   buf[2].narrow(0, piece.buffer_offset, piece.count), step_grad(u).narrow(0, piece.first, piece.count),
                   adam_, lr * u.lr_scale, step_, p.narrow(0, piece.first, piece.count));
@@ -265,7 +283,7 @@ void ZeroOptimizer::step_nvme(double lr) {
     writes[k] = transfer(k, true);
   }
   for (auto& w : writes) wait_all(w);
-  for (Unit* u : touched_params) store_owned_params(*u, u->param_staging);
+  for (Unit* u : touched_params) store_owned_params(*u, u->nvme->param_staging);
 }
 
 }  // namespace zs::zero

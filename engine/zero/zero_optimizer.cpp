@@ -170,7 +170,7 @@ std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_trained_unit(models::Pa
     if (u->plan.sharded) u->shard_param = u->flat_param.narrow(0, u->plan.owned_offset, u->plan.shard).clone();
   }
   if (masters_) {
-    if (nvme_optimizer) u->init_master = mine.to(at::kCPU).clone();
+    if (nvme_optimizer) nvme_state(*u).init_master = mine.to(at::kCPU).clone();
     else u->master = mine.to(state_opts_).clone();
   }
   if (o_.optimizer == OptimizerType::adafactor) {
@@ -277,9 +277,10 @@ void ZeroOptimizer::prefetch(std::size_t unit) {
   if (!u.plan.sharded || u.flat_param.defined() || u.gathering || u.plan.padded > o_.prefetch_bucket_size) return;
   if (shard_is_unit(u)) return;  // nothing to fetch
   c10::NoGradGuard no_grad;
-  if (u.region_param >= 0) {
+  if (u.nvme && u.nvme->region_param >= 0) {
     // NVMe: start reading the shard; the all-gather runs when the unit is needed.
-    if (u.param_read == 0) u.param_read = offload_->param_store->read(u.region_param, 0, u.plan.shard, u.param_staging.data_ptr());
+    NvmeUnit& n = *u.nvme;
+    if (n.param_read == 0) n.param_read = offload_->param_store->read(n.region_param, 0, u.plan.shard, n.param_staging.data_ptr());
     return;
   }
   u.flat_param = at::empty({u.plan.padded}, compute_opts_);

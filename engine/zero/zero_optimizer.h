@@ -357,11 +357,17 @@ class ZeroOptimizer final {
   void finish_swap_in(Unit& u);
   void swap_out(Unit& u, bool write);
   struct SwapGuard;  // swaps a unit in for a scope (zero_unit.h)
+  struct NvmeUnit;     // a unit's NVMe regions and swapped state (zero_unit.h)
+  struct DelayedUnit;  // a unit's gradients put aside for the delayed update (zero_unit.h)
+  /// The unit's NVMe state, made on first use.
+  static NvmeUnit& nvme_state(Unit& u);
+  /// The unit's NVMe region of a state kind (0 master, 1 m, 2 v); -1: none (the state is in memory).
+  static int state_region(const Unit& u, int kind);
   /// delayed_update: waits for the host thread's update (rethrowing its error).
   void join_delayed();
   /// delayed_update: the weights from the masters the host thread updated (compute copy, shards).
   void write_delayed();
-  /// delayed_update: the update of a unit from its delayed_grad into masters and moments only.
+  /// delayed_update: the update of a unit from the gradients its DelayedUnit put aside, into masters and moments only.
   void compute_delayed(Unit& u, double lr, std::int64_t step);
   /// Master / moments of a unit, whole (NVMe: read synchronously). kind: 0 master, 1 m, 2 v.
   at::Tensor read_state(Unit& u, int kind);
