@@ -24,6 +24,8 @@
 #include "zero/nvme_store.h"
 #include "io/safetensors.h"
 #include "zero/adafactor.h"
+#include "zero/adamw8bit_unit.h"
+#include "zero/adamw_unit.h"
 #include "zero/blockwise_quant.h"
 #include "zero/reference_adafactor.h"
 #include "zero/reference_adamw.h"
@@ -1270,6 +1272,38 @@ class TestZero : public QObject {
       zero::ZeroOptimizer opt(units, *comm, o);
       QCOMPARE(opt.model_state().optimizer_states, bytes);
     }
+  }
+
+  // Each optimizer behind UnitOptimizer holds what its layout says (the swapped parts are its
+  // swappable tensors, the rest stays in memory) and gives back the moments it is given (8-bit
+  // ones within their quantization).
+  void unitOptimizersHoldWhatTheirLayoutSays() {
+    const std::int64_t owned = 2 * zero::kMin8bitSize;
+    const auto opts = at::TensorOptions().dtype(at::kFloat);
+    zero::AdafactorOptions af;
+    af.beta1 = 0.9;
+    std::vector<std::unique_ptr<zero::UnitOptimizer>> all;
+    all.push_back(std::make_unique<zero::AdamWUnit>(owned, zero::AdamSettings{}, opts, false));
+    all.push_back(std::make_unique<zero::AdamW8bitUnit>(owned, owned, zero::AdamSettings{}, opts, zero::dynamic_map(true),
+                                                        zero::dynamic_map(false)));
+    all.push_back(std::make_unique<zero::AdafactorUnit>(std::vector<std::int64_t>{0},
+                                                        std::vector<std::vector<std::int64_t>>{{64, owned / 64}}, 0, owned,
+                                                        af, opts));
+    at::manual_seed(5);
+    const at::Tensor m = at::randn({owned}) * 1e-3;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      zero::UnitOptimizer& o = *all[i];
+      std::int64_t swapped = 0;
+      for (const auto& [file, t] : o.swappable()) swapped += t->numel() * static_cast<std::int64_t>(t->element_size());
+      const zero::StateLayout l = o.layout(/*masters=*/false, 4);
+      QCOMPARE(l.bytes() - l.resident_bytes(), swapped);
+      o.set_moment(zero::Moment::first, m);
+      const at::Tensor back = o.moment(zero::Moment::first);
+      QVERIFY(back.defined());
+      const double tolerance = i == 1 ? 0.05 * m.abs().max().item<double>() : 0.0;  // 8-bit codes
+      QVERIFY2(at::allclose(back, m, 0, tolerance), std::to_string(i).c_str());
+    }
+    QCOMPARE(all[2]->layout(false, 4).resident_bytes(), std::int64_t{4 * (64 + owned / 64)});  // the statistics
   }
 
   void cpuAdamRejectsBadTensors() {
