@@ -8,6 +8,7 @@
 
 #include "config/schema.h"
 #include "models/model_family.h"
+#include "zero/zero_rules.h"
 
 namespace zs::config {
 
@@ -109,26 +110,15 @@ void check_schedule(const TrainerConfig& c, RuleSet& rules) {
     rules.fail("optimizer.adafactor.relative_step", "computes its own learning rate, so scheduler.type " + s.type +
                                                         " would not be followed: use scheduler.type: constant without "
                                                         "warmup, or relative_step: false (then optimizer.lr is used)");
-  if (c.optimizer.master_weights == "none" && c.precision != "bf16")
-    rules.fail("optimizer.master_weights", "none keeps only bf16 weights: it needs precision: bf16 (fp32 has no "
-                                           "masters to drop; fp16's loss scaling needs them)");
-  if (c.zero.offload_optimizer.delayed_update) {
-    const char* key = "zero.offload_optimizer.delayed_update";
-    if (c.zero.offload_optimizer.device != "cpu")
-      rules.fail(key, "needs zero.offload_optimizer.device: cpu (the update runs on a host thread)");
-    if (c.optimizer.type == "Adafactor")
-      rules.fail(key, "works with AdamW and AdamW8bit; Adafactor sums its statistics over the ranks inside the step");
-    if (c.optimizer.fused_backward)
-      rules.fail(key, "and optimizer.fused_backward exclude each other (the fused step runs during backward already)");
-    if (c.optimizer.master_weights == "none")
-      rules.fail(key, "needs optimizer.master_weights: fp32 (the masters run one update ahead of the weights)");
-  }
-  if (c.optimizer.fused_backward && c.precision == "fp16")
-    rules.fail("optimizer.fused_backward", "cannot run under precision fp16: loss scaling must see every gradient "
-                                           "before any unit steps; use precision: bf16");
-  if (c.optimizer.fused_backward && c.zero.offload_optimizer.device == "nvme")
-    rules.fail("optimizer.fused_backward", "steps each unit from memory during backward; with zero.offload_optimizer.device "
-                                           "nvme the state comes from files after backward: use device cpu");
+  // The engine's own rules (zero_rules.h): ZeroOptimizer refuses the same combinations.
+  zero::RuleSettings engine;
+  engine.optimizer = zero::find_optimizer(c.optimizer.type).value_or(zero::OptimizerType::adamw);  // the schema names a bad type
+  engine.compute = zero::precision_from_name(c.precision);
+  engine.master_weights = c.optimizer.master_weights != "none";
+  engine.fused_backward = c.optimizer.fused_backward;
+  engine.delayed_update = c.zero.offload_optimizer.delayed_update;
+  engine.offload_optimizer = zero::offload_from_name(c.zero.offload_optimizer.device);
+  for (const zero::OptionProblem& p : zero::option_problems(engine)) rules.fail(p.key, p.message);
   if (af.warmup_init && !af.relative_step)
     rules.fail("optimizer.adafactor.warmup_init", "needs optimizer.adafactor.relative_step: true (transformers refuses it too)");
   if (s.type != "constant" && s.warmup_min_lr > c.optimizer.lr)

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <c10/util/accumulate.h>
 
 #include "core/parallel.h"
 
@@ -361,6 +362,65 @@ void AdafactorUnit::step(at::Tensor w, const at::Tensor& g, double lr, std::int6
     x.sub_(u);
     if (!direct) wi.copy_(x);
   }
+}
+
+StateLayout AdafactorUnit::layout(bool masters, std::int64_t element_bytes) const {
+  std::int64_t stats = 0;
+  for (std::size_t i = 0; i < slots_.size(); ++i) stats += statistics_numel(i);
+  return adafactor_state_layout(owned_, stats, o_.beta1.has_value(), masters, element_bytes);
+}
+
+void AdafactorUnit::set_moment(Moment k, const at::Tensor& values) {
+  if (k == Moment::first && exp_avg_.defined()) exp_avg_.copy_(values);
+}
+
+std::vector<Moment> AdafactorUnit::moments() const {
+  if (o_.beta1) return {Moment::first};
+  return {};
+}
+
+void AdafactorUnit::full_state(const UnitView& u, const MomentRead&, const Gather& gather, NamedTensors& out) const {
+  // As transformers names them: exp_avg with beta1; exp_avg_sq_row and exp_avg_sq_col for two or
+  // more dimensions, exp_avg_sq for one.
+  at::Tensor m = exp_avg_;
+  if (m.defined()) m = gather(m);
+  for (std::size_t i = 0; i < u.params.size(); ++i) {
+    const std::string& name = u.params[i].first;
+    const auto& shape = u.shapes[i];
+    if (m.defined()) out.emplace_back("exp_avg." + name, m.narrow(0, u.offsets[i], u.sizes[i]).view(shape).clone());
+    const at::Tensor stats = statistics(i);
+    if (shape.size() < 2) {
+      out.emplace_back("exp_avg_sq." + name, stats.view(shape).clone());
+      continue;
+    }
+    std::vector<std::int64_t> row(shape.begin(), shape.end() - 1), col(shape.begin(), shape.end() - 2);
+    col.push_back(shape.back());
+    const std::int64_t rows = c10::multiply_integers(row);
+    out.emplace_back("exp_avg_sq_row." + name, stats.narrow(0, 0, rows).view(row).clone());
+    out.emplace_back("exp_avg_sq_col." + name, stats.narrow(0, rows, stats.numel() - rows).view(col).clone());
+  }
+}
+
+void AdafactorUnit::save_extra(const UnitView& u, const std::string& prefix, bool rank0, const at::TensorOptions& opts,
+                               NamedTensors& out) const {
+  if (!rank0) return;  // the same on every rank
+  for (std::size_t i = 0; i < u.params.size(); ++i)
+    out.emplace_back(prefix + "adafactor:" + u.params[i].first, statistics(i).to(at::kCPU).to(opts).contiguous().clone());
+}
+
+void AdafactorUnit::load(const UnitView& u, const Read& read, const MomentWrite&) {
+  if (exp_avg_.defined()) exp_avg_.copy_(read("exp_avg", u.owned_offset, u.owned));
+  for (std::size_t i = 0; i < u.params.size(); ++i) {
+    at::Tensor stats = statistics(i);
+    stats.copy_(read("adafactor:" + u.params[i].first, 0, stats.numel()));
+  }
+}
+
+std::int64_t AdafactorUnit::checkpoint_bytes(const UnitView& u, bool rank0, std::int64_t element_bytes) const {
+  std::int64_t total = UnitOptimizer::checkpoint_bytes(u, rank0, element_bytes);
+  if (rank0)
+    for (std::size_t i = 0; i < u.params.size(); ++i) total += statistics_numel(i) * element_bytes;
+  return total;
 }
 
 }  // namespace zs::zero

@@ -17,6 +17,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
 
+#include "zero/unit_optimizer.h"
+
 namespace zs::zero {
 
 /// transformers' Adafactor arguments. The defaults are what kohya's sd-scripts (docs/train_network:
@@ -38,8 +40,9 @@ struct AdafactorOptions {
 /// The step size transformers' _get_lr computes: `lr` (or the relative step) × the parameter scale.
 double adafactor_step_size(const AdafactorOptions& o, double lr, std::int64_t step, double param_rms);
 
-/// One unit's Adafactor state on this rank.
-class AdafactorUnit {
+/// One unit's Adafactor state on this rank (a UnitOptimizer: its checkpoints keep exp_avg with
+/// beta1 and, from rank 0, each parameter's statistics as "adafactor:<parameter>").
+class AdafactorUnit final : public UnitOptimizer {
  public:
   /// The unit's parameters at `offsets` with `shapes`; this rank updates elements
   /// [owned_offset, owned_offset + owned) of the flat buffer. State in `opts` (dtype and device).
@@ -63,6 +66,19 @@ class AdafactorUnit {
   std::int64_t statistics_numel(std::size_t i) const;
   /// Elements of parameter `shape`'s statistics (row + column, or its size).
   static std::int64_t statistics_numel(c10::IntArrayRef shape);
+
+  // UnitOptimizer
+  StateLayout layout(bool masters, std::int64_t element_bytes) const override;
+  void step(const UnitStep& s) override { step(s.weights, s.grad, s.lr, s.step, s.reduce); }
+  at::Tensor moment(Moment k) const override { return k == Moment::first ? exp_avg_ : at::Tensor(); }
+  void set_moment(Moment k, const at::Tensor& values) override;
+  std::vector<Moment> moments() const override;
+  std::vector<std::pair<const char*, at::Tensor*>> swappable() override { return {{"exp_avg.swp", &exp_avg_}}; }
+  void full_state(const UnitView& u, const MomentRead& read, const Gather& gather, NamedTensors& out) const override;
+  void save_extra(const UnitView& u, const std::string& prefix, bool rank0, const at::TensorOptions& opts,
+                  NamedTensors& out) const override;
+  void load(const UnitView& u, const Read& read, const MomentWrite& write) override;
+  std::int64_t checkpoint_bytes(const UnitView& u, bool rank0, std::int64_t element_bytes) const override;
 
  private:
   struct Slot {

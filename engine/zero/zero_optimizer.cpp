@@ -12,20 +12,11 @@
 #include "core/copy_stream.h"
 #include "core/error.h"
 #include "comm/communicator.h"
+#include "zero/adamw8bit_unit.h"
 #include "zero/blockwise_quant.h"
 #include "zero/zero_unit.h"
 
 namespace zs::zero {
-
-namespace {
-
-/// A collective that had nothing to do.
-class NothingPending final : public comm::PendingCollective {
- public:
-  void wait() override {}
-};
-
-}  // namespace
 
 // Where each parameter sits in the unit's flat buffer (shapes from the placeholders' record
 // when the unit was built into shards).
@@ -41,25 +32,29 @@ void ZeroOptimizer::lay_out(Unit& u, const models::ParamUnit& pu) {
   }
 }
 
-const char* optimizer_name(OptimizerType t) {
-  switch (t) {
-    case OptimizerType::adamw8bit: return "AdamW8bit";
-    case OptimizerType::adafactor: return "Adafactor";
-    default: return "AdamW";
-  }
+RuleSettings ZeroOptions::rule_settings() const {
+  RuleSettings s;
+  s.optimizer = optimizer;
+  s.compute = compute_dtype == at::kBFloat16 ? Precision::bf16 : compute_dtype == at::kHalf ? Precision::fp16 : Precision::full;
+  s.master_weights = master_weights;
+  s.fused_backward = fused_backward;
+  s.delayed_update = delayed_update;
+  s.host_bf16_grads = host_bf16_grads;
+  s.offload_optimizer = offload_optimizer;
+  return s;
 }
 
-OptimizerType optimizer_from_name(const std::string& name) {
-  for (auto t : {OptimizerType::adamw, OptimizerType::adamw8bit, OptimizerType::adafactor})
-    if (name == optimizer_name(t)) return t;
-  throw Error(ErrorKind::config, "optimizer.type: " + name + " is not one of AdamW, AdamW8bit, Adafactor");
+std::vector<std::string> ZeroOptions::problems() const {
+  std::vector<std::string> out;
+  for (const OptionProblem& p : option_problems(rule_settings())) out.push_back(p.key + ": " + p.message);
+  return out;
 }
 
 PlanOptions plan_options(const ZeroOptions& o, int world_size, int rank) {
   PlanOptions p;
   // 8-bit moments are quantized in blocks counted from each unit's start: shards cut on block
   // boundaries keep every block on one rank, whatever the world size.
-  if (o.optimizer == OptimizerType::adamw8bit) p.shard_multiple = kQuantBlock;
+  p.shard_multiple = shard_multiple(o.optimizer);
   p.fused_backward = o.fused_backward;
   p.stage = o.stage;
   p.world_size = world_size;
@@ -73,14 +68,7 @@ PlanOptions plan_options(const ZeroOptions& o, int world_size, int rank) {
 }
 
 ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, comm::Communicator& comm, ZeroOptions options)
-    : comm_(comm), o_(std::move(options)) {
-  if (o_.fused_backward && o_.offload_optimizer == ZeroOptions::Offload::nvme)
-    throw Error(ErrorKind::config, "optimizer.fused_backward steps each unit from memory during backward: with "
-                                   "zero.offload_optimizer.device nvme the state comes from files after backward. Use "
-                                   "device: cpu or fused_backward: false.");
-  if (o_.fused_backward && o_.compute_dtype == at::kHalf)
-    throw Error(ErrorKind::config, "optimizer.fused_backward cannot run under fp16: loss scaling must see every gradient "
-                                   "before any unit steps. Use precision: bf16.");
+    : comm_(comm), o_(std::move(options)), adam_{o_.beta1, o_.beta2, o_.eps, o_.weight_decay} {
   // The layout and treatment of every unit: the plan (zero_plan.h), from the units' sizes; the
   // frozen units get theirs from the same rules, apart (plan() describes what is trained).
   std::vector<std::pair<std::string, std::int64_t>> sizes, frozen_sizes;
@@ -125,31 +113,17 @@ void ZeroOptimizer::choose_precisions(const std::vector<models::ParamUnit>& unit
   const at::ScalarType given_type = given.dtype().toScalarType();
   master_dtype_ = given_type == at::kHalf || given_type == at::kBFloat16 ? at::kFloat : given_type;
   const at::ScalarType compute = o_.compute_dtype.value_or(given.dtype().toScalarType());
-  masters_ = o_.master_weights && (compute != master_dtype_ || o_.offload_optimizer != ZeroOptions::Offload::none);
-  if (!o_.master_weights && compute == at::kHalf)
-    throw Error(ErrorKind::config, "optimizer.master_weights: none needs precision bf16 (fp16's loss scaling needs "
-                                   "fp32 master weights); use master_weights: fp32 or precision: bf16");
-  stochastic_ = !o_.master_weights && compute == at::kBFloat16;
-  // The host pipeline (issue 38): with AdamW's masters and moments in CPU memory under bf16, the
-  // fused step reads the bf16 gradients where they landed (cpu_adamw_bf16_grad), so the float32
-  // copy is neither zeroed nor added into on the way. fp16 keeps the copy (loss scaling unscales
-  // it in place); the fused backward step and the lean optimizers read their own way.
-  hold_bf16_grads_ = o_.host_bf16_grads && masters_ && compute == at::kBFloat16 && o_.offload_optimizer == ZeroOptions::Offload::cpu &&
-                     o_.optimizer == OptimizerType::adamw && !o_.fused_backward;
-  if (o_.delayed_update) {
-    // The host thread updates masters and moments only: no collectives (Adafactor all-reduces
-    // its statistics inside the step), no weights (the device trains on them meanwhile).
-    if (o_.offload_optimizer != ZeroOptions::Offload::cpu)
-      throw Error(ErrorKind::config, "zero.offload_optimizer.delayed_update needs zero.offload_optimizer.device: cpu");
-    if (o_.optimizer == OptimizerType::adafactor)
-      throw Error(ErrorKind::config, "zero.offload_optimizer.delayed_update works with AdamW and AdamW8bit, not Adafactor "
-                                     "(its statistics are summed over the ranks inside the step)");
-    if (o_.fused_backward)
-      throw Error(ErrorKind::config, "zero.offload_optimizer.delayed_update and optimizer.fused_backward exclude each "
-                                     "other (the fused step runs during backward already)");
-    if (!masters_)
-      throw Error(ErrorKind::config, "zero.offload_optimizer.delayed_update needs optimizer.master_weights: fp32 (the "
-                                     "masters run one update ahead of the weights)");
+  {
+    // The options' problems with the precision resolved (unset: the parameters' own).
+    ZeroOptions resolved = o_;
+    resolved.compute_dtype = compute;
+    const RuleSettings rules = resolved.rule_settings();
+    std::string why;
+    for (const std::string& p : resolved.problems()) why += (why.empty() ? "" : "; ") + p;
+    if (!why.empty()) throw Error(ErrorKind::config, why);
+    masters_ = keeps_master_weights(o_.master_weights, compute != master_dtype_, o_.offload_optimizer);
+    stochastic_ = !o_.master_weights && compute == at::kBFloat16;
+    hold_bf16_grads_ = holds_bf16_grads(rules);
   }
   compute_opts_ = given.dtype(compute);
   copies_ = std::make_unique<CopyStream>(o_.side_streams ? compute_opts_.device() : at::Device(at::kCPU));
@@ -196,26 +170,21 @@ std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_trained_unit(models::Pa
     if (u->plan.sharded) u->shard_param = u->flat_param.narrow(0, u->plan.owned_offset, u->plan.shard).clone();
   }
   if (masters_) {
-    if (nvme_optimizer) u->init_master = mine.to(at::kCPU).clone();
+    if (nvme_optimizer) nvme_state(*u).init_master = mine.to(at::kCPU).clone();
     else u->master = mine.to(state_opts_).clone();
   }
   if (o_.optimizer == OptimizerType::adafactor) {
-    u->adafactor = std::make_unique<AdafactorUnit>(u->offsets, u->shapes, u->plan.owned_offset, u->plan.owned,
+    u->optimizer = std::make_unique<AdafactorUnit>(u->offsets, u->shapes, u->plan.owned_offset, u->plan.owned,
                                                    o_.adafactor, moment_opts);
-  } else if (o_.optimizer == OptimizerType::adamw8bit && u->numel >= kMin8bitSize) {
+  } else if (uses_8bit_state(o_.optimizer, u->numel)) {
     // bitsandbytes keeps tensors below min_8bit_size in 32 bits; here the rule holds per unit.
-    u->quantized = true;
-    u->exp_avg = at::zeros({u->plan.owned}, moment_opts.dtype(at::kByte));
-    u->exp_avg_sq = at::zeros({u->plan.owned}, moment_opts.dtype(at::kByte));
-    u->m_absmax = at::zeros({u->plan.owned / kQuantBlock}, moment_opts.dtype(at::kFloat));
-    u->v_absmax = at::zeros({u->plan.owned / kQuantBlock}, moment_opts.dtype(at::kFloat));
     if (!signed_map_.defined()) {
       signed_map_ = dynamic_map(true).to(moment_opts.device());
       unsigned_map_ = dynamic_map(false).to(moment_opts.device());
     }
-  } else if (!nvme_optimizer) {
-    u->exp_avg = at::zeros({u->plan.owned}, moment_opts);
-    u->exp_avg_sq = at::zeros({u->plan.owned}, moment_opts);
+    u->optimizer = std::make_unique<AdamW8bitUnit>(u->numel, u->plan.owned, adam_, moment_opts, signed_map_, unsigned_map_);
+  } else {
+    u->optimizer = std::make_unique<AdamWUnit>(u->plan.owned, adam_, moment_opts, nvme_optimizer);
   }
   // On the device the reduced gradients stay in the compute dtype (ZeRO's 2Ψ/N at stage 2-3; the
   // step upcasts one unit at a time); the offloaded copy is fp32, as DeepSpeed's.
@@ -238,9 +207,11 @@ void ZeroOptimizer::place_offloaded_state() {
     }
   }
   if (pin && o_.offload_optimizer == ZeroOptions::Offload::cpu)
-    for (auto& u : units_)
-      for (at::Tensor* t : {&u->master, &u->exp_avg, &u->exp_avg_sq, &u->m_absmax, &u->v_absmax, &u->shard_grad})
+    for (auto& u : units_) {
+      for (at::Tensor* t : {&u->master, &u->shard_grad})
         if (t->defined()) *t = t->pin_memory();
+      u->optimizer->pin();
+    }
 }
 
 std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_frozen_unit(models::ParamUnit& pu, const UnitPlan& up) {
@@ -306,9 +277,10 @@ void ZeroOptimizer::prefetch(std::size_t unit) {
   if (!u.plan.sharded || u.flat_param.defined() || u.gathering || u.plan.padded > o_.prefetch_bucket_size) return;
   if (shard_is_unit(u)) return;  // nothing to fetch
   c10::NoGradGuard no_grad;
-  if (u.region_param >= 0) {
+  if (u.nvme && u.nvme->region_param >= 0) {
     // NVMe: start reading the shard; the all-gather runs when the unit is needed.
-    if (u.param_read == 0) u.param_read = offload_->param_store->read(u.region_param, 0, u.plan.shard, u.param_staging.data_ptr());
+    NvmeUnit& n = *u.nvme;
+    if (n.param_read == 0) n.param_read = offload_->param_store->read(n.region_param, 0, u.plan.shard, n.param_staging.data_ptr());
     return;
   }
   u.flat_param = at::empty({u.plan.padded}, compute_opts_);
@@ -380,70 +352,6 @@ void ZeroOptimizer::release(Unit& u) {
   u.flat_param = at::Tensor();
 }
 
-void ZeroOptimizer::reduce_scatter_into_shard(Unit& u, const at::Tensor& full_grad) {
-  at::Tensor part = at::empty({u.plan.shard}, full_grad.options());
-  comm_.reduce_scatter(full_grad, part);
-  // Offload: the gradient leaves the device here, into the fp32 CPU copy the step reads.
-  deposit_grad(u, part, 1.0 / comm_.world_size(), /*accumulate=*/true);
-}
-
-void ZeroOptimizer::deposit_grad(Unit& u, const at::Tensor& part, double scale, bool accumulate) {
-  const bool copy_on_cpu = shard_grad_opts_.device().is_cpu();
-  if (!copies_->asynchronous() || !copy_on_cpu || !part.is_cuda()) {
-    release_held_grad(u);
-    if (hold_bf16_grads_ && accumulate && u.shard_grad_clean && part.scalar_type() == at::kBFloat16 && copy_on_cpu) {
-      // The step's first deposit stays bf16 (the part itself may be a view of a buffer that goes).
-      if (!u.grad_host.defined()) u.grad_host = at::empty({u.plan.owned}, part.options().device(at::kCPU));
-      u.grad_host.copy_(part);
-      u.grad_held = true;
-      u.held_scale = scale;
-      return;
-    }
-    at::Tensor& copy = grad_copy(u);
-    if (accumulate) copy.add_(part.to(copy.options()), scale);
-    else copy.copy_(part);
-    u.shard_grad_clean = false;
-    return;
-  }
-  // To the CPU on the side stream, into pinned memory; added there once it has arrived
-  // (settle_grad), so backward never waits for the copy.
-  settle_grad(u);  // an earlier micro-step's gradient still in the same staging buffer
-  release_held_grad(u);  // ... or held there: it goes into shard_grad before the buffer is reused
-  if (!u.grad_host.defined())
-    u.grad_host = at::empty({u.plan.owned}, part.options().device(at::kCPU).pinned_memory(true));
-  at::Tensor host = u.grad_host;
-  u.grad_fence = copies_->run([&] { host.copy_(part, /*non_blocking=*/true); }, {part});
-  u.grad_pending = true;
-  u.grad_accumulate = accumulate;
-  u.grad_scale = scale;
-  depositing_.push_back(&u);
-}
-
-bool ZeroOptimizer::settle_grad(Unit& u, bool block) {
-  if (!u.grad_pending) return true;
-  if (!block && !copies_->done(u.grad_fence)) return false;
-  copies_->wait_on_host(u.grad_fence);
-  u.grad_fence = {};
-  if (hold_bf16_grads_ && u.grad_accumulate && u.shard_grad_clean && u.grad_host.scalar_type() == at::kBFloat16) {
-    u.grad_held = true;  // the fused step reads it where it landed
-    u.held_scale = u.grad_scale;
-  } else {
-    if (u.grad_accumulate) grad_copy(u).add_(u.grad_host, u.grad_scale);
-    else grad_copy(u).copy_(u.grad_host);
-    u.shard_grad_clean = false;
-  }
-  u.grad_pending = false;
-  depositing_.erase(std::remove(depositing_.begin(), depositing_.end(), &u), depositing_.end());
-  return true;
-}
-
-void ZeroOptimizer::release_held_grad(Unit& u) {
-  if (!u.grad_held) return;
-  grad_copy(u).add_(u.grad_host, u.held_scale);
-  u.shard_grad_clean = false;
-  u.grad_held = false;
-}
-
 bool ZeroOptimizer::wants_backward_hook(std::size_t unit) const {
   const Unit& u = indexed(unit);
   if (u.frozen) return u.plan.sharded;  // nothing to reduce; the gathered copy goes after its backward
@@ -452,251 +360,10 @@ bool ZeroOptimizer::wants_backward_hook(std::size_t unit) const {
          (unit != 0 && last_micro_ && (o_.fused_backward || (plan_.overlap_comm && comm_.world_size() > 1)));
 }
 
-void ZeroOptimizer::launch_reduce(Unit& u) {
-  // Once per step for the units kept whole (a second reduction would reduce the reduced sums).
-  if (u.pending || u.reduced || !u.flat_grad.defined()) return;
-  if (!u.plan.reduce_scatter) {
-    u.pending = comm_.all_reduce_async(u.flat_grad);
-  } else if (comm_.world_size() == 1) {
-    // One rank: the reduce-scatter is the identity; the buffer is its own part.
-    u.part = u.flat_grad.narrow(0, u.plan.owned_offset, u.plan.owned);
-    u.pending = std::make_unique<NothingPending>();
-  } else {
-    // Without a separate reduced copy (stage 1) the owned range of the full buffer receives it.
-    u.part = has_grad_copy(u) ? at::empty({u.plan.shard}, u.flat_grad.options())
-                              : u.flat_grad.narrow(0, u.plan.owned_offset, u.plan.owned);
-    u.pending = comm_.reduce_scatter_async(u.flat_grad, u.part);
-  }
-  in_flight_.push_back(&u);
-}
-
-void ZeroOptimizer::stage_owned_grad(Unit& u) {
-  if (!u.plan.reduce_scatter && has_grad_copy(u) && u.flat_grad.defined())
-    deposit_grad(u, u.flat_grad.narrow(0, u.plan.owned_offset, u.plan.owned), 1.0, /*accumulate=*/false);
-}
-
-void ZeroOptimizer::finish_reduce(Unit& u) {
-  if (!u.pending) return;
-  u.pending->wait();
-  u.pending.reset();
-  u.reduced = true;
-  in_flight_.erase(std::remove(in_flight_.begin(), in_flight_.end(), &u), in_flight_.end());
-  if (!u.plan.reduce_scatter) {
-    if (comm_.world_size() > 1) u.flat_grad.div_(comm_.world_size());
-    stage_owned_grad(u);
-    return;
-  }
-  if (has_grad_copy(u)) deposit_grad(u, u.part, 1.0 / comm_.world_size(), /*accumulate=*/true);  // every micro-step adds
-  else u.part.mul_(1.0 / comm_.world_size());  // the owned range of the full buffer itself
-  u.part = at::Tensor();
-  if (!u.plan.partitioned_grads) return;
-  // Only the shard is kept: the full gradient buffer goes until the next backward.
-  for (auto& [name, p] : u.params) p.mutable_grad() = at::Tensor();
-  u.flat_grad = at::Tensor();
-}
-
-void ZeroOptimizer::drain_reductions(const Unit* keep) {
-  // Called from a unit's backward hook right after it started its own reduction. Reductions run
-  // on while at most reduce_bucket_size elements of gradients are in flight (as DeepSpeed's
-  // buckets); beyond that the oldest are finished here, and their buffers go (offload: their
-  // gradients move on to the CPU). Finishing every earlier one at each hook instead cost 12 % at
-  // stage 2 and 34 % at stage 3 on the 54 M-parameter bench model at N = 2.
-  auto elements = [&] {
-    std::int64_t n = 0;
-    for (const Unit* u : in_flight_) n += u->plan.padded;
-    return n;
-  };
-  while (!in_flight_.empty() && in_flight_.front() != keep && elements() > o_.reduce_bucket_size)
-    finish_reduce(*in_flight_.front());
-  // Gradients that have reached the CPU are added to the step's copy now, not all at the end.
-  while (!depositing_.empty() && settle_grad(*depositing_.front(), /*block=*/false)) {
-  }
-}
-
-at::Tensor ZeroOptimizer::take_grads(Unit& u) {
-  bool any = false;
-  at::Tensor full = at::empty({u.plan.padded}, compute_opts_);
-  for (std::size_t i = 0; i < u.params.size(); ++i) {
-    at::Tensor& p = u.params[i].second;
-    at::Tensor slot = full.narrow(0, u.offsets[i], u.sizes[i]);
-    if (!p.grad().defined()) {
-      slot.zero_();
-      continue;
-    }
-    slot.copy_(p.grad().reshape({-1}));
-    p.mutable_grad() = at::Tensor();
-    any = true;
-  }
-  if (!any) return {};
-  if (u.plan.padded > u.numel) full.narrow(0, u.numel, u.plan.padded - u.numel).zero_();
-  return full;
-}
-
-void ZeroOptimizer::reduce_into_part(Unit& u, const at::Tensor& full) {
-  if (!u.shard_grad.defined()) u.shard_grad = host_scratch(u.plan.owned, shard_grad_opts_).zero_();  // freed by its step
-  reduce_scatter_into_shard(u, full);
-}
-
-void ZeroOptimizer::fused_defer(Unit& u) {
-  // A unit's backward hook runs when the gradient of its input is done, but a parameter used
-  // before that input in the forward (a transformer's proj_in ahead of its first block) gets its
-  // gradient later: so a unit steps when the next hook (the unit before it in the forward) runs,
-  // or at the end of backward.
-  if (fused_pending_ && fused_pending_ != &u) finish_fused();
-  fused_pending_ = &u;
-}
-
-void ZeroOptimizer::finish_fused() {
-  if (!fused_pending_) return;
-  Unit& u = *fused_pending_;
-  fused_pending_ = nullptr;
-  c10::NoGradGuard no_grad;
-  if (u.plan.hook_grads) {
-    const at::Tensor late = take_grads(u);  // gradients that arrived after its hook
-    if (late.defined()) reduce_into_part(u, late);
-  } else {
-    launch_reduce(u);  // its whole buffer (one rank: its part moves where the step reads it)
-    finish_reduce(u);
-  }
-  settle_grad(u);
-  fused_step_unit(u);
-}
-
-void ZeroOptimizer::reduce_unit(std::size_t unit) {
-  Unit& u = indexed(unit);
-  if (u.frozen) {
-    release(u);
-    return;
-  }
-  if (!u.plan.hook_grads) {
-    if (o_.fused_backward && last_micro_) {
-      fused_defer(u);  // reduced and stepped once the unit before it in the forward reaches backward
-      return;
-    }
-    if (plan_.overlap_comm && last_micro_ && comm_.world_size() > 1) {
-      launch_reduce(u);
-      if (o_.offload_optimizer != ZeroOptions::Offload::none) drain_reductions(&u);
-    }
-    return;
-  }
-  c10::NoGradGuard no_grad;
-  // Stages 2-3: the unit's gradients exist only from its backward to here; they are flattened,
-  // reduce-scattered into the shard (every micro-step) and dropped, so at most about two units'
-  // full gradients are alive at once.
-  const at::Tensor full = take_grads(u);
-  if (full.defined()) {
-    if (o_.fused_backward) {
-      reduce_into_part(u, full);
-    } else if (!plan_.overlap_comm) {
-      reduce_scatter_into_shard(u, full);
-    } else {
-      finish_reduce(u);  // a reduction of this unit from an earlier backward pass
-      u.flat_grad = full;
-      u.reduced = false;  // every micro-step's gradients are reduced
-      launch_reduce(u);
-      drain_reductions(&u);
-    }
-  }
-  if (o_.fused_backward && last_micro_ && !u.stepped) fused_defer(u);
-  release(unit);
-}
-
 // Collectives still in flight (after a failure) keep their tensors alive through their work
 // objects, so nothing waits for them here: after a peer died that could take a timeout per unit.
 ZeroOptimizer::~ZeroOptimizer() {
   if (delayed_thread_.joinable()) delayed_thread_.join();
-}
-
-void ZeroOptimizer::ensure_grads() {
-  for (auto& u : units_) {
-    if (u->plan.hook_grads || u->flat_grad.defined()) continue;
-    u->flat_grad = at::zeros({u->plan.padded}, compute_opts_);
-    for (std::size_t i = 0; i < u->params.size(); ++i) {
-      at::Tensor& p = u->params[i].second;
-      // Backward accumulates into these views in place, so gradients land in the flat buffer.
-      p.mutable_grad() = u->flat_grad.narrow(0, u->offsets[i], p.numel()).view(p.sizes());
-    }
-  }
-}
-
-void ZeroOptimizer::zero_grad() {
-  ensure_grads();
-  fused_begun_ = false;
-  fused_pending_ = nullptr;
-  for (auto& u : units_) {
-    u->reduced = false;
-    u->stepped = false;
-    // A buffer nothing was added into since the last zero_grad is still zero (a held gradient
-    // was read where it landed).
-    if (u->shard_grad.defined() && !(hold_bf16_grads_ && u->shard_grad_clean)) u->shard_grad.zero_();
-    u->shard_grad_clean = true;
-    u->grad_held = false;
-    if (u->plan.hook_grads) {
-      for (auto& [name, p] : u->params) p.mutable_grad() = at::Tensor();
-    } else {
-      u->flat_grad.zero_();
-    }
-  }
-  grads_reduced_ = false;
-}
-
-void ZeroOptimizer::skip_step() { zero_grad(); }
-
-void ZeroOptimizer::reduce_gradients() {
-  const int world = comm_.world_size();
-  c10::NoGradGuard no_grad;
-  finish_fused();  // the last unit the hooks reached
-  bool launched = false;
-  for (auto& u : units_) launched |= u->pending != nullptr;
-  if (!plan_.any_reduce_scatter() && !launched && world > 1) {
-    // Nothing started during backward: all-reduce in buckets of about reduce_bucket_size elements.
-    std::vector<Unit*> bucket;
-    std::int64_t in_bucket = 0;
-    auto flush = [&] {
-      if (bucket.empty()) return;
-      if (bucket.size() == 1) {
-        comm_.all_reduce(bucket[0]->flat_grad);
-      } else {
-        std::vector<at::Tensor> parts;
-        for (auto* u : bucket) parts.push_back(u->flat_grad);
-        at::Tensor flat = at::cat(parts);
-        comm_.all_reduce(flat);
-        std::int64_t off = 0;
-        for (auto* u : bucket) {
-          u->flat_grad.copy_(flat.narrow(0, off, u->plan.padded));
-          off += u->plan.padded;
-        }
-      }
-      for (auto* u : bucket) u->flat_grad.div_(world);
-      bucket.clear();
-      in_bucket = 0;
-    };
-    for (auto& u : units_) {
-      if (u->stepped) continue;  // fused_backward: reduced and stepped from its hook
-      bucket.push_back(u.get());
-      in_bucket += u->plan.padded;
-      if (in_bucket >= o_.reduce_bucket_size) flush();
-    }
-    flush();
-    for (auto& u : units_) stage_owned_grad(*u);
-    for (auto& u : units_) settle_grad(*u);
-    grads_reduced_ = true;
-    return;
-  }
-  // Units whose backward hook already started their reduction are finished here; the rest
-  // (io, text encoder, anything the hooks missed) are reduced now.
-  for (std::size_t i = 0; i < by_index_.size(); ++i) {
-    Unit& u = indexed(i);
-    if (u.frozen) release(u);  // regathered for a backward whose input needed no gradient
-    else if (u.plan.hook_grads) reduce_unit(i);  // normally done by its backward hook already
-    else launch_reduce(u);
-  }
-  finish_fused();
-  for (auto& u : units_) finish_reduce(*u);
-  // Every gradient is where the step reads it before anything looks at them (or zero_grad
-  // clears the device buffers a copy still reads).
-  for (auto& u : units_) settle_grad(*u);
-  grads_reduced_ = true;
 }
 
 namespace {

@@ -33,8 +33,11 @@
 #include "io/async_file_io.h"
 #include "models/param_unit.h"
 #include "zero/adafactor.h"
+#include "zero/adamw_unit.h"
+#include "zero/state_layout.h"
 #include "zero/state_bytes.h"
 #include "zero/zero_plan.h"
+#include "zero/zero_rules.h"
 
 namespace zs {
 class CopyStream;
@@ -44,17 +47,6 @@ class Communicator;
 }
 
 namespace zs::zero {
-
-/// optimizer.type: what updates the rank's part (the plan, gathers, offload and checkpoints are the same).
-enum class OptimizerType {
-  adamw,      ///< AdamW, fp32 moments
-  adamw8bit,  ///< AdamW with bitsandbytes' block-wise 8-bit moments (blockwise_quant.h)
-  adafactor,  ///< transformers' Adafactor: factored second moment (adafactor.h)
-};
-/// "AdamW", "AdamW8bit", "Adafactor" (the config's spelling).
-const char* optimizer_name(OptimizerType t);
-/// The config's spelling back; throws zs::Error(config) naming optimizer.type for anything else.
-OptimizerType optimizer_from_name(const std::string& name);
 
 struct ZeroOptions {
   int stage = 0;                                   ///< 0-3
@@ -112,6 +104,12 @@ struct ZeroOptions {
   bool side_streams = true;
   io::AsyncIoOptions aio;
   std::function<void(const std::string&)> log;  ///< where to say which I/O backend was chosen
+
+  /// What the rules (zero_rules.h) read from these options (compute_dtype unset: full precision).
+  RuleSettings rule_settings() const;
+  /// Every combination of these options the optimizer cannot run, as "key: why" (the config's
+  /// key and the message config validation gives there); the constructor refuses them all at once.
+  std::vector<std::string> problems() const;
 };
 
 /// The plan options these ZeroOptions imply for rank `rank` of `world_size`.
@@ -306,10 +304,17 @@ class ZeroOptimizer final {
   at::Tensor owned_weights(Unit& u);
   void init_offload();
   void step_in_memory(Unit& u, double lr);
-  /// 8-bit AdamW and Adafactor (and 8-bit AdamW's small units, in 32 bits) on a unit in memory.
+  /// An optimizer without the fused kernel (8-bit AdamW's large units, Adafactor) on a unit in memory.
   void step_lean(Unit& u, double lr);
-  /// What a unit's optimizer state takes (masters, moments or their codes and absmax, Adafactor's statistics).
-  static std::int64_t optimizer_bytes(const Unit& u);
+  /// What a unit's checkpoint code reads of it (unit_optimizer.h).
+  static UnitView view(const Unit& u);
+  /// What a unit's optimizer state takes in memory between steps (with NVMe: its unswapped parts).
+  std::int64_t optimizer_bytes(const Unit& u) const;
+  /// fused_backward: step() after backward: the units the hooks did not step, then the gathers.
+  void step_fused(double lr);
+  /// delayed_update after its warm-up: step() writes the update computed during this step, puts
+  /// this step's gradients aside and starts their update on a host thread.
+  void step_delayed(double lr);
   /// fused_backward: steps one unit whose reduced gradients are final (once per step).
   void fused_step_unit(Unit& u);
   /// fused_backward: `u`'s hook ran; the unit whose hook ran before is complete now and steps.
@@ -352,11 +357,17 @@ class ZeroOptimizer final {
   void finish_swap_in(Unit& u);
   void swap_out(Unit& u, bool write);
   struct SwapGuard;  // swaps a unit in for a scope (zero_unit.h)
+  struct NvmeUnit;     // a unit's NVMe regions and swapped state (zero_unit.h)
+  struct DelayedUnit;  // a unit's gradients put aside for the delayed update (zero_unit.h)
+  /// The unit's NVMe state, made on first use.
+  static NvmeUnit& nvme_state(Unit& u);
+  /// The unit's NVMe region of a state kind (0 master, 1 m, 2 v); -1: none (the state is in memory).
+  static int state_region(const Unit& u, int kind);
   /// delayed_update: waits for the host thread's update (rethrowing its error).
   void join_delayed();
   /// delayed_update: the weights from the masters the host thread updated (compute copy, shards).
   void write_delayed();
-  /// delayed_update: the update of a unit from its delayed_grad into masters and moments only.
+  /// delayed_update: the update of a unit from the gradients its DelayedUnit put aside, into masters and moments only.
   void compute_delayed(Unit& u, double lr, std::int64_t step);
   /// Master / moments of a unit, whole (NVMe: read synchronously). kind: 0 master, 1 m, 2 v.
   at::Tensor read_state(Unit& u, int kind);
@@ -374,6 +385,7 @@ class ZeroOptimizer final {
   Plan plan_;
   at::ScalarType master_dtype_ = at::kFloat;
   at::Tensor signed_map_, unsigned_map_;  // 8-bit AdamW's dynamic maps, where the state lives
+  AdamSettings adam_;                     // AdamW's (and 8-bit AdamW's) hyper-parameters
   bool masters_ = false;  // separate master weights (mixed precision or optimizer offload)
   bool stochastic_ = false;  // master_weights none under bf16: updates rounded stochastically
   bool hold_bf16_grads_ = false;  // offloaded AdamW with masters under bf16: Unit::grad_held

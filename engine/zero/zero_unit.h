@@ -1,6 +1,8 @@
 #pragma once
-// ZeroOptimizer's per-unit bookkeeping, shared by zero_optimizer.cpp (flattening, collectives,
-// hooks) and zero_state.cpp (the step, masters, offload, state). Not a public header.
+// ZeroOptimizer's per-unit bookkeeping, shared by its .cpp files: zero_optimizer.cpp (flattening,
+// gathers, hooks), zero_reduce.cpp (gradient reductions), zero_step.cpp (the step in memory),
+// zero_fused.cpp, zero_delayed.cpp and zero_nvme.cpp (the other schedules) and zero_checkpoint.cpp
+// (state, checkpoints, EMA). Not a public header.
 
 #include <array>
 #include <cstdint>
@@ -14,11 +16,45 @@
 
 #include "core/copy_stream.h"
 #include "comm/communicator.h"
-#include "zero/adafactor.h"
+#include "zero/unit_optimizer.h"
 #include "zero/nvme_store.h"
 #include "zero/zero_optimizer.h"
 
 namespace zs::zero {
+
+/// Bytes a tensor holds (0 when undefined).
+inline std::int64_t tensor_bytes(const at::Tensor& t) {
+  return t.defined() ? t.numel() * static_cast<std::int64_t>(t.element_size()) : 0;
+}
+
+/// delayed_update's per-unit state (zero_delayed.cpp): the gradients the host thread's update reads.
+struct ZeroOptimizer::DelayedUnit {
+  at::Tensor grad;     // [owned] float32, put aside (swapped with shard_grad, or copied)
+  at::Tensor host;     // ... or, when the step's gradient was held in bf16, that (swapped with grad_host)
+  bool held = false;   // the update reads `host`, × scale
+  double scale = 1.0;
+};
+
+/// NVMe offload's per-unit state (zero_nvme.cpp): its regions in the stores (-1: none), a
+/// parameter shard's staging buffer and read under way, and the lean optimizers' swapped state.
+struct ZeroOptimizer::NvmeUnit {
+  int region_master = -1, region_exp_avg = -1, region_exp_avg_sq = -1, region_param = -1;
+  at::Tensor param_staging;
+  NvmeStore::Ticket param_read = 0;
+  // A lean optimizer's state tensors that live in files between steps (fields of its
+  // UnitOptimizer, or the unit's master), their regions, whether they are in memory now, and the
+  // reads under way.
+  struct Swapped {
+    at::Tensor* field;
+    int region;
+    std::int64_t numel;
+    at::ScalarType dtype;
+  };
+  std::vector<Swapped> swapped;
+  bool resident = true;
+  std::vector<NvmeStore::Ticket> swap_reads;
+  at::Tensor init_master;  // construction only: AdamW's owned weights in master precision, for its file
+};
 
 struct ZeroOptimizer::Unit {
   std::string name;
@@ -40,15 +76,9 @@ struct ZeroOptimizer::Unit {
   at::Tensor shard_grad;     // [owned] the rank's reduced gradients, where the step reads them
                              // (stages 2-3: compute dtype, as ZeRO counts them; with optimizer
                              // offload, every stage: fp32 on the CPU)
-  at::Tensor delayed_grad;   // delayed_update: the gradients the host thread's update reads
-  at::Tensor delayed_host;   // ... or, when the step's gradient was held in bf16, that (swapped with grad_host)
-  bool delayed_held = false;
-  double delayed_scale = 1.0;
+  std::unique_ptr<DelayedUnit> delayed;  // delayed_update's state of the unit (from its first delayed step)
   at::Tensor master;         // [owned] fp32 master weights (mixed precision / offload; not NVMe)
-  at::Tensor exp_avg, exp_avg_sq;  // [owned] (not NVMe); 8-bit AdamW: uint8 codes (quantized)
-  bool quantized = false;          // 8-bit AdamW on a unit of at least kMin8bitSize elements
-  at::Tensor m_absmax, v_absmax;   // ... and its blocks' absmax [owned / kQuantBlock]
-  std::unique_ptr<AdafactorUnit> adafactor;  // Adafactor's state (statistics, and exp_avg with beta1)
+  std::unique_ptr<UnitOptimizer> optimizer;  // its state and update (AdamW, 8-bit AdamW, Adafactor)
   std::unique_ptr<comm::PendingCollective> pending;  // a gradient reduction under way
   bool reduced = false;                               // its gradients were reduced in this step
   bool stepped = false;                               // fused_backward: updated in this step
@@ -57,22 +87,7 @@ struct ZeroOptimizer::Unit {
   at::Tensor ema_saved;                               // live owned params while the EMA is swapped in
   std::unique_ptr<comm::PendingCollective> gathering; // stage 3: a prefetch under way into flat_param
   at::Tensor gather_source;                           // what that prefetch sends (kept alive)
-  // NVMe regions (-1: none) and, for parameter shards, a read under way.
-  int region_master = -1, region_exp_avg = -1, region_exp_avg_sq = -1, region_param = -1;
-  at::Tensor param_staging;
-  NvmeStore::Ticket param_read = 0;
-  // NVMe with a lean optimizer: the state tensors that live in files between steps (fields of
-  // this unit), their regions, whether they are in memory now, and the reads under way.
-  struct Swapped {
-    at::Tensor* field;
-    int region;
-    std::int64_t numel;
-    at::ScalarType dtype;
-  };
-  std::vector<Swapped> swapped;
-  bool resident = true;
-  std::vector<NvmeStore::Ticket> swap_reads;
-  at::Tensor init_master;  // construction only: the owned weights in master precision
+  std::unique_ptr<NvmeUnit> nvme;        // NVMe offload's state of the unit (none without)
   // Side-stream copies (CUDA): pinned staging buffers and the fences of the copies under way.
   at::Tensor grad_host;           // [owned] a reduced gradient on its way to the CPU shard_grad
   CopyStream::Fence grad_fence;   // its device-to-host copy
@@ -95,7 +110,7 @@ struct ZeroOptimizer::Unit {
 /// written back at the end when `write`. Errors of the write-back are thrown by finish().
 struct ZeroOptimizer::SwapGuard {
   SwapGuard(ZeroOptimizer& opt, Unit& u, bool write) : opt_(opt), u_(u), write_(write) {
-    if (u.swapped.empty() || u.resident) return;
+    if (!u.nvme || u.nvme->swapped.empty() || u.nvme->resident) return;
     opt.begin_swap_in(u);
     opt.finish_swap_in(u);
     active_ = true;

@@ -14,6 +14,8 @@
 #include "core/error.h"
 #include "models/param_unit.h"
 #include "zero/zero_optimizer.h"
+#include "zero/state_layout.h"
+#include "zero/zero_rules.h"
 #include "estimate/memory_estimator.h"
 #include "models/sd/sd_shape.h"
 #include "models/sd/unet_2d_condition.h"
@@ -22,6 +24,8 @@
 #include "zero/nvme_store.h"
 #include "io/safetensors.h"
 #include "zero/adafactor.h"
+#include "zero/adamw8bit_unit.h"
+#include "zero/adamw_unit.h"
 #include "zero/blockwise_quant.h"
 #include "zero/reference_adafactor.h"
 #include "zero/reference_adamw.h"
@@ -1191,6 +1195,115 @@ class TestZero : public QObject {
       QVERIFY2(m.find("zero.offload_optimizer.nvme_path: /tmp has ") != std::string::npos, m.c_str());
       QVERIFY2(m.find("free space there or choose another folder") != std::string::npos, m.c_str());
     }
+  }
+
+  // The engine's rules (zero_rules.h) that config validation and the estimator share: the
+  // optimizer refuses what validation refuses, with the same key and message, and all at once.
+  void optimizerRefusesWhatValidationRefuses() {
+    zero::ZeroOptions o;
+    o.stage = 2;
+    o.compute_dtype = at::kHalf;
+    o.fused_backward = true;
+    o.delayed_update = true;  // without offload, and fused
+    const auto problems = o.problems();
+    const std::vector<std::string> expected = {
+        "zero.offload_optimizer.delayed_update: needs zero.offload_optimizer.device: cpu (the update runs on a host thread)",
+        "zero.offload_optimizer.delayed_update: and optimizer.fused_backward exclude each other (the fused step runs "
+        "during backward already)",
+        "optimizer.fused_backward: cannot run under precision fp16: loss scaling must see every gradient before any unit "
+        "steps; use precision: bf16"};
+    QCOMPARE(problems, expected);
+    QVERIFY(zero::ZeroOptions{}.problems().empty());
+    auto comm = comm::Communicator::single();
+    std::vector<models::ParamUnit> units{{"u", {{"u.w", at::zeros({8})}}}};
+    o.compute_dtype.reset();
+    o.master_weights = false;  // float32: no masters to drop (the config's rule, now the engine's too)
+    try {
+      zero::ZeroOptimizer opt(units, *comm, o);
+      QFAIL("master_weights none under float32 was accepted");
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      QVERIFY2(m.find("optimizer.master_weights: none keeps only bf16 weights") != std::string::npos, e.what());
+      QVERIFY2(m.find("; optimizer.fused_backward") == std::string::npos, e.what());  // fp16 is no longer asked for
+      QVERIFY2(m.find("; zero.offload_optimizer.delayed_update: needs optimizer.master_weights: fp32") != std::string::npos,
+               e.what());
+    }
+    QCOMPARE(zero::shard_multiple(zero::OptimizerType::adamw8bit), zero::kQuantBlock);
+    QCOMPARE(zero::shard_multiple(zero::OptimizerType::adafactor), std::int64_t{1});
+    QVERIFY(!zero::uses_8bit_state(zero::OptimizerType::adamw8bit, zero::kMin8bitSize - 1));
+    QVERIFY(zero::uses_8bit_state(zero::OptimizerType::adamw8bit, zero::kMin8bitSize));
+    QVERIFY(!zero::uses_8bit_state(zero::OptimizerType::adamw, zero::kMin8bitSize));
+    QVERIFY(zero::keeps_master_weights(true, false, zero::Offload::cpu));
+    QVERIFY(!zero::keeps_master_weights(true, false, zero::Offload::none));
+    QVERIFY(!zero::keeps_master_weights(false, true, zero::Offload::cpu));
+    zero::RuleSettings host;
+    host.compute = zero::Precision::bf16;
+    host.offload_optimizer = zero::Offload::cpu;
+    QVERIFY(zero::holds_bf16_grads(host));
+    host.optimizer = zero::OptimizerType::adamw8bit;
+    QVERIFY(!zero::holds_bf16_grads(host));
+  }
+
+  // The state layouts (state_layout.h) the estimator counts: ZeroOptimizer's own optimizer bytes
+  // are these, for each optimizer.
+  void stateLayoutsAreWhatTheOptimizerHolds() {
+    const std::int64_t small = zero::kMin8bitSize - 1, large = zero::kMin8bitSize + zero::kQuantBlock;
+    QCOMPARE(zero::adamw8bit_state_layout(small, small, true).bytes(), 12 * small);  // 32-bit below min_8bit_size
+    QCOMPARE(zero::adamw8bit_state_layout(large, large, true).bytes(), 6 * large + 8 * (large / zero::kQuantBlock));
+    QCOMPARE(zero::adamw_state_layout(100, false, 8).bytes(), 1600);
+    const zero::StateLayout af = zero::adafactor_state_layout(1000, 70, true, true);
+    QCOMPARE(af.bytes(), 4 * (1000 + 1000 + 70));
+    QCOMPARE(af.resident_bytes(), 4 * 70);  // the statistics stay in memory with NVMe
+    // Counted by hand: a unit of 5200 elements (8-bit; padded to 5376 = 21 blocks for AdamW8bit)
+    // and one of 30 (32-bit; padded to a block); Adafactor's statistics 80 + 64, 80 and 10 + 3.
+    const std::map<zero::OptimizerType, std::int64_t> expected = {
+        {zero::OptimizerType::adamw, 12 * (5200 + 30)},
+        {zero::OptimizerType::adamw8bit, 6 * 5376 + 8 * 21 + 12 * 256},
+        {zero::OptimizerType::adafactor, 4 * (2 * 5200 + 144 + 80) + 4 * (2 * 30 + 13)}};
+    auto comm = comm::Communicator::single();
+    for (const auto& [type, bytes] : expected) {
+      at::manual_seed(1);
+      std::vector<models::ParamUnit> units{{"big", {{"big.w", at::randn({80, 64})}, {"big.b", at::randn({80})}}},
+                                           {"small", {{"small.w", at::randn({10, 3})}}}};
+      zero::ZeroOptions o;
+      o.optimizer = type;
+      o.compute_dtype = at::kBFloat16;  // with masters
+      o.adafactor.beta1 = 0.9;
+      zero::ZeroOptimizer opt(units, *comm, o);
+      QCOMPARE(opt.model_state().optimizer_states, bytes);
+    }
+  }
+
+  // Each optimizer behind UnitOptimizer holds what its layout says (the swapped parts are its
+  // swappable tensors, the rest stays in memory) and gives back the moments it is given (8-bit
+  // ones within their quantization).
+  void unitOptimizersHoldWhatTheirLayoutSays() {
+    const std::int64_t owned = 2 * zero::kMin8bitSize;
+    const auto opts = at::TensorOptions().dtype(at::kFloat);
+    zero::AdafactorOptions af;
+    af.beta1 = 0.9;
+    std::vector<std::unique_ptr<zero::UnitOptimizer>> all;
+    all.push_back(std::make_unique<zero::AdamWUnit>(owned, zero::AdamSettings{}, opts, false));
+    all.push_back(std::make_unique<zero::AdamW8bitUnit>(owned, owned, zero::AdamSettings{}, opts, zero::dynamic_map(true),
+                                                        zero::dynamic_map(false)));
+    all.push_back(std::make_unique<zero::AdafactorUnit>(std::vector<std::int64_t>{0},
+                                                        std::vector<std::vector<std::int64_t>>{{64, owned / 64}}, 0, owned,
+                                                        af, opts));
+    at::manual_seed(5);
+    const at::Tensor m = at::randn({owned}) * 1e-3;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      zero::UnitOptimizer& o = *all[i];
+      std::int64_t swapped = 0;
+      for (const auto& [file, t] : o.swappable()) swapped += t->numel() * static_cast<std::int64_t>(t->element_size());
+      const zero::StateLayout l = o.layout(/*masters=*/false, 4);
+      QCOMPARE(l.bytes() - l.resident_bytes(), swapped);
+      o.set_moment(zero::Moment::first, m);
+      const at::Tensor back = o.moment(zero::Moment::first);
+      QVERIFY(back.defined());
+      const double tolerance = i == 1 ? 0.05 * m.abs().max().item<double>() : 0.0;  // 8-bit codes
+      QVERIFY2(at::allclose(back, m, 0, tolerance), std::to_string(i).c_str());
+    }
+    QCOMPARE(all[2]->layout(false, 4).resident_bytes(), std::int64_t{4 * (64 + owned / 64)});  // the statistics
   }
 
   void cpuAdamRejectsBadTensors() {

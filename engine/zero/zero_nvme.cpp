@@ -1,0 +1,289 @@
+// ZeroOptimizer with NVMe offload: the files (one store for the optimizer state, one for stage-3
+// parameter shards), AdamW's sub-group pipeline (reads, updates and writes of consecutive
+// sub-groups in flight together), the lean optimizers' whole-unit swaps around their step, and
+// the state and parameter reads and writes that go to files or memory.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include "core/copy_stream.h"
+#include "core/error.h"
+#include "zero/zero_unit.h"
+
+namespace zs::zero {
+
+void ZeroOptimizer::init_offload() {
+  using O = ZeroOptions::Offload;
+  if (o_.offload_optimizer != O::nvme && o_.offload_param != O::nvme) return;
+  offload_ = std::make_unique<Offload>();
+  // Folders of runs that were killed (no chance to clean up) are removed before space is counted.
+  for (const auto& path : {o_.optimizer_nvme_path, o_.param_nvme_path}) {
+    if (path.empty()) continue;
+    for (const auto& stale : NvmeStore::remove_stale(path))
+      if (o_.log) o_.log("removed " + stale + ", left behind by a run that was killed");
+  }
+  const auto say = [&](NvmeStore& store, const char* what) {
+    if (!o_.log) return;
+    std::string line = std::string("NVMe offload of ") + what + ": " + store.dir() + ", " + store.io().backend() +
+                       (store.direct() ? ", O_DIRECT" : ", buffered (no O_DIRECT on this file system)");
+    if (!store.io().fallback_reason().empty()) line += "; io_uring not used: " + store.io().fallback_reason();
+    o_.log(line);
+  };
+  if (o_.offload_optimizer == O::nvme && o_.optimizer == OptimizerType::adamw) {
+    const std::int64_t elem = static_cast<std::int64_t>(c10::elementSize(master_dtype_));
+    std::int64_t need = 0;
+    for (const auto& u : units_) need += 3 * round_up(std::max<std::int64_t>(u->plan.owned, 1) * elem, kIoAlignment);
+    NvmeStore::check_space(o_.optimizer_nvme_path, need, "zero.offload_optimizer.nvme_path");
+    offload_->optimizer_store = std::make_unique<NvmeStore>(o_.optimizer_nvme_path, o_.run_tag + "-optimizer",
+                                                            comm_.rank(), o_.aio);
+    auto& store = *offload_->optimizer_store;
+    for (auto& u : units_) {
+      NvmeUnit& n = nvme_state(*u);
+      n.region_master = store.add_region("master.swp", u->plan.owned, master_dtype_);
+      n.region_exp_avg = store.add_region("exp_avg.swp", u->plan.owned, master_dtype_);
+      n.region_exp_avg_sq = store.add_region("exp_avg_sq.swp", u->plan.owned, master_dtype_);
+      write_state(*u, 0, n.init_master);
+      const at::Tensor zeros = at::zeros({u->plan.owned}, at::TensorOptions().dtype(master_dtype_));
+      write_state(*u, 1, zeros);
+      write_state(*u, 2, zeros);
+      n.init_master = at::Tensor();
+    }
+    // The sub-group plan: pieces of at most sub_group_size elements, starting on I/O blocks,
+    // grouped in unit order until a group holds sub_group_size elements.
+    const std::int64_t block = kIoAlignment / elem;
+    const std::int64_t group = std::max(block, o_.sub_group_size / block * block);
+    std::vector<Offload::Piece> current;
+    std::int64_t in_group = 0, buffer_elems = 0;
+    auto close = [&] {
+      if (current.empty()) return;
+      const auto& last = current.back();
+      buffer_elems = std::max(buffer_elems, last.buffer_offset + round_up(last.count, block));
+      offload_->sub_groups.push_back(std::move(current));
+      current.clear();
+      in_group = 0;
+    };
+    for (auto& u : units_) {
+      for (std::int64_t first = 0; first < u->plan.owned; first += group) {
+        const std::int64_t count = std::min(group, u->plan.owned - first);
+        if (in_group > 0 && in_group + count > group) close();
+        const std::int64_t offset = current.empty() ? 0 : round_up(current.back().buffer_offset + current.back().count, block);
+        current.push_back({u.get(), first, count, offset});
+        in_group += count;
+      }
+    }
+    close();
+    const std::size_t slots = std::min<std::size_t>(std::max(o_.buffer_count, 3), std::max<std::size_t>(offload_->sub_groups.size(), 1));
+    for (std::size_t i = 0; i < slots; ++i)
+      offload_->buffers.push_back({aligned_buffer(buffer_elems, master_dtype_), aligned_buffer(buffer_elems, master_dtype_),
+                                   aligned_buffer(buffer_elems, master_dtype_)});
+    say(store, "optimizer states");
+  } else if (o_.offload_optimizer == O::nvme) {
+    // Adafactor and 8-bit AdamW: each unit's state goes to files whole (Adafactor's row and column
+    // statistics, small, stay in memory) and comes back for the unit's step (step()).
+    std::int64_t need = 0;
+    const auto fields = [&](Unit& u) {
+      std::vector<std::pair<const char*, at::Tensor*>> f = {{"master.swp", &u.master}};
+      for (const auto& field : u.optimizer->swappable()) f.push_back(field);
+      std::erase_if(f, [](const auto& x) { return !x.second->defined() || x.second->numel() == 0; });
+      return f;
+    };
+    for (auto& u : units_)
+      for (const auto& [file, t] : fields(*u)) need += round_up(t->numel() * static_cast<std::int64_t>(t->element_size()), kIoAlignment);
+    NvmeStore::check_space(o_.optimizer_nvme_path, need, "zero.offload_optimizer.nvme_path");
+    offload_->optimizer_store = std::make_unique<NvmeStore>(o_.optimizer_nvme_path, o_.run_tag + "-optimizer",
+                                                            comm_.rank(), o_.aio);
+    auto& store = *offload_->optimizer_store;
+    for (auto& u : units_) {
+      // Each field in an aligned buffer (what the transfers need), then written out like any step's.
+      for (const auto& [file, t] : fields(*u)) {
+        nvme_state(*u).swapped.push_back({t, store.add_region(file, t->numel(), t->scalar_type()), t->numel(), t->scalar_type()});
+        at::Tensor buf = aligned_buffer(t->numel(), t->scalar_type());
+        buf.copy_(t->reshape({-1}));
+        *t = buf;
+      }
+      swap_out(*u, /*write=*/true);
+    }
+    say(store, "optimizer states (each unit's whole, in memory for its step)");
+  }
+  if (o_.offload_param == O::nvme) {
+    const std::int64_t elem = static_cast<std::int64_t>(compute_opts_.dtype().itemsize());
+    std::int64_t need = 0;
+    for (const Unit* u : by_index_)
+      if (u->plan.sharded) need += round_up(std::max<std::int64_t>(u->plan.shard, 1) * elem, kIoAlignment);
+    NvmeStore::check_space(o_.param_nvme_path, need, "zero.offload_param.nvme_path");
+    offload_->param_store = std::make_unique<NvmeStore>(o_.param_nvme_path, o_.run_tag + "-params", comm_.rank(), o_.aio);
+    auto& store = *offload_->param_store;
+    for (Unit* u : by_index_) {  // frozen shards too
+      if (!u->plan.sharded) continue;
+      NvmeUnit& n = nvme_state(*u);
+      n.region_param = store.add_region("params.swp", u->plan.shard, compute_opts_.dtype().toScalarType());
+      n.param_staging = aligned_buffer(u->plan.shard, compute_opts_.dtype().toScalarType());
+      n.param_staging.copy_(u->shard_param);
+      store.wait(store.write(n.region_param, 0, u->plan.shard, n.param_staging.data_ptr()));
+      u->shard_param = at::Tensor();  // from now on the shard lives in the file
+    }
+    say(store, "parameters");
+  }
+}
+
+ZeroOptimizer::NvmeUnit& ZeroOptimizer::nvme_state(Unit& u) {
+  if (!u.nvme) u.nvme = std::make_unique<NvmeUnit>();
+  return *u.nvme;
+}
+
+int ZeroOptimizer::state_region(const Unit& u, int kind) {
+  if (!u.nvme) return -1;
+  return kind == 0 ? u.nvme->region_master : kind == 1 ? u.nvme->region_exp_avg : u.nvme->region_exp_avg_sq;
+}
+
+std::vector<std::string> ZeroOptimizer::nvme_dirs() const {
+  std::vector<std::string> out;
+  if (!offload_) return out;
+  if (offload_->optimizer_store) out.push_back(offload_->optimizer_store->dir());
+  if (offload_->param_store) out.push_back(offload_->param_store->dir());
+  return out;
+}
+
+void ZeroOptimizer::begin_swap_in(Unit& u) {
+  if (!u.nvme || u.nvme->swapped.empty() || u.nvme->resident || !u.nvme->swap_reads.empty()) return;
+  NvmeUnit& n = *u.nvme;
+  auto& store = *offload_->optimizer_store;
+  for (const auto& sw : n.swapped) {
+    *sw.field = aligned_buffer(sw.numel, sw.dtype);
+    n.swap_reads.push_back(store.read(sw.region, 0, sw.numel, sw.field->data_ptr()));
+  }
+}
+
+void ZeroOptimizer::finish_swap_in(Unit& u) {
+  if (!u.nvme || u.nvme->swapped.empty() || u.nvme->resident) return;
+  begin_swap_in(u);
+  NvmeUnit& n = *u.nvme;
+  auto& store = *offload_->optimizer_store;
+  for (auto t : n.swap_reads) store.wait(t);
+  n.swap_reads.clear();
+  n.resident = true;
+}
+
+void ZeroOptimizer::swap_out(Unit& u, bool write) {
+  if (!u.nvme || u.nvme->swapped.empty() || !u.nvme->resident) return;
+  NvmeUnit& n = *u.nvme;
+  if (write) {
+    auto& store = *offload_->optimizer_store;
+    std::vector<NvmeStore::Ticket> tickets;
+    for (const auto& sw : n.swapped) tickets.push_back(store.write(sw.region, 0, sw.numel, sw.field->data_ptr()));
+    for (auto t : tickets) store.wait(t);
+  }
+  for (const auto& sw : n.swapped) *sw.field = at::Tensor();
+  n.resident = false;
+}
+
+at::Tensor ZeroOptimizer::read_state(Unit& u, int kind) {
+  const SwapGuard in(*this, u, /*write=*/false);  // (returned tensors keep their storage)
+  const int region = state_region(u, kind);
+  if (region < 0) {
+    if (kind > 0) return u.optimizer->moment(kind == 1 ? Moment::first : Moment::second);
+    return masters_ ? u.master : owned_params(u);
+  }
+  auto& store = *offload_->optimizer_store;
+  at::Tensor buf = aligned_buffer(u.plan.owned, master_dtype_);
+  store.wait(store.read(region, 0, u.plan.owned, buf.data_ptr()));
+  return buf;
+}
+
+void ZeroOptimizer::write_state(Unit& u, int kind, const at::Tensor& values) {
+  const int region = state_region(u, kind);
+  c10::NoGradGuard no_grad;
+  if (region < 0) {
+    SwapGuard in(*this, u, /*write=*/true);
+    write_state_in_memory(u, kind, values);
+    in.finish();
+    return;
+  }
+  auto& store = *offload_->optimizer_store;
+  at::Tensor buf = aligned_buffer(u.plan.owned, master_dtype_);
+  buf.copy_(values.reshape({-1}));
+  store.wait(store.write(region, 0, u.plan.owned, buf.data_ptr()));
+}
+
+void ZeroOptimizer::write_state_in_memory(Unit& u, int kind, const at::Tensor& values) {
+  if (kind > 0) {
+    u.optimizer->set_moment(kind == 1 ? Moment::first : Moment::second, values);
+    return;
+  }
+  (masters_ ? u.master : owned_params(u)).copy_(values);
+}
+
+at::Tensor ZeroOptimizer::owned_params(Unit& u) {
+  if (!u.plan.sharded) return u.flat_param.narrow(0, u.plan.owned_offset, u.plan.owned);
+  if (!u.nvme || u.nvme->region_param < 0) return u.shard_param;
+  NvmeUnit& n = *u.nvme;
+  auto& store = *offload_->param_store;
+  if (n.param_read == 0) n.param_read = store.read(n.region_param, 0, u.plan.shard, n.param_staging.data_ptr());
+  store.wait(n.param_read);
+  n.param_read = 0;
+  return n.param_staging;
+}
+
+void ZeroOptimizer::store_owned_params(Unit& u, const at::Tensor& values) {
+  if (!u.nvme || u.nvme->region_param < 0) return;
+  NvmeUnit& n = *u.nvme;
+  if (values.data_ptr() != n.param_staging.data_ptr()) n.param_staging.copy_(values);
+  auto& store = *offload_->param_store;
+  store.wait(store.write(n.region_param, 0, u.plan.shard, n.param_staging.data_ptr()));
+}
+
+void ZeroOptimizer::step_nvme(double lr) {
+  // Sub-group k: read (master, m, v) into a slot, update, write back. With at least three slots
+  // the read of k+1, the update of k and the write of k-1 run at the same time.
+  auto& store = *offload_->optimizer_store;
+  auto& groups = offload_->sub_groups;
+  const std::size_t slots = offload_->buffers.size(), n = groups.size();
+  std::vector<std::vector<NvmeStore::Ticket>> reads(n), writes(n);
+  auto transfer = [&](std::size_t k, bool write) {
+    std::vector<NvmeStore::Ticket> tickets;
+    auto& buf = offload_->buffers[k % slots];
+    for (const auto& piece : groups[k]) {
+      const NvmeUnit& n = *piece.unit->nvme;
+      const int regions[3] = {n.region_master, n.region_exp_avg, n.region_exp_avg_sq};
+      for (int kind = 0; kind < 3; ++kind) {
+        auto* ptr = static_cast<char*>(buf[kind].data_ptr()) + piece.buffer_offset * buf[kind].element_size();
+        tickets.push_back(write ? store.write(regions[kind], piece.first, piece.count, ptr)
+                                : store.read(regions[kind], piece.first, piece.count, ptr));
+      }
+    }
+    return tickets;
+  };
+  auto wait_all = [&](std::vector<NvmeStore::Ticket>& tickets) {
+    for (auto t : tickets) store.wait(t);
+    tickets.clear();
+  };
+  std::vector<Unit*> touched_params;
+  if (n > 0) reads[0] = transfer(0, false);
+  for (std::size_t k = 0; k < n; ++k) {
+    if (k + 1 < n) {
+      if (k + 1 >= slots) wait_all(writes[k + 1 - slots]);  // that slot's last write
+      reads[k + 1] = transfer(k + 1, false);
+    }
+    wait_all(reads[k]);
+    auto& buf = offload_->buffers[k % slots];
+    for (const auto& piece : groups[k]) {
+      Unit& u = *piece.unit;
+      // Stage 3 NVMe shards: read once per step, written back after the loop.
+      const bool seen = std::find(touched_params.begin(), touched_params.end(), &u) != touched_params.end();
+      at::Tensor p = seen ? u.nvme->param_staging : owned_params(u);
+      if (u.nvme->region_param >= 0 && !seen) touched_params.push_back(&u);
+      adam_master(buf[0].narrow(0, piece.buffer_offset, piece.count), buf[1].narrow(0, piece.buffer_offset, piece.count),
+                  buf[2].narrow(0, piece.buffer_offset, piece.count), step_grad(u).narrow(0, piece.first, piece.count),
+                  adam_, lr * u.lr_scale, step_, p.narrow(0, piece.first, piece.count));
+    }
+    writes[k] = transfer(k, true);
+  }
+  for (auto& w : writes) wait_all(w);
+  for (Unit* u : touched_params) store_owned_params(*u, u->nvme->param_staging);
+}
+
+}  // namespace zs::zero
