@@ -73,8 +73,8 @@ class UnitOptimizer {
   virtual void full_state(const UnitView& u, const MomentRead& read, const Gather& gather, NamedTensors& out) const;
   /// Checkpoint tensors beyond the moments, as "<prefix><kind>" (in `opts`, on the CPU); `rank0`:
   /// this is rank 0 (which saves what every rank holds alike).
-  virtual void save_extra(const UnitView& u, const std::string& prefix, bool rank0, const at::TensorOptions& opts,
-                          NamedTensors& out) const {}
+  virtual void save_extra(const UnitView& /*u*/, const std::string& /*prefix*/, bool /*rank0*/,
+                          const at::TensorOptions& /*opts*/, NamedTensors& /*out*/) const {}
   /// Restores the state from a checkpoint's unit (`read` by kind, as saved); `write` puts a moment
   /// where it lives.
   virtual void load(const UnitView& u, const Read& read, const MomentWrite& write);
