@@ -1,5 +1,7 @@
 #include "config/zero_settings.h"
 
+#include "models/model_family.h"
+
 namespace zs::config {
 
 zero::ZeroOptions zero_options(const TrainerConfig& cfg) {
@@ -46,6 +48,11 @@ zero::ZeroOptions zero_options(const TrainerConfig& cfg) {
   zo.aio.single_submit = z.aio.single_submit;
   zo.aio.overlap_events = z.aio.overlap_events;
   return zo;
+}
+
+bool builds_into_shards(const TrainerConfig& cfg) {
+  const bool lora_on_preset = models::resolve_trained_parts(cfg).lora && cfg.model.path.empty();
+  return cfg.zero.stage == 3 && cfg.zero.zero3_init_flag && !lora_on_preset;
 }
 
 }  // namespace zs::config

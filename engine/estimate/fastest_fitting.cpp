@@ -111,8 +111,10 @@ EstimateOptions with_setting(EstimateOptions o, const TrainingSetting& s) {
   o.fused_backward = s.fused_backward;
   o.optimizer = s.optimizer;
   o.master_weights = s.master_weights;
-  o.delayed_update = o.delayed_update && s.offload_optimizer == Offload::cpu && s.optimizer != "Adafactor" &&
-                     !s.fused_backward && s.master_weights;
+  // The delayed update stays where the engine runs it under these settings (zero::option_problems).
+  if (o.delayed_update)
+    for (const auto& problem : zero::option_problems(rule_settings(o)))
+      if (problem.key == "zero.offload_optimizer.delayed_update") o.delayed_update = false;
   return o;
 }
 

@@ -60,6 +60,23 @@ std::int64_t adafactor_state_elements(const UnitShape* shape, std::int64_t param
   }
 }
 
+/// The optimizer type the estimate's `optimizer` names (AdamW for anything else, as before it was
+/// checked by the config).
+zero::OptimizerType optimizer_type(const EstimateOptions& o) {
+  return zero::find_optimizer(o.optimizer).value_or(zero::OptimizerType::adamw);
+}
+
+zero::RuleSettings rule_settings(const EstimateOptions& o) {
+  zero::RuleSettings s;
+  s.optimizer = optimizer_type(o);
+  s.compute = zero::precision_from_name(o.precision);
+  s.master_weights = o.master_weights;
+  s.fused_backward = o.fused_backward;
+  s.delayed_update = o.delayed_update;
+  s.offload_optimizer = o.offload_optimizer;
+  return s;
+}
+
 namespace {
 
 /// The units a run under `o` gives the optimizer, in its order: the model family's roster
@@ -71,24 +88,24 @@ std::vector<models::RosterUnit> planned_units(const ModelShape& model, const Est
   return models::unit_roster(models::roster_parts(model), trained);
 }
 
-/// The ZeRO plan the optimizer would make for these units (rank 0's layout).
+/// The ZeRO plan the optimizer would make for these units (rank 0's layout): the engine's
+/// plan_options of the same settings, the roster's persistent units.
 zero::Plan plan_for(const std::vector<models::RosterUnit>& units, const EstimateOptions& o) {
-  zero::PlanOptions p;
-  p.stage = o.stage;
-  p.world_size = o.world_size;
-  p.offload_optimizer = o.offload_optimizer;
-  p.offload_param = o.offload_param;
-  p.persistence_threshold = o.persistence_threshold;
-  p.overlap_comm = o.overlap_comm;
-  if (o.optimizer == "AdamW8bit") p.shard_multiple = zero::kQuantBlock;
-  p.fused_backward = o.fused_backward;
-  p.persistent_units.clear();
+  zero::ZeroOptions z;
+  z.stage = o.stage;
+  z.offload_optimizer = o.offload_optimizer;
+  z.offload_param = o.offload_param;
+  z.persistence_threshold = o.persistence_threshold;
+  z.overlap_comm = o.overlap_comm;
+  z.optimizer = optimizer_type(o);
+  z.fused_backward = o.fused_backward;
+  z.persistent_units.clear();
   std::vector<std::pair<std::string, int64_t>> sizes;
   for (const auto& u : units) {
     sizes.emplace_back(u.name, u.parameters);
-    if (u.persistent) p.persistent_units.push_back(u.name);
+    if (u.persistent) z.persistent_units.push_back(u.name);
   }
-  return zero::make_plan(p, sizes);
+  return zero::make_plan(zero::plan_options(z, o.world_size, 0), sizes);
 }
 
 struct UnitActivation {
@@ -296,26 +313,32 @@ struct UnitTally {
   int64_t max_swapped = 0;          // bytes: the largest unit state the lean optimizers swap in from NVMe
 };
 
-/// Whether fp32 master weights exist (mixed precision or offload, unless master_weights: none).
+/// Whether fp32 master weights exist (the engine's rule: mixed precision or offload, unless
+/// master_weights: none).
 bool keeps_masters(const EstimateOptions& o) {
-  return o.master_weights && (compute_bytes(o.precision) < 4 || o.offload_optimizer != Offload::none);
+  return zero::keeps_master_weights(o.master_weights, compute_bytes(o.precision) < 4, o.offload_optimizer);
 }
 
-/// Whether ZeroOptimizer holds reduced bf16 gradients in CPU memory as they land (offloaded AdamW
-/// with masters under bf16, unfused) instead of adding them into a float32 copy.
-bool holds_bf16_grads(const EstimateOptions& o) {
-  return o.precision == "bf16" && keeps_masters(o) && o.offload_optimizer == Offload::cpu && o.optimizer == "AdamW" &&
-         !o.fused_backward;
+/// Whether ZeroOptimizer holds reduced bf16 gradients in CPU memory as they land (the engine's rule)
+/// instead of adding them into a float32 copy.
+bool holds_bf16_grads(const EstimateOptions& o) { return zero::holds_bf16_grads(rule_settings(o)); }
+
+/// One unit's optimizer state as the engine lays it out (zero::state_layout; masters included),
+/// float32 (under bf16 without masters too). Adafactor's statistics are estimated from the shape.
+zero::StateLayout state_layout(const EstimateOptions& o, const zero::UnitPlan& l, const UnitShape* shape) {
+  zero::LayoutRequest r;
+  r.optimizer = optimizer_type(o);
+  r.numel = l.numel;
+  r.owned = l.owned;
+  r.masters = keeps_masters(o);
+  r.statistics_numel = r.optimizer == zero::OptimizerType::adafactor ? adafactor_state_elements(shape, l.numel) : 0;
+  r.adafactor_beta1 = o.adafactor_beta1;
+  return zero::state_layout(r);
 }
 
 /// Optimizer-state bytes of one unit's owned part (masters included).
 int64_t optimizer_state_bytes(const EstimateOptions& o, const zero::UnitPlan& l, const UnitShape* shape) {
-  const int64_t masters = keeps_masters(o) ? 4 * l.owned : 0;
-  if (o.optimizer == "AdamW8bit" && l.numel >= zero::kMin8bitSize)
-    return masters + 2 * l.owned + 2 * 4 * (l.owned / zero::kQuantBlock);
-  if (o.optimizer == "Adafactor")
-    return masters + 4 * adafactor_state_elements(shape, l.numel) + (o.adafactor_beta1 ? 4 * l.owned : 0);
-  return masters + 8 * l.owned;  // two float32 moments (under bf16 without masters too)
+  return state_layout(o, l, shape).bytes();
 }
 
 /// Parameters, gradients, optimizer states and EMA of every unit where the plan puts them.
@@ -371,24 +394,20 @@ UnitTally count_model_states(const zero::Plan& plan, const std::vector<models::R
     }
     // Optimizer states.
     const auto found = shapes.find(units[k].name);
-    const int64_t state = optimizer_state_bytes(o, l, found == shapes.end() ? nullptr : found->second);
+    const zero::StateLayout layout = state_layout(o, l, found == shapes.end() ? nullptr : found->second);
+    const int64_t state = layout.bytes();
     if (o.offload_optimizer == Offload::none) e.gpu.optimizer_states += state;
     else if (o.offload_optimizer == Offload::cpu) e.cpu.optimizer_states += state;
-    else if (o.optimizer != "Adafactor" && o.optimizer != "AdamW8bit") e.nvme += 3 * align_up(4 * l.owned);
     else {
-      // The lean optimizers on NVMe: a unit's state in files, whole (ZeroOptimizer::begin_swap_in);
-      // Adafactor's row and column statistics stay in CPU memory.
-      const int64_t in_memory = o.optimizer == "Adafactor"
-                                    ? 4 * adafactor_state_elements(found == shapes.end() ? nullptr : found->second, l.numel)
-                                    : 0;
+      // On NVMe each swapped part is a region of its own, aligned; what is not swapped (Adafactor's
+      // row and column statistics) stays in CPU memory. AdamW streams its regions through the
+      // sub-group buffers; the lean optimizers bring a unit's state in whole
+      // (ZeroOptimizer::begin_swap_in), which max_swapped counts.
+      const int64_t in_memory = layout.resident_bytes();
       e.cpu.optimizer_states += in_memory;
-      // Each tensor a region of its own, aligned (the masters, two moments or their codes, two
-      // absmax arrays; Adafactor's masters and first moment).
-      const int64_t masters = keeps_masters(o) ? align_up(4 * l.owned) : 0;
-      if (o.optimizer == "Adafactor") e.nvme += masters + (o.adafactor_beta1 ? align_up(4 * l.owned) : 0);
-      else if (l.numel >= zero::kMin8bitSize) e.nvme += masters + 2 * align_up(l.owned) + 2 * align_up(4 * (l.owned / zero::kQuantBlock));
-      else e.nvme += masters + 2 * align_up(4 * l.owned);
-      t.max_swapped = std::max(t.max_swapped, state - in_memory);
+      for (const zero::StatePart& part : layout.parts)
+        if (part.swapped) e.nvme += align_up(part.bytes());
+      if (optimizer_type(o) != zero::OptimizerType::adamw) t.max_swapped = std::max(t.max_swapped, state - in_memory);
     }
     if (o.ema) e.cpu.parameters += 4 * l.owned;
   }
@@ -623,7 +642,7 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   o.allgather_bucket_size = zo.allgather_bucket_size;
   o.sub_group_size = zo.sub_group_size;
   o.buffer_count = zo.buffer_count;
-  o.zero3_init = cfg.zero.zero3_init_flag;  // the trainer's build step reads it (not an optimizer option)
+  o.zero3_init = config::builds_into_shards(cfg);  // the trainer's build step decides the same way
   o.precision = cfg.precision;
   o.batch_size = cfg.training.batch_size;
   o.resolution = cfg.data.resolution;

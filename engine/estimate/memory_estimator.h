@@ -15,6 +15,7 @@
 #include "models/model_family.h"
 #include "models/model_shape.h"
 #include "zero/zero_plan.h"
+#include "zero/zero_rules.h"
 
 namespace zs::config {
 struct TrainerConfig;
@@ -137,6 +138,12 @@ struct MemoryEstimate {
 
 /// DeepSpeed's estimator figures for `model` under `options` (see DeepSpeedFigures).
 DeepSpeedFigures deepspeed_estimator(const ModelShape& model, const EstimateOptions& options);
+
+/// The optimizer type `options.optimizer` names (AdamW for anything else).
+zero::OptimizerType optimizer_type(const EstimateOptions& options);
+/// What the engine's rules (zero/zero_rules.h) read, as the estimate's options say it: the
+/// estimator asks the engine's own predicates instead of restating them.
+zero::RuleSettings rule_settings(const EstimateOptions& options);
 
 /// The estimate for `model` under `options` (suggestion included when gpu_memory is set).
 MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& options);

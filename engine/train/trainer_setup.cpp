@@ -312,17 +312,15 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
   const models::ModelFamily& family = models::family_of(cfg);
   trained = models::resolve_trained_parts(cfg);
   const bool lora = trained.lora;
-  if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag) {
-    if (lora && cfg.model.path.empty()) {
-      // A preset's base is built here and saved beside the run for its adapter checkpoints: it must
-      // exist whole once.
-      log("zero3_init_flag: not used for LoRA on a preset (its base is written whole to the run's model folder)");
-    } else {
-      // LoRA's frozen base from model files too: each rank reads only its shards (the adapters take
-      // their shapes from the layers' options, not the emptied weights).
-      sharded_init = make_sharded_init(cfg, world, rank);
-      on_unit = sharded_init->callback();
-    }
+  if (config::builds_into_shards(cfg)) {
+    // LoRA's frozen base from model files too: each rank reads only its shards (the adapters take
+    // their shapes from the layers' options, not the emptied weights).
+    sharded_init = make_sharded_init(cfg, world, rank);
+    on_unit = sharded_init->callback();
+  } else if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag) {
+    // A preset's base is built here and saved beside the run for its adapter checkpoints: it must
+    // exist whole once.
+    log("zero3_init_flag: not used for LoRA on a preset (its base is written whole to the run's model folder)");
   }
   if (ckpt) {
     // Resuming into another run directory takes the model description from the checkpoint's run.

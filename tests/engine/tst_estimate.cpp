@@ -28,8 +28,11 @@
 #include "models/sd/sd_shape.h"
 #include "train/lora_setup.h"
 #include "train/optimizer_setup.h"
+#include "zero/state_layout.h"
 #include "zero/zero_optimizer.h"
+#include "zero/zero_rules.h"
 
+#include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
 #include <QTemporaryDir>
@@ -350,6 +353,82 @@ class TestEstimate : public QObject {
   // Activations of the tiny model, estimated from its architecture, against forward + backward
   // measured by counting LibTorch's CPU allocations: within 10 %. Attention "auto" is blocked at
   // 64 px (4,096 tokens at the first level) and plain below.
+  void estimatorAsksTheEngineRules_data() {
+    QTest::addColumn<qint64>("numel");
+    QTest::addColumn<QString>("optimizer");
+    QTest::addColumn<QString>("precision");
+    QTest::addColumn<QString>("offload");
+    // bitsandbytes' min_8bit_size (4096, bitsandbytes/optim/optimizer.py Optimizer8bit): a tensor
+    // below it keeps float32 moments; ZeroStudio applies it per unit (zero::uses_8bit_state).
+    for (const qint64 n : {qint64{zero::kMin8bitSize - 1}, qint64{zero::kMin8bitSize + 1}})
+      for (const char* precision : {"fp32", "bf16"})
+        for (const char* offload : {"none", "cpu"})
+          QTest::addRow("AdamW8bit, %lld elements, %s, offload %s", static_cast<long long>(n), precision, offload)
+              << n << "AdamW8bit" << precision << offload;
+    // Offloaded AdamW under bf16 holds its reduced bf16 gradients where they land (zero::holds_bf16_grads).
+    QTest::addRow("AdamW, bf16, offload cpu") << qint64{10'000} << "AdamW" << "bf16" << "cpu";
+    // master_weights none: bf16 weights only, float32 moments (stochastic rounding).
+    QTest::addRow("AdamW, bf16, master_weights none") << qint64{10'000} << "AdamW" << "bf16" << "none";
+    QTest::addRow("Adafactor, fp32") << qint64{10'000} << "Adafactor" << "fp32" << "none";
+  }
+  void estimatorAsksTheEngineRules() {
+    // One unit of `numel` elements: what the estimator counts for it (with the engine's plan,
+    // rules and state layouts) is what a ZeroOptimizer over such a unit holds, on both sides of
+    // 8-bit AdamW's minimum size.
+    QFETCH(qint64, numel);
+    QFETCH(QString, optimizer);
+    QFETCH(QString, precision);
+    QFETCH(QString, offload);
+    const bool no_masters = QString(QTest::currentDataTag()).contains("master_weights none");
+    ModelShape m;
+    m.units.push_back({"io", UnitKind::io, 0, 0, 4, 32});
+    m.units.push_back({"u0", UnitKind::resnet, numel, numel, 32, 32});
+    EstimateOptions o;
+    o.stage = 2;
+    o.optimizer = optimizer.toStdString();
+    o.precision = precision.toStdString();
+    o.offload_optimizer = zero::offload_from_name(offload.toStdString());
+    o.master_weights = !no_masters;
+    const MemoryEstimate e = estimate_memory(m, o);
+
+    auto comm = comm::Communicator::single();
+    zero::ZeroOptions z;
+    z.stage = 2;
+    z.optimizer = zero::optimizer_from_name(o.optimizer);
+    if (precision == "bf16") z.compute_dtype = at::kBFloat16;
+    z.offload_optimizer = o.offload_optimizer;
+    z.master_weights = o.master_weights;
+    std::vector<std::pair<std::string, at::Tensor>> params{{"u0.weight", at::randn({numel}).requires_grad_()}};
+    zero::ZeroOptimizer opt({models::ParamUnit{"u0", params}}, *comm, z);
+    const auto ms = opt.model_state();
+    const auto off = opt.offloaded();
+    if (optimizer == "Adafactor") {
+      // Its statistics are estimated from the unit's kind; the masters and first moment are not.
+      QVERIFY(e.gpu.optimizer_states >= ms.optimizer_states);
+    } else {
+      QCOMPARE(e.gpu.optimizer_states, ms.optimizer_states);
+      QCOMPARE(e.cpu.optimizer_states, off.optimizer_states);
+    }
+    QCOMPARE(e.gpu.parameters, ms.parameters);
+    QCOMPARE(e.gpu.gradients, ms.gradients);
+    QCOMPARE(e.cpu.gradients, off.gradients);
+    // Both count 8-bit state from the same layout function.
+    if (optimizer == "AdamW8bit" && offload == "none" && precision == "fp32") {
+      const std::int64_t padded = (numel + zero::kQuantBlock - 1) / zero::kQuantBlock * zero::kQuantBlock;
+      QCOMPARE(e.gpu.optimizer_states, zero::adamw8bit_state_layout(numel, padded, false).bytes());
+    }
+  }
+  void estimatorHasNoCopyOfTheEngineConstants() {
+    // The estimator asks zero/zero_rules.h and zero/state_layout.h: no 8-bit block or minimum size of its own.
+    const QDir dir(test::sourceDir() + "/engine/estimate");
+    for (const QString& name : dir.entryList({"*.cpp", "*.h"}, QDir::Files)) {
+      QFile f(dir.filePath(name));
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      const QByteArray text = f.readAll();
+      for (const char* constant : {"kMin8bitSize", "kQuantBlock", "shard_multiple ="})
+        QVERIFY2(!text.contains(constant), qPrintable(name + " restates " + constant));
+    }
+  }
   void activationsMatchMeasuredPasses_data() {
     QTest::addColumn<int>("resolution");
     QTest::addColumn<int>("batch");
