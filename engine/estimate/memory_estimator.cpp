@@ -336,11 +336,6 @@ zero::StateLayout state_layout(const EstimateOptions& o, const zero::UnitPlan& l
   return zero::state_layout(r);
 }
 
-/// Optimizer-state bytes of one unit's owned part (masters included).
-int64_t optimizer_state_bytes(const EstimateOptions& o, const zero::UnitPlan& l, const UnitShape* shape) {
-  return state_layout(o, l, shape).bytes();
-}
-
 /// Parameters, gradients, optimizer states and EMA of every unit where the plan puts them.
 UnitTally count_model_states(const zero::Plan& plan, const std::vector<models::RosterUnit>& units,
                              const std::map<std::string, const UnitShape*>& shapes, const EstimateOptions& o,
