@@ -225,6 +225,7 @@ Child start_rank(const RankSpawn& s, int i) {
 /// launch.failure_grace_s). Returns the first failing rank's exit code (0: all finished).
 int supervise(std::vector<Child>& children, const config::LaunchConfig& lc, const std::string& run_dir) {
   int first_failure = 0;
+  std::string failure_cause;  // "rank 1 failed": what made the launcher end the others
   int forwarded = 0;
   Clock::time_point kill_at = Clock::time_point::max();
   const auto heartbeat_timeout = std::chrono::seconds(lc.heartbeat_timeout_s);
@@ -322,7 +323,7 @@ int supervise(std::vector<Child>& children, const config::LaunchConfig& lc, cons
               // The others cannot finish a step without it: tell them to stop now, give them a
               // moment to write their logs, then kill what is left (as torchrun's agent does).
               bool told = false;
-              const std::string cause = "rank " + std::to_string(c.rank) +
+              const std::string& cause = failure_cause = "rank " + std::to_string(c.rank) +
                                         (c.stalled ? " stalled" : WIFSIGNALED(status) ? " was killed" : " failed");
               for (auto& o : children)
                 if (o.running && o.pid != c.pid) {
@@ -330,7 +331,9 @@ int supervise(std::vector<Child>& children, const config::LaunchConfig& lc, cons
                   siginfo_t info{};
                   const bool ended = ::waitid(P_PID, static_cast<id_t>(o.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
                                      info.si_pid == o.pid;
-                  if (ended) continue;
+                  // So has one that printed its own error and is on its way out (freeing its model,
+                  // flushing its logs) when a rank that waited for it in a collective ends first.
+                  if (ended || !o.last_error.empty()) continue;
                   ::kill(o.pid, SIGTERM);
                   o.stopped_after = cause;
                   told = true;
@@ -357,6 +360,7 @@ int supervise(std::vector<Child>& children, const config::LaunchConfig& lc, cons
       for (auto& c : children)
         if (c.running) {
           std::cout << "[launcher] rank " << c.rank << " still running after the failure; killing it\n";
+          if (c.stopped_after.empty()) c.stopped_after = failure_cause;
           ::kill(c.pid, SIGKILL);
         }
       kill_at = Clock::time_point::max();

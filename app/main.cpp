@@ -1,7 +1,10 @@
 // zerostudio: the GUI by default, subcommands for everything headless.
+#include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "arg_parser.h"
@@ -108,6 +111,19 @@ int dispatch(int argc, char** argv) {
   throw zs::cli::UsageError("unknown command '" + first + "'");
 }
 
+/// Tests make one rank slow to end after its error (ZEROSTUDIO_EXIT_DELAY=RANK:MS), as a rank that
+/// frees a large model or flushes a slow disk is: the launcher must still name that rank's error.
+void linger_for_tests() {
+  const char* d = std::getenv("ZEROSTUDIO_EXIT_DELAY");
+  const char* rank = std::getenv("RANK");
+  if (!d || !rank) return;
+  const std::string v = d;
+  const auto colon = v.find(':');
+  if (colon == std::string::npos || v.substr(0, colon) != rank) return;
+  std::cerr.flush();
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(v.c_str() + colon + 1)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -121,6 +137,7 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const zs::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
+    linger_for_tests();
     return 1;
   } catch (const std::filesystem::filesystem_error& e) {
     // The system refused a file operation (a name too long, no permission, a full disk): the

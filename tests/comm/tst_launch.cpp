@@ -884,6 +884,23 @@ class TestLaunch : public QObject {
     QVERIFY2(launcher_wrote(run, 1, "failure injected at step 3"), "events.jsonl should carry rank 1's error");
   }
 
+  // The same, when the failing rank takes its time to end (freeing a large model) and rank 0, whose
+  // collective broke when rank 1 left it, is reaped first: rank 1 ended on its own, with its own
+  // error, and is not "stopped by the launcher after rank 0 failed" (CI at cd932dc saw that race).
+  void aSlowFailingRankKeepsItsOwnError() {
+    QTemporaryDir dir;
+    const QString run = dir.path() + "/run";
+    zs::test::FailureReport report(run);
+    const QProcessEnvironment env = env_with({{"ZEROSTUDIO_FAIL_AT", "1:3"}, {"ZEROSTUDIO_EXIT_DELAY", "1:3000"}});
+    const Ended e = cli(launch(2) + QStringList{quickstart(), "--set", "zero.stage=2"} + small_run(run, 6), report, 120000, env);
+    QVERIFY2(e.in_time, e.why());
+    QCOMPARE(e.code, 1);
+    QVERIFY(e.out.contains("[launcher] rank 0 exited with code 1"));
+    QVERIFY(e.out.contains("[launcher] rank 1 exited with code 1: rank 1: failure injected at step 3 (ZEROSTUDIO_FAIL_AT)"));
+    QVERIFY(!e.out.contains("stopped by the launcher"));
+    QVERIFY2(launcher_wrote(run, 1, "failure injected at step 3"), "events.jsonl should carry rank 1's error");
+  }
+
   // A launcher killed outright (SIGKILL: it cannot pass anything on) leaves no rank behind: the
   // ranks get SIGTERM from the kernel, stop at the same step, save and end.
   void aKilledLauncherTakesItsRanksAlong() {
