@@ -294,10 +294,7 @@ std::optional<Value> convert(const FieldSpec& f, const YAML::Node& node, std::st
 std::string did_you_mean(const std::string& path) {
   const auto suggestions = suggest_paths(path);
   if (suggestions.empty()) return "";
-  std::string out = "; did you mean ";
-  for (size_t i = 0; i < suggestions.size(); ++i)
-    out += (i == 0 ? "" : (i + 1 == suggestions.size() ? " or " : ", ")) + suggestions[i];
-  return out + "?";
+  return "; did you mean " + or_list(suggestions) + "?";
 }
 
 void flatten_map(const YAML::Node& map, const std::string& prefix, const std::string& file,

@@ -27,14 +27,6 @@ std::string_view to_string(FieldType type) {
 
 namespace {
 
-/// model.preset's values: every family's presets, in the registry's order.
-std::vector<std::string> registry_presets() {
-  std::vector<std::string> out;
-  for (const models::ModelFamily* f : models::model_families())
-    for (const auto& p : f->presets()) out.push_back(p.name);
-  return out;
-}
-
 using Strings = std::vector<std::string>;
 
 class SchemaBuilder {
@@ -92,7 +84,7 @@ SchemaBuilder build() {
         "pixel space, trained by flow matching), `qwen-image-tiny` (the same with a small Qwen-Image "
         "transformer), `sd15`, `sdxl`, `flux-dev`, `flux-schnell` or `qwen-image` (standard shapes, for "
         "estimates: also used by `zerostudio estimate` while `model.path` does not exist yet).",
-        registry_presets());
+        models::preset_names());
   s.add("model.path", T::path, std::string(""), ZS_REF(model.path),
         "A diffusers pipeline folder (with model_index.json) or a single-file checkpoint (`.safetensors` "
         "in the original layout, as A1111 and ComfyUI use; give `model.config_path` too): Stable "

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "core/text.h"
 #include "models/model_family.h"
 
 namespace zs::config {
@@ -14,14 +15,6 @@ std::string dataset_folder(const TrainerConfig& c, const std::string& run_dir) {
 }
 
 namespace {
-
-/// "a, b or c".
-std::string or_list(const std::vector<std::string>& items) {
-  std::string out;
-  for (std::size_t i = 0; i < items.size(); ++i)
-    out += (i == 0 ? "" : i + 1 == items.size() ? " or " : ", ") + items[i];
-  return out;
-}
 
 std::string model_files_message(const TrainerConfig& c) {
   const std::string problem = models::model_files_problem(c);

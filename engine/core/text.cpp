@@ -75,6 +75,12 @@ std::string format_bytes(std::int64_t bytes) {
   return buf;
 }
 
+std::string or_list(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i == 0 ? "" : i + 1 == items.size() ? " or " : ", ") + items[i];
+  return out;
+}
+
 std::string python_float(double v) {
   if (v == std::floor(v) && std::abs(v) < 1e15) return std::to_string(static_cast<long long>(v)) + ".0";
   for (int digits = 1;; ++digits) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace zs {
 
@@ -18,6 +19,9 @@ std::string without_trailing_slash(std::string_view path);
 
 /// A byte count for people: "13.1 GiB", "512.0 MiB", "0 B" (binary units, one decimal).
 std::string format_bytes(std::int64_t bytes);
+
+/// Items as a sentence lists them: "a", "a or b", "a, b or c".
+std::string or_list(const std::vector<std::string>& items);
 
 /// A number as Python's str(float) writes it (sd-scripts' metadata): "16.0", "0.5", "0.1" — the
 /// shortest text that reads back as the same double.

@@ -36,6 +36,13 @@ const ModelFamily* find_family(const std::string& name) {
   return nullptr;
 }
 
+std::vector<std::string> preset_names() {
+  std::vector<std::string> out;
+  for (const ModelFamily* f : model_families())
+    for (const auto& p : f->presets()) out.push_back(p.name);
+  return out;
+}
+
 std::vector<std::string> presets_training_without_path() {
   std::vector<std::string> out;
   for (const ModelFamily* f : model_families())
@@ -50,8 +57,7 @@ const ModelFamily& family_of(const config::TrainerConfig& cfg) {
   for (auto it = all.rbegin(); it != all.rend(); ++it)
     if ((*it)->recognizes(cfg)) return **it;
   std::string known;
-  for (const ModelFamily* f : model_families())
-    for (const auto& p : f->presets()) known += (known.empty() ? "" : ", ") + p.name;
+  for (const auto& name : preset_names()) known += (known.empty() ? "" : ", ") + name;
   if (!cfg.model.path.empty())
     throw Error(ErrorKind::config, "model.path: no model family reads " + cfg.model.path +
                                        "; give a diffusers folder or single file of a supported family (presets: " +

@@ -202,6 +202,8 @@ const std::vector<const ModelFamily*>& model_families();
 const ModelFamily& family_of(const config::TrainerConfig& cfg);
 /// The family named `name` ("sd"), or nullptr.
 const ModelFamily* find_family(const std::string& name);
+/// Every family's presets (model.preset's values), in the registry's order.
+std::vector<std::string> preset_names();
 /// The presets of every family that train without model.path (ModelPreset::trains_without_path),
 /// in the registry's order: the wizard's demo family.
 std::vector<std::string> presets_training_without_path();
