@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "core/text.h"
 #include "models/attention_options.h"
 #include "models/model_family.h"
+#include "models/unit_memory.h"
 #include "settings/trainer_config.h"
 
 namespace zs::estimate {
@@ -34,30 +36,7 @@ int compute_bytes(const std::string& precision) { return precision == "fp32" ? 4
 }  // namespace
 
 std::int64_t adafactor_state_elements(const UnitShape* shape, std::int64_t parameters) {
-  if (!shape) return parameters / 8;
-  const std::int64_t cin = shape->in_channels, cout = shape->out_channels;
-  // Layers about `width` wide: an [O, I] matrix keeps O + I (for a 4·d × d MLP 1.25/d of its
-  // size), vectors their size (a few per layer): at most 4/width of the layers, 1/8 below 32.
-  const std::int64_t width = std::max({cin, cout, std::int64_t{1}});
-  auto linear = [&](std::int64_t n) { return width >= 32 ? n * 4 / width : n / 8; };
-  switch (shape->kind) {
-    case UnitKind::io: return parameters * 2 / 3;  // convolutions of few channels, embeddings
-    case UnitKind::resnet: {
-      // conv1, conv2 (3×3: 3·O·I each kept), and a 1×1 conv_shortcut when the channels change
-      // (factored over its 1×1 kernel: twice its size).
-      const std::int64_t shortcut = cin != cout ? cin * cout : 0;
-      const std::int64_t conv = 9 * (cin * cout + cout * cout) + shortcut;
-      return 6 * (cin * cout + cout * cout) + 2 * shortcut + linear(std::max<std::int64_t>(parameters - conv, 0));
-    }
-    case UnitKind::downsampler:
-    case UnitKind::upsampler: return 6 * cout * cout + linear(std::max<std::int64_t>(parameters - 9 * cout * cout, 0));
-    case UnitKind::transformer: {
-      if (!shape->conv_projection) return linear(parameters);
-      const std::int64_t projections = (shape->projects_in ? cout * cout : 0) + (shape->projects_out ? cout * cout : 0);
-      return 2 * projections + linear(std::max<std::int64_t>(parameters - projections, 0));
-    }
-    default: return linear(parameters);
-  }
+  return shape ? shape->memory_model().adafactor_state_elements(*shape, parameters) : parameters / 8;
 }
 
 /// The optimizer type the estimate's `optimizer` names (AdamW for anything else, as before it was
@@ -108,105 +87,15 @@ zero::Plan plan_for(const std::vector<models::RosterUnit>& units, const Estimate
   return zero::make_plan(zero::plan_options(z, o.world_size, 0), sizes);
 }
 
-struct UnitActivation {
-  double saved = 0;      // elements kept from forward to backward (per sample)
-  double output = 0;     // elements of the unit's output (what checkpointing keeps)
-  double transient = 0;  // elements backward allocates on top while it runs this unit
-  /// Highest (still saved + allocated) while backward runs through the unit: it frees the
-  /// unit's later parts before it reaches the earlier ones.
-  double backward_peak() const { return peak > 0 ? peak : saved + transient; }
-  double peak = 0;
-};
-
-/// What self-attention's backward allocates on top of the saved tensors, per sample, for `tokens`
-/// queries and keys of `channels` over `heads` heads: the plain path the gradients of the
-/// probabilities and the scores [heads, N, N]; the blocked path dq, dk, dv, a row sum and two
-/// score blocks (the probabilities and dS, shared by the batch).
-double attention_transient(const EstimateOptions& o, std::int64_t heads, std::int64_t tokens, double channels,
-                           bool blocked) {
-  const double n = static_cast<double>(tokens), h = static_cast<double>(heads);
-  if (!blocked) return 2 * h * n * n;
-  const int64_t bh = std::max<int64_t>(o.batch_size, 1) * heads;
-  const models::AttentionBlocks b = models::attention_blocks(o.attention, bh, tokens, tokens);
-  return 3 * channels * n + h * n + 2 * static_cast<double>(bh * b.q * b.k) / std::max<int64_t>(o.batch_size, 1);
-}
-
-/// Element counts of what autograd keeps for one unit and one sample, from the ops the engine's
-/// modules run (models/sd/unet_2d_condition.cpp, attention.cpp, clip_text_model.cpp).
-UnitActivation unit_activation(const UnitShape& u, const ModelShape& m, int64_t side, const EstimateOptions& o) {
-  UnitActivation a;
-  const double s = std::pow(static_cast<double>(std::max<int64_t>(side >> u.level, 1)), 2);
-  const double cin = static_cast<double>(u.in_channels), cout = static_cast<double>(u.out_channels);
-  switch (u.kind) {
-    case UnitKind::io:  // conv_in output; norm, SiLU and conv_out at the end; the loss terms
-      a.output = cout * s;
-      a.saved = (3 * cout + 4 * static_cast<double>(m.out_channels) + cin) * s;
-      a.transient = 2 * cout * s;
-      break;
-    case UnitKind::resnet:  // norm1/SiLU/conv1 inputs, norm2/SiLU/conv2 inputs, the sum
-      a.output = cout * s;
-      a.saved = (2 * cin + 4 * cout + (u.concat_input ? cin : 0)) * s;
-      a.transient = 2 * std::max(cin, cout) * s;
-      break;
-    case UnitKind::transformer: {
-      // Per block: LayerNorm outputs, q/k/v split into heads, merged heads, residual sums and
-      // the GEGLU feed-forward (8C projection, 4C gelu and product), plus the attention
-      // probabilities [heads, S, S] and [heads, S, T]. Around the blocks: norm, proj in/out.
-      // The blocked self-attention keeps each row's log-sum-exp [heads, S] instead of its
-      // probabilities; its backward allocates dq, dk, dv, a row sum and two score blocks.
-      const double t = static_cast<double>(m.context_tokens), h = static_cast<double>(u.heads);
-      const double d = static_cast<double>(u.depth);
-      const int64_t tokens = static_cast<int64_t>(s);
-      const bool blocked = models::choose_attention_path(o.attention, tokens, tokens, false) != models::AttentionPath::plain;
-      // A piece of a split transformer passes tokens on (inner = C here) and keeps half of the
-      // four around-the-blocks tensors when it has one end.
-      a.output = cout * s;
-      const double around = (u.projects_in ? 2 : 0) + (u.projects_out ? 2 : 0);
-      a.saved = cout * s * (around + 28 * d) + d * h * ((blocked ? s : s * s) + s * t);
-      a.transient = attention_transient(o, u.heads, tokens, cout, blocked);
-      // The feed-forward's backward runs with everything saved; the self-attention's (the
-      // largest temporaries) after the block's later parts were freed.
-      a.peak = std::max(a.saved + 8 * cout * s,
-                        a.saved - cout * s * 22 - h * s * t + a.transient);
-      break;
-    }
-    case UnitKind::downsampler:
-      a.output = cout * s / 4;
-      a.saved = a.output;
-      a.transient = 2 * cin * s;
-      break;
-    case UnitKind::upsampler:  // the nearest-upsampled input and the conv output, both 4S
-      a.output = 4 * cout * s;
-      a.saved = 8 * cout * s;
-      a.transient = 8 * cout * s;
-      break;
-    case UnitKind::joint_block:
-    case UnitKind::single_block: {
-      // Over the joint sequence N = image tokens + text tokens (models/flux/flux_transformer.cpp):
-      // modulated LayerNorm outputs, q/k/v, their RMS-normed and rotated copies, the attention
-      // output, the gated residuals and the 4× MLP (projection and GELU) — about 24·N·C for a
-      // joint block (two streams' worth of small tensors), 25·N·C for a single block (its MLP
-      // input and the [attention, MLP] concatenation) — plus the attention's probabilities
-      // [heads, N, N], or with the blocked path each row's log-sum-exp.
-      const double n = s + static_cast<double>(m.context_tokens), h = static_cast<double>(u.heads);
-      const double c = static_cast<double>(u.out_channels);
-      const int64_t tokens = static_cast<int64_t>(n);
-      const bool blocked = models::choose_attention_path(o.attention, tokens, tokens, false) != models::AttentionPath::plain;
-      a.output = c * n;
-      a.saved = (u.kind == UnitKind::joint_block ? 24 : 25) * c * n + h * (blocked ? n : n * n);
-      a.transient = attention_transient(o, u.heads, tokens, c, blocked);
-      a.peak = std::max(a.saved + 8 * c * n, a.saved + a.transient);
-      break;
-    }
-    case UnitKind::text_encoder: {
-      const double t = static_cast<double>(m.context_tokens), dim = cin, h = static_cast<double>(u.heads);
-      a.output = dim * t;
-      a.saved = static_cast<double>(u.depth) * (16 * dim * t + 2 * h * t * t) + 2 * dim * t;
-      a.transient = 2 * h * t * t;
-      break;
-    }
-  }
-  return a;
+/// What the units' memory models (models/unit_memory.h) need from the estimate.
+models::ActivationQuery activation_query(const ModelShape& m, const EstimateOptions& o) {
+  models::ActivationQuery q;
+  q.side = std::max<int64_t>(o.resolution / std::max(m.latent_factor, 1), 1);
+  q.context_tokens = m.context_tokens;
+  q.model_out_channels = m.out_channels;
+  q.batch_size = o.batch_size;
+  q.attention = o.attention;
+  return q;
 }
 
 }  // namespace
@@ -233,7 +122,7 @@ struct BackwardPeaks {
 /// Walks the units as backward meets them: the peak of what autograd holds, alone and with ZeRO's
 /// gradient buffers of that moment (`buffers`: optional).
 BackwardPeaks backward_peaks(const ModelShape& model, const EstimateOptions& o, const BackwardBuffers* buffers) {
-  const int64_t side = std::max<int64_t>(o.resolution / std::max(model.latent_factor, 1), 1);
+  const models::ActivationQuery query = activation_query(model, o);
   // Forward order: the text encoder runs first, then io's input layers and the UNet units.
   // Backward walks it in reverse and frees each unit's saved tensors as it goes, so the peak is
   // the largest (everything saved up to unit k) + (what unit k's backward allocates).
@@ -259,15 +148,13 @@ BackwardPeaks backward_peaks(const ModelShape& model, const EstimateOptions& o, 
   double kept = 0, inputs = 0, peak = 0, with_buffers = 0;
   for (std::size_t k = 0; k < order.size(); ++k) {
     const UnitShape* u = order[k];
-    const UnitActivation a = unit_activation(*u, model, side, o);
+    const models::UnitMemory& memory = u->memory_model();
+    const models::UnitActivation a = memory.activation(*u, query);
+    const std::optional<double> checkpointed = o.gradient_checkpointing ? memory.checkpointed_input(*u, query) : std::nullopt;
     double held = 0;  // elements per sample autograd holds during unit k's backward
-    if (o.gradient_checkpointing && u->kind != UnitKind::io && u->kind != UnitKind::text_encoder) {
-      // Only the unit's input is kept (the previous output, or a fresh concatenation), at the
-      // unit's input size; backward runs the unit again and holds its full set for a moment.
-      const double s = std::pow(static_cast<double>(std::max<int64_t>(side >> u->level, 1)), 2);
-      // A joint or single block's input is the whole joint sequence, text tokens too.
-      const bool joint = u->kind == UnitKind::joint_block || u->kind == UnitKind::single_block;
-      const double input = static_cast<double>(u->in_channels) * (s + (joint ? static_cast<double>(model.context_tokens) : 0));
+    if (checkpointed) {
+      // Only the unit's input is kept; backward runs the unit again and holds its full set for a moment.
+      const double input = *checkpointed;
       inputs += input;
       held = kept + (to_cpu ? input : inputs) + a.backward_peak();
     } else {

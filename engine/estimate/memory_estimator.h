@@ -26,7 +26,6 @@ namespace zs::estimate {
 using Offload = zero::Offload;
 // The model's shape is the family's (models/model_shape.h); the estimator reads it.
 using models::ModelShape;
-using models::UnitKind;
 using models::UnitShape;
 
 /// Everything the estimate depends on (the config's values, or the wizard's current answers).

@@ -7,10 +7,13 @@
 #include "models/lora.h"
 #include "models/model_family.h"
 #include "models/param_unit.h"
+#include "models/unit_memory.h"
 #include "models/weights.h"
 #include "settings/trainer_config.h"
 
 namespace zs::models {
+
+const UnitMemory& UnitShape::memory_model() const { return memory ? *memory : io_unit_memory(); }
 
 std::int64_t ModelShape::largest_module() const {
   std::int64_t n = 0;
@@ -42,7 +45,7 @@ UnitShape clip_text_encoder_shape(const std::string& name, const models::ClipTex
                                   const std::vector<std::string>* lora_targets, std::int64_t rank) {
   const MetaTensorScope meta;
   models::ClipTextModel encoder(c);
-  UnitShape u{name, UnitKind::text_encoder};
+  UnitShape u{name, &text_encoder_unit_memory()};
   u.parameters = models::parameter_count(*encoder);
   u.largest_module = c.vocab_size * c.hidden_size;
   u.in_channels = u.out_channels = c.hidden_size;
@@ -57,9 +60,9 @@ std::vector<UnitShape> transformer_unit_shapes(const std::vector<models::ParamUn
   std::vector<UnitShape> out;
   for (const models::ParamUnit& u : units) {
     UnitShape s{u.name};
-    s.kind = u.name == "io"                     ? UnitKind::io
-             : u.name.rfind("single_", 0) == 0 ? UnitKind::single_block
-                                                : UnitKind::joint_block;
+    s.memory = u.name == "io"                     ? &io_unit_memory()
+               : u.name.rfind("single_", 0) == 0 ? &single_block_unit_memory()
+                                                  : &joint_block_unit_memory();
     for (const auto& [n, t] : u.parameters) {
       s.parameters += t.numel();
       s.largest_module = std::max(s.largest_module, t.numel());

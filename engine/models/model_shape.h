@@ -13,17 +13,14 @@ struct TrainerConfig;
 namespace zs::models {
 struct ClipTextConfig;
 struct ParamUnit;
-
-enum class UnitKind {
-  io, resnet, transformer, downsampler, upsampler, text_encoder,
-  joint_block,   ///< an MMDiT double-stream block (Flux): text and image tokens, two sets of weights
-  single_block,  ///< a single-stream block (Flux): attention and MLP in parallel over all tokens
-};
+class UnitMemory;
 
 /// One ZeRO unit (a resnet, transformer or sampler; `io` holds the small in/out layers).
 struct UnitShape {
   std::string name;                  ///< the unit's name in the optimizer ("io", "down_blocks.0.resnets.0", …)
-  UnitKind kind = UnitKind::io;
+  /// How its activations and optimizer statistics grow (models/unit_memory.h), from the family
+  /// that built it; nullptr: io_unit_memory().
+  const UnitMemory* memory = nullptr;
   std::int64_t parameters = 0;       ///< elements
   std::int64_t largest_module = 0;   ///< parameters of its largest single layer (DeepSpeed's "largest layer")
   std::int64_t in_channels = 0;      ///< channels entering the unit (resnets: after the skip concat)
@@ -39,6 +36,7 @@ struct UnitShape {
   /// SD transformers: proj_in/out are 1×1 convolutions (use_linear_projection false), which
   /// Adafactor factors over their 1×1 kernel, keeping twice their size.
   bool conv_projection = false;
+  const UnitMemory& memory_model() const;
 };
 
 /// A model as the estimator sees it.

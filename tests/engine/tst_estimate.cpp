@@ -26,6 +26,8 @@
 #include "models/model_shape.h"
 #include "models/sd/diffusion_model.h"
 #include "models/sd/sd_shape.h"
+#include "models/sd/sd_unit_memory.h"
+#include "models/unit_memory.h"
 #include "train/lora_setup.h"
 #include "train/optimizer_setup.h"
 #include "zero/state_layout.h"
@@ -60,11 +62,11 @@ std::vector<std::string> shape_captions() {
 /// apply to it exactly.
 ModelShape uniform_model(int units, std::int64_t each) {
   ModelShape m;
-  m.units.push_back({"io", UnitKind::io, 0, 0, 4, 32});
+  m.units.push_back({"io", &models::io_unit_memory(), 0, 0, 4, 32});
   for (int i = 0; i < units; ++i) {
     std::string name = "u";  // not "u" + to_string(i): GCC 12 warns falsely on that, inlined at -O3
     name += std::to_string(i);
-    m.units.push_back({name, UnitKind::resnet, each, each, 32, 32});
+    m.units.push_back({name, &models::resnet_unit_memory(), each, each, 32, 32});
   }
   return m;
 }
@@ -339,7 +341,7 @@ class TestEstimate : public QObject {
     QCOMPARE(off.gradients, e.cpu.gradients);
     QCOMPARE(off.nvme_bytes, e.nvme);
     if (cfg.optimizer.type == "Adafactor") {
-      // Adafactor's statistics are estimated from unit kinds (adafactor_state_elements): not below
+      // Adafactor's statistics are estimated from the units' memory models (UnitMemory::adafactor_state_elements): not below
       // what the optimizer holds, and at most twice it.
       const std::int64_t have = ms.optimizer_states + off.optimizer_states, said = e.gpu.optimizer_states + e.cpu.optimizer_states;
       qInfo("Adafactor's state: %lld bytes held, %lld estimated", static_cast<long long>(have), static_cast<long long>(said));
@@ -381,8 +383,8 @@ class TestEstimate : public QObject {
     QFETCH(QString, offload);
     const bool no_masters = QString(QTest::currentDataTag()).contains("master_weights none");
     ModelShape m;
-    m.units.push_back({"io", UnitKind::io, 0, 0, 4, 32});
-    m.units.push_back({"u0", UnitKind::resnet, numel, numel, 32, 32});
+    m.units.push_back({"io", &models::io_unit_memory(), 0, 0, 4, 32});
+    m.units.push_back({"u0", &models::resnet_unit_memory(), numel, numel, 32, 32});
     EstimateOptions o;
     o.stage = 2;
     o.optimizer = optimizer.toStdString();
@@ -418,6 +420,42 @@ class TestEstimate : public QObject {
       QCOMPARE(e.gpu.optimizer_states, zero::adamw8bit_state_layout(numel, padded, false).bytes());
     }
   }
+  // A family's own kind of unit (models/unit_memory.h): the estimator counts exactly what the
+  // unit's memory model says — activations in backward's order, the input a checkpoint keeps,
+  // Adafactor's statistics — so a new family never edits the estimator.
+  void estimatorAsksEachUnitsMemoryModel() {
+    struct Fixed final : models::UnitMemory {
+      models::UnitActivation activation(const UnitShape&, const models::ActivationQuery& q) const override {
+        models::UnitActivation a;
+        a.saved = 1000.0 * static_cast<double>(q.side);  // 16,000 at a 16-pixel side in pixel space
+        a.transient = 10;
+        a.output = 5;
+        return a;
+      }
+      std::optional<double> checkpointed_input(const UnitShape&, const models::ActivationQuery&) const override {
+        return 7.0;
+      }
+      std::int64_t adafactor_state_elements(const UnitShape&, std::int64_t parameters) const override {
+        return parameters / 2;
+      }
+    };
+    static const Fixed fixed;
+    ModelShape m;
+    m.latent_factor = 1;
+    m.units.push_back({"a", &fixed, 100, 100, 8, 8});
+    m.units.push_back({"b", &fixed, 100, 100, 8, 8});
+    EstimateOptions o;
+    o.resolution = 16;
+    o.batch_size = 2;
+    o.precision = "fp32";
+    // Backward of b holds a's and b's saved tensors and b's transient: 32,010 elements a sample.
+    QCOMPARE(estimate::activation_bytes(m, o), std::int64_t{32010 * 2 * 4});
+    // Checkpointed: both inputs (7 each) and one unit's rerun set (16,010).
+    o.gradient_checkpointing = true;
+    QCOMPARE(estimate::activation_bytes(m, o), std::int64_t{(14 + 16010) * 2 * 4});
+    QCOMPARE(estimate::adafactor_state_elements(&m.units[0], 100), std::int64_t{50});
+  }
+
   void estimatorHasNoCopyOfTheEngineConstants() {
     // The estimator asks zero/zero_rules.h and zero/state_layout.h: no 8-bit block or minimum size of its own.
     const QDir dir(test::sourceDir() + "/engine/estimate");

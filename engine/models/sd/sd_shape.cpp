@@ -16,6 +16,7 @@
 #include "models/lora.h"
 #include "models/sd/diffusers_pipeline.h"
 #include "models/sd/diffusion_model.h"
+#include "models/sd/sd_unit_memory.h"
 #include "models/sd/single_file_model.h"
 #include "models/sd/unet_2d_condition.h"
 #include "settings/trainer_config.h"
@@ -23,7 +24,6 @@
 namespace zs::models {
 
 using models::ModelShape;
-using models::UnitKind;
 using models::UnitShape;
 
 namespace {
@@ -56,7 +56,7 @@ ModelShape unet_shape(const models::UNetConfig& c) {
   m.out_channels = c.out_channels;
   m.context_dim = c.cross_attention_dim;
   m.time_embed_dim = temb;
-  UnitShape io{"io", UnitKind::io};
+  UnitShape io{"io", &io_unit_memory()};
   io.parameters = conv_params(c.in_channels, c0, 3) + linear_params(c0, temb) + linear_params(temb, temb) + 2 * c0 +
                   conv_params(c0, c.out_channels, 3);
   io.largest_module = linear_params(temb, temb);
@@ -69,7 +69,7 @@ ModelShape unet_shape(const models::UNetConfig& c) {
   m.units.push_back(io);
   using Kind = models::UNetUnitPlan::Kind;
   for (const auto& p : c.unit_plan()) {
-    UnitShape u{p.name, UnitKind::resnet, 0, 0, p.in_channels, p.out_channels, p.level};
+    UnitShape u{p.name, &resnet_unit_memory(), 0, 0, p.in_channels, p.out_channels, p.level};
     switch (p.kind) {
       case Kind::resnet:
         u.parameters = resnet_params(p.in_channels, p.out_channels, temb);
@@ -78,7 +78,7 @@ ModelShape unet_shape(const models::UNetConfig& c) {
         break;
       case Kind::transformer: {
         const int64_t ch = p.out_channels;
-        u.kind = UnitKind::transformer;
+        u.memory = &unet_transformer_unit_memory();
         u.depth = p.block_end - p.block_begin;
         u.heads = c.num_attention_heads[p.attention_config];
         u.projects_in = p.projects_in;
@@ -90,7 +90,7 @@ ModelShape unet_shape(const models::UNetConfig& c) {
       }
       case Kind::downsampler:
       case Kind::upsampler:
-        u.kind = p.kind == Kind::downsampler ? UnitKind::downsampler : UnitKind::upsampler;
+        u.memory = p.kind == Kind::downsampler ? &downsampler_unit_memory() : &upsampler_unit_memory();
         u.parameters = u.largest_module = conv_params(p.out_channels, p.out_channels, 3);
         break;
     }
