@@ -3,8 +3,11 @@
 #include <algorithm>
 
 #include <ATen/ATen.h>
+#include <torch/nn/module.h>
 
 #include "core/error.h"
+#include "models/attention.h"
+#include "models/denoiser_module.h"
 
 namespace zs::models {
 
@@ -65,6 +68,43 @@ at::Tensor TrainableModel::combine_guidance(const at::Tensor& uncond, const at::
 
 std::size_t TrainableModel::load_lora_file(const std::string& path) {
   throw Error(ErrorKind::config, "lora.init_from: " + path + ": this model family reads no LoRA files yet");
+}
+
+void TrainableModel::set_unit_hooks(std::shared_ptr<UnitHooks> hooks) {
+  if (DenoiserModule* d = denoiser()) d->set_unit_hooks(std::move(hooks));
+}
+
+void TrainableModel::set_gradient_checkpointing(bool on, bool to_cpu) {
+  if (DenoiserModule* d = denoiser()) {
+    d->set_gradient_checkpointing(on);
+    d->set_cpu_checkpointing(to_cpu);
+  }
+}
+
+void TrainableModel::train(bool on) {
+  for (const ModelComponent& c : components())
+    if (c.module)
+      c.module->train(c.role == ModelComponent::Role::denoiser       ? on
+                      : c.role == ModelComponent::Role::text_encoder ? on && text_encoders_trained()
+                                                                     : false);
+}
+
+bool TrainableModel::is_training() const {
+  const DenoiserModule* d = denoiser();
+  return d && d->is_training();
+}
+
+void TrainableModel::set_attention(const AttentionOptions& o) {
+  for (const ModelComponent& c : components())
+    if (c.module) set_attention_options(*c.module, o);
+}
+
+void TrainableModel::to(const at::Device& device, bool with_denoiser) {
+  for (const ModelComponent& c : components()) {
+    if (!c.module || (c.role == ModelComponent::Role::denoiser && !with_denoiser) || (c.streams_on_gpu && device.is_cuda()))
+      continue;
+    c.module->to(device);
+  }
 }
 
 }  // namespace zs::models

@@ -37,6 +37,27 @@ namespace zs::models {
 
 struct AttentionOptions;
 struct LoraOptions;
+class DenoiserModule;
+
+/// One part of a model, for what every part gets alike (train mode, attention path, device).
+struct ModelComponent {
+  enum class Role {
+    denoiser,      ///< the module that trains (a DenoiserModule)
+    text_encoder,  ///< an encoder that can train (training.train_text_encoder)
+    frozen,        ///< a part that never trains (Flux's T5, Qwen2.5-VL, the VAE)
+  };
+  std::string name;                     ///< its component name ("unet", "text_encoder_2", "vae")
+  torch::nn::Module* module = nullptr;  ///< nullptr: not loaded (skipped)
+  Role role = Role::frozen;
+  /// On a GPU it stays in CPU memory and passes through the device piece by piece (to() leaves it).
+  bool streams_on_gpu = false;
+};
+
+/// The module a TORCH_MODULE holder holds, or nullptr when it holds none.
+template <class Holder>
+torch::nn::Module* module_of(const Holder& holder) {
+  return holder ? holder.ptr().get() : nullptr;
+}
 
 /// What the denoiser is conditioned on for a batch of captions. Each family fills what it has.
 struct TextConditioning {
@@ -125,19 +146,24 @@ class TrainableModel {
   virtual void set_text_training(TextEncoderTraining t) = 0;
   virtual TextEncoderTraining text_encoder_training() const = 0;
   bool text_encoders_trained() const { return text_encoder_training() != TextEncoderTraining::frozen; }
+  /// The denoiser's module (nullptr before it is built): its units' hooks and checkpointing.
+  virtual DenoiserModule* denoiser() const = 0;
+  /// Every part with its role, the denoiser first; what each part gets alike below follows it.
+  virtual std::vector<ModelComponent> components() const = 0;
   /// Hooks around each unit's forward (ZeRO stage 3's gathers; models::UnitHooks).
-  virtual void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) = 0;
+  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks);
   /// Activation checkpointing of the denoiser's units, the kept inputs in CPU memory with `to_cpu`.
-  virtual void set_gradient_checkpointing(bool on, bool to_cpu) = 0;
-  virtual void train(bool on) = 0;
-  virtual bool is_training() const = 0;
+  void set_gradient_checkpointing(bool on, bool to_cpu);
+  /// Train mode for the denoiser, for the text encoders while they train; frozen parts never.
+  void train(bool on);
+  bool is_training() const;
   /// The attention path of every part: `training.attention`.
-  virtual void set_attention(const AttentionOptions& o) = 0;
+  virtual void set_attention(const AttentionOptions& o);
 
   // ---- Devices and the frozen parts -----------------------------------------------------------
-  /// Everything to `device`; without the denoiser when `with_denoiser` is false (the ZeRO
-  /// optimizer moves it there unit by unit).
-  virtual void to(const at::Device& device, bool with_denoiser = true) = 0;
+  /// Everything to `device` but parts that stream on a GPU; without the denoiser when
+  /// `with_denoiser` is false (the ZeRO optimizer moves it there unit by unit).
+  virtual void to(const at::Device& device, bool with_denoiser = true);
   /// Frozen parts to the compute dtype (where their config allows); trained parts keep theirs.
   virtual void frozen_to(at::ScalarType compute) = 0;
   /// Frozen parts off the compute `device` for runs whose caches hold what they compute; the

@@ -384,30 +384,12 @@ void FluxModel::set_text_training(TextEncoderTraining t) {
     for (auto& p : clip->parameters()) p.set_requires_grad(t == TextEncoderTraining::full);
 }
 
-void FluxModel::set_gradient_checkpointing(bool on, bool to_cpu) {
-  transformer->set_gradient_checkpointing(on);
-  transformer->set_cpu_checkpointing(to_cpu);
-}
-
-void FluxModel::train(bool on) {
-  if (transformer) transformer->train(on);
-  if (clip) clip->train(on && text_encoders_trained());
-  if (t5) t5->train(false);
-  if (vae) vae->train(false);
-}
-
-void FluxModel::set_attention(const AttentionOptions& o) {
-  if (transformer) set_attention_options(*transformer, o);
-  if (clip) set_attention_options(*clip, o);
-  if (t5) set_attention_options(*t5, o);
-  if (vae) set_attention_options(*vae, o);
-}
-
-void FluxModel::to(const at::Device& device, bool with_denoiser) {
-  if (with_denoiser && transformer) transformer->to(device);
-  if (clip) clip->to(device);
-  if (t5 && !device.is_cuda()) t5->to(device);  // on a GPU it streams from CPU memory (encode)
-  if (vae) vae->to(device);
+std::vector<ModelComponent> FluxModel::components() const {
+  using Role = ModelComponent::Role;
+  return {{"transformer", module_of(transformer), Role::denoiser},
+          {"text_encoder", module_of(clip), Role::text_encoder},
+          {"text_encoder_2", module_of(t5), Role::frozen, true},
+          {"vae", module_of(vae), Role::frozen}};
 }
 
 void FluxModel::frozen_to(at::ScalarType compute) {

@@ -114,13 +114,10 @@ class FluxModel final : public TrainableModel {
   std::vector<std::string> text_components() const override;
   void set_text_training(TextEncoderTraining t) override;
   TextEncoderTraining text_encoder_training() const override { return text_training_; }
-  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) override { transformer->set_unit_hooks(std::move(hooks)); }
-  void set_gradient_checkpointing(bool on, bool to_cpu) override;
-  void train(bool on) override;
-  bool is_training() const override { return transformer && transformer->is_training(); }
-  void set_attention(const AttentionOptions& o) override;
-
-  void to(const at::Device& device, bool with_denoiser = true) override;
+  DenoiserModule* denoiser() const override { return transformer ? transformer.ptr().get() : nullptr; }
+  /// transformer, text_encoder (CLIP-L or the tiny encoder), text_encoder_2 (T5-XXL, streamed on a
+  /// GPU from CPU memory), vae.
+  std::vector<ModelComponent> components() const override;
   void frozen_to(at::ScalarType compute) override;
   /// Frozen parts (VAE, frozen text encoders) to CPU memory while the run's caches hold what they
   /// compute; on the CPU they stay where they are. The captions of `remember` are encoded first.

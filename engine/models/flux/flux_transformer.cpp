@@ -195,7 +195,7 @@ at::Tensor FluxTransformer2DModelImpl::forward(const at::Tensor& hidden, const a
                                                const at::Tensor& guidance) {
   if (config_.guidance_embeds && !guidance.defined())
     throw std::invalid_argument("FluxTransformer2DModel: this model embeds guidance; pass the guidance value");
-  const at::Tensor input = hooks_ ? hooks_->before(0, hidden) : hidden;
+  const at::Tensor input = enter(hidden);
   at::Tensor h = x_embedder(input);
   const at::Tensor t = timestep.to(h.scalar_type()) * 1000;
   const at::Tensor g = config_.guidance_embeds ? guidance.to(h.scalar_type()) * 1000 : at::Tensor();
@@ -206,12 +206,7 @@ at::Tensor FluxTransformer2DModelImpl::forward(const at::Tensor& hidden, const a
   // Each block is a unit whose one main tensor is the joint sequence (text tokens first), so the
   // stage-3 hooks and checkpointing see one input and one output; `fn` owns what it uses, since
   // with checkpointing it runs again during backward.
-  auto unit = [&](std::size_t id, at::Tensor x, CheckpointedFn fn) {
-    if (hooks_) x = hooks_->before(id, x);
-    const bool recompute = gradient_checkpointing_ && (x.requires_grad() || temb.requires_grad());
-    at::Tensor y = recompute ? checkpoint(std::move(fn), x, temb, cpu_checkpointing_) : fn(x, temb);
-    return hooks_ ? hooks_->after(id, y) : y;
-  };
+  auto unit = [&](std::size_t id, at::Tensor x, CheckpointedFn fn) { return run_unit(id, std::move(x), temb, std::move(fn)); };
   const std::int64_t text = e.size(1);
   at::Tensor joint = at::cat({e, h}, 1);
   std::size_t id = 1;
@@ -233,7 +228,7 @@ at::Tensor FluxTransformer2DModelImpl::forward(const at::Tensor& hidden, const a
   const auto ss = norm_out(temb.to(h.scalar_type()));
   h = ada_modulate(h, ss[1], ss[0]);
   const at::Tensor out = proj_out(h);
-  return hooks_ ? hooks_->after(0, out) : out;
+  return leave(out);
 }
 
 std::vector<ParamUnit> FluxTransformer2DModelImpl::units() const {

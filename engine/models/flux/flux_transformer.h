@@ -18,6 +18,7 @@
 #include "models/attention.h"
 #include "models/diffusers_blocks.h"
 #include "models/lora.h"
+#include "models/denoiser_module.h"
 #include "models/param_unit.h"
 
 namespace zs::models {
@@ -94,7 +95,7 @@ class FluxTimeTextEmbedImpl : public torch::nn::Module {
 };
 TORCH_MODULE(FluxTimeTextEmbed);
 
-class FluxTransformer2DModelImpl : public torch::nn::Module {
+class FluxTransformer2DModelImpl : public DenoiserModule {
  public:
   /// With `on_unit`, each block is handed over as soon as it is built (ZeRO-3's sharded init:
   /// models/param_unit.h); "io" stays whole, as the UNet's does.
@@ -112,13 +113,7 @@ class FluxTransformer2DModelImpl : public torch::nn::Module {
 
   /// ZeRO units in forward order: "io" (embedders, norm_out, proj_out), then
   /// "transformer_blocks.N" and "single_transformer_blocks.N"; parameters by their names here.
-  std::vector<ParamUnit> units() const;
-  /// Hooks around each block's forward (ZeRO stage 3): a block's main tensor is the joint
-  /// sequence [B, L + S, dim] (text tokens first), unit 0 the whole forward's input and output.
-  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) { hooks_ = std::move(hooks); }
-  /// Activation checkpointing per block (the kept inputs in CPU memory with cpu_checkpointing).
-  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
-  void set_cpu_checkpointing(bool on) { cpu_checkpointing_ = on; }
+  std::vector<ParamUnit> units() const override;
 
   FluxTimeTextEmbed time_text_embed{nullptr};
   AdaptedLinear context_embedder{nullptr}, x_embedder{nullptr}, proj_out{nullptr};
@@ -127,8 +122,6 @@ class FluxTransformer2DModelImpl : public torch::nn::Module {
 
  private:
   FluxConfig config_;
-  std::shared_ptr<UnitHooks> hooks_;
-  bool gradient_checkpointing_ = false, cpu_checkpointing_ = false;
 };
 TORCH_MODULE(FluxTransformer2DModel);
 

@@ -332,32 +332,22 @@ void QwenImageModel::set_text_training(TextEncoderTraining t) {
     for (auto& p : tiny_text->parameters()) p.set_requires_grad(t == TextEncoderTraining::full);
 }
 
-void QwenImageModel::set_gradient_checkpointing(bool on, bool to_cpu) {
-  transformer->set_gradient_checkpointing(on);
-  transformer->set_cpu_checkpointing(to_cpu);
-}
-
-void QwenImageModel::train(bool on) {
-  if (transformer) transformer->train(on);
-  if (tiny_text) tiny_text->train(on && text_encoders_trained());
-  if (text_encoder) text_encoder->train(false);
-  if (vae) vae->train(false);
+std::vector<ModelComponent> QwenImageModel::components() const {
+  using Role = ModelComponent::Role;
+  return {{"transformer", module_of(transformer), Role::denoiser},
+          {"text_encoder", module_of(tiny_text), Role::text_encoder},
+          {"text_encoder", module_of(text_encoder), Role::frozen, true},
+          {"vae", module_of(vae), Role::frozen}};
 }
 
 void QwenImageModel::set_attention(const AttentionOptions& o) {
-  attention_ = std::make_shared<AttentionOptions>(o);
-  if (transformer) set_attention_options(*transformer, o);
-  if (tiny_text) set_attention_options(*tiny_text, o);
-  if (text_encoder) set_attention_options(*text_encoder, o);
-  if (vae) set_attention_options(*vae, o);
+  attention_ = std::make_shared<AttentionOptions>(o);  // for the parts loaded on first use
+  TrainableModel::set_attention(o);
 }
 
 void QwenImageModel::to(const at::Device& device, bool with_denoiser) {
-  if (with_denoiser && transformer) transformer->to(device);
-  if (tiny_text) tiny_text->to(device);
   frozen_home_ = device;
-  if (text_encoder && !device.is_cuda()) text_encoder->to(device);  // on a GPU it streams from CPU memory
-  if (vae) vae->to(device);
+  TrainableModel::to(device, with_denoiser);
 }
 
 void QwenImageModel::frozen_to(at::ScalarType compute) {

@@ -101,12 +101,11 @@ class QwenImageModel final : public TrainableModel {
   std::vector<std::string> text_components() const override;
   void set_text_training(TextEncoderTraining t) override;
   TextEncoderTraining text_encoder_training() const override { return text_training_; }
-  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) override { transformer->set_unit_hooks(std::move(hooks)); }
-  void set_gradient_checkpointing(bool on, bool to_cpu) override;
-  void train(bool on) override;
-  bool is_training() const override { return transformer && transformer->is_training(); }
+  DenoiserModule* denoiser() const override { return transformer ? transformer.ptr().get() : nullptr; }
+  /// transformer, the tiny preset's text_encoder or a pipeline's Qwen2.5-VL (streamed on a GPU
+  /// from CPU memory; loaded on first use), vae (loaded on first use).
+  std::vector<ModelComponent> components() const override;
   void set_attention(const AttentionOptions& o) override;
-
   void to(const at::Device& device, bool with_denoiser = true) override;
   void frozen_to(at::ScalarType compute) override;
   void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {},

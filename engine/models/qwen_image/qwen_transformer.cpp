@@ -255,7 +255,7 @@ at::Tensor QwenImageTransformer2DModelImpl::forward(const at::Tensor& hidden, co
     }
   }
 
-  const at::Tensor input = hooks_ ? hooks_->before(0, hidden) : hidden;
+  const at::Tensor input = enter(hidden);
   at::Tensor h = img_in(input);
   const at::Tensor temb = time_text_embed(timestep, h.scalar_type());
   at::Tensor e = txt_in(txt_norm(context));
@@ -264,12 +264,7 @@ at::Tensor QwenImageTransformer2DModelImpl::forward(const at::Tensor& hidden, co
   // Each block is a unit whose one main tensor is the joint sequence (text tokens first), so the
   // stage-3 hooks and checkpointing see one input and one output; `fn` owns what it uses, since
   // with checkpointing it runs again during backward.
-  auto unit = [&](std::size_t id, at::Tensor x, CheckpointedFn fn) {
-    if (hooks_) x = hooks_->before(id, x);
-    const bool recompute = gradient_checkpointing_ && (x.requires_grad() || temb.requires_grad());
-    at::Tensor y = recompute ? checkpoint(std::move(fn), x, temb, cpu_checkpointing_) : fn(x, temb);
-    return hooks_ ? hooks_->after(id, y) : y;
-  };
+  auto unit = [&](std::size_t id, at::Tensor x, CheckpointedFn fn) { return run_unit(id, std::move(x), temb, std::move(fn)); };
   at::Tensor joint = at::cat({e, h}, 1);
   std::size_t id = 1;
   for (const auto& module : *transformer_blocks) {
@@ -284,7 +279,7 @@ at::Tensor QwenImageTransformer2DModelImpl::forward(const at::Tensor& hidden, co
   // AdaLayerNormContinuous: linear(SiLU(temb)) → (scale, shift).
   const auto ss = norm_out(temb.to(h.scalar_type()));
   const at::Tensor out = proj_out(ada_modulate(h, ss[1], ss[0]));
-  return hooks_ ? hooks_->after(0, out) : out;
+  return leave(out);
 }
 
 std::vector<ParamUnit> QwenImageTransformer2DModelImpl::units() const {

@@ -20,6 +20,7 @@
 #include "models/attention.h"
 #include "models/diffusers_blocks.h"
 #include "models/lora.h"
+#include "models/denoiser_module.h"
 #include "models/param_unit.h"
 
 namespace zs::models {
@@ -101,7 +102,7 @@ at::Tensor qwen_rope_ids(std::int64_t grid_h, std::int64_t grid_w, std::int64_t 
 std::pair<at::Tensor, at::Tensor> qwen_rope(const at::Tensor& ids, const std::vector<std::int64_t>& axes_dims,
                                             double theta = 10000.0);
 
-class QwenImageTransformer2DModelImpl : public torch::nn::Module {
+class QwenImageTransformer2DModelImpl : public DenoiserModule {
  public:
   /// With `on_unit`, each block is handed over as soon as it is built (ZeRO-3's sharded init:
   /// models/param_unit.h); "io" stays whole.
@@ -117,13 +118,7 @@ class QwenImageTransformer2DModelImpl : public torch::nn::Module {
 
   /// ZeRO units in forward order: "io" (time_text_embed, txt_norm, img_in, txt_in, norm_out,
   /// proj_out), then "transformer_blocks.N"; parameters by their names here.
-  std::vector<ParamUnit> units() const;
-  /// Hooks around each block's forward (ZeRO stage 3): a block's main tensor is the joint
-  /// sequence [B, L + S, dim] (text tokens first), unit 0 the whole forward's input and output.
-  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) { hooks_ = std::move(hooks); }
-  /// Activation checkpointing per block (the kept inputs in CPU memory with cpu_checkpointing).
-  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
-  void set_cpu_checkpointing(bool on) { cpu_checkpointing_ = on; }
+  std::vector<ParamUnit> units() const override;
 
   QwenTimestepProjEmbeddings time_text_embed{nullptr};
   RmsNorm txt_norm{nullptr};  ///< diffusers' RMSNorm (RmsNormRounding::weight_dtype), as the qk norms
@@ -133,8 +128,6 @@ class QwenImageTransformer2DModelImpl : public torch::nn::Module {
 
  private:
   QwenImageConfig config_;
-  std::shared_ptr<UnitHooks> hooks_;
-  bool gradient_checkpointing_ = false, cpu_checkpointing_ = false;
 };
 TORCH_MODULE(QwenImageTransformer2DModel);
 

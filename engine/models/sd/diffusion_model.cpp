@@ -394,11 +394,12 @@ std::size_t DiffusionModel::attach_denoiser_lora(const std::vector<std::string>&
 
 ParamUnit DiffusionModel::denoiser_adapters() { return lora_unit(*unet, kDenoiserAdapters, "unet."); }
 
-void DiffusionModel::set_unit_hooks(std::shared_ptr<UnitHooks> hooks) { unet->set_unit_hooks(std::move(hooks)); }
-
-void DiffusionModel::set_gradient_checkpointing(bool on, bool to_cpu) {
-  unet->set_gradient_checkpointing(on);
-  unet->set_cpu_checkpointing(to_cpu);
+std::vector<ModelComponent> DiffusionModel::components() const {
+  using Role = ModelComponent::Role;
+  return {{"unet", module_of(unet), Role::denoiser},
+          {"text_encoder", module_of(text_encoder), Role::text_encoder},
+          {"text_encoder_2", module_of(text_encoder_2), Role::text_encoder},
+          {"vae", module_of(vae), Role::frozen}};
 }
 
 std::vector<std::pair<std::string, ClipTextModel>> DiffusionModel::text_encoders() const {
@@ -429,13 +430,6 @@ void DiffusionModel::set_text_training(TextEncoderTraining t) {
     for (auto& p : encoder->parameters()) p.set_requires_grad(t == TextEncoderTraining::full);
 }
 
-void DiffusionModel::to(const at::Device& device, bool with_denoiser) {
-  if (with_denoiser) unet->to(device);
-  text_encoder->to(device);
-  if (text_encoder_2) text_encoder_2->to(device);
-  if (vae) vae->to(device);
-}
-
 void DiffusionModel::frozen_to(at::ScalarType compute) {
   // Encoders trained in full keep their precision (the optimizer casts them); LoRA's frozen
   // bases compute in the compute dtype like any frozen part.
@@ -443,19 +437,6 @@ void DiffusionModel::frozen_to(at::ScalarType compute) {
     for (auto& [component, encoder] : text_encoders()) encoder->to(compute);
   if (pipeline.empty()) return;
   if (vae && !vae->config().force_upcast) vae->to(compute);
-}
-
-void DiffusionModel::train(bool on) {
-  if (unet) unet->train(on);
-  for (auto& [component, encoder] : text_encoders()) encoder->train(on && text_encoders_trained());
-  if (vae) vae->train(false);
-}
-
-void DiffusionModel::set_attention(const AttentionOptions& o) {
-  if (unet) set_attention_options(*unet, o);
-  if (text_encoder) set_attention_options(*text_encoder, o);
-  if (text_encoder_2) set_attention_options(*text_encoder_2, o);
-  if (vae) set_attention_options(*vae, o);
 }
 
 }  // namespace zs::models

@@ -116,11 +116,9 @@ class DiffusionModel final : public TrainableModel {
                                    std::uint64_t seed) override;
   /// The denoiser's adapters as one unit (kDenoiserAdapters), parameters by their full name.
   ParamUnit denoiser_adapters() override;
-  /// Hooks around each unit's forward (ZeRO stage 3's gathers; models::UnitHooks).
-  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) override;
-  /// Activation checkpointing of the denoiser's units, the kept inputs in CPU memory with `to_cpu`.
-  void set_gradient_checkpointing(bool on, bool to_cpu) override;
-  bool is_training() const override { return unet && unet->is_training(); }
+  DenoiserModule* denoiser() const override { return unet ? unet.ptr().get() : nullptr; }
+  /// unet, text_encoder (and SDXL's text_encoder_2), vae.
+  std::vector<ModelComponent> components() const override;
   /// Channels of the denoiser's input sample (latent or pixel).
   std::int64_t sample_channels() const override { return unet->config().in_channels; }
   /// DDPM noise under the scheduler config (ε or v), and DDIM for samples.
@@ -134,15 +132,9 @@ class DiffusionModel final : public TrainableModel {
   void set_text_training(TextEncoderTraining t) override;
   TextEncoderTraining text_encoder_training() const override { return text_training; }
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> text_encoder_modules() const override;
-  /// Everything to `device`; without the UNet when `with_denoiser` is false (the ZeRO optimizer moves
-  /// it there unit by unit).
-  void to(const at::Device& device, bool with_denoiser = true) override;
   /// Frozen parts of a pipeline to the compute dtype (the VAE stays fp32 when its config says
   /// force_upcast); the trained parts keep theirs (the optimizer casts them).
   void frozen_to(at::ScalarType compute) override;
-  void train(bool on) override;
-  /// The attention path of every part (UNet, text encoders, VAE): `training.attention`.
-  void set_attention(const AttentionOptions& o) override;
 
   /// Frozen parts (a pipeline's VAE and frozen text encoders) off the compute `device`, for runs
   /// whose caches hold what those parts compute: on a GPU they wait in CPU memory; on the CPU,

@@ -400,18 +400,14 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
   if (sample.dim() != 4 || sample.size(1) != c.in_channels || sample.size(2) % factor != 0 || sample.size(3) % factor != 0)
     throw Error(ErrorKind::config, "UNet input must be [B, " + std::to_string(c.in_channels) +
                                        ", H, W] with H and W divisible by " + std::to_string(factor));
-  // Runs one unit (resnet, transformer or sampler) on x between the hooks; `fn` owns what it
-  // uses, since with gradient checkpointing it runs again during backward.
+  // Runs one unit (resnet, transformer or sampler) on x between the hooks (DenoiserModule).
   auto unit = [&](std::size_t id, at::Tensor x, const at::Tensor& aux, CheckpointedFn fn) {
-    if (hooks_) x = hooks_->before(id, x);
-    const bool recompute = gradient_checkpointing_ && (x.requires_grad() || (aux.defined() && aux.requires_grad()));
-    at::Tensor y = recompute ? checkpoint(std::move(fn), x, aux, cpu_checkpointing_) : fn(x, aux);
-    return hooks_ ? hooks_->after(id, y) : y;
+    return run_unit(id, std::move(x), aux, std::move(fn));
   };
   // Mixed precision: the weights may be bf16/fp16 while callers pass fp32; inputs are cast to
   // the weights' dtype and the prediction back to the sample's.
   const at::ScalarType dtype = p.conv_in->weight.scalar_type();
-  const at::Tensor input = (hooks_ ? hooks_->before(0, sample) : sample).to(dtype);
+  const at::Tensor input = enter(sample).to(dtype);
   const at::Tensor context = encoder_hidden_states.to(dtype);
   at::Tensor t = timesteps.dim() == 0 ? timesteps.reshape({1}) : timesteps;
   t = t.expand({sample.size(0)});
@@ -471,7 +467,7 @@ at::Tensor UNet2DConditionModelImpl::forward(const at::Tensor& sample, const at:
     if (block->sampler) h = unit(block->sampler->unit, h, at::Tensor(), sampler_fn(block->sampler));
   }
   const at::Tensor out = p.conv_out(at::silu(p.conv_norm_out(h))).to(sample.scalar_type());
-  return hooks_ ? hooks_->after(0, out) : out;
+  return leave(out);
 }
 
 std::vector<ParamUnit> UNet2DConditionModelImpl::units() const {

@@ -10,6 +10,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
+#include "models/denoiser_module.h"
 #include "models/param_unit.h"
 #include "models/sd/unet_config.h"
 
@@ -20,7 +21,7 @@ struct UNetParts;  // the block modules, defined in unet_2d_condition.cpp
 }
 
 
-class UNet2DConditionModelImpl : public torch::nn::Module {
+class UNet2DConditionModelImpl : public DenoiserModule {
  public:
   /// Builds the module tree (weights from LibTorch's default initialisation), handing each unit
   /// to `on_unit` when given.
@@ -40,18 +41,7 @@ class UNet2DConditionModelImpl : public torch::nn::Module {
   /// The parameter units in forward order: "io" (conv_in, time_embedding, conv_norm_out,
   /// conv_out) first, then every resnet, transformer (or transformer block, when
   /// config().split_transformer_blocks) and sampler in the order forward runs them.
-  std::vector<ParamUnit> units() const;
-  /// Installs (or with nullptr removes) hooks that wrap each unit's input and output.
-  void set_unit_hooks(std::shared_ptr<UnitHooks> hooks) { hooks_ = std::move(hooks); }
-  /// Activation checkpointing: every unit (resnet, transformer, sampler) keeps only its input
-  /// in forward and runs again in backward (models/activation_checkpoint.h). The hooks stay
-  /// outside the recomputed part, so ZeRO stage 3 gathers the unit again before the rerun.
-  void set_gradient_checkpointing(bool on) { gradient_checkpointing_ = on; }
-  bool gradient_checkpointing() const { return gradient_checkpointing_; }
-  /// With gradient checkpointing: the unit inputs kept for the rerun wait in CPU memory
-  /// (`training.cpu_checkpointing`, DeepSpeed's cpu_checkpointing).
-  void set_cpu_checkpointing(bool on) { cpu_checkpointing_ = on; }
-  bool cpu_checkpointing() const { return cpu_checkpointing_; }
+  std::vector<ParamUnit> units() const override;
 
  private:
   UNetConfig config_;
@@ -61,9 +51,6 @@ class UNet2DConditionModelImpl : public torch::nn::Module {
     std::vector<std::string> prefixes;  // module prefixes whose parameters are the unit's
   };
   std::vector<UnitSpec> units_;  // index -> unit; 0 is io
-  std::shared_ptr<UnitHooks> hooks_;
-  bool gradient_checkpointing_ = false;
-  bool cpu_checkpointing_ = false;
 };
 TORCH_MODULE(UNet2DConditionModel);
 
