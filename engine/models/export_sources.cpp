@@ -208,10 +208,12 @@ ExportResult export_transformer_folder(const std::string& source, const std::str
 
 CheckpointExport::CheckpointExport(const CheckpointInfo& info, const ExportOptions& o)
     : path(info.path),
+      meta(info.meta),
       shards(info.path, info.meta["sharding"]),
       kind(o.ema ? "ema" : "weights"),
       model_dir((std::filesystem::path(without_trailing_slash(info.path)).parent_path().parent_path() / "model").string()),
-      lora(is_lora_checkpoint(info.meta)) {
+      lora(is_lora_checkpoint(info.meta)),
+      merge(o.merge) {
   if (o.ema && !shards.has("ema"))
     throw Error(ErrorKind::checkpoint, path + ": has no EMA weights (the run had ema.enabled: false); drop --ema");
   metadata = {{"format", "pt"},
@@ -219,6 +221,25 @@ CheckpointExport::CheckpointExport(const CheckpointInfo& info, const ExportOptio
               {"step", std::to_string(info.step)},
               {"config_hash", info.meta.value("config_hash", "")},
               {"weights", kind + (lora && o.merge ? "+merged lora" : "")}};
+}
+
+void CheckpointExport::require_lora(const std::string& full_formats) const {
+  if (!lora)
+    throw Error(ErrorKind::config, path + ": holds no LoRA adapters (the run trained the full model); export --format " +
+                                       full_formats);
+}
+
+CheckpointAdapters CheckpointExport::lora_adapters(const std::string& full_formats) const {
+  require_lora(full_formats);
+  return read_checkpoint_adapters(shards, meta, kind);
+}
+
+CheckpointAdapters CheckpointExport::merged_adapters(const std::string& lora_formats) const {
+  if (lora && !merge)
+    throw Error(ErrorKind::config, path + ": holds LoRA adapters, not full weights; export --format " + lora_formats +
+                                       " for the adapters, or add --merge for full weights with them merged");
+  if (!lora && merge) throw Error(ErrorKind::config, path + ": holds no LoRA adapters to merge; drop --merge");
+  return lora ? read_checkpoint_adapters(shards, meta, kind) : CheckpointAdapters{};
 }
 
 }  // namespace zs::checkpoint

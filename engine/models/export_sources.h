@@ -40,11 +40,24 @@ struct ExportOptions;
 struct CheckpointExport {
   CheckpointExport(const CheckpointInfo& info, const ExportOptions& o);
   const std::string& path;
+  const nlohmann::json& meta;  ///< the checkpoint's meta.json
   ShardReader shards;
   std::string kind;        ///< "weights" or "ema"
   std::string model_dir;   ///< <run>/model
   bool lora;
+  bool merge;              ///< --merge
   std::map<std::string, std::string> metadata;
+  /// For a LoRA format: the checkpoint's adapters. Throws zs::Error(config) naming the checkpoint
+  /// when its run trained the full model; `full_formats` names what to export instead
+  /// ("diffusers, single-file or safetensors").
+  CheckpointAdapters lora_adapters(const std::string& full_formats) const;
+  /// lora_adapters()'s check alone, for a family that reads the adapters its own way.
+  void require_lora(const std::string& full_formats) const;
+  /// For a full-weights format: the adapters to merge (none for a run that trained the full
+  /// model). Throws zs::Error(config) naming the checkpoint for adapters without --merge
+  /// (`lora_formats` names the formats for them: "lora-kohya or lora-diffusers") and for --merge
+  /// without adapters.
+  CheckpointAdapters merged_adapters(const std::string& lora_formats) const;
 };
 
 /// Whether a checkpoint's meta.json is a LoRA run's (training.method lora or text-encoder LoRA).

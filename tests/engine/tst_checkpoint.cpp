@@ -197,6 +197,23 @@ class TestCheckpoint : public QObject {
       ++checked;
     }
     QCOMPARE(st.entries().size(), checked);
+    // A full run's checkpoint: --merge and the LoRA formats are refused, naming it and what to use
+    // (checkpoint::CheckpointExport, the checks every family's export shares).
+    o.ema = false;
+    auto refusal = [&] {
+      try {
+        train::export_checkpoint(ckpt, file, o);
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string("(accepted)");
+    };
+    o.merge = true;
+    QCOMPARE(refusal(), ckpt + ": holds no LoRA adapters to merge; drop --merge");
+    o.merge = false;
+    o.format = "lora-kohya";
+    QCOMPARE(refusal(), ckpt + ": holds no LoRA adapters (the run trained the full model); export --format diffusers, "
+                               "single-file or safetensors");
   }
 
   // Streaming: the export's peak CPU memory stays near the largest tensor, far below the model.

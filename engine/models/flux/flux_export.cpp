@@ -172,37 +172,26 @@ ExportResult write_kohya_file(const CheckpointAdapters& adapters, const fs::path
 ExportResult export_flux_checkpoint(const CheckpointInfo& info, const std::string& out, const ExportOptions& o) {
   const CheckpointExport e(info, o);
   const std::string& checkpoint = e.path;
-  const ShardReader& shards = e.shards;
-  const std::string& kind = e.kind;
   const fs::path model_dir(e.model_dir);
-  const bool lora = e.lora;
   const std::map<std::string, std::string>& metadata = e.metadata;
   if (o.format == "lora-diffusers" || o.format == "lora-kohya") {
-    if (!lora)
-      throw Error(ErrorKind::config, checkpoint + ": holds no LoRA adapters (the run trained the full model); export "
-                                                  "--format diffusers, single-file or safetensors");
-    const CheckpointAdapters adapters = read_checkpoint_adapters(shards, info.meta, kind);
+    const CheckpointAdapters adapters = e.lora_adapters("diffusers, single-file or safetensors");
     return o.format == "lora-kohya" ? write_kohya_file(adapters, model_dir, out, o, metadata)
                                     : write_peft_file(adapters, out, o, metadata);
   }
   if (o.format != "safetensors" && o.format != "diffusers" && o.format != "single-file")
     throw Error(ErrorKind::config, "export format '" + o.format + "' does not exist for Flux.1 (diffusers, single-file, "
                                                                   "safetensors, lora-kohya, lora-diffusers)");
-  if (lora && !o.merge)
-    throw Error(ErrorKind::config, checkpoint + ": holds LoRA adapters, not full weights; export --format lora-diffusers "
-                                                "for the adapters, or add --merge for full weights with them merged");
-  if (!lora && o.merge) throw Error(ErrorKind::config, checkpoint + ": holds no LoRA adapters to merge; drop --merge");
-
+  const CheckpointAdapters adapters = e.merged_adapters("lora-diffusers");
   const models::FluxModel::PipelineRef ref = models::FluxModel::pipeline_of(model_dir.string());
   const std::string& source = ref.path;
-  const CheckpointAdapters adapters = lora ? read_checkpoint_adapters(shards, info.meta, kind) : CheckpointAdapters{};
   // The transformer: trained in full (the shards), or the base with its adapters merged.
   const ExportTensors transformer =
       adapters.contains("transformer")
           ? merged(base_tensors(model_dir, ref, "transformer"), adapters.at("transformer"), "transformer")
-          : shard_tensors(shards, "transformer.", kind);
+          : shard_tensors(e.shards, "transformer.", e.kind);
   // CLIP's text encoder where the run trained it (the tiny preset's in full; LoRA merged into CLIP-L).
-  ExportTensors text = shard_tensors(shards, "text_encoder.", kind);
+  ExportTensors text = shard_tensors(e.shards, "text_encoder.", e.kind);
   if (text.empty() && adapters.contains("text_encoder")) {
     // CLIP-L's file may lack the "text_model." level (transformers 5 writes it so): the adapters
     // follow the file's names.

@@ -69,37 +69,24 @@ ExportResult write_lora(const ComponentAdapters& layers, const std::string& form
 
 ExportResult export_qwen_image_checkpoint(const CheckpointInfo& info, const std::string& out, const ExportOptions& o) {
   const CheckpointExport e(info, o);
-  const std::string& checkpoint = e.path;
-  const ShardReader& shards = e.shards;
-  const std::string& kind = e.kind;
   const fs::path model_dir(e.model_dir);
-  const bool lora = e.lora;
   const std::map<std::string, std::string>& metadata = e.metadata;
   const bool lora_format = o.format == "lora-diffusers" || o.format == "lora-diffsynth" || o.format == "lora-musubi";
   if (lora_format) {
-    if (!lora)
-      throw Error(ErrorKind::config, checkpoint + ": holds no LoRA adapters (the run trained the full model); export "
-                                                  "--format diffusers or safetensors");
-    const CheckpointAdapters adapters = read_checkpoint_adapters(shards, info.meta, kind);
+    const CheckpointAdapters adapters = e.lora_adapters("diffusers or safetensors");
     if (!adapters.contains("transformer"))
-      throw Error(ErrorKind::checkpoint, checkpoint + ": holds no transformer adapters");
+      throw Error(ErrorKind::checkpoint, e.path + ": holds no transformer adapters");
     return write_lora(adapters.at("transformer"), o.format, out, o, metadata);
   }
   if (o.format != "safetensors" && o.format != "diffusers")
     throw Error(ErrorKind::config, "export format '" + o.format + "' does not exist for Qwen-Image (diffusers, "
                                                                   "safetensors, lora-diffusers, lora-diffsynth, lora-musubi)");
-  if (lora && !o.merge)
-    throw Error(ErrorKind::config, checkpoint + ": holds LoRA adapters, not full weights; export --format lora-diffsynth, "
-                                                "lora-diffusers or lora-musubi for the adapters, or add --merge for full "
-                                                "weights with them merged");
-  if (!lora && o.merge) throw Error(ErrorKind::config, checkpoint + ": holds no LoRA adapters to merge; drop --merge");
-
+  const CheckpointAdapters adapters = e.merged_adapters("lora-diffsynth, lora-diffusers or lora-musubi");
   const std::string source = models::QwenImageModel::pipeline_of(model_dir.string());
-  const CheckpointAdapters adapters = lora ? read_checkpoint_adapters(shards, info.meta, kind) : CheckpointAdapters{};
   const ExportTensors transformer = adapters.contains("transformer")
                                         ? merged(base_transformer(model_dir, source), adapters.at("transformer"), "transformer")
-                                        : shard_tensors(shards, "transformer.", kind);
-  const ExportTensors text = shard_tensors(shards, "text_encoder.", kind);  // the tiny preset's, trained in full
+                                        : shard_tensors(e.shards, "transformer.", e.kind);
+  const ExportTensors text = shard_tensors(e.shards, "text_encoder.", e.kind);  // the tiny preset's, trained in full
   ExportResult r;
   std::size_t done = 0;
   const std::size_t total = transformer.size() + (o.format == "diffusers" ? text.size() : 0);

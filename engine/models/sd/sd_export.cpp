@@ -206,31 +206,21 @@ void write_single_file_components(const models::PipelineRef& ref, const std::set
 
 ExportResult export_sd_checkpoint(const CheckpointInfo& info, const std::string& out, const ExportOptions& o) {
   const CheckpointExport e(info, o);
-  const std::string& checkpoint = e.path;
   const ShardReader& shards = e.shards;
   const std::string& kind = e.kind;
   const fs::path model_dir(e.model_dir);
   const bool lora = e.lora;
   if (o.format == "lora-kohya" || o.format == "lora-diffusers") {
-    if (!lora)
-      throw Error(ErrorKind::config, checkpoint + ": holds no LoRA adapters (the run trained the full model); export "
-                                                  "--format diffusers, single-file or safetensors");
+    e.require_lora("diffusers, single-file or safetensors");
     return export_lora_file(info, shards, model_dir.string(), out, o);
   }
   if (o.format != "safetensors" && o.format != "single-file" && o.format != "diffusers")
     throw Error(ErrorKind::config, "export format '" + o.format +
                                        "' does not exist (diffusers, single-file, safetensors, lora-kohya, lora-diffusers)");
-  if (lora && !o.merge)
-    throw Error(ErrorKind::config, checkpoint + ": holds LoRA adapters, not full weights; export --format lora-kohya or "
-                                                "lora-diffusers for the adapters, or add --merge for full weights with "
-                                                "them merged into the base model");
-  if (!lora && o.merge)
-    throw Error(ErrorKind::config, checkpoint + ": holds no LoRA adapters to merge; drop --merge");
-
   // The weights, part by part, under diffusers/transformers names: the checkpoint's trained
   // tensors, or (LoRA) the base's with the adapters merged. `own` text encoders are written here;
   // a pipeline's other components come from the pipeline.
-  const CheckpointAdapters adapters = lora ? read_checkpoint_adapters(shards, info.meta, kind) : CheckpointAdapters{};
+  const CheckpointAdapters adapters = e.merged_adapters("lora-kohya or lora-diffusers");
   auto adapters_of = [&](const std::string& c) { return adapters.contains(c) ? adapters.at(c) : ComponentAdapters{}; };
   // Where the checkpoint leaves parts out (adapters; a preset's frozen text encoder), the base has them.
   std::optional<BaseModel> base;
