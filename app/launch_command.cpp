@@ -23,6 +23,7 @@
 
 #include "arg_parser.h"
 #include "commands.h"
+#include "comm/communicator.h"
 #include "config/config_loader.h"
 #include "config/trainability.h"
 #include "io/atomic_file.h"
@@ -331,9 +332,10 @@ int supervise(std::vector<Child>& children, const config::LaunchConfig& lc, cons
                   siginfo_t info{};
                   const bool ended = ::waitid(P_PID, static_cast<id_t>(o.pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
                                      info.si_pid == o.pid;
-                  // So has one that printed its own error and is on its way out (freeing its model,
-                  // flushing its logs) when a rank that waited for it in a collective ends first.
-                  if (ended || !o.last_error.empty()) continue;
+                  // So has one that printed an error of its own (not a collective that broke under
+                  // it) and is on its way out, freeing its model or flushing its logs, when the rank
+                  // that waited for it in a collective is reaped first. failure_grace_s still holds.
+                  if (ended || (!o.last_error.empty() && !comm::is_collective_failure(o.last_error))) continue;
                   ::kill(o.pid, SIGTERM);
                   o.stopped_after = cause;
                   told = true;

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <string_view>
 #include <functional>
 #include <future>
 #include <thread>
@@ -23,6 +24,14 @@
 #include "comm/ring_collectives.h"
 
 namespace zs::comm {
+
+namespace {
+/// How every collective's failure message ends (Communicator's fail()).
+constexpr std::string_view kCollectiveFailureEnd = "; see logs/rank*.log of the run and the launcher's report.";
+}  // namespace
+
+bool is_collective_failure(const std::string& message) { return message.ends_with(kCollectiveFailureEnd); }
+
 
 namespace {
 
@@ -297,7 +306,7 @@ class GroupCommunicator final : public Communicator {
     beat.join();
     auto fail = [&](const std::string& why) {
       throw Error(ErrorKind::distributed, "rank " + std::to_string(rank_) + " of " + std::to_string(world_size_) + ": " +
-                                              why + " during " + what + "; see logs/rank*.log of the run");
+                                              why + " during " + what + std::string(kCollectiveFailureEnd));
     };
     try {
       store_->set(key("done", rank_), std::vector<uint8_t>(message.begin(), message.end()));
@@ -437,7 +446,7 @@ class GroupCommunicator final : public Communicator {
                     std::to_string(seq) + " failed (" + name_ + ", timeout " + std::to_string(timeout_.count() / 1000) +
                     " s): " +
                     (culprit.empty() ? what + ". Another rank has probably stopped or died" : culprit + " [" + what + "]") +
-                    "; see logs/rank*.log of the run and the launcher's report.");
+                    std::string(kCollectiveFailureEnd));
   }
 
   template <class Start>

@@ -36,6 +36,11 @@ struct RendezvousInfo {
 /// RANK and WORLD_SIZE are not both set; throws zs::Error(distributed) naming a malformed variable.
 std::optional<RendezvousInfo> rendezvous_from_env();
 
+/// Whether an error message is a collective's failure as the Communicator reports it: this rank
+/// failed because another stopped, died or hung (its message names that rank), not on its own.
+/// The launcher tells the two apart when it decides which rank's failure ended a run.
+bool is_collective_failure(const std::string& message);
+
 /// A collective started in the background; wait() finishes it (or throws like the blocking call).
 class PendingCollective {
  public:

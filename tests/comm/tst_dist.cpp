@@ -7,6 +7,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "comm/communicator.h"
 #include "cuda_support.h"
 #include "test_support.h"
 
@@ -604,6 +605,11 @@ class TestDist : public QObject {
       QVERIFY2(out.contains(QString("rank %1 of 3: all_reduce #2 failed").arg(r)), qPrintable(out));
       // The others name the rank that did not come.
       QVERIFY2(out.contains(named), qPrintable(out));
+      // ... in the form the launcher reads as a failure caused by another rank.
+      const QString prefix = QString("rank %1 of 3: all_reduce #2 failed").arg(r);
+      const QString message = out.mid(out.indexOf(prefix)).section('\n', 0, 0).trimmed();
+      QVERIFY2(zs::comm::is_collective_failure(message.toStdString()), qPrintable(message));
+      QVERIFY(!zs::comm::is_collective_failure("rank 1: failure injected at step 3 (ZEROSTUDIO_FAIL_AT)"));
     }
     // Within the timeout (plus start-up), never a hang.
     QVERIFY2(clock.elapsed() < 20000, qPrintable(QString::number(clock.elapsed())));
