@@ -164,6 +164,18 @@ ExportTensors kohya_lora_tensors(const ComponentAdapters& layers, const std::str
   return tensors;
 }
 
+ExportResult export_tensors_file(const ExportTensors& tensors, const std::string& out, const ExportOptions& o,
+                                 const std::map<std::string, std::string>& metadata, bool text_left_out) {
+  ExportResult r;
+  std::size_t done = 0;
+  if (std::filesystem::path(out).has_parent_path()) std::filesystem::create_directories(std::filesystem::path(out).parent_path());
+  r.bytes += stream_tensors(tensors, out, o, metadata, done, tensors.size());
+  r.files.push_back(out);
+  if (text_left_out) r.notes.push_back("the trained text encoder is not in this file: export --format diffusers for it");
+  r.tensors = done;
+  return r;
+}
+
 ExportResult export_transformer_folder(const std::string& source, const std::string& model_dir, const std::string& out,
                                        const ExportTensors& transformer, const ExportTensors& text,
                                        const ExportOptions& o, const std::map<std::string, std::string>& metadata) {

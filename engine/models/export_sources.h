@@ -99,6 +99,12 @@ std::map<std::string, std::string> peft_lora_header(const CheckpointAdapters& ad
 /// and ".alpha" (sd-scripts, musubi-tuner).
 ExportTensors kohya_lora_tensors(const ComponentAdapters& layers, const std::string& prefix);
 
+/// A transformer's tensors as the one safetensors file `out` (--format safetensors, or a
+/// single-file layout's tensors); a trained text encoder the run has (`text_left_out`) is not in
+/// it, and the result's notes say where to find it.
+ExportResult export_tensors_file(const ExportTensors& tensors, const std::string& out, const ExportOptions& o,
+                                 const std::map<std::string, std::string>& metadata, bool text_left_out);
+
 /// A flow-matching transformer run's export as a diffusers folder `out` (new, or empty): the
 /// pipeline `source`'s untouched components (or, for a tiny preset, its configs, word tokenizer and
 /// scheduler from the run's `model_dir`), transformer/ with the run's config.json and `transformer`,

@@ -203,9 +203,6 @@ ExportResult export_flux_checkpoint(const CheckpointInfo& info, const std::strin
     text = merged(std::move(base), layers, "text_encoder");
   }
 
-  ExportResult r;
-  std::size_t done = 0;
-  const std::size_t total = transformer.size() + (o.format == "diffusers" ? text.size() : 0);
   if (o.format == "single-file") {
     // Black Forest Labs' flux1-*.safetensors layout (the transformer alone, fused qkv and linear1),
     // each BFL tensor assembled from its diffusers tensors as it is written.
@@ -222,21 +219,9 @@ ExportResult export_flux_checkpoint(const CheckpointInfo& info, const std::strin
                        return models::assemble_bfl_tensor(*layout, [&](const std::string& n) { return by_name.at(n)->read(); });
                      }});
     }
-    if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
-    r.bytes += stream_tensors(bfl, out, o, metadata, done, bfl.size());
-    r.files.push_back(out);
-    if (!text.empty()) r.notes.push_back("the trained text encoder is not in this file: export --format diffusers for it");
-    r.tensors = done;
-    return r;
+    return export_tensors_file(bfl, out, o, metadata, !text.empty());
   }
-  if (o.format == "safetensors") {
-    if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
-    r.bytes += stream_tensors(transformer, out, o, metadata, done, total);
-    r.files.push_back(out);
-    if (!text.empty()) r.notes.push_back("the trained text encoder is not in this file: export --format diffusers for it");
-    r.tensors = done;
-    return r;
-  }
+  if (o.format == "safetensors") return export_tensors_file(transformer, out, o, metadata, !text.empty());
   return export_transformer_folder(source, model_dir.string(), out, transformer, text, o, metadata);
 }
 

@@ -87,17 +87,7 @@ ExportResult export_qwen_image_checkpoint(const CheckpointInfo& info, const std:
                                         ? merged(base_transformer(model_dir, source), adapters.at("transformer"), "transformer")
                                         : shard_tensors(e.shards, "transformer.", e.kind);
   const ExportTensors text = shard_tensors(e.shards, "text_encoder.", e.kind);  // the tiny preset's, trained in full
-  ExportResult r;
-  std::size_t done = 0;
-  const std::size_t total = transformer.size() + (o.format == "diffusers" ? text.size() : 0);
-  if (o.format == "safetensors") {
-    if (fs::path(out).has_parent_path()) fs::create_directories(fs::path(out).parent_path());
-    r.bytes += stream_tensors(transformer, out, o, metadata, done, total);
-    r.files.push_back(out);
-    if (!text.empty()) r.notes.push_back("the trained text encoder is not in this file: export --format diffusers for it");
-    r.tensors = done;
-    return r;
-  }
+  if (o.format == "safetensors") return export_tensors_file(transformer, out, o, metadata, !text.empty());
   return export_transformer_folder(source, model_dir.string(), out, transformer, text, o, metadata);
 }
 
