@@ -3,9 +3,11 @@
 // zs::Error (exit 1) and usage errors as cli::UsageError (exit 2), and main() prints them.
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <c10/core/ScalarType.h>
@@ -20,6 +22,10 @@ int run_config_init(const std::vector<std::string>& args);
 
 /// `zerostudio train FILE [--set ...] [--run-dir DIR] [--resume latest|PATH]`.
 int run_train_command(const std::vector<std::string>& args);
+
+/// RANK:VALUE from the environment variable `name`, when set: the test hooks that act on one rank
+/// (ZEROSTUDIO_FAIL_AT=RANK:STEP, ZEROSTUDIO_FAIL_SAVE, ZEROSTUDIO_EXIT_DELAY=RANK:MS).
+std::optional<std::pair<int, std::int64_t>> rank_and_step(const char* name);
 
 /// `zerostudio launch [--num_processes N ...] FILE [train options]`.
 int run_launch_command(const std::vector<std::string>& args);

@@ -324,8 +324,8 @@ int supervise(std::vector<Child>& children, const config::LaunchConfig& lc, cons
               // The others cannot finish a step without it: tell them to stop now, give them a
               // moment to write their logs, then kill what is left (as torchrun's agent does).
               bool told = false;
-              const std::string& cause = failure_cause = "rank " + std::to_string(c.rank) +
-                                        (c.stalled ? " stalled" : WIFSIGNALED(status) ? " was killed" : " failed");
+              failure_cause = "rank " + std::to_string(c.rank) +
+                              (c.stalled ? " stalled" : WIFSIGNALED(status) ? " was killed" : " failed");
               for (auto& o : children)
                 if (o.running && o.pid != c.pid) {
                   // One that has already ended (not yet reaped) ended on its own: its own words.
@@ -337,7 +337,7 @@ int supervise(std::vector<Child>& children, const config::LaunchConfig& lc, cons
                   // that waited for it in a collective is reaped first. failure_grace_s still holds.
                   if (ended || (!o.last_error.empty() && !comm::is_collective_failure(o.last_error))) continue;
                   ::kill(o.pid, SIGTERM);
-                  o.stopped_after = cause;
+                  o.stopped_after = failure_cause;
                   told = true;
                 }
               if (told) {

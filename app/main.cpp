@@ -114,14 +114,11 @@ int dispatch(int argc, char** argv) {
 /// Tests make one rank slow to end after its error (ZEROSTUDIO_EXIT_DELAY=RANK:MS), as a rank that
 /// frees a large model or flushes a slow disk is: the launcher must still name that rank's error.
 void linger_for_tests() {
-  const char* d = std::getenv("ZEROSTUDIO_EXIT_DELAY");
+  const auto delay = zs::cli::rank_and_step("ZEROSTUDIO_EXIT_DELAY");
   const char* rank = std::getenv("RANK");
-  if (!d || !rank) return;
-  const std::string v = d;
-  const auto colon = v.find(':');
-  if (colon == std::string::npos || v.substr(0, colon) != rank) return;
+  if (!delay || !rank || delay->first != std::atoi(rank)) return;
   std::cerr.flush();
-  std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(v.c_str() + colon + 1)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(delay->second));
 }
 
 }  // namespace

@@ -69,16 +69,6 @@ extern "C" void on_stop_signal(int sig) {
   if (auto* c = g_commands.load()) c->request_stop();
 }
 
-/// RANK:STEP from the environment variable `name`, when set.
-std::optional<std::pair<int, std::int64_t>> rank_and_step(const char* name) {
-  const char* f = std::getenv(name);
-  if (!f) return std::nullopt;
-  const std::string v = f;
-  const auto colon = v.find(':');
-  if (colon == std::string::npos) return std::nullopt;
-  return std::make_pair(std::stoi(v.substr(0, colon)), std::stoll(v.substr(colon + 1)));
-}
-
 std::string format_duration(double s) {
   const long t = static_cast<long>(s + 0.5);
   char buf[32];
@@ -164,6 +154,15 @@ class LauncherHeartbeat {
 const RegisterCommands kRegisterTrainCommand{{&kTrain, &kMakeDataset}};
 
 }  // namespace
+
+std::optional<std::pair<int, std::int64_t>> rank_and_step(const char* name) {
+  const char* f = std::getenv(name);
+  if (!f) return std::nullopt;
+  const std::string v = f;
+  const auto colon = v.find(':');
+  if (colon == std::string::npos) return std::nullopt;
+  return std::make_pair(std::stoi(v.substr(0, colon)), std::stoll(v.substr(colon + 1)));
+}
 
 int run_train_command(const std::vector<std::string>& args) {
   const ParsedArgs a = parse_args(kTrain, args);

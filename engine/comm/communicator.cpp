@@ -26,14 +26,9 @@
 namespace zs::comm {
 
 namespace {
-/// How every collective's failure message ends (Communicator's fail()).
+
+/// How every collective's and long phase's failure message ends (GroupCommunicator's fail()).
 constexpr std::string_view kCollectiveFailureEnd = "; see logs/rank*.log of the run and the launcher's report.";
-}  // namespace
-
-bool is_collective_failure(const std::string& message) { return message.ends_with(kCollectiveFailureEnd); }
-
-
-namespace {
 
 int env_int(const char* name, int fallback, bool* present = nullptr) {
   const char* v = std::getenv(name);
@@ -492,6 +487,8 @@ void wait_until_all_connected(c10d::Store& store, int world_size, std::chrono::m
 }  // namespace
 
 Communicator::~Communicator() = default;
+
+bool is_collective_failure(const std::string& message) { return message.ends_with(kCollectiveFailureEnd); }
 
 std::optional<RendezvousInfo> rendezvous_from_env() {
   bool has_rank = false, has_world = false;
