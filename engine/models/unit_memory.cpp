@@ -11,12 +11,13 @@ double ActivationQuery::positions(const UnitShape& u) const {
   return std::pow(static_cast<double>(std::max<std::int64_t>(side >> u.level, 1)), 2);
 }
 
-std::int64_t adafactor_linear_elements(std::int64_t parameters, std::int64_t width) {
+std::int64_t adafactor_linear_elements(const UnitShape& u, std::int64_t parameters) {
+  const std::int64_t width = std::max({u.in_channels, u.out_channels, std::int64_t{1}});
   return width >= 32 ? parameters * 4 / width : parameters / 8;
 }
 
 std::int64_t UnitMemory::adafactor_state_elements(const UnitShape& u, std::int64_t parameters) const {
-  return adafactor_linear_elements(parameters, std::max({u.in_channels, u.out_channels, std::int64_t{1}}));
+  return adafactor_linear_elements(u, parameters);
 }
 
 double attention_transient(const ActivationQuery& q, std::int64_t heads, std::int64_t tokens, double channels, bool blocked) {

@@ -50,9 +50,9 @@ class UnitMemory {
   virtual std::int64_t adafactor_state_elements(const UnitShape& u, std::int64_t parameters) const;
 };
 
-/// Adafactor's statistics of `parameters` in linear layers about `width` wide (O + I per [O, I]
-/// matrix, vectors whole): 4/width of them, 1/8 below a width of 32.
-std::int64_t adafactor_linear_elements(std::int64_t parameters, std::int64_t width);
+/// Adafactor's statistics of `parameters` of unit `u` in linear layers about as wide as its widest
+/// channels (O + I per [O, I] matrix, vectors whole): 4/width of them, 1/8 below a width of 32.
+std::int64_t adafactor_linear_elements(const UnitShape& u, std::int64_t parameters);
 
 /// What self-attention's backward allocates on top of the saved tensors, per sample, for
 /// `tokens` queries and keys of `channels` over `heads` heads: the plain path the gradients of

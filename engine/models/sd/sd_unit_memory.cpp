@@ -34,8 +34,7 @@ class ResnetMemory final : public UNetUnitMemory {
     const std::int64_t cin = u.in_channels, cout = u.out_channels;
     const std::int64_t shortcut = cin != cout ? cin * cout : 0;
     const std::int64_t conv = 9 * (cin * cout + cout * cout) + shortcut;
-    return 6 * (cin * cout + cout * cout) + 2 * shortcut +
-           adafactor_linear_elements(std::max<std::int64_t>(parameters - conv, 0), std::max({cin, cout, std::int64_t{1}}));
+    return 6 * (cin * cout + cout * cout) + 2 * shortcut + adafactor_linear_elements(u, std::max<std::int64_t>(parameters - conv, 0));
   }
 };
 
@@ -67,10 +66,10 @@ class TransformerMemory final : public UNetUnitMemory {
   /// proj_in/out as 1×1 convolutions (use_linear_projection false) are factored over their 1×1
   /// kernel, keeping twice their size.
   std::int64_t adafactor_state_elements(const UnitShape& u, std::int64_t parameters) const override {
-    const std::int64_t cout = u.out_channels, width = std::max({u.in_channels, cout, std::int64_t{1}});
-    if (!u.conv_projection) return adafactor_linear_elements(parameters, width);
+    if (!u.conv_projection) return adafactor_linear_elements(u, parameters);
+    const std::int64_t cout = u.out_channels;
     const std::int64_t projections = (u.projects_in ? cout * cout : 0) + (u.projects_out ? cout * cout : 0);
-    return 2 * projections + adafactor_linear_elements(std::max<std::int64_t>(parameters - projections, 0), width);
+    return 2 * projections + adafactor_linear_elements(u, std::max<std::int64_t>(parameters - projections, 0));
   }
 };
 
@@ -79,8 +78,7 @@ class SamplerMemory : public UNetUnitMemory {
  public:
   std::int64_t adafactor_state_elements(const UnitShape& u, std::int64_t parameters) const override {
     const std::int64_t cout = u.out_channels;
-    return 6 * cout * cout + adafactor_linear_elements(std::max<std::int64_t>(parameters - 9 * cout * cout, 0),
-                                                       std::max({u.in_channels, cout, std::int64_t{1}}));
+    return 6 * cout * cout + adafactor_linear_elements(u, std::max<std::int64_t>(parameters - 9 * cout * cout, 0));
   }
 };
 
