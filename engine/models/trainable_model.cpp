@@ -1,6 +1,7 @@
 #include "models/trainable_model.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
@@ -68,6 +69,16 @@ at::Tensor TrainableModel::combine_guidance(const at::Tensor& uncond, const at::
 
 std::size_t TrainableModel::load_lora_file(const std::string& path) {
   throw Error(ErrorKind::config, "lora.init_from: " + path + ": this model family reads no LoRA files yet");
+}
+
+DenoiserModule* TrainableModel::denoiser() const {
+  for (const ModelComponent& c : components())
+    if (c.role == ModelComponent::Role::denoiser && c.module) {
+      auto* d = dynamic_cast<DenoiserModule*>(c.module);
+      if (!d) throw std::logic_error("TrainableModel: the denoiser component is not a DenoiserModule");
+      return d;
+    }
+  return nullptr;
 }
 
 void TrainableModel::set_unit_hooks(std::shared_ptr<UnitHooks> hooks) {

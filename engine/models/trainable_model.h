@@ -46,7 +46,6 @@ struct ModelComponent {
     text_encoder,  ///< an encoder that can train (training.train_text_encoder)
     frozen,        ///< a part that never trains (Flux's T5, Qwen2.5-VL, the VAE)
   };
-  std::string name;                     ///< its component name ("unet", "text_encoder_2", "vae")
   torch::nn::Module* module = nullptr;  ///< nullptr: not loaded (skipped)
   Role role = Role::frozen;
   /// On a GPU it stays in CPU memory and passes through the device piece by piece (to() leaves it).
@@ -146,10 +145,11 @@ class TrainableModel {
   virtual void set_text_training(TextEncoderTraining t) = 0;
   virtual TextEncoderTraining text_encoder_training() const = 0;
   bool text_encoders_trained() const { return text_encoder_training() != TextEncoderTraining::frozen; }
-  /// The denoiser's module (nullptr before it is built): its units' hooks and checkpointing.
-  virtual DenoiserModule* denoiser() const = 0;
   /// Every part with its role, the denoiser first; what each part gets alike below follows it.
   virtual std::vector<ModelComponent> components() const = 0;
+  /// The denoiser's module, components()'s denoiser (nullptr before it is built): its units'
+  /// hooks and checkpointing.
+  DenoiserModule* denoiser() const;
   /// Hooks around each unit's forward (ZeRO stage 3's gathers; models::UnitHooks).
   void set_unit_hooks(std::shared_ptr<UnitHooks> hooks);
   /// Activation checkpointing of the denoiser's units, the kept inputs in CPU memory with `to_cpu`.

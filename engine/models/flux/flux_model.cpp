@@ -386,10 +386,10 @@ void FluxModel::set_text_training(TextEncoderTraining t) {
 
 std::vector<ModelComponent> FluxModel::components() const {
   using Role = ModelComponent::Role;
-  return {{"transformer", module_of(transformer), Role::denoiser},
-          {"text_encoder", module_of(clip), Role::text_encoder},
-          {"text_encoder_2", module_of(t5), Role::frozen, true},
-          {"vae", module_of(vae), Role::frozen}};
+  return {{module_of(transformer), Role::denoiser},
+          {module_of(clip), Role::text_encoder},
+          {module_of(t5), Role::frozen, true},
+          {module_of(vae), Role::frozen}};
 }
 
 void FluxModel::frozen_to(at::ScalarType compute) {

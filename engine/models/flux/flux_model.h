@@ -114,7 +114,6 @@ class FluxModel final : public TrainableModel {
   std::vector<std::string> text_components() const override;
   void set_text_training(TextEncoderTraining t) override;
   TextEncoderTraining text_encoder_training() const override { return text_training_; }
-  DenoiserModule* denoiser() const override { return transformer ? transformer.ptr().get() : nullptr; }
   /// transformer, text_encoder (CLIP-L or the tiny encoder), text_encoder_2 (T5-XXL, streamed on a
   /// GPU from CPU memory), vae.
   std::vector<ModelComponent> components() const override;

@@ -334,10 +334,10 @@ void QwenImageModel::set_text_training(TextEncoderTraining t) {
 
 std::vector<ModelComponent> QwenImageModel::components() const {
   using Role = ModelComponent::Role;
-  return {{"transformer", module_of(transformer), Role::denoiser},
-          {"text_encoder", module_of(tiny_text), Role::text_encoder},
-          {"text_encoder", module_of(text_encoder), Role::frozen, true},
-          {"vae", module_of(vae), Role::frozen}};
+  return {{module_of(transformer), Role::denoiser},
+          {module_of(tiny_text), Role::text_encoder},
+          {module_of(text_encoder), Role::frozen, true},
+          {module_of(vae), Role::frozen}};
 }
 
 void QwenImageModel::set_attention(const AttentionOptions& o) {

@@ -101,7 +101,6 @@ class QwenImageModel final : public TrainableModel {
   std::vector<std::string> text_components() const override;
   void set_text_training(TextEncoderTraining t) override;
   TextEncoderTraining text_encoder_training() const override { return text_training_; }
-  DenoiserModule* denoiser() const override { return transformer ? transformer.ptr().get() : nullptr; }
   /// transformer, the tiny preset's text_encoder or a pipeline's Qwen2.5-VL (streamed on a GPU
   /// from CPU memory; loaded on first use), vae (loaded on first use).
   std::vector<ModelComponent> components() const override;

@@ -396,10 +396,10 @@ ParamUnit DiffusionModel::denoiser_adapters() { return lora_unit(*unet, kDenoise
 
 std::vector<ModelComponent> DiffusionModel::components() const {
   using Role = ModelComponent::Role;
-  return {{"unet", module_of(unet), Role::denoiser},
-          {"text_encoder", module_of(text_encoder), Role::text_encoder},
-          {"text_encoder_2", module_of(text_encoder_2), Role::text_encoder},
-          {"vae", module_of(vae), Role::frozen}};
+  return {{module_of(unet), Role::denoiser},
+          {module_of(text_encoder), Role::text_encoder},
+          {module_of(text_encoder_2), Role::text_encoder},
+          {module_of(vae), Role::frozen}};
 }
 
 std::vector<std::pair<std::string, ClipTextModel>> DiffusionModel::text_encoders() const {

@@ -116,7 +116,6 @@ class DiffusionModel final : public TrainableModel {
                                    std::uint64_t seed) override;
   /// The denoiser's adapters as one unit (kDenoiserAdapters), parameters by their full name.
   ParamUnit denoiser_adapters() override;
-  DenoiserModule* denoiser() const override { return unet ? unet.ptr().get() : nullptr; }
   /// unet, text_encoder (and SDXL's text_encoder_2), vae.
   std::vector<ModelComponent> components() const override;
   /// Channels of the denoiser's input sample (latent or pixel).
