@@ -6,6 +6,7 @@
 //
 //   bench_zero_step [--steps 20] [--only tiny|large] [--worlds 1,2] [--stages 1,2,3] [--repeats 3]
 //                   [--offload 0|1] [--profile 0|1] [--python /usr/bin/python3,.venv/bin/python]
+//                   [--optimizer adamw|adamw8bit|adafactor]
 //
 // Every stage is measured against stage 0 in the same processes: each rank builds two copies of
 // the model, one under stage 0 and one under the stage measured, and alternates between them in
@@ -14,7 +15,8 @@
 // "vs stage 0" is the median over the repeats of that same-process ratio. --offload 1 adds rows
 // with the optimizer states in CPU memory (stages 1-3) and in NVMe files (stage 2, under /tmp),
 // as ratios to stage 0 without offload; --profile 1 prints forward, backward, gradient reduction
-// and step (with the all-gather after it) per run.
+// and step (with the all-gather after it) per run. --optimizer runs every row (stage 0 too) with
+// that optimizer instead of AdamW (the lean optimizers' schedules: issue 51 compares them).
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +26,7 @@
 #include <cstdlib>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,16 +50,24 @@ using bench::specs;
 
 namespace {
 
-/// A run of the table: a stage, optionally with the optimizer offloaded ("STAGE:OFFLOAD").
+/// A run of the table: a stage, optionally with the optimizer offloaded, and the optimizer
+/// ("STAGE:OFFLOAD:OPTIMIZER").
 struct Run {
   int stage = 0;
   std::string offload = "none";  // none | cpu | nvme (optimizer states)
+  std::string optimizer = "adamw";  // adamw | adamw8bit | adafactor
   std::string label() const { return "stage " + std::to_string(stage) + (offload == "none" ? "" : "+" + offload); }
-  std::string spec() const { return std::to_string(stage) + ":" + offload; }
+  std::string spec() const { return std::to_string(stage) + ":" + offload + ":" + optimizer; }
   static Run parse(const std::string& spec) {
     Run r;
-    r.stage = std::stoi(spec.substr(0, spec.find(':')));
-    if (spec.find(':') != std::string::npos) r.offload = spec.substr(spec.find(':') + 1);
+    std::istringstream in(spec);
+    std::string stage;
+    std::getline(in, stage, ':');
+    r.stage = std::stoi(stage);
+    std::getline(in, r.offload, ':');
+    std::getline(in, r.optimizer, ':');
+    if (r.offload.empty()) r.offload = "none";
+    if (r.optimizer.empty()) r.optimizer = "adamw";
     return r;
   }
 };
@@ -94,6 +105,9 @@ int child(const ModelSpec& m, const std::vector<Run>& runs, int steps, bool prof
     o.persistence_threshold = 0;  // every unit sharded at stage 3 (zero.stage3_param_persistence_threshold: 0)
     o.stage = side.run.stage;
     o.reduce_bucket_size = 50'000'000;
+    if (side.run.optimizer == "adamw8bit") o.optimizer = zero::OptimizerType::adamw8bit;
+    else if (side.run.optimizer == "adafactor") o.optimizer = zero::OptimizerType::adafactor;
+    else if (side.run.optimizer != "adamw") throw std::runtime_error("unknown optimizer " + side.run.optimizer);
     if (side.run.offload == "cpu") o.offload_optimizer = zero::ZeroOptions::Offload::cpu;
     if (side.run.offload == "nvme") {
       o.offload_optimizer = zero::ZeroOptions::Offload::nvme;
@@ -210,7 +224,7 @@ std::string line_of(const std::string& out, const std::string& spec) {
 int main(int argc, char** argv) {
   int steps = 20, repeats = 3;
   bool profile = false, offload = false;
-  std::string only, worlds_arg = "1,2", stages_arg = "1,2,3";
+  std::string only, worlds_arg = "1,2", stages_arg = "1,2,3", optimizer = "adamw";
   std::vector<std::string> pythons = baseline_pythons();
   if (argc >= 7 && std::string(argv[1]) == "--child") {
     std::vector<Run> runs;
@@ -229,6 +243,7 @@ int main(int argc, char** argv) {
     else if (k == "--offload") offload = v == "1";
     else if (k == "--worlds") worlds_arg = v;
     else if (k == "--stages") stages_arg = v;
+    else if (k == "--optimizer") optimizer = v;
     else {
       std::fprintf(stderr, "bench_zero_step: unknown option %s\n", k.c_str());
       return 2;
@@ -238,9 +253,10 @@ int main(int argc, char** argv) {
   for (const auto w : ints(worlds_arg)) worlds.push_back(static_cast<int>(w));
   std::vector<Run> runs;  // each measured against stage 0 in the same processes
   for (const auto st : ints(stages_arg))
-    if (st != 0) runs.push_back({static_cast<int>(st), "none"});
+    if (st != 0) runs.push_back({static_cast<int>(st), "none", optimizer});
   if (offload)
-    for (const char* spec : {"1:cpu", "2:cpu", "3:cpu", "2:nvme"}) runs.push_back(Run::parse(spec));
+    for (const char* spec : {"1:cpu", "2:cpu", "3:cpu", "2:nvme"}) runs.push_back(Run::parse(spec + (":" + optimizer)));
+  const std::string stage0 = Run{0, "none", optimizer}.spec();
   char self[4096];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   self[n > 0 ? n : 0] = '\0';
@@ -282,9 +298,9 @@ int main(int argc, char** argv) {
         for (const Run& r : runs) {
           const std::string out = run_world(self,
                                             {"--child", m.name, std::to_string(steps), profile ? "1" : "0", nvme_dir,
-                                             "0:none", r.spec()},
+                                             stage0, r.spec()},
                                             world, ++port);
-          const std::string zero = line_of(out, "0:none"), mine = line_of(out, r.spec());
+          const std::string zero = line_of(out, stage0), mine = line_of(out, r.spec());
           if (zero.empty() || mine.empty()) {
             std::fprintf(stderr, "bench_zero_step: %s N=%d: no result; the child printed:\n%s\n", r.label().c_str(), world,
                          out.c_str());
