@@ -11,7 +11,7 @@
 
 #include "core/copy_stream.h"
 #include "core/error.h"
-#include "zero/zero_unit.h"
+#include "zero/zero_schedules.h"
 
 namespace zs::zero {
 
@@ -110,7 +110,7 @@ void ZeroOptimizer::update_ema() {
   c10::NoGradGuard no_grad;
   // delayed_update: the weights the device holds (the masters are being updated meanwhile).
   for (auto& u : units_)
-    u->ema.lerp_((delayed_pending_ ? owned_params(*u) : owned_weights(*u)).detach().to(at::kCPU, at::kFloat), 1.0 - ema_decay_);
+    u->ema.lerp_((delayed_pending() ? owned_params(*u) : owned_weights(*u)).detach().to(at::kCPU, at::kFloat), 1.0 - ema_decay_);
 }
 
 NamedTensors ZeroOptimizer::ema_state() {
@@ -174,7 +174,7 @@ NamedTensors ZeroOptimizer::shard_state() {
     const SwapGuard in(*this, *u, /*write=*/false);
     out.emplace_back(u->name + "/weights", read_state(*u, 0).to(at::kCPU).to(opts).contiguous().clone());
     // delayed_update with an update computed but not yet written: the weights the device holds.
-    if (delayed_pending_) out.emplace_back(u->name + "/lagged", owned_params(*u).to(at::kCPU).to(opts).contiguous().clone());
+    if (delayed_pending()) out.emplace_back(u->name + "/lagged", owned_params(*u).to(at::kCPU).to(opts).contiguous().clone());
     for (const Moment k : u->optimizer->moments())
       out.emplace_back(u->name + (k == Moment::first ? "/exp_avg" : "/exp_avg_sq"),
                        read_state(*u, k == Moment::first ? 1 : 2).to(at::kCPU).to(opts).contiguous().clone());
@@ -199,9 +199,8 @@ std::int64_t ZeroOptimizer::checkpoint_bytes() const {
 
 void ZeroOptimizer::load_shards(const ShardSource& read, std::int64_t steps, bool with_ema, bool with_lagged) {
   finish_gathers();
-  join_delayed();
+  if (delayed_) delayed_->resume(with_lagged);
   c10::NoGradGuard no_grad;
-  delayed_pending_ = with_lagged;  // the next step writes the saved masters into the weights
   for (auto& u : units_) {
     SwapGuard in(*this, *u, /*write=*/true);
     const at::Tensor w = read(u->name, "weights", u->plan.owned_offset, u->plan.owned);

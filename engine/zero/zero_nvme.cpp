@@ -12,7 +12,7 @@
 
 #include "core/copy_stream.h"
 #include "core/error.h"
-#include "zero/zero_unit.h"
+#include "zero/zero_schedules.h"
 
 namespace zs::zero {
 
@@ -236,16 +236,17 @@ void ZeroOptimizer::store_owned_params(Unit& u, const at::Tensor& values) {
   store.wait(store.write(n.region_param, 0, u.plan.shard, n.param_staging.data_ptr()));
 }
 
-void ZeroOptimizer::step_nvme(double lr) {
+void ZeroOptimizer::NvmeSchedule::step(double lr) {
+  ++z_.step_;
   // Sub-group k: read (master, m, v) into a slot, update, write back. With at least three slots
   // the read of k+1, the update of k and the write of k-1 run at the same time.
-  auto& store = *offload_->optimizer_store;
-  auto& groups = offload_->sub_groups;
-  const std::size_t slots = offload_->buffers.size(), n = groups.size();
+  auto& store = *z_.offload_->optimizer_store;
+  auto& groups = z_.offload_->sub_groups;
+  const std::size_t slots = z_.offload_->buffers.size(), n = groups.size();
   std::vector<std::vector<NvmeStore::Ticket>> reads(n), writes(n);
   auto transfer = [&](std::size_t k, bool write) {
     std::vector<NvmeStore::Ticket> tickets;
-    auto& buf = offload_->buffers[k % slots];
+    auto& buf = z_.offload_->buffers[k % slots];
     for (const auto& piece : groups[k]) {
       const NvmeUnit& n = *piece.unit->nvme;
       const int regions[3] = {n.region_master, n.region_exp_avg, n.region_exp_avg_sq};
@@ -269,21 +270,21 @@ void ZeroOptimizer::step_nvme(double lr) {
       reads[k + 1] = transfer(k + 1, false);
     }
     wait_all(reads[k]);
-    auto& buf = offload_->buffers[k % slots];
+    auto& buf = z_.offload_->buffers[k % slots];
     for (const auto& piece : groups[k]) {
       Unit& u = *piece.unit;
       // Stage 3 NVMe shards: read once per step, written back after the loop.
       const bool seen = std::find(touched_params.begin(), touched_params.end(), &u) != touched_params.end();
-      at::Tensor p = seen ? u.nvme->param_staging : owned_params(u);
+      at::Tensor p = seen ? u.nvme->param_staging : z_.owned_params(u);
       if (u.nvme->region_param >= 0 && !seen) touched_params.push_back(&u);
       adam_master(buf[0].narrow(0, piece.buffer_offset, piece.count), buf[1].narrow(0, piece.buffer_offset, piece.count),
-                  buf[2].narrow(0, piece.buffer_offset, piece.count), step_grad(u).narrow(0, piece.first, piece.count),
-                  adam_, lr * u.lr_scale, step_, p.narrow(0, piece.first, piece.count));
+                  buf[2].narrow(0, piece.buffer_offset, piece.count), z_.step_grad(u).narrow(0, piece.first, piece.count),
+                  z_.adam_, lr * u.lr_scale, z_.step_, p.narrow(0, piece.first, piece.count));
     }
     writes[k] = transfer(k, true);
   }
   for (auto& w : writes) wait_all(w);
-  for (Unit* u : touched_params) store_owned_params(*u, u->nvme->param_staging);
+  for (Unit* u : touched_params) z_.store_owned_params(*u, u->nvme->param_staging);
 }
 
 }  // namespace zs::zero

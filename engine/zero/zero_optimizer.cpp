@@ -14,7 +14,7 @@
 #include "comm/communicator.h"
 #include "zero/adamw8bit_unit.h"
 #include "zero/blockwise_quant.h"
-#include "zero/zero_unit.h"
+#include "zero/zero_schedules.h"
 
 namespace zs::zero {
 
@@ -97,6 +97,7 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, comm::Communi
   init_offload();  // NVMe files (moves the shards and the initial optimizer state there)
   for (Unit* u : by_index_) release(*u);
   ensure_grads();
+  schedule_ = make_schedule();
 }
 
 void ZeroOptimizer::choose_precisions(const std::vector<models::ParamUnit>& units) {
@@ -363,7 +364,7 @@ bool ZeroOptimizer::wants_backward_hook(std::size_t unit) const {
 // Collectives still in flight (after a failure) keep their tensors alive through their work
 // objects, so nothing waits for them here: after a peer died that could take a timeout per unit.
 ZeroOptimizer::~ZeroOptimizer() {
-  if (delayed_thread_.joinable()) delayed_thread_.join();
+  schedule_.reset();  // (a delayed update under way ends before the units go)
 }
 
 namespace {

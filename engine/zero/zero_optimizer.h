@@ -24,7 +24,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <c10/core/ScalarType.h>
@@ -159,8 +158,8 @@ class ZeroOptimizer final {
   std::int64_t steps() const { return step_; }
   /// fused_backward: the last step's global gradient norm (clips the next step; < 0: none yet),
   /// which a checkpoint keeps.
-  double previous_grad_norm() const { return previous_norm_; }
-  void set_previous_grad_norm(double norm) { previous_norm_ = norm; }
+  double previous_grad_norm() const;
+  void set_previous_grad_norm(double norm);
   /// fused_backward: units already stepped in this step (by their backward hooks, until step()).
   std::size_t units_stepped() const;
   /// Full (unsharded) optimizer state, gathered from every rank (a collective, so every rank must
@@ -219,7 +218,7 @@ class ZeroOptimizer final {
   void flush_delayed();
   /// delayed_update: whether an update is computed but not yet in the weights (the checkpoint then
   /// also keeps the weights the device trains with, as "<unit>/lagged").
-  bool delayed_pending() const { return delayed_pending_; }
+  bool delayed_pending() const;
 
   /// What every unit's layout and treatment is (the plan this optimizer carries out).
   const Plan& plan() const { return plan_; }
@@ -310,17 +309,15 @@ class ZeroOptimizer final {
   static UnitView view(const Unit& u);
   /// What a unit's optimizer state takes in memory between steps (with NVMe: its unswapped parts).
   std::int64_t optimizer_bytes(const Unit& u) const;
-  /// fused_backward: step() after backward: the units the hooks did not step, then the gathers.
-  void step_fused(double lr);
-  /// delayed_update after its warm-up: step() writes the update computed during this step, puts
-  /// this step's gradients aside and starts their update on a host thread.
-  void step_delayed(double lr);
-  /// fused_backward: steps one unit whose reduced gradients are final (once per step).
-  void fused_step_unit(Unit& u);
-  /// fused_backward: `u`'s hook ran; the unit whose hook ran before is complete now and steps.
-  void fused_defer(Unit& u);
-  /// fused_backward: reduces what the waiting unit still has and steps it.
-  void finish_fused();
+  // Where and when the update runs (zero_schedules.h): one schedule per optimizer, from the options.
+  class Schedule;
+  class InMemorySchedule;
+  class NvmeSchedule;
+  class FusedSchedule;
+  class DelayedSchedule;
+  std::unique_ptr<Schedule> make_schedule();
+  /// delayed_update: waits for the host thread's update (rethrowing its error). Nothing otherwise.
+  void join_delayed();
   /// Stages 2-3: the unit's parameter gradients moved into one padded buffer (undefined: none).
   at::Tensor take_grads(Unit& u);
   /// Reduce-scatters `full` into the unit's reduced part (created when it is not there).
@@ -341,7 +338,6 @@ class ZeroOptimizer final {
   at::Tensor host_scratch(std::int64_t n, const at::TensorOptions& opts);
   /// Keeps a CPU buffer for host_scratch() (the two most recent; older ones are freed).
   void recycle(at::Tensor t);
-  void step_nvme(double lr);
   /// The unit's reduced copy (shard_grad), zeros when first asked for. Offloaded AdamW under bf16
   /// makes it only when a step needs it (accumulation, fp32 readers): a held bf16 gradient alone
   /// goes straight into the fused step, so a run without accumulation never has it (−4 B a
@@ -358,17 +354,10 @@ class ZeroOptimizer final {
   void swap_out(Unit& u, bool write);
   struct SwapGuard;  // swaps a unit in for a scope (zero_unit.h)
   struct NvmeUnit;     // a unit's NVMe regions and swapped state (zero_unit.h)
-  struct DelayedUnit;  // a unit's gradients put aside for the delayed update (zero_unit.h)
   /// The unit's NVMe state, made on first use.
   static NvmeUnit& nvme_state(Unit& u);
   /// The unit's NVMe region of a state kind (0 master, 1 m, 2 v); -1: none (the state is in memory).
   static int state_region(const Unit& u, int kind);
-  /// delayed_update: waits for the host thread's update (rethrowing its error).
-  void join_delayed();
-  /// delayed_update: the weights from the masters the host thread updated (compute copy, shards).
-  void write_delayed();
-  /// delayed_update: the update of a unit from the gradients its DelayedUnit put aside, into masters and moments only.
-  void compute_delayed(Unit& u, double lr, std::int64_t step);
   /// Master / moments of a unit, whole (NVMe: read synchronously). kind: 0 master, 1 m, 2 v.
   at::Tensor read_state(Unit& u, int kind);
   void write_state(Unit& u, int kind, const at::Tensor& values);
@@ -389,17 +378,8 @@ class ZeroOptimizer final {
   bool masters_ = false;  // separate master weights (mixed precision or optimizer offload)
   bool stochastic_ = false;  // master_weights none under bf16: updates rounded stochastically
   bool hold_bf16_grads_ = false;  // offloaded AdamW with masters under bf16: Unit::grad_held
-  // fused_backward: this step's lr and clip, whether a unit has stepped, the squared norm of the
-  // gradients stepped so far (this rank's part) and the previous step's global norm.
-  double fused_lr_ = 0, fused_clip_ = 0, fused_norm_sq_ = 0, previous_norm_ = -1;
-  bool fused_begun_ = false, fused_ready_ = false, norm_known_ = false;
-  Unit* fused_pending_ = nullptr;  // the unit whose hook ran last, not stepped yet
-  double current_norm_ = 0;  // fused_backward: this step's global norm, once clip_grad_norm has it
   at::TensorOptions shard_grad_opts_;  // what a unit's reduced gradient part is kept in
   std::vector<at::Tensor> scratch_;    // host_scratch's kept buffers
-  std::thread delayed_thread_;         // delayed_update: the update under way
-  std::exception_ptr delayed_error_;
-  bool delayed_pending_ = false;       // masters ahead of the weights by one update
   at::TensorOptions compute_opts_, state_opts_;  // where/what the model computes; where the optimizer state lives
   at::TensorOptions given_opts_;  // the trained parameters' own precision, on the compute device
   std::unique_ptr<Offload> offload_;
@@ -407,6 +387,10 @@ class ZeroOptimizer final {
   std::vector<Unit*> depositing_;       // units with a gradient deposit under way, oldest first
   std::int64_t step_ = 0;
   bool grads_reduced_ = false;
+  // Last: its host thread (delayed_update) reads the units, so it goes before them.
+  std::unique_ptr<Schedule> schedule_;
+  FusedSchedule* fused_ = nullptr;      // schedule_ under fused_backward
+  DelayedSchedule* delayed_ = nullptr;  // schedule_ under delayed_update
 };
 
 }  // namespace zs::zero

@@ -13,7 +13,7 @@
 #include "core/copy_stream.h"
 #include "core/error.h"
 #include "comm/communicator.h"
-#include "zero/zero_unit.h"
+#include "zero/zero_schedules.h"
 
 namespace zs::zero {
 
@@ -183,8 +183,8 @@ void ZeroOptimizer::reduce_unit(std::size_t unit) {
     return;
   }
   if (!u.plan.hook_grads) {
-    if (o_.fused_backward && last_micro_) {
-      fused_defer(u);  // reduced and stepped once the unit before it in the forward reaches backward
+    if (fused_ && last_micro_) {
+      fused_->defer(u);  // reduced and stepped once the unit before it in the forward reaches backward
       return;
     }
     if (plan_.overlap_comm && last_micro_ && comm_.world_size() > 1) {
@@ -199,7 +199,7 @@ void ZeroOptimizer::reduce_unit(std::size_t unit) {
   // full gradients are alive at once.
   const at::Tensor full = take_grads(u);
   if (full.defined()) {
-    if (o_.fused_backward) {
+    if (fused_) {
       reduce_into_part(u, full);
     } else if (!plan_.overlap_comm) {
       reduce_scatter_into_shard(u, full);
@@ -211,7 +211,7 @@ void ZeroOptimizer::reduce_unit(std::size_t unit) {
       drain_reductions(&u);
     }
   }
-  if (o_.fused_backward && last_micro_ && !u.stepped) fused_defer(u);
+  if (fused_ && last_micro_ && !fused_->stepped(u)) fused_->defer(u);
   release(unit);
 }
 
@@ -229,11 +229,9 @@ void ZeroOptimizer::ensure_grads() {
 
 void ZeroOptimizer::zero_grad() {
   ensure_grads();
-  fused_begun_ = false;
-  fused_pending_ = nullptr;
+  if (fused_) fused_->begin();
   for (auto& u : units_) {
     u->reduced = false;
-    u->stepped = false;
     // A buffer nothing was added into since the last zero_grad is still zero (a held gradient
     // was read where it landed).
     if (u->shard_grad.defined() && !(hold_bf16_grads_ && u->shard_grad_clean)) u->shard_grad.zero_();
@@ -253,7 +251,7 @@ void ZeroOptimizer::skip_step() { zero_grad(); }
 void ZeroOptimizer::reduce_gradients() {
   const int world = comm_.world_size();
   c10::NoGradGuard no_grad;
-  finish_fused();  // the last unit the hooks reached
+  if (fused_) fused_->finish();  // the last unit the hooks reached
   bool launched = false;
   for (auto& u : units_) launched |= u->pending != nullptr;
   if (!plan_.any_reduce_scatter() && !launched && world > 1) {
@@ -280,7 +278,7 @@ void ZeroOptimizer::reduce_gradients() {
       in_bucket = 0;
     };
     for (auto& u : units_) {
-      if (u->stepped) continue;  // fused_backward: reduced and stepped from its hook
+      if (fused_ && fused_->stepped(*u)) continue;  // reduced and stepped from its hook
       bucket.push_back(u.get());
       in_bucket += u->plan.padded;
       if (in_bucket >= o_.reduce_bucket_size) flush();
@@ -299,7 +297,7 @@ void ZeroOptimizer::reduce_gradients() {
     else if (u.plan.hook_grads) reduce_unit(i);  // normally done by its backward hook already
     else launch_reduce(u);
   }
-  finish_fused();
+  if (fused_) fused_->finish();
   for (auto& u : units_) finish_reduce(*u);
   // Every gradient is where the step reads it before anything looks at them (or zero_grad
   // clears the device buffers a copy still reads).

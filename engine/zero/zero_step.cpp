@@ -1,7 +1,7 @@
-// ZeroOptimizer's step after backward: each unit's update in memory (with fp32 masters, on the CPU
+// ZeroOptimizer's step after backward: one unit's update in memory (with fp32 masters, on the CPU
 // with the fused kernel writing the compute weights in the same pass, or on a float copy of the
-// weights), step() choosing the schedule (fused: zero_fused.cpp, delayed: zero_delayed.cpp, NVMe:
-// zero_nvme.cpp), clipping and loss-scale checks, and the gradients and scratch buffers a step reads.
+// weights), the in-memory schedule, step() running the schedule (zero_schedules.h), clipping and
+// loss-scale checks, and the gradients and scratch buffers a step reads.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "zero/stochastic_round.h"
-#include "zero/zero_unit.h"
+#include "zero/zero_schedules.h"
 
 namespace zs::zero {
 
@@ -90,19 +90,7 @@ at::Tensor ZeroOptimizer::owned_weights(Unit& u) {
 
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
   c10::NoGradGuard no_grad;
-  if (o_.fused_backward) {
-    if (norm_known_) return current_norm_;
-    // The stepped units' squares were summed as they stepped; the rest are added now.
-    double local = fused_norm_sq_;
-    for (auto& u : units_)
-      if (!u->stepped) local += grad_square_sum(*u).item<double>();
-    at::Tensor t = at::full({1}, local, at::kDouble);
-    if (!plan_.replicated) comm_.all_reduce(t);
-    current_norm_ = std::sqrt(t.item<double>());
-    norm_known_ = true;
-    (void)max_norm;  // prepare_fused_step's, applied unit by unit
-    return current_norm_;
-  }
+  if (fused_) return fused_->norm();  // clipped unit by unit, by prepare_fused_step's max_norm
   // Each rank holds the reduced gradients of its own part (replicated: all of them, the same on
   // every rank), so the squares are summed over the ranks when the parts differ.
   // A held bf16 gradient is clipped through its scale (one product with the two factors' product,
@@ -207,32 +195,62 @@ void ZeroOptimizer::step_in_memory(Unit& u, double step_lr) {
   store_owned_params(u, p);
 }
 
+void ZeroOptimizer::InMemorySchedule::step(double lr) {
+  ++z_.step_;
+  update(lr);
+}
+
+void ZeroOptimizer::InMemorySchedule::update(double lr) {
+  // Lean optimizers on NVMe bring each unit's state in for its step, the next unit's reads under
+  // way while this one steps (nothing for units without swapped state).
+  auto& units = z_.units_;
+  for (std::size_t k = 0; k < units.size(); ++k) {
+    Unit& u = *units[k];
+    z_.finish_swap_in(u);
+    if (k + 1 < units.size()) z_.begin_swap_in(*units[k + 1]);
+    z_.step_in_memory(u, lr);
+    z_.swap_out(u, /*write=*/true);
+  }
+}
+
+std::unique_ptr<ZeroOptimizer::Schedule> ZeroOptimizer::make_schedule() {
+  if (o_.fused_backward) {
+    auto s = std::make_unique<FusedSchedule>(*this);
+    fused_ = s.get();
+    return s;
+  }
+  if (o_.delayed_update) {
+    auto s = std::make_unique<DelayedSchedule>(*this, o_.delayed_update_warmup);
+    delayed_ = s.get();
+    return s;
+  }
+  // AdamW on NVMe streams sub-groups; the lean optimizers' NVMe state comes in a unit at a time.
+  if (o_.offload_optimizer == ZeroOptions::Offload::nvme && o_.optimizer == OptimizerType::adamw)
+    return std::make_unique<NvmeSchedule>(*this);
+  return std::make_unique<InMemorySchedule>(*this);
+}
+
+void ZeroOptimizer::prepare_fused_step(double lr, double max_norm) {
+  if (fused_) fused_->prepare(lr, max_norm);
+}
+double ZeroOptimizer::previous_grad_norm() const { return fused_ ? fused_->previous_norm() : -1; }
+void ZeroOptimizer::set_previous_grad_norm(double norm) {
+  if (fused_) fused_->set_previous_norm(norm);
+}
+std::size_t ZeroOptimizer::units_stepped() const { return fused_ ? fused_->units_stepped() : 0; }
+void ZeroOptimizer::join_delayed() {
+  if (delayed_) delayed_->join();
+}
+bool ZeroOptimizer::delayed_pending() const { return delayed_ && delayed_->pending(); }
+void ZeroOptimizer::flush_delayed() {
+  if (delayed_) delayed_->flush();
+}
+
 void ZeroOptimizer::step(double lr) {
   if (!grads_reduced_) reduce_gradients();
   c10::NoGradGuard no_grad;
   finish_gathers();  // (normally done by the forward hooks already)
-  if (o_.fused_backward) {
-    step_fused(lr);
-    return;
-  }
-  ++step_;
-  if (o_.delayed_update && step_ > o_.delayed_update_warmup) {
-    step_delayed(lr);
-    return;
-  }
-  if (o_.offload_optimizer == ZeroOptions::Offload::nvme && o_.optimizer == OptimizerType::adamw) {
-    step_nvme(lr);  // AdamW: sub-groups streamed through the staging buffers
-  } else {
-    // In memory; lean optimizers on NVMe bring each unit's state in for its step, the next
-    // unit's reads under way while this one steps.
-    for (std::size_t k = 0; k < units_.size(); ++k) {
-      Unit& u = *units_[k];
-      finish_swap_in(u);
-      if (k + 1 < units_.size()) begin_swap_in(*units_[k + 1]);
-      step_in_memory(u, lr);
-      swap_out(u, /*write=*/true);
-    }
-  }
+  schedule_->step(lr);
   copies_->join();  // the new weights on their way up, before anything computes with them
   gather_whole_units(plan_.overlap_comm);
   grads_reduced_ = false;  // (the reduced gradients are cleared by the next zero_grad)

@@ -1,8 +1,8 @@
 #pragma once
 // ZeroOptimizer's per-unit bookkeeping, shared by its .cpp files: zero_optimizer.cpp (flattening,
 // gathers, hooks), zero_reduce.cpp (gradient reductions), zero_step.cpp (the step in memory),
-// zero_fused.cpp, zero_delayed.cpp and zero_nvme.cpp (the other schedules) and zero_checkpoint.cpp
-// (state, checkpoints, EMA). Not a public header.
+// the schedules (zero_schedules.h) and zero_checkpoint.cpp (state, checkpoints, EMA). Not a
+// public header.
 
 #include <array>
 #include <cstdint>
@@ -26,14 +26,6 @@ namespace zs::zero {
 inline std::int64_t tensor_bytes(const at::Tensor& t) {
   return t.defined() ? t.numel() * static_cast<std::int64_t>(t.element_size()) : 0;
 }
-
-/// delayed_update's per-unit state (zero_delayed.cpp): the gradients the host thread's update reads.
-struct ZeroOptimizer::DelayedUnit {
-  at::Tensor grad;     // [owned] float32, put aside (swapped with shard_grad, or copied)
-  at::Tensor host;     // ... or, when the step's gradient was held in bf16, that (swapped with grad_host)
-  bool held = false;   // the update reads `host`, × scale
-  double scale = 1.0;
-};
 
 /// NVMe offload's per-unit state (zero_nvme.cpp): its regions in the stores (-1: none), a
 /// parameter shard's staging buffer and read under way, and the lean optimizers' swapped state.
@@ -76,12 +68,10 @@ struct ZeroOptimizer::Unit {
   at::Tensor shard_grad;     // [owned] the rank's reduced gradients, where the step reads them
                              // (stages 2-3: compute dtype, as ZeRO counts them; with optimizer
                              // offload, every stage: fp32 on the CPU)
-  std::unique_ptr<DelayedUnit> delayed;  // delayed_update's state of the unit (from its first delayed step)
   at::Tensor master;         // [owned] fp32 master weights (mixed precision / offload; not NVMe)
   std::unique_ptr<UnitOptimizer> optimizer;  // its state and update (AdamW, 8-bit AdamW, Adafactor)
   std::unique_ptr<comm::PendingCollective> pending;  // a gradient reduction under way
   bool reduced = false;                               // its gradients were reduced in this step
-  bool stepped = false;                               // fused_backward: updated in this step
   at::Tensor part;                                    // its reduce-scatter output (stage 2/3)
   at::Tensor ema;                                     // CPU, float32: EMA of the owned slice
   at::Tensor ema_saved;                               // live owned params while the EMA is swapped in
