@@ -1,9 +1,10 @@
 #pragma once
 // A model's frozen parts (text encoders, VAE) while cached outputs leave them idle
 // (TrainableModel::park_frozen): whether they are parked, the device they visit when a call needs
-// them (FrozenVisit), and the captions encoded before they left (the sampling prompts), each
-// caption's rows kept on the CPU. Every family's model holds one.
+// them (FrozenVisit), how often a call brought them back, and the captions encoded before they
+// left (the sampling prompts), each caption's rows kept on the CPU. TrainableModel holds one.
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <string>
@@ -11,7 +12,7 @@
 
 #include <c10/core/Device.h>
 
-#include "models/trainable_model.h"
+#include "models/text_conditioning.h"
 
 namespace zs::models {
 
@@ -28,9 +29,13 @@ class FrozenParking {
   /// Each caption's remembered rows (CPU) when parked and every caption is known; empty otherwise
   /// (then the encoders have to run).
   std::vector<const TextConditioning*> recall(const std::vector<std::string>& captions) const;
+  /// Calls that brought parked parts back (TrainableModel::frozen_visits).
+  std::int64_t visits() const { return visits_; }
+  void count_visit() { ++visits_; }
 
  private:
   bool parked_ = false;
+  std::int64_t visits_ = 0;
   at::Device device_ = at::kCPU;
   std::map<std::string, TextConditioning> remembered_;
 };

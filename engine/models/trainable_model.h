@@ -16,6 +16,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include "models/frozen_parking.h"
 #include "models/model_family.h"
 #include "models/param_unit.h"
 
@@ -57,24 +58,6 @@ template <class Holder>
 torch::nn::Module* module_of(const Holder& holder) {
   return holder ? holder.ptr().get() : nullptr;
 }
-
-/// What the denoiser is conditioned on for a batch of captions. Each family fills what it has.
-struct TextConditioning {
-  at::Tensor context;  ///< [B, T, D] the text sequence the denoiser attends to (SD 1.x: CLIP's last
-                       ///< hidden state; SDXL: both encoders' penultimate states, concatenated)
-  at::Tensor pooled;   ///< [B, P] a pooled text embedding (SDXL: text_encoder_2's text_embeds;
-                       ///< undefined where the family has none)
-  at::Tensor mask;     ///< [B, T] 1 for a caption's tokens, 0 for the padding after them (Qwen-Image:
-                       ///< captions keep their own lengths); undefined: every row is valid
-};
-
-/// `a` then `b` in one batch (classifier-free guidance runs both in one forward). Where their
-/// lengths differ or either has a mask, the shorter is padded with zero rows and the mask marks them.
-TextConditioning concat_conditioning(const TextConditioning& a, const TextConditioning& b);
-
-/// Per-caption rows [n_i, D] as one batch: right-padded with zeros to the longest, with the mask
-/// (int64, 1 valid); the mask stays undefined when every caption has the same length.
-TextConditioning pad_conditioning(const std::vector<at::Tensor>& rows);
 
 class TrainableModel {
  public:
@@ -172,8 +155,8 @@ class TrainableModel {
   /// brings it back for that call only (counted in frozen_visits()).
   virtual void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {},
                            data::LatentCache* text_cache = nullptr) = 0;
-  virtual bool frozen_parked() const = 0;
-  virtual std::int64_t frozen_visits() const = 0;
+  bool frozen_parked() const { return parking_.parked(); }
+  std::int64_t frozen_visits() const { return parking_.visits(); }
   /// Bytes of the frozen parts' weights (what park_frozen takes off the device).
   virtual std::int64_t frozen_bytes() const = 0;
 
@@ -190,6 +173,10 @@ class TrainableModel {
   /// A preset model's weights beside save_folder()'s configs: the base adapter-only checkpoints
   /// refer to. Nothing for a pipeline (its files are the base).
   virtual void save_base(const std::string& dir) const = 0;
+
+ protected:
+  /// The frozen parts' parking (park_frozen): the family's park_frozen and visits use it.
+  FrozenParking parking_;
 };
 
 inline std::vector<std::string> TrainableModel::text_components() const {

@@ -92,15 +92,14 @@ std::int64_t parameter_bytes(const std::vector<torch::nn::Module*>& parts) {
   return n;
 }
 
-FrozenVisit::FrozenVisit(bool parked, const at::Device& device, std::vector<torch::nn::Module*> parts,
-                         const torch::nn::Module* streamed, std::int64_t& visits)
+FrozenVisit::FrozenVisit(FrozenParking& parking, std::vector<torch::nn::Module*> parts, const torch::nn::Module* streamed)
     : parts_(std::move(parts)) {
-  active_ = parked && !device.is_cpu();
+  active_ = parking.parked() && !parking.device().is_cpu();
   if (!active_) return;
   c10::NoGradGuard no_grad;
   std::erase(parts_, streamed);  // it streams itself
-  for (auto* part : parts_) part->to(device);
-  ++visits;
+  for (auto* part : parts_) part->to(parking.device());
+  parking.count_visit();
 }
 
 FrozenVisit::~FrozenVisit() {

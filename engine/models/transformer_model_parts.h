@@ -15,6 +15,7 @@
 
 #include "diffusion/flow_matching.h"
 #include "models/clip_text_model.h"
+#include "models/frozen_parking.h"
 #include "models/param_unit.h"
 #include "models/weights.h"
 #include "models/word_tokenizer.h"
@@ -74,8 +75,7 @@ Module load_transformer_units(const Config& config, const TensorLookup& lookup, 
 /// streamed part moves itself and is left where it is); counts the visit.
 class FrozenVisit {
  public:
-  FrozenVisit(bool parked, const at::Device& device, std::vector<torch::nn::Module*> parts,
-              const torch::nn::Module* streamed, std::int64_t& visits);
+  FrozenVisit(FrozenParking& parking, std::vector<torch::nn::Module*> parts, const torch::nn::Module* streamed);
   ~FrozenVisit();
   FrozenVisit(const FrozenVisit&) = delete;
   FrozenVisit& operator=(const FrozenVisit&) = delete;

@@ -275,7 +275,7 @@ TextConditioning FluxModel::condition(const std::vector<std::string>& captions, 
                                clip->parameters().front().options().device(device));
   if (text_encoders_trained()) return encode(captions, device);  // the whole batch, with gradients
   c10::NoGradGuard no_grad;
-  const FrozenVisit visit(parking_.parked(), parking_.device(), frozen_parts(true, false), t5.ptr().get(), frozen_visits_);
+  const FrozenVisit visit(parking_, frozen_parts(true, false), t5.ptr().get());
   if (captions.size() > 1) {
     // One caption at a time, so a caption's rows never depend on its batch (DiffusionModel says why).
     std::vector<at::Tensor> context, pooled;
@@ -314,7 +314,7 @@ at::Tensor FluxModel::to_model_space(const at::Tensor& images, at::Generator& ge
   const DiagonalGaussian posterior = cached_posteriors(
       images, cache, keys,
       [&](const at::Tensor& image) {
-        const FrozenVisit visit(parking_.parked(), parking_.device(), frozen_parts(false, true), nullptr, frozen_visits_);
+        const FrozenVisit visit(parking_, frozen_parts(false, true), nullptr);
         return vae->encode(image.to(vae->parameters().front().dtype()));
       },
       vae->parameters().front().scalar_type());
@@ -324,7 +324,7 @@ at::Tensor FluxModel::to_model_space(const at::Tensor& images, at::Generator& ge
 at::Tensor FluxModel::to_images(const at::Tensor& samples) {
   if (!vae) return samples;
   c10::NoGradGuard no_grad;
-  const FrozenVisit visit(parking_.parked(), parking_.device(), frozen_parts(false, true), nullptr, frozen_visits_);
+  const FrozenVisit visit(parking_, frozen_parts(false, true), nullptr);
   const at::Tensor z = vae->config().from_model_latents(samples.to(at::kFloat));
   return vae->decode(z.to(vae->parameters().front().scalar_type())).to(at::kFloat);
 }

@@ -122,8 +122,6 @@ class FluxModel final : public TrainableModel {
   /// compute; on the CPU they stay where they are. The captions of `remember` are encoded first.
   void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {},
                    data::LatentCache* text_cache = nullptr) override;
-  bool frozen_parked() const override { return parking_.parked(); }
-  std::int64_t frozen_visits() const override { return frozen_visits_; }
   std::int64_t frozen_bytes() const override;
 
   const std::string& source_path() const override { return pipeline_; }
@@ -149,8 +147,6 @@ class FluxModel final : public TrainableModel {
   std::string pipeline_;
   std::string transformer_file_;  ///< a BFL single file the transformer came from (else the pipeline's)
   Companions companions_;
-  FrozenParking parking_;
-  std::int64_t frozen_visits_ = 0;
 };
 
 }  // namespace zs::models

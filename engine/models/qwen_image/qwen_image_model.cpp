@@ -197,7 +197,7 @@ TextConditioning QwenImageModel::condition(const std::vector<std::string>& capti
     return {tiny_text->forward(word_tokenizer.encode_batch(captions).to(device)).last_hidden_state, {}, {}};
   c10::NoGradGuard no_grad;
   if (tokenizer) text_model();  // loaded before the visit brings it
-  const FrozenVisit visit(parking_.parked(), parking_.device(), frozen_parts(true, false), text_encoder.ptr().get(), frozen_visits_);
+  const FrozenVisit visit(parking_, frozen_parts(true, false), text_encoder.ptr().get());
   // One caption at a time: a caption's rows never depend on its batch (QwenImagePipeline's
   // padding and mask make them equal anyway).
   std::vector<at::Tensor> rows;
@@ -235,7 +235,7 @@ at::Tensor QwenImageModel::to_model_space(const at::Tensor& images, at::Generato
       images, cache, keys,
       [&](const at::Tensor& image) {
         QwenVaeImpl& v = vae_model();
-        const FrozenVisit visit(parking_.parked(), parking_.device(), frozen_parts(false, true), nullptr, frozen_visits_);
+        const FrozenVisit visit(parking_, frozen_parts(false, true), nullptr);
         return v.encode(image.to(dtype));
       },
       dtype);
@@ -246,7 +246,7 @@ at::Tensor QwenImageModel::to_images(const at::Tensor& samples) {
   if (!vae_config_) return samples;
   c10::NoGradGuard no_grad;
   QwenVaeImpl& v = vae_model();
-  const FrozenVisit visit(parking_.parked(), parking_.device(), frozen_parts(false, true), nullptr, frozen_visits_);
+  const FrozenVisit visit(parking_, frozen_parts(false, true), nullptr);
   const at::Tensor z = vae_config_->from_model_latents(samples.to(at::kFloat));
   return v.decode(z.to(v.parameters().front().scalar_type())).to(at::kFloat);
 }

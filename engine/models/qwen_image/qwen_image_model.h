@@ -109,8 +109,6 @@ class QwenImageModel final : public TrainableModel {
   void frozen_to(at::ScalarType compute) override;
   void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {},
                    data::LatentCache* text_cache = nullptr) override;
-  bool frozen_parked() const override { return parking_.parked(); }
-  std::int64_t frozen_visits() const override { return frozen_visits_; }
   std::int64_t frozen_bytes() const override;
 
   const std::string& source_path() const override { return pipeline_; }
@@ -146,8 +144,6 @@ class QwenImageModel final : public TrainableModel {
   std::optional<at::ScalarType> frozen_dtype_;  ///< frozen_to()'s
   at::Device frozen_home_ = at::kCPU;           ///< to()'s device
   std::shared_ptr<AttentionOptions> attention_;  ///< set_attention()'s
-  FrozenParking parking_;  // remembered rows: a caption's context [n, D]
-  std::int64_t frozen_visits_ = 0;
 };
 
 }  // namespace zs::models

@@ -222,7 +222,7 @@ class FrozenVisit {
       : m_(m), text_(text), image_(image), active_(m.parking_.parked()), depth_(m.visiting_[text ? 0 : 1]) {
     if (!active_ || depth_++ > 0) return;
     m_.bring_back(text_, image_);
-    ++m_.frozen_visits_;
+    m_.parking_.count_visit();
   }
   ~FrozenVisit() {
     if (active_ && --depth_ == 0) m_.send_away(text_, image_);

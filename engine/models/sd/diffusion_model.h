@@ -144,10 +144,8 @@ class DiffusionModel final : public TrainableModel {
   /// needs no encoder. No effect on models without frozen parts.
   void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {},
                    data::LatentCache* text_cache = nullptr) override;
-  bool frozen_parked() const override { return parking_.parked(); }
   /// Bytes of the frozen parts' weights (what park_frozen takes off the device).
   std::int64_t frozen_bytes() const override;
-  std::int64_t frozen_visits() const override { return frozen_visits_; }
   const std::string& source_path() const override { return pipeline; }
   bool has_latent_space() const override { return static_cast<bool>(vae); }
 
@@ -173,8 +171,6 @@ class DiffusionModel final : public TrainableModel {
   std::vector<std::pair<std::string, torch::nn::Module*>> frozen_parts(bool text, bool image) const;
   void send_away(bool text, bool image);
   void bring_back(bool text, bool image);
-  FrozenParking parking_;
-  std::int64_t frozen_visits_ = 0;
   int visiting_[2] = {0, 0};  // FrozenVisit depth: text encoders, VAE
 };
 
