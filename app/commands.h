@@ -42,6 +42,9 @@ int run_export_command(const std::vector<std::string>& args);
 /// `zerostudio estimate FILE [--num_processes N] [--gpu-memory SIZE] [--json]`.
 int run_estimate_command(const std::vector<std::string>& args);
 
+/// `zerostudio doctor [CONFIG] [--json]` (doctor_command.cpp).
+int run_doctor_command(const std::vector<std::string>& args);
+
 /// `zerostudio tensorboard RUN_DIR [-o DIR]`.
 int run_tensorboard_command(const std::vector<std::string>& args);
 

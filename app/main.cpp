@@ -35,6 +35,8 @@ const char* kHelp =
     "  export CHECKPOINT ...      consolidate a checkpoint (diffusers, single-file, safetensors,\n"
     "                             LoRA files for kohya/A1111/ComfyUI and diffusers, --merge)\n"
     "  estimate FILE              memory per process and the lowest ZeRO setting that fits\n"
+    "  doctor [FILE]              what this machine offers a run (GPU, driver, memory, NVMe) and\n"
+    "                             whether a config can run here\n"
     "  queue add|list|run ...     the job queue shared with the GUI (remove, move, stop, retry,\n"
     "                             pause, unpause); `queue run` works through it\n"
     "  cache FILE                 fill the latent and text caches (--num_processes N)\n"
@@ -94,6 +96,7 @@ int dispatch(int argc, char** argv) {
   if (first == "checkpoints") return zs::cli::run_checkpoints_command(rest);
   if (first == "export") return zs::cli::run_export_command(rest);
   if (first == "estimate") return zs::cli::run_estimate_command(rest);
+  if (first == "doctor") return zs::cli::run_doctor_command(rest);
   if (first == "cache") return zs::cli::run_cache_command(rest);
   if (first == "tensorboard") return zs::cli::run_tensorboard_command(rest);
   if (first == "model") return zs::cli::run_model_command(rest);

@@ -488,6 +488,14 @@ void wait_until_all_connected(c10d::Store& store, int world_size, std::chrono::m
 
 Communicator::~Communicator() = default;
 
+std::string nccl_version() {
+#if defined(ZS_WITH_CUDA) && defined(USE_C10D_NCCL)
+  return c10d::getNcclVersion();
+#else
+  return "";
+#endif
+}
+
 bool is_collective_failure(const std::string& message) { return message.ends_with(kCollectiveFailureEnd); }
 
 std::optional<RendezvousInfo> rendezvous_from_env() {

@@ -41,6 +41,9 @@ std::optional<RendezvousInfo> rendezvous_from_env();
 /// The launcher tells the two apart when it decides which rank's failure ended a run.
 bool is_collective_failure(const std::string& message);
 
+/// NCCL's version in this build ("2.28.9"); empty without NCCL (CPU builds).
+std::string nccl_version();
+
 /// A collective started in the background; wait() finishes it (or throws like the blocking call).
 class PendingCollective {
  public:

@@ -1,0 +1,79 @@
+#pragma once
+// The system check (`zerostudio doctor`, the GUI's Help > System check): the facts of
+// system_facts.h judged — what keeps training off the GPU, a driver too old for the runtime,
+// GPUs the runtime has no kernels for, host memory against the ready configs, pinned memory,
+// /dev/shm, the NVMe folder — each problem with what to do, and whether a chosen config can run
+// on this machine (its memory through the estimator).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "doctor/system_facts.h"
+
+namespace zs::doctor {
+
+enum class Level { ok, note, warning, problem };
+const char* to_string(Level level);
+
+struct Finding {
+  Level level = Level::note;
+  std::string topic;    ///< "build", "driver", "gpu", "host memory", "pinned memory", "/dev/shm", "offload folder", "config"
+  std::string message;
+  std::string fix;      ///< what to do (empty: nothing to do)
+};
+
+/// What a trainer config needs here, from the estimator (bytes).
+struct ConfigNeed {
+  std::string file;
+  std::string model;            ///< model.preset, or model.path
+  std::int64_t parameters = 0;  ///< every parameter of the model (trained and frozen)
+  int processes = 1;            ///< on this machine
+  bool uses_gpu = false;        ///< launch.use_cpu is false
+  std::int64_t gpu_bytes = 0;   ///< on the device, per process
+  std::int64_t host_bytes = 0;  ///< CPU memory of every process on the machine
+  std::int64_t nvme_bytes = 0;  ///< in NVMe files, every process
+  bool fits_gpu = true;         ///< gpu_bytes within the smallest GPU (true when there is none to compare)
+  bool fits_host = true;        ///< host_bytes within the host memory a run can have
+  std::string error;            ///< why it could not be estimated (the rest is then unset)
+};
+
+struct CheckOptions {
+  std::string config;             ///< a trainer config to judge; empty: none
+  std::vector<std::string> sets;  ///< its KEY=VALUE overrides
+  std::string offload_dir;        ///< the folder to check for NVMe offload; empty: the config's, else $TMPDIR or /tmp
+  std::string configs_dir;        ///< the ready configs; empty: the installed ones, else the source tree's
+  DriverProbe probe = DriverProbe::from_env();
+};
+
+struct SystemReport {
+  BuildFacts build;
+  DriverFacts driver;
+  HostFacts host;
+  FolderFacts offload;
+  std::string runtime_cuda;       ///< the CUDA the GPU runtime has (this build's, else the pinned wheel's)
+  std::string runtime_min_driver; ///< NVIDIA's minimum driver for it
+  std::vector<ConfigNeed> ready_configs;
+  std::optional<ConfigNeed> chosen;
+  bool chosen_runs = true;        ///< the chosen config can run here (true without one)
+  std::vector<Finding> findings;
+  /// Host memory a run can have: the available RAM, or the cgroup limit when lower.
+  std::int64_t host_budget() const;
+};
+
+/// Reads the facts and judges them (a second or two: it writes and reads 1 MiB in the offload
+/// folder and, with CUDA, pins 256 MiB once).
+SystemReport check_system(const CheckOptions& options);
+/// The findings for `report`'s facts (check_system calls it; tests call it on made-up facts).
+void judge(SystemReport& report);
+
+/// One object: build, driver, gpus, runtime, host, shm, offload, ready_configs, config (null
+/// without one), findings, runs (the chosen config can run here).
+nlohmann::json to_json(const SystemReport& report);
+/// The report for a terminal or the GUI's dialog.
+std::string to_text(const SystemReport& report);
+
+}  // namespace zs::doctor
