@@ -1,11 +1,14 @@
 // Engine headers first (LibTorch's before Qt's macros).
 #include "config/config_loader.h"
 #include "config/config_writer.h"
+#include "doctor/system_check.h"
 
 #include "main_window.h"
 
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDialog>
+#include <QDialogButtonBox>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QLabel>
@@ -102,6 +105,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   tools->addSeparator();
   for (QAction* a : {m_start, m_pause, m_stop, m_sample, m_save}) tools->addAction(a);
   auto* help = menuBar()->addMenu(tr("&Help"));
+  help->addAction(tr("&System Check"), this, &MainWindow::showSystemCheck)->setObjectName(QStringLiteral("systemCheck"));
   help->addAction(tr("&About ZeroStudio"), this, &MainWindow::showAbout);
 
   m_status = new QLabel(tr("No config open"), this);
@@ -306,6 +310,29 @@ void MainWindow::closeEvent(QCloseEvent* event) {
     m_controller->stop();  // the controller's destructor waits for the save
   }
   event->accept();
+}
+
+void MainWindow::showSystemCheck() {
+  doctor::CheckOptions o;
+  o.config = m_configPath.toStdString();
+  QApplication::setOverrideCursor(Qt::WaitCursor);  // about a second: the offload folder's I/O, the ready configs
+  const doctor::SystemReport report = doctor::check_system(o);
+  QApplication::restoreOverrideCursor();
+  QDialog dialog(this);
+  dialog.setObjectName(QStringLiteral("systemCheck"));
+  dialog.setWindowTitle(tr("System Check"));
+  auto* text = new QPlainTextEdit(&dialog);
+  text->setReadOnly(true);
+  text->setLineWrapMode(QPlainTextEdit::NoWrap);
+  text->setFont(m_configView->font());
+  text->setPlainText(QString::fromStdString(doctor::to_text(report)));
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close, &dialog);
+  connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+  auto* layout = new QVBoxLayout(&dialog);
+  layout->addWidget(text);
+  layout->addWidget(buttons);
+  dialog.resize(900, 600);
+  dialog.exec();
 }
 
 void MainWindow::showAbout() {

@@ -78,6 +78,8 @@ class MainWindow : public QMainWindow {
   void chooseConfig();
   void chooseRun();
   void showAbout();
+  /// Help > System check: the report of `zerostudio doctor` for this machine and the open config.
+  void showSystemCheck();
   void updateActions();
   void updateStatus();
   void runStateChanged(RunState state);

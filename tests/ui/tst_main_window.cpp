@@ -1,10 +1,14 @@
 // The main window: opens a trainer config, shows its problems, and renders (grabbed to PNG).
+#include <QApplication>
+#include <QDialog>
 #include <QDir>
 #include <QFile>
 #include <QImage>
+#include <QPlainTextEdit>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QTemporaryDir>
+#include <QTimer>
 #include <QtTest>
 
 #include "app_settings.h"
@@ -79,6 +83,24 @@ class TestMainWindow : public QObject {
     QVERIFY(wizard->saveTo(dir.path() + "/new.yaml", false));
     QCOMPARE(window.statusText(), QString("new.yaml: valid"));
     QVERIFY(window.configText().contains("max_steps: 77"));
+  }
+
+  // Help > System Check shows `zerostudio doctor`'s report for this machine and the open config.
+  void helpSystemCheckShowsTheReport() {
+    zs::ui::MainWindow window;
+    QVERIFY(window.openConfig(zs::test::quickstart()));
+    auto* action = window.findChild<QAction*>("systemCheck");
+    QVERIFY(action);
+    QString shown;
+    QTimer::singleShot(0, [&] {
+      auto* dialog = qobject_cast<QDialog*>(QApplication::activeModalWidget());
+      if (!dialog) return;
+      if (auto* text = dialog->findChild<QPlainTextEdit*>()) shown = text->toPlainText();
+      dialog->reject();
+    });
+    action->trigger();  // returns when the dialog closes
+    QVERIFY2(shown.contains("system check") && shown.contains("Host memory") && shown.contains("Offload"), qPrintable(shown));
+    QVERIFY2(shown.contains("quickstart.yaml can run here"), qPrintable(shown));
   }
 
   void showsEveryProblemOfABadConfig() {
