@@ -111,6 +111,10 @@ void judge(SystemReport& r) {
   const GpuRuntime& rt = gpu_runtime();
   r.runtime_cuda = r.build.cuda_build && !r.build.cuda.empty() ? r.build.cuda : rt.cuda;
   r.runtime_min_driver = min_driver_for_cuda(r.runtime_cuda);
+  r.driver_ok = r.driver.present && !r.runtime_min_driver.empty() && !version_less(r.driver.version, r.runtime_min_driver);
+  r.unsupported_gpus.clear();
+  for (const auto& g : r.driver.gpus)
+    if (g.cc > 0 && g.cc < rt.oldest_cc) r.unsupported_gpus.push_back(g.index);
   const std::string gpu_build_fix =
       "use the GPU build: `make run` on this machine builds it (its CUDA LibTorch comes from the pinned "
       "PyTorch " + rt.torch + " wheel), or install the zerostudio-cuda package";
@@ -132,13 +136,13 @@ void judge(SystemReport& r) {
         "bookworm-backports or NVIDIA's repository), then reboot; in a container, start it with the GPUs (docker run --gpus all)");
   } else {
     add(r, Level::ok, "driver", "NVIDIA driver " + r.driver.version + (r.driver.cuda.empty() ? "" : " (CUDA " + r.driver.cuda + ")"));
-    if (!r.runtime_min_driver.empty() && !r.driver.version.empty() && version_less(r.driver.version, r.runtime_min_driver))
+    if (!r.runtime_min_driver.empty() && !r.driver.version.empty() && !r.driver_ok)
       add(r, Level::problem, "driver", "driver " + r.driver.version + " is older than CUDA " + r.runtime_cuda +
           " needs (" + r.runtime_min_driver + " or newer): the GPU runtime cannot start on it",
           "update the NVIDIA driver to " + r.runtime_min_driver + " or newer; or keep this driver and use a runtime "
           "for an older CUDA (" + rt.older_runtime + ")");
     for (const auto& g : r.driver.gpus)
-      if (g.cc > 0 && g.cc < rt.oldest_cc)
+      if (std::count(r.unsupported_gpus.begin(), r.unsupported_gpus.end(), g.index))
         add(r, Level::problem, "gpu", "GPU " + std::to_string(g.index) + " (" + g.name + ", compute capability " + cc_text(g.cc) +
             ") is older than the runtime's oldest (" + cc_text(rt.oldest_cc) + "): CUDA " + r.runtime_cuda +
             " has no kernels for it", "use " + rt.older_runtime + ", or a newer GPU");
@@ -311,9 +315,6 @@ nlohmann::json to_json(const SystemReport& r) {
   for (const auto& f : r.findings)
     findings.push_back({{"level", to_string(f.level)}, {"topic", f.topic}, {"message", f.message}, {"fix", f.fix}});
   const GpuRuntime& rt = gpu_runtime();
-  std::vector<int> unsupported;
-  for (const auto& g : r.driver.gpus)
-    if (g.cc > 0 && g.cc < rt.oldest_cc) unsupported.push_back(g.index);
   return json{
       {"build", {{"zerostudio", r.build.zerostudio}, {"torch", r.build.torch}, {"cuda_build", r.build.cuda_build},
                  {"cuda", r.build.cuda}, {"nccl", r.build.nccl}, {"cuda_usable", r.build.cuda_usable},
@@ -321,8 +322,8 @@ nlohmann::json to_json(const SystemReport& r) {
       {"driver", {{"present", r.driver.present}, {"version", r.driver.version}, {"cuda", r.driver.cuda}, {"note", r.driver.note}}},
       {"gpus", gpus},
       {"runtime", {{"torch", rt.torch}, {"cuda", r.runtime_cuda}, {"min_driver", r.runtime_min_driver},
-                   {"driver_ok", r.driver.present && !r.runtime_min_driver.empty() && !version_less(r.driver.version, r.runtime_min_driver)},
-                   {"oldest_compute_capability", cc_text(rt.oldest_cc)}, {"unsupported_gpus", unsupported},
+                   {"driver_ok", r.driver_ok},
+                   {"oldest_compute_capability", cc_text(rt.oldest_cc)}, {"unsupported_gpus", r.unsupported_gpus},
                    {"older_runtime", rt.older_runtime}}},
       {"host", {{"ram_total", r.host.ram_total}, {"ram_available", r.host.ram_available},
                 {"cgroup_limit", r.host.cgroup_limit}, {"memlock_limit", r.host.memlock_limit}, {"budget", r.host_budget()},

@@ -56,6 +56,8 @@ struct SystemReport {
   FolderFacts offload;
   std::string runtime_cuda;       ///< the CUDA the GPU runtime has (this build's, else the pinned wheel's)
   std::string runtime_min_driver; ///< NVIDIA's minimum driver for it
+  bool driver_ok = false;         ///< a driver at or above runtime_min_driver is present
+  std::vector<int> unsupported_gpus;  ///< indices of the GPUs below the runtime's oldest compute capability
   std::vector<ConfigNeed> ready_configs;
   std::optional<ConfigNeed> chosen;
   bool chosen_runs = true;        ///< the chosen config can run here (true without one)

@@ -85,7 +85,9 @@ std::string trim(std::string s) {
   return s.substr(first, s.find_last_not_of(" \t\r\n") - first + 1);
 }
 
-std::string read_file(const std::string& path) {
+/// A whole file, or empty when it cannot be read (an absent file is a fact here, not an error:
+/// io::read_file throws).
+std::string read_if_present(const std::string& path) {
   std::ifstream in(path);
   std::ostringstream s;
   s << in.rdbuf();
@@ -102,12 +104,12 @@ std::int64_t meminfo(const std::string& text, const std::string& key) {
 std::int64_t cgroup_memory_limit() {
   // cgroup v2: the process's own group (0::/path), else the root's; v1: memory.limit_in_bytes.
   std::string group = "/";
-  std::istringstream lines(read_file("/proc/self/cgroup"));
+  std::istringstream lines(read_if_present("/proc/self/cgroup"));
   for (std::string line; std::getline(lines, line);)
     if (line.rfind("0::", 0) == 0) group = line.substr(3);
   for (const std::string& file : {"/sys/fs/cgroup" + group + "/memory.max", std::string("/sys/fs/cgroup/memory.max"),
                                   std::string("/sys/fs/cgroup/memory/memory.limit_in_bytes")}) {
-    const std::string v = trim(read_file(file));
+    const std::string v = trim(read_if_present(file));
     if (v.empty()) continue;
     if (v == "max") return -1;
     const std::int64_t bytes = std::atoll(v.c_str());
@@ -134,7 +136,7 @@ DriverFacts probe_driver(const DriverProbe& probe) {
   DriverFacts d;
   // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 ..."
   static const std::regex version_re(R"((\d+\.\d+(?:\.\d+)?))");
-  const std::string proc = read_file(probe.proc_version);
+  const std::string proc = read_if_present(probe.proc_version);
   std::smatch m;
   if (const auto at = proc.find("Kernel Module"); at != std::string::npos) {
     const std::string rest = proc.substr(at);
@@ -194,7 +196,7 @@ BuildFacts build_facts() {
 
 HostFacts host_facts(bool try_pinned) {
   HostFacts h;
-  const std::string mem = read_file("/proc/meminfo");
+  const std::string mem = read_if_present("/proc/meminfo");
   h.ram_total = meminfo(mem, "MemTotal");
   h.ram_available = meminfo(mem, "MemAvailable");
   h.cgroup_limit = cgroup_memory_limit();
