@@ -1,11 +1,15 @@
 # ZeroStudio: two commands do all the setup on Debian 12.
-#   make run           install what is missing, build, run the quickstart (GUI with a display, else headless)
+#   make run           install what is missing, build, run the quickstart (GUI with a display, else
+#                      headless): with an NVIDIA driver, the GPU build in build-cuda/ against the
+#                      CUDA runtime (scripts/zs-runtime, made once under ~/.cache/zerostudio);
+#                      ZS_CPU=1 forces the CPU build
 #   make test          install what is missing, build, run every test (Debian's LibTorch 1.13, no peer Python)
-#   make test-torch2   the same code against PyTorch 2.x's LibTorch with the CUDA paths compiled, in
-#                      build-torch2/, plus the Python peer tests (the pinned environment in .venv/)
+#   make test-torch2   the same code against the GPU build's LibTorch (the runtime's PyTorch 2.x, CUDA
+#                      paths compiled), in build-torch2/, plus the Python peer tests (.venv/)
 #   make fuzz          the libFuzzer targets (tests/fuzz), FUZZ_SECONDS each under ASan + UBSan, in
 #                      build-fuzz/ (clang); a finding fails it and is kept in tests/fuzz/regressions/
-# Other targets: deps, peers, configure, build, build-torch2, build-fuzz, package, bench, docs, guide, clean.
+# Other targets: deps, peers, runtime, configure, build, build-cuda, build-torch2, build-fuzz, package,
+# package-cuda, bench, docs, guide, clean.
 
 BUILD      ?= build
 BUILD_TYPE ?= Release
@@ -26,8 +30,15 @@ VENV        := .venv
 PEER_PY     := $(VENV)/bin/python
 PIP_VERSION := 25.3
 TORCH2_BUILD ?= build-torch2
-# What make test-torch2 runs: unit and e2e tests, one exactness row per ZeRO stage, the peer tests.
-TORCH2_LABELS := unit|e2e|dist_row|peers
+# The GPU build of make run and of the zerostudio-cuda package.
+CUDA_BUILD   ?= build-cuda
+# The CUDA runtime both GPU builds and build-torch2 link (scripts/zs-runtime: torch's wheel and its
+# CUDA libraries, keyed by the pin), and the CMake arguments of a build against it.
+RUNTIME_DIR  := $(shell scripts/zs-runtime path)
+RUNTIME_ARGS  = -DCMAKE_PREFIX_PATH=$(RUNTIME_DIR)/torch/share/cmake -DZS_REQUIRE_CUDA_BUILD=ON -DZS_WERROR=ON
+# What make test-torch2 runs: unit and e2e tests, one exactness row per ZeRO stage, the peer tests,
+# and the package test (there: the GPU package, zerostudio-cuda).
+TORCH2_LABELS := unit|e2e|dist_row|peers|package
 # The fuzz build (clang, sanitizers, the engine and tests/fuzz only) and each target's time in make fuzz.
 FUZZ_BUILD   ?= build-fuzz
 FUZZ_SECONDS ?= 20
@@ -36,8 +47,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 ZS := $(BUILD)/app/zerostudio
 
-.PHONY: all deps peers configure build run test configure-torch2 build-torch2 test-torch2 configure-fuzz build-fuzz fuzz \
-        package bench docs guide clean
+.PHONY: all deps peers runtime configure build run run-cpu run-gpu configure-cuda build-cuda test configure-torch2 build-torch2 test-torch2 configure-fuzz build-fuzz fuzz \
+        package package-cuda bench docs guide clean
 
 all: build
 
@@ -64,9 +75,38 @@ configure: deps
 build: deps $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job on the built-in quickstart.
-run: build
-	@scripts/run_quickstart.sh $(ZS)
+# The quickstart, on the GPU where there is an NVIDIA driver (scripts/nvidia-driver: the kernel
+# module's version file or nvidia-smi's GPU list; ZEROSTUDIO_NVIDIA_PROC / ZEROSTUDIO_NVIDIA_SMI
+# play another machine), else on the CPU build. ZS_CPU=1 forces the CPU build.
+run:
+	@if [ "$${ZS_CPU:-0}" != 1 ] && scripts/nvidia-driver; then \
+	  $(MAKE) --no-print-directory run-gpu; else $(MAKE) --no-print-directory run-cpu; fi
+
+run-cpu: build
+	@scripts/run_quickstart.sh $(ZS) cpu
+
+run-gpu: build-cuda
+	@scripts/run_quickstart.sh $(CUDA_BUILD)/app/zerostudio gpu
+
+# The runtime folder (a no-op when it is complete: every clone shares it).
+runtime:
+	@scripts/zs-runtime install
+
+# A configured folder is configured again from scratch when its LibTorch is not the runtime's.
+reset_if_other_torch = if [ -f $(1)/CMakeCache.txt ] && ! grep -qx "Torch_DIR:PATH=$(RUNTIME_DIR)/torch/share/cmake/Torch" \
+  $(1)/CMakeCache.txt; then echo "$(1): LibTorch changes to the runtime's: configuring again"; rm -f $(1)/CMakeCache.txt; fi
+
+# The GPU build: the runtime's LibTorch, linked with a RUNPATH into it (no LD_LIBRARY_PATH). Torch's
+# CMake compiles with nvcc: NVIDIA's CUDA toolkit must be installed (make deps does not).
+configure-cuda: deps runtime
+	@command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { \
+	  echo "make: the GPU build needs NVIDIA's CUDA toolkit $$(sed -n 's/^CUDA_TAG=cu\(..\)\(.\)$$/\1.\2/p' scripts/zs-runtime)" \
+	       "(nvcc, headers): install it from NVIDIA's Debian 12 repository (docs/guide/install.md), or run ZS_CPU=1 make run" >&2; exit 1; }
+	@$(call reset_if_other_torch,$(CUDA_BUILD))
+	cmake -S . -B $(CUDA_BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(RUNTIME_ARGS) $(CMAKE_ARGS)
+
+build-cuda: configure-cuda
+	cmake --build $(CUDA_BUILD) -j $(JOBS) --target zerostudio zs_shell_docs
 
 # $(call run_ctest,BUILD_DIR,CTEST_ARGS): the tests of a build folder, $(JOBS) at a time, each with its
 # share of the cores as OpenMP threads (zerostudio launch gives each rank the same). Debian's
@@ -101,12 +141,13 @@ $(VENV)/.pinned: tests/peers/requirements.txt
 
 peers: $(VENV)/.pinned
 
-# The PyTorch 2.x build: .venv's LibTorch (C++11 ABI, CUDA 13), the CUDA paths required,
-# warnings as errors, the peer tests registered.
-configure-torch2: peers
-	cmake -S . -B $(TORCH2_BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) \
-	  -DCMAKE_PREFIX_PATH="$$($(PEER_PY) -c 'import torch; print(torch.utils.cmake_prefix_path)')" \
-	  -DZS_PEER_PYTHON=$(abspath $(PEER_PY)) -DZS_REQUIRE_CUDA_BUILD=ON -DZS_WERROR=ON $(CMAKE_ARGS)
+# The PyTorch 2.x build: the GPU build's LibTorch (the runtime's: C++11 ABI, CUDA 13, the same
+# compile flags as build-cuda, so each compiles what the other's ccache entries miss), the CUDA
+# paths required, warnings as errors, the peer tests registered (.venv's Python).
+configure-torch2: peers runtime
+	@$(call reset_if_other_torch,$(TORCH2_BUILD))
+	cmake -S . -B $(TORCH2_BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(RUNTIME_ARGS) \
+	  -DZS_PEER_PYTHON=$(abspath $(PEER_PY)) $(CMAKE_ARGS)
 
 build-torch2: configure-torch2
 	cmake --build $(TORCH2_BUILD) -j $(JOBS)
@@ -130,6 +171,11 @@ fuzz: build-fuzz
 package: build
 	cd $(BUILD) && cpack -G DEB
 
+# The GPU package: $(CUDA_BUILD)/zerostudio-cuda_<version>_amd64.deb, the GPU build with its
+# RUNPATH in /var/lib/zerostudio (the runtime `zerostudio runtime install` makes there).
+package-cuda: build-cuda
+	cd $(CUDA_BUILD) && cmake --build . -j $(JOBS) && cpack -G DEB
+
 # The user guide's screenshots, from the UI tests under Xvfb (docs/guide/images).
 guide: build
 	@scripts/guide_screenshots.sh $(BUILD)
@@ -142,4 +188,4 @@ docs: build
 	$(ZS) config schema --markdown > docs/CONFIG.md
 
 clean:
-	rm -rf $(BUILD) $(TORCH2_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(TORCH2_BUILD) $(CUDA_BUILD) $(FUZZ_BUILD)

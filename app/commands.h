@@ -44,6 +44,7 @@ int run_estimate_command(const std::vector<std::string>& args);
 
 /// `zerostudio doctor [CONFIG] [--json]` (doctor_command.cpp).
 int run_doctor_command(const std::vector<std::string>& args);
+int run_runtime_command(const std::vector<std::string>& args);
 
 /// `zerostudio tensorboard RUN_DIR [-o DIR]`.
 int run_tensorboard_command(const std::vector<std::string>& args);

@@ -1,11 +1,19 @@
 // `zerostudio doctor`: what this machine and build offer a training run, what keeps it off the
 // GPU, and whether a chosen config can run here (engine/doctor/system_check.h).
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
 #include "arg_parser.h"
 #include "commands.h"
+#include "core/error.h"
+#include "core/install_paths.h"
 #include "doctor/system_check.h"
 
 namespace zs::cli {
@@ -27,7 +35,29 @@ const CommandSpec kDoctor{
      {"set", "KEY=VALUE", "Override one key of CONFIG, validated by the schema (repeatable)", true}},
     0, 1};
 
-const RegisterCommands kRegisterDoctorCommand{{&kDoctor}};
+const CommandSpec kRuntime{
+    "runtime", "install|remove|status|path|download [--dir DIR] [--from WHEELS]",
+    "The GPU build's CUDA runtime: PyTorch's pinned wheel and its CUDA libraries (about 4 GB).",
+    "install: fetch it from PyPI once (or from WHEELS, a folder `download WHEELS` filled on a machine\n"
+    "that is online) into its folder: /var/lib/zerostudio/runtime-<pin> for the zerostudio-cuda\n"
+    "package (run it with sudo), ~/.cache/zerostudio/runtime-<pin> for a build of make run.\n"
+    "remove: delete it and free its space. status: whether it is complete (exit 1 when not).\n"
+    "The GPU build finds the folder through its RUNPATH and refuses to start on another version.",
+    {{"dir", "DIR", "Another runtime folder"}, {"from", "WHEELS", "Install from this folder of wheels, offline"}},
+    1, 2};
+
+const RegisterCommands kRegisterDoctorCommand{{&kDoctor, &kRuntime}};
+
+/// scripts/zs-runtime: installed beside the program's modules, else in the source tree.
+std::string runtime_script() {
+  const InstallPaths& paths = install_paths();
+  if (paths.installed) return paths.prefix + "/lib/zerostudio/zs-runtime";
+#ifdef ZS_RUNTIME_SCRIPT
+  return ZS_RUNTIME_SCRIPT;
+#else
+  return "";
+#endif
+}
 
 }  // namespace
 
@@ -46,6 +76,28 @@ int run_doctor_command(const std::vector<std::string>& args) {
   if (a.has("json")) std::cout << doctor::to_json(report).dump(2) << "\n";
   else std::cout << doctor::to_text(report);
   return report.chosen_runs ? 0 : 1;
+}
+
+int run_runtime_command(const std::vector<std::string>& args) {
+  const ParsedArgs a = parse_args(kRuntime, args);
+  if (a.help) {
+    std::cout << kRuntime.help();
+    return 0;
+  }
+  const std::string script = runtime_script();
+  if (script.empty() || !std::filesystem::exists(script))
+    throw Error(ErrorKind::io, "the runtime script (zs-runtime) is not at '" + script + "': reinstall ZeroStudio");
+  std::vector<std::string> argv_text{script};
+  for (const auto& p : a.positional()) argv_text.push_back(p);
+  if (a.has("dir")) argv_text.insert(argv_text.end(), {"--dir", a.get("dir")});
+  if (a.has("from")) argv_text.insert(argv_text.end(), {"--from", a.get("from")});
+  if (install_paths().installed) setenv("ZS_RUNTIME_SYSTEM", "1", 1);
+  std::vector<char*> argv;
+  for (auto& t : argv_text) argv.push_back(t.data());
+  argv.push_back(nullptr);
+  std::cout.flush();
+  execv(script.c_str(), argv.data());
+  throw Error(ErrorKind::io, script + ": cannot run it: " + std::strerror(errno));
 }
 
 }  // namespace zs::cli

@@ -12,6 +12,7 @@
 #include "config/problem.h"
 #include "core/build_info.h"
 #include "core/text.h"
+#include "doctor/system_facts.h"
 
 #ifdef ZS_HAVE_GUI
 #include "gui_main.h"
@@ -37,6 +38,7 @@ const char* kHelp =
     "  estimate FILE              memory per process and the lowest ZeRO setting that fits\n"
     "  doctor [FILE]              what this machine offers a run (GPU, driver, memory, NVMe) and\n"
     "                             whether a config can run here\n"
+    "  runtime install|remove     the GPU build's CUDA runtime (PyTorch's wheel, about 4 GB)\n"
     "  queue add|list|run ...     the job queue shared with the GUI (remove, move, stop, retry,\n"
     "                             pause, unpause); `queue run` works through it\n"
     "  cache FILE                 fill the latent and text caches (--num_processes N)\n"
@@ -97,6 +99,7 @@ int dispatch(int argc, char** argv) {
   if (first == "export") return zs::cli::run_export_command(rest);
   if (first == "estimate") return zs::cli::run_estimate_command(rest);
   if (first == "doctor") return zs::cli::run_doctor_command(rest);
+  if (first == "runtime") return zs::cli::run_runtime_command(rest);
   if (first == "cache") return zs::cli::run_cache_command(rest);
   if (first == "tensorboard") return zs::cli::run_tensorboard_command(rest);
   if (first == "model") return zs::cli::run_model_command(rest);
@@ -128,6 +131,15 @@ void linger_for_tests() {
 
 int main(int argc, char** argv) {
   try {
+    // The GPU build refuses a runtime folder other than the one it was built for, with what to
+    // do, rather than failing inside LibTorch; `zerostudio runtime` still runs, to make it again.
+    if (argc < 2 || std::string(argv[1]) != "runtime") {
+      const zs::doctor::RuntimeFacts runtime = zs::doctor::runtime_facts();
+      if (!runtime.problem.empty()) {
+        std::cerr << "error: " << runtime.problem << "\n";
+        return 1;
+      }
+    }
     return dispatch(argc, argv);
   } catch (const zs::cli::UsageError& e) {
     std::cerr << "zerostudio: " << zs::printable(e.what()) << "\nRun 'zerostudio --help' for usage.\n";

@@ -180,7 +180,8 @@ std::string man_page() {
          "(default \\fI~/.cache\\fR).\n"
          ".TP\n\\fI~/ZeroStudio/runs\\fR\nRun folders of the installed program (a config's logging.runs_root wins).\n"
          ".TP\n\\fI/usr/share/zerostudio/configs\\fR\nReady trainer configs, the quickstart first.\n"
-      << ".SH SEE ALSO\nThe user guide in \\fI/usr/share/doc/zerostudio/guide\\fR; "
+      << ".SH SEE ALSO\nThe user guide in \\fI/usr/share/doc/zerostudio/guide\\fR (\\fIzerostudio\\-cuda/guide\\fR for the GPU "
+         "package); "
          "\\fBzerostudio config schema \\-\\-markdown\\fR for every config key.\n";
   return out.str();
 }

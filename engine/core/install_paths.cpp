@@ -25,8 +25,11 @@ InstallPaths detect() {
   InstallPaths p;
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec && exe.parent_path().filename() == "bin") {
-    const fs::path prefix = exe.parent_path().parent_path();
+  // <prefix>/bin/zerostudio, or <prefix>/lib/zerostudio/zerostudio behind the GPU package's launcher.
+  const bool in_bin = exe.parent_path().filename() == "bin";
+  const bool in_lib = exe.parent_path().filename() == "zerostudio" && exe.parent_path().parent_path().filename() == "lib";
+  if (!ec && (in_bin || in_lib)) {
+    const fs::path prefix = in_bin ? exe.parent_path().parent_path() : exe.parent_path().parent_path().parent_path();
     if (fs::is_directory(prefix / "share" / "zerostudio" / "configs", ec)) {
       p.installed = true;
       p.prefix = prefix.string();

@@ -1,7 +1,8 @@
 #pragma once
 // Where ZeroStudio keeps its files. The installed program (a package: the executable in
-// <prefix>/bin with <prefix>/share/zerostudio beside it) follows the XDG base directories: settings
-// under $XDG_CONFIG_HOME/zerostudio, caches under $XDG_CACHE_HOME/zerostudio, runs under
+// <prefix>/bin, or in <prefix>/lib/zerostudio behind the GPU package's launcher, with
+// <prefix>/share/zerostudio) follows the XDG base directories: settings under
+// $XDG_CONFIG_HOME/zerostudio, caches under $XDG_CACHE_HOME/zerostudio, runs under
 // ~/ZeroStudio/runs. Run from a build tree it keeps today's places: runs/ and runs/.latent-cache
 // relative to the working folder.
 

@@ -104,7 +104,83 @@ std::string why_no_gpu(const SystemReport& r) {
   return "";
 }
 
+std::string gpu_build_fix() {
+  return "use the GPU build: `make run` on this machine builds it (its CUDA LibTorch comes from the pinned "
+         "PyTorch " + gpu_runtime().torch + " wheel), or install the zerostudio-cuda package";
+}
+
+std::string gib(std::int64_t bytes) {
+  std::ostringstream o;
+  o.precision(1);
+  o << std::fixed << static_cast<double>(bytes) / static_cast<double>(std::int64_t{1} << 30) << " GiB";
+  return o.str();
+}
+
 }  // namespace
+
+std::string DevicePlan::text() const { return gpu ? device : "CPU (" + why_cpu + ")"; }
+
+std::string DevicePlan::consent_message(const std::string& file, const std::string& how) const {
+  return file + " trains " + model + ", a full-size model (" + std::to_string(parameters / 1'000'000) +
+         " M parameters in its denoiser), on the CPU because " + why_cpu + ": that takes hours to days a GPU does in minutes. " +
+         (fix.empty() ? "" : "To use a GPU: " + fix + ". ") + "To train on the CPU anyway: " + how + ".";
+}
+
+DevicePlan plan_device(const config::TrainerConfig& cfg, int processes, const DriverProbe& probe) {
+  DevicePlan p;
+  p.model = cfg.model.preset.empty() ? cfg.model.path : cfg.model.preset;
+  // The size of what trains: the model files when they are there (a preset beside a path only
+  // names the architecture the estimate assumes; tests point ready configs at tiny fixtures),
+  // else the preset's.
+  std::error_code ec;
+  const bool files = !cfg.model.path.empty() && fs::exists(cfg.model.path, ec);
+  config::TrainerConfig from_files = cfg;
+  if (files) from_files.model.preset.clear();
+  for (const config::TrainerConfig* c : std::initializer_list<const config::TrainerConfig*>{&from_files, &cfg}) {
+    try {
+      // The denoiser's own weights (UNet or transformer): frozen encoders a family counts from
+      // the architecture alone (Qwen-Image's 7 B language model) say nothing of a test fixture.
+      const models::ModelShape shape = models::model_shape(*c);
+      p.parameters = 0;
+      for (const auto& unit : shape.units) p.parameters += unit.parameters;
+      break;
+    } catch (const std::exception&) {
+      p.parameters = 0;  // not estimable (the run itself names the problem): never refused for size
+    }
+  }
+  // A full-size preset without model.path cannot train at all: the trainer says so, not this.
+  p.full_size = p.parameters >= kFullSizeParameters && !cfg.model.path.empty();
+  if (cfg.launch.use_cpu) {
+    p.why_cpu = "the config sets launch.use_cpu: true";
+    p.fix = "set launch.use_cpu: false";
+    p.device = "CPU";
+    return p;
+  }
+  const BuildFacts build = build_facts();
+  if (!build.cuda_build) {
+    p.why_cpu = "this is the CPU build (LibTorch " + build.torch + " without CUDA)";
+    p.fix = gpu_build_fix();
+  } else if (!build.cuda_usable) {
+    const DriverFacts driver = probe_driver(probe);
+    p.why_cpu = !driver.present ? "there is no NVIDIA driver" : "LibTorch sees no CUDA device (`zerostudio doctor` says why)";
+    p.fix = !driver.present ? "install NVIDIA's driver " + gpu_runtime().min_driver + " or newer" : "see `zerostudio doctor`";
+  }
+  if (!p.why_cpu.empty()) {
+    p.device = "CPU";
+    return p;
+  }
+  p.gpu = true;
+  const DriverFacts driver = probe_driver(probe);
+  const int used = std::max(1, std::min(processes, std::max(build.devices, 1)));
+  std::string names;
+  for (int i = 0; i < used && i < static_cast<int>(driver.gpus.size()); ++i) {
+    const std::string one = driver.gpus[static_cast<std::size_t>(i)].name + " (" +
+                            gib(driver.gpus[static_cast<std::size_t>(i)].memory_bytes) + ")";
+    if (names.find(one) == std::string::npos) names += (names.empty() ? "" : ", ") + one;
+  }
+  p.device = (used == 1 ? "GPU 0" : "GPUs 0-" + std::to_string(used - 1)) + (names.empty() ? "" : ": " + names);
+  return p;
+}
 
 void judge(SystemReport& r) {
   r.findings.clear();
@@ -115,11 +191,14 @@ void judge(SystemReport& r) {
   r.unsupported_gpus.clear();
   for (const auto& g : r.driver.gpus)
     if (g.cc > 0 && g.cc < rt.oldest_cc) r.unsupported_gpus.push_back(g.index);
-  const std::string gpu_build_fix =
-      "use the GPU build: `make run` on this machine builds it (its CUDA LibTorch comes from the pinned "
-      "PyTorch " + rt.torch + " wheel), or install the zerostudio-cuda package";
+  const std::string gpu_build_fix = doctor::gpu_build_fix();
 
-  // The build and the driver.
+  // The build, its runtime and the driver.
+  if (!r.runtime.problem.empty())
+    add(r, Level::problem, "runtime", r.runtime.problem);
+  else if (r.runtime.runtime_build)
+    add(r, Level::ok, "runtime", "torch " + r.runtime.found + " in " + r.runtime.folder +
+        " (`zerostudio runtime remove` frees its space)");
   if (!r.build.cuda_build) {
     if (r.driver.present && !r.driver.gpus.empty())
       add(r, Level::warning, "build", "this is the CPU build (LibTorch " + r.build.torch + "): runs train on the CPU although "
@@ -246,6 +325,7 @@ void judge(SystemReport& r) {
 SystemReport check_system(const CheckOptions& options) {
   SystemReport r;
   r.build = build_facts();
+  r.runtime = runtime_facts();
   r.driver = probe_driver(options.probe);
   r.host = host_facts(r.build.cuda_usable);
   const std::int64_t gpu_memory = smallest_gpu(r.driver);
@@ -324,7 +404,9 @@ nlohmann::json to_json(const SystemReport& r) {
       {"runtime", {{"torch", rt.torch}, {"cuda", r.runtime_cuda}, {"min_driver", r.runtime_min_driver},
                    {"driver_ok", r.driver_ok},
                    {"oldest_compute_capability", cc_text(rt.oldest_cc)}, {"unsupported_gpus", r.unsupported_gpus},
-                   {"older_runtime", rt.older_runtime}}},
+                   {"older_runtime", rt.older_runtime}, {"pin", rt.pin()},
+                   {"runtime_build", r.runtime.runtime_build}, {"folder", r.runtime.folder},
+                   {"found", r.runtime.found}, {"problem", r.runtime.problem}}},
       {"host", {{"ram_total", r.host.ram_total}, {"ram_available", r.host.ram_available},
                 {"cgroup_limit", r.host.cgroup_limit}, {"memlock_limit", r.host.memlock_limit}, {"budget", r.host_budget()},
                 {"pinned", {{"checked", r.host.pinned_checked}, {"ok", r.host.pinned_ok}, {"bytes", r.host.pinned_bytes},
@@ -357,6 +439,9 @@ std::string to_text(const SystemReport& r) {
         << (g.cc > 0 ? cc_text(g.cc) : "?") << "\n";
   out << "Runtime     CUDA " << r.runtime_cuda << " (torch " << rt.torch << "): driver " << r.runtime_min_driver
       << " or newer, GPUs of compute capability " << cc_text(rt.oldest_cc) << " or newer\n";
+  if (!r.runtime.folder.empty())
+    out << "LibTorch    " << (r.runtime.found.empty() ? std::string("") : "torch " + r.runtime.found + " in ") << r.runtime.folder
+        << (r.runtime.runtime_build ? " (the runtime of `zerostudio runtime`)" : "") << "\n";
   out << "Host memory " << format_bytes(r.host.ram_available) << " available of " << format_bytes(r.host.ram_total)
       << (r.host.cgroup_limit > 0 ? ", cgroup limit " + format_bytes(r.host.cgroup_limit) : "") << ", ulimit -l "
       << (r.host.memlock_limit < 0 ? std::string("unlimited") : format_bytes(r.host.memlock_limit)) << "\n";

@@ -14,6 +14,10 @@
 
 #include "doctor/system_facts.h"
 
+namespace zs::config {
+struct TrainerConfig;
+}
+
 namespace zs::doctor {
 
 enum class Level { ok, note, warning, problem };
@@ -21,7 +25,7 @@ const char* to_string(Level level);
 
 struct Finding {
   Level level = Level::note;
-  std::string topic;    ///< "build", "driver", "gpu", "host memory", "pinned memory", "/dev/shm", "offload folder", "config"
+  std::string topic;    ///< "build", "runtime", "driver", "gpu", "host memory", "pinned memory", "/dev/shm", "offload folder", "config"
   std::string message;
   std::string fix;      ///< what to do (empty: nothing to do)
 };
@@ -51,6 +55,7 @@ struct CheckOptions {
 
 struct SystemReport {
   BuildFacts build;
+  RuntimeFacts runtime;           ///< where the GPU build's LibTorch came from
   DriverFacts driver;
   HostFacts host;
   FolderFacts offload;
@@ -65,6 +70,30 @@ struct SystemReport {
   /// Host memory a run can have: the available RAM, or the cgroup limit when lower.
   std::int64_t host_budget() const;
 };
+
+/// Where a run of a config trains on this machine, and why: the trainer's own choice
+/// (Trainer::State::choose_device: a GPU when launch.use_cpu is false and CUDA is usable), told
+/// before it starts. A full-size model (a denoiser of 500 M parameters and more: SD 1.5's UNet,
+/// SDXL, Flux.1, Qwen-Image, presets or folders of that size) on the CPU needs consent: `train`/`launch` refuse it
+/// without --allow-cpu and the GUI asks; tiny presets and test fixtures never do.
+struct DevicePlan {
+  bool gpu = false;
+  std::string device;        ///< "GPU 0: NVIDIA H200 (140.4 GiB)", "GPUs 0-1: NVIDIA H200 (…)", or "CPU"
+  std::string why_cpu;       ///< on the CPU: why ("launch.use_cpu: true", "this is the CPU build (…)", …)
+  std::string fix;           ///< on the CPU: what would put it on a GPU (empty: nothing, it asked for the CPU)
+  std::string model;         ///< model.preset, or model.path
+  std::int64_t parameters = 0;  ///< the denoiser's (UNet or transformer), not its frozen encoders
+  bool full_size = false;
+  /// "GPU 0: NVIDIA H200 (140.4 GiB)" or "CPU (why)".
+  std::string text() const;
+  bool needs_consent() const { return !gpu && full_size; }
+  /// Why a full-size run on the CPU is stopped, what would put it on a GPU, and how to go on anyway
+  /// (`how`: "pass --allow-cpu" on the command line).
+  std::string consent_message(const std::string& file, const std::string& how) const;
+};
+/// The plan for `cfg` with `processes` ranks on this machine (reads the build, the driver through
+/// `probe`, and the model's size through the estimator's shapes: no model is loaded).
+DevicePlan plan_device(const config::TrainerConfig& cfg, int processes, const DriverProbe& probe = DriverProbe::from_env());
 
 /// Reads the facts and judges them (a second or two: it writes and reads 1 MiB in the offload
 /// folder and, with CUDA, pins 256 MiB once).

@@ -1,6 +1,9 @@
 #include "doctor/system_facts.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -17,6 +20,7 @@
 #include <sstream>
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 
 #include "comm/communicator.h"
 #include "core/build_info.h"
@@ -28,8 +32,21 @@
 
 namespace zs::doctor {
 
+#ifndef ZS_RUNTIME_TORCH
+#error "CMakeLists.txt passes scripts/zs-runtime's pin (ZS_RUNTIME_TORCH, ZS_RUNTIME_CUDA_TAG)"
+#endif
+
 const GpuRuntime& gpu_runtime() {
-  static const GpuRuntime runtime;
+  static const GpuRuntime runtime = [] {
+    GpuRuntime r;
+    r.torch = ZS_RUNTIME_TORCH;
+    r.cuda_tag = ZS_RUNTIME_CUDA_TAG;  // "cu130" -> "13.0"
+    const std::string digits = r.cuda_tag.substr(2);
+    r.cuda = digits.substr(0, digits.size() - 1) + "." + digits.substr(digits.size() - 1);
+    r.min_driver = min_driver_for_cuda(r.cuda);
+    r.older_runtime = "torch " + r.torch + "+cu126 (compute capability 5.0 to 9.0, driver >= 525.60.13)";
+    return r;
+  }();
   return runtime;
 }
 
@@ -192,6 +209,38 @@ BuildFacts build_facts() {
 #endif
   b.nccl = comm::nccl_version();
   return b;
+}
+
+RuntimeFacts runtime_facts() {
+  RuntimeFacts f;
+#ifdef ZS_RUNTIME_BUILD
+  f.runtime_build = true;
+#endif
+  f.expected = gpu_runtime().pin();
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&c10::GetCPUAllocator), &info) == 0 || info.dli_fname == nullptr) return f;
+  // .../torch/lib/libc10.so: torch/version.py beside lib/, the runtime's marker beside torch/.
+  const std::string lib = info.dli_fname;
+  const std::string lib_dir = lib.substr(0, lib.rfind('/'));
+  const std::string torch_dir = lib_dir + "/..";
+  const std::string version_py = read_if_present(torch_dir + "/version.py");
+  std::smatch m;
+  static const std::regex version_line(R"(__version__\s*=\s*'([^']+)')");
+  if (std::regex_search(version_py, m, version_line)) f.found = m[1];
+  const std::string root = torch_dir + "/..";
+  const std::string marker = read_if_present(root + "/zerostudio-runtime.txt");
+  char resolved[PATH_MAX];
+  // The runtime's root; else a wheel's torch/ folder; else (Debian's LibTorch) the library's own.
+  const std::string folder = !marker.empty() ? root : !f.found.empty() ? torch_dir : lib_dir;
+  f.folder = realpath(folder.c_str(), resolved) != nullptr ? resolved : folder;
+  if (!f.runtime_build) return f;
+  const std::string wanted = "torch " + f.expected;
+  if (marker.compare(0, wanted.size(), wanted) != 0 || f.found != f.expected)
+    f.problem = "this program was built for the GPU runtime torch " + f.expected + ", but the LibTorch it loaded (" +
+                f.folder + ") is " + (f.found.empty() ? std::string("of an unknown version") : "torch " + f.found) +
+                ": run `zerostudio runtime remove` and `zerostudio runtime install` to make the runtime again, "
+                "or rebuild the program against the runtime there";
+  return f;
 }
 
 HostFacts host_facts(bool try_pinned) {

@@ -10,16 +10,19 @@
 
 namespace zs::doctor {
 
-/// The GPU runtime a CUDA build of this version uses: the pinned PyTorch wheel
-/// (tests/peers/requirements.txt) with its CUDA, NVIDIA's minimum driver for that CUDA, and the
-/// oldest compute capability the wheel has kernels for (older GPUs need `older_runtime`).
+/// The GPU runtime a CUDA build of this version uses: the pinned PyTorch wheel (its pin is
+/// scripts/zs-runtime's, which CMake passes in) with its CUDA, NVIDIA's minimum driver for that
+/// CUDA, and the oldest compute capability the wheel has kernels for (older GPUs need
+/// `older_runtime`).
 struct GpuRuntime {
-  std::string torch = "2.11.0";
-  std::string cuda = "13.0";
-  std::string min_driver = "580.65.06";  ///< CUDA 13.x on Linux (NVIDIA's compatibility table)
-  int oldest_cc = 75;                    ///< cu130 wheels: Turing (7.5) and newer
+  std::string torch;       ///< "2.11.0"
+  std::string cuda_tag;    ///< "cu130"
+  std::string cuda;        ///< "13.0"
+  std::string min_driver;  ///< "580.65.06": CUDA 13.x on Linux (NVIDIA's compatibility table)
+  int oldest_cc = 75;      ///< cu130 wheels: Turing (7.5) and newer
   /// What serves GPUs below oldest_cc: the same PyTorch's cu126 wheel (Maxwell 5.0 to Hopper).
-  std::string older_runtime = "torch 2.11.0+cu126 (compute capability 5.0 to 9.0, driver >= 525.60.13)";
+  std::string older_runtime;
+  std::string pin() const { return torch + "+" + cuda_tag; }
 };
 const GpuRuntime& gpu_runtime();
 
@@ -52,6 +55,17 @@ struct DriverFacts {
   std::string note;         ///< what was not found or failed, in words
 };
 DriverFacts probe_driver(const DriverProbe& probe);
+
+/// Where the GPU build's LibTorch came from: a runtime folder (scripts/zs-runtime, found through
+/// the RUNPATH) whose marker and torch/version.py must name the pin the program was built for.
+struct RuntimeFacts {
+  bool runtime_build = false;  ///< built against a runtime folder (the GPU build of make run, the package)
+  std::string expected;        ///< the pin it was built for ("2.11.0+cu130")
+  std::string folder;          ///< the folder LibTorch was loaded from (the runtime's root when it is one)
+  std::string found;           ///< torch/version.py's __version__ there (empty: none)
+  std::string problem;         ///< why this program cannot run on it, with what to do (empty: fine)
+};
+RuntimeFacts runtime_facts();
 
 struct BuildFacts {
   std::string zerostudio, torch;

@@ -184,6 +184,13 @@ class TestCli : public QObject {
     }
     QVERIFY(rt["unsupported_gpus"] == nlohmann::json::array({1}));
     QVERIFY(typed(rt, "oldest_compute_capability", T::string) && typed(rt, "older_runtime", T::string));
+    for (const char* k : {"pin", "folder", "found", "problem"}) QVERIFY2(typed(rt, k, T::string), k);
+    QVERIFY(typed(rt, "runtime_build", T::boolean));
+    QVERIFY2(rt["pin"].get<std::string>().rfind(rt["torch"].get<std::string>() + "+cu", 0) == 0, qPrintable(QString::fromStdString(rt.dump())));
+    QVERIFY(rt["problem"].get<std::string>().empty());  // it started: the runtime it found is its own
+    // A GPU build against the runtime folder (make run, the package) reports it; a build against
+    // another LibTorch (Debian's) does not claim one.
+    if (rt["runtime_build"].get<bool>()) QCOMPARE(rt["found"].get<std::string>(), rt["pin"].get<std::string>());
     for (const char* k : {"ram_total", "ram_available", "cgroup_limit", "memlock_limit", "budget"})
       QVERIFY2(typed(j["host"], k, T::number_integer), k);
     QVERIFY(j["host"]["ram_total"].get<std::int64_t>() > 0);
@@ -238,6 +245,68 @@ class TestCli : public QObject {
     QVERIFY2(nvme.code == 1 && nvme.out.contains(QString::fromStdString(missing)), qPrintable(nvme.out + nvme.err));
   }
 
+  void aForeignRuntimeIsRefused() {
+    // The GPU build checks the runtime folder it loaded LibTorch from against the pin it was built
+    // for. Played with a folder of links to the real libraries whose version.py and marker name
+    // another torch, put first by LD_LIBRARY_PATH: the program refuses before anything starts,
+    // saying what to do; `zerostudio runtime` still runs.
+    const Result doctor = run({"doctor", "--json"});
+    QVERIFY2(doctor.code == 0, qPrintable(doctor.err));
+    const auto rt = nlohmann::json::parse(doctor.out.toStdString())["runtime"];
+    if (!rt["runtime_build"].get<bool>()) QSKIP("not a build against the runtime folder (make test uses Debian's LibTorch)");
+    const QString real = QString::fromStdString(rt["folder"].get<std::string>());
+    QTemporaryDir fake;
+    QVERIFY(QDir().mkpath(fake.path() + "/torch/lib"));
+    for (const QFileInfo& lib : QDir(real + "/torch/lib").entryInfoList(QDir::Files))
+      QVERIFY(QFile::link(lib.absoluteFilePath(), fake.path() + "/torch/lib/" + lib.fileName()));
+    QVERIFY(QFile::link(real + "/nvidia", fake.path() + "/nvidia"));  // the libraries' $ORIGIN/../../nvidia
+    for (const auto& [file, text] : {std::pair{QString("/torch/version.py"), QByteArray("__version__ = '2.10.0+cu128'\n")},
+                                     std::pair{QString("/zerostudio-runtime.txt"), QByteArray("torch 2.10.0+cu128\n")}}) {
+      QFile f(fake.path() + file);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write(text);
+    }
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("LD_LIBRARY_PATH", fake.path() + "/torch/lib");
+    const Result refused = run({"--version"}, {}, env);
+    QVERIFY2(refused.code == 1, qPrintable(refused.out + refused.err));
+    QVERIFY2(refused.err.contains("built for the GPU runtime torch " + QString::fromStdString(rt["pin"].get<std::string>())) &&
+                 refused.err.contains("torch 2.10.0+cu128") && refused.err.contains("zerostudio runtime install"),
+             qPrintable(refused.err));
+    const Result status = run({"runtime", "status"}, {}, env);
+    QVERIFY2(status.out.contains("zs-runtime: torch " + QString::fromStdString(rt["pin"].get<std::string>())), qPrintable(status.out + status.err));
+  }
+
+  void aFullSizeModelOnTheCpuNeedsAllowCpu() {
+    // Where a run trains is said before it starts; a full-size model that would land on the CPU is
+    // refused, with the reason and the fix, unless --allow-cpu; a tiny one never is.
+    QTemporaryDir dir;
+    QProcessEnvironment none = QProcessEnvironment::systemEnvironment();
+    none.insert("ZEROSTUDIO_NVIDIA_SMI", dir.path() + "/absent-smi");
+    none.insert("ZEROSTUDIO_NVIDIA_PROC", dir.path() + "/absent-version");
+    const QString sd15 = zs::test::sourceDir() + "/configs/sd15-lora.yaml";
+    const QString runs = "logging.runs_root=" + dir.path() + "/runs";
+    const Result refused = run({"train", sd15, "--set", runs}, {}, none);
+    if (refused.out.contains("device: GPU")) QSKIP("this machine trains sd15-lora.yaml on a GPU");
+    QVERIFY2(refused.code == 1, qPrintable(refused.out + refused.err));
+    QVERIFY2(refused.out.contains("device: CPU ("), qPrintable(refused.out));
+    QVERIFY2(refused.err.contains("full-size model") && refused.err.contains("pass --allow-cpu") &&
+                 refused.err.contains("To use a GPU:"),
+             qPrintable(refused.err));
+    QVERIFY2(!QDir(dir.path() + "/runs").exists(), "refused before the run folder is made");
+    const Result launch = run({"launch", "--num_processes", "2", sd15, "--set", runs}, {}, none);
+    QVERIFY2(launch.code == 1 && launch.err.contains("pass --allow-cpu"), qPrintable(launch.out + launch.err));
+    // --allow-cpu lets it start (it then fails on the model files this test does not have).
+    const Result allowed = run({"train", sd15, "--allow-cpu", "--set", runs, "--set", "model.path=" + dir.path() + "/no-model"}, {}, none);
+    QVERIFY2(!allowed.err.contains("--allow-cpu"), qPrintable(allowed.err));
+    // A tiny model asking for a GPU trains on the CPU without being asked, and says so.
+    QVERIFY(QDir().mkpath(dir.path() + "/empty-data"));
+    const Result tiny = run({"train", quickstart(), "--set", "launch.use_cpu=false", "--set", runs, "--set",
+                             "data.path=" + dir.path() + "/empty-data", "--set", "data.generate=none"},
+                            {}, none);
+    QVERIFY2(tiny.out.contains("device: CPU (") && !tiny.err.contains("--allow-cpu"), qPrintable(tiny.out + tiny.err));
+  }
+
   void everyCommandHasHelp_data() {
     QTest::addColumn<QStringList>("args");
     QTest::addColumn<QString>("usage");
@@ -247,6 +316,7 @@ class TestCli : public QObject {
     QTest::newRow("export") << QStringList{"config", "export", "--help"} << "Usage: zerostudio config export FILE";
     QTest::newRow("schema") << QStringList{"config", "schema", "--help"} << "Usage: zerostudio config schema";
     QTest::newRow("train") << QStringList{"train", "--help"} << "Usage: zerostudio train FILE";
+    QTest::newRow("runtime") << QStringList{"runtime", "--help"} << "Usage: zerostudio runtime install|remove";
     QTest::newRow("make-dataset") << QStringList{"make-dataset", "--help"} << "Usage: zerostudio make-dataset shapes";
     QTest::newRow("checkpoints") << QStringList{"checkpoints", "--help"} << "Usage: zerostudio checkpoints RUN_DIR";
     QTest::newRow("export checkpoint") << QStringList{"export", "--help"} << "Usage: zerostudio export CHECKPOINT";

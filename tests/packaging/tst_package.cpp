@@ -9,6 +9,7 @@
 #include <QFile>
 #include <QProcess>
 #include <QProcessEnvironment>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -42,6 +43,24 @@ bool gui_build() {
   return cache.open(QIODevice::ReadOnly) && cache.readAll().contains("ZS_BUILD_GUI:BOOL=ON");
 }
 
+/// Whether this build links the GPU runtime folder (then cpack writes the GPU package, zerostudio-cuda).
+QString runtime_install_dir() {
+  QFile cache(zs::test::binaryDir() + "/CMakeCache.txt");
+  if (!cache.open(QIODevice::ReadOnly)) return {};
+  for (const QByteArray& line : cache.readAll().split('\n'))
+    if (line.startsWith("ZS_INSTALL_RUNTIME:PATH=")) return QString::fromUtf8(line.mid(24));
+  return {};
+}
+
+/// The runtime folder this build linked (Torch_DIR is <root>/torch/share/cmake/Torch).
+QString runtime_root() {
+  QFile cache(zs::test::binaryDir() + "/CMakeCache.txt");
+  if (!cache.open(QIODevice::ReadOnly)) return {};
+  for (const QByteArray& line : cache.readAll().split('\n'))
+    if (line.startsWith("Torch_DIR:PATH=")) return QDir(QString::fromUtf8(line.mid(15)) + "/../../../..").absolutePath();
+  return {};
+}
+
 QString version() {
   const Ran v = run(zs::test::cliPath(), {"--version"});
   return v.out.section(' ', 1, 1).section('\n', 0, 0).trimmed();  // "zerostudio 0.1.0 ..."
@@ -54,12 +73,17 @@ class TestPackage : public QObject {
 
  private slots:
   void debianPackageInstallsAndRuns() {
+    if (!runtime_install_dir().isEmpty()) QSKIP("a GPU build: gpuPackageWithoutItsRuntime checks its package");
     QTemporaryDir out, root, home;
     // 1. The package, from this build (no rebuild: the build is complete when tests run).
     const Ran cpack = run("cpack", {"-G", "DEB", "--config", zs::test::binaryDir() + "/CPackConfig.cmake", "-B", out.path()});
     QVERIFY2(cpack.code == 0, qPrintable(cpack.out));
     const QString deb = out.path() + "/zerostudio_" + version() + "_amd64.deb";
     QVERIFY2(QFile::exists(deb), qPrintable("no " + deb + "\n" + cpack.out));
+
+    // It replaces the GPU package and is replaced by it.
+    const Ran conflicts = run("dpkg-deb", {"-f", deb, "Conflicts", "Replaces"});
+    QVERIFY2(conflicts.out.count("zerostudio-cuda") == 2, qPrintable(conflicts.out));
 
     // 2. Its dependencies were computed from the binary's libraries (dpkg-shlibdeps).
     const Ran depends = run("dpkg-deb", {"-f", deb, "Depends"});
@@ -145,6 +169,66 @@ class TestPackage : public QObject {
                              env);
     QVERIFY2(pipeline.code == 0, qPrintable(pipeline.out));
     QVERIFY2(QDir(home.path() + "/.cache/zerostudio/latents").exists(), qPrintable(pipeline.out));
+  }
+
+  void gpuPackageWithoutItsRuntime() {
+    // The GPU package (issue 52): the GPU build in /usr/lib/zerostudio behind a launcher, without
+    // the CUDA libraries, which `zerostudio runtime install` fetches into ZS_INSTALL_RUNTIME.
+    const QString installed_runtime = runtime_install_dir();
+    if (installed_runtime.isEmpty()) QSKIP("the CPU build: debianPackageInstallsAndRuns checks its package");
+    QTemporaryDir out, root;
+    const Ran cpack = run("cpack", {"-G", "DEB", "--config", zs::test::binaryDir() + "/CPackConfig.cmake", "-B", out.path()});
+    QVERIFY2(cpack.code == 0, qPrintable(cpack.out));
+    const QString deb = out.path() + "/zerostudio-cuda_" + version() + "_amd64.deb";
+    QVERIFY2(QFile::exists(deb), qPrintable("no " + deb + "\n" + cpack.out));
+    QVERIFY2(QFileInfo(deb).size() < 32 << 20, "no CUDA library inside");
+    const Ran fields = run("dpkg-deb", {"-f", deb, "Conflicts", "Replaces", "Provides", "Depends"});
+    QVERIFY2(fields.out.count(QRegularExpression("\\bzerostudio\\n")) == 3 && fields.out.contains("python3-venv") &&
+                 fields.out.contains("libqt6widgets6") && !fields.out.contains("libtorch"),
+             qPrintable(fields.out));
+    const Ran lintian = run("lintian", {"--tag-display-limit", "0", deb});
+    QVERIFY2(!lintian.out.contains("\nE: ") && !lintian.out.startsWith("E: "), qPrintable(lintian.out));
+    QVERIFY2(run("dpkg", {"-x", deb, root.path()}).code == 0, "dpkg -x");
+    const QString usr = root.path() + "/usr";
+    for (const QString& f : {QString("bin/zerostudio"), QString("lib/zerostudio/zerostudio"), QString("lib/zerostudio/zs-runtime"),
+                             QString("lib/zerostudio/libzs_sentencepiece.so"), QString("share/zerostudio/configs/quickstart.yaml"),
+                             QString("share/doc/zerostudio-cuda/copyright"), QString("share/lintian/overrides/zerostudio-cuda")})
+      QVERIFY2(QFile::exists(usr + "/" + f), qPrintable(f + " is not in the package"));
+    // The program's RUNPATH is the system runtime folder's.
+    const Ran dynamic = run("readelf", {"-d", usr + "/lib/zerostudio/zerostudio"});
+    QVERIFY2(dynamic.out.contains("RUNPATH") && dynamic.out.contains(installed_runtime + "/torch/lib"), qPrintable(dynamic.out));
+    // Without the runtime the launcher says what to run, and `runtime` works without LibTorch.
+    QFile launcher(usr + "/bin/zerostudio");
+    QVERIFY(launcher.open(QIODevice::ReadOnly));
+    const QString script = QString::fromUtf8(launcher.readAll());
+    QVERIFY2(script.contains("runtime=" + installed_runtime + "\n") && script.contains("sudo zerostudio runtime install") &&
+                 script.contains("exec /usr/lib/zerostudio/zerostudio"),
+             qPrintable(script));
+    QTemporaryDir fake_root;
+    QString played = script;
+    played.replace("runtime=" + installed_runtime, "runtime=" + fake_root.path() + "/absent");
+    played.replace("/usr/lib/zerostudio/", usr + "/lib/zerostudio/");
+    const QString launcher_copy = fake_root.path() + "/zerostudio";
+    {
+      QFile f(launcher_copy);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write(played.toUtf8());
+    }
+    const Ran missing = run("sh", {launcher_copy, "doctor"});
+    QVERIFY2(missing.code == 1 && missing.out.contains("is not\ninstalled in " + fake_root.path() + "/absent") &&
+                 missing.out.contains("zerostudio-cuda/guide/install.md"),
+             qPrintable(missing.out));
+    const Ran status = run("sh", {launcher_copy, "runtime", "status", "--dir", fake_root.path() + "/absent"});
+    QVERIFY2(status.code == 1 && status.out.contains("is not installed in " + fake_root.path() + "/absent"), qPrintable(status.out));
+    // With the runtime this build was made against in front (the lent GPU machine does the same
+    // with its own PyTorch), the packaged program runs: doctor --json names it, and knows it is installed.
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    const QString rt_root = runtime_root();
+    QVERIFY2(QFile::exists(rt_root + "/zerostudio-runtime.txt"), qPrintable(rt_root));
+    env.insert("LD_LIBRARY_PATH", rt_root + "/torch/lib:" + rt_root + "/nvidia/cu13/lib");
+    const Ran doctor = run(usr + "/lib/zerostudio/zerostudio", {"doctor", "--json"}, env);
+    QVERIFY2(doctor.code == 0 && doctor.out.contains("\"runtime_build\": true"), qPrintable(doctor.out));
+    QVERIFY2(doctor.out.contains("quickstart.yaml"), "the installed configs are found from /usr/lib/zerostudio");
   }
 };
 
