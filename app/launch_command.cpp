@@ -26,6 +26,7 @@
 #include "comm/communicator.h"
 #include "config/config_loader.h"
 #include "config/trainability.h"
+#include "doctor/system_check.h"
 #include "io/atomic_file.h"
 #include "train/event_types.h"
 #include "train/events.h"
@@ -59,7 +60,8 @@ const CommandSpec kLaunch{
      {"main_process_port", "P", "Port of the rendezvous store, several machines only (launch.main_process_port)"},
      {"set", "KEY=VALUE", "Override one key (repeatable; passed to every rank)", true},
      {"run_dir", "DIR", "Run directory (passed to every rank)"},
-     {"resume", "latest|auto|CHECKPOINT", "Resume (passed to every rank)"}},
+     {"resume", "latest|auto|CHECKPOINT", "Resume (passed to every rank)"},
+     {"allow_cpu", "", "Train a full-size model (500 M parameters and more) on the CPU, which is refused otherwise"}},
     1, 1};
 
 std::atomic<int> g_signal{0};
@@ -403,6 +405,11 @@ int run_launch_command(const std::vector<std::string>& args) {
   if (machines > 1 && run_dir.generated)
     throw UsageError("with several machines, every machine needs the same run directory: pass --run-dir DIR (on a "
                      "shared disk) or set logging.run_name");
+  // Where the ranks train, and the refusal of a full-size model on the CPU, come first (as in train).
+  const doctor::DevicePlan plan = doctor::plan_device(loaded.config, local);
+  std::cout << "[launcher] device: " << plan.text() << "\n" << std::flush;
+  if (plan.needs_consent() && !a.has("allow_cpu"))
+    throw Error(ErrorKind::config, plan.consent_message(file, "pass --allow-cpu"));
   config::require_trainable(loaded, run_dir.path);  // refused here, before any rank starts
   train_args.insert(train_args.end(), {"--run-dir", run_dir.path});
   if (a.has("resume")) train_args.insert(train_args.end(), {"--resume", a.get("resume")});

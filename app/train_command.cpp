@@ -23,6 +23,7 @@
 #include "config/trainability.h"
 #include "core/build_info.h"
 #include "data/shapes.h"
+#include "doctor/system_check.h"
 #include "comm/communicator.h"
 #include "train/event_types.h"
 #include "train/run_directory.h"
@@ -45,7 +46,8 @@ const CommandSpec kTrain{
     {{"set", "KEY=VALUE", "Override one key, validated by the schema (repeatable)", true},
      {"run_dir", "DIR", "Run directory (default: logging.runs_root/logging.run_name or CONFIG-DATE-TIME)"},
      {"resume", "latest|auto|CHECKPOINT",
-      "Continue from the run directory's newest checkpoint (auto: or start when it has none) or from a checkpoint folder"}},
+      "Continue from the run directory's newest checkpoint (auto: or start when it has none) or from a checkpoint folder"},
+     {"allow_cpu", "", "Train a full-size model (500 M parameters and more) on the CPU, which is refused otherwise"}},
     1, 1};
 
 const CommandSpec kMakeDataset{
@@ -174,6 +176,14 @@ int run_train_command(const std::vector<std::string>& args) {
   const std::string file = a.positional()[0];
   const config::LoadedConfig loaded = config::load_config_file(file, a.all("set"));
   print_warnings(loaded.warnings);
+  // Where it trains, said before it starts; a full-size model on the CPU only with --allow-cpu.
+  // The ranks of `launch` were told by their launcher.
+  if (!std::getenv("RANK")) {
+    const doctor::DevicePlan plan = doctor::plan_device(loaded.config, 1);
+    std::cout << "device: " << plan.text() << "\n" << std::flush;  // before the run's own lines
+    if (plan.needs_consent() && !a.has("allow_cpu"))
+      throw Error(ErrorKind::config, plan.consent_message(file, "pass --allow-cpu"));
+  }
 
   // Ranks of `zerostudio launch` on one machine meet through a file in the launcher's private
   // folder, which the launcher removes at the end. When the launcher was killed, the ranks do:

@@ -46,6 +46,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   m_error->setStyleSheet(QStringLiteral("background:#fdecea; color:#8e1b10; border:1px solid #c0392b; padding:6px;"));
   m_error->hide();
   v->addWidget(m_error);
+  m_device = new QLabel(central);
+  m_device->setObjectName(QStringLiteral("deviceLine"));
+  m_device->setWordWrap(true);
+  m_device->hide();
+  v->addWidget(m_device);
   m_tabs = new QTabWidget(central);
   m_metrics = new MetricsPanel(m_tabs);
   m_gallery = new SampleGallery(m_tabs);
@@ -152,6 +157,13 @@ bool MainWindow::openConfig(const QString& path) {
     m_configView->setPlainText(QString::fromStdString(config::to_yaml(loaded.config)));
     m_status->setText(tr("%1: valid").arg(QFileInfo(path).fileName()));
     m_configProcesses = static_cast<int>(loaded.config.launch.num_processes);
+    const doctor::DevicePlan plan = doctor::plan_device(loaded.config, m_configProcesses);
+    m_device->setText(tr("Device: %1").arg(QString::fromStdString(plan.text())));
+    m_device->show();
+    m_cpuConsent = plan.needs_consent()
+                       ? QString::fromStdString(plan.consent_message(QFileInfo(path).fileName().toStdString(),
+                                                                     "answer Yes"))
+                       : QString();
     valid = true;
   } catch (const config::ConfigError& e) {
     QString text;
@@ -187,6 +199,16 @@ bool MainWindow::startRun() {
   if (m_configPath.isEmpty()) {
     m_status->setText(tr("Open or make a valid config first"));
     return false;
+  }
+  if (!m_cpuConsent.isEmpty()) {
+    const bool anyway = m_askCpu ? m_askCpu(m_cpuConsent)
+                                 : QMessageBox::question(this, tr("Train on the CPU?"), m_cpuConsent,
+                                                         QMessageBox::Yes | QMessageBox::No, QMessageBox::No) ==
+                                       QMessageBox::Yes;
+    if (!anyway) {
+      m_status->setText(tr("Not started: a full-size model on the CPU"));
+      return false;
+    }
   }
   QString error;
   const bool ok = m_configProcesses > 1 ? m_controller->startProcesses(m_configPath, m_configProcesses, {}, &error)
@@ -233,6 +255,7 @@ qint64 MainWindow::addToQueue(const QString& configPath) {
 QString MainWindow::configText() const { return m_configView->toPlainText(); }
 QString MainWindow::statusText() const { return m_status->text(); }
 QString MainWindow::progressText() const { return m_progress->text(); }
+QString MainWindow::deviceText() const { return m_device->isHidden() ? QString() : m_device->text(); }
 QString MainWindow::errorText() const { return m_error->isHidden() ? QString() : m_error->text(); }
 
 void MainWindow::updateActions() {

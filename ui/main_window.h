@@ -67,6 +67,11 @@ class MainWindow : public QMainWindow {
   QStringList recentRuns() const;
   /// What closing while a run goes on asks (tests replace the dialog): true = stop, save, close.
   void setCloseQuestion(std::function<bool()> ask) { m_askClose = std::move(ask); }
+  /// The device line above the tabs: where the open config trains ("GPU 0: …", or "CPU (why)").
+  QString deviceText() const;
+  /// What starting a full-size model on the CPU asks, with the reason and the fix (tests replace
+  /// the dialog): true = train on the CPU anyway.
+  void setCpuQuestion(std::function<bool(const QString&)> ask) { m_askCpu = std::move(ask); }
 
  signals:
   void configOpened(const QString& path, bool valid);
@@ -98,6 +103,7 @@ class MainWindow : public QMainWindow {
   QLabel* m_status = nullptr;
   QLabel* m_progress = nullptr;
   QLabel* m_error = nullptr;
+  QLabel* m_device = nullptr;
   QMenu* m_recent = nullptr;
   QAction* m_start = nullptr;
   QAction* m_pause = nullptr;
@@ -109,6 +115,8 @@ class MainWindow : public QMainWindow {
   QString m_configPath;
   int m_configProcesses = 1;
   std::function<bool()> m_askClose;
+  std::function<bool(const QString&)> m_askCpu;
+  QString m_cpuConsent;  ///< the question for a full-size model on the CPU (empty: none to ask)
 };
 
 }  // namespace zs::ui

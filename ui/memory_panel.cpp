@@ -87,6 +87,10 @@ MemoryPanel::MemoryPanel(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   auto* title = new QLabel(tr("<b>Memory per process</b>"), this);
   layout->addWidget(title);
+  m_runsOn = new QLabel(this);
+  m_runsOn->setObjectName(QStringLiteral("runsOn"));
+  m_runsOn->setWordWrap(true);
+  layout->addWidget(m_runsOn);
   m_card = new QComboBox(this);
   m_card->setObjectName(QStringLiteral("cardSize"));
   const qint64 detected = gpu_total_bytes(0);
@@ -156,6 +160,10 @@ void MemoryPanel::setCardBytes(qint64 bytes) {
   }
   m_card->setCurrentIndex(i);
 }
+
+void MemoryPanel::showDevice(const QString& text) { m_runsOn->setText(tr("Runs on: %1").arg(text)); }
+
+QString MemoryPanel::runsOnText() const { return m_runsOn->text(); }
 
 void MemoryPanel::showEstimate(const estimate::MemoryEstimate& e, bool cpu_run) {
   setEnabled(true);

@@ -39,6 +39,10 @@ class MemoryPanel : public QWidget {
   /// No fastest setting to offer, and why (a CPU-only run, answers with problems).
   void showFastestUnavailable(const QString& why);
 
+  /// The device the run will use, as the trainer will choose it ("GPU 0: NVIDIA …", or "CPU (why)").
+  void showDevice(const QString& text);
+  QString runsOnText() const;
+
   /// Bytes of the card the estimate is compared with.
   qint64 cardBytes() const;
   /// Selects a card size in bytes (one of the listed sizes, or adds it).
@@ -74,6 +78,7 @@ class MemoryPanel : public QWidget {
 
  private:
   QComboBox* m_card = nullptr;
+  QLabel* m_runsOn = nullptr;
   class StackedBar;
   StackedBar* m_deviceBar = nullptr;
   QLabel* m_legend = nullptr;

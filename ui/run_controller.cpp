@@ -256,6 +256,7 @@ bool RunController::startProcesses(const QString& configPath, int processes, con
   QStringList args{QStringLiteral("launch"), QStringLiteral("--num_processes"), QString::number(processes), configPath,
                    QStringLiteral("--run-dir"), m_runDir};
   for (const auto& s : m_overrides) args << QStringLiteral("--set") << s;
+  args << QStringLiteral("--allow-cpu");  // a full-size model on the CPU: the window asked before it came here
   m_process->start(m_executable, args);
   if (!m_process->waitForStarted(10000)) {
     fail(tr("cannot start %1: %2").arg(m_executable, m_process->errorString()));

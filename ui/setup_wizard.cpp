@@ -4,6 +4,7 @@
 #include "config/config_writer.h"
 #include "core/memory.h"
 #include "data/dataset.h"
+#include "doctor/system_check.h"
 #include "estimate/memory_estimator.h"
 
 #include "setup_wizard.h"
@@ -544,6 +545,8 @@ void SetupWizard::updateMemory() {
     o.cpu_memory = physical_memory_bytes();
     o.gpu_memory = cpu_run ? o.cpu_memory : m_memory->cardBytes();
     m_memory->showEstimate(estimate::estimate_memory(*shape, o), cpu_run);
+    m_memory->showDevice(QString::fromStdString(
+        doctor::plan_device(cfg, std::max(o.processes_per_machine, 1)).text()));
     // The fastest setting for the chosen card (GPU runs: a CPU-only run has no card).
     if (cpu_run) {
       m_fastest.reset();

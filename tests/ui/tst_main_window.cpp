@@ -4,6 +4,7 @@
 #include <QDir>
 #include <QFile>
 #include <QImage>
+#include <QLabel>
 #include <QPlainTextEdit>
 #include <QSettings>
 #include <QSignalSpy>
@@ -101,6 +102,38 @@ class TestMainWindow : public QObject {
     action->trigger();  // returns when the dialog closes
     QVERIFY2(shown.contains("system check") && shown.contains("Host memory") && shown.contains("Offload"), qPrintable(shown));
     QVERIFY2(shown.contains("quickstart.yaml can run here"), qPrintable(shown));
+  }
+
+  void aFullSizeModelOnTheCpuAsksFirst() {
+    // The device line names where the open config trains; a full-size model that would land on the
+    // CPU asks before it starts (the question names the reason and the fix), a tiny one does not.
+    qputenv("ZEROSTUDIO_NVIDIA_PROC", "/nonexistent/nvidia-version");
+    qputenv("ZEROSTUDIO_NVIDIA_SMI", "/nonexistent/nvidia-smi");
+    zs::ui::MainWindow window;
+    QVERIFY(window.openConfig(zs::test::quickstart()));
+    QVERIFY2(window.deviceText() == "Device: CPU (the config sets launch.use_cpu: true)", qPrintable(window.deviceText()));
+    QVERIFY(window.openConfig(zs::test::sourceDir() + "/configs/sd15-lora.yaml"));
+    const QString device = window.deviceText();
+    if (device.startsWith("Device: GPU")) QSKIP("this machine trains sd15-lora.yaml on a GPU: nothing to ask");
+    QVERIFY2(device.contains("CPU build") || device.contains("no NVIDIA driver"), qPrintable(device));
+    QString asked;
+    window.setCpuQuestion([&](const QString& question) {
+      asked = question;
+      return false;
+    });
+    QVERIFY(!window.startRun());
+    QVERIFY2(asked.contains("sd15-lora.yaml") && asked.contains("full-size model") && asked.contains("To use a GPU:"),
+             qPrintable(asked));
+    QCOMPARE(window.statusText(), QString("Not started: a full-size model on the CPU"));
+    QVERIFY(!window.controller()->isActive());
+    // The wizard's memory panel says the same.
+    zs::ui::SetupWizard* wizard = window.newConfig();
+    auto* runsOn = wizard->findChild<QLabel*>("runsOn");
+    QVERIFY(runsOn);
+    QTRY_VERIFY2(runsOn->text().startsWith("Runs on: CPU ("), qPrintable(runsOn->text()));
+    wizard->close();
+    qunsetenv("ZEROSTUDIO_NVIDIA_PROC");
+    qunsetenv("ZEROSTUDIO_NVIDIA_SMI");
   }
 
   void showsEveryProblemOfABadConfig() {
