@@ -7,11 +7,12 @@
 # bench_offload_host,
 # zs_tests, zs_dist_worker) and .whl/ (the pinned diffusers, for the baselines). There, with .gpu and
 # .whl carried:
-#   scripts/gpu/measure.sh run [STEP...]   (default: flux-lora sd15 tests — issue 58's order: the
+#   scripts/gpu/measure.sh run [STEP...]   (default: package flux-lora sd15 tests qwen — the GPU
+#                                          package first (issue 52), then issue 58's order: the
 #                                          Flux.1 fault, offload against stage 0, Flux.1 LoRA
 #                                          streamed vs resident vs diffusers, the CUDA tests, then
 #                                          Qwen-Image's seed LoRA config if time is left)
-# Steps: flux-lora sdpa flux-cudnn tests sdxl sd15 flux streams qwen. Each writes its figures to $OUT/<step>.log as they come
+# Steps: package flux-lora sdpa flux-cudnn tests sdxl sd15 flux streams qwen. Each writes its figures to $OUT/<step>.log as they come
 # (seven files: the device tool brings back eight at most),
 # and a step is skipped once the deadline (ZS_DEADLINE seconds after the start, default 540) is
 # too near for it.
@@ -24,6 +25,9 @@ build=build-torch2
 case "${1:-run}" in
   pack)
     mkdir -p .gpu .whl
+    # The GPU package (make package-cuda), without CUDA libraries: the machine's own PyTorch is
+    # its runtime there (the package step).
+    cp build-cuda/zerostudio-cuda_*_amd64.deb .gpu/zerostudio-cuda.deb
     tar -cJf .gpu/bin.tar.xz $build/bench/bench_gpu_step $build/bench/bench_cpu_adam $build/bench/bench_offload_host \
       $build/tests/zs_tests \
       $build/tests/zs_dist_worker
@@ -40,7 +44,7 @@ start=$(date +%s)
 deadline=${ZS_DEADLINE:-540}
 left() { echo $(( deadline - ($(date +%s) - start) )); }
 mkdir -p "$out"
-steps=${*:-flux-lora sd15 tests qwen}
+steps=${*:-package flux-lora sd15 tests qwen}
 
 # The binaries look for the source tree and ../shared where they were built (/work/main).
 mkdir -p $prefix && tar -xJf .gpu/prefix.tar.xz -C $prefix || exit 1
@@ -68,6 +72,32 @@ bench=$build/bench/bench_gpu_step
 for step in $steps; do
   t=$(left)
   case $step in
+    package)
+      # Issue 52: the zerostudio-cuda package installed here, its runtime being this machine's own
+      # PyTorch (torch/ and nvidia/ of its site-packages, behind the runtime folder's path and
+      # marker), then `zerostudio doctor` and 20 quickstart steps on the GPU from it.
+      [ "$t" -gt 60 ] || { echo "package: skipped, ${t}s left"; continue; }
+      {
+        site=$(python3 -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+        pin=$(sed -n 's/^TORCH_VERSION=//p' scripts/zs-runtime)+$(sed -n 's/^CUDA_TAG=//p' scripts/zs-runtime)
+        rt=/var/lib/zerostudio/runtime-${pin/+/-}
+        mkdir -p "$rt" && ln -sfn "$site/torch" "$rt/torch" && ln -sfn "$site/nvidia" "$rt/nvidia"
+        for m in "$rt" "$site"; do printf 'torch %s\nthe lent machine'"'"'s own PyTorch\n' "$pin" > "$m/zerostudio-runtime.txt"; done
+        if command -v dpkg >/dev/null && [ "$(id -u)" = 0 ]; then
+          dpkg -i --force-depends .gpu/zerostudio-cuda.deb && zs=/usr/bin/zerostudio && root=
+        else
+          dpkg -x .gpu/zerostudio-cuda.deb /tmp/zs-root && zs=/tmp/zs-root/usr/lib/zerostudio/zerostudio && root=/tmp/zs-root
+        fi
+        # Debian's Qt, yaml-cpp and friends come from the prefix (this machine is not Debian 12).
+        export LD_LIBRARY_PATH=$prefix/usr/lib/x86_64-linux-gnu
+        ldd $root/usr/lib/zerostudio/zerostudio | grep "not found"
+        timeout 60 $zs doctor; echo "doctor exit $?"
+        timeout $((t - 90)) $zs train $root/usr/share/zerostudio/configs/quickstart.yaml --set launch.use_cpu=false \
+          --set training.max_steps=20 --set sampling.every_n_steps=0 --set checkpointing.every_n_steps=0 \
+          --set data.generate_count=640 --run-dir /tmp/zs-package-run 2>&1 | tail -15
+        echo "quickstart exit ${PIPESTATUS[0]}"
+      } 2>&1 | tee "$out/package.log"
+      ;;
     tests)
       # The CUDA twins (ZS_REQUIRE_CUDA: a skip fails), side by side.
       [ "$t" -gt 60 ] || { echo "tests: skipped, ${t}s left"; continue; }

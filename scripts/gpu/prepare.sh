@@ -10,7 +10,8 @@ set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 packages="qt6-base-dev qt6-base-dev-tools libqt6core6 libqt6test6 libb2-1 libdouble-conversion3 libicu72 libicu-dev
           libpcre2-16-0 libyaml-cpp0.7 libyaml-cpp-dev nlohmann-json3-dev libpng16-16 libpng-dev libjpeg62-turbo
-          libjpeg62-turbo-dev zlib1g-dev libgloo-dev libglib2.0-0 liburing2"
+          libjpeg62-turbo-dev zlib1g-dev libgloo-dev libglib2.0-0 liburing2
+          libqt6gui6 libqt6widgets6 libqt6printsupport6 libqcustomplot2.1 libmd4c0 libxkbcommon0 libsentencepiece0"
 mkdir -p .debs .gpu
 (cd .debs && apt-get download $packages)
 stage=$(mktemp -d)
