@@ -214,11 +214,14 @@ class TestPackage : public QObject {
       QVERIFY(f.open(QIODevice::WriteOnly));
       f.write(played.toUtf8());
     }
-    const Ran missing = run("sh", {launcher_copy, "doctor"});
+    QProcessEnvironment no_display = QProcessEnvironment::systemEnvironment();  // else it opens a window
+    no_display.remove("DISPLAY");
+    no_display.remove("WAYLAND_DISPLAY");
+    const Ran missing = run("sh", {launcher_copy, "doctor"}, no_display);
     QVERIFY2(missing.code == 1 && missing.out.contains("is not\ninstalled in " + fake_root.path() + "/absent") &&
                  missing.out.contains("zerostudio-cuda/guide/install.md"),
              qPrintable(missing.out));
-    const Ran status = run("sh", {launcher_copy, "runtime", "status", "--dir", fake_root.path() + "/absent"});
+    const Ran status = run("sh", {launcher_copy, "runtime", "status", "--dir", fake_root.path() + "/absent"}, no_display);
     QVERIFY2(status.code == 1 && status.out.contains("is not installed in " + fake_root.path() + "/absent"), qPrintable(status.out));
     // With the runtime this build was made against in front (the lent GPU machine does the same
     // with its own PyTorch), the packaged program runs: doctor --json names it, and knows it is installed.
