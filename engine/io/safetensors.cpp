@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <cerrno>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "quant/base_quant.h"
 #include "io/atomic_file.h"
 
 namespace zs::io {
@@ -185,6 +187,32 @@ at::Tensor SafetensorsReader::tensor(const std::string& name) const {
     throw Error(ErrorKind::io, path_ + ": tensor '" + name + "' has dtype " + it->dtype + ", which LibTorch cannot hold");
   at::Tensor out = at::empty(it->shape, at::TensorOptions().dtype(d->type));
   if (it->end > it->begin) std::memcpy(out.data_ptr(), data_ + data_start_ + it->begin, it->end - it->begin);
+  return out;
+}
+
+at::Tensor SafetensorsReader::float8_codes(const std::string& name) const {
+  const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.name == name; });
+  if (it == entries_.end()) throw Error(ErrorKind::io, path_ + ": no tensor named '" + name + "'");
+  if (it->dtype != "F8_E4M3" && it->dtype != "F8_E5M2")
+    throw Error(ErrorKind::io, path_ + ": tensor '" + name + "' has dtype " + it->dtype + ", not F8_E4M3 or F8_E5M2");
+  at::Tensor out = at::empty(it->shape, at::TensorOptions().dtype(at::kByte));
+  if (it->end > it->begin) std::memcpy(out.data_ptr(), data_ + data_start_ + it->begin, it->end - it->begin);
+  return out;
+}
+
+at::Tensor SafetensorsReader::to_float(const std::string& name) const {
+  const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.name == name; });
+  if (it == entries_.end()) throw Error(ErrorKind::io, path_ + ": no tensor named '" + name + "'");
+  if (it->dtype != "F8_E4M3" && it->dtype != "F8_E5M2") return tensor(name).to(at::kFloat);
+  const at::Tensor codes = float8_codes(name);
+  std::array<float, 256> table{};
+  for (int c = 0; c < 256; ++c)
+    table[static_cast<std::size_t>(c)] = it->dtype == "F8_E4M3" ? quant::e4m3_to_float(static_cast<std::uint8_t>(c))
+                                                                : quant::e5m2_to_float(static_cast<std::uint8_t>(c));
+  at::Tensor out = at::empty(it->shape, at::TensorOptions().dtype(at::kFloat));
+  const std::uint8_t* in = codes.data_ptr<std::uint8_t>();
+  float* o = out.data_ptr<float>();
+  for (std::int64_t i = 0; i < codes.numel(); ++i) o[i] = table[in[i]];
   return out;
 }
 

@@ -44,6 +44,13 @@ class SafetensorsReader {
   bool contains(const std::string& name) const;
   /// The named tensor, copied out of the mapping (CPU, its stored dtype).
   at::Tensor tensor(const std::string& name) const;
+  /// The named F8_E4M3 or F8_E5M2 tensor's codes (uint8, its shape): LibTorch 1.13 has no float8
+  /// type, so both builds read published fp8 files this way. Throws naming the file and tensor
+  /// for any other dtype.
+  at::Tensor float8_codes(const std::string& name) const;
+  /// The named tensor as float32; float8 codes decoded to PyTorch's float8_e4m3fn / float8_e5m2
+  /// values (quant/base_quant.h).
+  at::Tensor to_float(const std::string& name) const;
   /// Elements [first, first + count) of the named tensor, flattened, copied out of the mapping
   /// (only those bytes are read).
   at::Tensor slice(const std::string& name, std::int64_t first, std::int64_t count) const;

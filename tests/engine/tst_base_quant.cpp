@@ -1,0 +1,164 @@
+// The frozen-base storage formats (engine/quant/base_quant.h, issue 53) against the pinned peers:
+// tests/fixtures/base_quant.safetensors, written by tests/fixtures/gen/base_quant.py with PyTorch's
+// float8_e4m3fn cast (c10/util/Float8_e4m3fn.h), musubi-tuner's block-wise --fp8_scaled recipe
+// (modules/fp8_optimization_utils.py quantize_weight) with bfloat16 scales, the same blocks for int8,
+// and bitsandbytes' quantize_4bit/dequantize_4bit(nf4) on its CPU backend (backends/default/ops.py).
+// Codes and scales must be equal, bit for bit; dequantized values equal too. fp8_weights.safetensors
+// is a published fp8 file as safetensors' torch writer stores it (F8_E4M3, F8_E5M2).
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "quant/base_quant.h"
+
+#include <QFile>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include "test_support.h"
+
+namespace {
+
+using zs::quant::BaseFormat;
+
+bool same_bits(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
+         std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), static_cast<std::size_t>(a.nbytes())) == 0;
+}
+
+QString first_difference(const at::Tensor& ours, const at::Tensor& want) {
+  const at::Tensor a = ours.reshape({-1}).to(at::kFloat), b = want.reshape({-1}).to(at::kFloat);
+  if (a.numel() != b.numel()) return QString("%1 values, not %2").arg(a.numel()).arg(b.numel());
+  for (std::int64_t i = 0; i < a.numel(); ++i) {
+    const float x = a[i].item<float>(), y = b[i].item<float>();
+    if (!(x == y || (std::isnan(x) && std::isnan(y)))) return QString("element %1: %2, not %3").arg(i).arg(x, 0, 'g', 9).arg(y, 0, 'g', 9);
+  }
+  return "bits differ (signed zero?)";
+}
+
+}  // namespace
+
+class TestBaseQuant : public QObject {
+  Q_OBJECT
+
+  std::unique_ptr<zs::io::SafetensorsReader> ref;
+
+ private slots:
+  void initTestCase() {
+    const QString fixture = zs::test::peerFixture("base_quant.safetensors");
+    if (!QFile::exists(fixture)) ZS_SKIP_UNLESS_CI("tests/fixtures/base_quant.safetensors not found: run gen/base_quant.py");
+    ref = std::make_unique<zs::io::SafetensorsReader>(fixture.toStdString());
+  }
+
+  void e4m3IsPyTorchsCast() {
+    // Every code's value, then a sweep through every code, every midpoint (ties to even), the
+    // floats either side of each midpoint, subnormals, the NaN edge at 464/480, signed zeros.
+    const at::Tensor values = ref->tensor("e4m3.values");
+    for (int c = 0; c < 256; ++c) {
+      const float want = values[c].item<float>(), got = zs::quant::e4m3_to_float(static_cast<std::uint8_t>(c));
+      QVERIFY2(std::isnan(want) ? std::isnan(got) : std::memcmp(&want, &got, sizeof got) == 0, qPrintable(QString("code %1").arg(c)));
+    }
+    const at::Tensor x = ref->tensor("e4m3.inputs"), codes = ref->tensor("e4m3.codes");
+    const float* in = x.data_ptr<float>();
+    const std::uint8_t* want = codes.data_ptr<std::uint8_t>();
+    for (std::int64_t i = 0; i < x.numel(); ++i)
+      QVERIFY2(zs::quant::e4m3_from_float(in[i]) == want[i],
+               qPrintable(QString("%1 -> 0x%2, PyTorch 0x%3").arg(in[i], 0, 'g', 9)
+                              .arg(zs::quant::e4m3_from_float(in[i]), 2, 16, QChar('0')).arg(want[i], 2, 16, QChar('0'))));
+  }
+
+  void blockScaledFp8AndInt8() {
+    const at::Tensor w = ref->tensor("weight");
+    for (const auto& [format, name] : {std::pair{BaseFormat::fp8, std::string("fp8")}, std::pair{BaseFormat::int8, std::string("int8")}}) {
+      const zs::quant::QuantizedWeight q = zs::quant::quantize(w, format);
+      QVERIFY2(same_bits(q.scales, ref->tensor(name + ".scales")), qPrintable(QString::fromStdString(name) + " scales: " +
+                                                                              first_difference(q.scales, ref->tensor(name + ".scales"))));
+      QVERIFY2(same_bits(q.codes, ref->tensor(name + ".codes")),
+               qPrintable(QString::fromStdString(name) + " codes: " + first_difference(q.codes, ref->tensor(name + ".codes"))));
+      const at::Tensor back = zs::quant::dequantize(q);
+      QVERIFY2(same_bits(back, ref->tensor(name + ".dequantized")),
+               qPrintable(QString::fromStdString(name) + ": " + first_difference(back, ref->tensor(name + ".dequantized"))));
+      // 200 columns: 4 blocks a row, the last of 8; codes a byte each, scales 2 bytes a block.
+      QCOMPARE(q.scales.sizes().vec(), (std::vector<std::int64_t>{8, 4}));
+      QCOMPARE(q.bytes(), std::int64_t{8 * 200 + 8 * 4 * 2});
+    }
+  }
+
+  void nf4IsBitsandbytes() {
+    for (const auto& [name, source] : {std::pair<std::string, std::string>{"nf4.flat", "nf4.flat"}, {"nf4.rows", "weight"}}) {
+      const at::Tensor w = ref->tensor(source);
+      const zs::quant::QuantizedWeight q = zs::quant::quantize(w, BaseFormat::nf4);
+      QVERIFY2(same_bits(q.scales, ref->tensor(name + ".absmax")),
+               qPrintable(QString::fromStdString(name) + " absmax: " + first_difference(q.scales, ref->tensor(name + ".absmax"))));
+      QVERIFY2(same_bits(q.codes, ref->tensor(name + ".codes")),
+               qPrintable(QString::fromStdString(name) + " codes: " + first_difference(q.codes, ref->tensor(name + ".codes"))));
+      const at::Tensor back = zs::quant::dequantize(q);
+      QCOMPARE(back.sizes(), w.sizes());
+      QVERIFY2(same_bits(back.reshape({-1}), ref->tensor(name + ".dequantized").reshape({-1})),
+               qPrintable(QString::fromStdString(name) + ": " + first_difference(back, ref->tensor(name + ".dequantized"))));
+      QCOMPARE(q.bytes(), (w.numel() + 1) / 2 + (w.numel() + 63) / 64 * 4);
+    }
+  }
+
+  void publishedFp8Files() {
+    // fp8_weights.safetensors: every code of each fp8 dtype as safetensors' torch writer stores them.
+    const zs::io::SafetensorsReader file(zs::test::peerFixture("fp8_weights.safetensors").toStdString());
+    const at::Tensor every = at::arange(256, at::TensorOptions().dtype(at::kInt)).to(at::kByte).reshape({16, 16});
+    for (const std::string dtype : {"e4m3", "e5m2"}) {
+      QVERIFY2(at::equal(file.float8_codes(dtype), every), dtype.c_str());
+      const at::Tensor got = file.to_float(dtype).reshape({-1}), want = ref->tensor(dtype + ".values");
+      QVERIFY2(same_bits(at::nan_to_num(got, 1234.5), at::nan_to_num(want, 1234.5)) && at::equal(at::isnan(got), at::isnan(want)),
+               qPrintable(QString::fromStdString(dtype) + ": " + first_difference(got, want)));
+    }
+    QVERIFY(file.to_float("e5m2")[15][12].item<float>() == -std::numeric_limits<float>::infinity());  // 0xfc
+    try {
+      file.tensor("e4m3");
+      QFAIL("an fp8 tensor came back as a LibTorch tensor");
+    } catch (const zs::Error& e) {
+      QVERIFY2(std::string(e.what()).find("fp8_weights.safetensors: tensor 'e4m3' has dtype F8_E4M3") != std::string::npos, e.what());
+    }
+    try {
+      ref->float8_codes("weight");
+      QFAIL("float8_codes read a float32 tensor");
+    } catch (const zs::Error& e) {
+      QVERIFY2(std::string(e.what()).find("'weight' has dtype F32, not F8_E4M3 or F8_E5M2") != std::string::npos, e.what());
+    }
+    // A dtype nobody defines is refused when the file is opened, naming the file and the tensor.
+    QTemporaryDir dir;
+    const std::string bad = (dir.path() + "/f4.safetensors").toStdString();
+    {
+      const std::string header = R"({"w":{"dtype":"F4","shape":[2],"data_offsets":[0,1]}})";
+      std::ofstream out(bad, std::ios::binary);
+      const std::uint64_t n = header.size();
+      out.write(reinterpret_cast<const char*>(&n), 8);
+      out << header << '\0';
+    }
+    try {
+      zs::io::SafetensorsReader refused(bad);
+      QFAIL("an unknown dtype was accepted");
+    } catch (const zs::Error& e) {
+      QVERIFY2(std::string(e.what()).find("f4.safetensors") != std::string::npos && std::string(e.what()).find("'w'") != std::string::npos &&
+                   std::string(e.what()).find("unknown dtype \"F4\"") != std::string::npos,
+               e.what());
+    }
+  }
+
+  void formatsByName() {
+    QCOMPARE(zs::quant::base_format_from_string("nf4"), BaseFormat::nf4);
+    QCOMPARE(std::string(zs::quant::to_string(BaseFormat::fp8)), std::string("fp8"));
+    try {
+      zs::quant::base_format_from_string("fp4");
+      QFAIL("fp4 accepted");
+    } catch (const zs::Error& e) {
+      QVERIFY2(std::string(e.what()).find("bf16, fp8, int8 or nf4") != std::string::npos, e.what());
+    }
+  }
+};
+
+ZS_TEST_MAIN(TestBaseQuant);
+#include "tst_base_quant.moc"
