@@ -97,13 +97,17 @@ reset_if_other_torch = if [ -f $(1)/CMakeCache.txt ] && ! grep -qx "Torch_DIR:PA
   $(1)/CMakeCache.txt; then echo "$(1): LibTorch changes to the runtime's: configuring again"; rm -f $(1)/CMakeCache.txt; fi
 
 # The GPU build: the runtime's LibTorch, linked with a RUNPATH into it (no LD_LIBRARY_PATH). Torch's
-# CMake compiles with nvcc: NVIDIA's CUDA toolkit must be installed (make deps does not).
+# CMake compiles with nvcc: NVIDIA's CUDA toolkit where it is installed, else (or with
+# ZS_PYPI_NVCC=1) nvcc and the CUDA headers from PyPI (scripts/zs-runtime tools, made once).
 configure-cuda: deps runtime
-	@command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { \
-	  echo "make: the GPU build needs NVIDIA's CUDA toolkit $$(sed -n 's/^CUDA_TAG=cu\(..\)\(.\)$$/\1.\2/p' scripts/zs-runtime)" \
-	       "(nvcc, headers): install it from NVIDIA's Debian 12 repository (docs/guide/install.md), or run ZS_CPU=1 make run" >&2; exit 1; }
 	@$(call reset_if_other_torch,$(CUDA_BUILD))
-	cmake -S . -B $(CUDA_BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(RUNTIME_ARGS) $(CMAKE_ARGS)
+	@nvcc_args=""; \
+	if [ "$${ZS_PYPI_NVCC:-0}" = 1 ] || { ! command -v nvcc >/dev/null && [ ! -x /usr/local/cuda/bin/nvcc ]; }; then \
+	  tk=$$(scripts/zs-runtime tools | tail -n1) || exit 1; \
+	  nvcc_args="-DCMAKE_CUDA_COMPILER=$$tk/bin/nvcc -DCUDAToolkit_ROOT=$$tk -DCUDA_TOOLKIT_ROOT_DIR=$$tk -DCUDA_NVCC_EXECUTABLE=$$tk/bin/nvcc"; \
+	fi; \
+	echo cmake -S . -B $(CUDA_BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(RUNTIME_ARGS) $$nvcc_args $(CMAKE_ARGS); \
+	cmake -S . -B $(CUDA_BUILD) $(GENERATOR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(RUNTIME_ARGS) $$nvcc_args $(CMAKE_ARGS)
 
 build-cuda: configure-cuda
 	cmake --build $(CUDA_BUILD) -j $(JOBS) --target zerostudio zs_shell_docs

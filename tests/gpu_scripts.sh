@@ -44,6 +44,8 @@ check "an install from an empty wheel folder fails" 1 "$rt" install --dir "$tmp/
 [ -z "$(ls -A "$tmp/rt" 2>/dev/null | grep -v '^\.pip$')" ] || { echo "FAIL a failed install left: $(ls -A "$tmp/rt")"; fails=$((fails + 1)); }
 check "remove deletes the folder" 0 "$rt" remove --dir "$tmp/half"
 [ ! -e "$tmp/half" ] || { echo "FAIL remove left $tmp/half"; fails=$((fails + 1)); }
+check "the PyPI nvcc needs the runtime first" 1 env ZS_RUNTIME_DIR="$tmp/no-runtime" "$rt" tools
+grep -q "make the runtime first" "$tmp/out" || { echo "FAIL tools without a runtime: $(cat "$tmp/out")"; fails=$((fails + 1)); }
 check "bad usage" 2 "$rt" frobnicate
 [ "$fails" = 0 ] && echo "all passed"
 exit $((fails > 0))
