@@ -134,9 +134,9 @@ int main(int argc, char** argv) {
     // The GPU build refuses a runtime folder other than the one it was built for, with what to
     // do, rather than failing inside LibTorch; `zerostudio runtime` still runs, to make it again.
     if (argc < 2 || std::string(argv[1]) != "runtime") {
-      const zs::doctor::RuntimeFacts runtime = zs::doctor::runtime_facts();
-      if (!runtime.problem.empty()) {
-        std::cerr << "error: " << runtime.problem << "\n";
+      const std::string problem = zs::doctor::runtime_problem();
+      if (!problem.empty()) {
+        std::cerr << "error: " << problem << "\n";
         return 1;
       }
     }

@@ -545,8 +545,14 @@ void SetupWizard::updateMemory() {
     o.cpu_memory = physical_memory_bytes();
     o.gpu_memory = cpu_run ? o.cpu_memory : m_memory->cardBytes();
     m_memory->showEstimate(estimate::estimate_memory(*shape, o), cpu_run);
-    m_memory->showDevice(QString::fromStdString(
-        doctor::plan_device(cfg, std::max(o.processes_per_machine, 1)).text()));
+    // The device depends on the build, the driver and these two answers only: asked again (the
+    // driver through nvidia-smi) when one of them changes, not on every answer.
+    const int processes = std::max(o.processes_per_machine, 1);
+    const QString device_key = QStringLiteral("%1/%2").arg(cpu_run).arg(processes);
+    if (device_key != m_deviceKey) {
+      m_deviceKey = device_key;
+      m_memory->showDevice(QString::fromStdString(doctor::where_it_trains(cfg, processes).text()));
+    }
     // The fastest setting for the chosen card (GPU runs: a CPU-only run has no card).
     if (cpu_run) {
       m_fastest.reset();

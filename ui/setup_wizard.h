@@ -125,6 +125,7 @@ class SetupWizard : public QWizard {
   std::map<std::string, QWidget*> m_helpRows;      ///< by question id: its help line
   std::map<std::string, QuestionPage*> m_pages;    ///< by page id
   std::map<std::string, models::ModelShape> m_shapes;  ///< model shapes by models::model_shape_key
+  QString m_deviceKey;  ///< launch.use_cpu and processes of the device line shown (updateMemory)
   std::map<std::string, QString> m_shapeErrors;          ///< why a shape could not be read (until the next refresh)
   std::set<std::string> m_shapesAsked;                   ///< keys being computed
   QThread m_workThread;                                  ///< builds shapes and scans datasets

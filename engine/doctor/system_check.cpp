@@ -109,13 +109,6 @@ std::string gpu_build_fix() {
          "PyTorch " + gpu_runtime().torch + " wheel), or install the zerostudio-cuda package";
 }
 
-std::string gib(std::int64_t bytes) {
-  std::ostringstream o;
-  o.precision(1);
-  o << std::fixed << static_cast<double>(bytes) / static_cast<double>(std::int64_t{1} << 30) << " GiB";
-  return o.str();
-}
-
 }  // namespace
 
 std::string DevicePlan::text() const { return gpu ? device : "CPU (" + why_cpu + ")"; }
@@ -126,30 +119,9 @@ std::string DevicePlan::consent_message(const std::string& file, const std::stri
          (fix.empty() ? "" : "To use a GPU: " + fix + ". ") + "To train on the CPU anyway: " + how + ".";
 }
 
-DevicePlan plan_device(const config::TrainerConfig& cfg, int processes, const DriverProbe& probe) {
+DevicePlan where_it_trains(const config::TrainerConfig& cfg, int processes, const DriverProbe& probe) {
   DevicePlan p;
   p.model = cfg.model.preset.empty() ? cfg.model.path : cfg.model.preset;
-  // The size of what trains: the model files when they are there (a preset beside a path only
-  // names the architecture the estimate assumes; tests point ready configs at tiny fixtures),
-  // else the preset's.
-  std::error_code ec;
-  const bool files = !cfg.model.path.empty() && fs::exists(cfg.model.path, ec);
-  config::TrainerConfig from_files = cfg;
-  if (files) from_files.model.preset.clear();
-  for (const config::TrainerConfig* c : std::initializer_list<const config::TrainerConfig*>{&from_files, &cfg}) {
-    try {
-      // The denoiser's own weights (UNet or transformer): frozen encoders a family counts from
-      // the architecture alone (Qwen-Image's 7 B language model) say nothing of a test fixture.
-      const models::ModelShape shape = models::model_shape(*c);
-      p.parameters = 0;
-      for (const auto& unit : shape.units) p.parameters += unit.parameters;
-      break;
-    } catch (const std::exception&) {
-      p.parameters = 0;  // not estimable (the run itself names the problem): never refused for size
-    }
-  }
-  // A full-size preset without model.path cannot train at all: the trainer says so, not this.
-  p.full_size = p.parameters >= kFullSizeParameters && !cfg.model.path.empty();
   if (cfg.launch.use_cpu) {
     p.why_cpu = "the config sets launch.use_cpu: true";
     p.fix = "set launch.use_cpu: false";
@@ -175,10 +147,37 @@ DevicePlan plan_device(const config::TrainerConfig& cfg, int processes, const Dr
   std::string names;
   for (int i = 0; i < used && i < static_cast<int>(driver.gpus.size()); ++i) {
     const std::string one = driver.gpus[static_cast<std::size_t>(i)].name + " (" +
-                            gib(driver.gpus[static_cast<std::size_t>(i)].memory_bytes) + ")";
+                            format_bytes(driver.gpus[static_cast<std::size_t>(i)].memory_bytes) + ")";
     if (names.find(one) == std::string::npos) names += (names.empty() ? "" : ", ") + one;
   }
   p.device = (used == 1 ? "GPU 0" : "GPUs 0-" + std::to_string(used - 1)) + (names.empty() ? "" : ": " + names);
+  return p;
+}
+
+DevicePlan plan_device(const config::TrainerConfig& cfg, int processes, const DriverProbe& probe) {
+  DevicePlan p = where_it_trains(cfg, processes, probe);
+  if (p.gpu) return p;  // the size decides nothing on a GPU
+  // The size of what trains: the model files when they are there (a preset beside a path only
+  // names the architecture the estimate assumes; tests point ready configs at tiny fixtures),
+  // else the preset's.
+  std::error_code ec;
+  const bool files = !cfg.model.path.empty() && fs::exists(cfg.model.path, ec);
+  config::TrainerConfig from_files = cfg;
+  if (files) from_files.model.preset.clear();
+  for (const config::TrainerConfig* c : std::initializer_list<const config::TrainerConfig*>{&from_files, &cfg}) {
+    try {
+      // The denoiser's own weights (UNet or transformer): frozen encoders a family counts from
+      // the architecture alone (Qwen-Image's 7 B language model) say nothing of a test fixture.
+      const models::ModelShape shape = models::model_shape(*c);
+      p.parameters = 0;
+      for (const auto& unit : shape.units) p.parameters += unit.parameters;
+      break;
+    } catch (const std::exception&) {
+      p.parameters = 0;  // not estimable (the run itself names the problem): never refused for size
+    }
+  }
+  // A full-size preset without model.path cannot train at all: the trainer says so, not this.
+  p.full_size = p.parameters >= kFullSizeParameters && !cfg.model.path.empty();
   return p;
 }
 

@@ -82,7 +82,7 @@ struct DevicePlan {
   std::string why_cpu;       ///< on the CPU: why ("launch.use_cpu: true", "this is the CPU build (…)", …)
   std::string fix;           ///< on the CPU: what would put it on a GPU (empty: nothing, it asked for the CPU)
   std::string model;         ///< model.preset, or model.path
-  std::int64_t parameters = 0;  ///< the denoiser's (UNet or transformer), not its frozen encoders
+  std::int64_t parameters = 0;  ///< the denoiser's (UNet or transformer), not its frozen encoders; CPU runs only
   bool full_size = false;
   /// "GPU 0: NVIDIA H200 (140.4 GiB)" or "CPU (why)".
   std::string text() const;
@@ -94,6 +94,9 @@ struct DevicePlan {
 /// The plan for `cfg` with `processes` ranks on this machine (reads the build, the driver through
 /// `probe`, and the model's size through the estimator's shapes: no model is loaded).
 DevicePlan plan_device(const config::TrainerConfig& cfg, int processes, const DriverProbe& probe = DriverProbe::from_env());
+/// The device part alone (parameters and full_size stay unset): what the wizard shows on every
+/// answer without building the model's shape again.
+DevicePlan where_it_trains(const config::TrainerConfig& cfg, int processes, const DriverProbe& probe = DriverProbe::from_env());
 
 /// Reads the facts and judges them (a second or two: it writes and reads 1 MiB in the offload
 /// folder and, with CUDA, pins 256 MiB once).

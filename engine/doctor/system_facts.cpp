@@ -243,6 +243,14 @@ RuntimeFacts runtime_facts() {
   return f;
 }
 
+std::string runtime_problem() {
+#ifdef ZS_RUNTIME_BUILD
+  return runtime_facts().problem;
+#else
+  return "";
+#endif
+}
+
 HostFacts host_facts(bool try_pinned) {
   HostFacts h;
   const std::string mem = read_if_present("/proc/meminfo");

@@ -66,6 +66,9 @@ struct RuntimeFacts {
   std::string problem;         ///< why this program cannot run on it, with what to do (empty: fine)
 };
 RuntimeFacts runtime_facts();
+/// runtime_facts().problem for a build against a runtime folder; empty at once for any other
+/// build (what main() asks on every start).
+std::string runtime_problem();
 
 struct BuildFacts {
   std::string zerostudio, torch;

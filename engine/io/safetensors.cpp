@@ -179,55 +179,54 @@ bool SafetensorsReader::contains(const std::string& name) const {
   return std::any_of(entries_.begin(), entries_.end(), [&](const auto& e) { return e.name == name; });
 }
 
-at::Tensor SafetensorsReader::tensor(const std::string& name) const {
+const SafetensorsEntry& SafetensorsReader::entry(const std::string& name) const {
   const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.name == name; });
   if (it == entries_.end()) throw Error(ErrorKind::io, path_ + ": no tensor named '" + name + "'");
-  const DType* d = find_dtype(it->dtype);
+  return *it;
+}
+
+at::Tensor SafetensorsReader::tensor(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  const DType* d = find_dtype(e.dtype);
   if (d->type == at::ScalarType::Undefined)
-    throw Error(ErrorKind::io, path_ + ": tensor '" + name + "' has dtype " + it->dtype + ", which LibTorch cannot hold");
-  at::Tensor out = at::empty(it->shape, at::TensorOptions().dtype(d->type));
-  if (it->end > it->begin) std::memcpy(out.data_ptr(), data_ + data_start_ + it->begin, it->end - it->begin);
+    throw Error(ErrorKind::io, path_ + ": tensor '" + name + "' has dtype " + e.dtype + ", which LibTorch cannot hold");
+  at::Tensor out = at::empty(e.shape, at::TensorOptions().dtype(d->type));
+  if (e.end > e.begin) std::memcpy(out.data_ptr(), data_ + data_start_ + e.begin, e.end - e.begin);
   return out;
 }
 
 at::Tensor SafetensorsReader::float8_codes(const std::string& name) const {
-  const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.name == name; });
-  if (it == entries_.end()) throw Error(ErrorKind::io, path_ + ": no tensor named '" + name + "'");
-  if (it->dtype != "F8_E4M3" && it->dtype != "F8_E5M2")
-    throw Error(ErrorKind::io, path_ + ": tensor '" + name + "' has dtype " + it->dtype + ", not F8_E4M3 or F8_E5M2");
-  at::Tensor out = at::empty(it->shape, at::TensorOptions().dtype(at::kByte));
-  if (it->end > it->begin) std::memcpy(out.data_ptr(), data_ + data_start_ + it->begin, it->end - it->begin);
+  const SafetensorsEntry& e = entry(name);
+  if (e.dtype != "F8_E4M3" && e.dtype != "F8_E5M2")
+    throw Error(ErrorKind::io, path_ + ": tensor '" + name + "' has dtype " + e.dtype + ", not F8_E4M3 or F8_E5M2");
+  at::Tensor out = at::empty(e.shape, at::TensorOptions().dtype(at::kByte));
+  if (e.end > e.begin) std::memcpy(out.data_ptr(), data_ + data_start_ + e.begin, e.end - e.begin);
   return out;
 }
 
 at::Tensor SafetensorsReader::to_float(const std::string& name) const {
-  const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.name == name; });
-  if (it == entries_.end()) throw Error(ErrorKind::io, path_ + ": no tensor named '" + name + "'");
-  if (it->dtype != "F8_E4M3" && it->dtype != "F8_E5M2") return tensor(name).to(at::kFloat);
-  const at::Tensor codes = float8_codes(name);
-  std::array<float, 256> table{};
-  for (int c = 0; c < 256; ++c)
-    table[static_cast<std::size_t>(c)] = it->dtype == "F8_E4M3" ? quant::e4m3_to_float(static_cast<std::uint8_t>(c))
-                                                                : quant::e5m2_to_float(static_cast<std::uint8_t>(c));
-  at::Tensor out = at::empty(it->shape, at::TensorOptions().dtype(at::kFloat));
-  const std::uint8_t* in = codes.data_ptr<std::uint8_t>();
+  const SafetensorsEntry& e = entry(name);
+  if (e.dtype != "F8_E4M3" && e.dtype != "F8_E5M2") return tensor(name).to(at::kFloat);
+  // Decoded straight from the mapping (one byte a code).
+  const std::array<float, 256>& table = e.dtype == "F8_E4M3" ? quant::e4m3_values() : quant::e5m2_values();
+  at::Tensor out = at::empty(e.shape, at::TensorOptions().dtype(at::kFloat));
+  const std::uint8_t* in = data_ + data_start_ + e.begin;
   float* o = out.data_ptr<float>();
-  for (std::int64_t i = 0; i < codes.numel(); ++i) o[i] = table[in[i]];
+  for (std::int64_t i = 0; i < e.numel(); ++i) o[i] = table[in[i]];
   return out;
 }
 
 at::Tensor SafetensorsReader::slice(const std::string& name, std::int64_t first, std::int64_t count) const {
-  const auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.name == name; });
-  if (it == entries_.end()) throw Error(ErrorKind::io, path_ + ": no tensor named '" + name + "'");
-  const DType* d = find_dtype(it->dtype);
+  const SafetensorsEntry& e = entry(name);
+  const DType* d = find_dtype(e.dtype);
   if (d->type == at::ScalarType::Undefined)
-    throw Error(ErrorKind::io, path_ + ": tensor '" + name + "' has dtype " + it->dtype + ", which LibTorch cannot hold");
-  const std::uint64_t elem = safetensors_dtype_size(it->dtype);
-  if (first < 0 || count < 0 || (static_cast<std::uint64_t>(first + count)) * elem > it->end - it->begin)
+    throw Error(ErrorKind::io, path_ + ": tensor '" + name + "' has dtype " + e.dtype + ", which LibTorch cannot hold");
+  const std::uint64_t elem = safetensors_dtype_size(e.dtype);
+  if (first < 0 || count < 0 || (static_cast<std::uint64_t>(first + count)) * elem > e.end - e.begin)
     throw Error(ErrorKind::io, path_ + ": tensor '" + name + "' has no elements [" + std::to_string(first) + ", " +
                                    std::to_string(first + count) + ")");
   at::Tensor out = at::empty({count}, at::TensorOptions().dtype(d->type));
-  if (count > 0) std::memcpy(out.data_ptr(), data_ + data_start_ + it->begin + first * elem, count * elem);
+  if (count > 0) std::memcpy(out.data_ptr(), data_ + data_start_ + e.begin + first * elem, count * elem);
   return out;
 }
 

@@ -56,6 +56,9 @@ class SafetensorsReader {
   at::Tensor slice(const std::string& name, std::int64_t first, std::int64_t count) const;
 
  private:
+  /// The named entry; throws zs::Error(io) naming the file when there is none.
+  const SafetensorsEntry& entry(const std::string& name) const;
+
   std::string path_;
   const std::uint8_t* data_ = nullptr;  // start of the whole mapping
   std::size_t size_ = 0;

@@ -53,6 +53,14 @@ std::uint8_t nf4_code(float x, const std::array<float, 15>& bounds) {
   return static_cast<std::uint8_t>(std::lower_bound(bounds.begin(), bounds.end(), x) - bounds.begin());
 }
 
+/// decode(code) for each of the 256 byte codes.
+template <typename Decode>
+std::array<float, 256> values_of(Decode decode) {
+  std::array<float, 256> t{};
+  for (int c = 0; c < 256; ++c) t[static_cast<std::size_t>(c)] = decode(static_cast<std::uint8_t>(c));
+  return t;
+}
+
 /// FP8 and int8: blocks along the last dimension, bfloat16 scales [rows, blocks].
 QuantizedWeight quantize_rows(const at::Tensor& weight, BaseFormat format) {
   if (weight.dim() < 1) throw Error(ErrorKind::config, std::string(to_string(format)) + " needs a weight with dimensions");
@@ -94,10 +102,9 @@ at::Tensor dequantize_rows(const QuantizedWeight& q) {
   const auto* scales = q.scales.data_ptr<at::BFloat16>();
   const auto* codes = static_cast<const std::uint8_t*>(q.codes.data_ptr());
   // A code's value from a table (FP8: the 256 E4M3 values; int8: the integer), times its block's scale.
-  std::array<float, 256> table{};
-  for (int c = 0; c < 256; ++c)
-    table[static_cast<std::size_t>(c)] = q.format == BaseFormat::fp8 ? e4m3_to_float(static_cast<std::uint8_t>(c))
-                                                                     : static_cast<float>(static_cast<std::int8_t>(c));
+  static const std::array<float, 256> int8_values =
+      values_of([](std::uint8_t c) { return static_cast<float>(static_cast<std::int8_t>(c)); });
+  const std::array<float, 256>& table = q.format == BaseFormat::fp8 ? e4m3_values() : int8_values;
   zs::parallel_for(0, rows, std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(cols, 1)), [&](std::int64_t first, std::int64_t last) {
     for (std::int64_t r = first; r < last; ++r)
       for (std::int64_t b = 0; b < blocks; ++b) {
@@ -208,6 +215,16 @@ float e4m3_to_float(std::uint8_t code) {
 
 float e5m2_to_float(std::uint8_t code) {
   return static_cast<float>(c10::Half(static_cast<std::uint16_t>(code << 8), c10::Half::from_bits()));
+}
+
+const std::array<float, 256>& e4m3_values() {
+  static const std::array<float, 256> table = values_of(e4m3_to_float);
+  return table;
+}
+
+const std::array<float, 256>& e5m2_values() {
+  static const std::array<float, 256> table = values_of(e5m2_to_float);
+  return table;
 }
 
 std::int64_t QuantizedWeight::bytes() const {

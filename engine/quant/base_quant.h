@@ -18,6 +18,7 @@
 // nearest, blocks along rows of 64 rather than 256 over the flattened tensor, and a bfloat16 scale
 // rather than a float32 absmax.
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,6 +40,9 @@ std::uint8_t e4m3_from_float(float x);
 float e4m3_to_float(std::uint8_t code);
 /// PyTorch's float8_e5m2 value of a code (IEEE-like: the top byte of a float16, with infinities).
 float e5m2_to_float(std::uint8_t code);
+/// Every code's value, made once (decoding a tensor is a lookup).
+const std::array<float, 256>& e4m3_values();
+const std::array<float, 256>& e5m2_values();
 
 /// A quantized weight: `codes` (uint8 for FP8 and NF4, int8 for int8; FP8 and int8 in the weight's
 /// shape, NF4 flat and packed), `scales` (FP8/int8: bfloat16 [rows, blocks]; NF4: float32 absmax
