@@ -107,8 +107,10 @@ int run_cache_command(const std::vector<std::string>& args) {
   // training would encode.
   const std::unique_ptr<models::TrainableModel> frozen = models::family_of(cfg).load_frozen(cfg);
   models::TrainableModel& model = *frozen;
+  if (const std::string said = train::quantize_text_encoders(cfg, model); !said.empty() && rank == 0) std::cerr << said << "\n";
   model.frozen_to(train::compute_dtype(cfg.precision, device));
   model.to(device, /*with_denoiser=*/false);
+  train::place_quantized_weights(model, device);
   model.train(false);
   models::AttentionOptions attention;
   attention.mode = models::parse_attention_mode(cfg.training.attention);

@@ -7,6 +7,8 @@
 // --mparams: millions of weights (a [4096, N] weight); --threads: thread counts (0: all cores).
 // Per row: the median of --steps timed runs after one untimed, the stored bytes read per second,
 // weights per second, and the time against the bf16 row (below 1: faster than widening bf16).
+// The "quantize" rows time the other way (float32 weights to codes, what loading costs; stored
+// GB/s: codes and scales written).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -85,6 +87,13 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < formats.size(); ++i) {
       const double s = median_seconds(steps, [&] { (void)zs::quant::dequantize(stored[i]); });
       std::printf("%-9d %-26s %10.2f %12.2f %12.2f %8.2f\n", used, formats[i].name, s * 1e3,
+                  static_cast<double>(stored[i].bytes()) / s / 1e9, n / s / 1e9, s / floor);
+    }
+    // Quantizing (what loading a base costs, once per unit): float32 weights in, codes out.
+    for (std::size_t i = 0; i < formats.size(); ++i) {
+      const double s = median_seconds(steps, [&] { (void)zs::quant::quantize(weight, formats[i].format); });
+      const std::string name = std::string("quantize ") + zs::quant::to_string(formats[i].format);
+      std::printf("%-9d %-26s %10.2f %12.2f %12.2f %8.2f\n", used, name.c_str(), s * 1e3,
                   static_cast<double>(stored[i].bytes()) / s / 1e9, n / s / 1e9, s / floor);
     }
   }

@@ -112,6 +112,20 @@ SchemaBuilder build() {
         "Flux.1: the T5 tokens each caption is padded or cut to (FluxPipeline's max_sequence_length). "
         "null: 512 for [dev], 256 for [schnell] (as [schnell] is commonly run).")
       .allow_null().range(1, 512);
+  s.add("model.base_precision", T::choice, std::string("bf16"), ZS_REF(model.base_precision),
+        "How a LoRA run keeps the frozen denoiser's weights: `bf16` as they compute (the run's `precision`), "
+        "or quantized — `fp8` (FP8 E4M3 with a bfloat16 scale per 64 weights along each row, as musubi-tuner's "
+        "--fp8_scaled: 1.03 bytes a weight), `int8` (block-wise absmax, the same blocks: 1.03 bytes) or `nf4` "
+        "(bitsandbytes' NF4, a float32 absmax per 64 weights: 0.56 bytes). Every Linear weight of the "
+        "transformer blocks (attention, feed-forward, modulation) is quantized; the input and output layers, "
+        "norms and biases stay in the compute dtype. Each layer is dequantized to the compute dtype while it "
+        "runs, so the base stays on the card (or crosses PCIe in its quantized bytes under ZeRO-3 parameter "
+        "offload). Only for `training.method: lora` (a full fine-tune trains these weights).",
+        {"bf16", "fp8", "int8", "nf4"});
+  s.add("model.text_encoder_precision", T::choice, std::string("bf16"), ZS_REF(model.text_encoder_precision),
+        "The same for the frozen text encoders' Linear weights (T5-XXL, Qwen2.5-VL, CLIP): `bf16` as they "
+        "compute, or `fp8`, `int8`, `nf4`. Only while they do not train (`training.train_text_encoder: none`).",
+        {"bf16", "fp8", "int8", "nf4"});
   s.add("model.prediction_type", T::choice, std::string("epsilon"), ZS_REF(model.prediction_type),
         "Training target: the added noise (`epsilon`) or the velocity (`v_prediction`).",
         {"epsilon", "v_prediction"});

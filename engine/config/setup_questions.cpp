@@ -50,6 +50,7 @@ bool warmup(const SetupAnswers& a) { return get(a, "lr_scheduler") != "constant"
 bool sampling(const SetupAnswers& a) { return as_int(a, "sampling_every") > 0; }
 bool lora(const SetupAnswers& a) { return get(a, "training_method") == "lora"; }
 bool bf16(const SetupAnswers& a) { return get(a, "mixed_precision") == "bf16"; }
+
 bool not_fp16(const SetupAnswers& a) { return get(a, "mixed_precision") != "fp16"; }
 /// zero.offload_optimizer.delayed_update's conditions: the optimizer in CPU memory, AdamW or
 /// AdamW8bit with fp32 masters, not fused.
@@ -86,6 +87,8 @@ bool text_trained(const SetupAnswers& a) {
     return false;  // no model named yet
   }
 }
+
+bool text_frozen(const SetupAnswers& a) { return !text_trained(a); }
 
 /// The families the model page starts with (family_defaults.h).
 std::vector<std::pair<std::string, std::string>> family_choices() {
@@ -249,6 +252,22 @@ std::vector<SetupQuestion> make_questions() {
        "ff.net.2 (feed-forward); proj_in, proj_out; conv1, conv2 (SD's resnets: LoCon). Empty: the model "
        "family's default (lora.targets: null).",
        {"lora.targets"}, lora},
+      {"base_precision", "method", "Keep the frozen base in fewer bits?", Kind::choice,
+       {{"bf16", "No: as it computes (bf16, or the run's precision)"},
+        {"fp8", "fp8: FP8 E4M3, a scale per 64 weights (1.03 bytes a weight, musubi-tuner's fp8_scaled)"},
+        {"int8", "int8: a scale per 64 weights (1.03 bytes a weight)"},
+        {"nf4", "nf4: bitsandbytes' 4-bit NormalFloat (0.56 bytes a weight, QLoRA)"}},
+       "The frozen blocks' Linear weights stay quantized on the card (or cross to it quantized under ZeRO-3 "
+       "offload) and are dequantized layer by layer: about half (fp8, int8) or a quarter (nf4) of the base's "
+       "memory, at a small cost in how exactly the base computes. LoRA files and merges use the full-precision "
+       "base. The memory panel shows the effect.",
+       {"model.base_precision"}, lora},
+      {"text_encoder_precision", "method", "Keep the frozen text encoders in fewer bits?", Kind::choice,
+       {{"bf16", "No"}, {"fp8", "fp8 (1.03 bytes a weight)"}, {"int8", "int8 (1.03 bytes a weight)"},
+        {"nf4", "nf4 (0.56 bytes a weight)"}},
+       "Their Linear weights (T5-XXL, Qwen2.5-VL, CLIP) quantized once loaded; with both caches complete they "
+       "are read only to fill the caches.",
+       {"model.text_encoder_precision"}, text_frozen},
       {"train_text_encoder", "method", "Train the text encoders?", Kind::choice,
        {{"auto", "auto: the tiny model's own trains, a pipeline's stay frozen"},
         {"none", "No: frozen (their outputs can be cached)"},
@@ -449,6 +468,8 @@ SetupAnswers answers_from_config(const TrainerConfig& c) {
     for (const auto& t : *c.lora.targets) targets += t + "\n";
   a["lora_targets"] = targets;
   a["train_text_encoder"] = c.training.train_text_encoder;
+  a["base_precision"] = c.model.base_precision;
+  a["text_encoder_precision"] = c.model.text_encoder_precision;
   a["text_encoder_lr"] = c.optimizer.text_encoder_lr ? number_text(*c.optimizer.text_encoder_lr) : "";
   a["gradient_checkpointing"] = bool_answer(c.training.gradient_checkpointing);
   a["ema"] = bool_answer(c.ema.enabled);
@@ -551,8 +572,13 @@ std::vector<std::string> settings_from_answers(const SetupAnswers& a) {
     set("lora.alpha", get(a, "lora_alpha").empty() ? "null" : yaml_scalar(get(a, "lora_alpha")));
     const std::string targets = quoted_list(get(a, "lora_targets"));
     set("lora.targets", targets == "[]" ? "null" : targets);
+    text("model.base_precision", "base_precision");
+  } else {
+    reset("model.base_precision");
   }
   text("training.train_text_encoder", "train_text_encoder");
+  if (text_frozen(a)) text("model.text_encoder_precision", "text_encoder_precision");
+  else reset("model.text_encoder_precision");
   if (text_trained(a))
     set("optimizer.text_encoder_lr", get(a, "text_encoder_lr").empty() ? "null" : yaml_scalar(get(a, "text_encoder_lr")));
   flag("training.gradient_checkpointing", "gradient_checkpointing");

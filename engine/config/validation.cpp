@@ -186,6 +186,16 @@ void check_lora(const TrainerConfig& c, RuleSet& rules) {
       c.lora.text_encoder_targets->empty())
     rules.fail("lora.text_encoder_targets", "training.train_text_encoder is lora but no layer is named; leave it "
                                             "null for the default (" + listed(family.default_text_encoder_lora_targets()) + ")");
+  // A quantized copy is a frozen weight's storage: what trains stays in full precision.
+  if (c.model.base_precision != "bf16" && !trained.lora)
+    rules.fail("model.base_precision", c.model.base_precision + " stores frozen weights, but training.method is " +
+                                           c.training.method + " (the denoiser's weights train); use training.method: "
+                                           "lora, or model.base_precision: bf16");
+  if (c.model.text_encoder_precision != "bf16" && te_trained)
+    rules.fail("model.text_encoder_precision",
+               c.model.text_encoder_precision + " stores frozen weights, but the text encoders train "
+               "(training.train_text_encoder: " + c.training.train_text_encoder +
+               "); set training.train_text_encoder: none, or model.text_encoder_precision: bf16");
   if (c.optimizer.text_encoder_lr && !te_trained)
     rules.warn("optimizer.text_encoder_lr", "no text encoder trains (training.train_text_encoder: " +
                                                 c.training.train_text_encoder + "), so this learning rate is unused");

@@ -52,7 +52,11 @@ zero::ZeroOptions zero_options(const TrainerConfig& cfg) {
 
 bool builds_into_shards(const TrainerConfig& cfg) {
   const bool lora_on_preset = models::resolve_trained_parts(cfg).lora && cfg.model.path.empty();
-  return cfg.zero.stage == 3 && cfg.zero.zero3_init_flag && !lora_on_preset;
+  return cfg.zero.stage == 3 && cfg.zero.zero3_init_flag && !lora_on_preset && !quantizes_while_loading(cfg);
+}
+
+bool quantizes_while_loading(const TrainerConfig& cfg) {
+  return cfg.model.base_precision != "bf16" && !cfg.model.path.empty() && models::resolve_trained_parts(cfg).lora;
 }
 
 }  // namespace zs::config

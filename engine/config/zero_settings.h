@@ -15,5 +15,11 @@ zero::ZeroOptions zero_options(const TrainerConfig& cfg);
 /// trainer decides it and the estimator counts it: not for LoRA on a preset, whose base is written
 /// whole to the run's model folder once.
 bool builds_into_shards(const TrainerConfig& cfg);
+/// Whether the run quantizes its frozen base unit by unit as the model files are read
+/// (model.base_precision on a LoRA run from files): no unit of the base is ever whole in its file
+/// precision besides the one being read. It takes zero3_init_flag's place (each rank holds the
+/// whole quantized base until the optimizer keeps its shards). A preset's base is quantized when
+/// the optimizer takes it (its fresh weights are first written whole to the run's model folder).
+bool quantizes_while_loading(const TrainerConfig& cfg);
 
 }  // namespace zs::config

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <optional>
 #include <sstream>
 
@@ -15,6 +16,7 @@
 #include "core/text.h"
 #include "models/attention_options.h"
 #include "models/model_family.h"
+#include "models/quantized_base.h"
 #include "models/unit_memory.h"
 #include "settings/trainer_config.h"
 
@@ -197,6 +199,8 @@ struct UnitTally {
   int64_t hook_total = 0;           // units whose hooks reduce their gradients
   std::map<std::string, int64_t> hooked;  // ... each by name: its padded elements
   std::vector<int64_t> sharded_padded;
+  std::vector<int64_t> sharded_bytes;  // ... each as it is gathered, in bytes
+  int64_t offloaded_shards = 0;     // bytes: this rank's shards in CPU memory or NVMe (copied up when gathered)
   int64_t max_swapped = 0;          // bytes: the largest unit state the lean optimizers swap in from NVMe
 };
 
@@ -226,14 +230,17 @@ zero::StateLayout state_layout(const EstimateOptions& o, const zero::UnitPlan& l
 /// Parameters, gradients, optimizer states and EMA of every unit where the plan puts them.
 UnitTally count_model_states(const zero::Plan& plan, const std::vector<models::RosterUnit>& units,
                              const std::map<std::string, const UnitShape*>& shapes, const EstimateOptions& o,
-                             MemoryEstimate& e) {
-  const int64_t c = compute_bytes(o.precision);
+                             const std::set<std::string>& byte_units, MemoryEstimate& e) {
+  const int64_t compute = compute_bytes(o.precision);
   // fused_backward without accumulation: a hooked unit's reduced part lives from its reduction to
   // its step only (count_buffers has it).
   const bool transient_parts = o.fused_backward && o.accumulation <= 1;
   UnitTally t;
   for (std::size_t k = 0; k < plan.units.size(); ++k) {
     const zero::UnitPlan& l = plan.units[k];
+    // A quantized frozen unit is laid out in bytes (its plan counts bytes).
+    const int64_t c = byte_units.count(units[k].name) ? 1 : compute;
+    if (units[k].frozen) e.frozen_base_bytes += c * l.numel;
     // Parameters (compute dtype): whole units everywhere; stage 3 keeps the rank's shard. A
     // frozen base (LoRA) is laid out and gathered the same way, and has nothing else.
     if (!l.sharded) {
@@ -241,6 +248,7 @@ UnitTally count_model_states(const zero::Plan& plan, const std::vector<models::R
       (units[k].frozen ? t.whole_frozen : t.whole_total) += l.padded;
     } else {
       t.sharded_padded.push_back(l.padded);
+      t.sharded_bytes.push_back(c * l.padded);
       t.sharded_shards += l.shard;
       t.largest_sharded = std::max(t.largest_sharded, l.padded);
       if (o.offload_param == Offload::none) e.gpu.parameters += c * l.shard;
@@ -249,6 +257,7 @@ UnitTally count_model_states(const zero::Plan& plan, const std::vector<models::R
         e.nvme += align_up(c * l.shard);
         t.param_staging += align_up(c * l.shard);
       }
+      if (o.offload_param != Offload::none) t.offloaded_shards += c * l.shard;
     }
     if (units[k].frozen) continue;
     t.owned_total += l.owned;
@@ -307,8 +316,8 @@ void count_buffers(const zero::Plan& plan, const UnitTally& t, const EstimateOpt
   int64_t gathered = 0;
   for (std::size_t i = 0; i < t.sharded_padded.size(); ++i) {
     const int64_t next = i + 1 < t.sharded_padded.size() && t.sharded_padded[i + 1] <= o.prefetch_bucket_size
-                             ? t.sharded_padded[i + 1] : 0;
-    gathered = std::max(gathered, c * (t.sharded_padded[i] + next));
+                             ? t.sharded_bytes[i + 1] : 0;
+    gathered = std::max(gathered, t.sharded_bytes[i] + next);
   }
   // Stages 2-3: the fresh gradients of the unit backward is in and their flat copy, and up to
   // reduce_bucket_size elements of earlier units' copies still being reduced (their reduced parts
@@ -356,12 +365,20 @@ void count_buffers(const zero::Plan& plan, const UnitTally& t, const EstimateOpt
 /// wait in CPU memory (the caches assumed complete; a CPU-only run releases them instead).
 void count_frozen_parts(const ModelShape& model, const EstimateOptions& o, MemoryEstimate& e) {
   const int64_t c = compute_bytes(o.precision);
-  const int64_t frozen = c * (e.frozen_parameters - model.frozen_fp32_parameters) + 4 * model.frozen_fp32_parameters;
+  // model.text_encoder_precision: the encoders' Linear weights as codes and scales instead.
+  const bool text_frozen = o.text_training == models::TextEncoderTraining::frozen;
+  const auto saved = [&](const models::LinearWeights& w) {
+    return text_frozen && o.text_format != quant::BaseFormat::bf16
+               ? c * w.elements - models::quantized_bytes(w, o.text_format) : int64_t{0};
+  };
+  const int64_t frozen = c * (e.frozen_parameters - model.frozen_fp32_parameters) + 4 * model.frozen_fp32_parameters -
+                         saved(model.frozen_text_linear);
   // A streamed part (Flux's T5-XXL) never sits on the device whole: one piece at a time.
-  const int64_t resident = frozen - c * (model.frozen_streamed_parameters - model.frozen_streamed_piece);
+  const int64_t resident = frozen - (c * (model.frozen_streamed_parameters - model.frozen_streamed_piece) -
+                                     (saved(model.streamed_linear) - saved(model.streamed_piece_linear)));
   if (o.frozen_off_device && e.frozen_parameters > 0 && model.latent_factor > 1) {
     // Loaded on demand, the streamed encoder never comes: the caches hold its outputs.
-    e.cpu.parameters += model.frozen_on_demand ? frozen - c * model.frozen_streamed_parameters : frozen;
+    e.cpu.parameters += model.frozen_on_demand ? frozen - (c * model.frozen_streamed_parameters - saved(model.streamed_linear)) : frozen;
     // The pass that fills the caches: the frozen weights and one image through the VAE encoder
     // without gradients (about three 128-channel maps at full size alive at once).
     const int64_t vae_bytes = model.frozen_fp32_parameters > 0 ? 4 : c;
@@ -392,10 +409,24 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
     for (const auto& t : model.text_encoders) trained_text += t.parameters;
   e.frozen_parameters = model.frozen_parameters - trained_text;
   e.frozen_fp32_parameters = model.frozen_fp32_parameters;
-  const zero::Plan plan = plan_for(units, o);
   std::map<std::string, const UnitShape*> shapes;
   for (const auto& u : model.units) shapes[u.name] = &u;
-  const UnitTally tally = count_model_states(plan, units, shapes, o, e);
+  // A quantized base: each frozen block's size in bytes as ZeroOptimizer lays it out (io stays).
+  std::set<std::string> byte_units;
+  std::vector<models::RosterUnit> laid_out = units;
+  int64_t largest_unit = 0;  // elements (the load peak's unit in float32)
+  for (auto& u : laid_out) {
+    const auto found = shapes.find(u.name);
+    if (found == shapes.end()) continue;
+    largest_unit = std::max(largest_unit, u.parameters);
+    const models::LinearWeights& w = found->second->linear;
+    if (!u.frozen || o.base_format == quant::BaseFormat::bf16 || w.tensors == 0 || u.name == model.units.front().name)
+      continue;
+    u.parameters = models::quantized_unit_bytes(w, o.base_format, u.parameters - w.elements, compute_bytes(o.precision));
+    byte_units.insert(u.name);
+  }
+  const zero::Plan plan = plan_for(laid_out, o);
+  const UnitTally tally = count_model_states(plan, laid_out, shapes, o, byte_units, e);
   // ZeRO's gradient buffers during backward, unit by unit, against the activations of the moment.
   BackwardBuffers buffers;
   buffers.bytes = compute_bytes(o.precision);
@@ -418,12 +449,38 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   const int64_t trainable_fp32 =
       o.stage == 3 && o.zero3_init
           ? 4 * (tally.whole_total + tally.whole_frozen + tally.largest_sharded) +
-                (o.master_weights ? 4 : compute_bytes(o.precision)) * tally.sharded_shards
+                (o.master_weights && !o.lora ? 4 : compute_bytes(o.precision)) * tally.sharded_shards
           : 4 * (e.parameters + e.frozen_base_parameters);
+  // Quantized while loading: the blocks as codes and scales (every rank reads them whole), the
+  // unit being read in float32, io and the trained units in float32.
+  int64_t loaded = trainable_fp32;
+  if (o.quantize_while_loading && !byte_units.empty()) {
+    int64_t quantized_elements = 0, quantized_bytes = 0;
+    for (std::size_t k = 0; k < units.size(); ++k)
+      if (byte_units.count(units[k].name)) {
+        quantized_elements += units[k].parameters;
+        quantized_bytes += laid_out[k].parameters;
+      }
+    loaded = 4 * (e.parameters + e.frozen_base_parameters - quantized_elements + largest_unit) + quantized_bytes;
+  }
   const bool never_loaded = model.frozen_on_demand && o.frozen_off_device && model.latent_factor > 1;
-  e.cpu_load_peak = trainable_fp32 + 4 * (e.frozen_parameters - (never_loaded ? model.frozen_streamed_parameters : 0));
+  e.cpu_load_peak = loaded + 4 * (e.frozen_parameters - (never_loaded ? model.frozen_streamed_parameters : 0));
   if (o.cpu_memory > 0)
     e.cpu_fits = std::max(e.cpu.total(), e.cpu_load_peak) * std::max(o.processes_per_machine, 1) <= o.cpu_memory;
+  // Bytes up from CPU memory per step: offloaded shards twice a micro-batch; a streamed encoder
+  // once a micro-batch unless the caches hold its outputs; updated weights after an offloaded step.
+  {
+    const int64_t c = compute_bytes(o.precision);
+    const int64_t micro = std::max<int64_t>(o.accumulation, 1);
+    int64_t streamed = 0;
+    if (!o.frozen_off_device && model.frozen_streamed_parameters > 0) {
+      streamed = c * model.frozen_streamed_parameters;
+      if (o.text_training == models::TextEncoderTraining::frozen && o.text_format != quant::BaseFormat::bf16)
+        streamed -= c * model.streamed_linear.elements - models::quantized_bytes(model.streamed_linear, o.text_format);
+    }
+    const int64_t updated = o.offload_optimizer != Offload::none ? c * tally.owned_total : 0;
+    e.host_to_device_per_step = micro * (2 * tally.offloaded_shards + streamed) + updated;
+  }
   e.deepspeed = deepspeed_estimator(model, o);
   return e;
 }
@@ -525,6 +582,9 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   o.sub_group_size = zo.sub_group_size;
   o.buffer_count = zo.buffer_count;
   o.zero3_init = config::builds_into_shards(cfg);  // the trainer's build step decides the same way
+  o.base_format = trained.lora ? quant::base_format_from_string(cfg.model.base_precision) : quant::BaseFormat::bf16;
+  o.quantize_while_loading = config::quantizes_while_loading(cfg);
+  o.text_format = quant::base_format_from_string(cfg.model.text_encoder_precision);
   o.precision = cfg.precision;
   o.batch_size = cfg.training.batch_size;
   o.resolution = cfg.data.resolution;
@@ -597,6 +657,10 @@ nlohmann::json to_json(const MemoryEstimate& e) {
   j["cpu"] = breakdown_json(e.cpu);
   j["nvme"] = {{"total", e.nvme}};
   j["cpu_load_peak"] = e.cpu_load_peak;
+  j["frozen_base_bytes"] = e.frozen_base_bytes;
+  j["host_to_device_per_step"] = e.host_to_device_per_step;
+  j["base_precision"] = quant::to_string(e.options.base_format);
+  j["text_encoder_precision"] = quant::to_string(e.options.text_format);
   j["cache_pass"] = e.cache_pass;
   j["gpu_memory"] = e.options.gpu_memory;
   j["fits"] = e.fits;
@@ -658,9 +722,16 @@ std::string to_table(const MemoryEstimate& e, const ModelShape& model) {
   }
   if (e.nvme > 0) out << "  nvme files         " << format_bytes(e.nvme) << "\n";
   out << "  cpu while loading  " << format_bytes(e.cpu_load_peak)
-      << (o.stage == 3 ? (o.zero3_init ? " (zero3_init_flag: built into shards)" : " (zero3_init_flag would build it into shards)")
-                       : "")
+      << (o.quantize_while_loading && o.base_format != quant::BaseFormat::bf16
+              ? std::string(" (the base quantized unit by unit as it is read)")
+          : o.stage == 3 ? (o.zero3_init ? " (zero3_init_flag: built into shards)" : " (zero3_init_flag would build it into shards)")
+                         : "")
       << "\n";
+  if (o.base_format != quant::BaseFormat::bf16 || o.text_format != quant::BaseFormat::bf16)
+    out << "  frozen base        " << format_bytes(e.frozen_base_bytes) << " (" << quant::to_string(o.base_format)
+        << "; text encoders " << quant::to_string(o.text_format) << ")\n";
+  if (e.host_to_device_per_step > 0)
+    out << "  host->device/step  " << format_bytes(e.host_to_device_per_step) << "\n";
   if (e.cache_pass > 0)
     out << "\nThe caches are assumed complete. Filling them (`zerostudio cache`) is a pass of its own: "
         << format_bytes(e.cache_pass) << " on the device (frozen weights, one image at a time)\n";

@@ -14,6 +14,7 @@
 #include "models/attention_options.h"
 #include "models/model_family.h"
 #include "models/model_shape.h"
+#include "quant/base_quant.h"
 #include "zero/zero_plan.h"
 #include "zero/zero_rules.h"
 
@@ -75,6 +76,15 @@ struct EstimateOptions {
   /// the host thread's update reads while the next step's gradients arrive).
   bool delayed_update = false;
   std::int64_t accumulation = 1;       ///< training.gradient_accumulation_steps
+  /// model.base_precision (LoRA): the frozen blocks' Linear weights stored so — codes and scales,
+  /// laid out, sharded, offloaded and gathered as bytes (models::quantized_unit_bytes); io stays in
+  /// the compute dtype, as make_optimizer quantizes.
+  quant::BaseFormat base_format = quant::BaseFormat::bf16;
+  /// ... quantized unit by unit as the files are read (config::quantizes_while_loading): the load
+  /// peak holds the quantized base and one unit in float32, not the whole base in float32.
+  bool quantize_while_loading = false;
+  /// model.text_encoder_precision: the frozen text encoders' Linear weights stored so.
+  quant::BaseFormat text_format = quant::BaseFormat::bf16;
   std::int64_t gpu_memory = 0;         ///< bytes of the compute device (0: unknown, "fits" is true)
   std::int64_t cpu_memory = 0;         ///< bytes of this machine's RAM (0: unknown)
 };
@@ -129,6 +139,14 @@ struct MemoryEstimate {
   std::int64_t cache_pass = 0;
   /// Bytes of the frozen parts inside gpu.parameters (0 when they are off the device).
   std::int64_t gpu_frozen = 0;
+  /// Bytes the frozen base holds laid out (a quantized base: codes and scales; else the compute
+  /// dtype), all ranks' shards together.
+  std::int64_t frozen_base_bytes = 0;
+  /// Bytes of parameters each process copies from CPU memory (or NVMe) to the device in one
+  /// optimizer step: each offloaded stage-3 shard twice a micro-batch (forward, and backward's
+  /// gather again), a streamed text encoder once a micro-batch where no cache holds its outputs,
+  /// and with optimizer offload the updated weights once. 0 on a CPU-only run's terms as well.
+  std::int64_t host_to_device_per_step = 0;
   bool fits = true;             ///< gpu.total() <= gpu_memory (when known)
   bool cpu_fits = true;         ///< cpu bytes of every rank on the machine <= cpu_memory (when known)
   Suggestion suggestion;        ///< lowest stage/offload that fits gpu_memory

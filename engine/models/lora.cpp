@@ -3,9 +3,12 @@
 #include <cmath>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/nn/functional/conv.h>
 
 #include "core/error.h"
+#include "quant/base_quant.h"
 
 namespace zs::models {
 
@@ -19,6 +22,36 @@ at::Tensor dropped(const at::Tensor& x, double p, bool training) {
 at::Tensor as_adapter_input(const at::Tensor& x, const LoraAdapter& a) {
   return x.scalar_type() == a.down.scalar_type() ? x : x.to(a.down.scalar_type());
 }
+
+// x·Wᵀ + b with W a quantized base, dequantized in forward and again in backward: the graph keeps
+// the codes (ZeRO-3 gathers them again before the unit's backward), never the dequantized weight.
+struct QuantizedLinearFn : public torch::autograd::Function<QuantizedLinearFn> {
+  static quant::QuantizedWeight weight_of(torch::autograd::AutogradContext* ctx) {
+    quant::QuantizedWeight q;
+    q.format = static_cast<quant::BaseFormat>(ctx->saved_data["format"].toInt());
+    q.shape = ctx->saved_data["shape"].toIntVector();
+    q.codes = ctx->saved_data["codes"].toTensor();
+    q.scales = ctx->saved_data["scales"].toTensor();
+    return q;
+  }
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& bias,
+                            const quant::QuantizedWeight& q) {
+    ctx->saved_data["format"] = static_cast<std::int64_t>(q.format);
+    ctx->saved_data["shape"] = q.shape;
+    ctx->saved_data["codes"] = q.codes;
+    ctx->saved_data["scales"] = q.scales;
+    ctx->saved_data["bias_grad"] = bias.defined() && bias.requires_grad();
+    return at::linear(x, quant::dequantize(q, x.scalar_type()), bias);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const at::Tensor& g = grads[0];
+    const at::Tensor grad_x = at::matmul(g, quant::dequantize(weight_of(ctx), g.scalar_type()));
+    at::Tensor grad_bias;
+    if (ctx->saved_data["bias_grad"].toBool()) grad_bias = g.reshape({-1, g.size(-1)}).sum(0);
+    return {grad_x, grad_bias, at::Tensor()};
+  }
+};
 
 }  // namespace
 
@@ -36,7 +69,22 @@ at::Tensor LoraAdapter::conv_update(const at::Tensor& x, bool training,
 }
 
 at::Tensor AdaptedLinearImpl::forward(const at::Tensor& x) {
-  at::Tensor y = LinearImpl::forward(x);
+  at::Tensor y;
+  if (!quantized) {
+    y = LinearImpl::forward(x);
+  } else {
+    // A part that streams through the device (or is parked in CPU memory) brings its codes along
+    // for this call only: they stay where the part keeps them.
+    quant::QuantizedWeight q = *quantized;
+    if (q.codes.device() != x.device()) {
+      q.codes = q.codes.to(x.device());
+      q.scales = q.scales.to(x.device());
+    }
+    if (c10::GradMode::is_enabled() && (x.requires_grad() || (bias.defined() && bias.requires_grad())))
+      y = QuantizedLinearFn::apply(x, bias, q);
+    else
+      y = at::linear(x, quant::dequantize(q, x.scalar_type()), bias);
+  }
   if (lora && lora->enabled) y = y + lora->linear_update(x, is_training());
   return y;
 }
@@ -170,6 +218,9 @@ at::Tensor lora_delta(const LoraAdapter& a) {
 void merge_lora(torch::nn::Module& root) {
   at::NoGradGuard no_grad;
   for (const auto& l : lora_layers(root)) {
+    if (!l.conv && dynamic_cast<AdaptedLinearImpl*>(l.layer)->quantized)
+      throw Error(ErrorKind::config, l.name + ": its base is quantized (model.base_precision); adapters merge into the "
+                                              "full-precision base read from the model's files, not into this copy");
     at::Tensor& w = l.weight();
     w.add_(lora_delta(l).to(w.scalar_type()));
   }

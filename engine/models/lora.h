@@ -20,6 +20,10 @@
 
 #include "models/param_unit.h"
 
+namespace zs::quant {
+struct QuantizedWeight;
+}
+
 namespace zs::models {
 
 /// How adapters start and scale (`lora.*` in the trainer config).
@@ -53,6 +57,10 @@ class AdaptedLinearImpl : public torch::nn::LinearImpl {
   using torch::nn::LinearImpl::LinearImpl;
   at::Tensor forward(const at::Tensor& x);
   std::shared_ptr<LoraAdapter> lora;
+  /// A frozen base kept quantized (model.base_precision; models/quantized_base.h): `weight` is
+  /// then empty and forward dequantizes these codes to x's dtype for the layer's product alone
+  /// (again in backward, which keeps only the codes).
+  std::shared_ptr<quant::QuantizedWeight> quantized;
 };
 TORCH_MODULE(AdaptedLinear);
 
@@ -104,7 +112,8 @@ void set_adapter(const LoraLayer& l, std::shared_ptr<LoraAdapter> adapter);
 at::Tensor lora_delta(const LoraLayer& l);
 /// The same from the adapter alone (a 4-d down matrix: a convolution's [out, in, kh, kw]).
 at::Tensor lora_delta(const LoraAdapter& a);
-/// Adds every adapter's update into its layer's weight and removes the adapters.
+/// Adds every adapter's update into its layer's weight and removes the adapters. Throws
+/// zs::Error(config) on a layer whose base is quantized (merge into the full-precision base).
 void merge_lora(torch::nn::Module& root);
 /// Removes every adapter of `root`.
 void detach_lora(torch::nn::Module& root);

@@ -15,6 +15,21 @@ struct ClipTextConfig;
 struct ParamUnit;
 class UnitMemory;
 
+/// The Linear weights of a unit or a frozen part, what model.base_precision and
+/// model.text_encoder_precision quantize (models/quantized_base.h): elements, tensors, and the
+/// blocks of 64 their scales count (FP8/int8 along rows: Σ rows·⌈in/64⌉; NF4 over each flattened
+/// tensor: Σ ⌈n/64⌉).
+struct LinearWeights {
+  std::int64_t elements = 0, tensors = 0, row_blocks = 0, flat_blocks = 0;
+  LinearWeights& operator+=(const LinearWeights& o) {
+    elements += o.elements;
+    tensors += o.tensors;
+    row_blocks += o.row_blocks;
+    flat_blocks += o.flat_blocks;
+    return *this;
+  }
+};
+
 /// One ZeRO unit (a resnet, transformer or sampler; `io` holds the small in/out layers).
 struct UnitShape {
   std::string name;                  ///< the unit's name in the optimizer ("io", "down_blocks.0.resnets.0", …)
@@ -36,6 +51,9 @@ struct UnitShape {
   /// SD transformers: proj_in/out are 1×1 convolutions (use_linear_projection false), which
   /// Adafactor factors over their 1×1 kernel, keeping twice their size.
   bool conv_projection = false;
+  /// Its Linear weights (transformer families; zero where the family does not count them, and the
+  /// estimate then holds its base unquantized).
+  LinearWeights linear;
   const UnitMemory& memory_model() const;
 };
 
@@ -64,6 +82,9 @@ struct ModelShape {
   /// The family loads its frozen parts on first use (Qwen-Image): with complete caches a run never
   /// loads the streamed encoder at all (the VAE, to decode samples).
   bool frozen_on_demand = false;
+  /// The Linear weights of the frozen text encoders (model.text_encoder_precision quantizes them),
+  /// and of those the streamed encoder's and its largest piece's.
+  LinearWeights frozen_text_linear, streamed_linear, streamed_piece_linear;
   /// Parameters of the denoiser's units.
   std::int64_t trainable_parameters() const;
   /// Parameters of the largest single layer of any unit (a 2560->1280 3x3 conv in SD 1.5 and SDXL).

@@ -41,6 +41,11 @@ struct ParamUnit {
   /// around the unit's forward and backward like a trained unit; but it takes no gradient,
   /// master, moments, EMA or checkpoint space, and is never updated.
   bool frozen = false;
+  /// Frozen units only, per parameter (empty: none): kept in its own dtype instead of the compute
+  /// dtype — a quantized base's codes and scales (models/quantized_base.h). A unit with any is laid
+  /// out, sharded, offloaded and gathered as bytes.
+  std::vector<bool> raw;
+  bool has_raw() const;
   /// Number of elements over all parameters.
   std::int64_t numel() const;
 };

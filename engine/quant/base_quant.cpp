@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include <ATen/ATen.h>
+#include <c10/util/accumulate.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
@@ -77,20 +78,22 @@ QuantizedWeight quantize_rows(const at::Tensor& weight, BaseFormat format) {
   const float* in = w.data_ptr<float>();
   auto* scales = q.scales.data_ptr<at::BFloat16>();
   auto* out8 = static_cast<std::uint8_t*>(q.codes.data_ptr());
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t b = 0; b < blocks; ++b) {
-      const std::int64_t begin = r * cols + b * kBaseQuantBlock, end = r * cols + std::min(cols, (b + 1) * kBaseQuantBlock);
-      float absmax = 0.0f;
-      for (std::int64_t i = begin; i < end; ++i) absmax = std::max(absmax, std::fabs(in[i]));
-      const at::BFloat16 scale(std::max(absmax / levels, 1e-8f));  // round to nearest even
-      scales[r * blocks + b] = scale;
-      const float s = static_cast<float>(scale);
-      for (std::int64_t i = begin; i < end; ++i) {
-        const float v = std::clamp(in[i] / s, -levels, levels);
-        if (fp8) out8[i] = e4m3_from_float(v);
-        else out8[i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(std::nearbyint(v)));  // half to even
+  zs::parallel_for(0, rows, std::max<std::int64_t>(1, 32768 / std::max<std::int64_t>(cols, 1)), [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t r = first; r < last; ++r)
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        const std::int64_t begin = r * cols + b * kBaseQuantBlock, end = r * cols + std::min(cols, (b + 1) * kBaseQuantBlock);
+        float absmax = 0.0f;
+        for (std::int64_t i = begin; i < end; ++i) absmax = std::max(absmax, std::fabs(in[i]));
+        const at::BFloat16 scale(std::max(absmax / levels, 1e-8f));  // round to nearest even
+        scales[r * blocks + b] = scale;
+        const float s = static_cast<float>(scale);
+        for (std::int64_t i = begin; i < end; ++i) {
+          const float v = std::clamp(in[i] / s, -levels, levels);
+          if (fp8) out8[i] = e4m3_from_float(v);
+          else out8[i] = static_cast<std::uint8_t>(static_cast<std::int8_t>(std::nearbyint(v)));  // half to even
+        }
       }
-    }
+  });
   return q;
 }
 
@@ -132,20 +135,25 @@ QuantizedWeight quantize_nf4(const at::Tensor& weight) {
   std::uint8_t* packed = q.codes.data_ptr<std::uint8_t>();
   const auto bounds = nf4_bounds();
   std::vector<std::uint8_t> codes(static_cast<std::size_t>(n + 1), nf4_code(0.0f, bounds));
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::int64_t begin = b * kBaseQuantBlock, end = std::min(n, begin + kBaseQuantBlock);
-    float m = 0.0f;
-    for (std::int64_t i = begin; i < end; ++i) m = std::max(m, std::fabs(in[i]));
-    const bool partial = begin >= full;
-    absmax[b] = partial ? std::max(m, 1e-38f) : m;
-    const float inverse = 1.0f / std::max(m, 1e-38f);
-    for (std::int64_t i = begin; i < end; ++i) {
-      const float scaled = std::clamp(partial ? in[i] / absmax[b] : in[i] * inverse, -1.0f, 1.0f);
-      codes[static_cast<std::size_t>(i)] = nf4_code(scaled, bounds);
+  zs::parallel_for(0, blocks, 512, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t b = first; b < last; ++b) {
+      const std::int64_t begin = b * kBaseQuantBlock, end = std::min(n, begin + kBaseQuantBlock);
+      float m = 0.0f;
+      for (std::int64_t i = begin; i < end; ++i) m = std::max(m, std::fabs(in[i]));
+      const bool partial = begin >= full;
+      absmax[b] = partial ? std::max(m, 1e-38f) : m;
+      const float inverse = 1.0f / std::max(m, 1e-38f);
+      for (std::int64_t i = begin; i < end; ++i) {
+        const float scaled = std::clamp(partial ? in[i] / absmax[b] : in[i] * inverse, -1.0f, 1.0f);
+        codes[static_cast<std::size_t>(i)] = nf4_code(scaled, bounds);
+      }
     }
-  }
-  for (std::int64_t i = 0; i < (n + 1) / 2; ++i)
-    packed[i] = static_cast<std::uint8_t>(codes[static_cast<std::size_t>(2 * i)] << 4 | codes[static_cast<std::size_t>(2 * i + 1)]);
+  });
+  // (blocks are 64 codes, an even count: no byte straddles two blocks' threads)
+  zs::parallel_for(0, (n + 1) / 2, 32768, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t i = first; i < last; ++i)
+      packed[i] = static_cast<std::uint8_t>(codes[static_cast<std::size_t>(2 * i)] << 4 | codes[static_cast<std::size_t>(2 * i + 1)]);
+  });
   return q;
 }
 
@@ -243,7 +251,57 @@ QuantizedWeight quantize(const at::Tensor& weight, BaseFormat format) {
 }
 
 at::Tensor dequantize(const QuantizedWeight& q) {
+  if (!q.codes.device().is_cpu()) return dequantize_ops(q, at::kFloat);
   return q.format == BaseFormat::nf4 ? dequantize_nf4(q) : dequantize_rows(q);
+}
+
+at::Tensor dequantize(const QuantizedWeight& q, at::ScalarType dtype) {
+  if (!q.codes.device().is_cpu()) return dequantize_ops(q, dtype);
+  const at::Tensor w = dequantize(q);
+  return w.scalar_type() == dtype ? w : w.to(dtype);
+}
+
+namespace {
+
+/// A code table as a float32 tensor on `device`, made once per thread and device.
+const at::Tensor& table_on(const float* values, std::int64_t count, const at::Device& device) {
+  thread_local std::vector<std::pair<std::pair<const float*, at::Device>, at::Tensor>> made;
+  for (const auto& [key, t] : made)
+    if (key.first == values && key.second == device) return t;
+  at::Tensor t = at::from_blob(const_cast<float*>(values), {count}, at::TensorOptions().dtype(at::kFloat)).to(device);
+  made.emplace_back(std::make_pair(values, device), t);
+  return made.back().second;
+}
+
+}  // namespace
+
+at::Tensor dequantize_ops(const QuantizedWeight& q, at::ScalarType dtype) {
+  const at::Device device = q.codes.device();
+  const at::TensorOptions i32 = at::TensorOptions().dtype(at::kInt).device(device);
+  if (q.format == BaseFormat::nf4) {
+    const std::int64_t n = c10::multiply_integers(q.shape), blocks = q.scales.numel();
+    const at::Tensor bytes = q.codes.to(i32);
+    const at::Tensor codes = at::stack({at::__rshift__(bytes, 4), at::bitwise_and(bytes, 15)}, 1).reshape({-1});
+    at::Tensor v = table_on(kNf4.data(), 16, device).index_select(0, codes);  // [2 · bytes]
+    if (v.numel() != blocks * kBaseQuantBlock) v = at::constant_pad_nd(v, {0, blocks * kBaseQuantBlock - v.numel()});
+    v = v.view({blocks, kBaseQuantBlock}).mul_(q.scales.to(at::kFloat).unsqueeze(1));
+    return v.reshape({-1}).narrow(0, 0, n).view(q.shape).to(dtype);
+  }
+  static const std::array<float, 256> int8_values =
+      values_of([](std::uint8_t c) { return static_cast<float>(static_cast<std::int8_t>(c)); });
+  const std::array<float, 256>& table = q.format == BaseFormat::fp8 ? e4m3_values() : int8_values;
+  const std::int64_t cols = q.shape.empty() ? 0 : q.shape.back(), blocks = q.scales.size(1);
+  const std::int64_t rows = cols == 0 ? 0 : q.codes.numel() / cols;
+  // int8 codes read as bytes index the table by their bits, as the loops do.
+  const at::Tensor index = (q.codes.scalar_type() == at::kChar ? q.codes.to(at::kInt).bitwise_and(255) : q.codes.to(i32));
+  at::Tensor v = table_on(table.data(), 256, device).index_select(0, index.reshape({-1})).view({rows, cols});
+  const at::Tensor s = q.scales.to(at::kFloat);
+  if (cols == blocks * kBaseQuantBlock) {
+    v = v.view({rows, blocks, kBaseQuantBlock}).mul_(s.unsqueeze(2));
+  } else {
+    v.mul_(s.repeat_interleave(kBaseQuantBlock, 1).narrow(1, 0, cols));
+  }
+  return v.reshape(q.shape).to(dtype);
 }
 
 }  // namespace zs::quant

@@ -58,7 +58,14 @@ struct QuantizedWeight {
 /// Quantizes a float tensor (any float dtype; read as float32). FP8 and int8 need at least one
 /// dimension (a Linear weight is [out, in]); NF4 takes any shape.
 QuantizedWeight quantize(const at::Tensor& weight, BaseFormat format);
-/// The weight back, float32, in its shape.
+/// The weight back, float32, in its shape: the loops above for codes in CPU memory,
+/// dequantize_ops elsewhere (a GPU).
 at::Tensor dequantize(const QuantizedWeight& q);
+/// The same in `dtype` (the layer's compute dtype): float32 values rounded once.
+at::Tensor dequantize(const QuantizedWeight& q, at::ScalarType dtype);
+/// The same through tensor operations on the codes' device (table lookups, one float32 multiply a
+/// weight, as the loops): the GPU's path, equal to the loops bit for bit (tst_base_quant checks it
+/// on the CPU). Transient memory: about 12 bytes a weight of the layer (int32 index, float32 values).
+at::Tensor dequantize_ops(const QuantizedWeight& q, at::ScalarType dtype);
 
 }  // namespace zs::quant

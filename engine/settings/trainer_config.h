@@ -29,6 +29,8 @@ struct ModelConfig {
   std::string vae_path;             ///< Flux: a VAE weight file (ae.safetensors) instead of the folder's
   std::string text_encoder_path;    ///< Flux: CLIP-L's weight file instead of the folder's
   std::string text_encoder_2_path;  ///< Flux: T5-XXL's weight file instead of the folder's
+  std::string base_precision;          ///< the frozen denoiser base's storage: bf16 | fp8 | int8 | nf4
+  std::string text_encoder_precision;  ///< the frozen text encoders' storage: bf16 | fp8 | int8 | nf4
 };
 
 /// Options of the metadata-JSON dataset layout (metadata/**/*.json with tags, score, path).

@@ -9,8 +9,10 @@
 #include <c10/core/GradMode.h>
 
 #include "core/install_paths.h"
+#include "core/text.h"
 #include "data/dataset.h"
 #include "data/latent_cache.h"
+#include "models/quantized_base.h"
 #include "models/trainable_model.h"
 
 namespace zs::train {
@@ -62,10 +64,33 @@ Caches open_caches(const config::TrainerConfig& cfg, const models::TrainableMode
                                                              : cfg.data.latent_cache_dir;
   if (model.has_latent_space() && cfg.data.cache_latents)
     c.latents = std::make_unique<data::LatentCache>(root, data::LatentCache::vae_key(model.source_path()), cfg.data.resolution);
-  if (!model.source_path().empty() && !model.text_encoders_trained() && cfg.data.cache_text_embeddings)
-    c.texts = std::make_unique<data::LatentCache>(
-        root, data::LatentCache::text_key(model.source_path(), model.text_components()), "text");
+  if (!model.source_path().empty() && !model.text_encoders_trained() && cfg.data.cache_text_embeddings) {
+    std::vector<std::string> components = model.text_components();
+    if (cfg.model.text_encoder_precision != "bf16")
+      for (auto& component : components) component += "~" + cfg.model.text_encoder_precision;
+    c.texts = std::make_unique<data::LatentCache>(root, data::LatentCache::text_key(model.source_path(), components), "text");
+  }
   return c;
+}
+
+std::string quantize_text_encoders(const config::TrainerConfig& cfg, models::TrainableModel& model) {
+  const quant::BaseFormat format = quant::base_format_from_string(cfg.model.text_encoder_precision);
+  if (format == quant::BaseFormat::bf16 || model.text_encoders_trained()) return "";
+  models::QuantizedBytes q;
+  for (const models::ModelComponent& c : model.components()) {
+    if (!c.module || c.role == models::ModelComponent::Role::denoiser) continue;
+    const models::QuantizedBytes part = models::quantize_linears(*c.module, format);
+    q.layers += part.layers;
+    q.before += part.before;
+    q.after += part.after;
+  }
+  return "text encoders: " + std::to_string(q.layers) + " Linear weights kept as " + cfg.model.text_encoder_precision +
+         " (" + format_bytes(q.before) + " -> " + format_bytes(q.after) + ")";
+}
+
+void place_quantized_weights(models::TrainableModel& model, const at::Device& device) {
+  for (const models::ModelComponent& c : model.components())
+    if (c.module && c.role != models::ModelComponent::Role::denoiser && !c.streams_on_gpu) models::move_quantized(*c.module, device);
 }
 
 std::vector<std::string> sampling_captions(const config::TrainerConfig& cfg) {

@@ -41,7 +41,18 @@ struct Caches {
   Caches(Caches&&) noexcept;
   Caches& operator=(Caches&&) noexcept;
 };
+/// (A text cache is keyed by model.text_encoder_precision too: quantized encoders compute other
+/// values.)
 Caches open_caches(const config::TrainerConfig& cfg, const models::TrainableModel& model);
+
+/// model.text_encoder_precision: the frozen text encoders' Linear weights quantized in place,
+/// before the cast to the compute dtype — as training and the cache pass both do, so a cache holds
+/// what training would compute. Returns the line to log ("" when nothing was quantized).
+std::string quantize_text_encoders(const config::TrainerConfig& cfg, models::TrainableModel& model);
+/// After model.to(device): the quantized weights of the frozen parts that stay on the device go
+/// there too (Module::to moves parameters and buffers only; parts that stream or park bring their
+/// codes along for each call).
+void place_quantized_weights(models::TrainableModel& model, const at::Device& device);
 
 /// Everything the loader can ask the caches for: each item's image unflipped and, with
 /// data.flip_p > 0, flipped; each caption and, with caption dropout, the empty one. Finite

@@ -1,5 +1,6 @@
 #include "train/optimizer_setup.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -8,6 +9,9 @@
 #include "models/trainable_model.h"
 #include "models/lora.h"
 #include "models/model_family.h"
+#include "models/denoiser_module.h"
+#include "models/quantized_base.h"
+#include "core/text.h"
 #include "zero/sharded_init.h"
 #include "zero/zero_optimizer.h"
 
@@ -26,7 +30,11 @@ at::ScalarType compute_dtype(const std::string& precision, const c10::Device& de
 
 std::unique_ptr<zero::ShardedInit> make_sharded_init(const config::TrainerConfig& cfg, int world, int rank) {
   std::optional<at::ScalarType> shard_dtype;
-  if (cfg.optimizer.master_weights == "none" && cfg.precision == "bf16") shard_dtype = at::kBFloat16;
+  // Shards without float32 masters keep the compute dtype: bf16 weights without masters, and a
+  // LoRA run's frozen base (the only units built into shards then; it never needs float32 again).
+  const bool lora = models::resolve_trained_parts(cfg).lora;
+  if ((cfg.optimizer.master_weights == "none" || lora) && cfg.precision == "bf16") shard_dtype = at::kBFloat16;
+  if (lora && cfg.precision == "fp16") shard_dtype = at::kHalf;
   return std::make_unique<zero::ShardedInit>(zero::plan_options(config::zero_options(cfg), world, rank), shard_dtype);
 }
 
@@ -70,13 +78,32 @@ std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig&
   const double te_scale = cfg.optimizer.text_encoder_lr && cfg.optimizer.lr > 0 ? *cfg.optimizer.text_encoder_lr / cfg.optimizer.lr : 1.0;
   std::vector<models::ParamUnit> units;
   zo.persistent_units.clear();
+  // A quantized base (model.base_precision): each frozen block unit's Linear weights become codes
+  // and scales, one unit at a time (the rest of the base still waits in its loaded precision); the
+  // io unit (embedders, final layer) stays in the compute dtype.
+  const quant::BaseFormat base_format = quant::base_format_from_string(cfg.model.base_precision);
+  std::optional<models::BaseQuantizer> quantizer;
+  if (base_format != quant::BaseFormat::bf16 && model.denoiser()) quantizer.emplace(*model.denoiser(), base_format);
+  models::QuantizedBytes quantized;
   for (const models::RosterUnit& r : models::unit_roster(parts, trained)) {
     models::ParamUnit u = std::move(candidates.at(r.name));
     u.frozen = r.frozen;
+    const bool block = !parts.denoiser.empty() && r.name != parts.denoiser.front().first &&
+                       std::any_of(parts.denoiser.begin(), parts.denoiser.end(), [&](const auto& d) { return d.first == r.name; });
+    if (quantizer && u.frozen && block) {
+      const models::QuantizedBytes q = quantizer->quantize(u);
+      quantized.layers += q.layers;
+      quantized.before += q.before;
+      quantized.after += q.after;
+    }
     if (r.text_lr) u.lr_scale = te_scale;
     if (r.persistent) zo.persistent_units.push_back(r.name);
     units.push_back(std::move(u));
   }
+  // (a base quantized while it loaded was reported then: config::quantizes_while_loading)
+  if (quantized.before > 0 && log)
+    log("base: " + std::to_string(quantized.layers) + " Linear weights of the frozen blocks quantized to " +
+        cfg.model.base_precision + " (" + format_bytes(quantized.before) + " -> " + format_bytes(quantized.after) + ")");
   zo.compute_dtype = compute;
   zo.device = device;
   zo.run_tag = run_tag;

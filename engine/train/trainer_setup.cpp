@@ -14,6 +14,7 @@
 #include "config/config_loader.h"
 #include "config/config_writer.h"
 #include "config/trainability.h"
+#include "config/zero_settings.h"
 #include "core/error.h"
 #include "core/text.h"
 #include "data/shapes.h"
@@ -21,6 +22,7 @@
 #include "io/safetensors.h"
 #include "models/attention_options.h"
 #include "models/model_family.h"
+#include "models/quantized_base.h"
 #include "models/trainable_model.h"
 #include "train/frozen_cache.h"
 #include "train/lora_setup.h"
@@ -312,7 +314,23 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
   const models::ModelFamily& family = models::family_of(cfg);
   trained = models::resolve_trained_parts(cfg);
   const bool lora = trained.lora;
-  if (config::builds_into_shards(cfg)) {
+  models::QuantizedBytes loaded_quantized;
+  if (config::quantizes_while_loading(cfg) && !ckpt) {
+    // model.base_precision: each block unit's Linear weights become codes and scales as soon as the
+    // unit is read (the optimizer lays them out later), so the base is never whole in its file
+    // precision in host memory. (Not when resuming: a run's model folder may hand its units over
+    // before the checkpoint fills them; make_optimizer quantizes the loaded base then.)
+    const quant::BaseFormat format = quant::base_format_from_string(cfg.model.base_precision);
+    on_unit = [format, &loaded_quantized](const std::string&, const std::string&, torch::nn::Module& unit) {
+      const models::QuantizedBytes q = models::quantize_linears(unit, format);
+      loaded_quantized.layers += q.layers;
+      loaded_quantized.before += q.before;
+      loaded_quantized.after += q.after;
+    };
+    if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag)
+      log("zero3_init_flag: the " + cfg.model.base_precision + " base is quantized unit by unit as it loads instead "
+          "(each rank holds it quantized until the optimizer keeps its shards)");
+  } else if (config::builds_into_shards(cfg)) {
     // LoRA's frozen base from model files too: each rank reads only its shards (the adapters take
     // their shapes from the layers' options, not the emptied weights).
     sharded_init = make_sharded_init(cfg, world, rank);
@@ -335,6 +353,10 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
     model = family.build(cfg, captions, on_unit);
     if (rank == 0) model->save_folder(model_dir);
   }
+  if (loaded_quantized.layers > 0)
+    log("base: " + std::to_string(loaded_quantized.layers) + " Linear weights of the blocks quantized to " +
+        cfg.model.base_precision + " while loading (" + format_bytes(loaded_quantized.before) + " read -> " +
+        format_bytes(loaded_quantized.after) + ")");
   if (sharded_init && sharded_init->sharded_units() == 0) {
     log("zero3_init_flag: no unit was built into shards (the model is loaded whole, or every unit stays whole at "
         "stage 3)");
@@ -356,8 +378,11 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
   // Frozen parts to the compute dtype while still in CPU memory, then to the device; the denoiser
   // (trained, or LoRA's frozen base) goes there unit by unit as the optimizer takes it, so loading
   // never puts the whole model on the device at full precision.
+  // model.text_encoder_precision: from their loaded precision, before the cast below.
+  if (const std::string said = quantize_text_encoders(cfg, *model); !said.empty()) log(said);
   model->frozen_to(compute);
   model->to(device, /*with_denoiser=*/false);
+  place_quantized_weights(*model, device);
   if (lora || trained.text == models::TextEncoderTraining::lora) {
     const std::size_t adapted = attach_adapters(cfg, trained, *model);
     log("LoRA: " + std::to_string(adapted) + " layers adapted (rank " + std::to_string(cfg.lora.rank) + ", alpha " +

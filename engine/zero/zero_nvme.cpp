@@ -110,18 +110,19 @@ void ZeroOptimizer::init_offload() {
     say(store, "optimizer states (each unit's whole, in memory for its step)");
   }
   if (o_.offload_param == O::nvme) {
-    const std::int64_t elem = static_cast<std::int64_t>(compute_opts_.dtype().itemsize());
     std::int64_t need = 0;
     for (const Unit* u : by_index_)
-      if (u->plan.sharded) need += round_up(std::max<std::int64_t>(u->plan.shard, 1) * elem, kIoAlignment);
+      if (u->plan.sharded)
+        need += round_up(std::max<std::int64_t>(u->plan.shard, 1) * static_cast<std::int64_t>(u->flat_opts.dtype().itemsize()),
+                         kIoAlignment);
     NvmeStore::check_space(o_.param_nvme_path, need, "zero.offload_param.nvme_path");
     offload_->param_store = std::make_unique<NvmeStore>(o_.param_nvme_path, o_.run_tag + "-params", comm_.rank(), o_.aio);
     auto& store = *offload_->param_store;
     for (Unit* u : by_index_) {  // frozen shards too
       if (!u->plan.sharded) continue;
       NvmeUnit& n = nvme_state(*u);
-      n.region_param = store.add_region("params.swp", u->plan.shard, compute_opts_.dtype().toScalarType());
-      n.param_staging = aligned_buffer(u->plan.shard, compute_opts_.dtype().toScalarType());
+      n.region_param = store.add_region("params.swp", u->plan.shard, u->flat_opts.dtype().toScalarType());
+      n.param_staging = aligned_buffer(u->plan.shard, u->flat_opts.dtype().toScalarType());
       n.param_staging.copy_(u->shard_param);
       store.wait(store.write(n.region_param, 0, u->plan.shard, n.param_staging.data_ptr()));
       u->shard_param = at::Tensor();  // from now on the shard lives in the file

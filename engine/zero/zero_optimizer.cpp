@@ -19,17 +19,33 @@
 namespace zs::zero {
 
 // Where each parameter sits in the unit's flat buffer (shapes from the placeholders' record
-// when the unit was built into shards).
-void ZeroOptimizer::lay_out(Unit& u, const models::ParamUnit& pu) {
+// when the unit was built into shards). A unit with raw parameters (a quantized base) is laid out
+// in bytes, each parameter 16-byte aligned so that its bytes view as its dtype.
+void ZeroOptimizer::lay_out(Unit& u, const models::ParamUnit& pu) const {
   const bool prebuilt = pu.shard.defined();
+  const bool bytes = pu.has_raw();
+  const at::ScalarType compute = compute_opts_.dtype().toScalarType();
+  u.flat_opts = bytes ? compute_opts_.dtype(at::kByte) : compute_opts_;
   for (std::size_t i = 0; i < pu.parameters.size(); ++i) {
     const auto shape = prebuilt ? pu.shapes.at(i) : pu.parameters[i].second.sizes().vec();
-    const std::int64_t n = c10::multiply_integers(shape);
+    std::int64_t n = c10::multiply_integers(shape);
+    if (bytes) {
+      const at::ScalarType dtype = i < pu.raw.size() && pu.raw[i] ? pu.parameters[i].second.scalar_type() : compute;
+      u.dtypes.push_back(dtype);
+      n *= static_cast<std::int64_t>(c10::elementSize(dtype));
+      u.numel = (u.numel + 15) / 16 * 16;
+    }
     u.offsets.push_back(u.numel);
     u.sizes.push_back(n);
     u.shapes.push_back(shape);
     u.numel += n;
   }
+}
+
+at::Tensor ZeroOptimizer::param_view(const Unit& u, const at::Tensor& flat, std::size_t i) {
+  at::Tensor slot = flat.narrow(0, u.offsets[i], u.sizes[i]);
+  if (!u.dtypes.empty()) slot = slot.view(u.dtypes[i]);
+  return slot.view(u.shapes[i]);
 }
 
 RuleSettings ZeroOptions::rule_settings() const {
@@ -71,17 +87,21 @@ ZeroOptimizer::ZeroOptimizer(std::vector<models::ParamUnit> units, comm::Communi
     : comm_(comm), o_(std::move(options)), adam_{o_.beta1, o_.beta2, o_.eps, o_.weight_decay} {
   // The layout and treatment of every unit: the plan (zero_plan.h), from the units' sizes; the
   // frozen units get theirs from the same rules, apart (plan() describes what is trained).
+  // (a quantized frozen unit's size is in bytes: the laid-out size, which needs the compute dtype)
+  c10::NoGradGuard no_grad;
+  choose_precisions(units);
   std::vector<std::pair<std::string, std::int64_t>> sizes, frozen_sizes;
   for (const auto& pu : units) {
-    std::int64_t n = 0;
-    for (std::size_t i = 0; i < pu.parameters.size(); ++i)
-      n += pu.shard.defined() ? c10::multiply_integers(pu.shapes.at(i)) : pu.parameters[i].second.numel();
-    (pu.frozen ? frozen_sizes : sizes).emplace_back(pu.name, n);
+    if (pu.has_raw() && !pu.frozen) throw Error(ErrorKind::config, "unit " + pu.name + ": only a frozen unit may hold quantized weights");
+    if (pu.has_raw() && pu.shard.defined())
+      throw Error(ErrorKind::config, "unit " + pu.name + ": a quantized base cannot be built into shards yet "
+                                     "(zero.zero3_init_flag with model.base_precision)");
+    Unit layout;
+    lay_out(layout, pu);
+    (pu.frozen ? frozen_sizes : sizes).emplace_back(pu.name, layout.numel);
   }
   plan_ = make_plan(plan_options(o_, comm_.world_size(), comm_.rank()), sizes);
   const Plan frozen_plan = make_plan(plan_options(o_, comm_.world_size(), comm_.rank()), frozen_sizes);
-  c10::NoGradGuard no_grad;
-  choose_precisions(units);
   std::size_t trained = 0, frozen = 0;
   for (auto& pu : units) {
     if (pu.frozen) {
@@ -235,16 +255,15 @@ std::unique_ptr<ZeroOptimizer::Unit> ZeroOptimizer::make_frozen_unit(models::Par
     for (const auto& param : pu.parameters) u->params.push_back(param);
     return u;
   }
-  // Straight into the compute dtype on the device, one parameter at a time: a frozen unit never
-  // needs its full precision again.
-  u->flat_param = at::empty({u->plan.padded}, compute_opts_);
-  if (u->plan.padded > u->numel) u->flat_param.narrow(0, u->numel, u->plan.padded - u->numel).zero_();
+  // Straight into the compute dtype on the device (raw parameters: their own), one parameter at a
+  // time: a frozen unit never needs its full precision again.
+  u->flat_param = at::zeros({u->plan.padded}, u->flat_opts);
   for (std::size_t i = 0; i < pu.parameters.size(); ++i) {
     at::Tensor p = pu.parameters[i].second;
-    at::Tensor slot = u->flat_param.narrow(0, u->offsets[i], u->sizes[i]);
-    slot.copy_(p.detach().reshape({-1}));
+    at::Tensor slot = param_view(*u, u->flat_param, i);
+    slot.copy_(p.detach());
     p.set_requires_grad(false);
-    p.set_data(slot.view(u->shapes[i]));
+    p.set_data(slot);
     u->params.emplace_back(pu.parameters[i].first, p);
   }
   if (u->plan.sharded) u->shard_param = u->flat_param.narrow(0, u->plan.owned_offset, u->plan.shard).clone();
@@ -256,7 +275,19 @@ bool ZeroOptimizer::is_sharded(std::size_t unit) const { return indexed(unit).pl
 
 std::int64_t ZeroOptimizer::frozen_numel() const {
   std::int64_t n = 0;
-  for (const auto& u : frozen_) n += u->numel;
+  for (const auto& u : frozen_) {
+    if (u->dtypes.empty()) {
+      n += u->numel;
+    } else {  // laid out in bytes: the elements of its tensors (a quantized weight's codes and scales)
+      for (const auto& shape : u->shapes) n += c10::multiply_integers(shape);
+    }
+  }
+  return n;
+}
+
+std::int64_t ZeroOptimizer::frozen_bytes() const {
+  std::int64_t n = 0;
+  for (const auto& u : frozen_) n += u->numel * static_cast<std::int64_t>(u->flat_opts.dtype().itemsize());
   return n;
 }
 
@@ -284,10 +315,10 @@ void ZeroOptimizer::prefetch(std::size_t unit) {
     if (n.param_read == 0) n.param_read = offload_->param_store->read(n.region_param, 0, u.plan.shard, n.param_staging.data_ptr());
     return;
   }
-  u.flat_param = at::empty({u.plan.padded}, compute_opts_);
+  u.flat_param = at::empty({u.plan.padded}, u.flat_opts);
   if (copies_->asynchronous() && u.shard_param.device().is_cpu()) {
     // An offloaded shard goes up and is gathered on the side stream while this unit computes.
-    at::Tensor src = u.shard_param, dst = at::empty({u.plan.shard}, compute_opts_), flat = u.flat_param;
+    at::Tensor src = u.shard_param, dst = at::empty({u.plan.shard}, u.flat_opts), flat = u.flat_param;
     u.gather_fence = copies_->run(
         [&] {
           dst.copy_(src, /*non_blocking=*/true);
@@ -320,22 +351,18 @@ void ZeroOptimizer::gather(std::size_t unit) {
     u.flat_param = u.shard_param;  // one rank, the shard on the device: it is the whole unit
   } else if (!u.flat_param.defined()) {
     // The shard from wherever it lives (device, CPU, or the NVMe file: a prefetched read).
-    const at::Tensor source = owned_params(u).to(compute_opts_.device());
-    u.flat_param = at::empty({u.plan.padded}, compute_opts_);
+    const at::Tensor source = owned_params(u).to(u.flat_opts.device());
+    u.flat_param = at::empty({u.plan.padded}, u.flat_opts);
     comm_.all_gather(source, u.flat_param);
-  } else if (!u.params.empty() && u.params[0].second.numel() == u.sizes[0]) {
+  } else if (!u.params.empty() && u.params[0].second.numel() == c10::multiply_integers(u.shapes[0])) {
     return;  // already gathered and in place
   }
-  for (std::size_t i = 0; i < u.params.size(); ++i) {
-    at::Tensor& p = u.params[i].second;
-    const auto& shape = u.shapes[i];
-    p.set_data(u.flat_param.narrow(0, u.offsets[i], u.sizes[i]).view(shape));
-  }
+  for (std::size_t i = 0; i < u.params.size(); ++i) u.params[i].second.set_data(param_view(u, u.flat_param, i));
 }
 
 bool ZeroOptimizer::shard_is_unit(const Unit& u) const {
-  return comm_.world_size() == 1 && u.shard_param.defined() && u.shard_param.device() == compute_opts_.device() &&
-         u.shard_param.scalar_type() == compute_opts_.dtype().toScalarType();
+  return comm_.world_size() == 1 && u.shard_param.defined() && u.shard_param.device() == u.flat_opts.device() &&
+         u.shard_param.scalar_type() == u.flat_opts.dtype().toScalarType();
 }
 
 void ZeroOptimizer::release(std::size_t unit) { release(indexed(unit)); }
@@ -349,7 +376,8 @@ void ZeroOptimizer::release(Unit& u) {
     u.gather_fence = {};
     u.gather_source = at::Tensor();
   }
-  for (auto& [name, p] : u.params) p.set_data(at::empty({0}, compute_opts_));
+  for (std::size_t i = 0; i < u.params.size(); ++i)
+    u.params[i].second.set_data(at::empty({0}, u.flat_opts.dtype(u.dtypes.empty() ? u.flat_opts.dtype().toScalarType() : u.dtypes[i])));
   u.flat_param = at::Tensor();
 }
 

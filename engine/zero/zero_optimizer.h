@@ -232,6 +232,8 @@ class ZeroOptimizer final {
   std::size_t sharded_units() const;
   /// Frozen units: elements (Ψ of the frozen base) and how many of them are sharded.
   std::int64_t frozen_numel() const;
+  /// Bytes the frozen units hold laid out (a quantized base: its codes and scales).
+  std::int64_t frozen_bytes() const;
   std::size_t sharded_frozen_units() const;
   /// Padded elements of the units kept whole (all of them below stage 3).
   std::int64_t persistent_numel() const;
@@ -255,7 +257,9 @@ class ZeroOptimizer final {
   /// The unit the hooks call `index` (trained or frozen, in the order the constructor got them).
   Unit& indexed(std::size_t index) const { return *by_index_.at(index); }
   /// Fills a unit's offsets, sizes, shapes and numel from its parameters.
-  static void lay_out(Unit& u, const models::ParamUnit& pu);
+  void lay_out(Unit& u, const models::ParamUnit& pu) const;
+  /// Parameter `i` of the unit as a view of its flat buffer, in its dtype and shape.
+  static at::Tensor param_view(const Unit& u, const at::Tensor& flat, std::size_t i);
   /// Lays out a frozen unit in the compute dtype on the compute device (only its shard when sharded).
   std::unique_ptr<Unit> make_frozen_unit(models::ParamUnit& pu, const UnitPlan& up);
   /// A trained unit: laid out as `up` says, its weights moved into the flat buffer (or its

@@ -59,6 +59,11 @@ struct ZeroOptimizer::Unit {
   std::vector<std::int64_t> offsets;
   std::vector<std::int64_t> sizes;                   // elements per parameter
   std::vector<std::vector<std::int64_t>> shapes;     // shapes (stage 3 empties the tensors)
+  // A frozen unit holding quantized weights (ParamUnit::raw) is laid out in bytes: offsets, sizes,
+  // numel and the plan count bytes, each parameter in its dtype here (raw ones their own, the
+  // rest the compute dtype). Empty: every parameter in flat_opts' dtype.
+  std::vector<at::ScalarType> dtypes;
+  at::TensorOptions flat_opts;  // flat_param's and shard_param's dtype and device
   std::int64_t numel = 0;    // real elements
   at::Tensor flat_param;     // [padded] compute dtype (stage 3 sharded units: only while gathered)
   at::Tensor shard_param;    // [shard] stage 3 sharded units: this rank's parameters (CPU with

@@ -29,6 +29,8 @@
 #include "models/clip_text_model.h"
 #include "models/flux/flux_transformer.h"
 #include "models/qwen_image/qwen_transformer.h"
+#include "models/quantized_base.h"
+#include "quant/base_quant.h"
 #include "models/lora.h"
 #include "models/sd/sd_family.h"
 #include "models/sd/unet_2d_condition.h"
@@ -222,6 +224,7 @@ struct Variant {
   bool adafactor = false, adam8 = false, nomaster = false, nooverlap = false, nomaster_cos = false, fused = false;
   bool delayed = false;  // zero.offload_optimizer.delayed_update after 2 ordinary steps
   std::string te;  // "", full or lora
+  quant::BaseFormat base = quant::BaseFormat::bf16;  // lora: the frozen blocks quantized (model.base_precision)
   zero::ZeroOptions::Offload opt = zero::ZeroOptions::Offload::none, param = zero::ZeroOptions::Offload::none;
   std::string nvme;
   std::int64_t sub_group = 1'000'000'000;
@@ -247,6 +250,7 @@ struct Variant {
       else if (f == "fused") fused = true;
       else if (f == "delayed") delayed = true;
       else if (f.rfind("te=", 0) == 0) te = f.substr(3);
+      else if (f.rfind("base=", 0) == 0) base = quant::base_format_from_string(f.substr(5));
       else if (f.rfind("opt=", 0) == 0) opt = device(f.substr(4));
       else if (f.rfind("param=", 0) == 0) param = device(f.substr(6));
       else if (f.rfind("nvme=", 0) == 0) nvme = f.substr(5);
@@ -327,6 +331,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   std::vector<std::pair<std::string, at::Tensor>> ref_params, live_params;
   std::vector<models::ParamUnit> units = unet.units();
   std::map<std::string, at::Tensor> base_before;
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> base_lists;  // each base unit's tensors
   models::LoraOptions lo;
   lo.rank = 4;
   lo.alpha = 8;
@@ -334,8 +339,25 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
     // The same adapters on both sides (one seed), in the compute dtype; the optimizer sees the
     // base as frozen units (partitioned at stage 3) and one unit of adapters, kept whole.
     for (auto* m : {&unet, &ref}) models::attach_lora(**m, unet.lora_targets(), lo, 7, dtype);
-    for (const auto& p : unet->named_parameters()) base_before[p.key()] = p.value().detach().clone();
     for (auto& u : units) u.frozen = true;
+    if (v.base != quant::BaseFormat::bf16) {
+      // base=FORMAT: the blocks' Linear weights kept quantized (every unit but io, as the trainer
+      // does); the reference computes with plain Linear layers holding their dequantized values.
+      models::BaseQuantizer quantizer(*unet, v.base);
+      for (std::size_t i = 1; i < units.size(); ++i) quantizer.quantize(units[i]);
+      std::map<std::string, torch::nn::Module*> ref_modules;
+      for (const auto& m : ref->named_modules()) ref_modules[m.key()] = m.value().get();
+      c10::NoGradGuard no_grad;
+      for (const auto& m : unet->named_modules())
+        if (auto* l = dynamic_cast<models::AdaptedLinearImpl*>(m.value().get()); l && l->quantized) {
+          auto& w = dynamic_cast<models::AdaptedLinearImpl&>(*ref_modules.at(m.key())).weight;
+          w.copy_(quant::dequantize(*l->quantized).to(w.scalar_type()));
+        }
+    }
+    for (const auto& u : units) {
+      base_lists.push_back(u.parameters);
+      for (const auto& [name, p] : u.parameters) base_before[name] = p.detach().clone();
+    }
     units.push_back(models::lora_unit(*unet, "lora_unet", ""));
     ref_params = models::lora_unit(*ref, "lora_unet", "").parameters;
     o.persistent_units.push_back("lora_unet");
@@ -542,10 +564,9 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
     for (const auto& [name, p] : live_params) mine[name] = p.detach().cpu();
   // LoRA: the frozen base is bit for bit what it was (gathered unit by unit where partitioned).
   if (v.lora) {
-    const auto base_units = unet.units();
-    for (std::size_t i = 0; i < base_units.size(); ++i) {
+    for (std::size_t i = 0; i < base_lists.size(); ++i) {
       opt.gather(i);
-      for (const auto& [name, p] : base_units[i].parameters)
+      for (const auto& [name, p] : base_lists[i])
         if (!check(at::equal(p.detach().cpu(), base_before.at(name)), ("base changed: " + name).c_str())) return 1;
       opt.release(i);
     }
@@ -630,16 +651,20 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
   const auto b = opt.model_state();
   const auto off = opt.offloaded();
   if (v.lora && stage == 3 && world > 1) {
-    // The frozen base is partitioned: the device holds less than the whole base (io stays whole),
-    // and nothing of it with its shards in CPU memory.
-    const auto elt = static_cast<std::int64_t>(c10::elementSize(dtype));
-    std::printf("frozen %lld on device %lld offloaded %lld\n", static_cast<long long>(opt.frozen_numel() * elt),
-                static_cast<long long>(b.parameters), static_cast<long long>(off.parameters));
+    // The frozen base is partitioned: the device holds the blocks' half (io stays whole; a
+    // quantized base's blocks are their codes and scales), and none of it with its shards in CPU
+    // memory, where they are.
+    std::int64_t io = 0;
+    for (const auto& [name, t] : base_lists.front()) io += t.numel() * static_cast<std::int64_t>(t.element_size());
+    const std::int64_t blocks = opt.frozen_bytes() - io;
+    const std::int64_t whole = opt.frozen_bytes() + opt.numel() * static_cast<std::int64_t>(c10::elementSize(dtype));
+    std::printf("frozen %lld (blocks %lld) on device %lld offloaded %lld\n", static_cast<long long>(opt.frozen_bytes()),
+                static_cast<long long>(blocks), static_cast<long long>(b.parameters), static_cast<long long>(off.parameters));
     if (v.param == zero::ZeroOptions::Offload::none &&
-        !check(b.parameters < opt.frozen_numel() * elt * 3 / 4, "the frozen base is partitioned on the device"))
+        !check(b.parameters <= whole - blocks / 4, "the frozen base is partitioned on the device"))
       return 1;
     if (v.param == zero::ZeroOptions::Offload::cpu &&
-        !check(off.parameters >= opt.frozen_numel() * elt / 4, "the frozen base's shards are in CPU memory"))
+        !check(off.parameters >= blocks / 4 && b.parameters <= whole - blocks / 4, "the frozen base's shards are in CPU memory"))
       return 1;
   }
   std::printf("offloaded %lld %lld %lld %lld\n", static_cast<long long>(off.parameters),

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/lora.h"
 #include "quant/base_quant.h"
 
 #include <QFile>
@@ -145,6 +146,51 @@ class TestBaseQuant : public QObject {
       QVERIFY2(std::string(e.what()).find("f4.safetensors") != std::string::npos && std::string(e.what()).find("'w'") != std::string::npos &&
                    std::string(e.what()).find("unknown dtype \"F4\"") != std::string::npos,
                e.what());
+    }
+  }
+
+  // The GPU's path (tensor operations) gives the loops' values bit for bit, in every format, for
+  // rows whose length is not a multiple of the block and an odd NF4 count.
+  void tensorOperationsEqualTheLoops() {
+    at::manual_seed(3);
+    for (BaseFormat f : {BaseFormat::fp8, BaseFormat::int8, BaseFormat::nf4})
+      for (const std::vector<std::int64_t>& shape : {std::vector<std::int64_t>{96, 128}, {7, 100}, {5, 13}}) {
+        const at::Tensor w = at::randn(shape) * 0.05;
+        const zs::quant::QuantizedWeight q = zs::quant::quantize(w, f);
+        const at::Tensor loops = zs::quant::dequantize(q), ops = zs::quant::dequantize_ops(q, at::kFloat);
+        QVERIFY2(same_bits(ops, loops), qPrintable(QString("%1 %2x%3: %4").arg(zs::quant::to_string(f)).arg(shape[0]).arg(shape[1])
+                                                     .arg(first_difference(ops, loops))));
+        QVERIFY(same_bits(zs::quant::dequantize_ops(q, at::kBFloat16), loops.to(at::kBFloat16)));
+      }
+  }
+
+  // A quantized layer computes what a plain Linear on the dequantized weight computes, forward and
+  // backward (input and bias gradients), and its backward keeps the codes, not the weight.
+  void quantizedLayerIsALinearOnTheDequantizedWeight() {
+    at::manual_seed(4);
+    for (BaseFormat f : {BaseFormat::fp8, BaseFormat::int8, BaseFormat::nf4}) {
+      zs::models::AdaptedLinear quantized(torch::nn::LinearOptions(70, 24)), plain(torch::nn::LinearOptions(70, 24));
+      plain->weight.requires_grad_(false);
+      auto q = std::make_shared<zs::quant::QuantizedWeight>(zs::quant::quantize(quantized->weight.detach(), f));
+      {
+        at::NoGradGuard no_grad;
+        plain->weight.copy_(zs::quant::dequantize(*q));
+        plain->bias.copy_(quantized->bias);
+        quantized->weight.set_data(at::empty({0}));
+      }
+      quantized->quantized = q;
+      const at::Tensor x = at::randn({3, 5, 70}).requires_grad_(true), x2 = x.detach().clone().requires_grad_(true);
+      const at::Tensor y = quantized->forward(x), y2 = plain->forward(x2);
+      QVERIFY2(at::allclose(y, y2, 1e-6, 1e-6), zs::quant::to_string(f));
+      const at::Tensor g = at::randn_like(y);
+      y.backward(g);
+      y2.backward(g);
+      QVERIFY2(at::allclose(x.grad(), x2.grad(), 1e-6, 1e-6), zs::quant::to_string(f));
+      QVERIFY2(at::allclose(quantized->bias.grad(), plain->bias.grad(), 1e-5, 1e-6), zs::quant::to_string(f));
+      {
+        at::NoGradGuard no_grad;  // sampling: no graph, the same values
+        QVERIFY(at::allclose(quantized->forward(x), y2, 1e-6, 1e-6));
+      }
     }
   }
 

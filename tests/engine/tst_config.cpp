@@ -602,6 +602,22 @@ launch: {num_processes: 4, num_machines: 2, machine_rank: 1, main_process_ip: 10
     QCOMPARE(a["resolution"], std::to_string(resolution));
   }
 
+  // model.base_precision and text_encoder_precision (issue 53) store frozen weights: refused, naming
+  // the key and what to change, where those weights train; an unknown format names the choices.
+  void quantizedStorageIsForFrozenWeightsOnly() {
+    QVERIFY(problemsOf("", {"model.preset=flux-tiny", "training.method=lora", "model.base_precision=nf4",
+                            "model.text_encoder_precision=fp8", "training.train_text_encoder=none"})
+                .isEmpty());
+    QStringList p = problemsOf("", {"model.preset=flux-tiny", "training.method=full", "model.base_precision=fp8"});
+    QVERIFY2(p.size() == 1 && p[0].contains("model.base_precision") && p[0].contains("training.method: lora"), qPrintable(p.join('\n')));
+    p = problemsOf("", {"model.preset=flux-tiny", "training.method=lora", "training.train_text_encoder=lora",
+                        "model.text_encoder_precision=int8"});
+    QVERIFY2(p.size() == 1 && p[0].contains("model.text_encoder_precision") && p[0].contains("train_text_encoder: none"),
+             qPrintable(p.join('\n')));
+    p = problemsOf("", {"model.base_precision=fp4"});
+    QVERIFY2(!p.isEmpty() && p[0].contains("model.base_precision") && p[0].contains("nf4"), qPrintable(p.join('\n')));
+  }
+
   void docsConfigMdIsGeneratedFromSchema() {
     QFile doc(zs::test::sourceDir() + "/docs/CONFIG.md");
     QVERIFY2(doc.open(QIODevice::ReadOnly), "docs/CONFIG.md missing");

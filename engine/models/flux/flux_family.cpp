@@ -23,6 +23,7 @@
 #include "models/flux/flux_transformer.h"
 #include "models/lora.h"
 #include "models/model_shape.h"
+#include "models/quantized_base.h"
 #include "models/t5_encoder.h"
 #include "models/t5_tokenizer.h"
 #include "models/trainable_model.h"
@@ -197,7 +198,10 @@ models::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
   const TrainedParts trained = resolve_trained_parts(cfg);
   const std::int64_t dim = c.inner_dim();
   auto describe_units = [&](FluxTransformer2DModelImpl& transformer) {
-    m.units = models::transformer_unit_shapes(transformer.units(), c.in_channels, dim, c.num_attention_heads);
+    const std::vector<ParamUnit> units = transformer.units();
+    m.units = models::transformer_unit_shapes(units, c.in_channels, dim, c.num_attention_heads);
+    const std::vector<LinearWeights> linear = linear_weights(transformer, units);
+    for (std::size_t i = 0; i < m.units.size() && i < linear.size(); ++i) m.units[i].linear = linear[i];
     if (trained.lora)
       m.lora_denoiser_parameters = lora_parameter_count(transformer, lora_targets(cfg), cfg.lora.rank);
   };
@@ -209,6 +213,7 @@ models::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
     const ClipTextConfig& tc = tiny_model->clip->config();
     const models::UnitShape text = models::clip_text_encoder_shape("text_encoder", tc, lora_text, cfg.lora.rank);
     m.frozen_parameters = text.parameters;
+    m.frozen_text_linear = linear_weights(*tiny_model->clip);
     m.lora_text_parameters = text.lora_parameters;
     m.text_encoders.push_back(text);
     m.latent_factor = 2;  // pixels, packed 2×2 into the tokens
@@ -224,7 +229,13 @@ models::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
     m.frozen_streamed_parameters = t5_parameters;
     m.frozen_streamed_piece = parameter_count(*t5->shared);
     for (const auto& block : *t5->encoder->block)
-      m.frozen_streamed_piece = std::max(m.frozen_streamed_piece, parameter_count(*block));
+      if (parameter_count(*block) > m.frozen_streamed_piece) {
+        m.frozen_streamed_piece = parameter_count(*block);
+        m.streamed_piece_linear = linear_weights(*block);
+      }
+    m.streamed_linear = linear_weights(*t5);
+    m.frozen_text_linear = m.streamed_linear;
+    m.frozen_text_linear += linear_weights(*ClipTextModel(ClipTextConfig{}));
     // CLIP-L (the config's defaults), which LoRA may train.
     const models::UnitShape text =
         models::clip_text_encoder_shape("text_encoder", ClipTextConfig{}, lora_text, cfg.lora.rank);

@@ -15,6 +15,7 @@
 #include "models/diffusers_folder.h"
 #include "models/lora.h"
 #include "models/model_shape.h"
+#include "models/quantized_base.h"
 #include "models/qwen_image/qwen_export.h"
 #include "models/qwen_image/qwen_image_model.h"
 #include "models/qwen_image/qwen_text_encoder.h"
@@ -141,7 +142,10 @@ models::ModelShape QwenImageFamily::shape(const config::TrainerConfig& cfg) cons
   const TrainedParts trained = resolve_trained_parts(cfg);
   const std::int64_t dim = c.inner_dim();
   auto describe_units = [&](QwenImageTransformer2DModelImpl& transformer) {
-    m.units = models::transformer_unit_shapes(transformer.units(), c.in_channels, dim, c.num_attention_heads);
+    const std::vector<ParamUnit> units = transformer.units();
+    m.units = models::transformer_unit_shapes(units, c.in_channels, dim, c.num_attention_heads);
+    const std::vector<LinearWeights> linear = linear_weights(transformer, units);
+    for (std::size_t i = 0; i < m.units.size() && i < linear.size(); ++i) m.units[i].linear = linear[i];
     if (trained.lora) m.lora_denoiser_parameters = lora_parameter_count(transformer, lora_targets(cfg), cfg.lora.rank);
   };
   if (tiny) {
@@ -149,6 +153,7 @@ models::ModelShape QwenImageFamily::shape(const config::TrainerConfig& cfg) cons
     const ClipTextConfig& tc = tiny_model->tiny_text->config();
     const models::UnitShape text = models::clip_text_encoder_shape("text_encoder", tc, nullptr, cfg.lora.rank);
     m.frozen_parameters = text.parameters;
+    m.frozen_text_linear = linear_weights(*tiny_model->tiny_text);
     m.text_encoders.push_back(text);
     m.latent_factor = 2;  // pixels, packed 2×2 into the tokens
     m.context_tokens = tc.max_position_embeddings;
@@ -166,9 +171,12 @@ models::ModelShape QwenImageFamily::shape(const config::TrainerConfig& cfg) cons
       const std::string& k = child.key();
       const auto at = k.rfind("layers.");
       const bool layer = at != std::string::npos && k.find('.', at + 7) == std::string::npos;
-      if (layer || k.ends_with("embed_tokens"))
-        m.frozen_streamed_piece = std::max(m.frozen_streamed_piece, parameter_count(*child.value()));
+      if ((layer || k.ends_with("embed_tokens")) && parameter_count(*child.value()) > m.frozen_streamed_piece) {
+        m.frozen_streamed_piece = parameter_count(*child.value());
+        m.streamed_piece_linear = linear_weights(*child.value());
+      }
     }
+    m.streamed_linear = m.frozen_text_linear = linear_weights(*text);
     m.frozen_parameters = vae_parameters + text_parameters;
     m.frozen_on_demand = true;  // QwenImageModel::text_model(), vae_model()
     m.latent_factor = 16;  // 8 (VAE) × 2 (packing): one token per 16×16 pixels

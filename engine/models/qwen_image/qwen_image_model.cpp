@@ -16,6 +16,7 @@
 #include "models/attention_options.h"
 #include "models/diffusers_blocks.h"
 #include "models/diffusers_folder.h"
+#include "models/quantized_base.h"
 #include "models/frozen_outputs.h"
 #include "models/lora.h"
 #include "models/qwen_image/qwen_lora_file.h"
@@ -137,6 +138,7 @@ void QwenImageModel::configure(const config::TrainerConfig& cfg) {
   s.timestep_sampling.logit_std = cfg.training.logit_std;
   // QwenImagePipeline's max_sequence_length (512).
   s.max_sequence_length = cfg.model.max_sequence_length.value_or(512);
+  s.text_format = quant::base_format_from_string(cfg.model.text_encoder_precision);
   settings_ = s;
 }
 
@@ -155,6 +157,8 @@ QwenTextModelImpl& QwenImageModel::text_model() {
   if (!text_encoder) {
     if (pipeline_.empty()) throw Error(ErrorKind::config, "qwen-image-tiny has no Qwen2.5-VL text encoder");
     text_encoder = load_qwen_text_model(DiffusersFolder::open(pipeline_).dir("text_encoder"), text_files_);
+    if (settings_.text_format != quant::BaseFormat::bf16 && text_training_ == TextEncoderTraining::frozen)
+      quantize_linears(*text_encoder, settings_.text_format);  // before place_frozen's cast
     place_frozen(*text_encoder, /*streams=*/true);
   }
   return *text_encoder;

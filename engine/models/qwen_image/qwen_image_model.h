@@ -28,6 +28,7 @@
 #include "models/qwen_image/qwen_vae.h"
 #include "models/trainable_model.h"
 #include "models/word_tokenizer.h"
+#include "quant/base_quant.h"
 
 namespace zs::models {
 
@@ -58,8 +59,12 @@ class QwenImageModel final : public TrainableModel {
   struct Settings {
     diffusion::TimestepSampling timestep_sampling;
     std::int64_t max_sequence_length = 512;  ///< text tokens kept (model.max_sequence_length)
+    /// model.text_encoder_precision: Qwen2.5-VL's Linear weights quantized as it loads on demand
+    /// (train/frozen_cache's quantize_text_encoders cannot reach a part that is not loaded yet).
+    quant::BaseFormat text_format = quant::BaseFormat::bf16;
   };
-  /// training.timestep_sampling (and its parameters), model.max_sequence_length.
+  /// training.timestep_sampling (and its parameters), model.max_sequence_length,
+  /// model.text_encoder_precision.
   void configure(const config::TrainerConfig& cfg) override;
   const Settings& settings() const { return settings_; }
 

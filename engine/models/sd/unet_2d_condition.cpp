@@ -27,12 +27,6 @@ using torch::nn::LayerNormOptions;
 using torch::nn::LinearOptions;
 using torch::nn::ModuleList;
 
-std::int64_t ParamUnit::numel() const {
-  std::int64_t n = 0;
-  for (const auto& [name, t] : parameters) n += t.numel();
-  return n;
-}
-
 namespace {
 
 AdaptedConv2d conv(int64_t in, int64_t out, int64_t k, int64_t stride = 1) {
