@@ -387,6 +387,7 @@ std::vector<std::string> set_answers_from_settings(SetupAnswers& a, const std::v
       {"training.gradient_checkpointing", "gradient_checkpointing"},
       {"training.batch_size", "batch_size"},
       {"data.resolution", "resolution"},
+      {"model.base_precision", "base_precision"},
   };
   std::vector<std::string> rest;
   bool zero = false;

@@ -35,7 +35,8 @@ std::vector<std::string> TrainingSetting::settings() const {
           std::string("optimizer.master_weights=") + (master_weights ? "fp32" : "none"),
           std::string("optimizer.fused_backward=") + flag(fused_backward),
           std::string("training.gradient_checkpointing=") + flag(gradient_checkpointing),
-          std::string("training.cpu_checkpointing=") + flag(cpu_checkpointing)};
+          std::string("training.cpu_checkpointing=") + flag(cpu_checkpointing),
+          std::string("model.base_precision=") + quant::to_string(base_precision)};
 }
 
 std::string TrainingSetting::describe() const {
@@ -46,6 +47,7 @@ std::string TrainingSetting::describe() const {
   s += ", " + (optimizer == "AdamW8bit" ? std::string("8-bit AdamW") : optimizer);
   s += master_weights ? ", fp32 masters" : ", no fp32 masters";
   if (fused_backward) s += ", fused step";
+  if (base_precision != quant::BaseFormat::bf16) s += std::string(", ") + quant::to_string(base_precision) + " base";
   s += !gradient_checkpointing ? ", no checkpointing"
        : cpu_checkpointing     ? ", checkpointing (inputs in CPU memory)"
                                : ", checkpointing";
@@ -63,10 +65,14 @@ std::vector<TrainingSetting> fastest_candidates(const EstimateOptions& o, bool n
   if (bf16 && !adapters_only) masters.push_back(false);
   std::vector<bool> fused = {false};
   if (!fp16 && !adapters_only) fused.push_back(true);
+  std::vector<quant::BaseFormat> bases = {quant::BaseFormat::bf16};
+  if (o.lora)
+    bases.insert(bases.end(), {quant::BaseFormat::fp8, quant::BaseFormat::int8, quant::BaseFormat::nf4});
   std::vector<TrainingSetting> out;
   for (const OffloadTier& tier : offload_tiers(adapters_only)) {
     const bool on_nvme = tier.optimizer == Offload::nvme || tier.param == Offload::nvme;
     if (on_nvme && !nvme) continue;
+    for (const quant::BaseFormat base : bases)
     for (int checkpointing = 0; checkpointing < 3; ++checkpointing)
       for (int stage = tier.min_stage; stage <= 3; ++stage)
         for (bool f : fused)
@@ -83,6 +89,7 @@ std::vector<TrainingSetting> fastest_candidates(const EstimateOptions& o, bool n
               s.fused_backward = f;
               s.optimizer = optimizer;
               s.master_weights = m;
+              s.base_precision = base;
               out.push_back(std::move(s));
             }
   }
@@ -99,6 +106,7 @@ TrainingSetting setting_of(const EstimateOptions& o) {
   s.fused_backward = o.fused_backward;
   s.optimizer = o.optimizer;
   s.master_weights = o.master_weights;
+  s.base_precision = o.base_format;
   return s;
 }
 
@@ -111,6 +119,7 @@ EstimateOptions with_setting(EstimateOptions o, const TrainingSetting& s) {
   o.fused_backward = s.fused_backward;
   o.optimizer = s.optimizer;
   o.master_weights = s.master_weights;
+  o.base_format = o.lora ? s.base_precision : quant::BaseFormat::bf16;
   // The delayed update stays where the engine runs it under these settings (zero::option_problems).
   if (o.delayed_update)
     for (const auto& problem : zero::option_problems(rule_settings(o)))

@@ -28,6 +28,12 @@
 // whenever the card allows it. The kohya/OneTrainer recipe for SDXL on 24 GB (Adafactor, no
 // masters, fused, no offload) is what this order picks there.
 //
+// LoRA adds the frozen base's storage (model.base_precision), as key 1b right after the offload
+// tier: bf16, fp8, int8, nf4 — within a tier the base's numerics come before checkpointing's
+// time, so a resident quantized base ranks before streaming a bf16 one (the tier after), and
+// fp8 before nf4 even where nf4 would spare checkpointing. fp8 before int8 (the same bytes; the
+// peers' default, with relative precision for small weights), nf4 last (the coarsest grid).
+//
 // Candidates: stages 0-3; offload as validation allows (the optimizer from stage 1, parameters at
 // stage 3, the optimizer on NVMe unfused only; NVMe only with `nvme`); AdamW, AdamW8bit and
 // Adafactor; masters fp32 or (bf16 only) none; fused on or off (not under fp16); checkpointing
@@ -53,6 +59,7 @@ struct TrainingSetting {
   bool fused_backward = false;                ///< optimizer.fused_backward
   std::string optimizer = "AdamW";            ///< optimizer.type: AdamW | AdamW8bit | Adafactor
   bool master_weights = true;                 ///< optimizer.master_weights fp32 (false: none)
+  quant::BaseFormat base_precision = quant::BaseFormat::bf16;  ///< model.base_precision (LoRA)
   /// The setting as `--set` settings, every key above ("zero.stage=2", ...).
   std::vector<std::string> settings() const;
   /// One line for people: "ZeRO stage 2, optimizer in CPU memory, Adafactor, no fp32 masters,

@@ -581,9 +581,15 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   o.allgather_bucket_size = zo.allgather_bucket_size;
   o.sub_group_size = zo.sub_group_size;
   o.buffer_count = zo.buffer_count;
-  o.zero3_init = config::builds_into_shards(cfg);  // the trainer's build step decides the same way
+  // The trainer's build step decides the same way; a quantized base loads its own way instead
+  // (estimate_memory), which the fastest-setting search may switch on or off.
+  config::TrainerConfig unquantized = cfg;
+  unquantized.model.base_precision = "bf16";
+  o.zero3_init = config::builds_into_shards(unquantized);
   o.base_format = trained.lora ? quant::base_format_from_string(cfg.model.base_precision) : quant::BaseFormat::bf16;
-  o.quantize_while_loading = config::quantizes_while_loading(cfg);
+  // (a LoRA base from files is quantized as it is read whenever it is quantized: the fastest-setting
+  // search may choose a format the config does not have yet)
+  o.quantize_while_loading = trained.lora && !cfg.model.path.empty();
   o.text_format = quant::base_format_from_string(cfg.model.text_encoder_precision);
   o.precision = cfg.precision;
   o.batch_size = cfg.training.batch_size;

@@ -80,8 +80,9 @@ struct EstimateOptions {
   /// laid out, sharded, offloaded and gathered as bytes (models::quantized_unit_bytes); io stays in
   /// the compute dtype, as make_optimizer quantizes.
   quant::BaseFormat base_format = quant::BaseFormat::bf16;
-  /// ... quantized unit by unit as the files are read (config::quantizes_while_loading): the load
-  /// peak holds the quantized base and one unit in float32, not the whole base in float32.
+  /// ... quantized unit by unit as the files are read (a LoRA base from model files,
+  /// config::quantizes_while_loading): the load peak holds the quantized base and one unit in
+  /// float32, not the whole base in float32.
   bool quantize_while_loading = false;
   /// model.text_encoder_precision: the frozen text encoders' Linear weights stored so.
   quant::BaseFormat text_format = quant::BaseFormat::bf16;

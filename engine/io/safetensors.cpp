@@ -164,6 +164,22 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
     if (data_start_ + expected != size_)
       not_safetensors(path, "the data section holds " + std::to_string(size_ - data_start_) + " bytes but the tensors need " +
                      std::to_string(expected) + (data_start_ + expected < size_ ? " (trailing bytes)" : " (truncated)"));
+    // ComfyUI's quantized files (weight()): the older scheme's marker, the newer one's layer list.
+    scaled_fp8_ = contains("scaled_fp8");
+    if (const auto q = metadata_.find("_quantization_metadata"); q != metadata_.end()) {
+      json layers;
+      try {
+        layers = json::parse(q->second).at("layers");
+      } catch (const json::exception& e) {
+        not_safetensors(path, std::string("_quantization_metadata is not ComfyUI's {\"layers\": {...}} JSON (") + e.what() + ")");
+      }
+      if (!layers.is_object()) not_safetensors(path, "_quantization_metadata's layers is not an object");
+      for (auto l = layers.begin(); l != layers.end(); ++l) {
+        if (!l->is_object() || !l->contains("format") || !(*l)["format"].is_string())
+          not_safetensors(path, "_quantization_metadata's layer '" + l.key() + "' has no format");
+        layer_formats_[l.key()] = (*l)["format"].get<std::string>();
+      }
+    }
   } catch (...) {
     if (data_) ::munmap(const_cast<std::uint8_t*>(data_), size_);
     data_ = nullptr;
@@ -202,6 +218,63 @@ at::Tensor SafetensorsReader::float8_codes(const std::string& name) const {
   at::Tensor out = at::empty(e.shape, at::TensorOptions().dtype(at::kByte));
   if (e.end > e.begin) std::memcpy(out.data_ptr(), data_ + data_start_ + e.begin, e.end - e.begin);
   return out;
+}
+
+namespace {
+
+/// "<layer>.weight" -> "<layer>" (else the name itself).
+std::string layer_of(const std::string& name) {
+  const std::string suffix = ".weight";
+  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0
+             ? name.substr(0, name.size() - suffix.size())
+             : name;
+}
+
+}  // namespace
+
+at::Tensor SafetensorsReader::weight(const std::string& name) const {
+  const SafetensorsEntry& e = entry(name);
+  const std::string layer = layer_of(name);
+  const bool fp8 = e.dtype == "F8_E4M3" || e.dtype == "F8_E5M2";
+  std::string scale_name;
+  if (const auto listed = layer_formats_.find(layer); listed != layer_formats_.end() && layer != name) {
+    if (listed->second != "float8_e4m3fn")
+      throw Error(ErrorKind::io, path_ + ": tensor '" + name + "' is stored as " + listed->second +
+                                     " (ComfyUI's _quantization_metadata), which ZeroStudio does not read; use a bf16 or "
+                                     "fp8 (float8_e4m3fn) file of this model");
+    if (!fp8) throw Error(ErrorKind::io, path_ + ": tensor '" + name + "' is listed as float8_e4m3fn but has dtype " + e.dtype);
+    scale_name = layer + ".weight_scale";
+    if (!contains(scale_name))
+      throw Error(ErrorKind::io, path_ + ": tensor '" + name + "' is float8_e4m3fn without its scale '" + scale_name + "'");
+  } else if (fp8 && scaled_fp8_ && contains(layer + ".scale_weight")) {
+    scale_name = layer + ".scale_weight";
+  }
+  if (!fp8) return tensor(name);
+  at::Tensor values = to_float(name);
+  if (scale_name.empty()) return values;
+  const at::Tensor scale = to_float(scale_name);
+  if (scale.numel() == 1) return values.mul_(scale.reshape({}));
+  if (values.dim() >= 1 && scale.numel() == values.size(0)) {
+    std::vector<std::int64_t> shape(static_cast<std::size_t>(values.dim()), 1);
+    shape[0] = values.size(0);
+    return values.mul_(scale.reshape(shape));
+  }
+  std::string shape_text;
+  for (const auto d : scale.sizes()) shape_text += (shape_text.empty() ? "" : ", ") + std::to_string(d);
+  std::string weight_shape;
+  for (const auto d : values.sizes()) weight_shape += (weight_shape.empty() ? "" : ", ") + std::to_string(d);
+  throw Error(ErrorKind::io, path_ + ": scale '" + scale_name + "' of shape [" + shape_text + "] does not fit tensor '" +
+                                 name + "' of shape [" + weight_shape + "] (one value, or one a row)");
+}
+
+bool SafetensorsReader::is_quantization_extra(const std::string& name) const {
+  if (!scaled_fp8_ && layer_formats_.empty()) return false;
+  if (name == "scaled_fp8") return true;
+  for (const char* suffix : {".scale_weight", ".scale_input", ".weight_scale", ".input_scale", ".weight_scale_2", ".pre_quant_scale"}) {
+    const std::string s = suffix;
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) return true;
+  }
+  return false;
 }
 
 at::Tensor SafetensorsReader::to_float(const std::string& name) const {

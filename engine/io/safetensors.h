@@ -51,6 +51,16 @@ class SafetensorsReader {
   /// The named tensor as float32; float8 codes decoded to PyTorch's float8_e4m3fn / float8_e5m2
   /// values (quant/base_quant.h).
   at::Tensor to_float(const std::string& name) const;
+  /// A weight as model loaders read it: tensor() for what LibTorch holds; fp8 decoded to float32
+  /// (to_float) and, in ComfyUI's scaled fp8 files, times the layer's scale — the older scheme's
+  /// `<layer>.scale_weight` (files with a `scaled_fp8` tensor) or the newer `<layer>.weight_scale`
+  /// of a layer that the `_quantization_metadata` metadata lists as float8_e4m3fn (ComfyUI's
+  /// QUANTIZATION.md). A plain fp8 file's values come back as stored (unit scales). Refused, naming
+  /// the file and tensor: a layer stored in a format ZeroStudio does not read (int8_blockwise,
+  /// nvfp4, ...), a scale whose shape fits neither the tensor nor its rows.
+  at::Tensor weight(const std::string& name) const;
+  /// Whether `name` is one of those files' scale tensors or their marker (not a model's tensor).
+  bool is_quantization_extra(const std::string& name) const;
   /// Elements [first, first + count) of the named tensor, flattened, copied out of the mapping
   /// (only those bytes are read).
   at::Tensor slice(const std::string& name, std::int64_t first, std::int64_t count) const;
@@ -65,6 +75,9 @@ class SafetensorsReader {
   std::size_t data_start_ = 0;          // 8 + header length
   std::vector<SafetensorsEntry> entries_;
   std::map<std::string, std::string> metadata_;
+  /// ComfyUI's newer scheme: each listed layer's format (from `_quantization_metadata`).
+  std::map<std::string, std::string> layer_formats_;
+  bool scaled_fp8_ = false;  ///< the older scheme's `scaled_fp8` marker is present
 };
 
 /// Writes tensors (any device; contiguous copies are made) to `path` atomically: header padded

@@ -18,7 +18,9 @@ void quantize_layer(AdaptedLinearImpl& layer, quant::BaseFormat format, Quantize
   c10::NoGradGuard no_grad;
   at::Tensor& w = layer.weight;
   const at::Tensor source = w.device().is_cpu() ? w : w.cpu();
-  auto q = std::make_shared<quant::QuantizedWeight>(quant::quantize(source, format));
+  // A plain fp8 file's weights keep their values (unit scales); the rest get block scales.
+  quant::QuantizedWeight stored = format == quant::BaseFormat::fp8 ? quant::fp8_as_stored(source) : quant::QuantizedWeight{};
+  auto q = std::make_shared<quant::QuantizedWeight>(stored.codes.defined() ? std::move(stored) : quant::quantize(source, format));
   out.before += w.numel() * static_cast<std::int64_t>(w.element_size());
   out.after += q->bytes();
   ++out.layers;

@@ -18,7 +18,7 @@ WeightFiles::WeightFiles(const std::vector<std::string>& files) {
 
 at::Tensor WeightFiles::find(const std::string& name) const {
   for (const auto* r : view)
-    if (r->contains(name)) return r->tensor(name);
+    if (r->contains(name)) return r->weight(name);
   return {};
 }
 namespace {
@@ -113,12 +113,13 @@ LoadReport load_weights(torch::nn::Module& module, const std::vector<const io::S
         }
     if (!reader) return {prefix + name, {}};
     used.insert(key);
-    return {key, reader->tensor(key)};
+    return {key, reader->weight(key)};
   }, where);
   LoadReport report;
   for (const auto* r : readers)
     for (const auto& e : r->entries())
-      if (e.name.rfind(prefix, 0) == 0 && !used.count(e.name)) report.unexpected.push_back(e.name);
+      if (e.name.rfind(prefix, 0) == 0 && !used.count(e.name) && !r->is_quantization_extra(e.name))
+        report.unexpected.push_back(e.name);
   return report;
 }
 

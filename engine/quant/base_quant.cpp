@@ -250,6 +250,27 @@ QuantizedWeight quantize(const at::Tensor& weight, BaseFormat format) {
   throw Error(ErrorKind::config, "bf16 is the unquantized base: nothing to quantize");
 }
 
+QuantizedWeight fp8_as_stored(const at::Tensor& weight) {
+  QuantizedWeight q;
+  if (weight.dim() < 1) return q;
+  const at::Tensor w = weight.to(at::kFloat).contiguous();
+  const float* in = w.data_ptr<float>();
+  const std::int64_t n = w.numel();
+  at::Tensor codes = at::empty(w.sizes(), at::TensorOptions().dtype(at::kByte));
+  std::uint8_t* out = codes.data_ptr<std::uint8_t>();
+  const std::array<float, 256>& values = e4m3_values();
+  for (std::int64_t i = 0; i < n; ++i) {
+    out[i] = e4m3_from_float(in[i]);
+    if (values[out[i]] != in[i]) return q;  // (NaN compares unequal too: not a weight to keep)
+  }
+  const std::int64_t cols = w.size(-1), rows = cols == 0 ? 0 : n / cols;
+  q.format = BaseFormat::fp8;
+  q.shape = w.sizes().vec();
+  q.codes = codes;
+  q.scales = at::ones({rows, (cols + kBaseQuantBlock - 1) / kBaseQuantBlock}, at::TensorOptions().dtype(at::kBFloat16));
+  return q;
+}
+
 at::Tensor dequantize(const QuantizedWeight& q) {
   if (!q.codes.device().is_cpu()) return dequantize_ops(q, at::kFloat);
   return q.format == BaseFormat::nf4 ? dequantize_nf4(q) : dequantize_rows(q);

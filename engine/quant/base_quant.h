@@ -58,6 +58,11 @@ struct QuantizedWeight {
 /// Quantizes a float tensor (any float dtype; read as float32). FP8 and int8 need at least one
 /// dimension (a Linear weight is [out, in]); NF4 takes any shape.
 QuantizedWeight quantize(const at::Tensor& weight, BaseFormat format);
+/// FP8 with unit scales when every value of `weight` already is an E4M3 value (a plain fp8 file's
+/// weights, decoded): its codes, so the base keeps exactly the file's values instead of being
+/// rounded again to block scales. Undefined codes (format bf16) otherwise; stops at the first value
+/// that is not one (a bf16 base's first few).
+QuantizedWeight fp8_as_stored(const at::Tensor& weight);
 /// The weight back, float32, in its shape: the loops above for codes in CPU memory,
 /// dequantize_ops elsewhere (a GPU).
 at::Tensor dequantize(const QuantizedWeight& q);

@@ -27,6 +27,35 @@ namespace {
 
 using zs::quant::BaseFormat;
 
+/// A safetensors file written byte by byte (LibTorch 1.13 cannot hold float8 tensors to write).
+struct RawTensor {
+  std::string name, dtype;
+  std::vector<std::int64_t> shape;
+  std::string bytes;
+};
+void write_raw_safetensors(const std::string& path, const std::vector<RawTensor>& tensors, const std::string& metadata_json = "") {
+  std::string header = "{";
+  std::size_t offset = 0;
+  for (const auto& t : tensors) {
+    std::string shape;
+    for (const auto d : t.shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    header += (header.size() > 1 ? "," : "") + std::string("\"") + t.name + "\":{\"dtype\":\"" + t.dtype + "\",\"shape\":[" +
+              shape + "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(offset + t.bytes.size()) + "]}";
+    offset += t.bytes.size();
+  }
+  if (!metadata_json.empty()) header += ",\"__metadata__\":" + metadata_json;
+  header += "}";
+  std::ofstream out(path, std::ios::binary);
+  const std::uint64_t n = header.size();
+  out.write(reinterpret_cast<const char*>(&n), 8);
+  out << header;
+  for (const auto& t : tensors) out << t.bytes;
+}
+std::string bytes_of(const at::Tensor& t) {
+  const at::Tensor c = t.contiguous();
+  return std::string(static_cast<const char*>(c.data_ptr()), static_cast<std::size_t>(c.nbytes()));
+}
+
 bool same_bits(const at::Tensor& a, const at::Tensor& b) {
   return a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type() &&
          std::memcmp(a.contiguous().data_ptr(), b.contiguous().data_ptr(), static_cast<std::size_t>(a.nbytes())) == 0;
@@ -192,6 +221,66 @@ class TestBaseQuant : public QObject {
         QVERIFY(at::allclose(quantized->forward(x), y2, 1e-6, 1e-6));
       }
     }
+  }
+
+  // Published fp8 files load as model weights (SafetensorsReader::weight): a plain one's values as
+  // stored, ComfyUI's older scaled_fp8 (`.scale_weight`, a value or one a row) and newer
+  // `_quantization_metadata` (`.weight_scale` of a float8_e4m3fn layer) times their scales; their
+  // scale tensors are not model tensors. Refused, naming the file and tensor: a layer in a format
+  // not read here, a float8 layer without its scale, a scale that fits neither the tensor nor its rows.
+  // A plain fp8 weight quantized to fp8 keeps its codes with unit scales.
+  void comfyScaledFp8FilesLoadAndBadOnesAreRefused() {
+    QTemporaryDir dir;
+    at::manual_seed(5);
+    const at::Tensor codes = at::randint(0, 0x7e, {4, 8}, at::TensorOptions().dtype(at::kLong)).to(at::kByte);
+    at::Tensor values = at::empty({4, 8});
+    for (std::int64_t i = 0; i < 32; ++i) values.view(-1)[i] = zs::quant::e4m3_to_float(codes.view(-1)[i].item<std::uint8_t>());
+    const at::Tensor scale = at::full({}, 0.015625f), rows = at::tensor({0.5f, 2.0f, 0.25f, 1.0f});
+    const RawTensor w{"blk.weight", "F8_E4M3", {4, 8}, bytes_of(codes)}, marker{"scaled_fp8", "F8_E4M3", {0}, ""};
+    const std::string old_file = (dir.path() + "/old.safetensors").toStdString();
+    write_raw_safetensors(old_file, {w, {"blk.scale_weight", "F32", {}, bytes_of(scale)}, marker,
+                                     {"row.weight", "F8_E4M3", {4, 8}, bytes_of(codes)}, {"row.scale_weight", "F32", {4}, bytes_of(rows)},
+                                     {"blk.bias", "F32", {4}, bytes_of(rows)}});
+    const zs::io::SafetensorsReader old(old_file);
+    QVERIFY(at::equal(old.weight("blk.weight"), values * 0.015625f));
+    QVERIFY(at::equal(old.weight("row.weight"), values * rows.unsqueeze(1)));
+    QVERIFY(at::equal(old.weight("blk.bias"), rows));
+    QVERIFY(old.is_quantization_extra("blk.scale_weight") && old.is_quantization_extra("scaled_fp8") && !old.is_quantization_extra("blk.bias"));
+    // (built from parts: moc's tokenizer misreads raw strings holding escaped quotes)
+    const std::string q = "\\\"";
+    const std::string layers = "{" + q + "format_version" + q + ":" + q + "1.0" + q + "," + q + "layers" + q + ":{" + q + "blk" + q +
+                               ":{" + q + "format" + q + ":" + q + "float8_e4m3fn" + q + "}," + q + "big" + q + ":{" + q + "format" +
+                               q + ":" + q + "nvfp4" + q + "}," + q + "bare" + q + ":{" + q + "format" + q + ":" + q +
+                               "float8_e4m3fn" + q + "}}}";
+    const std::string meta = "{\"_quantization_metadata\":\"" + layers + "\"}";
+    const std::string new_file = (dir.path() + "/new.safetensors").toStdString();
+    write_raw_safetensors(new_file, {w, {"blk.weight_scale", "F32", {}, bytes_of(scale)}, {"big.weight", "U8", {4, 4}, std::string(16, '\0')},
+                                     {"bare.weight", "F8_E4M3", {4, 8}, bytes_of(codes)}, {"plain.weight", "F8_E4M3", {4, 8}, bytes_of(codes)}},
+                          meta);
+    const zs::io::SafetensorsReader fresh(new_file);
+    QVERIFY(at::equal(fresh.weight("blk.weight"), values * 0.015625f));
+    QVERIFY(at::equal(fresh.weight("plain.weight"), values));  // not listed: a plain fp8 tensor
+    QVERIFY(fresh.is_quantization_extra("blk.weight_scale"));
+    auto refused = [&](const zs::io::SafetensorsReader& r, const std::string& name, const std::string& says) {
+      try {
+        r.weight(name);
+        QFAIL(qPrintable(QString::fromStdString(name + " was read")));
+      } catch (const zs::Error& e) {
+        const std::string m = e.what();
+        QVERIFY2(m.find(r.path()) != std::string::npos && m.find("'" + name + "'") != std::string::npos && m.find(says) != std::string::npos,
+                 e.what());
+      }
+    };
+    refused(fresh, "big.weight", "stored as nvfp4");
+    refused(fresh, "bare.weight", "without its scale 'bare.weight_scale'");
+    const std::string bad_file = (dir.path() + "/bad.safetensors").toStdString();
+    write_raw_safetensors(bad_file, {w, {"blk.scale_weight", "F32", {3}, bytes_of(rows.narrow(0, 0, 3))}, marker});
+    refused(zs::io::SafetensorsReader(bad_file), "blk.weight", "of shape [3] does not fit");
+    // Quantized to fp8, a plain fp8 weight keeps its codes (unit scales); a bf16 one does not qualify.
+    const zs::quant::QuantizedWeight kept = zs::quant::fp8_as_stored(fresh.weight("plain.weight"));
+    QVERIFY(kept.codes.defined() && at::equal(kept.codes, codes) && at::equal(kept.scales.to(at::kFloat), at::ones({4, 1})));
+    QVERIFY(at::equal(zs::quant::dequantize(kept), values));
+    QVERIFY(!zs::quant::fp8_as_stored(at::randn({4, 8})).codes.defined());
   }
 
   void formatsByName() {

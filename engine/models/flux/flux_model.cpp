@@ -93,7 +93,7 @@ AutoencoderKL load_vae_file(const AutoencoderKLConfig& config, const std::string
   load_weights(*vae, [&](const std::string& n) -> at::Tensor {
     const auto it = to_ldm.find(n);
     if (it == to_ldm.end() || !r.contains(prefix + it->second)) return {};
-    at::Tensor t = r.tensor(prefix + it->second);
+    at::Tensor t = r.weight(prefix + it->second);
     if (single_file_vae_is_conv(it->second) && t.dim() == 4) t = t.flatten(1);  // [C, C, 1, 1] -> [C, C]
     return t;
   }, file + " (VAE)");

@@ -198,7 +198,7 @@ FluxConfig BflFile::config(const std::string& config_dir) const {
 }
 
 at::Tensor BflFile::tensor(const std::string& name, const FluxConfig& c) const {
-  return bfl_flux_tensor(name, [this](const std::string& k) { return reader_->contains(k) ? reader_->tensor(k) : at::Tensor(); },
+  return bfl_flux_tensor(name, [this](const std::string& k) { return reader_->contains(k) ? reader_->weight(k) : at::Tensor(); },
                          c, prefix_, path());
 }
 

@@ -148,7 +148,7 @@ ClipTextConfig infer_text_encoder(const Header& h, const std::string& prefix, bo
 }
 
 /// The tensor under `name` if the file has it.
-at::Tensor read_if(const io::SafetensorsReader& r, const std::string& name) { return r.contains(name) ? r.tensor(name) : at::Tensor(); }
+at::Tensor read_if(const io::SafetensorsReader& r, const std::string& name) { return r.contains(name) ? r.weight(name) : at::Tensor(); }
 
 std::vector<std::string> parameter_names(const torch::nn::Module& m) {
   std::vector<std::string> out;
