@@ -23,8 +23,9 @@ at::Tensor as_adapter_input(const at::Tensor& x, const LoraAdapter& a) {
   return x.scalar_type() == a.down.scalar_type() ? x : x.to(a.down.scalar_type());
 }
 
-// x·Wᵀ + b with W a quantized base, dequantized in forward and again in backward: the graph keeps
-// the codes (ZeRO-3 gathers them again before the unit's backward), never the dequantized weight.
+// x·Wᵀ with W a quantized base, dequantized in forward and again in backward: the graph keeps the
+// codes (ZeRO-3 gathers them again before the unit's backward), never the dequantized weight. (The
+// bias is added outside: LibTorch 1.13's custom functions cannot take an undefined input.)
 struct QuantizedLinearFn : public torch::autograd::Function<QuantizedLinearFn> {
   static quant::QuantizedWeight weight_of(torch::autograd::AutogradContext* ctx) {
     quant::QuantizedWeight q;
@@ -34,22 +35,17 @@ struct QuantizedLinearFn : public torch::autograd::Function<QuantizedLinearFn> {
     q.scales = ctx->saved_data["scales"].toTensor();
     return q;
   }
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& bias,
-                            const quant::QuantizedWeight& q) {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const quant::QuantizedWeight& q) {
     ctx->saved_data["format"] = static_cast<std::int64_t>(q.format);
     ctx->saved_data["shape"] = q.shape;
     ctx->saved_data["codes"] = q.codes;
     ctx->saved_data["scales"] = q.scales;
-    ctx->saved_data["bias_grad"] = bias.defined() && bias.requires_grad();
-    return at::linear(x, quant::dequantize(q, x.scalar_type()), bias);
+    return at::linear(x, quant::dequantize(q, x.scalar_type()));
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const at::Tensor& g = grads[0];
-    const at::Tensor grad_x = at::matmul(g, quant::dequantize(weight_of(ctx), g.scalar_type()));
-    at::Tensor grad_bias;
-    if (ctx->saved_data["bias_grad"].toBool()) grad_bias = g.reshape({-1, g.size(-1)}).sum(0);
-    return {grad_x, grad_bias, at::Tensor()};
+    return {at::matmul(g, quant::dequantize(weight_of(ctx), g.scalar_type())), at::Tensor()};
   }
 };
 
@@ -80,10 +76,12 @@ at::Tensor AdaptedLinearImpl::forward(const at::Tensor& x) {
       q.codes = q.codes.to(x.device());
       q.scales = q.scales.to(x.device());
     }
-    if (c10::GradMode::is_enabled() && (x.requires_grad() || (bias.defined() && bias.requires_grad())))
-      y = QuantizedLinearFn::apply(x, bias, q);
-    else
+    if (c10::GradMode::is_enabled() && (x.requires_grad() || (bias.defined() && bias.requires_grad()))) {
+      y = QuantizedLinearFn::apply(x, q);
+      if (bias.defined()) y = y + bias;
+    } else {
       y = at::linear(x, quant::dequantize(q, x.scalar_type()), bias);
+    }
   }
   if (lora && lora->enabled) y = y + lora->linear_update(x, is_training());
   return y;

@@ -427,6 +427,9 @@ class TestDist : public QObject {
     QTest::newRow("qwen lora, nf4 base, stage 3, 2 ranks, base shards on nvme, f64")
         << 3 << 2 << 1 << 0.0 << "f64,qwen,lora,base=nf4,param=nvme,nvme=@";
     QTest::newRow("qwen lora, int8 base, stage 2, 2 ranks, f64") << 2 << 2 << 1 << 0.0 << "f64,qwen,lora,base=int8";
+    // The UNet: its attention projections have no bias, its resnets' time projections are Linear too.
+    QTest::newRow("unet lora, fp8 base, stage 3, 2 ranks, f64") << 3 << 2 << 1 << 0.0 << "f64,lora,base=fp8";
+    QTest::newRow("unet lora, nf4 base, stage 0, 1 rank, f64") << 0 << 1 << 1 << 0.0 << "f64,lora,base=nf4";
   }
 
   void quantizedBaseMatchesOneProcess() { zeroStagesMatchOneProcess(); }

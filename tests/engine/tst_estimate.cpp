@@ -884,6 +884,9 @@ class TestEstimate : public QObject {
       other += m.units[i].parameters - quantized;
     }
     QVERIFY(linear > 0.9 * static_cast<double>(linear + other));  // (every Linear weight of the blocks, modulation's too)
+    qInfo("%s: %lld Linear weights quantized, %lld parameters left in bf16 (io: %lld; the blocks' norms and biases: %lld)",
+          qPrintable(file), static_cast<long long>(linear), static_cast<long long>(other),
+          static_cast<long long>(m.units.front().parameters), static_cast<long long>(other - m.units.front().parameters));
     const double want = bytes_per_weight * static_cast<double>(linear) + 2.0 * static_cast<double>(other);
     QVERIFY2(std::abs(static_cast<double>(e.frozen_base_bytes) - want) < 0.001 * want,
              qPrintable(QString("%1 bytes, not about %2").arg(e.frozen_base_bytes).arg(want)));
