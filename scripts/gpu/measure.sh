@@ -12,7 +12,7 @@
 #                                          Flux.1 fault, offload against stage 0, Flux.1 LoRA
 #                                          streamed vs resident vs diffusers, the CUDA tests, then
 #                                          Qwen-Image's seed LoRA config if time is left)
-# Steps: package flux-lora sdpa flux-cudnn tests sdxl sd15 flux streams qwen. Each writes its figures to $OUT/<step>.log as they come
+# Steps: package flux-lora flux-quant sdpa flux-cudnn tests sdxl sd15 flux streams qwen. Each writes its figures to $OUT/<step>.log as they come
 # (seven files: the device tool brings back eight at most),
 # and a step is skipped once the deadline (ZS_DEADLINE seconds after the start, default 540) is
 # too near for it.
@@ -153,6 +153,14 @@ for step in $steps; do
             --single-layers 1 --steps 1 --warmup 0 --child $c 2>&1 | tail -60 | tee -a "$out/flux.log"
         done
       fi
+      ;;
+    flux-quant)
+      # Issue 53: Flux.1 [dev] LoRA r16 at full width (4 double + 8 single blocks), 1024 px, with the
+      # base resident in fp8 and in NF4 against the bf16 base streamed from CPU memory (the ready
+      # config), s/it and peak in one run; each block's Linear weights dequantized as it runs.
+      [ "$t" -gt 150 ] || { echo "flux-quant: skipped, ${t}s left"; continue; }
+      timeout $((t - 10)) $bench --model flux-dev --layers 4 --single-layers 8 --steps 3 --warmup 1 --baseline 0 \
+        --runs configs/flux-dev-lora.yaml,configs/flux-dev-lora-fp8.yaml,configs/flux-dev-lora-nf4.yaml 2>&1 | tee "$out/flux-quant.log"
       ;;
     sdpa)
       # Issue 58 item 1: PyTorch's SDPA alone at Flux.1's joint-attention shapes, one backend forced
