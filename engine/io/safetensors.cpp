@@ -402,4 +402,23 @@ void write_safetensors(const std::string& path, const std::vector<std::pair<std:
   write_file_atomic(path, file);
 }
 
+std::string first_fp8_file(const std::string& root) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<std::string> files;
+  if (fs::is_regular_file(root, ec)) {
+    files.push_back(root);
+  } else if (fs::is_directory(root, ec)) {
+    for (const auto& e : fs::recursive_directory_iterator(root, ec))
+      if (e.is_regular_file() && e.path().extension() == ".safetensors") files.push_back(e.path().string());
+    std::sort(files.begin(), files.end());
+  }
+  for (const auto& f : files) {
+    const SafetensorsReader r(f);
+    for (const auto& e : r.entries())
+      if (e.dtype == "F8_E4M3" || e.dtype == "F8_E5M2") return f;
+  }
+  return "";
+}
+
 }  // namespace zs::io

@@ -111,4 +111,8 @@ class SafetensorsStreamWriter {
 /// Bytes per element of a safetensors dtype string; 0 when unknown.
 std::size_t safetensors_dtype_size(const std::string& dtype);
 
+/// The first .safetensors file of `root` (a file, or a folder searched recursively in name order)
+/// that holds F8_E4M3 or F8_E5M2 tensors; empty when none does (or `root` is neither).
+std::string first_fp8_file(const std::string& root);
+
 }  // namespace zs::io

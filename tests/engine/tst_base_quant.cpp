@@ -283,6 +283,13 @@ class TestBaseQuant : public QObject {
     QVERIFY(kept.codes.defined() && at::equal(kept.codes, codes) && at::equal(kept.scales.to(at::kFloat), at::ones({4, 1})));
     QVERIFY(at::equal(zs::quant::dequantize(kept), values));
     QVERIFY(!zs::quant::fp8_as_stored(at::randn({4, 8})).codes.defined());
+    // Exports name the limit of a base that is an fp8 file: first_fp8_file finds one in a file or a folder.
+    QCOMPARE(zs::io::first_fp8_file(old_file), old_file);
+    QVERIFY(zs::io::first_fp8_file(dir.path().toStdString()).ends_with(".safetensors"));
+    QTemporaryDir plain_dir;
+    const std::string plain = (plain_dir.path() + "/bf16.safetensors").toStdString();
+    write_raw_safetensors(plain, {{"w.weight", "F32", {4}, bytes_of(rows)}});
+    QVERIFY(zs::io::first_fp8_file(plain).empty() && zs::io::first_fp8_file(plain_dir.path().toStdString()).empty());
   }
 
   void formatsByName() {
