@@ -50,10 +50,12 @@ zero::ZeroOptions zero_options(const TrainerConfig& cfg) {
   return zo;
 }
 
-bool builds_into_shards(const TrainerConfig& cfg) {
+bool zero3_init_applies(const TrainerConfig& cfg) {
   const bool lora_on_preset = models::resolve_trained_parts(cfg).lora && cfg.model.path.empty();
-  return cfg.zero.stage == 3 && cfg.zero.zero3_init_flag && !lora_on_preset && !quantizes_while_loading(cfg);
+  return cfg.zero.stage == 3 && cfg.zero.zero3_init_flag && !lora_on_preset;
 }
+
+bool builds_into_shards(const TrainerConfig& cfg) { return zero3_init_applies(cfg) && !quantizes_while_loading(cfg); }
 
 bool quantizes_while_loading(const TrainerConfig& cfg) {
   return cfg.model.base_precision != "bf16" && !cfg.model.path.empty() && models::resolve_trained_parts(cfg).lora;

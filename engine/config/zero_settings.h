@@ -15,6 +15,9 @@ zero::ZeroOptions zero_options(const TrainerConfig& cfg);
 /// trainer decides it and the estimator counts it: not for LoRA on a preset, whose base is written
 /// whole to the run's model folder once.
 bool builds_into_shards(const TrainerConfig& cfg);
+/// The same before the base's precision has its say: zero3_init_flag at stage 3, not LoRA on a
+/// preset (what the estimator weighs when its search may change model.base_precision).
+bool zero3_init_applies(const TrainerConfig& cfg);
 /// Whether the run quantizes its frozen base unit by unit as the model files are read
 /// (model.base_precision on a LoRA run from files): no unit of the base is ever whole in its file
 /// precision besides the one being read. It takes zero3_init_flag's place (each rank holds the

@@ -360,25 +360,33 @@ void count_buffers(const zero::Plan& plan, const UnitTally& t, const EstimateOpt
   if (o.delayed_update && o.offload_optimizer == Offload::cpu) e.cpu.buffers += (holds_bf16_grads(o) ? 2 : 4) * t.owned_total;
 }
 
+/// Bytes model.text_encoder_precision spares on these frozen text-encoder weights (0 while the
+/// encoders train or stay in the compute dtype).
+int64_t text_bytes_saved(const models::LinearWeights& w, const EstimateOptions& o) {
+  if (o.text_training != models::TextEncoderTraining::frozen || o.text_format == quant::BaseFormat::bf16) return 0;
+  return compute_bytes(o.precision) * w.elements - models::quantized_bytes(w, o.text_format);
+}
+
+/// Bytes of the frozen encoder that streams through the device piece by piece (0: none).
+int64_t streamed_bytes(const ModelShape& model, const EstimateOptions& o) {
+  return compute_bytes(o.precision) * model.frozen_streamed_parameters - text_bytes_saved(model.streamed_linear, o);
+}
+
 /// Frozen components (VAE, text encoders), in the compute dtype, the VAE in fp32 when it asks
 /// for it (force_upcast): on the device while training, unless both caches are on, when they
 /// wait in CPU memory (the caches assumed complete; a CPU-only run releases them instead).
 void count_frozen_parts(const ModelShape& model, const EstimateOptions& o, MemoryEstimate& e) {
   const int64_t c = compute_bytes(o.precision);
   // model.text_encoder_precision: the encoders' Linear weights as codes and scales instead.
-  const bool text_frozen = o.text_training == models::TextEncoderTraining::frozen;
-  const auto saved = [&](const models::LinearWeights& w) {
-    return text_frozen && o.text_format != quant::BaseFormat::bf16
-               ? c * w.elements - models::quantized_bytes(w, o.text_format) : int64_t{0};
-  };
   const int64_t frozen = c * (e.frozen_parameters - model.frozen_fp32_parameters) + 4 * model.frozen_fp32_parameters -
-                         saved(model.frozen_text_linear);
+                         text_bytes_saved(model.frozen_text_linear, o);
   // A streamed part (Flux's T5-XXL) never sits on the device whole: one piece at a time.
-  const int64_t resident = frozen - (c * (model.frozen_streamed_parameters - model.frozen_streamed_piece) -
-                                     (saved(model.streamed_linear) - saved(model.streamed_piece_linear)));
+  const int64_t streamed = streamed_bytes(model, o);
+  const int64_t resident =
+      frozen - (streamed - (c * model.frozen_streamed_piece - text_bytes_saved(model.streamed_piece_linear, o)));
   if (o.frozen_off_device && e.frozen_parameters > 0 && model.latent_factor > 1) {
     // Loaded on demand, the streamed encoder never comes: the caches hold its outputs.
-    e.cpu.parameters += model.frozen_on_demand ? frozen - (c * model.frozen_streamed_parameters - saved(model.streamed_linear)) : frozen;
+    e.cpu.parameters += model.frozen_on_demand ? frozen - streamed : frozen;
     // The pass that fills the caches: the frozen weights and one image through the VAE encoder
     // without gradients (about three 128-channel maps at full size alive at once).
     const int64_t vae_bytes = model.frozen_fp32_parameters > 0 ? 4 : c;
@@ -472,12 +480,7 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   {
     const int64_t c = compute_bytes(o.precision);
     const int64_t micro = std::max<int64_t>(o.accumulation, 1);
-    int64_t streamed = 0;
-    if (!o.frozen_off_device && model.frozen_streamed_parameters > 0) {
-      streamed = c * model.frozen_streamed_parameters;
-      if (o.text_training == models::TextEncoderTraining::frozen && o.text_format != quant::BaseFormat::bf16)
-        streamed -= c * model.streamed_linear.elements - models::quantized_bytes(model.streamed_linear, o.text_format);
-    }
+    const int64_t streamed = o.frozen_off_device ? 0 : streamed_bytes(model, o);
     const int64_t updated = o.offload_optimizer != Offload::none ? c * tally.owned_total : 0;
     e.host_to_device_per_step = micro * (2 * tally.offloaded_shards + streamed) + updated;
   }
@@ -583,9 +586,7 @@ EstimateOptions options_from_config(const config::TrainerConfig& cfg) {
   o.buffer_count = zo.buffer_count;
   // The trainer's build step decides the same way; a quantized base loads its own way instead
   // (estimate_memory), which the fastest-setting search may switch on or off.
-  config::TrainerConfig unquantized = cfg;
-  unquantized.model.base_precision = "bf16";
-  o.zero3_init = config::builds_into_shards(unquantized);
+  o.zero3_init = config::zero3_init_applies(cfg);
   o.base_format = trained.lora ? quant::base_format_from_string(cfg.model.base_precision) : quant::BaseFormat::bf16;
   // (a LoRA base from files is quantized as it is read whenever it is quantized: the fastest-setting
   // search may choose a format the config does not have yet)

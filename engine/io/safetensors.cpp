@@ -224,10 +224,14 @@ namespace {
 
 /// "<layer>.weight" -> "<layer>" (else the name itself).
 std::string layer_of(const std::string& name) {
-  const std::string suffix = ".weight";
-  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0
-             ? name.substr(0, name.size() - suffix.size())
-             : name;
+  return name.size() > 7 && name.ends_with(".weight") ? name.substr(0, name.size() - 7) : name;
+}
+
+/// "[a, b]".
+std::string shape_text(at::IntArrayRef shape) {
+  std::string out;
+  for (const auto d : shape) out += (out.empty() ? "" : ", ") + std::to_string(d);
+  return "[" + out + "]";
 }
 
 }  // namespace
@@ -259,21 +263,16 @@ at::Tensor SafetensorsReader::weight(const std::string& name) const {
     shape[0] = values.size(0);
     return values.mul_(scale.reshape(shape));
   }
-  std::string shape_text;
-  for (const auto d : scale.sizes()) shape_text += (shape_text.empty() ? "" : ", ") + std::to_string(d);
-  std::string weight_shape;
-  for (const auto d : values.sizes()) weight_shape += (weight_shape.empty() ? "" : ", ") + std::to_string(d);
-  throw Error(ErrorKind::io, path_ + ": scale '" + scale_name + "' of shape [" + shape_text + "] does not fit tensor '" +
-                                 name + "' of shape [" + weight_shape + "] (one value, or one a row)");
+  throw Error(ErrorKind::io, path_ + ": scale '" + scale_name + "' of shape " + shape_text(scale.sizes()) +
+                                 " does not fit tensor '" + name + "' of shape " + shape_text(values.sizes()) +
+                                 " (one value, or one a row)");
 }
 
 bool SafetensorsReader::is_quantization_extra(const std::string& name) const {
   if (!scaled_fp8_ && layer_formats_.empty()) return false;
   if (name == "scaled_fp8") return true;
-  for (const char* suffix : {".scale_weight", ".scale_input", ".weight_scale", ".input_scale", ".weight_scale_2", ".pre_quant_scale"}) {
-    const std::string s = suffix;
-    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) return true;
-  }
+  for (const char* suffix : {".scale_weight", ".scale_input", ".weight_scale", ".input_scale", ".weight_scale_2", ".pre_quant_scale"})
+    if (name.size() > std::strlen(suffix) && name.ends_with(suffix)) return true;
   return false;
 }
 

@@ -167,7 +167,7 @@ std::vector<LoraLayer> attach_lora(torch::nn::Module& root, const std::vector<st
   return lora_layers(root);
 }
 
-std::vector<LoraLayer> adaptable_layers(torch::nn::Module& root) {
+std::vector<LoraLayer> adaptable_layers(const torch::nn::Module& root) {
   // named_modules is depth-first, in registration order: module order.
   std::vector<LoraLayer> out;
   for (const auto& item : root.named_modules("", false)) {

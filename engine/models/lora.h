@@ -105,7 +105,7 @@ std::int64_t lora_parameter_count(torch::nn::Module& root, const std::vector<std
 /// Every adapted layer of `root`, in module order.
 std::vector<LoraLayer> lora_layers(torch::nn::Module& root);
 /// Every layer of `root` that can take an adapter (its adapter null where none is attached).
-std::vector<LoraLayer> adaptable_layers(torch::nn::Module& root);
+std::vector<LoraLayer> adaptable_layers(const torch::nn::Module& root);
 /// Attaches `adapter` to the layer of `l`, replacing the one it had (null: detaches).
 void set_adapter(const LoraLayer& l, std::shared_ptr<LoraAdapter> adapter);
 /// The weight update of one adapted layer, scaled, in the shape of its weight.

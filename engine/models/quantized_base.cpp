@@ -31,12 +31,19 @@ void quantize_layer(AdaptedLinearImpl& layer, quant::BaseFormat format, Quantize
   layer.quantized = std::move(q);
 }
 
+/// The Linear layers of `root` (lora's adaptable layers that are not convolutions).
+std::vector<AdaptedLinearImpl*> linear_layers(const torch::nn::Module& root) {
+  std::vector<AdaptedLinearImpl*> out;
+  for (const LoraLayer& l : adaptable_layers(root))
+    if (!l.conv) out.push_back(dynamic_cast<AdaptedLinearImpl*>(l.layer));
+  return out;
+}
+
 }  // namespace
 
 BaseQuantizer::BaseQuantizer(torch::nn::Module& root, quant::BaseFormat format) : format_(format) {
-  for (const auto& m : root.modules(/*include_self=*/true))
-    if (auto* l = dynamic_cast<AdaptedLinearImpl*>(m.get()); l && l->weight.defined() && (l->quantized || l->weight.dim() == 2))
-      layers_.emplace(l->weight.unsafeGetTensorImpl(), l);
+  for (AdaptedLinearImpl* l : linear_layers(root))
+    if (l->weight.defined() && (l->quantized || l->weight.dim() == 2)) layers_.emplace(l->weight.unsafeGetTensorImpl(), l);
 }
 
 QuantizedBytes BaseQuantizer::quantize(ParamUnit& unit) {
@@ -73,9 +80,8 @@ QuantizedBytes BaseQuantizer::quantize(ParamUnit& unit) {
 QuantizedBytes quantize_linears(torch::nn::Module& root, quant::BaseFormat format) {
   QuantizedBytes out;
   if (format == quant::BaseFormat::bf16) return out;
-  for (const auto& m : root.modules(/*include_self=*/true))
-    if (auto* l = dynamic_cast<AdaptedLinearImpl*>(m.get()); l && !l->quantized && l->weight.dim() == 2)
-      quantize_layer(*l, format, out);
+  for (AdaptedLinearImpl* l : linear_layers(root))
+    if (!l->quantized && l->weight.dim() == 2) quantize_layer(*l, format, out);
   return out;
 }
 
@@ -93,9 +99,8 @@ void count(const at::Tensor& w, LinearWeights& out) {
 
 std::vector<LinearWeights> linear_weights(const torch::nn::Module& root, const std::vector<ParamUnit>& units) {
   std::unordered_map<const c10::TensorImpl*, bool> linear;
-  for (const auto& m : root.modules(/*include_self=*/true))
-    if (auto* l = dynamic_cast<AdaptedLinearImpl*>(m.get()); l && l->weight.defined() && l->weight.dim() == 2)
-      linear.emplace(l->weight.unsafeGetTensorImpl(), true);
+  for (const AdaptedLinearImpl* l : linear_layers(root))
+    if (l->weight.defined() && l->weight.dim() == 2) linear.emplace(l->weight.unsafeGetTensorImpl(), true);
   std::vector<LinearWeights> out(units.size());
   for (std::size_t i = 0; i < units.size(); ++i)
     for (const auto& [name, t] : units[i].parameters)
@@ -105,9 +110,8 @@ std::vector<LinearWeights> linear_weights(const torch::nn::Module& root, const s
 
 LinearWeights linear_weights(const torch::nn::Module& root) {
   LinearWeights out;
-  for (const auto& m : root.modules(/*include_self=*/true))
-    if (auto* l = dynamic_cast<AdaptedLinearImpl*>(m.get()); l && l->weight.defined() && l->weight.dim() == 2)
-      count(l->weight, out);
+  for (const AdaptedLinearImpl* l : linear_layers(root))
+    if (l->weight.defined() && l->weight.dim() == 2) count(l->weight, out);
   return out;
 }
 
@@ -131,8 +135,8 @@ std::int64_t quantized_unit_bytes(const LinearWeights& w, quant::BaseFormat form
 
 void move_quantized(torch::nn::Module& root, const at::Device& device) {
   c10::NoGradGuard no_grad;
-  for (const auto& m : root.modules(/*include_self=*/true))
-    if (auto* l = dynamic_cast<AdaptedLinearImpl*>(m.get()); l && l->quantized && l->quantized->codes.device() != device) {
+  for (AdaptedLinearImpl* l : linear_layers(root))
+    if (l->quantized && l->quantized->codes.device() != device) {
       l->quantized->codes.set_data(l->quantized->codes.to(device));
       l->quantized->scales.set_data(l->quantized->scales.to(device));
     }

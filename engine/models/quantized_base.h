@@ -31,6 +31,12 @@ class AdaptedLinearImpl;
 struct QuantizedBytes {
   std::size_t layers = 0;
   std::int64_t before = 0, after = 0;
+  QuantizedBytes& operator+=(const QuantizedBytes& o) {
+    layers += o.layers;
+    before += o.before;
+    after += o.after;
+    return *this;
+  }
 };
 
 class BaseQuantizer {

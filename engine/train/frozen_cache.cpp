@@ -78,11 +78,7 @@ std::string quantize_text_encoders(const config::TrainerConfig& cfg, models::Tra
   if (format == quant::BaseFormat::bf16 || model.text_encoders_trained()) return "";
   models::QuantizedBytes q;
   for (const models::ModelComponent& c : model.components()) {
-    if (!c.module || c.role == models::ModelComponent::Role::denoiser) continue;
-    const models::QuantizedBytes part = models::quantize_linears(*c.module, format);
-    q.layers += part.layers;
-    q.before += part.before;
-    q.after += part.after;
+    if (c.module && c.role != models::ModelComponent::Role::denoiser) q += models::quantize_linears(*c.module, format);
   }
   return "text encoders: " + std::to_string(q.layers) + " Linear weights kept as " + cfg.model.text_encoder_precision +
          " (" + format_bytes(q.before) + " -> " + format_bytes(q.after) + ")";

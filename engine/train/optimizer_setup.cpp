@@ -90,12 +90,7 @@ std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig&
     u.frozen = r.frozen;
     const bool block = !parts.denoiser.empty() && r.name != parts.denoiser.front().first &&
                        std::any_of(parts.denoiser.begin(), parts.denoiser.end(), [&](const auto& d) { return d.first == r.name; });
-    if (quantizer && u.frozen && block) {
-      const models::QuantizedBytes q = quantizer->quantize(u);
-      quantized.layers += q.layers;
-      quantized.before += q.before;
-      quantized.after += q.after;
-    }
+    if (quantizer && u.frozen && block) quantized += quantizer->quantize(u);
     if (r.text_lr) u.lr_scale = te_scale;
     if (r.persistent) zo.persistent_units.push_back(r.name);
     units.push_back(std::move(u));

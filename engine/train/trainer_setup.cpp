@@ -322,10 +322,7 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
     // before the checkpoint fills them; make_optimizer quantizes the loaded base then.)
     const quant::BaseFormat format = quant::base_format_from_string(cfg.model.base_precision);
     on_unit = [format, &loaded_quantized](const std::string&, const std::string&, torch::nn::Module& unit) {
-      const models::QuantizedBytes q = models::quantize_linears(unit, format);
-      loaded_quantized.layers += q.layers;
-      loaded_quantized.before += q.before;
-      loaded_quantized.after += q.after;
+      loaded_quantized += models::quantize_linears(unit, format);
     };
     if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag)
       log("zero3_init_flag: the " + cfg.model.base_precision + " base is quantized unit by unit as it loads instead "

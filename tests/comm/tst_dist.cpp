@@ -60,7 +60,8 @@ struct World {
   zs::test::FailureReport report;  // declared last: destroyed first, after the destructor body
 };
 
-/// The columns of zeroStagesMatchOneProcess's rows (every exactness function's).
+/// The columns of zeroStagesMatchOneProcess's rows (every exactness function's); variant is
+/// dist_worker's Variant list.
 void exactnessColumns() {
   QTest::addColumn<int>("stage");
   QTest::addColumn<int>("world");
@@ -124,11 +125,7 @@ class TestDist : public QObject {
   }
 
   void zeroStagesMatchOneProcess_data() {
-    QTest::addColumn<int>("stage");
-    QTest::addColumn<int>("world");
-    QTest::addColumn<int>("accum");
-    QTest::addColumn<double>("clip");
-    QTest::addColumn<QString>("variant");  // dist_worker's Variant list
+    exactnessColumns();
     for (int stage : {0, 1, 2, 3})
       for (int world : {1, 2, 3})
         QTest::addRow("stage %d, %d ranks, f64", stage, world) << stage << world << 1 << 0.0 << "f64";
@@ -346,11 +343,7 @@ class TestDist : public QObject {
   // float32 rows run the fused CPU AdamW, whose rounding differs from LibTorch's in the last
   // bit: 2e-5 as for the in-memory float32 rows), at world sizes 1 and 2.
   void offloadMatchesOneProcess_data() {
-    QTest::addColumn<int>("stage");
-    QTest::addColumn<int>("world");
-    QTest::addColumn<int>("accum");
-    QTest::addColumn<double>("clip");
-    QTest::addColumn<QString>("variant");
+    exactnessColumns();
     for (int world : {1, 2}) {
       for (int stage : {1, 2, 3}) {
         QTest::addRow("optimizer to cpu, stage %d, %d ranks, f64", stage, world) << stage << world << 1 << 0.0 << "f64,opt=cpu";
@@ -438,11 +431,7 @@ class TestDist : public QObject {
   // a real one-rank NCCL group (tests bypass the one-process shortcut) and two Gloo ranks on
   // CUDA tensors, every stage, with offload (pinned CPU copies) and bf16. Skipped without CUDA.
   void cudaMatchesTheCpuReference_data() {
-    QTest::addColumn<int>("stage");
-    QTest::addColumn<int>("world");
-    QTest::addColumn<int>("accum");
-    QTest::addColumn<double>("clip");
-    QTest::addColumn<QString>("variant");
+    exactnessColumns();
     for (int stage : {0, 1, 2, 3}) {
       QTest::addRow("nccl, stage %d, 1 rank, f64", stage) << stage << 1 << 1 << 0.0 << "f64,nccl";
       QTest::addRow("gloo on cuda, stage %d, 2 ranks, accumulation 2, clipping, f64", stage)

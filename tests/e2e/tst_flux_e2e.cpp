@@ -59,6 +59,15 @@ double max_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
 }
 
+/// A LoRA run on the fixture's folder (rank 4, alpha 2, ZeRO-3, lr 0.01, no sampling) with `extra`.
+config::TrainerConfig fixture_lora_config(const std::string& folder, std::vector<std::string> extra) {
+  std::vector<std::string> sets = {"model.path=" + folder, "model.max_sequence_length=16", "training.method=lora",
+                                   "lora.rank=4", "lora.alpha=2", "zero.stage=3", "optimizer.lr=0.01",
+                                   "sampling.every_n_steps=0"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return flux_config(sets);
+}
+
 /// Checks a merged export against the base folder's transformer files: each adapted weight is the
 /// base plus the PEFT file's update (trained away from zero), every other tensor the base's.
 /// Returns {adapted, unchanged} counts (0, 0 after a failed check).
@@ -242,10 +251,8 @@ class TestFluxE2E : public QObject {
     QTemporaryDir dir;
     const std::string folder = test::peerFixture("flux-tiny").toStdString();
     const std::string run_dir = dir.path().toStdString() + "/run";
-    const config::TrainerConfig cfg = flux_config(
-        {"model.path=" + folder, "model.max_sequence_length=16", "training.method=lora", "lora.rank=4", "lora.alpha=2",
-         "zero.stage=3", "optimizer.lr=0.01", "training.max_steps=2", "sampling.every_n_steps=0",
-         "checkpointing.every_n_steps=2"});
+    const config::TrainerConfig cfg =
+        fixture_lora_config(folder, {"training.max_steps=2", "checkpointing.every_n_steps=2"});
     QCOMPARE(run(cfg, run_dir).step, std::int64_t{2});
     const auto ckpt = checkpoint::open_checkpoint(checkpoint_dir(read_events(run_dir)));
     checkpoint::ExportOptions o;
@@ -293,11 +300,9 @@ class TestFluxE2E : public QObject {
     QTemporaryDir dir;
     const std::string folder = test::peerFixture("flux-tiny").toStdString();
     const std::string run_dir = dir.path().toStdString() + "/run";
-    const config::TrainerConfig cfg = flux_config(
-        {"model.path=" + folder, "model.max_sequence_length=16", "training.method=lora", "lora.rank=4", "lora.alpha=2",
-         "model.base_precision=nf4", "model.text_encoder_precision=fp8", "training.train_text_encoder=none",
-         "zero.stage=3", "optimizer.lr=0.01", "training.max_steps=3", "sampling.every_n_steps=0",
-         "checkpointing.every_n_steps=3"});
+    const config::TrainerConfig cfg = fixture_lora_config(
+        folder, {"model.base_precision=nf4", "model.text_encoder_precision=fp8", "training.train_text_encoder=none",
+                 "training.max_steps=3", "checkpointing.every_n_steps=3"});
     QCOMPARE(run(cfg, run_dir).step, std::int64_t{3});
     const auto events = read_events(run_dir);
     bool base_said = false, text_said = false;
