@@ -100,6 +100,11 @@ std::string model_key(const std::string& kind, const std::string& pipeline_dir, 
 }
 }  // namespace
 
+std::string LatentCache::weights_key(const std::string& kind, const std::string& pipeline_dir,
+                                     const std::vector<std::string>& components) {
+  return model_key(kind, pipeline_dir, components);
+}
+
 std::string LatentCache::vae_key(const std::string& pipeline_dir) { return model_key("vae", pipeline_dir, {"vae"}); }
 
 std::string LatentCache::text_key(const std::string& pipeline_dir, const std::vector<std::string>& components) {

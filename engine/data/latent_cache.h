@@ -43,6 +43,10 @@ class LatentCache {
   /// The same for its text encoders: the weight files in the `components` folders (the model's
   /// text-encoder component names); a component "<folder>@<setting>" adds the setting to the key.
   static std::string text_key(const std::string& pipeline_dir, const std::vector<std::string>& components);
+  /// The same for any part: "<kind>-<crc>" of the path and the weight files of its `components`
+  /// folders (a single file: that file).
+  static std::string weights_key(const std::string& kind, const std::string& pipeline_dir,
+                                 const std::vector<std::string>& components);
   /// A key for an image file's content: CRC-32 and size, "crc-size" in hex.
   static std::string content_key(const std::string& path);
   /// A key for a caption: CRC-32 and length of its text.

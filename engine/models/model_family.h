@@ -169,6 +169,8 @@ class ModelFamily {
   virtual bool is_model_folder(const std::string& dir) const = 0;
   /// Whether TrainableModel::save_base wrote its weights into `dir`.
   virtual bool has_saved_base(const std::string& dir) const = 0;
+  /// The folder of a diffusers pipeline that holds the denoiser's weights.
+  virtual std::string denoiser_folder() const { return "transformer"; }
   /// The optimizer's roster for the config's model (unit_roster of the family's parts).
   virtual std::vector<RosterUnit> roster(const config::TrainerConfig& cfg) const;
   /// Keys that mean nothing for this family: setting one away from its schema default is a

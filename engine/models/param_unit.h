@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -20,8 +21,30 @@ namespace zs::models {
 /// the unit's name, the module prefix its parameter names are relative to
 /// ("down_blocks.0.resnets.0"; a transformer's for its pieces) and a module holding exactly the
 /// unit's parameters in optimizer order: ZeRO-3's sharded init loads it, keeps this rank's shard
-/// and empties it before the next unit exists.
-using UnitBuilt = std::function<void(const std::string& unit, const std::string& prefix, torch::nn::Module& module)>;
+/// and empties it before the next unit exists. A loader that reads the unit from model files
+/// first leaves unread the names `supplies` claims (relative to the prefix): the callback fills
+/// them itself (a quantized base's cached codes, train/base_cache.h).
+class UnitBuilt {
+ public:
+  using Fn = std::function<void(const std::string& unit, const std::string& prefix, torch::nn::Module& module)>;
+  using Supplies = std::function<bool(const std::string& unit, const std::string& name)>;
+
+  UnitBuilt() = default;
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, UnitBuilt> && std::is_constructible_v<Fn, F>>>
+  UnitBuilt(F&& fn) : fn_(std::forward<F>(fn)) {}  // NOLINT(google-explicit-constructor): a callback
+  UnitBuilt(Fn fn, Supplies supplies) : fn_(std::move(fn)), supplies_(std::move(supplies)) {}
+
+  explicit operator bool() const { return static_cast<bool>(fn_); }
+  void operator()(const std::string& unit, const std::string& prefix, torch::nn::Module& module) const {
+    fn_(unit, prefix, module);
+  }
+  /// Whether the callback fills `name` of `unit` itself (the loader does not read it).
+  bool supplies(const std::string& unit, const std::string& name) const { return supplies_ && supplies_(unit, name); }
+
+ private:
+  Fn fn_;
+  Supplies supplies_;
+};
 
 
 /// One unit: a resnet, a transformer, a sampler, or the model's small in/out layers together.

@@ -13,14 +13,10 @@ namespace zs::models {
 
 namespace {
 
-/// Quantizes the layer's weight into its `quantized` state and empties the weight.
-void quantize_layer(AdaptedLinearImpl& layer, quant::BaseFormat format, QuantizedBytes& out) {
+/// Puts `q` in the layer's place of its weight (on the weight's device) and empties the weight.
+void install(AdaptedLinearImpl& layer, std::shared_ptr<quant::QuantizedWeight> q, QuantizedBytes& out) {
   c10::NoGradGuard no_grad;
   at::Tensor& w = layer.weight;
-  const at::Tensor source = w.device().is_cpu() ? w : w.cpu();
-  // A plain fp8 file's weights keep their values (unit scales); the rest get block scales.
-  quant::QuantizedWeight stored = format == quant::BaseFormat::fp8 ? quant::fp8_as_stored(source) : quant::QuantizedWeight{};
-  auto q = std::make_shared<quant::QuantizedWeight>(stored.codes.defined() ? std::move(stored) : quant::quantize(source, format));
   out.before += w.numel() * static_cast<std::int64_t>(w.element_size());
   out.after += q->bytes();
   ++out.layers;
@@ -29,6 +25,16 @@ void quantize_layer(AdaptedLinearImpl& layer, quant::BaseFormat format, Quantize
   w.set_requires_grad(false);
   w.set_data(at::empty({0}, w.options()));
   layer.quantized = std::move(q);
+}
+
+/// Quantizes the layer's weight into its `quantized` state and empties the weight.
+void quantize_layer(AdaptedLinearImpl& layer, quant::BaseFormat format, QuantizedBytes& out) {
+  c10::NoGradGuard no_grad;
+  const at::Tensor& w = layer.weight;
+  const at::Tensor source = w.device().is_cpu() ? w : w.cpu();
+  // A plain fp8 file's weights keep their values (unit scales); the rest get block scales.
+  quant::QuantizedWeight stored = format == quant::BaseFormat::fp8 ? quant::fp8_as_stored(source) : quant::QuantizedWeight{};
+  install(layer, std::make_shared<quant::QuantizedWeight>(stored.codes.defined() ? std::move(stored) : quant::quantize(source, format)), out);
 }
 
 /// The Linear layers of `root` (lora's adaptable layers that are not convolutions).
@@ -82,6 +88,25 @@ QuantizedBytes quantize_linears(torch::nn::Module& root, quant::BaseFormat forma
   if (format == quant::BaseFormat::bf16) return out;
   for (AdaptedLinearImpl* l : linear_layers(root))
     if (!l->quantized && l->weight.dim() == 2) quantize_layer(*l, format, out);
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<const quant::QuantizedWeight>>> quantized_weights(
+    const torch::nn::Module& root) {
+  std::vector<std::pair<std::string, std::shared_ptr<const quant::QuantizedWeight>>> out;
+  for (const LoraLayer& l : adaptable_layers(root))
+    if (const auto* linear = dynamic_cast<const AdaptedLinearImpl*>(l.layer); linear && linear->quantized)
+      out.emplace_back(l.name + ".weight", linear->quantized);
+  return out;
+}
+
+QuantizedBytes adopt_quantized(torch::nn::Module& root, const StoredQuantized& stored) {
+  QuantizedBytes out;
+  for (const LoraLayer& l : adaptable_layers(root)) {
+    auto* layer = dynamic_cast<AdaptedLinearImpl*>(l.layer);
+    if (!layer || layer->quantized || layer->weight.dim() != 2) continue;
+    if (std::shared_ptr<quant::QuantizedWeight> q = stored(l.name + ".weight", layer->weight)) install(*layer, std::move(q), out);
+  }
   return out;
 }
 

@@ -8,8 +8,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
 #include <unordered_map>
-
+#include <utility>
 #include <vector>
 
 #include "models/model_shape.h"
@@ -54,6 +57,19 @@ class BaseQuantizer {
 
 /// Quantizes every Linear weight of `root` (a frozen text encoder) in place of its weight.
 QuantizedBytes quantize_linears(torch::nn::Module& root, quant::BaseFormat format);
+
+/// The quantized weights of `root`'s layers, by weight name below `root` ("attn.to_q.weight").
+std::vector<std::pair<std::string, std::shared_ptr<const quant::QuantizedWeight>>> quantized_weights(
+    const torch::nn::Module& root);
+
+/// Codes and scales kept elsewhere for the weight `name` (below the root) whose placeholder is
+/// `weight` (its shape and dtype; its values unread); nullptr when there are none.
+using StoredQuantized =
+    std::function<std::shared_ptr<quant::QuantizedWeight>(const std::string& name, const at::Tensor& weight)>;
+/// Gives each Linear layer of `root` that `stored` has codes for those codes and scales in place
+/// of its weight, as quantize_linears would have made them (`before` counts the weights in their
+/// placeholders' element size).
+QuantizedBytes adopt_quantized(torch::nn::Module& root, const StoredQuantized& stored);
 
 /// The Linear weights among each unit's parameters (the ones BaseQuantizer would quantize), for
 /// the estimator; `root` may be built on the meta device.

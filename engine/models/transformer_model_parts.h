@@ -2,8 +2,7 @@
 // What the flow-matching transformer families' models (models/flux/flux_model.h,
 // models/qwen_image/qwen_image_model.h) share: the tiny presets' word tokenizer and small CLIP-style
 // encoder, the run's model folder (transformer/ and scheduler/ configs, pipeline.json, the preset's
-// base weights), a transformer loaded unit by unit for ZeRO-3's sharded init, and parked frozen
-// parts brought back for one call.
+// base weights), and parked frozen parts brought back for one call.
 
 #include <cstdint>
 #include <set>
@@ -51,25 +50,6 @@ void freeze(torch::nn::Module& m);
 std::vector<ParamUnit> prefixed_units(std::vector<ParamUnit> units, const std::string& prefix);
 /// Bytes of the parameters of `parts`.
 std::int64_t parameter_bytes(const std::vector<torch::nn::Module*>& parts);
-
-/// A transformer `Module` (a TORCH_MODULE holder) of `config` with its weights from `lookup`
-/// (diffusers' names). With `on_unit`, each unit is loaded as soon as it is built and handed over
-/// (ZeRO-3's sharded init), so the whole transformer never exists at once.
-template <class Module, class Config>
-Module load_transformer_units(const Config& config, const TensorLookup& lookup, const std::string& where,
-                              const UnitBuilt& on_unit) {
-  std::set<std::string> handed;
-  UnitBuilt load_then_hand;
-  if (on_unit)
-    load_then_hand = [&](const std::string& unit, const std::string& prefix, torch::nn::Module& module) {
-      load_weights(module, [&](const std::string& n) { return lookup(prefix + "." + n); }, where + " (" + unit + ")");
-      for (const auto& item : module.named_parameters(true)) handed.insert(prefix + "." + item.key());
-      on_unit(unit, prefix, module);
-    };
-  Module t(config, load_then_hand);
-  load_weights(*t, lookup, where, [&](const std::string& name) { return handed.count(name) > 0; });
-  return t;
-}
 
 /// Parked frozen parts on the compute device for one call and back to CPU memory after it (a
 /// streamed part moves itself and is left where it is); counts the visit.

@@ -1,5 +1,6 @@
 #include "models/weights.h"
 
+#include <filesystem>
 #include <set>
 #include <sstream>
 
@@ -135,6 +136,11 @@ void save_weights(const torch::nn::Module& module, const std::string& path, cons
     tensors.emplace_back(prefix + item.key(), dtype ? item.value().detach().to(*dtype) : item.value().detach());
   for (const auto& item : module.named_buffers(true)) tensors.emplace_back(prefix + item.key(), item.value().detach());
   io::write_safetensors(path, tensors, metadata);
+}
+
+bool weights_file_exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec);
 }
 
 std::int64_t parameter_count(const torch::nn::Module& module) {

@@ -5,10 +5,13 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <torch/nn/module.h>
+
+#include "models/param_unit.h"
 
 namespace zs::io {
 class SafetensorsReader;
@@ -50,6 +53,40 @@ using TensorLookup = std::function<at::Tensor(const std::string& name)>;
 /// `where`. Names for which `skip` says true are left as they are.
 void load_weights(torch::nn::Module& module, const TensorLookup& lookup, const std::string& where,
                   const std::function<bool(const std::string&)>& skip = {});
+
+/// Whether `path` is a regular file.
+bool weights_file_exists(const std::string& path);
+
+/// A model `Module` (a TORCH_MODULE holder built as Module(config, on_unit)) with its weights
+/// from `lookup`; errors name `where`. With `on_unit`, each unit is loaded as soon as it is built
+/// (except the names on_unit.supplies) and handed over, so the whole model never exists at once
+/// in the file's precision (ZeRO-3's sharded init, a base quantized as it loads).
+template <class Module, class Config>
+Module load_units(const Config& config, const TensorLookup& lookup, const std::string& where, const UnitBuilt& on_unit) {
+  std::set<std::string> handed;  // full names of what on_unit was given
+  UnitBuilt load_then_hand;
+  if (on_unit)
+    load_then_hand = [&](const std::string& unit, const std::string& prefix, torch::nn::Module& module) {
+      load_weights(module, [&](const std::string& n) { return lookup(prefix + "." + n); }, where + " (" + unit + ")",
+                   [&](const std::string& n) { return on_unit.supplies(unit, n); });
+      for (const auto& item : module.named_parameters(true)) handed.insert(prefix + "." + item.key());
+      for (const auto& item : module.named_buffers(true)) handed.insert(prefix + "." + item.key());
+      on_unit(unit, prefix, module);
+    };
+  Module m(config, load_then_hand);
+  load_weights(*m, lookup, where, [&](const std::string& name) { return handed.count(name) > 0; });
+  return m;
+}
+
+/// The same from the safetensors file `file` when it exists (a run's model folder holding a
+/// preset's base); without it, Module(config, on_unit) with fresh weights (a checkpoint's shards
+/// fill them).
+template <class Module, class Config>
+Module load_units_if_saved(const Config& config, const std::string& file, const UnitBuilt& on_unit) {
+  if (!weights_file_exists(file)) return Module(config, on_unit);
+  const WeightFiles r({file});
+  return load_units<Module>(config, [&](const std::string& n) { return r.find(n); }, file, on_unit);
+}
 
 /// Rows [index·n, (index+1)·n) of `t` [parts·n, ...], a fused tensor of a single-file layout (q, k
 /// and v in one, or a modulation's two halves), where n = `rows_each`. A tensor whose first

@@ -243,6 +243,24 @@ std::int64_t QuantizedWeight::bytes() const {
          (scales.defined() ? scales.numel() * static_cast<std::int64_t>(scales.element_size()) : 0);
 }
 
+bool well_formed(const QuantizedWeight& q) {
+  if (!q.codes.defined() || !q.scales.defined() || q.shape.empty()) return false;
+  const std::int64_t n = c10::multiply_integers(q.shape), cols = q.shape.back(), rows = cols == 0 ? 0 : n / cols;
+  const auto is = [](const at::Tensor& t, at::ScalarType dtype, std::vector<std::int64_t> sizes) {
+    return t.scalar_type() == dtype && t.sizes().vec() == sizes;
+  };
+  switch (q.format) {
+    case BaseFormat::bf16: return false;
+    case BaseFormat::fp8:
+    case BaseFormat::int8:
+      return is(q.codes, q.format == BaseFormat::fp8 ? at::kByte : at::kChar, q.shape) &&
+             is(q.scales, at::kBFloat16, {rows, (cols + kBaseQuantBlock - 1) / kBaseQuantBlock});
+    case BaseFormat::nf4:
+      return is(q.codes, at::kByte, {(n + 1) / 2}) && is(q.scales, at::kFloat, {(n + kBaseQuantBlock - 1) / kBaseQuantBlock});
+  }
+  return false;
+}
+
 QuantizedWeight quantize(const at::Tensor& weight, BaseFormat format) {
   switch (format) {
     case BaseFormat::fp8:

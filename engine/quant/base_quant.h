@@ -55,6 +55,10 @@ struct QuantizedWeight {
   std::int64_t bytes() const;
 };
 
+/// Whether `q`'s codes and scales have the dtypes and shapes quantize() gives a weight of
+/// `q.shape` in `q.format` (a stored copy read back: train/base_cache.h).
+bool well_formed(const QuantizedWeight& q);
+
 /// Quantizes a float tensor (any float dtype; read as float32). FP8 and int8 need at least one
 /// dimension (a Linear weight is [out, in]); NF4 takes any shape.
 QuantizedWeight quantize(const at::Tensor& weight, BaseFormat format);

@@ -60,6 +60,7 @@ struct DataConfig {
   std::int64_t bucket_step{};    ///< bucket sides are multiples of this
   bool cache_latents{};          ///< pipelines: keep VAE posteriors on disk and reuse them
   bool cache_text_embeddings{};  ///< pipelines: keep the frozen text encoders' outputs per caption
+  bool cache_quantized_base{};   ///< a quantized base's codes on disk, read instead of its model files
   std::string latent_cache_dir;  ///< where; empty: logging.runs_root/.latent-cache
   bool allow_external_paths{};   ///< keep items whose file resolves outside the dataset folder
   DataMetadataConfig metadata;   ///< metadata-JSON layout options

@@ -24,6 +24,7 @@
 #include "models/model_family.h"
 #include "models/quantized_base.h"
 #include "models/trainable_model.h"
+#include "train/base_cache.h"
 #include "train/frozen_cache.h"
 #include "train/lora_setup.h"
 #include "train/optimizer_setup.h"
@@ -314,16 +315,16 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
   const models::ModelFamily& family = models::family_of(cfg);
   trained = models::resolve_trained_parts(cfg);
   const bool lora = trained.lora;
-  models::QuantizedBytes loaded_quantized;
-  if (config::quantizes_while_loading(cfg) && !ckpt) {
+  std::unique_ptr<QuantizedBaseLoad> base_load;
+  if (config::quantizes_while_loading(cfg)) {
     // model.base_precision: each block unit's Linear weights become codes and scales as soon as the
     // unit is read (the optimizer lays them out later), so the base is never whole in its file
-    // precision in host memory. (Not when resuming: a run's model folder may hand its units over
-    // before the checkpoint fills them; make_optimizer quantizes the loaded base then.)
-    const quant::BaseFormat format = quant::base_format_from_string(cfg.model.base_precision);
-    on_unit = [format, &loaded_quantized](const std::string&, const std::string&, torch::nn::Module& unit) {
-      loaded_quantized += models::quantize_linears(unit, format);
-    };
+    // precision in host memory; a copy kept in the cache folder is read instead of the model
+    // files. (Resuming too: a LoRA checkpoint holds the adapters, the base comes from the files.)
+    base_load = std::make_unique<QuantizedBaseLoad>(quant::base_format_from_string(cfg.model.base_precision),
+                                                    quantized_base_dir(cfg), rank == 0,
+                                                    [this](const std::string& w) { warn(w); });
+    on_unit = base_load->callback();
     if (cfg.zero.stage == 3 && cfg.zero.zero3_init_flag)
       log("zero3_init_flag: the " + cfg.model.base_precision + " base is quantized unit by unit as it loads instead "
           "(each rank holds it quantized until the optimizer keeps its shards)");
@@ -350,10 +351,8 @@ void Trainer::State::build_model(const std::optional<checkpoint::CheckpointInfo>
     model = family.build(cfg, captions, on_unit);
     if (rank == 0) model->save_folder(model_dir);
   }
-  if (loaded_quantized.layers > 0)
-    log("base: " + std::to_string(loaded_quantized.layers) + " Linear weights of the blocks quantized to " +
-        cfg.model.base_precision + " while loading (" + format_bytes(loaded_quantized.before) + " read -> " +
-        format_bytes(loaded_quantized.after) + ")");
+  if (base_load)
+    if (const std::string said = base_load->summary(cfg.model.base_precision); !said.empty()) log(said);
   if (sharded_init && sharded_init->sharded_units() == 0) {
     log("zero3_init_flag: no unit was built into shards (the model is loaded whole, or every unit stays whole at "
         "stage 3)");

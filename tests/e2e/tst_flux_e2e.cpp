@@ -4,6 +4,7 @@
 // stage exactly where a straight run goes, and its exported folder trains again.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
@@ -302,7 +303,7 @@ class TestFluxE2E : public QObject {
     const std::string run_dir = dir.path().toStdString() + "/run";
     const config::TrainerConfig cfg = fixture_lora_config(
         folder, {"model.base_precision=nf4", "model.text_encoder_precision=fp8", "training.train_text_encoder=none",
-                 "training.max_steps=3", "checkpointing.every_n_steps=3"});
+                 "training.max_steps=3", "checkpointing.every_n_steps=3", "data.latent_cache_dir=" + dir.path().toStdString() + "/cache"});
     QCOMPARE(run(cfg, run_dir).step, std::int64_t{3});
     const auto events = read_events(run_dir);
     bool base_said = false, text_said = false;
@@ -336,6 +337,93 @@ class TestFluxE2E : public QObject {
       bool named = false;
       for (const auto& p : e.problems()) named |= p.key == "model.base_precision" && p.message.find("training.method") != std::string::npos;
       QVERIFY2(named, e.what());
+    }
+  }
+
+  // The quantized base's copy in the cache folder (data.cache_quantized_base, issue 53): the first
+  // run writes one file per block; a damaged file is read from the model files again; the next
+  // run reads the copy (the same losses; tst_base_quant shows the model files' block weights are
+  // then left unread), and so does a resumed run; a copy that does not fit the layers is refused
+  // naming its file.
+  void quantizedBaseCopyIsReadInsteadOfTheModelFiles() {
+    QTemporaryDir dir;
+    const std::string base = dir.path().toStdString();
+    const std::string folder = base + "/flux-tiny";
+    fs::copy(test::peerFixture("flux-tiny").toStdString(), folder, fs::copy_options::recursive);
+    const std::string cache = base + "/cache";
+    auto cfg = [&](int steps) {
+      return fixture_lora_config(folder, {"model.base_precision=fp8", "data.latent_cache_dir=" + cache,
+                                          "training.max_steps=" + std::to_string(steps), "scheduler.total_steps=4",
+                                          "checkpointing.every_n_steps=2"});
+    };
+    auto base_line = [](const std::string& run_dir) {
+      std::string line;
+      for (const auto& e : read_events(run_dir))
+        if (e["type"] == "log" && e["message"].get<std::string>().starts_with("base: ")) line = e["message"];
+      return line;
+    };
+    auto same_losses = [](const std::vector<double>& a, const std::vector<double>& b, std::size_t n, double tol) {
+      if (a.size() < n || b.size() < n) return false;
+      for (std::size_t i = 0; i < n; ++i)
+        if (!std::isfinite(a[i]) || std::abs(a[i] / b[i] - 1) > tol) return false;
+      return true;
+    };
+    run(cfg(2), base + "/first");
+    const std::string first_line = base_line(base + "/first");
+    QVERIFY2(first_line.find("quantized to fp8 while loading") != std::string::npos &&
+                 first_line.find("kept in") != std::string::npos && first_line.find("from the cache") == std::string::npos,
+             first_line.c_str());
+    std::vector<fs::path> copies;
+    for (const auto& e : fs::recursive_directory_iterator(cache))
+      if (e.path().parent_path().filename().string().starts_with("base-") && e.path().extension() == ".safetensors")
+        copies.push_back(e.path());
+    std::sort(copies.begin(), copies.end());
+    const models::FluxConfig fc = models::FluxConfig::from_file(folder + "/transformer/config.json");
+    QCOMPARE(static_cast<std::int64_t>(copies.size()), fc.num_layers + fc.num_single_layers);
+    QVERIFY2(copies.front().parent_path().filename().string().ends_with("-fp8-v1"), copies.front().c_str());
+    const std::vector<double> want = losses(read_events(base + "/first"));
+
+    // A damaged copy of one unit: that unit is read from the files and written again.
+    fs::resize_file(copies.front(), 100);
+    run(cfg(2), base + "/damaged");
+    const std::string damaged_line = base_line(base + "/damaged");
+    QVERIFY2(damaged_line.find("from the cache") != std::string::npos &&
+                 damaged_line.find("quantized to fp8 while loading") != std::string::npos,
+             damaged_line.c_str());
+    QVERIFY(fs::file_size(copies.front()) > 100);
+    QVERIFY(same_losses(losses(read_events(base + "/damaged")), want, 2, 1e-9));
+
+    run(cfg(4), base + "/second");
+    const std::string second_line = base_line(base + "/second");
+    QVERIFY2(second_line.find("read as fp8 from the cache") != std::string::npos &&
+                 second_line.find("quantized to") == std::string::npos,
+             second_line.c_str());
+    const std::vector<double> second = losses(read_events(base + "/second"));
+    QVERIFY(same_losses(second, want, 2, 1e-9));  // the same codes: the same computation
+    QCOMPARE(second.size(), std::size_t{4});
+
+    // Resuming the first run reads the copy as well: on to step 4, the second run's losses.
+    run(cfg(4), base + "/first", "latest");
+    QVERIFY(base_line(base + "/first").find("read as fp8 from the cache") != std::string::npos);
+    QVERIFY(same_losses(losses(read_events(base + "/first")), second, 4, 1e-5));
+
+    // A copy whose codes do not fit the layers (another model's, say): refused, naming the file.
+    {
+      std::vector<std::pair<std::string, at::Tensor>> wrong;
+      {
+        const io::SafetensorsReader r(copies.back().string());
+        for (const auto& e : r.entries())
+          wrong.emplace_back(e.name, e.name.ends_with(":codes") ? r.tensor(e.name).narrow(0, 0, 1).clone() : r.tensor(e.name));
+      }
+      io::write_safetensors(copies.back().string(), wrong);
+    }
+    try {
+      run(cfg(2), base + "/wrong");
+      QFAIL("a copy whose codes do not fit the layers was used");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find(copies.back().string()) != std::string::npos &&
+                   std::string(e.what()).find("delete the folder") != std::string::npos,
+               e.what());
     }
   }
 

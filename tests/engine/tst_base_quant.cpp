@@ -7,15 +7,22 @@
 // is a published fp8 file as safetensors' torch writer stores it (F8_E4M3, F8_E5M2).
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/flux/flux_transformer.h"
 #include "models/lora.h"
+#include "models/quantized_base.h"
+#include "models/weights.h"
 #include "quant/base_quant.h"
+#include "train/base_cache.h"
 
 #include <QFile>
 #include <QTemporaryDir>
@@ -290,6 +297,64 @@ class TestBaseQuant : public QObject {
     const std::string plain = (plain_dir.path() + "/bf16.safetensors").toStdString();
     write_raw_safetensors(plain, {{"w.weight", "F32", {4}, bytes_of(rows)}});
     QVERIFY(zs::io::first_fp8_file(plain).empty() && zs::io::first_fp8_file(plain_dir.path().toStdString()).empty());
+  }
+
+  // The quantized base's copy (train/base_cache.h): a load that finds a unit's file there takes
+  // its Linear weights' codes from it and never asks the model files for those weights (their
+  // biases and norms still come from the files); the codes are the ones the first load made.
+  void cachedCopyLeavesTheBlockWeightsUnread() {
+    const std::string folder = zs::test::peerFixture("flux-tiny").toStdString();
+    if (!QFile::exists(QString::fromStdString(folder))) ZS_SKIP_UNLESS_CI("tests/fixtures/flux-tiny not found");
+    QTemporaryDir dir;
+    const std::string cache = dir.path().toStdString() + "/base-copy";
+    const auto config = zs::models::FluxConfig::from_file(folder + "/transformer/config.json");
+    std::vector<std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(folder + "/transformer"))
+      if (e.path().extension() == ".safetensors") files.push_back(e.path().string());
+    const zs::models::WeightFiles r(files);
+    std::set<std::string> asked;
+    const zs::models::TensorLookup lookup = [&](const std::string& n) {
+      asked.insert(n);
+      return r.find(n);
+    };
+    zs::train::QuantizedBaseLoad first(BaseFormat::nf4, cache, /*writes=*/true, {});
+    const auto a = zs::models::load_units<zs::models::FluxTransformer2DModel>(config, lookup, folder, first.callback());
+    const auto made = zs::models::quantized_weights(*a);
+    QVERIFY(!made.empty());
+    QCOMPARE(first.quantized.layers, made.size());
+    QCOMPARE(first.cached.layers, std::size_t{0});
+    QCOMPARE(static_cast<std::int64_t>(first.units_written), config.num_layers + config.num_single_layers);
+    for (const auto& [name, q] : made) QVERIFY2(asked.count(name), name.c_str());
+
+    asked.clear();
+    zs::train::QuantizedBaseLoad second(BaseFormat::nf4, cache, /*writes=*/false, {});
+    const auto b = zs::models::load_units<zs::models::FluxTransformer2DModel>(config, lookup, folder, second.callback());
+    const auto read = zs::models::quantized_weights(*b);
+    QCOMPARE(second.cached.layers, made.size());
+    QCOMPARE(second.quantized.layers, std::size_t{0});
+    QCOMPARE(read.size(), made.size());
+    for (std::size_t i = 0; i < made.size(); ++i) {
+      QCOMPARE(read[i].first, made[i].first);
+      QVERIFY2(!asked.count(made[i].first), made[i].first.c_str());
+      QVERIFY(same_bits(read[i].second->codes, made[i].second->codes) && same_bits(read[i].second->scales, made[i].second->scales));
+    }
+    QVERIFY(std::any_of(asked.begin(), asked.end(), [](const std::string& n) { return n.starts_with("transformer_blocks.0."); }));
+    QVERIFY2(second.summary("nf4").find("read as nf4 from the cache " + cache) != std::string::npos, second.summary("nf4").c_str());
+  }
+
+  // A stored copy read back is checked against the layout quantize() makes.
+  void wellFormedCopies() {
+    const at::Tensor w = at::randn({8, 100});
+    for (const BaseFormat f : {BaseFormat::fp8, BaseFormat::int8, BaseFormat::nf4}) {
+      zs::quant::QuantizedWeight q = zs::quant::quantize(w, f);
+      QVERIFY(zs::quant::well_formed(q));
+      zs::quant::QuantizedWeight narrower = q;
+      narrower.shape = {8, 99};
+      QVERIFY(!zs::quant::well_formed(narrower));
+      zs::quant::QuantizedWeight retyped = q;
+      retyped.scales = q.scales.to(at::kHalf);
+      QVERIFY(!zs::quant::well_formed(retyped));
+    }
   }
 
   void formatsByName() {

@@ -238,8 +238,8 @@ class TestTrain : public QObject {
     std::vector<std::string> flagged;
     for (const auto& f : config::schema_fields())
       if (f.defines_run) flagged.push_back(f.path);
-    const std::set<std::string> speed_only = {"data.cache_latents", "data.cache_text_embeddings", "data.latent_cache_dir",
-                                              "data.num_workers"};
+    const std::set<std::string> speed_only = {"data.cache_latents", "data.cache_text_embeddings",
+                                              "data.cache_quantized_base", "data.latent_cache_dir", "data.num_workers"};
     std::vector<std::string> expected;
     for (const auto& f : config::schema_fields()) {
       const std::string& k = f.path;

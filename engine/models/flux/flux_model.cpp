@@ -116,14 +116,14 @@ FluxModel FluxModel::load_pipeline(const std::string& dir, const UnitBuilt& on_u
   if (with_transformer && transformer_file.empty()) {
     const std::string config = p.dir("transformer") + "/config.json";
     const WeightFiles r(p.weight_files("transformer"));
-    m.transformer = load_transformer_units<FluxTransformer2DModel>(
+    m.transformer = load_units<FluxTransformer2DModel>(
         FluxConfig::from_file(config), [&](const std::string& n) { return r.find(n); }, p.dir("transformer"), on_unit);
   } else if (with_transformer) {
     // Black Forest Labs' single file: its tensors mapped onto diffusers' names as they are read;
     // the configuration from the folder's transformer/config.json, else from the file's shapes.
     const BflFile file(transformer_file);
     const FluxConfig c = file.config(dir);
-    m.transformer = load_transformer_units<FluxTransformer2DModel>(
+    m.transformer = load_units<FluxTransformer2DModel>(
         c, [&](const std::string& n) { return file.tensor(n, c); }, transformer_file, on_unit);
   }
   m.companions_ = {absolute_or_empty(companions.vae), absolute_or_empty(companions.text_encoder),
@@ -194,10 +194,11 @@ FluxModel FluxModel::load_folder(const std::string& dir, const UnitBuilt& on_uni
     return load_pipeline(ref.path, on_unit, true, ref.transformer_file, ref.companions);
   FluxModel m;
   load_tiny_text(dir, m.word_tokenizer, m.clip);
-  m.transformer = FluxTransformer2DModel(FluxConfig::from_file(dir + "/transformer/config.json"), on_unit);
+  // A preset's base where the run keeps it (LoRA), read unit by unit for `on_unit`; otherwise the
+  // checkpoint's shards hold every weight.
+  m.transformer = load_units_if_saved<FluxTransformer2DModel>(FluxConfig::from_file(dir + "/transformer/config.json"),
+                                                 dir + "/transformer/diffusion_pytorch_model.safetensors", on_unit);
   m.schedule = read_folder_schedule(dir);
-  const std::string transformer_file = dir + "/transformer/diffusion_pytorch_model.safetensors";
-  if (!on_unit && fs::exists(transformer_file)) load_weights(*m.transformer, io::SafetensorsReader(transformer_file));
   return m;
 }
 

@@ -87,7 +87,7 @@ QwenImageModel QwenImageModel::load_pipeline(const std::string& dir, const UnitB
   m.pipeline_ = fs::absolute(dir).lexically_normal().string();
   if (with_transformer) {
     const WeightFiles r(p.weight_files("transformer"));
-    m.transformer = load_transformer_units<QwenImageTransformer2DModel>(
+    m.transformer = load_units<QwenImageTransformer2DModel>(
         QwenImageConfig::from_file(p.dir("transformer") + "/config.json"), [&](const std::string& n) { return r.find(n); },
         p.dir("transformer"), on_unit);
   }
@@ -113,10 +113,11 @@ QwenImageModel QwenImageModel::load_folder(const std::string& dir, const UnitBui
   if (const std::string path = pipeline_of(dir); !path.empty()) return load_pipeline(path, on_unit, true);
   QwenImageModel m;
   load_tiny_text(dir, m.word_tokenizer, m.tiny_text);
-  m.transformer = QwenImageTransformer2DModel(QwenImageConfig::from_file(dir + "/transformer/config.json"), on_unit);
+  // A preset's base where the run keeps it (LoRA), read unit by unit for `on_unit`; otherwise the
+  // checkpoint's shards hold every weight.
+  m.transformer = load_units_if_saved<QwenImageTransformer2DModel>(QwenImageConfig::from_file(dir + "/transformer/config.json"),
+                                                 dir + "/transformer/diffusion_pytorch_model.safetensors", on_unit);
   m.schedule = read_folder_schedule(dir);
-  const std::string transformer_file = dir + "/transformer/diffusion_pytorch_model.safetensors";
-  if (!on_unit && fs::exists(transformer_file)) load_weights(*m.transformer, io::SafetensorsReader(transformer_file));
   return m;
 }
 

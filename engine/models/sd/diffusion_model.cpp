@@ -159,7 +159,10 @@ DiffusionModel DiffusionModel::load_folder(const std::string& dir, const UnitBui
     return load_pipeline(ref.path, ref.prediction_type, ref.config_path, on_unit);
   }
   DiffusionModel m;
-  m.unet = UNet2DConditionModel(UNetConfig::from_file(dir + "/unet/config.json"), on_unit);
+  // A preset's base weights, where the run keeps them (train/lora_setup.h: LoRA, frozen encoder),
+  // read unit by unit for `on_unit`; otherwise the checkpoint's shards hold every weight.
+  m.unet = load_units_if_saved<UNet2DConditionModel>(UNetConfig::from_file(dir + "/unet/config.json"),
+                                                     dir + "/unet/diffusion_pytorch_model.safetensors", on_unit);
   m.tokenizer = WordTokenizer::load(dir + "/tokenizer/tokenizer.json");
   ClipTextConfig t = ClipTextConfig::from_file(dir + "/text_encoder/config.json");
   if (t.vocab_size != m.tokenizer.vocab_size())
@@ -167,11 +170,7 @@ DiffusionModel DiffusionModel::load_folder(const std::string& dir, const UnitBui
                                            " does not match the tokenizer's " + std::to_string(m.tokenizer.vocab_size()));
   m.text_encoder = ClipTextModel(t);
   m.schedule = diffusion::ScheduleConfig::from_file(dir + "/scheduler/scheduler_config.json");
-  // A preset's base weights, where the run keeps them (train/lora_setup.h: LoRA, frozen encoder);
-  // otherwise the checkpoint's shards hold every weight.
-  const std::string unet_file = dir + "/unet/diffusion_pytorch_model.safetensors";
   const std::string text_file = dir + "/text_encoder/model.safetensors";
-  if (!on_unit && fs::exists(unet_file)) load_weights(*m.unet, io::SafetensorsReader(unet_file));
   if (fs::exists(text_file)) load_weights(*m.text_encoder, io::SafetensorsReader(text_file));
   return m;
 }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <set>
 
 #include "core/error.h"
 #include "models/sd/diffusers_pipeline.h"
@@ -13,19 +12,7 @@ namespace zs::models {
 namespace fs = std::filesystem;
 
 UNet2DConditionModel ModelSource::load_unet(const UnitBuilt& on_unit) const {
-  const TensorLookup lookup = unet_weights();
-  std::set<std::string> handed;  // full names of the parameters given to on_unit
-  UnitBuilt load_then_hand;
-  if (on_unit)
-    load_then_hand = [&](const std::string& unit, const std::string& prefix, torch::nn::Module& module) {
-      load_weights(module, [&](const std::string& n) { return lookup(prefix + "." + n); }, root() + " (UNet " + unit + ")");
-      for (const auto& item : module.named_parameters(true)) handed.insert(prefix + "." + item.key());
-      for (const auto& item : module.named_buffers(true)) handed.insert(prefix + "." + item.key());
-      on_unit(unit, prefix, module);
-    };
-  UNet2DConditionModel unet(unet_config(), load_then_hand);
-  load_weights(*unet, lookup, root() + " (UNet)", [&](const std::string& name) { return handed.count(name) > 0; });
-  return unet;
+  return load_units<UNet2DConditionModel>(unet_config(), unet_weights(), root() + " (UNet)", on_unit);
 }
 
 bool is_single_file(const std::string& path) { return fs::is_regular_file(path); }

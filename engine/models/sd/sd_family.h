@@ -20,6 +20,7 @@ namespace zs::models {
 class SdFamily final : public ModelFamily {
  public:
   std::string name() const override { return "sd"; }
+  std::string denoiser_folder() const override { return "unet"; }
   std::vector<ModelPreset> presets() const override;
   std::vector<WizardChoice> wizard_choices() const override;
   std::string wizard_choice_of(const config::TrainerConfig& cfg) const override;
