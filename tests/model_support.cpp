@@ -1,9 +1,11 @@
 #include "model_support.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include <ATen/ATen.h>
+#include <torch/nn/module.h>
 #include <nlohmann/json.hpp>
 
 #include "config/config_loader.h"
@@ -21,6 +23,29 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::string fixture_path(const std::string& rel) { return fixture(QString::fromStdString(rel)); }
+
+at::Tensor RecordingHooks::before(std::size_t unit, const at::Tensor& x) {
+  calls.push_back("before " + std::to_string(unit) + " " + std::to_string(x.size(1)));
+  return x;
+}
+
+at::Tensor RecordingHooks::after(std::size_t unit, const at::Tensor& y) {
+  calls.push_back("after " + std::to_string(unit));
+  return y;
+}
+
+std::string gradients_differ(const torch::nn::Module& module, const io::SafetensorsReader& golden,
+                             const std::string& prefix, double tolerance, std::size_t& checked) {
+  checked = 0;
+  for (const auto& p : module.named_parameters()) {
+    const at::Tensor want = golden.tensor(prefix + p.key());
+    const at::Tensor got = p.value().grad().defined() ? p.value().grad() : at::zeros_like(want);
+    const double scale = std::max(1.0, want.abs().max().item<double>()), d = max_abs_diff(got, want);
+    if (!(d <= tolerance * scale)) return p.key() + ": gradient differs by " + std::to_string(d);
+    ++checked;
+  }
+  return "";
+}
 
 double max_abs_diff(const at::Tensor& a, const at::Tensor& b) {
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();

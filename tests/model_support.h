@@ -9,6 +9,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/meta_tensors.h"
+#include "models/param_unit.h"
 
 namespace at {
 class Tensor;
@@ -16,6 +17,14 @@ class Tensor;
 
 namespace zs::config {
 struct TrainerConfig;
+}
+
+namespace zs::io {
+class SafetensorsReader;
+}
+
+namespace torch::nn {
+class Module;
 }
 
 namespace zs::models {
@@ -27,6 +36,19 @@ namespace zs::test {
 
 /// Shapes-only model building (engine/core/meta_tensors.h).
 using MetaTensorScope = zs::MetaTensorScope;
+
+/// Unit hooks that pass tensors through and record each call: "before N <x.size(1)>", "after N".
+struct RecordingHooks : models::UnitHooks {
+  std::vector<std::string> calls;
+  at::Tensor before(std::size_t unit, const at::Tensor& x) override;
+  at::Tensor after(std::size_t unit, const at::Tensor& y) override;
+};
+
+/// Each parameter's gradient of `module` against the golden file's "<prefix><name>" (a parameter
+/// without a gradient counts as zeros), within `tolerance` · max(1, max|golden|): "" when all
+/// match, else the first that does not and by how much. `checked` counts the parameters.
+std::string gradients_differ(const torch::nn::Module& module, const io::SafetensorsReader& golden,
+                             const std::string& prefix, double tolerance, std::size_t& checked);
 
 /// `rel` under ../shared/fixtures.
 std::string fixture_path(const std::string& rel);

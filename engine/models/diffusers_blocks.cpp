@@ -64,8 +64,9 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
   const at::Tensor pairs = x.reshape({x.size(0), x.size(1), x.size(2), -1, 2});
   const at::Tensor real = pairs.select(-1, 0), imag = pairs.select(-1, 1);
   const at::Tensor rotated = at::stack({-imag, real}, -1).flatten(3);
-  const at::Tensor c = cos.to(x.device(), up).unsqueeze(0).unsqueeze(2);
-  const at::Tensor s = sin.to(x.device(), up).unsqueeze(0).unsqueeze(2);
+  // [S, D] for every sample, or [B, S, D] per sample; broadcast over the heads.
+  const at::Tensor c = (cos.dim() == 3 ? cos : cos.unsqueeze(0)).to(x.device(), up).unsqueeze(2);
+  const at::Tensor s = (sin.dim() == 3 ? sin : sin.unsqueeze(0)).to(x.device(), up).unsqueeze(2);
   return (x.to(up) * c + rotated.to(up) * s).to(x.scalar_type());
 }
 
@@ -91,16 +92,16 @@ at::Tensor unpack_latents_2x2(const at::Tensor& tokens, std::int64_t height, std
   return tokens.view({b, height / 2, width / 2, c, 2, 2}).permute({0, 3, 1, 4, 2, 5}).reshape({b, c, height, width});
 }
 
-void check_rope_axes(const std::vector<std::int64_t>& axes, std::int64_t head_dim, const std::string& source) {
+void check_rope_axes(const std::vector<std::int64_t>& axes, std::int64_t head_dim, const std::string& source,
+                     const std::string& axes_key, const std::string& head_dim_key) {
   std::int64_t rope = 0;
   for (const auto d : axes) {
-    if (d < 2 || d % 2 != 0) throw Error(ErrorKind::config, source + ": axes_dims_rope: every axis needs an even number of dimensions");
+    if (d < 2 || d % 2 != 0) throw Error(ErrorKind::config, source + ": " + axes_key + ": every axis needs an even number of dimensions");
     rope += d;
   }
   if (rope != head_dim)
-    throw Error(ErrorKind::config, source + ": axes_dims_rope: sums to " + std::to_string(rope) +
-                                       " but attention_head_dim is " + std::to_string(head_dim) +
-                                       "; they must be equal");
+    throw Error(ErrorKind::config, source + ": " + axes_key + ": sums to " + std::to_string(rope) + " but " + head_dim_key +
+                                       " is " + std::to_string(head_dim) + "; they must be equal");
 }
 
 }  // namespace zs::models

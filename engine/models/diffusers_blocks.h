@@ -86,13 +86,17 @@ at::Tensor timestep_features(const at::Tensor& t, std::int64_t dim);
 at::Tensor ada_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale);
 
 /// diffusers' apply_rotary_emb (use_real, unbind dim −1; the same as the complex product over pairs of
-/// adjacent features) on x [B, S, H, D] with cos/sin [S, D] (repeat-interleaved pairs), computed in
+/// adjacent features) on x [B, S, H, D] with cos/sin [S, D] or, per sample, [B, S, D]
+/// (repeat-interleaved pairs), computed in
 /// float32 or wider, returned in x's dtype.
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
 /// RoPE axes (Flux's and Qwen-Image's axes_dims_rope) against the head size: each axis an even
 /// number of dimensions, together the head's. Throws zs::Error(config) naming `source` and the key.
-void check_rope_axes(const std::vector<std::int64_t>& axes, std::int64_t head_dim, const std::string& source);
+/// `axes_key` and `head_dim_key` name the two in the family's config (Z-Image: axes_dims, and the
+/// head size dim / n_heads).
+void check_rope_axes(const std::vector<std::int64_t>& axes, std::int64_t head_dim, const std::string& source,
+                     const std::string& axes_key = "axes_dims_rope", const std::string& head_dim_key = "attention_head_dim");
 
 /// FluxPipeline's _pack_latents (QwenImagePipeline's too): [B, C, H, W] → [B, (H/2)·(W/2), 4C]
 /// (H and W even).

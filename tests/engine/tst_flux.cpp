@@ -33,6 +33,7 @@
 #include "models/t5_encoder.h"
 #include "models/t5_tokenizer.h"
 #include "models/weights.h"
+#include "model_support.h"
 #include "test_support.h"
 
 using namespace zs::models;
@@ -161,17 +162,6 @@ class TestFlux : public QObject {
     for (const auto& [name, t] : units[0].parameters)
       QVERIFY2(name.find("_blocks.") == std::string::npos, name.c_str());
 
-    struct Recorder : UnitHooks {
-      std::vector<std::string> calls;
-      at::Tensor before(std::size_t unit, const at::Tensor& x) override {
-        calls.push_back("before " + std::to_string(unit) + " " + std::to_string(x.size(1)));
-        return x;
-      }
-      at::Tensor after(std::size_t unit, const at::Tensor& y) override {
-        calls.push_back("after " + std::to_string(unit));
-        return y;
-      }
-    };
     auto run = [&](bool checkpointing, bool to_cpu, std::shared_ptr<UnitHooks> hooks) {
       model->set_gradient_checkpointing(checkpointing);
       model->set_cpu_checkpointing(to_cpu);
@@ -185,7 +175,7 @@ class TestFlux : public QObject {
       for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
       return std::make_pair(out.detach(), grads);
     };
-    auto recorder = std::make_shared<Recorder>();
+    auto recorder = std::make_shared<zs::test::RecordingHooks>();
     const auto plain = run(false, false, recorder);
     // 6 image tokens; the blocks see 5 text + 6 image tokens.
     const std::vector<std::string> want = {"before 0 6", "before 1 11", "after 1", "before 2 11", "after 2",

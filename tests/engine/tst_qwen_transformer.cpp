@@ -18,6 +18,7 @@
 #include "io/safetensors.h"
 #include "models/qwen_image/qwen_transformer.h"
 #include "models/weights.h"
+#include "model_support.h"
 #include "test_support.h"
 
 using namespace zs::models;
@@ -189,16 +190,10 @@ class TestQwenTransformer : public QObject {
       QVERIFY2(d <= 1e-5 * scale, qPrintable(QString("output differs by %1 (scale %2)").arg(d).arg(scale)));
       QVERIFY(max_diff(out, ref->tensor("output")) <= 1e-4 * scale);
       (out * ref->tensor("w")).sum().backward();
+      // The last block's text-only layers: no gradient in diffusers (stored as zeros).
       std::size_t checked = 0;
-      for (const auto& p : model->named_parameters()) {
-        const at::Tensor want = ref->tensor("exact.grad." + p.key());
-        // The last block's text-only layers: no gradient in diffusers (stored as zeros).
-        const at::Tensor got = p.value().grad().defined() ? p.value().grad() : at::zeros_like(want);
-        const double s = std::max(1.0, want.abs().max().item<double>());
-        const double g = max_diff(got, want);
-        QVERIFY2(g <= 1e-4 * s, qPrintable(QString::fromStdString(p.key()) + QString(": gradient differs by %1").arg(g)));
-        ++checked;
-      }
+      const std::string differs = zs::test::gradients_differ(*model, *ref, "exact.grad.", 1e-4, checked);
+      QVERIFY2(differs.empty(), differs.c_str());
       // Parameter names are diffusers': every one of the fixture's.
       std::size_t weights = 0;
       for (const auto& e : ref->entries()) weights += e.name.starts_with("weight.") ? 1 : 0;
@@ -265,17 +260,6 @@ class TestQwenTransformer : public QObject {
     }
     QCOMPARE(linears, std::size_t{6 + 2 * 14});
 
-    struct Recorder : UnitHooks {
-      std::vector<std::string> calls;
-      at::Tensor before(std::size_t unit, const at::Tensor& x) override {
-        calls.push_back("before " + std::to_string(unit) + " " + std::to_string(x.size(1)));
-        return x;
-      }
-      at::Tensor after(std::size_t unit, const at::Tensor& y) override {
-        calls.push_back("after " + std::to_string(unit));
-        return y;
-      }
-    };
     auto train = [&](bool checkpointing, bool to_cpu, std::shared_ptr<UnitHooks> hooks) {
       model->set_gradient_checkpointing(checkpointing);
       model->set_cpu_checkpointing(to_cpu);
@@ -288,7 +272,7 @@ class TestQwenTransformer : public QObject {
         grads.push_back(p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
       return std::make_pair(out.detach(), grads);
     };
-    auto recorder = std::make_shared<Recorder>();
+    auto recorder = std::make_shared<zs::test::RecordingHooks>();
     const auto plain = train(false, false, recorder);
     // 24 image tokens; the blocks see 7 text + 24 image tokens.
     const std::vector<std::string> want = {"before 0 24", "before 1 31", "after 1", "before 2 31", "after 2", "after 0"};
