@@ -50,7 +50,11 @@ constexpr std::size_t kMaxShards = 10'000;
 }  // namespace
 
 std::vector<std::string> DiffusersFolder::weight_files(const std::string& component) const {
-  const fs::path d(dir(component));
+  return component_weight_files(dir(component));
+}
+
+std::vector<std::string> component_weight_files(const std::string& folder) {
+  const fs::path d(folder);
   for (const char* base : {"diffusion_pytorch_model", "model"})
     for (const std::string variant : {"", ".fp16"}) {
       const fs::path single = d / (std::string(base) + variant + ".safetensors");

@@ -51,6 +51,10 @@ class DiffusersFolder {
   std::vector<PipelineComponent> components_;
 };
 
+/// DiffusersFolder::weight_files of a component folder given by its path (a text_encoder/ folder
+/// read on its own).
+std::vector<std::string> component_weight_files(const std::string& folder);
+
 /// `zerostudio model info` of a pipeline folder: its class, then a line per component with its
 /// parameters, dtypes, bytes and shards read from the weight files' headers, and for tokenizers
 /// what `tokenizer_line` says (its exception's message when it throws). Returns the components

@@ -25,7 +25,7 @@
 #include "io/safetensors.h"
 #include "models/byte_level_bpe.h"
 #include "models/qwen_image/qwen_text_encoder.h"
-#include "models/qwen_image/qwen_tokenizer.h"
+#include "models/qwen_text/qwen_tokenizer.h"
 #include "models/weights.h"
 #include "test_support.h"
 

@@ -19,7 +19,7 @@
 #include "models/clip_tokenizer.h"
 #include "models/model_family.h"
 #include "models/model_shape.h"
-#include "models/qwen_image/qwen_tokenizer.h"
+#include "models/qwen_text/qwen_tokenizer.h"
 #include "models/t5_tokenizer.h"
 #include "settings/trainer_config.h"
 

@@ -5,7 +5,7 @@
 
 #include "fuzz_support.h"
 #include "models/clip_tokenizer.h"
-#include "models/qwen_image/qwen_tokenizer.h"
+#include "models/qwen_text/qwen_tokenizer.h"
 #include "models/t5_tokenizer.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {

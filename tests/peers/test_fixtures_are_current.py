@@ -66,11 +66,15 @@ TOLERANCE = {
     "qwen_lora_alpha.safetensors": 0,      # seeded adapters
     "qwen_lora_alpha_deltas.safetensors": 2.5e-6,  # rank-4 products; tst_qwen_image 1e-5
     "z_image_transformer.safetensors": 2.5e-6,  # made on the AMD EPYC; tst_z_image_transformer 1e-5 / 1e-4
+    "z_image_text.safetensors": 2.5e-6,    # made on the AMD EPYC; tst_z_image_text 1e-5
+    "z_image_text.json": 0,                # chat texts and token ids
     # Model folders: seeded weights as save_pretrained writes them, configs and tokenizers.
     "flux-tiny": 0,
     "qwen-image-tiny": 0,
     "qwen_text_encoder": 0,
     "qwen_text_tokenizer": 0,
+    "z_image_text_encoder": 0,
+    "z_image_text_tokenizer": 0,
 }
 
 

@@ -19,7 +19,7 @@
 #include "models/qwen_image/qwen_export.h"
 #include "models/qwen_image/qwen_image_model.h"
 #include "models/qwen_image/qwen_text_encoder.h"
-#include "models/qwen_image/qwen_tokenizer.h"
+#include "models/qwen_text/qwen_tokenizer.h"
 #include "models/qwen_image/qwen_transformer.h"
 #include "models/qwen_image/qwen_vae.h"
 #include "models/trainable_model.h"

@@ -23,7 +23,7 @@
 #include "models/clip_text_model.h"
 #include "models/frozen_parking.h"
 #include "models/qwen_image/qwen_text_encoder.h"
-#include "models/qwen_image/qwen_tokenizer.h"
+#include "models/qwen_text/qwen_tokenizer.h"
 #include "models/qwen_image/qwen_transformer.h"
 #include "models/qwen_image/qwen_vae.h"
 #include "models/trainable_model.h"

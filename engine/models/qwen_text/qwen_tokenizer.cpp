@@ -1,4 +1,4 @@
-#include "models/qwen_image/qwen_tokenizer.h"
+#include "models/qwen_text/qwen_tokenizer.h"
 
 #include <algorithm>
 #include <filesystem>
