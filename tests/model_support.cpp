@@ -15,6 +15,7 @@
 #include "models/clip_text_model.h"
 #include "models/sd/unet_2d_condition.h"
 #include "models/weights.h"
+#include "train/trainer.h"
 #include "test_support.h"
 
 namespace zs::test {
@@ -23,6 +24,14 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 std::string fixture_path(const std::string& rel) { return fixture(QString::fromStdString(rel)); }
+
+train::RunSummary run_training(const config::TrainerConfig& cfg, const std::string& run_dir, const std::string& resume) {
+  train::TrainerOptions o;
+  o.run_dir = run_dir;
+  o.resume = resume;
+  train::TrainerCommands commands;
+  return train::Trainer(cfg, o).run(commands);
+}
 
 at::Tensor RecordingHooks::before(std::size_t unit, const at::Tensor& x) {
   calls.push_back("before " + std::to_string(unit) + " " + std::to_string(x.size(1)));

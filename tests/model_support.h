@@ -19,6 +19,10 @@ namespace zs::config {
 struct TrainerConfig;
 }
 
+namespace zs::train {
+struct RunSummary;
+}
+
 namespace zs::io {
 class SafetensorsReader;
 }
@@ -36,6 +40,9 @@ namespace zs::test {
 
 /// Shapes-only model building (engine/core/meta_tensors.h).
 using MetaTensorScope = zs::MetaTensorScope;
+
+/// A run of `cfg` in `run_dir` on this thread (resuming `resume`: a checkpoint or "latest").
+train::RunSummary run_training(const config::TrainerConfig& cfg, const std::string& run_dir, const std::string& resume = "");
 
 /// Unit hooks that pass tensors through and record each call: "before N <x.size(1)>", "after N".
 struct RecordingHooks : models::UnitHooks {

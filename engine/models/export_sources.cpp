@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "io/safetensors.h"
+#include "models/diffusers_folder.h"
 #include "models/peft_lora_config.h"
 
 namespace zs::checkpoint {
@@ -252,6 +253,67 @@ CheckpointAdapters CheckpointExport::merged_adapters(const std::string& lora_for
                                        " for the adapters, or add --merge for full weights with them merged");
   if (!lora && merge) throw Error(ErrorKind::config, path + ": holds no LoRA adapters to merge; drop --merge");
   return lora ? read_checkpoint_adapters(shards, meta, kind) : CheckpointAdapters{};
+}
+
+namespace {
+
+/// The transformer's base weights: the preset's in the run's model folder, or the pipeline's files.
+ExportTensors base_transformer(const fs::path& model_dir, const std::string& source) {
+  if (!source.empty()) return file_tensors(models::component_weight_files((fs::path(source) / "transformer").string()));
+  const fs::path file = model_dir / "transformer" / "diffusion_pytorch_model.safetensors";
+  if (!fs::exists(file))
+    throw Error(ErrorKind::checkpoint, model_dir.string() + ": holds no base weights (transformer/" +
+                                           file.filename().string() + "); runs keep them there when their checkpoints need a base");
+  return file_tensors({file.string()});
+}
+
+ExportResult write_lora_layout(const ComponentAdapters& layers, const LoraLayout& l, const std::string& out,
+                               const ExportOptions& o, std::map<std::string, std::string> metadata) {
+  if (!l.kohya) {
+    if (l.peft_header) metadata.merge(peft_lora_header({{"transformer", layers}}));  // as save_lora_weights writes it
+    return write_lora_tensors(peft_lora_tensors(layers, l.prefix, l.suffix), out, o, metadata, l.note);
+  }
+  std::int64_t rank = 0;
+  double alpha = 0;
+  for (const auto& [path, a] : layers) {
+    rank = std::max(rank, a->rank());
+    alpha = a->alpha;
+  }
+  metadata["ss_network_module"] = l.kohya_module;
+  metadata["ss_network_dim"] = std::to_string(rank);
+  metadata["ss_network_alpha"] = python_float(alpha);
+  return write_lora_tensors(kohya_lora_tensors(layers, l.prefix), out, o, metadata, l.note);
+}
+
+}  // namespace
+
+ExportResult export_transformer_checkpoint(const CheckpointInfo& info, const std::string& out, const ExportOptions& o,
+                                           const TransformerExport& spec) {
+  const CheckpointExport e(info, o);
+  const fs::path model_dir(e.model_dir);
+  std::string lora_names;
+  const LoraLayout* layout = nullptr;
+  for (const LoraLayout& l : spec.loras) {
+    lora_names += (lora_names.empty() ? "" : ", ") + l.format;
+    if (l.format == o.format) layout = &l;
+  }
+  if (layout) {
+    const CheckpointAdapters adapters = e.lora_adapters("diffusers or safetensors");
+    if (!adapters.contains("transformer"))
+      throw Error(ErrorKind::checkpoint, e.path + ": holds no transformer adapters");
+    return write_lora_layout(adapters.at("transformer"), *layout, out, o, e.metadata);
+  }
+  if (o.format != "safetensors" && o.format != "diffusers")
+    throw Error(ErrorKind::config, "export format '" + o.format + "' does not exist for " + spec.family +
+                                       " (diffusers, safetensors, " + lora_names + ")");
+  const CheckpointAdapters adapters = e.merged_adapters(lora_names);
+  const std::string source = spec.pipeline_of(model_dir.string());
+  const ExportTensors transformer = adapters.contains("transformer")
+                                        ? merged(base_transformer(model_dir, source), adapters.at("transformer"), "transformer")
+                                        : shard_tensors(e.shards, "transformer.", e.kind);
+  const ExportTensors text = shard_tensors(e.shards, "text_encoder.", e.kind);  // a tiny preset's, trained in full
+  if (o.format == "safetensors") return export_tensors_file(transformer, out, o, e.metadata, !text.empty());
+  return export_transformer_folder(source, model_dir.string(), out, transformer, text, o, e.metadata);
 }
 
 }  // namespace zs::checkpoint

@@ -113,6 +113,33 @@ ExportResult export_transformer_folder(const std::string& source, const std::str
                                        const ExportTensors& transformer, const ExportTensors& text,
                                        const ExportOptions& o, const std::map<std::string, std::string>& metadata);
 
+/// A LoRA layout a transformer family exports (its reader's names).
+struct LoraLayout {
+  std::string format;        ///< "lora-diffusers", "lora-musubi", …
+  std::string prefix;        ///< before each layer's path ("transformer.", "lora_unet_", "")
+  std::string suffix;        ///< PEFT: between lora_A/lora_B and ".weight" (DiffSynth's ".default")
+  bool kohya = false;        ///< lora_down / lora_up / alpha under kohya's names (else PEFT's, scale folded in)
+  std::string kohya_module;  ///< kohya: ss_network_module
+  bool peft_header = false;  ///< diffusers' lora_adapter_metadata in the header
+  std::string note;          ///< what the result says the file is
+};
+
+/// A flow-matching transformer family's export (Qwen-Image, Z-Image): its name for messages, its
+/// LoRA layouts, and the pipeline a run's model folder names ("" for a tiny preset).
+struct TransformerExport {
+  std::string family;
+  std::vector<LoraLayout> loras;
+  std::function<std::string(const std::string& model_dir)> pipeline_of;
+};
+
+/// Exports `info` to `out` in `o.format`: safetensors (the transformer under diffusers' names),
+/// diffusers (a folder: export_transformer_folder), or one of `spec.loras`; --merge merges a LoRA
+/// checkpoint into the full-weight formats, over the base from the pipeline's files (or the run's
+/// model folder for a preset). Streamed one tensor at a time. Throws zs::Error naming the checkpoint,
+/// the output or the formats there are.
+ExportResult export_transformer_checkpoint(const CheckpointInfo& info, const std::string& out, const ExportOptions& o,
+                                           const TransformerExport& spec);
+
 /// A diffusers pipeline folder's files into `root` for an export that writes some components
 /// itself: every component but `skip` (the trained denoiser) copied, and of the components in
 /// `own` (trained text encoders) only the configs, their weights being written by the export.

@@ -7,6 +7,7 @@
 #include "models/flux/flux_family.h"
 #include "models/model_shape.h"
 #include "models/qwen_image/qwen_image_family.h"
+#include "models/z_image/z_image_family.h"
 #include "models/sd/sd_family.h"
 #include "settings/trainer_config.h"
 
@@ -26,7 +27,8 @@ const char* to_string(TextEncoderTraining t) {
 // The registry: one line per family (docs/ARCHITECTURE.md, "Adding a model family"), in the order
 // the wizard and the schema list their presets.
 const std::vector<const ModelFamily*>& model_families() {
-  static const std::vector<const ModelFamily*> all = {&sd_family(), &flux_family(), &qwen_image_family()};
+  static const std::vector<const ModelFamily*> all = {&sd_family(), &flux_family(), &qwen_image_family(),
+                                                      &z_image_family()};
   return all;
 }
 

@@ -56,13 +56,13 @@ UnitShape clip_text_encoder_shape(const std::string& name, const models::ClipTex
 }
 
 std::vector<UnitShape> transformer_unit_shapes(const std::vector<models::ParamUnit>& units, std::int64_t in_channels,
-                                               std::int64_t dim, std::int64_t heads) {
+                                               std::int64_t dim, std::int64_t heads, bool all_single) {
   std::vector<UnitShape> out;
   for (const models::ParamUnit& u : units) {
     UnitShape s{u.name};
-    s.memory = u.name == "io"                     ? &io_unit_memory()
-               : u.name.rfind("single_", 0) == 0 ? &single_block_unit_memory()
-                                                  : &joint_block_unit_memory();
+    s.memory = u.name == "io"                                 ? &io_unit_memory()
+               : all_single || u.name.rfind("single_", 0) == 0 ? &single_block_unit_memory()
+                                                              : &joint_block_unit_memory();
     for (const auto& [n, t] : u.parameters) {
       s.parameters += t.numel();
       s.largest_module = std::max(s.largest_module, t.numel());

@@ -108,10 +108,10 @@ std::string model_shape_key(const config::TrainerConfig& config);
 UnitShape clip_text_encoder_shape(const std::string& name, const ClipTextConfig& c,
                                   const std::vector<std::string>* lora_targets, std::int64_t rank);
 
-/// A flow-matching transformer's units (Flux, Qwen-Image) as the estimator counts them: "io" (fed
-/// `in_channels`), and blocks `dim` wide with `heads` heads — single-stream where the name starts
-/// with "single_", joint (dual-stream) otherwise.
+/// A flow-matching transformer's units (Flux, Qwen-Image, Z-Image) as the estimator counts them:
+/// "io" (fed `in_channels`), and blocks `dim` wide with `heads` heads — single-stream where the
+/// name starts with "single_" or every block is (`all_single`: Z-Image), joint (dual-stream) otherwise.
 std::vector<UnitShape> transformer_unit_shapes(const std::vector<ParamUnit>& units, std::int64_t in_channels,
-                                               std::int64_t dim, std::int64_t heads);
+                                               std::int64_t dim, std::int64_t heads, bool all_single = false);
 
 }  // namespace zs::models

@@ -72,6 +72,9 @@ class TrainableModel {
   /// Classifier-free guidance's combination of the unconditional and conditional predictions at
   /// `scale`: uncond + scale·(cond − uncond) (diffusers' pipelines); a family may rescale it.
   virtual at::Tensor combine_guidance(const at::Tensor& uncond, const at::Tensor& cond, double scale) const;
+  /// Whether sampling at `scale` runs the unconditional branch: any scale but 1 (where
+  /// combine_guidance gives cond); a family whose pipeline guides otherwise says so (Z-Image: > 0).
+  virtual bool guides(double scale) const { return scale != 1.0; }
   /// The denoiser's prediction for `noisy` [B, C, h, w] at timesteps `t` [B] under `cond`, with
   /// `geometry` [B, 6] (data::Batch::geometry, on any device) for families that condition on it.
   virtual at::Tensor predict(const at::Tensor& noisy, const at::Tensor& t, const TextConditioning& cond,

@@ -108,4 +108,48 @@ FrozenVisit::~FrozenVisit() {
   for (auto* part : parts_) part->to(at::kCPU);
 }
 
+std::vector<std::pair<std::string, at::Tensor>> transformer_model_parameters(const torch::nn::Module& transformer,
+                                                                             const ClipTextModel& tiny_text,
+                                                                             TextEncoderTraining text) {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& p : transformer.named_parameters()) out.emplace_back("transformer." + p.key(), p.value());
+  if (text == TextEncoderTraining::full && tiny_text)
+    for (const auto& p : tiny_text->named_parameters()) out.emplace_back("text_encoder." + p.key(), p.value());
+  return out;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> tiny_text_modules(const ClipTextModel& tiny_text) {
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> out;
+  if (tiny_text) out.emplace_back("text_encoder", tiny_text.ptr());
+  return out;
+}
+
+void set_tiny_text_training(TextEncoderTraining t, bool pipeline, const std::string& encoder, const std::string& preset,
+                            const ClipTextModel& tiny_text) {
+  if (t != TextEncoderTraining::frozen && pipeline)
+    throw Error(ErrorKind::config, "training.train_text_encoder: " + encoder + " does not train here; set it to none");
+  if (t == TextEncoderTraining::lora)
+    throw Error(ErrorKind::config, "training.train_text_encoder: lora is not offered for " + preset +
+                                       " (its encoder trains in full or not at all)");
+  if (tiny_text)
+    for (auto& p : tiny_text->parameters()) p.set_requires_grad(t == TextEncoderTraining::full);
+}
+
+bool is_tiny_transformer_folder(const std::string& dir, const std::string& transformer_class) {
+  std::error_code ec;
+  const std::filesystem::path d(dir);
+  return std::filesystem::is_regular_file(d / "tokenizer" / "tokenizer.json", ec) &&
+         io::json_class_name(d / "transformer" / "config.json") == transformer_class &&
+         !std::filesystem::exists(d / "model_index.json", ec);
+}
+
+bool is_transformer_pipeline(const std::string& path, const std::string& pipeline_class,
+                             const std::string& transformer_class) {
+  std::error_code ec;
+  if (path.empty() || !std::filesystem::is_directory(path, ec)) return false;
+  const std::filesystem::path dir(path);
+  return io::json_class_name(dir / "model_index.json") == pipeline_class ||
+         io::json_class_name(dir / "transformer" / "config.json") == transformer_class;
+}
+
 }  // namespace zs::models

@@ -5,8 +5,9 @@
 // base weights), and parked frozen parts brought back for one call.
 
 #include <cstdint>
-#include <set>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "models/clip_text_model.h"
 #include "models/frozen_parking.h"
 #include "models/param_unit.h"
+#include "models/trainable_model.h"
 #include "models/weights.h"
 #include "models/word_tokenizer.h"
 
@@ -43,6 +45,28 @@ void save_tiny_base(const std::string& dir, const torch::nn::Module& transformer
 /// The pipeline folder a run's model folder names (pipeline.json's "path"), "" without one. Throws
 /// zs::Error(checkpoint) naming pipeline.json when that folder is gone.
 std::string pipeline_reference(const std::string& dir);
+
+/// named_parameters() of a transformer family's model (Qwen-Image, Z-Image): "transformer.<name>",
+/// then a tiny preset's encoder trained in full (`text`) as "text_encoder.<name>".
+std::vector<std::pair<std::string, at::Tensor>> transformer_model_parameters(const torch::nn::Module& transformer,
+                                                                             const ClipTextModel& tiny_text,
+                                                                             TextEncoderTraining text);
+/// text_encoder_modules() of such a model: the tiny preset's encoder as "text_encoder" (a
+/// pipeline's frozen encoder is none of the optimizer's).
+std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> tiny_text_modules(const ClipTextModel& tiny_text);
+/// set_text_training()'s checks for such a model: a pipeline's encoder (`encoder`, "Z-Image's text
+/// encoder (Qwen3-4B)") never trains, and the tiny preset's (`preset`) trains in full or not at
+/// all; then its parameters' requires_grad. Throws zs::Error(config) naming training.train_text_encoder.
+void set_tiny_text_training(TextEncoderTraining t, bool pipeline, const std::string& encoder, const std::string& preset,
+                            const ClipTextModel& tiny_text);
+
+/// Whether `dir` is a transformer family's tiny preset exported as a folder (its word tokenizer's
+/// tokenizer.json and transformer/config.json of `transformer_class`, no model_index.json).
+bool is_tiny_transformer_folder(const std::string& dir, const std::string& transformer_class);
+/// Whether `path` is a diffusers folder of `pipeline_class` (model_index.json) or with a
+/// transformer/config.json of `transformer_class`. Reads config files only.
+bool is_transformer_pipeline(const std::string& path, const std::string& pipeline_class,
+                             const std::string& transformer_class);
 
 /// No gradients for any parameter of `m`.
 void freeze(torch::nn::Module& m);

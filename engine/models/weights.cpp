@@ -12,6 +12,9 @@
 
 namespace zs::models {
 
+WeightFiles::~WeightFiles() = default;
+WeightFiles::WeightFiles(WeightFiles&&) noexcept = default;
+
 WeightFiles::WeightFiles(const std::vector<std::string>& files) {
   for (const auto& f : files) owned.push_back(std::make_unique<io::SafetensorsReader>(f));
   for (const auto& r : owned) view.push_back(r.get());

@@ -22,6 +22,8 @@ namespace zs::models {
 /// Safetensors files opened together (a sharded component), kept open while loading.
 struct WeightFiles {
   explicit WeightFiles(const std::vector<std::string>& files);
+  ~WeightFiles();  // (the readers are complete in weights.cpp only)
+  WeightFiles(WeightFiles&&) noexcept;
   /// The tensor `name` from the first file that has it; undefined when none does.
   at::Tensor find(const std::string& name) const;
   std::vector<std::unique_ptr<io::SafetensorsReader>> owned;

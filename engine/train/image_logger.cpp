@@ -42,7 +42,7 @@ at::Tensor sample_images(models::TrainableModel& model, const std::vector<std::s
   // Guidance-distilled models embed the scale; the others run classifier-free guidance.
   const bool embedded = model.embeds_guidance();
   if (embedded) model.set_sampling_guidance(guidance_scale);
-  const bool guided = !embedded && guidance_scale != 1.0;
+  const bool guided = !embedded && model.guides(guidance_scale);
   models::TextConditioning both = cond;
   if (guided) {
     // The unconditional branch: the negative prompt's conditioning, through the same path as the

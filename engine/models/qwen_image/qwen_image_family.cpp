@@ -23,6 +23,7 @@
 #include "models/qwen_image/qwen_transformer.h"
 #include "models/qwen_image/qwen_vae.h"
 #include "models/trainable_model.h"
+#include "models/transformer_model_parts.h"
 #include "models/weights.h"
 #include "settings/trainer_config.h"
 
@@ -33,15 +34,7 @@ namespace fs = std::filesystem;
 namespace {
 
 
-/// Whether `dir` is a qwen-image-tiny model exported as a folder (its word tokenizer's
-/// tokenizer.json and transformer/config.json, no model_index.json).
-bool is_tiny_folder(const std::string& dir) {
-  std::error_code ec;
-  const fs::path d(dir);
-  return fs::is_regular_file(d / "tokenizer" / "tokenizer.json", ec) &&
-         io::json_class_name(d / "transformer" / "config.json") == "QwenImageTransformer2DModel" &&
-         !fs::exists(d / "model_index.json", ec);
-}
+bool is_tiny_folder(const std::string& dir) { return is_tiny_transformer_folder(dir, "QwenImageTransformer2DModel"); }
 
 bool is_tiny(const config::TrainerConfig& cfg) {
   std::error_code ec;
@@ -65,13 +58,7 @@ const ModelFamily& qwen_image_family() {
   return family;
 }
 
-bool is_qwen_image_model(const std::string& path) {
-  std::error_code ec;
-  if (path.empty() || !fs::is_directory(path, ec)) return false;
-  const fs::path dir(path);
-  return io::json_class_name(dir / "model_index.json") == "QwenImagePipeline" ||
-         io::json_class_name(dir / "transformer" / "config.json") == "QwenImageTransformer2DModel";
-}
+bool is_qwen_image_model(const std::string& path) { return is_transformer_pipeline(path, "QwenImagePipeline", "QwenImageTransformer2DModel"); }
 
 std::vector<ModelPreset> QwenImageFamily::presets() const {
   return {{"qwen-image-tiny", "Tiny Qwen-Image-architecture demo model (trains on the CPU)", true},

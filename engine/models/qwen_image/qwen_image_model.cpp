@@ -272,11 +272,7 @@ std::unique_ptr<diffusion::Sampler> QwenImageModel::sampler(std::int64_t steps, 
 }
 
 std::vector<std::pair<std::string, at::Tensor>> QwenImageModel::named_parameters() const {
-  std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& p : transformer->named_parameters()) out.emplace_back("transformer." + p.key(), p.value());
-  if (text_training_ == TextEncoderTraining::full && tiny_text)
-    for (const auto& p : tiny_text->named_parameters()) out.emplace_back("text_encoder." + p.key(), p.value());
-  return out;
+  return transformer_model_parameters(*transformer, tiny_text, text_training_);
 }
 
 std::vector<ParamUnit> QwenImageModel::denoiser_units() const {
@@ -314,9 +310,7 @@ std::size_t QwenImageModel::load_lora_file(const std::string& path) {
 ParamUnit QwenImageModel::denoiser_adapters() { return lora_unit(*transformer, kDenoiserAdapters, "transformer."); }
 
 std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> QwenImageModel::text_encoder_modules() const {
-  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> out;
-  if (tiny_text) out.emplace_back("text_encoder", tiny_text.ptr());
-  return out;
+  return tiny_text_modules(tiny_text);
 }
 
 std::vector<std::string> QwenImageModel::text_components() const {
@@ -326,15 +320,8 @@ std::vector<std::string> QwenImageModel::text_components() const {
 }
 
 void QwenImageModel::set_text_training(TextEncoderTraining t) {
-  if (t != TextEncoderTraining::frozen && tokenizer)
-    throw Error(ErrorKind::config, "training.train_text_encoder: Qwen-Image's text encoder (Qwen2.5-VL-7B, 7 B "
-                                   "parameters) does not train here; set it to none");
-  if (t == TextEncoderTraining::lora)
-    throw Error(ErrorKind::config, "training.train_text_encoder: lora is not offered for qwen-image-tiny (its encoder "
-                                   "trains in full or not at all)");
+  set_tiny_text_training(t, tokenizer != nullptr, "Qwen-Image's text encoder (Qwen2.5-VL-7B, 7 B parameters)", "qwen-image-tiny", tiny_text);
   text_training_ = t;
-  if (tiny_text)
-    for (auto& p : tiny_text->parameters()) p.set_requires_grad(t == TextEncoderTraining::full);
 }
 
 std::vector<ModelComponent> QwenImageModel::components() const {

@@ -1,0 +1,267 @@
+#include "models/z_image/z_image_family.h"
+
+#include <filesystem>
+#include <optional>
+#include <ostream>
+
+#include "checkpoint/export.h"
+#include "core/error.h"
+#include "core/meta_tensors.h"
+#include "data/shapes.h"
+#include "io/json_file.h"
+#include "models/autoencoder_kl.h"
+#include "models/clip_text_model.h"
+#include "models/diffusers_folder.h"
+#include "models/lora.h"
+#include "models/model_shape.h"
+#include "models/quantized_base.h"
+#include "models/qwen_text/qwen_text_model.h"
+#include "models/qwen_text/qwen_tokenizer.h"
+#include "models/trainable_model.h"
+#include "models/transformer_model_parts.h"
+#include "models/weights.h"
+#include "models/z_image/z_image_export.h"
+#include "models/z_image/z_image_model.h"
+#include "models/z_image/z_image_text.h"
+#include "models/z_image/z_image_transformer.h"
+#include "settings/trainer_config.h"
+
+namespace zs::models {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool is_tiny_folder(const std::string& dir) { return is_tiny_transformer_folder(dir, "ZImageTransformer2DModel"); }
+
+bool is_tiny(const config::TrainerConfig& cfg) {
+  std::error_code ec;
+  if (!cfg.model.path.empty() && fs::exists(cfg.model.path, ec)) return is_tiny_folder(cfg.model.path);
+  return cfg.model.preset == "z-image-tiny";
+}
+
+/// model.path's transformer/config.json, else the released model's (Tongyi-MAI/Z-Image-Turbo:
+/// diffusers' defaults but axes_lens [1536, 512, 512], which change no parameter).
+ZImageConfig transformer_config(const config::TrainerConfig& cfg) {
+  std::error_code ec;
+  if (!cfg.model.path.empty() && fs::is_directory(cfg.model.path, ec))
+    return ZImageConfig::from_file((fs::path(cfg.model.path) / "transformer" / "config.json").string());
+  ZImageConfig c;
+  c.axes_lens = {1536, 512, 512};
+  return c;
+}
+
+/// Qwen3-4B (Z-Image's text encoder): hidden 2560, 36 layers, 32 heads of 128 over 8 key/value
+/// heads, SwiGLU 9728, vocabulary 151936.
+QwenTextConfig qwen3_4b_config() {
+  QwenTextConfig c;
+  c.kind = QwenTextConfig::Kind::qwen3;
+  c.vocab_size = 151936;
+  c.hidden_size = 2560;
+  c.intermediate_size = 9728;
+  c.num_hidden_layers = 36;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 8;
+  c.head_size = 128;
+  c.rope_theta = 1000000.0;
+  c.qkv_bias = c.o_bias = false;
+  c.qk_norm = true;
+  return c;
+}
+
+/// Flux.1's VAE, which Z-Image uses (16 latent channels, scaling 0.3611, shift 0.1159).
+AutoencoderKLConfig z_image_vae_config() {
+  AutoencoderKLConfig c;
+  c.latent_channels = 16;
+  c.scaling_factor = 0.3611;
+  c.shift_factor = 0.1159;
+  c.use_quant_conv = false;
+  c.use_post_quant_conv = false;
+  c.sample_size = 1024;
+  return c;
+}
+
+}  // namespace
+
+const ModelFamily& z_image_family() {
+  static const ZImageFamily family;
+  return family;
+}
+
+bool is_z_image_model(const std::string& path) { return is_transformer_pipeline(path, "ZImagePipeline", "ZImageTransformer2DModel"); }
+
+std::vector<ModelPreset> ZImageFamily::presets() const {
+  return {{"z-image-tiny", "Tiny Z-Image-architecture demo model (trains on the CPU)", true},
+          {"z-image", "Z-Image architecture (6 B transformer, Qwen3-4B text encoder)"}};
+}
+
+std::vector<WizardChoice> ZImageFamily::wizard_choices() const {
+  // As configs/z-image-*.yaml set them: 1024 px, batch 1, lr 1e-5 and 1e-4 (DiffSynth-Studio's,
+  // musubi-tuner's and ai-toolkit's LoRA rate), a constant rate, shift sampling; diffusers folders.
+  return {{"z-image", "Z-Image", {"z-image"}, true, false, 1024, "", "shift", 1, 1e-5, 1e-4, "constant", 0, true}};
+}
+
+bool ZImageFamily::recognizes(const config::TrainerConfig& cfg) const {
+  const bool preset = cfg.model.preset == "z-image" || cfg.model.preset == "z-image-tiny";
+  std::error_code ec;
+  if (cfg.model.path.empty() || !fs::exists(cfg.model.path, ec)) return preset;
+  return is_z_image_model(cfg.model.path);
+}
+
+TextEncoderTraining ZImageFamily::auto_text_training(const config::TrainerConfig& cfg) const {
+  return is_tiny(cfg) ? TextEncoderTraining::full : TextEncoderTraining::frozen;
+}
+
+std::int64_t ZImageFamily::default_sampling_steps(const config::TrainerConfig&) const {
+  return 50;  // ZImagePipeline's num_inference_steps (Turbo: set sampling.steps: 8)
+}
+
+double ZImageFamily::default_guidance_scale(const config::TrainerConfig&) const {
+  return 5.0;  // ZImagePipeline's guidance_scale (Turbo: set sampling.guidance_scale: 0)
+}
+
+std::vector<std::string> ZImageFamily::default_lora_targets() const {
+  // DiffSynth-Studio's Z-Image LoRA targets: attention and feed-forward of every block (refiners too).
+  return {"to_q", "to_k", "to_v", "to_out.0", "w1", "w2", "w3"};
+}
+
+std::vector<std::string> ZImageFamily::default_text_encoder_lora_targets() const { return {}; }
+
+std::vector<std::string> ZImageFamily::keys_not_applying() const {
+  return {"model.prediction_type", "training.min_snr_gamma", "training.guidance",        "model.config_path",
+          "model.vae_path",        "model.text_encoder_path", "model.text_encoder_2_path"};
+}
+
+std::vector<FamilyFinding> ZImageFamily::check(const config::TrainerConfig& cfg) const {
+  std::vector<FamilyFinding> out;
+  if (!is_tiny(cfg) && (cfg.training.train_text_encoder == "full" || cfg.training.train_text_encoder == "lora"))
+    out.push_back({"training.train_text_encoder",
+                   cfg.training.train_text_encoder + " is not offered for Z-Image: its text encoder (Qwen3-4B) stays "
+                   "frozen and its outputs are cached; set it to none or auto"});
+  std::error_code ec;
+  if (!cfg.model.path.empty() && fs::is_regular_file(cfg.model.path, ec))
+    out.push_back({"model.path", "'" + cfg.model.path + "' is a file; Z-Image is read from a diffusers folder "
+                                 "(Tongyi-MAI/Z-Image or Z-Image-Turbo: model_index.json, transformer/, text_encoder/, "
+                                 "vae/, tokenizer/, scheduler/)"});
+  return out;
+}
+
+models::ModelShape ZImageFamily::shape(const config::TrainerConfig& cfg) const {
+  const bool tiny = is_tiny(cfg);
+  std::optional<ZImageModel> tiny_model;
+  if (tiny) tiny_model.emplace(ZImageModel::build_tiny(data::all_shape_captions(), 0));
+  const ZImageConfig c = tiny ? tiny_model->transformer->config() : transformer_config(cfg);
+  models::ModelShape m;
+  m.name = cfg.model.path.empty() ? cfg.model.preset : cfg.model.path;
+  const TrainedParts trained = resolve_trained_parts(cfg);
+  auto describe_units = [&](ZImageTransformer2DModelImpl& transformer) {
+    const std::vector<ParamUnit> units = transformer.units();
+    m.units = models::transformer_unit_shapes(units, 4 * c.in_channels, c.dim, c.n_heads, /*all_single=*/true);
+    const std::vector<LinearWeights> linear = linear_weights(transformer, units);
+    for (std::size_t i = 0; i < m.units.size() && i < linear.size(); ++i) m.units[i].linear = linear[i];
+    if (trained.lora) m.lora_denoiser_parameters = lora_parameter_count(transformer, lora_targets(cfg), cfg.lora.rank);
+  };
+  if (tiny) {
+    describe_units(*tiny_model->transformer);
+    const ClipTextConfig& tc = tiny_model->tiny_text->config();
+    const models::UnitShape text = models::clip_text_encoder_shape("text_encoder", tc, nullptr, cfg.lora.rank);
+    m.frozen_parameters = text.parameters;
+    m.frozen_text_linear = linear_weights(*tiny_model->tiny_text);
+    m.text_encoders.push_back(text);
+    m.latent_factor = 2;  // pixels, 2×2 patches
+    m.context_tokens = tc.max_position_embeddings;
+  } else {
+    const MetaTensorScope meta;
+    describe_units(*ZImageTransformer2DModel(c));
+    const std::int64_t vae_parameters = parameter_count(*AutoencoderKL(z_image_vae_config()));
+    // Qwen3-4B: counted, never trained; on a GPU it streams layer by layer (ZImageModel::condition).
+    const QwenTextModel text(qwen3_4b_config());
+    const std::int64_t text_parameters = parameter_count(*text);
+    m.frozen_streamed_parameters = text_parameters;
+    for (const auto& child : text->named_modules("", false)) {
+      const std::string& k = child.key();
+      const auto at = k.rfind("layers.");
+      const bool layer = at != std::string::npos && k.find('.', at + 7) == std::string::npos;
+      if ((layer || k.ends_with("embed_tokens")) && parameter_count(*child.value()) > m.frozen_streamed_piece) {
+        m.frozen_streamed_piece = parameter_count(*child.value());
+        m.streamed_piece_linear = linear_weights(*child.value());
+      }
+    }
+    m.streamed_linear = m.frozen_text_linear = linear_weights(*text);
+    m.frozen_parameters = vae_parameters + text_parameters;
+    m.frozen_fp32_parameters = vae_parameters;  // force_upcast, as Flux.1's
+    m.frozen_on_demand = true;  // ZImageModel::text_model(), vae_model()
+    m.latent_factor = 16;       // 8 (VAE) × 2 (patches): one token per 16×16 pixels
+    m.context_tokens = cfg.model.max_sequence_length.value_or(kZImageMaxSequenceLength);
+  }
+  m.sample_channels = c.in_channels;
+  m.out_channels = c.in_channels;
+  m.context_dim = c.cap_feat_dim;
+  m.time_embed_dim = c.adaln_dim();
+  m.denoiser_adapters_name = ZImageModel::kDenoiserAdapters;
+  return m;
+}
+
+std::unique_ptr<TrainableModel> ZImageFamily::build(const config::TrainerConfig& cfg, const std::vector<std::string>& captions,
+                                                    const UnitBuilt& on_unit) const {
+  std::unique_ptr<ZImageModel> m;
+  if (!cfg.model.path.empty() && is_tiny_folder(cfg.model.path))
+    m = std::make_unique<ZImageModel>(ZImageModel::load_folder(cfg.model.path));
+  else if (is_tiny(cfg))
+    m = std::make_unique<ZImageModel>(ZImageModel::build_tiny(captions, static_cast<std::uint64_t>(cfg.training.seed), on_unit));
+  else
+    m = std::make_unique<ZImageModel>(ZImageModel::load_pipeline(cfg.model.path, on_unit, true));
+  const std::int64_t f = m->pixel_factor();
+  if (cfg.data.resolution % f != 0)
+    throw Error(ErrorKind::config, "data.resolution: " + std::to_string(cfg.data.resolution) + " must be a multiple of " +
+                                       std::to_string(f) + " for Z-Image (VAE down-sampling × the 2×2 patches)");
+  m->configure(cfg);
+  return m;
+}
+
+std::unique_ptr<TrainableModel> ZImageFamily::load_folder(const std::string& dir, const UnitBuilt& on_unit) const {
+  return std::make_unique<ZImageModel>(ZImageModel::load_folder(dir, on_unit));
+}
+
+std::unique_ptr<TrainableModel> ZImageFamily::load_frozen(const config::TrainerConfig& cfg) const {
+  auto m = std::make_unique<ZImageModel>(ZImageModel::load_pipeline(cfg.model.path, {}, /*with_transformer=*/false));
+  m->configure(cfg);
+  return m;
+}
+
+bool ZImageFamily::is_model_folder(const std::string& dir) const {
+  return io::json_class_name(fs::path(dir) / "transformer" / "config.json") == "ZImageTransformer2DModel";
+}
+
+bool ZImageFamily::has_saved_base(const std::string& dir) const { return ZImageModel::has_saved_base(dir); }
+
+checkpoint::ExportResult ZImageFamily::export_checkpoint(const checkpoint::CheckpointInfo& info, const std::string& out,
+                                                         const checkpoint::ExportOptions& options) const {
+  return checkpoint::export_z_image_checkpoint(info, out, options);
+}
+
+void ZImageFamily::describe(std::ostream& out, const std::string& path, const std::string&) const {
+  std::error_code ec;
+  const ZImageConfig c = ZImageConfig::from_file((fs::path(path) / "transformer" / "config.json").string());
+  const std::string blocks = std::to_string(c.n_layers) + " single-stream blocks and " +
+                             std::to_string(c.n_refiner_layers) + " + " + std::to_string(c.n_refiner_layers) +
+                             " refiner blocks, " + std::to_string(c.dim) + " wide";
+  if (fs::exists(fs::path(path) / "model_index.json", ec)) {
+    const auto p = DiffusersFolder::open(path);
+    const auto unreadable = describe_pipeline(out, p, [&](const PipelineComponent& comp) -> std::string {
+      const auto t = QwenTokenizer::load(p.dir(comp.name));
+      return "byte-level BPE (Qwen2, Qwen3's chat tokens), vocabulary " + std::to_string(t.vocab_size());
+    });
+    out << "  transformer: " << blocks << "\n";
+    fail_unreadable(path, unreadable);
+    return;
+  }
+  out << path << ": Z-Image-architecture model folder, transformer " << blocks << "\n  config " << c.to_json().dump() << "\n";
+}
+
+void ZImageFamily::evaluate(const std::string& path, const std::string&, const std::string&, const std::string&,
+                            const std::string&) const {
+  throw Error(ErrorKind::config, path + ": `model eval` does not run Z-Image components yet; `model info` describes the model");
+}
+
+}  // namespace zs::models
