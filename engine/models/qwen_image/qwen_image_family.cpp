@@ -153,12 +153,13 @@ models::ModelShape QwenImageFamily::shape(const config::TrainerConfig& cfg) cons
     const QwenTextModel text(QwenTextConfig{});
     const std::int64_t text_parameters = parameter_count(*text);
     m.frozen_streamed_parameters = text_parameters;
-    // The largest piece: the embedding, or one decoder layer ("…layers.N").
+    // The largest piece on the device: one decoder layer ("…layers.N").
     for (const auto& child : text->named_modules("", false)) {
       const std::string& k = child.key();
       const auto at = k.rfind("layers.");
       const bool layer = at != std::string::npos && k.find('.', at + 7) == std::string::npos;
-      if ((layer || k.ends_with("embed_tokens")) && parameter_count(*child.value()) > m.frozen_streamed_piece) {
+      // (The token embedding stays in CPU memory: forward_streamed looks its rows up there.)
+      if (layer && parameter_count(*child.value()) > m.frozen_streamed_piece) {
         m.frozen_streamed_piece = parameter_count(*child.value());
         m.streamed_piece_linear = linear_weights(*child.value());
       }

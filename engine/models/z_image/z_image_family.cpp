@@ -182,7 +182,8 @@ models::ModelShape ZImageFamily::shape(const config::TrainerConfig& cfg) const {
       const std::string& k = child.key();
       const auto at = k.rfind("layers.");
       const bool layer = at != std::string::npos && k.find('.', at + 7) == std::string::npos;
-      if ((layer || k.ends_with("embed_tokens")) && parameter_count(*child.value()) > m.frozen_streamed_piece) {
+      // (The token embedding stays in CPU memory: forward_streamed looks its rows up there.)
+      if (layer && parameter_count(*child.value()) > m.frozen_streamed_piece) {
         m.frozen_streamed_piece = parameter_count(*child.value());
         m.streamed_piece_linear = linear_weights(*child.value());
       }

@@ -1,6 +1,8 @@
 #include "models/z_image/z_image_transformer.h"
 
 #include <algorithm>
+#include <functional>
+#include <map>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
@@ -46,14 +48,6 @@ at::Tensor pad_batch(const std::vector<at::Tensor>& parts) {
   for (const auto& p : parts)
     rows.push_back(p.size(0) == longest ? p : at::cat({p, at::zeros({longest - p.size(0), p.size(1)}, p.options())}));
   return at::stack(rows);
-}
-
-/// The lengths as SequenceLengths: empty when all are equal (no mask needed).
-SequenceLengths lengths_of(const std::vector<at::Tensor>& parts) {
-  SequenceLengths out;
-  for (const auto& p : parts) out.push_back(p.size(0));
-  if (std::all_of(out.begin(), out.end(), [&](std::int64_t n) { return n == out.front(); })) out.clear();
-  return out;
 }
 
 }  // namespace
@@ -314,32 +308,38 @@ at::Tensor ZImageTransformer2DModelImpl::forward(const at::Tensor& latents, cons
     x = at::cat({x, x_pad_token.to(x.scalar_type()).expand({batch, image_len - image_tokens, c.dim})}, 1);
 
   // Positions: caption token j at (1 + j, 0, 0); image token (r, c) at (caption length + 1, r, c);
-  // image padding at (0, 0, 0). Per sample, since the caption lengths differ.
+  // image padding at (0, 0, 0). The rotations depend on a sample's padded caption length only:
+  // worked out once per length (a batch of equal lengths, the usual case, needs one).
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
-  std::vector<at::Tensor> x_cos, x_sin, cap_cos, cap_sin, captions;
   std::vector<std::int64_t> caption_len;
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t n = caption_tokens[static_cast<std::size_t>(b)], len = padded(n);
-    caption_len.push_back(len);
-    at::Tensor image_ids = at::zeros({image_len, 3}, long_opts);
-    image_ids.narrow(0, 0, image_tokens).select(1, 0).fill_(len + 1);
-    image_ids.narrow(0, 0, image_tokens).select(1, 1).copy_(at::arange(grid_h, long_opts).repeat_interleave(grid_w));
-    image_ids.narrow(0, 0, image_tokens).select(1, 2).copy_(at::arange(grid_w, long_opts).repeat({grid_h}));
-    const auto xr = z_image_rope(image_ids, c.axes_dims, c.rope_theta);
-    x_cos.push_back(xr.first);
-    x_sin.push_back(xr.second);
-    at::Tensor cap_ids = at::zeros({len, 3}, long_opts);
-    cap_ids.select(1, 0).copy_(at::arange(1, len + 1, long_opts));
-    const auto cr = z_image_rope(cap_ids, c.axes_dims, c.rope_theta);
-    cap_cos.push_back(cr.first);
-    cap_sin.push_back(cr.second);
-    // The sample's caption features, padded with its last token (replaced by cap_pad_token after
-    // the embedder, as the pipeline's).
-    at::Tensor feats = context[b].narrow(0, 0, n);
-    if (len > n) feats = at::cat({feats, feats.narrow(0, n - 1, 1).expand({len - n, c.cap_feat_dim})});
-    captions.push_back(feats);
+  for (const auto n : caption_tokens) caption_len.push_back(padded(n));
+  const std::int64_t longest = *std::max_element(caption_len.begin(), caption_len.end());
+  const bool uniform = std::all_of(caption_len.begin(), caption_len.end(), [&](std::int64_t n) { return n == longest; });
+  std::pair<at::Tensor, at::Tensor> cap_rope;  // for the longest caption; a shorter one's is its prefix
+  {
+    at::Tensor ids = at::zeros({longest, 3}, long_opts);
+    ids.select(1, 0).copy_(at::arange(1, longest + 1, long_opts));
+    cap_rope = z_image_rope(ids, c.axes_dims, c.rope_theta);
   }
-  const at::Tensor xc = at::stack(x_cos).to(device), xs = at::stack(x_sin).to(device);
+  std::map<std::int64_t, std::pair<at::Tensor, at::Tensor>> image_rope;  // by caption length
+  for (const auto len : caption_len) {
+    if (image_rope.count(len)) continue;
+    at::Tensor ids = at::zeros({image_len, 3}, long_opts);
+    at::Tensor real = ids.narrow(0, 0, image_tokens);
+    real.select(1, 0).fill_(len + 1);
+    real.select(1, 1).copy_(at::arange(grid_h, long_opts).repeat_interleave(grid_w));
+    real.select(1, 2).copy_(at::arange(grid_w, long_opts).repeat({grid_h}));
+    image_rope[len] = z_image_rope(ids, c.axes_dims, c.rope_theta);
+  }
+  // Per-sample rotations [B, S, D] (zeros past a sample's length), or [S, D] for all when uniform.
+  auto stacked = [&](const std::function<at::Tensor(std::int64_t len)>& of) {
+    if (uniform) return of(longest).to(device);
+    std::vector<at::Tensor> rows;
+    for (const auto len : caption_len) rows.push_back(of(len));
+    return pad_batch(rows).to(device);
+  };
+  const at::Tensor xc = stacked([&](std::int64_t len) { return image_rope[len].first; });
+  const at::Tensor xs = stacked([&](std::int64_t len) { return image_rope[len].second; });
 
   auto unit = [&](std::size_t id, at::Tensor h, const at::Tensor& emb, CheckpointedFn fn) {
     return run_unit(id, std::move(h), emb, std::move(fn));
@@ -352,18 +352,28 @@ at::Tensor ZImageTransformer2DModelImpl::forward(const at::Tensor& latents, cons
     });
   }
 
-  // Captions: RMS norm and projection, padding rows → cap_pad_token, then the context refiner over
-  // the batch padded to its longest caption.
-  std::vector<at::Tensor> cap_rows;
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t n = caption_tokens[static_cast<std::size_t>(b)], len = caption_len[static_cast<std::size_t>(b)];
-    at::Tensor e = cap_linear(cap_norm(captions[static_cast<std::size_t>(b)].to(dtype)));
-    if (len > n) e = at::cat({e.narrow(0, 0, n), cap_pad_token.to(e.scalar_type()).expand({len - n, c.dim})});
-    cap_rows.push_back(e);
+  // Captions: RMS norm and projection of every token at once; each sample's padding to 32 (and the
+  // batch's, to its longest) becomes cap_pad_token, as the pipeline's last-token copies are replaced.
+  const at::Tensor embedded = cap_linear(cap_norm(context.to(dtype)));  // [B, L, dim]
+  at::Tensor cap;
+  if (uniform && context.size(1) == caption_tokens.front() &&
+      std::all_of(caption_tokens.begin(), caption_tokens.end(), [&](std::int64_t n) { return n == caption_tokens.front(); })) {
+    cap = longest > context.size(1)
+              ? at::cat({embedded, cap_pad_token.to(embedded.scalar_type()).expand({batch, longest - context.size(1), c.dim})}, 1)
+              : embedded;
+  } else {
+    std::vector<at::Tensor> rows;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t n = caption_tokens[static_cast<std::size_t>(b)], len = caption_len[static_cast<std::size_t>(b)];
+      at::Tensor e = embedded[b].narrow(0, 0, n);
+      if (len > n) e = at::cat({e, cap_pad_token.to(e.scalar_type()).expand({len - n, c.dim})});
+      rows.push_back(e);
+    }
+    cap = pad_batch(rows);
   }
-  const SequenceLengths cap_lengths = lengths_of(cap_rows);
-  at::Tensor cap = pad_batch(cap_rows);
-  const at::Tensor cc = pad_batch(cap_cos).to(device), cs = pad_batch(cap_sin).to(device);
+  const SequenceLengths cap_lengths = uniform ? SequenceLengths{} : SequenceLengths(caption_len.begin(), caption_len.end());
+  const at::Tensor cc = stacked([&](std::int64_t len) { return cap_rope.first.narrow(0, 0, len); });
+  const at::Tensor cs = stacked([&](std::int64_t len) { return cap_rope.second.narrow(0, 0, len); });
   for (const auto& module : *context_refiner) {
     auto block = std::dynamic_pointer_cast<ZImageTransformerBlockImpl>(module);
     cap = unit(id++, cap, at::Tensor(), [block, cc, cs, cap_lengths](const at::Tensor& h, const at::Tensor&) {
@@ -372,16 +382,25 @@ at::Tensor ZImageTransformer2DModelImpl::forward(const at::Tensor& latents, cons
   }
 
   // [image, caption] per sample, the batch padded to its longest.
-  std::vector<at::Tensor> joint_rows, joint_cos, joint_sin;
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t len = caption_len[static_cast<std::size_t>(b)];
-    joint_rows.push_back(at::cat({x[b], cap[b].narrow(0, 0, len)}));
-    joint_cos.push_back(at::cat({x_cos[static_cast<std::size_t>(b)], cap_cos[static_cast<std::size_t>(b)]}));
-    joint_sin.push_back(at::cat({x_sin[static_cast<std::size_t>(b)], cap_sin[static_cast<std::size_t>(b)]}));
+  at::Tensor joint, jc, js;
+  SequenceLengths joint_lengths;
+  if (uniform) {
+    joint = at::cat({x, cap}, 1);
+    jc = at::cat({xc, cc}, 0);
+    js = at::cat({xs, cs}, 0);
+  } else {
+    std::vector<at::Tensor> rows, rows_cos, rows_sin;
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const std::int64_t len = caption_len[static_cast<std::size_t>(b)];
+      rows.push_back(at::cat({x[b], cap[b].narrow(0, 0, len)}));
+      rows_cos.push_back(at::cat({image_rope[len].first, cap_rope.first.narrow(0, 0, len)}));
+      rows_sin.push_back(at::cat({image_rope[len].second, cap_rope.second.narrow(0, 0, len)}));
+      joint_lengths.push_back(image_len + len);
+    }
+    joint = pad_batch(rows);
+    jc = pad_batch(rows_cos).to(device);
+    js = pad_batch(rows_sin).to(device);
   }
-  const SequenceLengths joint_lengths = lengths_of(joint_rows);
-  at::Tensor joint = pad_batch(joint_rows);
-  const at::Tensor jc = pad_batch(joint_cos).to(device), js = pad_batch(joint_sin).to(device);
   for (const auto& module : *layers) {
     auto block = std::dynamic_pointer_cast<ZImageTransformerBlockImpl>(module);
     joint = unit(id++, joint, temb, [block, jc, js, joint_lengths](const at::Tensor& h, const at::Tensor& emb) {
