@@ -92,20 +92,31 @@ std::vector<double> sampling_sigmas(const FlowScheduleConfig& c, std::int64_t st
     throw Error(ErrorKind::config, "sampling.steps: 1 step cannot end at the scheduler's shift_terminal (" +
                                        std::to_string(c.shift_terminal) + "); use 2 or more");
   const double mu = calculate_shift(c, image_seq_len);
-  std::vector<double> sigmas;
+  // set_timesteps takes the pipeline's sigmas as a float32 array and shifts (and stretches) them
+  // in float32 arithmetic, each operation rounded (numpy: a Python float beside a float32 array
+  // is a float32): the values here are those float32 numbers. (A model's time embedding takes
+  // σ·1000, where one float32 ulp of σ already moves its sinusoid by ~6e-5.)
+  const auto f = [](double v) { return static_cast<float>(v); };
+  std::vector<float> sigmas;
   const double last = 1.0 / static_cast<double>(steps);
   for (std::int64_t i = 0; i < steps; ++i) {
     // np.linspace(1.0, 1 / steps, steps): start + i·step, the end exact
-    const double s = steps == 1 ? 1.0 : (i == steps - 1 ? last : 1.0 + static_cast<double>(i) * (last - 1.0) / (steps - 1));
-    sigmas.push_back(shift_sigma(c, s, mu));
+    const float s = f(steps == 1 ? 1.0 : (i == steps - 1 ? last : 1.0 + static_cast<double>(i) * (last - 1.0) / (steps - 1)));
+    if (!c.use_dynamic_shifting) {
+      sigmas.push_back(f(c.shift) * s / (1.0f + f(c.shift - 1) * s));
+    } else {
+      const float scale = f(c.time_shift_type == "exponential" ? std::exp(mu) : mu);
+      sigmas.push_back(s <= 0 ? 0.0f : scale / (scale + (1.0f / s - 1.0f)));
+    }
   }
   if (c.shift_terminal > 0) {
     // diffusers' stretch_shift_to_terminal: 1 − (1 − σ)/((1 − σ_last)/(1 − terminal))
-    const double scale = (1 - sigmas.back()) / (1 - c.shift_terminal);
-    for (double& s : sigmas) s = 1 - (1 - s) / scale;
+    const float scale = (1.0f - sigmas.back()) / f(1 - c.shift_terminal);
+    for (float& s : sigmas) s = 1.0f - (1.0f - s) / scale;
   }
-  sigmas.push_back(0.0);
-  return sigmas;
+  std::vector<double> out(sigmas.begin(), sigmas.end());
+  out.push_back(0.0);
+  return out;
 }
 
 FlowMatching::FlowMatching(FlowScheduleConfig config, TimestepSampling sampling, std::int64_t patch)

@@ -4,7 +4,8 @@
 // pipeline's guidance (cond + g·(cond − uncond), on for g > 0), trains and resumes under another ZeRO
 // stage to the same losses, exports a diffusers folder that trains again, and a LoRA run exports
 // the three LoRA layouts (diffusers/PEFT "transformer.", musubi-tuner's "lora_unet_" with alpha,
-// ai-toolkit's "diffusion_model.").
+// ai-toolkit's "diffusion_model."); and a diffusers Z-Image folder conditions, samples and decodes as
+// ZImagePipeline does.
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -19,6 +20,7 @@
 #include "data/shapes.h"
 #include "io/safetensors.h"
 #include "models/model_family.h"
+#include "models/text_conditioning.h"
 #include "models/z_image/z_image_model.h"
 #include "train/checkpoint_export.h"
 #include "train/trainer.h"  // RunSummary
@@ -70,7 +72,8 @@ class TestZImageE2E : public QObject {
     const at::Tensor out = model->predict(x, sigma, cond, {});
     QCOMPARE(out.sizes().vec(), x.sizes().vec());
     // The pipeline's (1000 − t) / 1000 of the scheduler's t = σ·1000, in float32.
-    const at::Tensor direct = z.transformer->forward(x, cond.context, cond.mask, (1000 - sigma * 1000) / 1000);
+    const at::Tensor direct =
+        z.transformer->forward(x, cond.context, cond.mask, (1000 - (sigma.to(at::kDouble) * 1000).to(at::kFloat)) / 1000);
     QVERIFY(test::max_abs_diff(out, -direct) < 1e-6);
     QVERIFY(!model->guides(0.0) && model->guides(1.0) && model->guides(0.5));
     const at::Tensor u = at::randn({2, 3, 4, 4}, at::kDouble), c = at::randn({2, 3, 4, 4}, at::kDouble);
@@ -108,6 +111,52 @@ class TestZImageE2E : public QObject {
                                  "sampling.every_n_steps=0", "checkpointing.every_n_steps=0"});
     QCOMPARE(QString::fromStdString(models::family_of(again).name()), QString("z-image"));
     QCOMPARE(test::run_training(again, base + "/again").step, std::int64_t{1});
+  }
+
+  // A whole diffusers Z-Image folder (tests/fixtures/z-image-tiny/: sharded transformer/ and
+  // text_encoder/ with their index files, Qwen3's tokenizer, Flux.1's VAE shape) as a run loads it,
+  // against ZImagePipeline (tests/fixtures/gen/z_image_pipeline.py): encode_prompt's per-prompt states
+  // for English and Chinese prompts and the negative one, then 3 FlowMatch Euler steps with its
+  // guidance (scale 5) from the same latents, arranged as the image logger arranges them, and the
+  // VAE's decoding (latents / scaling + shift). Within 1e-5 in float32.
+  void pipelineFolderSamplesAsZImagePipeline() {
+    const std::string folder = test::peerFixture("z-image-tiny").toStdString();
+    if (!fs::exists(folder)) ZS_SKIP_UNLESS_CI("tests/fixtures/z-image-tiny is absent; run tests/fixtures/gen/z_image_pipeline.py");
+    const io::SafetensorsReader ref(test::peerFixture("z_image_pipeline.safetensors").toStdString());
+    const auto cfg = z_config({"model.path=" + folder});
+    const models::ModelFamily& family = models::family_of(cfg);
+    QCOMPARE(QString::fromStdString(family.name()), QString("z-image"));
+    const auto model = family.build(cfg, {}, {});
+    QVERIFY(model->has_latent_space());
+    QCOMPARE(model->pixel_factor(), std::int64_t{4});  // the tiny VAE's 2 × the 2×2 patches
+    auto close = [](const at::Tensor& a, const at::Tensor& b, const QString& what) {
+      QVERIFY2(a.sizes() == b.sizes(), qPrintable(what + ": shape differs"));
+      const double scale = std::max(1.0, b.abs().max().item<double>()), d = test::max_abs_diff(a, b);
+      QVERIFY2(d <= 1e-5 * scale, qPrintable(QString("%1 differs by %2 (scale %3)").arg(what).arg(d).arg(scale)));
+    };
+    c10::NoGradGuard no_grad;
+    const std::vector<std::string> prompts = {"a red circle on a blue square", "一只红色的猫坐在蓝色的桌子上", "a dog"};
+    const std::vector<std::string> negative(prompts.size(), "a bright yellow star over the house");
+    const models::TextConditioning cond = model->condition(prompts, at::kCPU), neg = model->condition(negative, at::kCPU);
+    for (std::size_t i = 0; i < prompts.size(); ++i) {
+      const at::Tensor want = ref.tensor("prompt_embeds." + std::to_string(i));
+      const std::int64_t n = want.size(0);
+      QCOMPARE(cond.mask.defined() ? cond.mask[static_cast<std::int64_t>(i)].sum().item<std::int64_t>() : cond.context.size(1), n);
+      close(cond.context[static_cast<std::int64_t>(i)].narrow(0, 0, n), want, QString("prompt %1's states").arg(i));
+      close(neg.context[static_cast<std::int64_t>(i)], ref.tensor("negative_embeds." + std::to_string(i)), "the negative prompt's states");
+    }
+    const models::TextConditioning both = models::concat_conditioning(neg, cond);
+    const at::Tensor start = ref.tensor("start");
+    const auto sampler = model->sampler(3, start.sizes());
+    at::Tensor x = start;
+    const auto n = static_cast<std::int64_t>(prompts.size());
+    QVERIFY(model->guides(5.0));
+    for (std::size_t i = 0; i < sampler->steps(); ++i) {
+      const auto parts = model->predict(at::cat({x, x}), sampler->timestep(i, 2 * n, at::kCPU), both, {}).chunk(2);
+      x = sampler->step(i, model->combine_guidance(parts[0], parts[1], 5.0), x);
+    }
+    close(x, ref.tensor("final"), "the sampled latents");
+    close(model->to_images(x), ref.tensor("decoded"), "the decoded images");
   }
 
   // A LoRA run on the preset exports its adapters in the three layouts under their readers' names.

@@ -68,6 +68,7 @@ TOLERANCE = {
     "z_image_transformer.safetensors": 2.5e-6,  # made on the AMD EPYC; tst_z_image_transformer 1e-5 / 1e-4
     "z_image_text.safetensors": 2.5e-6,    # made on the AMD EPYC; tst_z_image_text 1e-5
     "z_image_text.json": 0,                # chat texts and token ids
+    "z_image_pipeline.safetensors": 2.5e-6,  # made on the AMD EPYC; tst_z_image_e2e 1e-5
     # Model folders: seeded weights as save_pretrained writes them, configs and tokenizers.
     "flux-tiny": 0,
     "qwen-image-tiny": 0,
@@ -75,6 +76,7 @@ TOLERANCE = {
     "qwen_text_tokenizer": 0,
     "z_image_text_encoder": 0,
     "z_image_text_tokenizer": 0,
+    "z-image-tiny": 0,
 }
 
 

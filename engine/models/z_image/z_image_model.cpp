@@ -201,8 +201,11 @@ at::Tensor ZImageModel::predict(const at::Tensor& noisy, const at::Tensor& t, co
   (void)geometry;
   const at::Tensor context = cond.context.to(noisy.scalar_type());
   const at::Tensor mask = cond.mask.defined() ? cond.mask.to(noisy.device()) : at::Tensor();
-  // The pipeline: timestep (1000 − σ·1000) / 1000 in float32, and the output negated.
-  const at::Tensor model_t = (1000 - t.to(at::kFloat) * 1000) / 1000;
+  // The pipeline: the scheduler's timestep σ·1000 (float64, then float32), (1000 − it) / 1000 in
+  // float32, and the output negated. (The model's time embedding multiplies by 1000 again: an ulp
+  // here moves its sinusoid's arguments by ~6e-5.)
+  const at::Tensor t1000 = (t.to(at::kDouble) * 1000).to(at::kFloat);
+  const at::Tensor model_t = (1000 - t1000) / 1000;
   return -transformer->forward(noisy.contiguous(), context, mask, model_t);
 }
 
