@@ -21,6 +21,8 @@
 #include "io/safetensors.h"
 #include "models/model_family.h"
 #include "models/text_conditioning.h"
+#include "models/lora.h"
+#include "models/z_image/z_image_family.h"
 #include "models/z_image/z_image_model.h"
 #include "train/checkpoint_export.h"
 #include "train/trainer.h"  // RunSummary
@@ -159,7 +161,8 @@ class TestZImageE2E : public QObject {
     close(model->to_images(x), ref.tensor("decoded"), "the decoded images");
   }
 
-  // A LoRA run on the preset exports its adapters in the three layouts under their readers' names.
+  // A LoRA run on the preset exports its adapters in the three layouts under their readers' names,
+  // and lora.init_from reads each back.
   void loraExportsEveryLayout() {
     QTemporaryDir dir;
     const std::string base = dir.path().toStdString();
@@ -180,6 +183,46 @@ class TestZImageE2E : public QObject {
       train::export_checkpoint(ckpt, out, o);
       const io::SafetensorsReader f(out);
       QVERIFY2(f.contains(names.first) && f.contains(names.second), (format + ": " + names.first).c_str());
+    }
+    // lora.init_from reads each layout back: a new run's adapters start as the trained ones (the
+    // update scale·up·down of every layer), whatever its own alpha; a Qwen-Image LoRA is refused.
+    auto trained = [&](const std::string& file, double alpha) -> std::vector<at::Tensor> {
+      auto m = models::family_of(cfg).build(cfg, data::all_shape_captions(), {});
+      models::LoraOptions lo;
+      lo.rank = 4;
+      lo.alpha = alpha;
+      m->attach_denoiser_lora(models::z_image_family().default_lora_targets(), lo, 3);
+      if (!file.empty() && m->load_lora_file(file) == 0) throw std::runtime_error(file + ": no adapter read");
+      std::vector<at::Tensor> deltas;
+      for (const models::LoraLayer& l : models::lora_layers(*dynamic_cast<models::ZImageModel&>(*m).transformer))
+        deltas.push_back(models::lora_delta(l));
+      return deltas;
+    };
+    const auto want = trained("", 2.0);  // the run's own layers (untrained: up is zero)
+    for (const auto& [format, names] : layouts) {
+      const auto got = trained(base + "/" + format + ".safetensors", 8.0);
+      QCOMPARE(got.size(), want.size());
+      double largest = 0;
+      for (const auto& d : got) largest = std::max(largest, d.abs().max().item<double>());
+      QVERIFY2(largest > 0, format.c_str());  // trained adapters, not the fresh ones
+      if (format != layouts.front().first) {
+        const auto first = trained(base + "/" + layouts.front().first + ".safetensors", 8.0);
+        for (std::size_t i = 0; i < got.size(); ++i)
+          QVERIFY2(test::max_abs_diff(got[i], first[i]) < 1e-3 * std::max(1.0, first[i].abs().max().item<double>()),
+                   format.c_str());  // fp16 files: the same update within their rounding
+      }
+    }
+    {
+      QTemporaryDir other;
+      const std::string file = other.filePath("qwen.safetensors").toStdString();
+      io::write_safetensors(file, {{"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", at::zeros({4, 64})},
+                                   {"transformer.transformer_blocks.0.attn.to_q.lora_B.weight", at::zeros({64, 4})}});
+      try {
+        trained(file, 2.0);
+        QFAIL("a Qwen-Image LoRA was read into Z-Image");
+      } catch (const std::exception& e) {
+        QVERIFY2(std::string(e.what()).find("names no layer of this Z-Image transformer") != std::string::npos, e.what());
+      }
     }
     checkpoint::ExportOptions o;
     o.format = "lora-kohya";

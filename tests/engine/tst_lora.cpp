@@ -9,7 +9,7 @@
 #include "models/clip_text_model.h"
 #include "models/lora.h"
 #include "models/peft_lora_config.h"
-#include "models/qwen_image/qwen_lora_file.h"
+#include "models/transformer_lora_file.h"
 #include "models/sd/sd_family.h"
 #include "models/sd/lora_names.h"
 #include "models/sd/unet_2d_condition.h"
@@ -438,7 +438,7 @@ class TestLora : public QObject {
     zs::io::write_safetensors(qwen, {{"transformer_blocks.0.attn.to_q.lora_A.weight", at::zeros({})},
                                      {"transformer_blocks.0.attn.to_q.lora_B.weight", at::zeros({8, 4})}});
     try {
-      zs::models::read_qwen_lora_file(qwen, {"transformer_blocks.0.attn.to_q"});
+      zs::models::read_transformer_lora_file(qwen, {"transformer_blocks.0.attn.to_q"}, "Qwen-Image");
       QFAIL("qwen");
     } catch (const zs::Error& e) {
       QVERIFY2(QString(e.what()).contains("qwen.safetensors") && QString(e.what()).contains("two dimensions"), e.what());

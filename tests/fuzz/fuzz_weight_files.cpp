@@ -3,7 +3,7 @@
 // section is made to the length the header asks (fuzz_support.h), so the fuzzer spends its time on
 // what the readers interpret rather than on tensor bytes. The first byte picks a slot.
 //   lora_file    LoRA imports: SD's kohya and diffusers/PEFT files into a tiny SD 1.x UNet and
-//                text encoder (models/sd/lora_file.h), Qwen-Image's (qwen_lora_file.h, with
+//                text encoder (models/sd/lora_file.h), Qwen-Image's (transformer_lora_file.h, with
 //                diffusers' lora_adapter_metadata), and the format detection
 //   single_file  single-file checkpoints: Black Forest Labs' Flux transformer (with the companion
 //                folder's config, and with the config its shapes imply), SD 1.x / SDXL LDM files
@@ -28,7 +28,7 @@
 #include "models/flux/flux_transformer.h"
 #include "models/lora.h"
 #include "models/model_family.h"
-#include "models/qwen_image/qwen_lora_file.h"
+#include "models/transformer_lora_file.h"
 #include "models/sd/lora_file.h"
 #include "models/sd/sd_export.h"
 #include "models/sd/sd_family.h"
@@ -96,7 +96,7 @@ void read_lora(int slot, const std::string& path) {
     case 1:
       if (const TinySd* sd = tiny_sd()) (void)checkpoint::read_lora_file(path, sd->parts(), sd->config, false);
       break;
-    case 2: (void)models::read_qwen_lora_file(path, qwen_layers()); break;
+    case 2: (void)models::read_transformer_lora_file(path, qwen_layers(), "Qwen-Image"); break;
     default: (void)checkpoint::detect_lora_format(path); break;
   }
 }

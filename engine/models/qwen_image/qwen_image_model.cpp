@@ -19,7 +19,7 @@
 #include "models/quantized_base.h"
 #include "models/frozen_outputs.h"
 #include "models/lora.h"
-#include "models/qwen_image/qwen_lora_file.h"
+#include "models/transformer_lora_file.h"
 #include "models/transformer_model_parts.h"
 #include "models/weights.h"
 #include "settings/trainer_config.h"
@@ -285,26 +285,7 @@ std::size_t QwenImageModel::attach_denoiser_lora(const std::vector<std::string>&
 }
 
 std::size_t QwenImageModel::load_lora_file(const std::string& path) {
-  std::vector<std::string> names;
-  std::map<std::string, std::shared_ptr<LoraAdapter>> adapters;
-  for (const LoraLayer& l : lora_layers(*transformer)) {
-    names.push_back(l.name);
-    adapters[l.name] = l.adapter;
-  }
-  const std::map<std::string, FileAdapter> file = read_qwen_lora_file(path, names);
-  c10::NoGradGuard no_grad;
-  for (const auto& [name, f] : file) {
-    LoraAdapter& a = *adapters.at(name);
-    if (f.down.sizes() != a.down.sizes() || f.up.sizes() != a.up.sizes())
-      throw Error(ErrorKind::config, "lora.init_from: " + path + ": the adapter of " + name + " has rank " +
-                                         std::to_string(f.down.size(0)) + " and shape " + std::to_string(f.up.size(0)) + "×" +
-                                         std::to_string(f.down.size(1)) + "; the run's is rank " +
-                                         std::to_string(a.rank()) + ", " + std::to_string(a.up.size(0)) + "×" +
-                                         std::to_string(a.down.size(1)) + " (set lora.rank to the file's)");
-    a.down.copy_(f.down);
-    a.up.copy_(f.up * (f.scale / a.scale()));
-  }
-  return file.size();
+  return load_transformer_lora_file(*transformer, path, "Qwen-Image");
 }
 
 ParamUnit QwenImageModel::denoiser_adapters() { return lora_unit(*transformer, kDenoiserAdapters, "transformer."); }

@@ -15,6 +15,7 @@
 #include "models/frozen_outputs.h"
 #include "models/lora.h"
 #include "models/quantized_base.h"
+#include "models/transformer_lora_file.h"
 #include "models/transformer_model_parts.h"
 #include "models/weights.h"
 #include "models/z_image/z_image_text.h"
@@ -264,6 +265,10 @@ std::vector<ParamUnit> ZImageModel::denoiser_units() const { return prefixed_uni
 std::size_t ZImageModel::attach_denoiser_lora(const std::vector<std::string>& targets, const LoraOptions& o,
                                               std::uint64_t seed) {
   return attach_lora(*transformer, targets, o, seed).size();
+}
+
+std::size_t ZImageModel::load_lora_file(const std::string& path) {
+  return load_transformer_lora_file(*transformer, path, "Z-Image");
 }
 
 ParamUnit ZImageModel::denoiser_adapters() { return lora_unit(*transformer, kDenoiserAdapters, "transformer."); }

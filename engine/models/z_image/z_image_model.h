@@ -81,6 +81,8 @@ class ZImageModel final : public TrainableModel {
   std::size_t attach_denoiser_lora(const std::vector<std::string>& targets, const LoraOptions& o,
                                    std::uint64_t seed) override;
   ParamUnit denoiser_adapters() override;
+  /// lora.init_from: diffusers', musubi-tuner's and ai-toolkit's (and DiffSynth's) Z-Image LoRA files.
+  std::size_t load_lora_file(const std::string& path) override;
   std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> text_encoder_modules() const override;
   std::vector<std::string> text_components() const override;
   void set_text_training(TextEncoderTraining t) override;

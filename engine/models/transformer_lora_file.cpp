@@ -1,11 +1,13 @@
-#include "models/qwen_image/qwen_lora_file.h"
+#include "models/transformer_lora_file.h"
 
 #include <algorithm>
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "models/lora.h"
 #include "models/peft_lora_config.h"
 
 namespace zs::models {
@@ -20,7 +22,8 @@ bool strip_suffix(std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-std::map<std::string, FileAdapter> read_qwen_lora_file(const std::string& file, const std::vector<std::string>& layers) {
+std::map<std::string, FileAdapter> read_transformer_lora_file(const std::string& file, const std::vector<std::string>& layers,
+                                                              const std::string& family) {
   const io::SafetensorsReader r(file);
   std::map<std::string, std::string> by_underscored;
   for (const auto& l : layers) {
@@ -51,8 +54,8 @@ std::map<std::string, FileAdapter> read_qwen_lora_file(const std::string& file, 
       else throw foreign(e.name, "is not a LoRA tensor (lora_down, lora_up, alpha)");
       const auto it = by_underscored.find(stem);
       if (it == by_underscored.end())
-        throw foreign(e.name, "names no layer of this Qwen-Image transformer that lora.targets adapts: a LoRA for "
-                              "another model (Flux's lora_unet_double_blocks_*, SD's lora_unet_down_blocks_*), or "
+        throw foreign(e.name, "names no layer of this " + family + " transformer that lora.targets adapts: a LoRA "
+                              "for another model (Flux's lora_unet_double_blocks_*, SD's lora_unet_down_blocks_*), or "
                               "for other targets (set lora.targets to the file's)");
       path = it->second;
     } else {  // PEFT: diffusers, DiffSynth-Studio
@@ -60,12 +63,12 @@ std::map<std::string, FileAdapter> read_qwen_lora_file(const std::string& file, 
       if (strip_suffix(stem, ".lora_A.default.weight") || strip_suffix(stem, ".lora_A.weight")) what = down;
       else if (strip_suffix(stem, ".lora_B.default.weight") || strip_suffix(stem, ".lora_B.weight")) what = up;
       else if (strip_suffix(stem, ".alpha")) what = alpha;
-      else throw foreign(e.name, "is not a LoRA tensor in a layout ZeroStudio reads (DiffSynth-Studio's, diffusers', "
-                                 "musubi-tuner's)");
+      else throw foreign(e.name, "is not a LoRA tensor in a layout ZeroStudio reads (PEFT's: diffusers', "
+                                 "DiffSynth-Studio's, ai-toolkit's; musubi-tuner's)");
       if (!known(stem))
-        throw foreign(e.name, "names no layer of this Qwen-Image transformer that lora.targets adapts: a LoRA for "
-                              "another model (Flux's single_transformer_blocks, SD's unet), or for other targets (set "
-                              "lora.targets to the file's)");
+        throw foreign(e.name, "names no layer of this " + family + " transformer that lora.targets adapts: a LoRA "
+                              "for another model (Flux's single_transformer_blocks, SD's unet), or for other targets "
+                              "(set lora.targets to the file's)");
       path = stem;
     }
     Parts& p = found[path];
@@ -95,6 +98,29 @@ std::map<std::string, FileAdapter> read_qwen_lora_file(const std::string& file, 
     out[path] = {p.down, p.up, p.alpha >= 0 ? p.alpha / rank : peft ? peft->scale() : 1.0};
   }
   return out;
+}
+
+std::size_t load_transformer_lora_file(torch::nn::Module& transformer, const std::string& path, const std::string& family) {
+  std::vector<std::string> names;
+  std::map<std::string, std::shared_ptr<LoraAdapter>> adapters;
+  for (const LoraLayer& l : lora_layers(transformer)) {
+    names.push_back(l.name);
+    adapters[l.name] = l.adapter;
+  }
+  const std::map<std::string, FileAdapter> file = read_transformer_lora_file(path, names, family);
+  c10::NoGradGuard no_grad;
+  for (const auto& [name, f] : file) {
+    LoraAdapter& a = *adapters.at(name);
+    if (f.down.sizes() != a.down.sizes() || f.up.sizes() != a.up.sizes())
+      throw Error(ErrorKind::config, "lora.init_from: " + path + ": the adapter of " + name + " has rank " +
+                                         std::to_string(f.down.size(0)) + " and shape " + std::to_string(f.up.size(0)) + "×" +
+                                         std::to_string(f.down.size(1)) + "; the run's is rank " +
+                                         std::to_string(a.rank()) + ", " + std::to_string(a.up.size(0)) + "×" +
+                                         std::to_string(a.down.size(1)) + " (set lora.rank to the file's)");
+    a.down.copy_(f.down);
+    a.up.copy_(f.up * (f.scale / a.scale()));
+  }
+  return file.size();
 }
 
 }  // namespace zs::models
