@@ -39,7 +39,8 @@ const CommandSpec kCheckpoints{
 
 const CommandSpec kExport{
     "export",
-    "CHECKPOINT --format diffusers|single-file|safetensors|lora-kohya|lora-diffusers|lora-diffsynth|lora-musubi [--merge] "
+    "CHECKPOINT --format diffusers|single-file|safetensors|lora-kohya|lora-diffusers|lora-diffsynth|lora-musubi|"
+    "lora-aitoolkit [--merge] "
     "[--dtype fp16|bf16|fp32] [--ema] -o OUT",
     "Consolidate a sharded checkpoint for other tools.",
     "The shards are read one tensor at a time and written as they come, so memory stays near the\n"
@@ -67,8 +68,14 @@ const CommandSpec kExport{
     "Qwen-Image runs: safetensors and diffusers as for Flux.1; the adapters as lora-diffusers\n"
     "(transformer. lora_A/lora_B, QwenImagePipeline.load_lora_weights), lora-diffsynth\n"
     "(DiffSynth-Studio's files: transformer_blocks.0.attn.to_q.lora_A.default.weight) or lora-musubi\n"
-    "(musubi-tuner's lora_unet_transformer_blocks_0_attn_to_q.lora_down/lora_up/alpha).",
-    {{"format", "FORMAT", "diffusers, single-file, safetensors, lora-kohya, lora-diffusers, lora-diffsynth or lora-musubi"},
+    "(musubi-tuner's lora_unet_transformer_blocks_0_attn_to_q.lora_down/lora_up/alpha).\n"
+    "Z-Image runs: safetensors and diffusers as for Flux.1; single-file is the transformer in the\n"
+    "original layout ComfyUI loads (z_image_turbo_bf16.safetensors' names, fused attention.qkv); the\n"
+    "adapters as lora-diffusers (ZImagePipeline.load_lora_weights), lora-musubi (lora_unet_layers_0_\n"
+    "attention_to_q.lora_down/lora_up/alpha) or lora-aitoolkit (diffusion_model.layers.0.attention.\n"
+    "to_q.lora_A/lora_B).",
+    {{"format", "FORMAT",
+      "diffusers, single-file, safetensors, lora-kohya, lora-diffusers, lora-diffsynth, lora-musubi or lora-aitoolkit"},
      {"merge", "", "LoRA checkpoints: full weights with the adapters merged into the base"},
      {"dtype", "DTYPE", "fp16, bf16 or fp32 (default fp32, as stored; LoRA files fp16)"},
      {"ema", "", "Export the EMA weights"},
@@ -151,10 +158,10 @@ int run_export_command(const std::vector<std::string>& args) {
   checkpoint::ExportOptions o;
   o.format = a.get("format");
   const bool lora_file = o.format == "lora-kohya" || o.format == "lora-diffusers" || o.format == "lora-diffsynth" ||
-                         o.format == "lora-musubi";
+                         o.format == "lora-musubi" || o.format == "lora-aitoolkit";
   if (o.format != "diffusers" && o.format != "safetensors" && o.format != "single-file" && !lora_file)
     throw UsageError("--format " + o.format + " is not one of diffusers, single-file, safetensors, lora-kohya, "
-                     "lora-diffusers, lora-diffsynth, lora-musubi");
+                     "lora-diffusers, lora-diffsynth, lora-musubi, lora-aitoolkit");
   o.merge = a.has("merge");
   if (o.merge && lora_file) throw UsageError("--merge writes full weights: use it with diffusers, single-file or safetensors");
   o.dtype = export_dtype(a.get("dtype", lora_file ? "fp16" : "fp32"));

@@ -161,7 +161,11 @@ std::string man_page() {
   out << ".SH COMMANDS\n";
   for (const auto& [name, spec] : leaf_commands()) {
     out << ".SS \"" << roff(name) << "\"\n";
-    out << ".B zerostudio " << roff(name) << "\n" << roff(spec->usage) << "\n.PP\n" << roff(spec->summary) << "\n";
+    // A usage line may list many words after one flag (export's formats): "\:" after each '|'
+    // lets troff break it there, left-adjusted (.ad l), instead of warning that it cannot adjust it.
+    std::string usage = roff(spec->usage);
+    for (std::size_t at = usage.find('|'); at != std::string::npos; at = usage.find('|', at + 3)) usage.insert(at + 1, "\\:");
+    out << ".B zerostudio " << roff(name) << "\n.ad l\n" << usage << "\n.ad b\n.PP\n" << roff(spec->summary) << "\n";
     for (const auto& o : spec->options) {
       out << ".TP\n";
       if (!o.short_name.empty()) out << "\\fB\\-" << o.short_name << "\\fR, ";

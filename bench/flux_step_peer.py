@@ -13,57 +13,40 @@ where PyTorch offers it on the CPU). Prints one line: `peer_step_s S` (the media
 
 Usage: flux_step_peer.py [--steps N] [--warmup N] [--threads N] [--vocab N]
 """
-import argparse
-import statistics
-import time
-
 import torch
 from diffusers import FluxTransformer2DModel
 from transformers import CLIPTextConfig, CLIPTextModel
 
+from step_peer import options, time_steps
+
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's default)")
-    p.add_argument("--vocab", type=int, default=40, help="the word tokenizer's vocabulary size")
-    args = p.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
+    args = options(__doc__)
     transformer = FluxTransformer2DModel(patch_size=1, in_channels=12, out_channels=12, num_layers=2, num_single_layers=4,
                                          attention_head_dim=16, num_attention_heads=4, joint_attention_dim=64,
                                          pooled_projection_dim=64, guidance_embeds=False, axes_dims_rope=[4, 6, 6])
     text = CLIPTextModel(CLIPTextConfig(vocab_size=args.vocab, hidden_size=64, intermediate_size=128,
                                         num_attention_heads=4, num_hidden_layers=2, max_position_embeddings=12,
                                         eos_token_id=1))
-    params = list(transformer.parameters()) + list(text.parameters())
-    opt = torch.optim.AdamW(params, lr=1e-3, weight_decay=0.0)
     b, tokens, length = 32, 8 * 8, 12
     img_ids = torch.zeros(8, 8, 3)
     img_ids[..., 1] += torch.arange(8)[:, None]
     img_ids[..., 2] += torch.arange(8)[None, :]
     img_ids = img_ids.reshape(tokens, 3)
     txt_ids = torch.zeros(length, 3)
-    times = []
-    for step in range(args.warmup + args.steps):
+
+    def batch():
         x0 = torch.rand(b, tokens, 12) * 2 - 1
-        ids = torch.randint(0, args.vocab, (b, length))
-        noise = torch.randn_like(x0)
-        sigma = torch.sigmoid(torch.randn(b))
-        started = time.perf_counter()
+        return x0, torch.randint(0, args.vocab, (b, length)), torch.randn_like(x0), torch.sigmoid(torch.randn(b))
+
+    def loss_of(x0, ids, noise, sigma):
         out = text(ids)
         x = (1 - sigma[:, None, None]) * x0 + sigma[:, None, None] * noise
         v = transformer(hidden_states=x, encoder_hidden_states=out.last_hidden_state, pooled_projections=out.pooler_output,
                         timestep=sigma, img_ids=img_ids, txt_ids=txt_ids, return_dict=False)[0]
-        loss = torch.nn.functional.mse_loss(v.float(), (noise - x0).float())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if step >= args.warmup:
-            times.append(time.perf_counter() - started)
-    print(f"peer_step_s {statistics.median(times):.6f}")
+        return torch.nn.functional.mse_loss(v.float(), (noise - x0).float())
+
+    time_steps(args, list(transformer.parameters()) + list(text.parameters()), batch, loss_of)
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
   bool score_only = false;
   int per_prompt = 2;
   std::vector<std::string> overrides;
-  std::string peer;  // a Python with the pinned peers: time quickstart-flux's step in diffusers too
+  std::string peer;  // a Python with the pinned peers: time quickstart-flux's (or -z-image's) step in diffusers too
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--config") config_path = v;
@@ -148,7 +148,8 @@ int main(int argc, char** argv) {
                 100.0 * trained.both / trained.n, secs);
     std::printf("last samples: %s/samples/step_%lld/grid.png\n", run_dir.c_str(), static_cast<long long>(last_step));
     if (!peer.empty()) {
-      // The same architecture's training step in the pinned PyTorch + diffusers (bench/flux_step_peer.py),
+      // The same architecture's training step in the pinned PyTorch + diffusers (bench/flux_step_peer.py,
+      // bench/z_image_step_peer.py),
       // against this run's median s/step between logs (data loading included on our side).
       std::vector<double> ours;
       std::ifstream events(run_dir + "/events.jsonl");
@@ -159,7 +160,9 @@ int main(int argc, char** argv) {
       if (ours.empty()) throw std::runtime_error("no metrics events to time the steps by");
       std::sort(ours.begin(), ours.end());
       const double mine = ours[ours.size() / 2];
-      const std::string script = (fs::path(config_path).parent_path().parent_path() / "bench" / "flux_step_peer.py").string();
+      // The peer script of the config's architecture (bench/<family>_step_peer.py).
+      const std::string name = loaded.config.model.preset == "z-image-tiny" ? "z_image_step_peer.py" : "flux_step_peer.py";
+      const std::string script = (fs::path(config_path).parent_path().parent_path() / "bench" / name).string();
       FILE* p = popen((peer + " " + script + " 2>/dev/null").c_str(), "r");
       if (!p) throw std::runtime_error("cannot run " + peer);
       double theirs = 0;

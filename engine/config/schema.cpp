@@ -82,15 +82,17 @@ SchemaBuilder build() {
         "Architecture to build when `model.path` is empty: `tiny` (the quickstart's small pixel-space "
         "UNet with its text encoder), `flux-tiny` (the same quickstart with a small Flux.1 transformer in "
         "pixel space, trained by flow matching), `qwen-image-tiny` (the same with a small Qwen-Image "
-        "transformer), `sd15`, `sdxl`, `flux-dev`, `flux-schnell` or `qwen-image` (standard shapes, for "
-        "estimates: also used by `zerostudio estimate` while `model.path` does not exist yet).",
+        "transformer), `z-image-tiny` (likewise, Z-Image's), `sd15`, `sdxl`, `flux-dev`, `flux-schnell`, "
+        "`qwen-image`, `z-image` or `z-image-turbo` (standard shapes, for estimates: also used by `zerostudio "
+        "estimate` while `model.path` does not exist yet; with `model.path`, `z-image-turbo` samples as the "
+        "distilled model does, 8 steps without guidance).",
         models::preset_names());
   s.add("model.path", T::path, std::string(""), ZS_REF(model.path),
         "A diffusers pipeline folder (with model_index.json) or a single-file checkpoint (`.safetensors` "
         "in the original layout, as A1111 and ComfyUI use; give `model.config_path` too): Stable "
         "Diffusion 1.x or SDXL, whose UNet is fine-tuned, or Flux.1 (a diffusers Flux folder, or Black "
-        "Forest Labs' flux1-*.safetensors transformer) or Qwen-Image (a diffusers Qwen-Image folder), "
-        "whose transformer is; the VAE and text encoders stay frozen. Empty: build `model.preset` with fresh weights.");
+        "Forest Labs' flux1-*.safetensors transformer), Qwen-Image (a diffusers Qwen-Image folder) or "
+        "Z-Image (a diffusers Z-Image folder, or ComfyUI's z_image*.safetensors transformer), whose transformer is; the VAE and text encoders stay frozen. Empty: build `model.preset` with fresh weights.");
   s.add("model.config_path", T::path, std::string(""), ZS_REF(model.config_path),
         "For a single-file `model.path`: a diffusers folder of the same family (SD 1.x or SDXL) whose "
         "tokenizer/ (and tokenizer_2/) are used, since single files carry no vocabulary, and whose "
@@ -98,13 +100,14 @@ SchemaBuilder build() {
         "configs are inferred from the tensor shapes, with Stable Diffusion's standard settings). A "
         "folder holding just vocab.json and merges.txt also works. For Black Forest Labs' Flux.1 "
         "transformer file: a diffusers Flux folder giving the VAE, CLIP-L, T5, their tokenizers and the "
-        "scheduler (its transformer/ weights are not read). Ignored for diffusers folders.");
+        "scheduler (its transformer/ weights are not read); for ComfyUI's Z-Image transformer file, a diffusers "
+        "Z-Image folder likewise (Qwen3, the VAE, the tokenizer, the scheduler). Ignored for diffusers folders.");
   s.add("model.vae_path", T::path, std::string(""), ZS_REF(model.vae_path),
-        "Flux.1: a VAE weight file used instead of the folder's vae/ weights (ComfyUI's ae.safetensors in "
+        "Flux.1 and Z-Image: a VAE weight file used instead of the folder's vae/ weights (ComfyUI's ae.safetensors in "
         "Black Forest Labs' names, or diffusers'); its config.json still comes from the folder. Empty: the folder's.");
   s.add("model.text_encoder_path", T::path, std::string(""), ZS_REF(model.text_encoder_path),
-        "Flux.1: CLIP-L's weight file used instead of the folder's text_encoder/ weights (clip_l.safetensors). "
-        "Empty: the folder's.");
+        "Flux.1: CLIP-L's weight file used instead of the folder's text_encoder/ weights (clip_l.safetensors); "
+        "Z-Image: Qwen3-4B's (ComfyUI's qwen_3_4b.safetensors). Empty: the folder's.");
   s.add("model.text_encoder_2_path", T::path, std::string(""), ZS_REF(model.text_encoder_2_path),
         "Flux.1: T5-XXL's weight file used instead of the folder's text_encoder_2/ weights (t5xxl_fp16.safetensors). "
         "Empty: the folder's.");

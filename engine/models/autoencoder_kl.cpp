@@ -1,6 +1,7 @@
 #include "models/autoencoder_kl.h"
 
 #include <cmath>
+#include <map>
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "models/attention.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
+#include "models/vae_single_file_names.h"
 #include "models/weights.h"
 
 namespace zs::models {
@@ -201,6 +203,17 @@ AutoencoderKLConfig AutoencoderKLConfig::from_file(const std::string& path) {
   return from_json(io::read_json_file(path, "VAE config"), path);
 }
 
+AutoencoderKLConfig AutoencoderKLConfig::flux1() {
+  AutoencoderKLConfig c;
+  c.latent_channels = 16;
+  c.scaling_factor = 0.3611;
+  c.shift_factor = 0.1159;
+  c.use_quant_conv = false;
+  c.use_post_quant_conv = false;
+  c.sample_size = 1024;
+  return c;
+}
+
 nlohmann::json AutoencoderKLConfig::to_json() const {
   return {{"_class_name", "AutoencoderKL"},
           {"act_fn", "silu"},
@@ -312,6 +325,34 @@ void load_vae_weights(AutoencoderKLImpl& vae, const std::vector<const io::Safete
         out.push_back(name.substr(0, at) + old + name.substr(at + now.size()));
     return out;
   });
+}
+
+AutoencoderKL load_vae_file(const AutoencoderKLConfig& config, const std::string& file) {
+  AutoencoderKL vae(config);
+  const io::SafetensorsReader r(file);
+  std::string prefix;
+  bool ldm = false;
+  for (const std::string p : {"", kSingleFileVae})
+    if (r.contains(p + "encoder.conv_in.weight") && r.contains(p + "decoder.up.0.block.0.conv1.weight")) {
+      prefix = p;
+      ldm = true;
+    }
+  if (!ldm) {
+    load_weights(*vae, r);
+    return vae;
+  }
+  std::vector<std::string> names;
+  for (const auto& p : vae->named_parameters(true)) names.push_back(p.key());
+  std::map<std::string, std::string> to_ldm;
+  for (auto& [d, l] : single_file_vae_names(names, static_cast<int>(config.block_out_channels.size()))) to_ldm[d] = l;
+  load_weights(*vae, [&](const std::string& n) -> at::Tensor {
+    const auto it = to_ldm.find(n);
+    if (it == to_ldm.end() || !r.contains(prefix + it->second)) return {};
+    at::Tensor t = r.weight(prefix + it->second);
+    if (single_file_vae_is_conv(it->second) && t.dim() == 4) t = t.flatten(1);  // [C, C, 1, 1] -> [C, C]
+    return t;
+  }, file + " (VAE)");
+  return vae;
 }
 
 }  // namespace zs::models

@@ -39,6 +39,9 @@ struct AutoencoderKLConfig {
   /// activations are refused naming the key.
   static AutoencoderKLConfig from_json(const nlohmann::json& j, const std::string& source);
   static AutoencoderKLConfig from_file(const std::string& path);
+  /// Flux.1's VAE (16 latent channels, scaling 0.3611, shift 0.1159, no quant convolutions), which
+  /// Z-Image uses too.
+  static AutoencoderKLConfig flux1();
   /// diffusers-compatible vae/config.json content.
   nlohmann::json to_json() const;
   /// Pixels per latent pixel (2^(blocks − 1)).
@@ -83,5 +86,10 @@ TORCH_MODULE(AutoencoderKL);
 /// names. Throws zs::Error(checkpoint) naming the file and every missing or mis-shaped tensor.
 void load_vae_weights(AutoencoderKLImpl& vae, const std::vector<const io::SafetensorsReader*>& readers,
                       const std::string& prefix = "");
+
+/// The VAE of `config` from one file in diffusers' names or in the original LDM layout (Black Forest
+/// Labs' ae.safetensors, ComfyUI's vae/*.safetensors: no prefix or first_stage_model.), as
+/// model.vae_path gives it. Throws zs::Error naming the file and what is missing.
+AutoencoderKL load_vae_file(const AutoencoderKLConfig& config, const std::string& file);
 
 }  // namespace zs::models

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <set>
 
 #include <ATen/ATen.h>
+#include <torch/nn/module.h>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/export.h"
@@ -287,6 +289,19 @@ ExportResult write_lora_layout(const ComponentAdapters& layers, const LoraLayout
 
 }  // namespace
 
+ExportTensors mapped_tensors(const torch::nn::Module& skeleton, std::function<at::Tensor(const std::string&)> read,
+                             const std::string& source) {
+  auto shared = std::make_shared<std::function<at::Tensor(const std::string&)>>(std::move(read));
+  ExportTensors out;
+  for (const auto& p : skeleton.named_parameters())
+    out.push_back({p.key(), p.value().sizes().vec(), [shared, source, name = p.key()] {
+                     const at::Tensor t = (*shared)(name);
+                     if (!t.defined()) throw Error(ErrorKind::checkpoint, source + ": has no tensor for " + name);
+                     return t;
+                   }});
+  return out;
+}
+
 ExportResult export_transformer_checkpoint(const CheckpointInfo& info, const std::string& out, const ExportOptions& o,
                                            const TransformerExport& spec) {
   const CheckpointExport e(info, o);
@@ -303,15 +318,23 @@ ExportResult export_transformer_checkpoint(const CheckpointInfo& info, const std
       throw Error(ErrorKind::checkpoint, e.path + ": holds no transformer adapters");
     return write_lora_layout(adapters.at("transformer"), *layout, out, o, e.metadata);
   }
-  if (o.format != "safetensors" && o.format != "diffusers")
-    throw Error(ErrorKind::config, "export format '" + o.format + "' does not exist for " + spec.family +
-                                       " (diffusers, safetensors, " + lora_names + ")");
+  const bool single_file = o.format == "single-file" && spec.single_file;
+  if (o.format != "safetensors" && o.format != "diffusers" && !single_file)
+    throw Error(ErrorKind::config, "export format '" + o.format + "' does not exist for " + spec.family + " (diffusers, " +
+                                       (spec.single_file ? "single-file, " : "") + "safetensors, " + lora_names + ")");
   const CheckpointAdapters adapters = e.merged_adapters(lora_names);
   const std::string source = spec.pipeline_of(model_dir.string());
-  const ExportTensors transformer = adapters.contains("transformer")
-                                        ? merged(base_transformer(model_dir, source), adapters.at("transformer"), "transformer")
-                                        : shard_tensors(e.shards, "transformer.", e.kind);
+  ExportTensors transformer;
+  if (adapters.contains("transformer")) {
+    ExportTensors base = spec.base_transformer ? spec.base_transformer(model_dir.string()) : ExportTensors{};
+    if (base.empty()) base = base_transformer(model_dir, source);
+    transformer = merged(std::move(base), adapters.at("transformer"), "transformer");
+  } else {
+    transformer = shard_tensors(e.shards, "transformer.", e.kind);
+  }
   const ExportTensors text = shard_tensors(e.shards, "text_encoder.", e.kind);  // a tiny preset's, trained in full
+  if (single_file)
+    return export_tensors_file(spec.single_file(model_dir.string(), transformer), out, o, e.metadata, !text.empty());
   if (o.format == "safetensors") return export_tensors_file(transformer, out, o, e.metadata, !text.empty());
   return export_transformer_folder(source, model_dir.string(), out, transformer, text, o, e.metadata);
 }

@@ -17,6 +17,10 @@
 #include "checkpoint/sharded_state.h"
 #include "models/lora.h"
 
+namespace torch::nn {
+class Module;
+}
+
 namespace zs::checkpoint {
 
 /// One tensor of an export, read when it is written.
@@ -130,10 +134,16 @@ struct TransformerExport {
   std::string family;
   std::vector<LoraLayout> loras;
   std::function<std::string(const std::string& model_dir)> pipeline_of;
+  /// The base transformer under diffusers' names when the run's came from a single file (for
+  /// --merge); unset or empty: the pipeline's transformer files.
+  std::function<ExportTensors(const std::string& model_dir)> base_transformer;
+  /// --format single-file: the transformer's tensors (diffusers' names) in the family's single-file
+  /// layout, each assembled when written; unset: the family has none.
+  std::function<ExportTensors(const std::string& model_dir, const ExportTensors& transformer)> single_file;
 };
 
 /// Exports `info` to `out` in `o.format`: safetensors (the transformer under diffusers' names),
-/// diffusers (a folder: export_transformer_folder), or one of `spec.loras`; --merge merges a LoRA
+/// diffusers (a folder: export_transformer_folder), single-file (where `spec` has one), or one of `spec.loras`; --merge merges a LoRA
 /// checkpoint into the full-weight formats, over the base from the pipeline's files (or the run's
 /// model folder for a preset). Streamed one tensor at a time. Throws zs::Error naming the checkpoint,
 /// the output or the formats there are.
@@ -148,6 +158,12 @@ void copy_pipeline_components(const std::string& source, const std::string& root
 
 /// Every tensor of safetensors files under its own name, each read from its (shared, kept open) reader.
 ExportTensors file_tensors(const std::vector<std::string>& files);
+
+/// The parameters of `skeleton` (built on the meta device: only names and shapes are used) as export
+/// tensors, each read through `read` when written, as a single-file layout maps them; a name `read`
+/// leaves undefined throws zs::Error(checkpoint) naming `source`.
+ExportTensors mapped_tensors(const torch::nn::Module& skeleton, std::function<at::Tensor(const std::string&)> read,
+                             const std::string& source);
 
 /// The checkpoint's parameters whose names start with `prefix`, named without it (adapters left out).
 ExportTensors shard_tensors(const ShardReader& shards, const std::string& prefix, const std::string& kind);

@@ -100,7 +100,7 @@ class TestCli : public QObject {
                                       "printf '%s\\n' \"${COMPREPLY[@]}\"").arg(file)});
     QVERIFY(bash.waitForFinished(20000));
     QCOMPARE(QString::fromUtf8(bash.readAllStandardOutput()).split('\n', Qt::SkipEmptyParts),
-             (QStringList{"lora-kohya", "lora-diffusers", "lora-diffsynth", "lora-musubi"}));
+             (QStringList{"lora-kohya", "lora-diffusers", "lora-diffsynth", "lora-musubi", "lora-aitoolkit"}));
     // The man page renders cleanly.
     const QString page = dir.path() + "/zerostudio.1";
     QFile m(page);
@@ -754,6 +754,33 @@ class TestCli : public QObject {
     const Result trained = run(QStringList{"train", quickstart(), "--run-dir", run_dir, "--set", "training.max_steps=1",
                                            "--set", "training.batch_size=2", "--set", "sampling.prompts=[]", "--set",
                                            "checkpointing.every_n_steps=0"} + sets + cached);
+    report.setOutput("zerostudio train (stderr)", trained.err);
+    QVERIFY2(trained.code == 0, qPrintable(trained.err));
+    QVERIFY2(trained.err.contains("frozen parts off the device"), qPrintable(trained.err));
+  }
+
+  // `zerostudio cache` on a diffusers Z-Image folder (tests/fixtures/z-image-tiny): Qwen3's prompt
+  // states and the VAE's latents go to the caches, and the run on them trains with Qwen3 and the VAE
+  // off the device, never loading Qwen3 (issue 54).
+  void cacheFillsZImagesCachesAndTrainingUsesThem() {
+    const QString folder = zs::test::peerFixture("z-image-tiny");
+    if (!QFileInfo::exists(folder)) ZS_SKIP_UNLESS_CI("tests/fixtures/z-image-tiny is absent");
+    QTemporaryDir dir;
+    const QString run_dir = dir.path() + "/run";
+    zs::test::FailureReport report(run_dir);
+    QCOMPARE(run({"make-dataset", "shapes", "--out", run_dir + "/data", "--count", "4", "--size", "16"}).code, 0);
+    const QString config = zs::test::sourceDir() + "/configs/quickstart-z-image.yaml";
+    const QStringList sets = {"--set", "model.path=" + folder, "--set", "data.generate=none", "--set",
+                              "data.resolution=16", "--set", "data.flip_p=0", "--set", "data.caption_dropout=0",
+                              "--set", "data.latent_cache_dir=" + dir.path() + "/cache", "--set", "data.cache_latents=true",
+                              "--set", "data.cache_text_embeddings=true"};
+    const Result first = run(QStringList{"cache", config, "--run-dir", run_dir} + sets);
+    report.setOutput("zerostudio cache (stderr)", first.err);
+    QVERIFY2(first.code == 0, qPrintable(first.err));
+    QVERIFY2(first.out.contains("4/4 latents") && first.out.contains("complete:"), qPrintable(first.out));
+    const Result trained = run(QStringList{"train", config, "--run-dir", run_dir, "--set", "training.max_steps=1",
+                                           "--set", "training.batch_size=2", "--set", "sampling.prompts=[]", "--set",
+                                           "checkpointing.every_n_steps=0"} + sets);
     report.setOutput("zerostudio train (stderr)", trained.err);
     QVERIFY2(trained.code == 0, qPrintable(trained.err));
     QVERIFY2(trained.err.contains("frozen parts off the device"), qPrintable(trained.err));

@@ -29,6 +29,7 @@
 #include "models/clip_text_model.h"
 #include "models/flux/flux_transformer.h"
 #include "models/qwen_image/qwen_transformer.h"
+#include "models/z_image/z_image_transformer.h"
 #include "models/quantized_base.h"
 #include "quant/base_quant.h"
 #include "models/lora.h"
@@ -144,35 +145,58 @@ models::QwenImageTransformer2DModel small_qwen() {
   return models::QwenImageTransformer2DModel(c);
 }
 
-/// The denoiser of the exactness scenario, a UNet, a Flux or a Qwen-Image transformer, as the trainer sees
+/// A small Z-Image transformer (a noise and a context refiner block, two main blocks, 16 wide) on the
+/// same 3-channel samples.
+models::ZImageTransformer2DModel small_z_image() {
+  at::manual_seed(11);
+  models::ZImageConfig c;
+  c.in_channels = 3;
+  c.dim = 16;
+  c.n_layers = 2;
+  c.n_refiner_layers = 1;
+  c.n_heads = 2;
+  c.cap_feat_dim = 16;
+  c.axes_dims = {2, 2, 4};
+  return models::ZImageTransformer2DModel(c);
+}
+
+/// The denoiser of the exactness scenario, a UNet, a Flux, a Qwen-Image or a Z-Image transformer, as the trainer sees
 /// either: units, hooks, checkpointing, LoRA targets and one forward from (x, t, context).
 struct Denoiser {
   models::UNet2DConditionModel unet{nullptr};
   models::FluxTransformer2DModel flux{nullptr};
   models::QwenImageTransformer2DModel qwen{nullptr};
-  Denoiser(bool is_flux, bool is_qwen) {
-    if (is_qwen) qwen = small_qwen();
+  models::ZImageTransformer2DModel z_image{nullptr};
+  Denoiser(bool is_flux, bool is_qwen, bool is_z_image) {
+    if (is_z_image) z_image = small_z_image();
+    else if (is_qwen) qwen = small_qwen();
     else if (is_flux) flux = small_flux();
     else unet = small_unet();
   }
   torch::nn::Module* operator->() const {
+    if (z_image) return z_image.ptr().get();
     if (qwen) return qwen.ptr().get();
     return flux ? static_cast<torch::nn::Module*>(flux.ptr().get()) : static_cast<torch::nn::Module*>(unet.ptr().get());
   }
   torch::nn::Module& operator*() const { return *operator->(); }
-  std::vector<models::ParamUnit> units() const { return qwen ? qwen->units() : flux ? flux->units() : unet->units(); }
+  std::vector<models::ParamUnit> units() const {
+    return z_image ? z_image->units() : qwen ? qwen->units() : flux ? flux->units() : unet->units();
+  }
   void set_unit_hooks(std::shared_ptr<models::UnitHooks> h) {
-    if (qwen) qwen->set_unit_hooks(std::move(h));
+    if (z_image) z_image->set_unit_hooks(std::move(h));
+    else if (qwen) qwen->set_unit_hooks(std::move(h));
     else if (flux) flux->set_unit_hooks(std::move(h));
     else unet->set_unit_hooks(std::move(h));
   }
   void set_gradient_checkpointing(bool on) {
-    if (qwen) qwen->set_gradient_checkpointing(on);
+    if (z_image) z_image->set_gradient_checkpointing(on);
+    else if (qwen) qwen->set_gradient_checkpointing(on);
     else if (flux) flux->set_gradient_checkpointing(on);
     else unet->set_gradient_checkpointing(on);
   }
   /// The trainer's LoRA targets: the UNet's attention and resnets' conv1, Flux's family default.
   std::vector<std::string> lora_targets() const {
+    if (z_image) return {"to_q", "to_k", "to_v", "to_out.0", "w1", "w2", "w3"};  // DiffSynth's (the family default)
     if (qwen) return {"to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj", "to_out.0", "to_add_out",
                       "img_mlp.net.2", "img_mod.1", "txt_mlp.net.2", "txt_mod.1"};  // the seed's (DiffSynth's)
     if (flux) return {"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out",
@@ -183,6 +207,13 @@ struct Denoiser {
   /// [B, 4, 16]: Flux sees σ = t / 1000, the packed tokens, the context's mean as the pooled
   /// embedding and guidance 1 (FluxModel::predict's arrangement).
   at::Tensor forward(const at::Tensor& x, const at::Tensor& t, const at::Tensor& ctx) {
+    if (z_image) {
+      // ZImageModel::predict's arrangement on the model's own time 1 − σ, odd samples' captions a
+      // token shorter (masked as keys, the batch padded).
+      at::Tensor mask = at::ones({x.size(0), ctx.size(1)}, at::kLong);
+      for (std::int64_t i = 1; i < x.size(0); i += 2) mask[i][ctx.size(1) - 1] = 0;
+      return -z_image->forward(x.contiguous(), ctx, mask, 1 - t.to(x.scalar_type()) / 1000.0);
+    }
     if (qwen) {
       // QwenImageModel::predict's arrangement, with captions of their own lengths: odd samples' last
       // context token is padding (masked out).
@@ -211,7 +242,8 @@ struct Denoiser {
 /// optimizer as frozen units, so stage 3 partitions it), te=full|lora (a small CLIP text encoder
 /// makes the UNet's context from token ids and trains in full, or through adapters on its
 /// attention projections), flux (the denoiser is a small Flux.1 transformer instead of the UNet),
-/// qwen (a small Qwen-Image transformer, its odd samples' context padded and masked), adafactor
+/// qwen (a small Qwen-Image transformer, its odd samples' context padded and masked), zimage (a
+/// small Z-Image transformer, likewise), adafactor
 /// (Adafactor with beta1, weight decay and scale_parameter, against ReferenceAdafactor), adam8 (8-bit
 /// AdamW, against one process's ZeroOptimizer at stage 0, whose step tst_zero holds to bitsandbytes'),
 /// nomaster (bf16 weights without fp32 masters, updates rounded stochastically: against one
@@ -220,7 +252,7 @@ struct Denoiser {
 /// held to the fp32 reference by the cosine of the updates, as bf16), fused (optimizer.fused_backward:
 /// units step from their backward hooks; the reference clips by the previous step's norm).
 struct Variant {
-  bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false, lora = false, flux = false, qwen = false;
+  bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false, lora = false, flux = false, qwen = false, z_image = false;
   bool adafactor = false, adam8 = false, nomaster = false, nooverlap = false, nomaster_cos = false, fused = false;
   bool delayed = false;  // zero.offload_optimizer.delayed_update after 2 ordinary steps
   std::string te;  // "", full or lora
@@ -242,6 +274,7 @@ struct Variant {
       else if (f == "lora") lora = true;
       else if (f == "flux") flux = true;
       else if (f == "qwen") qwen = true;
+      else if (f == "zimage") z_image = true;
       else if (f == "adafactor") adafactor = true;
       else if (f == "adam8") adam8 = true;
       else if (f == "nomaster") nomaster = bf16 = true;
@@ -290,8 +323,8 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
                    std::vector<std::string>& nvme_dirs) {
   const bool f64 = v.f64;
   const int rank = c.rank(), world = c.world_size();
-  Denoiser unet(v.flux, v.qwen);
-  Denoiser ref(v.flux, v.qwen);  // same seed, same initial weights
+  Denoiser unet(v.flux, v.qwen, v.z_image);
+  Denoiser ref(v.flux, v.qwen, v.z_image);  // same seed, same initial weights
   const auto dtype = f64 ? at::kDouble : at::kFloat;
   unet->to(dtype);
   ref->to(dtype);
@@ -606,7 +639,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
     // bf16 computes every gradient with 8-bit mantissas and Adam's early steps are close to sign
     // descent, so single elements may move differently; the run as a whole must move the same
     // way as fp32: the cosine between the two updates (weights and EMA) over all parameters.
-    Denoiser initial(v.flux, v.qwen);
+    Denoiser initial(v.flux, v.qwen, v.z_image);
     std::map<std::string, at::Tensor> w0;
     for (const auto& p : initial->named_parameters()) w0[p.key()] = p.value().detach().to(at::kDouble);
     auto cosine = [&](const std::map<std::string, at::Tensor>& a, const std::vector<std::pair<std::string, at::Tensor>>& b) {

@@ -14,16 +14,26 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
 #include "config/config_loader.h"
+#include "core/error.h"
+#include "data/latent_cache.h"
 #include "data/shapes.h"
+#include "io/atomic_file.h"
+#include "io/json_file.h"
 #include "io/safetensors.h"
 #include "models/model_family.h"
 #include "models/text_conditioning.h"
 #include "models/lora.h"
 #include "models/z_image/z_image_family.h"
 #include "models/z_image/z_image_model.h"
+#include "models/z_image/z_image_single_file.h"
+#include "models/autoencoder_kl.h"
+#include "models/vae_single_file_names.h"
 #include "train/checkpoint_export.h"
 #include "train/trainer.h"  // RunSummary
 #include "model_support.h"
@@ -224,6 +234,30 @@ class TestZImageE2E : public QObject {
         QVERIFY2(std::string(e.what()).find("names no layer of this Z-Image transformer") != std::string::npos, e.what());
       }
     }
+    // And the reverse: Qwen-Image's reader refuses a Z-Image LoRA naming its first key; Flux.1 takes
+    // no lora.init_from at all (its validation names the key).
+    {
+      const auto qwen_cfg = test::small_config({"model.preset=qwen-image-tiny", "model.prediction_type=epsilon", "training.method=lora"});
+      auto qwen = models::family_of(qwen_cfg).build(qwen_cfg, data::all_shape_captions(), {});
+      models::LoraOptions lo;
+      lo.rank = 4;
+      qwen->attach_denoiser_lora(models::family_of(qwen_cfg).default_lora_targets(), lo, 3);
+      const std::string file = base + "/lora-diffusers.safetensors";
+      try {
+        qwen->load_lora_file(file);
+        QFAIL("a Z-Image LoRA was read into Qwen-Image");
+      } catch (const std::exception& e) {
+        QVERIFY2(std::string(e.what()).find("names no layer of this Qwen-Image transformer") != std::string::npos &&
+                     std::string(e.what()).find("lora-diffusers.safetensors") != std::string::npos,
+                 e.what());
+      }
+      try {
+        test::small_config({"model.preset=flux-tiny", "model.prediction_type=epsilon", "training.method=lora", "lora.init_from=" + file});
+        QFAIL("lora.init_from validated for Flux.1");
+      } catch (const config::ConfigError& e) {
+        QVERIFY2(QString(e.what()).contains("lora.init_from"), e.what());
+      }
+    }
     checkpoint::ExportOptions o;
     o.format = "lora-kohya";
     try {
@@ -232,6 +266,220 @@ class TestZImageE2E : public QObject {
     } catch (const std::exception& e) {
       QVERIFY2(std::string(e.what()).find("lora-diffusers, lora-musubi, lora-aitoolkit") != std::string::npos, e.what());
     }
+  }
+  // ComfyUI's single-file transformer (models/z_image/z_image_single_file.h, the layout diffusers'
+  // single_file_utils.py convert_z_image_transformer_checkpoint_to_diffusers reads; that diffusers
+  // reads our file is tests/peers/test_z_image_lora.py's): a run on the fixture folder exports it,
+  // every diffusers tensor reads back from it, it trains as model.path with the folder as
+  // model.config_path to the exported folder's first loss, also with the VAE and Qwen3 as single
+  // files beside a folder of configs; a LoRA run on it merges into its weights; a file without its
+  // refiner blocks, or without model.config_path, is refused before anything is written.
+  void singleFileTrainsAsTheExportedFolder() {
+    const std::string folder = test::peerFixture("z-image-tiny").toStdString();
+    if (!fs::exists(folder)) ZS_SKIP_UNLESS_CI("tests/fixtures/z-image-tiny is absent; run tests/fixtures/gen/z_image_pipeline.py");
+    QTemporaryDir dir;
+    const std::string base = dir.path().toStdString();
+    auto one_step = [&](std::vector<std::string> extra) {
+      for (const char* s : {"training.max_steps=1", "sampling.every_n_steps=0", "checkpointing.every_n_steps=1"})
+        extra.push_back(s);
+      return z_config(extra);
+    };
+    test::run_training(one_step({"model.path=" + folder}), base + "/first");
+    const std::string ckpt = test::checkpoint_dir(test::read_events(base + "/first"));
+    checkpoint::ExportOptions o;
+    o.format = "diffusers";
+    const std::string exported = base + "/exported";
+    train::export_checkpoint(ckpt, exported, o);
+    o.format = "single-file";
+    const std::string single = base + "/z_image_tiny.safetensors";
+    train::export_checkpoint(ckpt, single, o);
+    const io::SafetensorsReader file(single);
+    QVERIFY(file.contains("x_embedder.weight") && file.contains("final_layer.linear.weight") &&
+            file.contains("noise_refiner.0.attention.qkv.weight") && file.contains("layers.1.attention.out.weight") &&
+            file.contains("layers.0.attention.q_norm.weight") && file.contains("norm_final.weight") &&
+            !file.contains("all_x_embedder.2-1.weight") && !file.contains("layers.0.attention.to_q.weight"));
+    const io::SafetensorsReader diffusers(exported + "/transformer/diffusion_pytorch_model.safetensors");
+    const models::ZImageFile reader(single);
+    const models::ZImageConfig c = reader.config(folder);
+    QCOMPARE(file.tensor("layers.0.attention.qkv.weight").size(0), 3 * c.dim);
+    for (const auto& e : diffusers.entries()) {
+      const at::Tensor t = reader.tensor(e.name, c);
+      QVERIFY2(t.defined() && at::equal(t, diffusers.tensor(e.name)), e.name.c_str());
+    }
+    {
+      std::ostringstream listing;
+      models::z_image_family().describe(listing, single, folder);
+      QVERIFY2(listing.str().find("single-file layout") != std::string::npos, listing.str().c_str());
+    }
+    test::run_training(one_step({"model.path=" + exported}), base + "/again");
+    const auto want = test::losses(test::read_events(base + "/again"));
+    const auto from_file = one_step({"model.path=" + single, "model.config_path=" + folder});
+    QCOMPARE(QString::fromStdString(models::family_of(from_file).name()), QString("z-image"));
+    test::run_training(from_file, base + "/from-file");
+    QCOMPARE(test::losses(test::read_events(base + "/from-file")), want);
+    // ComfyUI's other files: the VAE in the LDM names (ae.safetensors) and Qwen3 as one file, with a
+    // folder holding only configs, tokenizer and scheduler.
+    {
+      const fs::path bare = base + "/configs-only";
+      fs::copy(folder, bare, fs::copy_options::recursive);
+      for (const char* part : {"transformer", "vae", "text_encoder"})
+        for (const auto& f : fs::directory_iterator(bare / part))
+          if (f.path().extension() == ".safetensors" || f.path().string().ends_with(".index.json")) fs::remove(f.path());
+      const io::SafetensorsReader vae(folder + "/vae/diffusion_pytorch_model.safetensors");
+      std::vector<std::string> names;
+      for (const auto& e : vae.entries()) names.push_back(e.name);
+      std::vector<std::pair<std::string, at::Tensor>> ae;
+      for (const auto& [d, l] : models::single_file_vae_names(names, static_cast<int>(
+                                    models::AutoencoderKLConfig::from_file(folder + "/vae/config.json").block_out_channels.size()))) {
+        at::Tensor t = vae.tensor(d);
+        if (models::single_file_vae_is_conv(l) && t.dim() == 2) t = t.reshape({t.size(0), t.size(1), 1, 1});
+        ae.emplace_back(l, t);
+      }
+      QCOMPARE(ae.size(), names.size());
+      io::write_safetensors(base + "/ae.safetensors", ae);
+      std::vector<std::pair<std::string, at::Tensor>> qwen;
+      for (const auto& f : fs::directory_iterator(fs::path(folder) / "text_encoder"))
+        if (f.path().extension() == ".safetensors") {
+          const io::SafetensorsReader shard(f.path().string());
+          for (const auto& e : shard.entries()) qwen.emplace_back(e.name, shard.tensor(e.name));
+        }
+      io::write_safetensors(base + "/qwen_3_tiny.safetensors", qwen);
+      test::run_training(one_step({"model.path=" + single, "model.config_path=" + bare.string(),
+                                   "model.vae_path=" + base + "/ae.safetensors",
+                                   "model.text_encoder_path=" + base + "/qwen_3_tiny.safetensors"}),
+                         base + "/comfy");
+      QCOMPARE(test::losses(test::read_events(base + "/comfy")), want);
+    }
+    // A LoRA run on the file: --merge starts from the file's tensors (a layer without adapters is
+    // the file's own).
+    test::run_training(one_step({"model.path=" + single, "model.config_path=" + folder, "training.method=lora"}),
+                       base + "/lora");
+    checkpoint::ExportOptions merge;
+    merge.format = "safetensors";
+    merge.merge = true;
+    train::export_checkpoint(test::checkpoint_dir(test::read_events(base + "/lora")), base + "/merged.safetensors", merge);
+    const io::SafetensorsReader merged(base + "/merged.safetensors");
+    QVERIFY(at::equal(merged.tensor("all_x_embedder.2-1.weight"), diffusers.tensor("all_x_embedder.2-1.weight")));
+    // Refusals, before a run folder exists: a file without its refiner blocks names the first
+    // missing key; a file without model.config_path names that key.
+    {
+      std::vector<std::pair<std::string, at::Tensor>> cut;
+      for (const auto& e : file.entries())
+        if (!e.name.starts_with("noise_refiner.")) cut.emplace_back(e.name, file.tensor(e.name));
+      io::write_safetensors(base + "/cut.safetensors", cut);
+      try {
+        z_config({"model.path=" + base + "/cut.safetensors", "model.config_path=" + folder});
+        QFAIL("a single file without its noise refiner validated");
+      } catch (const config::ConfigError& e) {
+        QVERIFY2(QString(e.what()).contains("cut.safetensors") && QString(e.what()).contains("noise_refiner.0."), e.what());
+      }
+      try {
+        z_config({"model.path=" + single});
+        QFAIL("a single file without model.config_path validated");
+      } catch (const config::ConfigError& e) {
+        QVERIFY2(QString(e.what()).contains("model.config_path"), e.what());
+      }
+    }
+  }
+
+  // A pipeline folder with a Qwen3 tokenizer that lacks the chat tokens, or a text encoder config of
+  // another size than its weights, is refused by the check train, launch and cache make before they
+  // create anything (models::model_files_problem) and by the loader, naming the file and the key;
+  // Qwen3's weights are read only when a caption needs them, so their headers are checked against
+  // the config at once.
+  void badPipelineFilesAreRefusedNamingFileAndKey() {
+    const std::string folder = test::peerFixture("z-image-tiny").toStdString();
+    if (!fs::exists(folder)) ZS_SKIP_UNLESS_CI("tests/fixtures/z-image-tiny is absent; run tests/fixtures/gen/z_image_pipeline.py");
+    QTemporaryDir dir;
+    auto copy = [&](const std::string& name) {
+      const fs::path to = dir.path().toStdString() + "/" + name;
+      fs::copy(folder, to, fs::copy_options::recursive);
+      return to;
+    };
+    auto refused = [&](const fs::path& path, const std::vector<QString>& words) {
+      const auto cfg = z_config({"model.path=" + path.string()});
+      // What train, launch and cache ask before they create anything (config/trainability.h).
+      const QString problem = QString::fromStdString(models::model_files_problem(cfg));
+      for (const auto& w : words) QVERIFY2(problem.contains(w), qPrintable("model_files_problem: " + problem));
+      try {
+        models::family_of(cfg).build(cfg, {}, {});
+        QFAIL(qPrintable("built from " + QString::fromStdString(path.string())));
+      } catch (const Error& e) {
+        for (const auto& w : words) QVERIFY2(QString(e.what()).contains(w), e.what());
+      }
+    };
+    {
+      const fs::path no_chat = copy("no-chat-tokens");
+      for (const char* f : {"tokenizer_config.json", "tokenizer.json"}) {
+        const fs::path file = no_chat / "tokenizer" / f;
+        nlohmann::json j = io::read_json_file(file.string(), "test");
+        if (j.contains("added_tokens_decoder"))
+          for (auto it = j["added_tokens_decoder"].begin(); it != j["added_tokens_decoder"].end();)
+            it = (*it)["content"] == "<|im_start|>" ? j["added_tokens_decoder"].erase(it) : std::next(it);
+        if (j.contains("added_tokens")) {
+          nlohmann::json kept = nlohmann::json::array();
+          for (const auto& t : j["added_tokens"])
+            if (t["content"] != "<|im_start|>") kept.push_back(t);
+          j["added_tokens"] = kept;
+        }
+        io::write_file_atomic(file.string(), j.dump());
+      }
+      refused(no_chat, {"tokenizer", "<|im_start|>"});
+    }
+    {
+      const fs::path wider = copy("wider-config");
+      const fs::path file = wider / "text_encoder" / "config.json";
+      nlohmann::json j = io::read_json_file(file.string(), "test");
+      j["intermediate_size"] = j["intermediate_size"].get<int>() + 8;
+      io::write_file_atomic(file.string(), j.dump());
+      refused(wider, {"text_encoder", "config.json", "mlp.", "different sizes"});
+    }
+  }
+
+  // Qwen3 loads on first use: a model whose text cache holds every caption never reads it (a run
+  // after `zerostudio cache`); the cached rows equal fresh ones.
+  void qwen3LoadsOnlyWhenACaptionIsNotCached() {
+    const std::string folder = test::peerFixture("z-image-tiny").toStdString();
+    if (!fs::exists(folder)) ZS_SKIP_UNLESS_CI("tests/fixtures/z-image-tiny is absent; run tests/fixtures/gen/z_image_pipeline.py");
+    QTemporaryDir dir;
+    data::LatentCache cache(dir.path().toStdString(), "z-image", std::string("text"));
+    const std::vector<std::string> prompts = {"a red circle", "一只猫", "a blue square on a green field"};
+    const auto cfg = z_config({"model.path=" + folder});
+    c10::NoGradGuard no_grad;
+    {
+      auto filler = models::ZImageModel::load_pipeline(folder, {}, /*with_transformer=*/false);
+      filler.configure(cfg);
+      QVERIFY(!filler.text_encoder);
+      const models::TextConditioning fresh = filler.condition(prompts, at::kCPU, &cache);
+      QVERIFY(filler.text_encoder);
+      const models::TextConditioning direct = filler.condition(prompts, at::kCPU);
+      QVERIFY(at::equal(fresh.context, direct.context) && at::equal(fresh.mask, direct.mask));
+    }
+    auto trainer = models::ZImageModel::load_pipeline(folder, {}, /*with_transformer=*/false);
+    trainer.configure(cfg);
+    const models::TextConditioning cached = trainer.condition({prompts[2], prompts[0]}, at::kCPU, &cache);
+    QVERIFY2(!trainer.text_encoder, "Qwen3 was loaded although every caption was cached");
+    QCOMPARE(cached.context.size(0), std::int64_t{2});
+  }
+
+  // z-image-turbo: the distilled model samples as its card says (8 forwards, no guidance) and a
+  // training config is warned that training Turbo itself wears the distillation off; a Turbo folder
+  // or ComfyUI file is known by its name.
+  void turboPresetSamplesInEightStepsWithoutGuidance() {
+    const auto turbo = test::small_config({"model.preset=z-image-turbo", "model.prediction_type=epsilon"});
+    const models::ModelFamily& family = models::family_of(turbo);
+    QCOMPARE(QString::fromStdString(family.name()), QString("z-image"));
+    QCOMPARE(family.default_sampling_steps(turbo), std::int64_t{8});
+    QCOMPARE(family.default_guidance_scale(turbo), 0.0);
+    bool warned = false;
+    for (const auto& f : family.check(turbo)) warned |= f.warning && f.message.find("de-distillation") != std::string::npos;
+    QVERIFY(warned);
+    const auto base_model = test::small_config({"model.preset=z-image", "model.prediction_type=epsilon"});
+    QCOMPARE(family.default_sampling_steps(base_model), std::int64_t{50});
+    QCOMPARE(family.default_guidance_scale(base_model), 5.0);
+    auto named = base_model;
+    named.model.path = "/models/Tongyi-MAI/Z-Image-Turbo/";
+    QCOMPARE(family.default_sampling_steps(named), std::int64_t{8});
   }
 };
 

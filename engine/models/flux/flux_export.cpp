@@ -47,16 +47,9 @@ ExportTensors base_tensors(const fs::path& model_dir, const models::FluxModel::P
     const models::BflFile file(ref.transformer_file);
     const auto c = std::make_shared<models::FluxConfig>(
         models::FluxConfig::from_file((model_dir / "transformer" / "config.json").string()));
-    ExportTensors out;
     const MetaTensorScope meta;
-    const models::FluxTransformer2DModel skeleton(*c);
-    for (const auto& p : skeleton->named_parameters())
-      out.push_back({p.key(), p.value().sizes().vec(), [file, c, name = p.key()] {
-                       const at::Tensor t = file.tensor(name, *c);
-                       if (!t.defined()) throw Error(ErrorKind::checkpoint, file.path() + ": has no tensor for " + name);
-                       return t;
-                     }});
-    return out;
+    return mapped_tensors(*models::FluxTransformer2DModel(*c),
+                          [file, c](const std::string& name) { return file.tensor(name, *c); }, file.path());
   }
   if (component == "text_encoder" && !ref.companions.text_encoder.empty())
     return file_tensors({ref.companions.text_encoder});

@@ -36,19 +36,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
-/// Flux's full-size VAE (../shared/REFERENCE.md, "Flux VAE").
-AutoencoderKLConfig flux_vae_config() {
-  AutoencoderKLConfig c;
-  c.latent_channels = 16;
-  c.scaling_factor = 0.3611;
-  c.shift_factor = 0.1159;
-  c.use_quant_conv = false;
-  c.use_post_quant_conv = false;
-  c.sample_size = 1024;
-  return c;
-}
-
 /// Whether `dir` is a flux-tiny model exported as a folder (its word tokenizer's tokenizer.json and
 /// transformer/config.json, no model_index.json): what model.path may name to train on.
 bool is_tiny_folder(const std::string& dir) {
@@ -221,7 +208,7 @@ models::ModelShape FluxFamily::shape(const config::TrainerConfig& cfg) const {
   } else {
     const MetaTensorScope meta;
     describe_units(*FluxTransformer2DModel(c));
-    const std::int64_t vae_parameters = parameter_count(*AutoencoderKL(flux_vae_config()));
+    const std::int64_t vae_parameters = parameter_count(*AutoencoderKL(AutoencoderKLConfig::flux1()));
     // T5 v1.1 XXL's encoder (the config's defaults): counted, never trained.
     const T5EncoderModel t5(T5Config{});
     const std::int64_t t5_parameters = parameter_count(*t5);

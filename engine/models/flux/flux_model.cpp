@@ -18,7 +18,6 @@
 #include "models/frozen_outputs.h"
 #include "models/lora.h"
 #include "models/transformer_model_parts.h"
-#include "models/vae_single_file_names.h"
 #include "models/weights.h"
 #include "settings/trainer_config.h"
 
@@ -68,36 +67,6 @@ namespace {
 
 std::string absolute_or_empty(const std::string& path) {
   return path.empty() ? path : fs::absolute(path).lexically_normal().string();
-}
-
-/// The VAE of `config` from a file in BFL's autoencoder names (ae.safetensors: the LDM layout
-/// without a prefix, or with first_stage_model.) or in diffusers' names.
-AutoencoderKL load_vae_file(const AutoencoderKLConfig& config, const std::string& file) {
-  AutoencoderKL vae(config);
-  const io::SafetensorsReader r(file);
-  std::string prefix;
-  bool ldm = false;
-  for (const std::string p : {"", kSingleFileVae})
-    if (r.contains(p + "encoder.conv_in.weight") && r.contains(p + "decoder.up.0.block.0.conv1.weight")) {
-      prefix = p;
-      ldm = true;
-    }
-  if (!ldm) {
-    load_weights(*vae, r);
-    return vae;
-  }
-  std::vector<std::string> names;
-  for (const auto& p : vae->named_parameters(true)) names.push_back(p.key());
-  std::map<std::string, std::string> to_ldm;
-  for (auto& [d, l] : single_file_vae_names(names, static_cast<int>(config.block_out_channels.size()))) to_ldm[d] = l;
-  load_weights(*vae, [&](const std::string& n) -> at::Tensor {
-    const auto it = to_ldm.find(n);
-    if (it == to_ldm.end() || !r.contains(prefix + it->second)) return {};
-    at::Tensor t = r.weight(prefix + it->second);
-    if (single_file_vae_is_conv(it->second) && t.dim() == 4) t = t.flatten(1);  // [C, C, 1, 1] -> [C, C]
-    return t;
-  }, file + " (VAE)");
-  return vae;
 }
 
 }  // namespace

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <functional>
 #include <limits>
+#include <map>
 #include <tuple>
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/meta_tensors.h"
 #include "io/json_file.h"
 #include "io/safetensors.h"
 #include "models/weights.h"
@@ -154,6 +156,22 @@ QwenTextConfig QwenTextConfig::from_json(const json& j, const std::string& sourc
 
 QwenTextConfig QwenTextConfig::from_file(const std::string& path) {
   return from_json(io::read_json_file(path, "Qwen text encoder config (text_encoder/config.json)"), path);
+}
+
+QwenTextConfig QwenTextConfig::qwen3_4b() {
+  QwenTextConfig c;
+  c.kind = Kind::qwen3;
+  c.vocab_size = 151936;
+  c.hidden_size = 2560;
+  c.intermediate_size = 9728;
+  c.num_hidden_layers = 36;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 8;
+  c.head_size = 128;
+  c.rope_theta = 1000000.0;
+  c.qkv_bias = c.o_bias = false;
+  c.qk_norm = true;
+  return c;
 }
 
 json QwenTextConfig::to_json() const {
@@ -396,6 +414,45 @@ QwenTextModel load_qwen_text_model(const std::string& dir, const std::vector<std
   QwenTextModel model(QwenTextConfig::from_file(dir + "/config.json"));
   load_qwen_text_weights(*model, weight_files);
   return model;
+}
+
+void check_qwen_text_files(const QwenTextConfig& config, const std::string& config_file,
+                           const std::vector<std::string>& weight_files) {
+  std::map<std::string, std::pair<std::string, std::vector<std::int64_t>>> entries;  // name → (file, shape)
+  for (const auto& file : weight_files) {
+    const io::SafetensorsReader reader(file);
+    for (const auto& e : reader.entries()) entries.emplace(e.name, std::make_pair(file, e.shape));
+  }
+  std::string prefix;
+  bool found = false;
+  for (const char* p : {"model.language_model.", "model.", ""})
+    if (!found && entries.contains(std::string(p) + "embed_tokens.weight")) {
+      prefix = p;
+      found = true;
+    }
+  if (!found) return;  // load_qwen_text_weights says what is missing
+  auto text = [](const std::vector<std::int64_t>& s) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+    return out + "]";
+  };
+  const MetaTensorScope meta;
+  const QwenTextModel skeleton(config);
+  for (const auto& p : skeleton->named_parameters()) {
+    const auto it = entries.find(prefix + p.key());
+    const auto want = p.value().sizes().vec();
+    if (it == entries.end())
+      throw Error(ErrorKind::config, weight_files.front() + ": has no " + prefix + p.key() + ", which the " + config.name() +
+                                         " model of " + config_file + " (" + std::to_string(config.num_hidden_layers) +
+                                         " layers, hidden size " + std::to_string(config.hidden_size) +
+                                         ") has; the config and the weights are of different models");
+    if (it->second.second != want)
+      throw Error(ErrorKind::config, it->second.first + ": " + prefix + p.key() + " has shape " + text(it->second.second) +
+                                         ", but " + config_file + " describes " + text(want) + " (hidden size " +
+                                         std::to_string(config.hidden_size) + ", " +
+                                         std::to_string(config.num_hidden_layers) +
+                                         " layers); the config and the weights are of different sizes");
+  }
 }
 
 }  // namespace zs::models

@@ -55,6 +55,9 @@ struct QwenTextConfig {
   const char* name() const { return kind == Kind::qwen3 ? "Qwen3" : "Qwen2.5-VL"; }
   static QwenTextConfig from_json(const nlohmann::json& j, const std::string& source);
   static QwenTextConfig from_file(const std::string& path);
+  /// Qwen3-4B (Z-Image's text encoder, FLUX.2 [klein 4B]'s): hidden 2560, 36 layers, 32 heads of 128
+  /// over 8 key/value heads, SwiGLU 9728, vocabulary 151936, θ 10⁶.
+  static QwenTextConfig qwen3_4b();
   nlohmann::json to_json() const;
 };
 
@@ -148,6 +151,11 @@ TORCH_MODULE(QwenTextModel);
 /// A text_encoder/ folder's model: its config.json and its weights from `weight_files` (one file or
 /// a sharded set), in either name layout; the vision tower and lm_head are skipped.
 QwenTextModel load_qwen_text_model(const std::string& dir, const std::vector<std::string>& weight_files);
+/// Checks the weight files' headers (nothing is read) against the model `config` (from `config_file`)
+/// describes: every parameter there with its shape. Throws zs::Error(config) naming the file, the key
+/// and both shapes when the config and the weights are of different sizes, before anything loads.
+void check_qwen_text_files(const QwenTextConfig& config, const std::string& config_file,
+                           const std::vector<std::string>& weight_files);
 
 /// Loads `model`'s weights from a text_encoder folder's safetensors files (one file, or every
 /// shard of model.safetensors.index.json) in whichever layout they have: older transformers'

@@ -145,8 +145,9 @@ QwenTokenizer QwenTokenizer::load(const std::string& dir) {
   for (const char* required : kRequiredTokens)
     if (impl->added_id(required) < 0)
       throw Error(ErrorKind::config, added_source + ": has no \"" + std::string(required) +
-                                         "\" (Qwen-Image's prompt template needs <|im_start|>, <|im_end|> and "
-                                         "<|endoftext|> as added tokens; use Qwen2.5-VL's tokenizer folder)");
+                                         "\" (the chat templates of Qwen-Image and Z-Image need <|im_start|>, <|im_end|> "
+                                         "and <|endoftext|> as added tokens; use the pipeline's own tokenizer folder: "
+                                         "Qwen2.5-VL's, Qwen3's)");
   std::stable_sort(impl->added.begin(), impl->added.end(),
                    [](const QwenAddedToken& a, const QwenAddedToken& b) { return a.content.size() > b.content.size(); });
 

@@ -7,10 +7,19 @@
 //   (musubi-tuner's networks/lora_zimage.py, sd-scripts' module naming);
 // - lora-aitoolkit: "diffusion_model.<path>.lora_A.weight" / ".lora_B.weight", no alpha (ostris'
 //   ai-toolkit's Z-Image LoRAs, which ComfyUI also loads).
+// And --format single-file: the transformer in the original layout ComfyUI loads
+// (z_image_turbo_bf16.safetensors: fused qkv; models/z_image/z_image_single_file.h).
 #include "models/z_image/z_image_export.h"
 
+#include <map>
+#include <memory>
+
+#include "core/error.h"
+#include "core/meta_tensors.h"
 #include "models/export_sources.h"
 #include "models/z_image/z_image_model.h"
+#include "models/z_image/z_image_single_file.h"
+#include "models/z_image/z_image_transformer.h"
 
 namespace zs::checkpoint {
 
@@ -26,7 +35,34 @@ ExportResult export_z_image_checkpoint(const CheckpointInfo& info, const std::st
                 {"lora-aitoolkit", "diffusion_model.", "", false, "", false,
                  "ai-toolkit's Z-Image LoRA layout (diffusion_model.*.lora_A/lora_B, alpha/rank folded into lora_B); "
                  "ComfyUI and diffusers read it"}};
-  spec.pipeline_of = [](const std::string& dir) { return models::ZImageModel::pipeline_of(dir); };
+  spec.pipeline_of = [](const std::string& dir) { return models::ZImageModel::pipeline_of(dir).path; };
+  // A run from ComfyUI's single file merges its adapters into that file's tensors.
+  spec.base_transformer = [](const std::string& dir) -> ExportTensors {
+    const std::string file = models::ZImageModel::pipeline_of(dir).files.transformer;
+    if (file.empty()) return {};
+    const models::ZImageFile source(file);
+    const auto c = std::make_shared<models::ZImageConfig>(models::ZImageConfig::from_file(dir + "/transformer/config.json"));
+    const MetaTensorScope meta;
+    return mapped_tensors(*models::ZImageTransformer2DModel(*c),
+                          [source, c](const std::string& name) { return source.tensor(name, *c); }, source.path());
+  };
+  // --format single-file: the original layout ComfyUI loads (z_image_turbo_bf16.safetensors' names,
+  // fused qkv), each tensor assembled from the diffusers ones as it is written.
+  spec.single_file = [](const std::string& dir, const ExportTensors& transformer) {
+    auto by_name = std::make_shared<std::map<std::string, ExportTensor>>();
+    for (const auto& t : transformer) (*by_name)[t.name] = t;
+    ExportTensors out;
+    for (auto& t : models::z_image_file_layout(models::ZImageConfig::from_file(dir + "/transformer/config.json"))) {
+      for (const auto& part : t.parts)
+        if (!by_name->contains(part)) throw Error(ErrorKind::checkpoint, dir + ": the export has no transformer tensor " + part);
+      auto layout = std::make_shared<models::ZImageFileTensor>(std::move(t));
+      out.push_back({layout->key, layout->shape, [layout, by_name] {
+                       return models::assemble_z_image_file_tensor(
+                           *layout, [&](const std::string& n) { return by_name->at(n).read(); });
+                     }});
+    }
+    return out;
+  };
   return export_transformer_checkpoint(info, out, o, spec);
 }
 

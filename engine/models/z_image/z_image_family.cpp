@@ -1,5 +1,7 @@
 #include "models/z_image/z_image_family.h"
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <optional>
 #include <ostream>
@@ -9,6 +11,7 @@
 #include "core/meta_tensors.h"
 #include "data/shapes.h"
 #include "io/json_file.h"
+#include "io/safetensors.h"
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
 #include "models/diffusers_folder.h"
@@ -22,6 +25,7 @@
 #include "models/weights.h"
 #include "models/z_image/z_image_export.h"
 #include "models/z_image/z_image_model.h"
+#include "models/z_image/z_image_single_file.h"
 #include "models/z_image/z_image_text.h"
 #include "models/z_image/z_image_transformer.h"
 #include "settings/trainer_config.h"
@@ -40,44 +44,32 @@ bool is_tiny(const config::TrainerConfig& cfg) {
   return cfg.model.preset == "z-image-tiny";
 }
 
-/// model.path's transformer/config.json, else the released model's (Tongyi-MAI/Z-Image-Turbo:
-/// diffusers' defaults but axes_lens [1536, 512, 512], which change no parameter).
+/// Whether the config's model is Z-Image-Turbo (distilled: 8 steps, no guidance): the preset, or a
+/// model.path whose folder or file name says Turbo (Tongyi-MAI/Z-Image-Turbo, z_image_turbo_bf16.safetensors;
+/// the two releases' configs are identical, so the name is all there is to go by).
+bool is_turbo(const config::TrainerConfig& cfg) {
+  if (cfg.model.preset == "z-image-turbo") return true;
+  std::string name = fs::path(cfg.model.path).lexically_normal().filename().string();
+  if (name.empty()) name = fs::path(cfg.model.path).lexically_normal().parent_path().filename().string();
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return name.find("turbo") != std::string::npos;
+}
+
+bool is_single_file(const config::TrainerConfig& cfg) {
+  std::error_code ec;
+  return !cfg.model.path.empty() && fs::is_regular_file(cfg.model.path, ec);
+}
+
+/// model.path's transformer/config.json, a single file's (model.config_path's transformer/config.json,
+/// else read from its shapes), else the released model's (Tongyi-MAI/Z-Image-Turbo: diffusers'
+/// defaults but axes_lens [1536, 512, 512], which change no parameter).
 ZImageConfig transformer_config(const config::TrainerConfig& cfg) {
   std::error_code ec;
   if (!cfg.model.path.empty() && fs::is_directory(cfg.model.path, ec))
     return ZImageConfig::from_file((fs::path(cfg.model.path) / "transformer" / "config.json").string());
+  if (is_single_file(cfg)) return ZImageFile(cfg.model.path).config(cfg.model.config_path);
   ZImageConfig c;
   c.axes_lens = {1536, 512, 512};
-  return c;
-}
-
-/// Qwen3-4B (Z-Image's text encoder): hidden 2560, 36 layers, 32 heads of 128 over 8 key/value
-/// heads, SwiGLU 9728, vocabulary 151936.
-QwenTextConfig qwen3_4b_config() {
-  QwenTextConfig c;
-  c.kind = QwenTextConfig::Kind::qwen3;
-  c.vocab_size = 151936;
-  c.hidden_size = 2560;
-  c.intermediate_size = 9728;
-  c.num_hidden_layers = 36;
-  c.num_attention_heads = 32;
-  c.num_key_value_heads = 8;
-  c.head_size = 128;
-  c.rope_theta = 1000000.0;
-  c.qkv_bias = c.o_bias = false;
-  c.qk_norm = true;
-  return c;
-}
-
-/// Flux.1's VAE, which Z-Image uses (16 latent channels, scaling 0.3611, shift 0.1159).
-AutoencoderKLConfig z_image_vae_config() {
-  AutoencoderKLConfig c;
-  c.latent_channels = 16;
-  c.scaling_factor = 0.3611;
-  c.shift_factor = 0.1159;
-  c.use_quant_conv = false;
-  c.use_post_quant_conv = false;
-  c.sample_size = 1024;
   return c;
 }
 
@@ -88,21 +80,37 @@ const ModelFamily& z_image_family() {
   return family;
 }
 
-bool is_z_image_model(const std::string& path) { return is_transformer_pipeline(path, "ZImagePipeline", "ZImageTransformer2DModel"); }
+bool is_z_image_model(const std::string& path) {
+  std::error_code ec;
+  if (path.empty() || !fs::is_regular_file(path, ec))
+    return is_transformer_pipeline(path, "ZImagePipeline", "ZImageTransformer2DModel");
+  if (fs::path(path).extension() != ".safetensors") return false;
+  try {
+    std::vector<std::string> names;
+    const io::SafetensorsReader reader(path);
+    for (const auto& e : reader.entries()) names.push_back(e.name);
+    return find_z_image_file_prefix(names).has_value();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
 
 std::vector<ModelPreset> ZImageFamily::presets() const {
   return {{"z-image-tiny", "Tiny Z-Image-architecture demo model (trains on the CPU)", true},
-          {"z-image", "Z-Image architecture (6 B transformer, Qwen3-4B text encoder)"}};
+          {"z-image", "Z-Image architecture (6 B transformer, Qwen3-4B text encoder)"},
+          {"z-image-turbo", "Z-Image-Turbo: Z-Image distilled to 8 steps without guidance"}};
 }
 
 std::vector<WizardChoice> ZImageFamily::wizard_choices() const {
   // As configs/z-image-*.yaml set them: 1024 px, batch 1, lr 1e-5 and 1e-4 (DiffSynth-Studio's,
   // musubi-tuner's and ai-toolkit's LoRA rate), a constant rate, shift sampling; diffusers folders.
-  return {{"z-image", "Z-Image", {"z-image"}, true, false, 1024, "", "shift", 1, 1e-5, 1e-4, "constant", 0, true}};
+  return {{"z-image", "Z-Image", {"z-image"}, true, true, 1024, "", "shift", 1, 1e-5, 1e-4, "constant", 0, true},
+          {"z-image-turbo", "Z-Image-Turbo", {"z-image-turbo"}, true, true, 1024, "", "shift", 1, 1e-5, 1e-4, "constant", 0,
+           true}};
 }
 
 bool ZImageFamily::recognizes(const config::TrainerConfig& cfg) const {
-  const bool preset = cfg.model.preset == "z-image" || cfg.model.preset == "z-image-tiny";
+  const bool preset = cfg.model.preset == "z-image" || cfg.model.preset == "z-image-turbo" || cfg.model.preset == "z-image-tiny";
   std::error_code ec;
   if (cfg.model.path.empty() || !fs::exists(cfg.model.path, ec)) return preset;
   return is_z_image_model(cfg.model.path);
@@ -112,12 +120,14 @@ TextEncoderTraining ZImageFamily::auto_text_training(const config::TrainerConfig
   return is_tiny(cfg) ? TextEncoderTraining::full : TextEncoderTraining::frozen;
 }
 
-std::int64_t ZImageFamily::default_sampling_steps(const config::TrainerConfig&) const {
-  return 50;  // ZImagePipeline's num_inference_steps (Turbo: set sampling.steps: 8)
+std::int64_t ZImageFamily::default_sampling_steps(const config::TrainerConfig& cfg) const {
+  // ZImagePipeline's num_inference_steps; Turbo's model card samples 9 steps = 8 forwards, which
+  // the pipeline's default sigmas (linspace(1, 1/N, N) shifted by 3) give for N = 8.
+  return is_turbo(cfg) && !is_tiny(cfg) ? 8 : 50;
 }
 
-double ZImageFamily::default_guidance_scale(const config::TrainerConfig&) const {
-  return 5.0;  // ZImagePipeline's guidance_scale (Turbo: set sampling.guidance_scale: 0)
+double ZImageFamily::default_guidance_scale(const config::TrainerConfig& cfg) const {
+  return is_turbo(cfg) && !is_tiny(cfg) ? 0.0 : 5.0;  // ZImagePipeline's guidance_scale; Turbo's card: 0
 }
 
 std::vector<std::string> ZImageFamily::default_lora_targets() const {
@@ -128,8 +138,7 @@ std::vector<std::string> ZImageFamily::default_lora_targets() const {
 std::vector<std::string> ZImageFamily::default_text_encoder_lora_targets() const { return {}; }
 
 std::vector<std::string> ZImageFamily::keys_not_applying() const {
-  return {"model.prediction_type", "training.min_snr_gamma", "training.guidance",        "model.config_path",
-          "model.vae_path",        "model.text_encoder_path", "model.text_encoder_2_path"};
+  return {"model.prediction_type", "training.min_snr_gamma", "training.guidance", "model.text_encoder_2_path"};
 }
 
 std::vector<FamilyFinding> ZImageFamily::check(const config::TrainerConfig& cfg) const {
@@ -139,10 +148,36 @@ std::vector<FamilyFinding> ZImageFamily::check(const config::TrainerConfig& cfg)
                    cfg.training.train_text_encoder + " is not offered for Z-Image: its text encoder (Qwen3-4B) stays "
                    "frozen and its outputs are cached; set it to none or auto"});
   std::error_code ec;
-  if (!cfg.model.path.empty() && fs::is_regular_file(cfg.model.path, ec))
-    out.push_back({"model.path", "'" + cfg.model.path + "' is a file; Z-Image is read from a diffusers folder "
-                                 "(Tongyi-MAI/Z-Image or Z-Image-Turbo: model_index.json, transformer/, text_encoder/, "
-                                 "vae/, tokenizer/, scheduler/)"});
+  if (is_single_file(cfg)) {
+    // ComfyUI's transformer file holds the transformer alone: the configs, tokenizer, scheduler and
+    // the other weights come from a diffusers Z-Image folder (or model.vae_path / text_encoder_path).
+    const std::string why = " (a single-file Z-Image transformer holds the transformer alone: Qwen3-4B, the VAE, the "
+                            "tokenizer and the scheduler come from a diffusers Z-Image folder, e.g. Tongyi-MAI/"
+                            "Z-Image-Turbo without its transformer weights)";
+    if (cfg.model.config_path.empty()) {
+      out.push_back({"model.config_path", "set it to a diffusers Z-Image folder" + why});
+    } else if (!fs::exists(fs::path(cfg.model.config_path) / "model_index.json", ec)) {
+      out.push_back({"model.config_path", "'" + cfg.model.config_path + "' has no model_index.json" + why});
+    } else {
+      try {  // the file against the config before anything is written
+        const ZImageFile file(cfg.model.path);
+        file.check(file.config(cfg.model.config_path));
+      } catch (const Error& e) {
+        out.push_back({"model.path", e.what()});
+      }
+    }
+  }
+  for (const auto& [key, file] : {std::pair<const char*, const std::string*>{"model.vae_path", &cfg.model.vae_path},
+                                  {"model.text_encoder_path", &cfg.model.text_encoder_path}})
+    if (!file->empty() && !fs::is_regular_file(*file, ec))
+      out.push_back({key, "file '" + *file + "' does not exist (a .safetensors weight file)"});
+  if (is_turbo(cfg) && !is_tiny(cfg) && cfg.training.max_steps > 0)
+    out.push_back({"model.preset",
+                   "Z-Image-Turbo is distilled to 8 steps without guidance, and training it directly wears the "
+                   "distillation off (samples blur within a few hundred steps). musubi-tuner advises training the base "
+                   "(Tongyi-MAI/Z-Image) and using the LoRA on Turbo; ai-toolkit merges ostris' de-distillation "
+                   "adapter while training. Train on the base unless a short run is meant",
+                   true});
   return out;
 }
 
@@ -173,9 +208,9 @@ models::ModelShape ZImageFamily::shape(const config::TrainerConfig& cfg) const {
   } else {
     const MetaTensorScope meta;
     describe_units(*ZImageTransformer2DModel(c));
-    const std::int64_t vae_parameters = parameter_count(*AutoencoderKL(z_image_vae_config()));
+    const std::int64_t vae_parameters = parameter_count(*AutoencoderKL(AutoencoderKLConfig::flux1()));
     // Qwen3-4B: counted, never trained; on a GPU it streams layer by layer (ZImageModel::condition).
-    const QwenTextModel text(qwen3_4b_config());
+    const QwenTextModel text(QwenTextConfig::qwen3_4b());
     const std::int64_t text_parameters = parameter_count(*text);
     m.frozen_streamed_parameters = text_parameters;
     for (const auto& child : text->named_modules("", false)) {
@@ -210,8 +245,12 @@ std::unique_ptr<TrainableModel> ZImageFamily::build(const config::TrainerConfig&
     m = std::make_unique<ZImageModel>(ZImageModel::load_folder(cfg.model.path));
   else if (is_tiny(cfg))
     m = std::make_unique<ZImageModel>(ZImageModel::build_tiny(captions, static_cast<std::uint64_t>(cfg.training.seed), on_unit));
+  else if (is_single_file(cfg))  // ComfyUI's transformer file, the rest from model.config_path
+    m = std::make_unique<ZImageModel>(ZImageModel::load_pipeline(
+        cfg.model.config_path, on_unit, true, {cfg.model.path, cfg.model.vae_path, cfg.model.text_encoder_path}));
   else
-    m = std::make_unique<ZImageModel>(ZImageModel::load_pipeline(cfg.model.path, on_unit, true));
+    m = std::make_unique<ZImageModel>(
+        ZImageModel::load_pipeline(cfg.model.path, on_unit, true, {"", cfg.model.vae_path, cfg.model.text_encoder_path}));
   const std::int64_t f = m->pixel_factor();
   if (cfg.data.resolution % f != 0)
     throw Error(ErrorKind::config, "data.resolution: " + std::to_string(cfg.data.resolution) + " must be a multiple of " +
@@ -225,7 +264,9 @@ std::unique_ptr<TrainableModel> ZImageFamily::load_folder(const std::string& dir
 }
 
 std::unique_ptr<TrainableModel> ZImageFamily::load_frozen(const config::TrainerConfig& cfg) const {
-  auto m = std::make_unique<ZImageModel>(ZImageModel::load_pipeline(cfg.model.path, {}, /*with_transformer=*/false));
+  const std::string folder = is_single_file(cfg) ? cfg.model.config_path : cfg.model.path;
+  auto m = std::make_unique<ZImageModel>(ZImageModel::load_pipeline(folder, {}, /*with_transformer=*/false,
+                                                                    {"", cfg.model.vae_path, cfg.model.text_encoder_path}));
   m->configure(cfg);
   return m;
 }
@@ -241,12 +282,24 @@ checkpoint::ExportResult ZImageFamily::export_checkpoint(const checkpoint::Check
   return checkpoint::export_z_image_checkpoint(info, out, options);
 }
 
-void ZImageFamily::describe(std::ostream& out, const std::string& path, const std::string&) const {
+void ZImageFamily::describe(std::ostream& out, const std::string& path, const std::string& config_path) const {
   std::error_code ec;
+  auto blocks_of = [](const ZImageConfig& c) {
+    return std::to_string(c.n_layers) + " single-stream blocks and " + std::to_string(c.n_refiner_layers) + " + " +
+           std::to_string(c.n_refiner_layers) + " refiner blocks, " + std::to_string(c.dim) + " wide, " +
+           std::to_string(c.n_heads) + " heads";
+  };
+  if (fs::is_regular_file(path, ec)) {  // as a run with model.config_path reads it
+    const ZImageFile file(path);
+    const ZImageConfig c = file.config(config_path);
+    file.check(c);
+    const MetaTensorScope meta;
+    out << path << ": Z-Image transformer, single-file layout (ComfyUI's" << (file.prefix().empty() ? "" : ", behind " + file.prefix())
+        << "), " << blocks_of(c) << ", " << parameter_count(*ZImageTransformer2DModel(c)) << " parameters\n";
+    return;
+  }
   const ZImageConfig c = ZImageConfig::from_file((fs::path(path) / "transformer" / "config.json").string());
-  const std::string blocks = std::to_string(c.n_layers) + " single-stream blocks and " +
-                             std::to_string(c.n_refiner_layers) + " + " + std::to_string(c.n_refiner_layers) +
-                             " refiner blocks, " + std::to_string(c.dim) + " wide";
+  const std::string blocks = blocks_of(c);
   if (fs::exists(fs::path(path) / "model_index.json", ec)) {
     const auto p = DiffusersFolder::open(path);
     const auto unreadable = describe_pipeline(out, p, [&](const PipelineComponent& comp) -> std::string {
@@ -255,6 +308,10 @@ void ZImageFamily::describe(std::ostream& out, const std::string& path, const st
     });
     out << "  transformer: " << blocks << "\n";
     fail_unreadable(path, unreadable);
+    // Qwen3 is read only when a caption needs it: its headers against its config now (a config of
+    // another size than the weights is refused before a run folder exists).
+    const std::string text_config = p.dir("text_encoder") + "/config.json";
+    check_qwen_text_files(QwenTextConfig::from_file(text_config), text_config, p.weight_files("text_encoder"));
     return;
   }
   out << path << ": Z-Image-architecture model folder, transformer " << blocks << "\n  config " << c.to_json().dump() << "\n";

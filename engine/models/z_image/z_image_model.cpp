@@ -18,6 +18,7 @@
 #include "models/transformer_lora_file.h"
 #include "models/transformer_model_parts.h"
 #include "models/weights.h"
+#include "models/z_image/z_image_single_file.h"
 #include "models/z_image/z_image_text.h"
 #include "settings/trainer_config.h"
 
@@ -68,29 +69,42 @@ ZImageModel ZImageModel::build_transformer_only(const ZImageConfig& config, std:
   return m;
 }
 
-ZImageModel ZImageModel::load_pipeline(const std::string& dir, const UnitBuilt& on_unit, bool with_transformer) {
+ZImageModel ZImageModel::load_pipeline(const std::string& dir, const UnitBuilt& on_unit, bool with_transformer,
+                                       const Files& files) {
   const DiffusersFolder p = DiffusersFolder::open(dir);
   for (const char* part : {"transformer", "vae", "text_encoder", "tokenizer", "scheduler"})
     if (!p.has(part))
       throw Error(ErrorKind::config, dir + "/model_index.json: has no " + part +
                                          " (a Z-Image pipeline has transformer, vae, text_encoder, tokenizer and scheduler)");
+  auto absolute = [](const std::string& f) { return f.empty() ? f : fs::absolute(f).lexically_normal().string(); };
   ZImageModel m;
   m.pipeline_ = fs::absolute(dir).lexically_normal().string();
-  if (with_transformer) {
+  m.files_ = {absolute(files.transformer), absolute(files.vae), absolute(files.text_encoder)};
+  if (with_transformer && files.transformer.empty()) {
     const WeightFiles r(p.weight_files("transformer"));
     m.transformer = load_units<ZImageTransformer2DModel>(ZImageConfig::from_file(p.dir("transformer") + "/config.json"),
                                                          [&](const std::string& n) { return r.find(n); },
                                                          p.dir("transformer"), on_unit);
+  } else if (with_transformer) {
+    // ComfyUI's single file: its tensors mapped onto diffusers' names as they are read; checked
+    // whole against the folder's transformer/config.json first.
+    const ZImageFile file(files.transformer);
+    const ZImageConfig c = file.config(dir);
+    file.check(c);
+    m.transformer = load_units<ZImageTransformer2DModel>(
+        c, [&](const std::string& n) { return file.tensor(n, c); }, files.transformer, on_unit);
   }
   // The frozen parts' configs and files now (a missing one is an error at once), their weights on
   // first use (text_model(), vae_model()).
   m.vae_config_ = AutoencoderKLConfig::from_file(p.dir("vae") + "/config.json");
-  m.vae_files_ = p.weight_files("vae");
-  m.text_files_ = p.weight_files("text_encoder");
+  m.vae_files_ = files.vae.empty() ? p.weight_files("vae") : std::vector<std::string>{m.files_.vae};
+  m.text_files_ = files.text_encoder.empty() ? p.weight_files("text_encoder") : std::vector<std::string>{m.files_.text_encoder};
   const QwenTextConfig text = QwenTextConfig::from_file(p.dir("text_encoder") + "/config.json");
   if (text.kind != QwenTextConfig::Kind::qwen3)
     throw Error(ErrorKind::config, p.dir("text_encoder") + "/config.json: a " + text.name() +
                                        " model; Z-Image's text encoder is Qwen3 (model_type \"qwen3\")");
+  // Qwen3 loads on first use (text_model()); its files' headers are checked against the config now.
+  check_qwen_text_files(text, p.dir("text_encoder") + "/config.json", m.text_files_);
   m.tokenizer = std::make_shared<QwenTokenizer>(QwenTokenizer::load(p.dir("tokenizer")));
   const std::string scheduler = p.dir("scheduler") + "/scheduler_config.json";
   m.schedule = diffusion::FlowScheduleConfig::from_json(io::read_json_file(scheduler, "scheduler config"), scheduler);
@@ -102,10 +116,22 @@ bool ZImageModel::has_saved_base(const std::string& dir) {
   return fs::exists(fs::path(dir) / "transformer" / "diffusion_pytorch_model.safetensors");
 }
 
-std::string ZImageModel::pipeline_of(const std::string& dir) { return pipeline_reference(dir); }
+ZImageModel::PipelineRef ZImageModel::pipeline_of(const std::string& dir) {
+  PipelineRef ref{pipeline_reference(dir), {}};
+  if (ref.path.empty()) return ref;
+  const std::string file = dir + "/pipeline.json";
+  const auto j = io::read_json_file(file, "pipeline reference");
+  ref.files = {j.value("transformer_file", std::string()), j.value("vae_file", std::string()),
+               j.value("text_encoder_file", std::string())};
+  for (const std::string& f : {ref.files.transformer, ref.files.vae, ref.files.text_encoder})
+    if (!f.empty() && !fs::exists(f))
+      throw Error(ErrorKind::checkpoint, file + ": the run's weights came from " + f +
+                                             ", which is gone; put the file back there to resume or export");
+  return ref;
+}
 
 ZImageModel ZImageModel::load_folder(const std::string& dir, const UnitBuilt& on_unit) {
-  if (const std::string path = pipeline_of(dir); !path.empty()) return load_pipeline(path, on_unit, true);
+  if (const PipelineRef ref = pipeline_of(dir); !ref.path.empty()) return load_pipeline(ref.path, on_unit, true, ref.files);
   ZImageModel m;
   load_tiny_text(dir, m.word_tokenizer, m.tiny_text);
   m.transformer = load_units_if_saved<ZImageTransformer2DModel>(ZImageConfig::from_file(dir + "/transformer/config.json"),
@@ -116,7 +142,14 @@ ZImageModel ZImageModel::load_folder(const std::string& dir, const UnitBuilt& on
 
 void ZImageModel::save_folder(const std::string& dir) const {
   save_transformer_folder(dir, transformer->config().to_json(), "ZImageTransformer2DModel", schedule);
-  if (!pipeline_.empty()) io::write_file_atomic(dir + "/pipeline.json", nlohmann::json{{"path", pipeline_}}.dump(2) + "\n");
+  if (!pipeline_.empty()) {
+    nlohmann::json ref{{"path", pipeline_}};
+    for (const auto& [key, file] : {std::pair<const char*, const std::string*>{"transformer_file", &files_.transformer},
+                                    {"vae_file", &files_.vae},
+                                    {"text_encoder_file", &files_.text_encoder}})
+      if (!file->empty()) ref[key] = *file;
+    io::write_file_atomic(dir + "/pipeline.json", ref.dump(2) + "\n");
+  }
   else save_tiny_text(dir, word_tokenizer, tiny_text);
 }
 
@@ -158,9 +191,13 @@ QwenTextModelImpl& ZImageModel::text_model() {
 AutoencoderKLImpl& ZImageModel::vae_model() {
   if (!vae) {
     if (!vae_config_) throw Error(ErrorKind::config, "z-image-tiny has no VAE");
-    vae = AutoencoderKL(*vae_config_);
-    const WeightFiles r(vae_files_);
-    load_vae_weights(*vae, r.view);
+    if (files_.vae.empty()) {
+      vae = AutoencoderKL(*vae_config_);
+      const WeightFiles r(vae_files_);
+      load_vae_weights(*vae, r.view);
+    } else {
+      vae = load_vae_file(*vae_config_, files_.vae);  // ae.safetensors: LDM or diffusers names
+    }
     place_frozen(*vae, /*streams=*/false);
   }
   return *vae;

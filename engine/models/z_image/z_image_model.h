@@ -39,11 +39,25 @@ class ZImageModel final : public TrainableModel {
                                 const UnitBuilt& on_unit = {});
   /// The transformer of `config` with random weights from `seed` and no frozen parts.
   static ZImageModel build_transformer_only(const ZImageConfig& config, std::uint64_t seed, const UnitBuilt& on_unit = {});
-  /// A diffusers Z-Image folder. Without `with_transformer` only the frozen parts. Throws zs::Error
-  /// naming the file and what to do when a component, a shard or a key is missing.
-  static ZImageModel load_pipeline(const std::string& dir, const UnitBuilt& on_unit = {}, bool with_transformer = true);
-  /// The pipeline folder a run's model folder names (its pipeline.json); "" for the tiny preset.
-  static std::string pipeline_of(const std::string& dir);
+  /// Single files in place of a folder's components (model.path, model.vae_path,
+  /// model.text_encoder_path): ComfyUI's z_image*.safetensors transformer (models/z_image/
+  /// z_image_single_file.h), Flux.1's ae.safetensors (LDM or diffusers names), qwen_3_4b.safetensors
+  /// (transformers' names, with or without "model."). Empty: the folder's own.
+  struct Files {
+    std::string transformer, vae, text_encoder;
+  };
+  /// A diffusers Z-Image folder (with `files`, the folder gives the configs, tokenizer and scheduler
+  /// and whatever the files do not replace). Without `with_transformer` only the frozen parts.
+  /// Throws zs::Error naming the file and what to do when a component, a shard or a key is missing.
+  static ZImageModel load_pipeline(const std::string& dir, const UnitBuilt& on_unit = {}, bool with_transformer = true,
+                                   const Files& files = {});
+  /// What a run's model folder names in its pipeline.json: the folder and the single files (empty
+  /// path: the tiny preset). Throws zs::Error(checkpoint) when one of them is gone.
+  struct PipelineRef {
+    std::string path;
+    Files files;
+  };
+  static PipelineRef pipeline_of(const std::string& dir);
   /// A run's model folder written by save_folder().
   static ZImageModel load_folder(const std::string& dir, const UnitBuilt& on_unit = {});
   static bool has_saved_base(const std::string& dir);
@@ -118,6 +132,7 @@ class ZImageModel final : public TrainableModel {
   Settings settings_;
   TextEncoderTraining text_training_ = TextEncoderTraining::full;
   std::string pipeline_;
+  Files files_;  ///< absolute paths of the single files the pipeline's components came from
   std::optional<AutoencoderKLConfig> vae_config_;  ///< pipelines (read at load; the weights on first use)
   std::vector<std::string> text_files_, vae_files_;
   std::optional<at::ScalarType> frozen_dtype_;
