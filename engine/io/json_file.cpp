@@ -55,6 +55,19 @@ std::int64_t config_int(const nlohmann::json& j, const char* key, std::int64_t f
   return bounded_count(j[key], key, source);
 }
 
+double config_number(const nlohmann::json& j, const char* key, double fallback, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number()) throw Error(ErrorKind::config, source + ": " + key + ": expected a number, found " + j[key].dump());
+  return j[key].get<double>();
+}
+
+bool config_bool(const nlohmann::json& j, const char* key, bool fallback, const std::string& source) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_boolean())
+    throw Error(ErrorKind::config, source + ": " + key + ": expected true or false, found " + j[key].dump());
+  return j[key].get<bool>();
+}
+
 std::vector<std::int64_t> config_int_list(const nlohmann::json& j, const char* key, std::vector<std::int64_t> fallback,
                                           const std::string& source, const std::string& expected) {
   if (!j.contains(key) || j[key].is_null()) return fallback;

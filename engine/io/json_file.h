@@ -27,6 +27,12 @@ inline constexpr std::int64_t kMaxConfigCount = std::int64_t{1} << 24;
 /// else throws zs::Error(config) "SOURCE: KEY: expected an integer, found VALUE", and a value beyond
 /// ±kMaxConfigCount "SOURCE: KEY: VALUE is beyond 16777216, the largest ... accepted".
 std::int64_t config_int(const nlohmann::json& j, const char* key, std::int64_t fallback, const std::string& source);
+/// A config file's number `key` (eps, θ, ratios): `fallback` when absent or null; anything else throws
+/// zs::Error(config) "SOURCE: KEY: expected a number, found VALUE".
+double config_number(const nlohmann::json& j, const char* key, double fallback, const std::string& source);
+/// A config file's true/false `key`: `fallback` when absent or null; anything else throws
+/// zs::Error(config) "SOURCE: KEY: expected true or false, found VALUE".
+bool config_bool(const nlohmann::json& j, const char* key, bool fallback, const std::string& source);
 /// A config file's list of integers `key`: `fallback` when absent or null; anything else throws
 /// zs::Error(config) "SOURCE: KEY: EXPECTED"; each value is bounded as config_int's.
 std::vector<std::int64_t> config_int_list(const nlohmann::json& j, const char* key, std::vector<std::int64_t> fallback,

@@ -25,8 +25,8 @@ at::Tensor RmsNormImpl::forward(const at::Tensor& x) {
   return (normed * weight).to(x.scalar_type());
 }
 
-AdaModulationImpl::AdaModulationImpl(std::int64_t dim, std::int64_t chunks_) : chunks(chunks_) {
-  linear = register_module("linear", AdaptedLinear(dim, chunks * dim));
+AdaModulationImpl::AdaModulationImpl(std::int64_t dim, std::int64_t chunks_, bool bias) : chunks(chunks_) {
+  linear = register_module("linear", AdaptedLinear(torch::nn::LinearOptions(dim, chunks * dim).bias(bias)));
 }
 
 std::vector<at::Tensor> AdaModulationImpl::forward(const at::Tensor& temb) {
@@ -48,15 +48,15 @@ GeluFeedForwardImpl::GeluFeedForwardImpl(std::int64_t dim, std::int64_t inner) {
 
 at::Tensor GeluFeedForwardImpl::forward(const at::Tensor& x) { return out(gelu(x)); }
 
-TimestepEmbeddingImpl::TimestepEmbeddingImpl(std::int64_t in, std::int64_t dim) {
-  linear_1 = register_module("linear_1", AdaptedLinear(in, dim));
-  linear_2 = register_module("linear_2", AdaptedLinear(dim, dim));
+TimestepEmbeddingImpl::TimestepEmbeddingImpl(std::int64_t in, std::int64_t dim, bool bias) {
+  linear_1 = register_module("linear_1", AdaptedLinear(torch::nn::LinearOptions(in, dim).bias(bias)));
+  linear_2 = register_module("linear_2", AdaptedLinear(torch::nn::LinearOptions(dim, dim).bias(bias)));
 }
 
 at::Tensor TimestepEmbeddingImpl::forward(const at::Tensor& x) { return linear_2(at::silu(linear_1(x))); }
 
-at::Tensor ada_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale) {
-  return at::layer_norm(x, {x.size(-1)}, {}, {}, 1e-6) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
+at::Tensor ada_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps) {
+  return at::layer_norm(x, {x.size(-1)}, {}, {}, eps) * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1);
 }
 
 at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {

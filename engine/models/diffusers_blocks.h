@@ -38,7 +38,8 @@ TORCH_MODULE(RmsNorm);
 /// A modulation's projection: "<norm>.linear" of AdaLayerNormZero(Single) and AdaLayerNormContinuous.
 class AdaModulationImpl : public torch::nn::Module {
  public:
-  AdaModulationImpl(std::int64_t dim, std::int64_t chunks);
+  /// `bias`: false for FLUX.2's (whose linears have none).
+  AdaModulationImpl(std::int64_t dim, std::int64_t chunks, bool bias = true);
   /// linear(SiLU(temb)) in `chunks` pieces [B, dim] each.
   std::vector<at::Tensor> forward(const at::Tensor& temb);
   AdaptedLinear linear{nullptr};
@@ -70,7 +71,7 @@ TORCH_MODULE(GeluFeedForward);
 /// diffusers' TimestepEmbedding: linear_1, SiLU, linear_2.
 class TimestepEmbeddingImpl : public torch::nn::Module {
  public:
-  TimestepEmbeddingImpl(std::int64_t in, std::int64_t dim);
+  TimestepEmbeddingImpl(std::int64_t in, std::int64_t dim, bool bias = true);
   at::Tensor forward(const at::Tensor& x);
   AdaptedLinear linear_1{nullptr}, linear_2{nullptr};
 };
@@ -83,7 +84,7 @@ at::Tensor timestep_features(const at::Tensor& t, std::int64_t dim);
 
 /// AdaLN's modulation: LayerNorm without affine (eps 1e-6) of x [B, N, dim], then
 /// · (1 + scale) + shift, per sample (shift and scale [B, dim]).
-at::Tensor ada_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale);
+at::Tensor ada_modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale, double eps = 1e-6);
 
 /// diffusers' apply_rotary_emb (use_real, unbind dim −1; the same as the complex product over pairs of
 /// adjacent features) on x [B, S, H, D] with cos/sin [S, D] or, per sample, [B, S, D]

@@ -73,6 +73,10 @@ struct ParamUnit {
   std::int64_t numel() const;
 };
 
+/// A denoiser's units named `names` (the first "io": every parameter no other name claims), the
+/// parameters of unit `n` those of `module` whose names start with "<n>."; in module order.
+std::vector<ParamUnit> units_by_prefix(const torch::nn::Module& module, const std::vector<std::string>& names);
+
 /// Hooks around each unit's forward that may wrap the unit's main input and output (ZeRO
 /// stage 3 gathers parameters there and attaches autograd nodes that re-gather them before the
 /// unit's backward and reduce its gradients after it). Index 0 (the io unit) is reported only

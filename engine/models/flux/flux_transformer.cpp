@@ -232,24 +232,11 @@ at::Tensor FluxTransformer2DModelImpl::forward(const at::Tensor& hidden, const a
 }
 
 std::vector<ParamUnit> FluxTransformer2DModelImpl::units() const {
-  std::vector<ParamUnit> out(1 + transformer_blocks->size() + single_transformer_blocks->size());
-  out[0].name = "io";
-  for (std::size_t i = 0; i < transformer_blocks->size(); ++i) out[1 + i].name = "transformer_blocks." + std::to_string(i);
+  std::vector<std::string> names = {"io"};
+  for (std::size_t i = 0; i < transformer_blocks->size(); ++i) names.push_back("transformer_blocks." + std::to_string(i));
   for (std::size_t i = 0; i < single_transformer_blocks->size(); ++i)
-    out[1 + transformer_blocks->size() + i].name = "single_transformer_blocks." + std::to_string(i);
-  for (const auto& item : named_parameters(true)) {
-    std::size_t unit = 0;
-    for (std::size_t i = 1; i < out.size(); ++i) {
-      const std::string& prefix = out[i].name;
-      if (item.key().size() > prefix.size() && item.key().compare(0, prefix.size(), prefix) == 0 &&
-          item.key()[prefix.size()] == '.') {
-        unit = i;
-        break;
-      }
-    }
-    out[unit].parameters.emplace_back(item.key(), item.value());
-  }
-  return out;
+    names.push_back("single_transformer_blocks." + std::to_string(i));
+  return units_by_prefix(*this, names);
 }
 
 std::pair<at::Tensor, at::Tensor> flux_rope(const at::Tensor& ids, const std::vector<std::int64_t>& axes_dims,

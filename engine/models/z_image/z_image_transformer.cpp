@@ -27,12 +27,6 @@ constexpr std::int64_t kSeqMultiple = 32;
   throw Error(ErrorKind::config, source + ": " + key + ": " + what);
 }
 
-double config_number(const json& j, const char* key, double fallback, const std::string& source) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number()) fail(source, key, "expected a number, found " + j[key].dump());
-  return j[key].get<double>();
-}
-
 std::int64_t padded(std::int64_t n) { return n + (kSeqMultiple - n % kSeqMultiple) % kSeqMultiple; }
 
 /// A container module (diffusers' ModuleDict / Sequential levels that hold no parameters themselves).
@@ -73,14 +67,14 @@ ZImageConfig ZImageConfig::from_json(const json& j, const std::string& source) {
   c.n_refiner_layers = io::config_int(j, "n_refiner_layers", c.n_refiner_layers, source);
   c.n_heads = io::config_int(j, "n_heads", c.n_heads, source);
   const std::int64_t kv_heads = io::config_int(j, "n_kv_heads", c.n_heads, source);
-  c.norm_eps = config_number(j, "norm_eps", c.norm_eps, source);
+  c.norm_eps = io::config_number(j, "norm_eps", c.norm_eps, source);
   if (j.contains("qk_norm") && !j["qk_norm"].is_null()) {
     if (!j["qk_norm"].is_boolean()) fail(source, "qk_norm", "expected true or false, found " + j["qk_norm"].dump());
     c.qk_norm = j["qk_norm"].get<bool>();
   }
   c.cap_feat_dim = io::config_int(j, "cap_feat_dim", c.cap_feat_dim, source);
-  c.rope_theta = config_number(j, "rope_theta", c.rope_theta, source);
-  c.t_scale = config_number(j, "t_scale", c.t_scale, source);
+  c.rope_theta = io::config_number(j, "rope_theta", c.rope_theta, source);
+  c.t_scale = io::config_number(j, "t_scale", c.t_scale, source);
   c.axes_dims = io::config_int_list(j, "axes_dims", c.axes_dims, source, "expected a list of three integers");
   c.axes_lens = io::config_int_list(j, "axes_lens", c.axes_lens, source, "expected a list of three integers");
   for (const auto& [key, v] : {std::pair{"in_channels", c.in_channels}, {"dim", c.dim}, {"n_heads", c.n_heads},

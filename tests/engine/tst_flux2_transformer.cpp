@@ -1,0 +1,211 @@
+// FLUX.2's transformer against the pinned diffusers: tests/fixtures/flux2_transformer.safetensors,
+// written by tests/fixtures/gen/flux2_transformer.py from diffusers'
+// src/diffusers/models/transformers/transformer_flux2.py (Flux2Transformer2DModel, 0.42.1) and
+// pipelines/flux2/pipeline_flux2.py (_patchify_latents, _pack_latents, _prepare_latent_ids,
+// _prepare_text_ids): a tiny [dev]-shaped model (guidance embedding, 1 double- and 2 single-stream
+// blocks, 4 heads × 8, 4 RoPE axes at θ 2000, a 64-channel time sinusoid), its output and every
+// gradient, and the same weights without the guidance embedder ([klein]-shaped).
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <QtTest>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/meta_tensors.h"
+#include "io/safetensors.h"
+#include "models/attention_options.h"
+#include "models/flux2/flux2_transformer.h"
+#include "models/weights.h"
+#include "model_support.h"
+#include "test_support.h"
+
+using namespace zs::models;
+
+namespace {
+
+Flux2Config tiny_flux2(bool guidance) {
+  return Flux2Config::from_json(nlohmann::json{{"_class_name", "Flux2Transformer2DModel"},
+                                               {"patch_size", 1},
+                                               {"in_channels", 12},
+                                               {"out_channels", 12},
+                                               {"num_layers", 1},
+                                               {"num_single_layers", 2},
+                                               {"attention_head_dim", 8},
+                                               {"num_attention_heads", 4},
+                                               {"joint_attention_dim", 20},
+                                               {"timestep_guidance_channels", 64},
+                                               {"mlp_ratio", 3.0},
+                                               {"axes_dims_rope", {2, 2, 2, 2}},
+                                               {"rope_theta", 2000},
+                                               {"eps", 1e-6},
+                                               {"guidance_embeds", guidance}},
+                                "tiny");
+}
+
+void load_flux2_fixture(Flux2Transformer2DModelImpl& model, const zs::io::SafetensorsReader& ref) {
+  load_weights(model, [&](const std::string& name) {
+    const std::string key = "weight." + name;
+    return ref.contains(key) ? ref.tensor(key) : at::Tensor();
+  }, "flux2_transformer.safetensors");
+}
+
+double flux2_diff(const at::Tensor& a, const at::Tensor& b) {
+  return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+zs::io::SafetensorsReader flux2_fixture() {
+  return zs::io::SafetensorsReader(zs::test::peerFixture("flux2_transformer.safetensors").toStdString());
+}
+
+}  // namespace
+
+class TestFlux2Transformer : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // _patchify_latents + _pack_latents is Flux.1's 2×2 packing; the ids are (0, row, col, 0) and
+  // (0, 0, 0, i).
+  void packingAndIdsAreThePipelines() {
+    const auto ref = flux2_fixture();
+    const at::Tensor latents = ref.tensor("latents");
+    QVERIFY(at::equal(pack_latents_2x2(latents), ref.tensor("hidden")));
+    const auto opts = at::TensorOptions().dtype(at::kLong);
+    QVERIFY(at::equal(flux2_image_ids(2, 3, opts), ref.tensor("img_ids").to(at::kLong)));
+    QVERIFY(at::equal(flux2_text_ids(5, opts), ref.tensor("txt_ids").to(at::kLong)));
+  }
+
+  // Against "exact.*" (diffusers with its time sinusoid in float64, as ours): 1e-5 relative to the
+  // output's size, 1e-4 on every gradient; against diffusers as it runs: 1e-4. Both attention paths.
+  void forwardAndGradientsMatchDiffusers() {
+    const auto ref = flux2_fixture();
+    for (const AttentionMode mode : {AttentionMode::plain, AttentionMode::blocked}) {
+      Flux2Transformer2DModel model(tiny_flux2(true));
+      load_flux2_fixture(*model, ref);
+      AttentionOptions o;
+      o.mode = mode;
+      QCOMPARE(set_attention_options(*model, o), std::size_t{3});
+      const at::Tensor out = model->forward(ref.tensor("hidden"), ref.tensor("context"), ref.tensor("timestep"),
+                                            ref.tensor("img_ids"), ref.tensor("txt_ids"), ref.tensor("guidance"));
+      const double scale = std::max(1.0, ref.tensor("exact.output").abs().max().item<double>());
+      const double d = flux2_diff(out, ref.tensor("exact.output"));
+      QVERIFY2(d <= 1e-5 * scale, qPrintable(QString("output differs by %1 (scale %2)").arg(d).arg(scale)));
+      QVERIFY(flux2_diff(out, ref.tensor("output")) <= 1e-4 * scale);
+      (out * ref.tensor("w")).sum().backward();
+      std::size_t checked = 0;
+      for (const auto& p : model->named_parameters()) {
+        const at::Tensor want = ref.tensor("exact.grad." + p.key());
+        const double s = std::max(1.0, want.abs().max().item<double>());
+        const double g = flux2_diff(p.value().grad(), want);
+        QVERIFY2(g <= 1e-4 * s, qPrintable(QString::fromStdString(p.key()) + QString(": gradient differs by %1").arg(g)));
+        ++checked;
+      }
+      QCOMPARE(checked, model->named_parameters().size());
+    }
+  }
+
+  // Without the guidance embedder ([klein]): the fixture's output; every parameter name is
+  // diffusers' (the fixture's less the guidance embedder's), and none has a bias.
+  void withoutGuidanceIsKleinShaped() {
+    const auto ref = flux2_fixture();
+    Flux2Transformer2DModel model(tiny_flux2(false));
+    load_flux2_fixture(*model, ref);
+    c10::NoGradGuard no_grad;
+    const at::Tensor out = model->forward(ref.tensor("hidden"), ref.tensor("context"), ref.tensor("timestep"),
+                                          ref.tensor("img_ids"), ref.tensor("txt_ids"));
+    const double scale = std::max(1.0, out.abs().max().item<double>());
+    QVERIFY(flux2_diff(out, ref.tensor("exact.output_klein")) <= 1e-5 * scale);
+    QVERIFY(flux2_diff(out, ref.tensor("output_klein")) <= 1e-4 * scale);
+    std::size_t n = 0, guidance = 0, weights = 0;
+    for (const auto& p : model->named_parameters()) {
+      QVERIFY2(ref.contains("weight." + p.key()) && !p.key().ends_with(".bias"), p.key().c_str());
+      ++n;
+    }
+    for (const auto& e : ref.entries()) {
+      if (e.name.starts_with("weight.time_guidance_embed.guidance_embedder.")) ++guidance;
+      if (e.name.starts_with("weight.")) ++weights;
+    }
+    QCOMPARE(n + guidance, weights);
+  }
+
+  // The ZeRO units: io (embedders, the shared modulations, the output layers), then one per
+  // block; every parameter in exactly one; hooks around each block in forward order; checkpointed
+  // blocks give the same gradients (the shared modulations reach every block as its aux tensor).
+  void unitsHooksAndCheckpointing() {
+    const auto ref = flux2_fixture();
+    Flux2Config c = tiny_flux2(true);
+    c.num_layers = 2;
+    Flux2Transformer2DModel model(c);
+    const auto units = model->units();
+    QCOMPARE(units.size(), std::size_t{5});
+    QCOMPARE(units[1].name, std::string("transformer_blocks.0"));
+    QCOMPARE(units[4].name, std::string("single_transformer_blocks.1"));
+    std::int64_t in_units = 0, total = 0;
+    for (const auto& u : units) in_units += u.numel();
+    for (const auto& p : model->parameters()) total += p.numel();
+    QCOMPARE(in_units, total);
+    bool modulation_in_io = false;
+    for (const auto& [name, t] : units[0].parameters) {
+      QVERIFY2(name.find("_blocks.") == std::string::npos, name.c_str());
+      modulation_in_io |= name == "single_stream_modulation.linear.weight";
+    }
+    QVERIFY(modulation_in_io);
+    auto run = [&](bool checkpointing, bool to_cpu, std::shared_ptr<UnitHooks> hooks) {
+      model->set_gradient_checkpointing(checkpointing);
+      model->set_cpu_checkpointing(to_cpu);
+      model->set_unit_hooks(std::move(hooks));
+      model->zero_grad();
+      const at::Tensor out = model->forward(ref.tensor("hidden"), ref.tensor("context"), ref.tensor("timestep"),
+                                            ref.tensor("img_ids"), ref.tensor("txt_ids"), ref.tensor("guidance"));
+      (out * ref.tensor("w")).sum().backward();
+      std::vector<at::Tensor> grads;
+      for (const auto& p : model->parameters()) grads.push_back(p.grad().clone());
+      return std::make_pair(out.detach(), grads);
+    };
+    auto recorder = std::make_shared<zs::test::RecordingHooks>();
+    const auto plain = run(false, false, recorder);
+    const std::vector<std::string> want = {"before 0 6", "before 1 11", "after 1", "before 2 11", "after 2",
+                                           "before 3 11", "after 3",    "before 4 11", "after 4", "after 0"};
+    QCOMPARE(recorder->calls, want);
+    for (const bool to_cpu : {false, true}) {
+      const auto again = run(true, to_cpu, nullptr);
+      QVERIFY(at::allclose(again.first, plain.first, 1e-6, 1e-6));
+      for (std::size_t i = 0; i < plain.second.size(); ++i)
+        QVERIFY2(at::allclose(again.second[i], plain.second[i], 1e-5, 1e-6), qPrintable(QString::number(i)));
+    }
+  }
+
+  // The released transformers' sizes, as diffusers counts them on the meta device.
+  void fullSizeParameterCountsAreTheReferences() {
+    const zs::MetaTensorScope meta;
+    QCOMPARE(parameter_count(*Flux2Transformer2DModel(Flux2Config::klein_4b())), std::int64_t{3'875'544'576});
+    QCOMPARE(parameter_count(*Flux2Transformer2DModel(Flux2Config::klein_9b())), std::int64_t{9'078'581'248});
+    QCOMPARE(parameter_count(*Flux2Transformer2DModel(Flux2Config::dev())), std::int64_t{32'223'281'152});
+  }
+
+  // A bad config names the file and the key; a [dev]-shaped model refuses a forward without guidance.
+  void badConfigsNameTheKey() {
+    for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+             {"axes_dims_rope", {2, 2, 2}}, {"mlp_ratio", "three"}, {"eps", 0}, {"guidance_embeds", 1},
+             {"patch_size", 2}, {"timestep_guidance_channels", 63}}) {
+      nlohmann::json j = tiny_flux2(true).to_json();
+      j[key] = value;
+      try {
+        Flux2Config::from_json(j, "transformer/config.json");
+        QFAIL(key.c_str());
+      } catch (const zs::Error& e) {
+        QVERIFY2(QString(e.what()).contains("transformer/config.json") && QString(e.what()).contains(QString::fromStdString(key)),
+                 e.what());
+      }
+    }
+    Flux2Transformer2DModel model(tiny_flux2(true));
+    const auto ref = flux2_fixture();
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument,
+                             model->forward(ref.tensor("hidden"), ref.tensor("context"), ref.tensor("timestep"),
+                                            ref.tensor("img_ids"), ref.tensor("txt_ids")));
+  }
+};
+
+ZS_TEST_MAIN(TestFlux2Transformer);
+#include "tst_flux2_transformer.moc"
