@@ -155,6 +155,13 @@ struct VaeParts {
 AutoencoderKLConfig AutoencoderKLConfig::from_json(const nlohmann::json& j, const std::string& source) {
   if (!j.is_object()) throw Error(ErrorKind::config, source + ": expected a JSON object (diffusers vae/config.json)");
   AutoencoderKLConfig c;
+  const bool flux2 = j.contains("_class_name") && j["_class_name"] == "AutoencoderKLFlux2";
+  if (flux2) {  // AutoencoderKLFlux2's defaults (diffusers' autoencoder_kl_flux2.py)
+    c.latent_channels = 32;
+    c.sample_size = 1024;
+    c.scaling_factor = 1.0;
+    c.batch_norm_eps = 1e-4;
+  }
   auto get = [&](const char* key, int64_t& v) {
     if (!j.contains(key) || j[key].is_null()) return;
     if (!j[key].is_number_integer()) throw Error(ErrorKind::config, source + ": " + key + ": expected an integer");
@@ -191,6 +198,19 @@ AutoencoderKLConfig AutoencoderKLConfig::from_json(const nlohmann::json& j, cons
     for (const auto& t : list)
       if (t != want) throw Error(ErrorKind::config, source + ": " + key + ": only " + want + " is supported, got " + t.dump());
   }
+  if (flux2) {
+    if (j.contains("batch_norm_eps") && !j["batch_norm_eps"].is_null()) {
+      if (!j["batch_norm_eps"].is_number() || !(j["batch_norm_eps"].get<double>() > 0))
+        throw Error(ErrorKind::config, source + ": batch_norm_eps: expected a positive number");
+      c.batch_norm_eps = j["batch_norm_eps"].get<double>();
+    }
+    if (j.contains("patch_size") && !j["patch_size"].is_null() && j["patch_size"] != nlohmann::json{2, 2})
+      throw Error(ErrorKind::config, source + ": patch_size: only [2, 2] is supported (FLUX.2's), got " + j["patch_size"].dump());
+    if (j.contains("decoder_block_out_channels") && !j["decoder_block_out_channels"].is_null() &&
+        j["decoder_block_out_channels"] != j.value("block_out_channels", nlohmann::json(c.block_out_channels)))
+      throw Error(ErrorKind::config, source + ": decoder_block_out_channels: a decoder narrower than the encoder "
+                                              "(FLUX.2-small-decoder) is not supported yet; use the full VAE");
+  }
   if (c.block_out_channels.empty()) throw Error(ErrorKind::config, source + ": block_out_channels: must not be empty");
   for (int64_t ch : c.block_out_channels)
     if (ch % c.norm_num_groups != 0)
@@ -215,23 +235,31 @@ AutoencoderKLConfig AutoencoderKLConfig::flux1() {
 }
 
 nlohmann::json AutoencoderKLConfig::to_json() const {
-  return {{"_class_name", "AutoencoderKL"},
-          {"act_fn", "silu"},
-          {"in_channels", in_channels},
-          {"out_channels", out_channels},
-          {"latent_channels", latent_channels},
-          {"block_out_channels", block_out_channels},
-          {"down_block_types", std::vector<std::string>(block_out_channels.size(), "DownEncoderBlock2D")},
-          {"up_block_types", std::vector<std::string>(block_out_channels.size(), "UpDecoderBlock2D")},
-          {"layers_per_block", layers_per_block},
-          {"norm_num_groups", norm_num_groups},
-          {"sample_size", sample_size},
-          {"scaling_factor", scaling_factor},
-          {"force_upcast", force_upcast},
-          {"mid_block_add_attention", mid_block_add_attention},
-          {"use_quant_conv", use_quant_conv},
-          {"use_post_quant_conv", use_post_quant_conv},
-          {"shift_factor", shift_factor ? nlohmann::json(*shift_factor) : nlohmann::json(nullptr)}};
+  nlohmann::json j = {{"_class_name", "AutoencoderKL"},
+                      {"act_fn", "silu"},
+                      {"in_channels", in_channels},
+                      {"out_channels", out_channels},
+                      {"latent_channels", latent_channels},
+                      {"block_out_channels", block_out_channels},
+                      {"down_block_types", std::vector<std::string>(block_out_channels.size(), "DownEncoderBlock2D")},
+                      {"up_block_types", std::vector<std::string>(block_out_channels.size(), "UpDecoderBlock2D")},
+                      {"layers_per_block", layers_per_block},
+                      {"norm_num_groups", norm_num_groups},
+                      {"sample_size", sample_size},
+                      {"scaling_factor", scaling_factor},
+                      {"force_upcast", force_upcast},
+                      {"mid_block_add_attention", mid_block_add_attention},
+                      {"use_quant_conv", use_quant_conv},
+                      {"use_post_quant_conv", use_post_quant_conv},
+                      {"shift_factor", shift_factor ? nlohmann::json(*shift_factor) : nlohmann::json(nullptr)}};
+  if (flux2()) {
+    j["_class_name"] = "AutoencoderKLFlux2";
+    j["batch_norm_eps"] = *batch_norm_eps;
+    j["patch_size"] = {2, 2};
+    j.erase("scaling_factor");
+    j.erase("shift_factor");
+  }
+  return j;
 }
 
 at::Tensor AutoencoderKLConfig::to_model_latents(const at::Tensor& z) const {
@@ -289,6 +317,11 @@ AutoencoderKLImpl::AutoencoderKLImpl(AutoencoderKLConfig config)
   if (c.use_quant_conv) p.quant_conv = register_module("quant_conv", conv(2 * c.latent_channels, 2 * c.latent_channels, 1));
   if (c.use_post_quant_conv)
     p.post_quant_conv = register_module("post_quant_conv", conv(c.latent_channels, c.latent_channels, 1));
+  if (c.flux2()) {  // BatchNorm2d(4·latent, affine=False): its running statistics only
+    auto bn = register_module("bn", std::make_shared<Module>());
+    bn_running_mean = bn->register_buffer("running_mean", at::zeros({4 * c.latent_channels}));
+    bn_running_var = bn->register_buffer("running_var", at::ones({4 * c.latent_channels}));
+  }
 }
 
 AutoencoderKLImpl::~AutoencoderKLImpl() = default;
@@ -312,6 +345,24 @@ at::Tensor AutoencoderKLImpl::decode(const at::Tensor& latent) {
   at::Tensor h = p.dec_mid(p.dec_conv_in(p.post_quant_conv ? p.post_quant_conv(z) : z));
   for (auto& b : p.dec_blocks) h = b(h);
   return p.dec_conv_out(at::silu(p.dec_norm_out(h)));
+}
+
+at::Tensor AutoencoderKLImpl::normalize_patched(const at::Tensor& z) const {
+  if (!config_.flux2()) throw Error(ErrorKind::config, "normalize_patched: this VAE has no BatchNorm statistics (not FLUX.2's)");
+  const auto b = z.size(0), c = z.size(1), h = z.size(2), w = z.size(3);
+  const at::Tensor patched = z.view({b, c, h / 2, 2, w / 2, 2}).permute({0, 1, 3, 5, 2, 4}).reshape({b, c * 4, h / 2, w / 2});
+  const at::Tensor mean = bn_running_mean.to(z.options()).view({1, -1, 1, 1});
+  const at::Tensor std = at::sqrt(bn_running_var.to(z.options()).view({1, -1, 1, 1}) + *config_.batch_norm_eps);
+  return (patched - mean) / std;
+}
+
+at::Tensor AutoencoderKLImpl::denormalize_patched(const at::Tensor& x) const {
+  if (!config_.flux2()) throw Error(ErrorKind::config, "denormalize_patched: this VAE has no BatchNorm statistics (not FLUX.2's)");
+  const at::Tensor mean = bn_running_mean.to(x.options()).view({1, -1, 1, 1});
+  const at::Tensor std = at::sqrt(bn_running_var.to(x.options()).view({1, -1, 1, 1}) + *config_.batch_norm_eps);
+  const at::Tensor z = x * std + mean;
+  const auto b = z.size(0), c = z.size(1) / 4, h = z.size(2), w = z.size(3);
+  return z.reshape({b, c, 2, 2, h, w}).permute({0, 1, 4, 2, 5, 3}).reshape({b, c, h * 2, w * 2});
 }
 
 void load_vae_weights(AutoencoderKLImpl& vae, const std::vector<const io::SafetensorsReader*>& readers,

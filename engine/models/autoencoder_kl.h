@@ -34,9 +34,15 @@ struct AutoencoderKLConfig {
   bool mid_block_add_attention = true;
   bool use_quant_conv = true;        ///< the 1×1 convolution after the encoder (Flux: none)
   bool use_post_quant_conv = true;   ///< the 1×1 convolution before the decoder (Flux: none)
+  /// FLUX.2's AutoencoderKLFlux2: the eps of the BatchNorm statistics ("bn.running_mean/var", over
+  /// the 2×2-patchified latent channels) that its pipelines normalize latents with instead of a
+  /// scaling and shift factor (normalize_patched). Unset: AutoencoderKL.
+  std::optional<double> batch_norm_eps;
+  bool flux2() const { return batch_norm_eps.has_value(); }
 
   /// diffusers' vae/config.json (`source` names the file in errors); unknown block types and
-  /// activations are refused naming the key.
+  /// activations are refused naming the key. "_class_name": "AutoencoderKLFlux2" starts from that
+  /// class's defaults (32 latent channels, quant convolutions, batch_norm_eps 1e-4).
   static AutoencoderKLConfig from_json(const nlohmann::json& j, const std::string& source);
   static AutoencoderKLConfig from_file(const std::string& path);
   /// Flux.1's VAE (16 latent channels, scaling 0.3611, shift 0.1159, no quant convolutions), which
@@ -72,6 +78,13 @@ class AutoencoderKLImpl : public torch::nn::Module {
   DiagonalGaussian encode(const at::Tensor& image);
   /// latent [B, latent, h, w] (raw) → image [B, out_channels, h·f, w·f].
   at::Tensor decode(const at::Tensor& latent);
+  /// FLUX.2 (config().flux2()): raw latents [B, C, h, w] → 2×2-patchified [B, 4C, h/2, w/2]
+  /// (channel c·4 + dy·2 + dx) normalized by the BatchNorm statistics, (x − mean) / sqrt(var + eps),
+  /// as Flux2Pipeline._encode_vae_image; throws zs::Error(config) for another VAE.
+  at::Tensor normalize_patched(const at::Tensor& z) const;
+  /// The inverse: denormalized and unpatchified, ready for decode().
+  at::Tensor denormalize_patched(const at::Tensor& x) const;
+  at::Tensor bn_running_mean, bn_running_var;  ///< FLUX.2: [4·latent] buffers "bn.running_mean/var"
 
   const AutoencoderKLConfig& config() const { return config_; }
 

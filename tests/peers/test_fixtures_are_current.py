@@ -65,7 +65,9 @@ TOLERANCE = {
     "qwen_image_pipeline.safetensors": 2.5e-6,  # seen 8.8e-7; tst_qwen_image 1e-5
     "qwen_lora_alpha.safetensors": 0,      # seeded adapters
     "qwen_lora_alpha_deltas.safetensors": 2.5e-6,  # rank-4 products; tst_qwen_image 1e-5
-    "flux2_transformer.safetensors": 2.5e-6,  # made on the AMD EPYC; tst_flux2_transformer 1e-5 / 1e-4
+    "flux2_transformer.safetensors": 2.5e-6,  # made on the AMD EPYC; tst_flux2 1e-5 / 1e-4
+    "flux2_vae.safetensors": 2.5e-6,       # made on the AMD EPYC; tst_flux2 1e-5
+    "flux2_vae_config": 0,
     "z_image_transformer.safetensors": 2.5e-6,  # made on the AMD EPYC; tst_z_image_transformer 1e-5 / 1e-4
     "z_image_text.safetensors": 2.5e-6,    # made on the AMD EPYC; tst_z_image_text 1e-5
     "z_image_text.json": 0,                # chat texts and token ids

@@ -1,10 +1,13 @@
-// FLUX.2's transformer against the pinned diffusers: tests/fixtures/flux2_transformer.safetensors,
+// FLUX.2's parts against the pinned diffusers. The transformer: tests/fixtures/flux2_transformer.safetensors,
 // written by tests/fixtures/gen/flux2_transformer.py from diffusers'
 // src/diffusers/models/transformers/transformer_flux2.py (Flux2Transformer2DModel, 0.42.1) and
 // pipelines/flux2/pipeline_flux2.py (_patchify_latents, _pack_latents, _prepare_latent_ids,
 // _prepare_text_ids): a tiny [dev]-shaped model (guidance embedding, 1 double- and 2 single-stream
 // blocks, 4 heads × 8, 4 RoPE axes at θ 2000, a 64-channel time sinusoid), its output and every
-// gradient, and the same weights without the guidance embedder ([klein]-shaped).
+// gradient, and the same weights without the guidance embedder ([klein]-shaped). The VAE:
+// tests/fixtures/flux2_vae.safetensors and flux2_vae_config/ (gen/flux2_vae.py:
+// models/autoencoders/autoencoder_kl_flux2.py AutoencoderKLFlux2 with quant convolutions and its
+// BatchNorm statistics, which Flux2Pipeline normalizes the 2×2-patchified latents with).
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -16,6 +19,7 @@
 #include "core/meta_tensors.h"
 #include "io/safetensors.h"
 #include "models/attention_options.h"
+#include "models/autoencoder_kl.h"
 #include "models/flux2/flux2_transformer.h"
 #include "models/weights.h"
 #include "model_support.h"
@@ -61,7 +65,7 @@ zs::io::SafetensorsReader flux2_fixture() {
 
 }  // namespace
 
-class TestFlux2Transformer : public QObject {
+class TestFlux2 : public QObject {
   Q_OBJECT
 
  private slots:
@@ -184,6 +188,53 @@ class TestFlux2Transformer : public QObject {
     QCOMPARE(parameter_count(*Flux2Transformer2DModel(Flux2Config::dev())), std::int64_t{32'223'281'152});
   }
 
+  // AutoencoderKLFlux2: its config (32 latent channels by default, the BatchNorm eps), encode and
+  // decode as AutoencoderKL with quant convolutions, and the pipelines' latent normalization —
+  // patchify 2×2, then (x − running_mean) / sqrt(running_var + eps), and back before decoding.
+  void vaeAndLatentNormalizationMatchDiffusers() {
+    const zs::io::SafetensorsReader ref(zs::test::peerFixture("flux2_vae.safetensors").toStdString());
+    const AutoencoderKLConfig c =
+        AutoencoderKLConfig::from_file(zs::test::peerFixture("flux2_vae_config/config.json").toStdString());
+    QVERIFY(c.flux2() && c.use_quant_conv && c.use_post_quant_conv);
+    QCOMPARE(*c.batch_norm_eps, 1e-4);
+    QCOMPARE(c.latent_channels, std::int64_t{8});
+    AutoencoderKL vae(c);
+    load_weights(*vae, [&](const std::string& name) {
+      const std::string key = "weight." + name;
+      return ref.contains(key) ? ref.tensor(key) : at::Tensor();
+    }, "flux2_vae.safetensors");
+    c10::NoGradGuard no_grad;
+    auto close = [](const at::Tensor& a, const at::Tensor& b, const char* what) {
+      QVERIFY2(a.sizes() == b.sizes(), what);
+      const double scale = std::max(1.0, b.abs().max().item<double>()), d = flux2_diff(a, b);
+      QVERIFY2(d <= 1e-5 * scale, qPrintable(QString("%1 differs by %2").arg(what).arg(d)));
+    };
+    const DiagonalGaussian posterior = vae->encode(ref.tensor("image"));
+    close(posterior.mean, ref.tensor("mean"), "the posterior's mean");
+    close(posterior.logvar, ref.tensor("logvar"), "the posterior's log-variance");
+    const at::Tensor normalized = vae->normalize_patched(posterior.mean);
+    close(normalized, ref.tensor("normalized"), "the normalized patchified latents");
+    QVERIFY(flux2_diff(vae->denormalize_patched(normalized), posterior.mean) < 1e-5);
+    close(vae->decode(vae->denormalize_patched(ref.tensor("normalized"))), ref.tensor("decoded"), "the decoded images");
+    // Its config round-trips; Flux.1's VAE has no statistics to normalize with.
+    const AutoencoderKLConfig again = AutoencoderKLConfig::from_json(c.to_json(), "again");
+    QVERIFY(again.flux2() && *again.batch_norm_eps == 1e-4 && again.latent_channels == 8);
+    QVERIFY_THROWS_EXCEPTION(zs::Error, AutoencoderKL(AutoencoderKLConfig::flux1())->normalize_patched(posterior.mean));
+    const AutoencoderKLConfig defaults = AutoencoderKLConfig::from_json({{"_class_name", "AutoencoderKLFlux2"}}, "defaults");
+    QVERIFY(defaults.flux2() && defaults.latent_channels == 32 && defaults.use_quant_conv);
+    for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+             {"patch_size", {1, 1}}, {"decoder_block_out_channels", {96, 192, 384, 384}}, {"batch_norm_eps", -1}}) {
+      nlohmann::json j = c.to_json();
+      j[key] = value;
+      try {
+        AutoencoderKLConfig::from_json(j, "vae/config.json");
+        QFAIL(key.c_str());
+      } catch (const zs::Error& e) {
+        QVERIFY2(QString(e.what()).contains("vae/config.json: " + QString::fromStdString(key)), e.what());
+      }
+    }
+  }
+
   // A bad config names the file and the key; a [dev]-shaped model refuses a forward without guidance.
   void badConfigsNameTheKey() {
     for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
@@ -207,5 +258,5 @@ class TestFlux2Transformer : public QObject {
   }
 };
 
-ZS_TEST_MAIN(TestFlux2Transformer);
-#include "tst_flux2_transformer.moc"
+ZS_TEST_MAIN(TestFlux2);
+#include "tst_flux2.moc"
