@@ -7,7 +7,10 @@
 // gradient, and the same weights without the guidance embedder ([klein]-shaped). The VAE:
 // tests/fixtures/flux2_vae.safetensors and flux2_vae_config/ (gen/flux2_vae.py:
 // models/autoencoders/autoencoder_kl_flux2.py AutoencoderKLFlux2 with quant convolutions and its
-// BatchNorm statistics, which Flux2Pipeline normalizes the 2×2-patchified latents with).
+// BatchNorm statistics, which Flux2Pipeline normalizes the 2×2-patchified latents with). [klein]'s
+// prompt encoding: tests/fixtures/flux2_text.{json,safetensors} and flux2_text_encoder/
+// (gen/flux2_text.py: Flux2KleinPipeline._get_qwen3_prompt_embeds on a tiny 28-layer Qwen3 with the
+// Z-Image fixture's Qwen3 tokenizer).
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -20,6 +23,9 @@
 #include "io/safetensors.h"
 #include "models/attention_options.h"
 #include "models/autoencoder_kl.h"
+#include "models/flux2/flux2_text.h"
+#include "models/qwen_text/qwen_tokenizer.h"
+#include "io/json_file.h"
 #include "models/flux2/flux2_transformer.h"
 #include "models/weights.h"
 #include "model_support.h"
@@ -233,6 +239,39 @@ class TestFlux2 : public QObject {
         QVERIFY2(QString(e.what()).contains("vae/config.json: " + QString::fromStdString(key)), e.what());
       }
     }
+  }
+
+  // [klein]'s prompt states: Qwen3's chat template with thinking off (texts and ids as
+  // transformers' apply_chat_template), padded to max_sequence_length with the pad token (those
+  // rows kept: the transformer attends to them) or cut there, hidden states 9, 18, 27 side by side
+  // — within 1e-5 of _get_qwen3_prompt_embeds, resident and streamed; English, Chinese, empty, cut.
+  void kleinPromptStatesMatchThePipeline() {
+    const nlohmann::json cases = zs::io::read_json_file(zs::test::peerFixture("flux2_text.json").toStdString(), "golden")["cases"];
+    const QwenTokenizer tok = QwenTokenizer::load(zs::test::peerFixture("z_image_text_tokenizer").toStdString());
+    for (const auto& c : cases) {
+      QCOMPARE(flux2_klein_chat_text(c["prompt"].get<std::string>()), c["chat"].get<std::string>());
+      QCOMPARE(tok.encode(flux2_klein_chat_text(c["prompt"].get<std::string>())), c["ids"].get<std::vector<std::int64_t>>());
+    }
+    const std::string dir = zs::test::peerFixture("flux2_text_encoder").toStdString();
+    QwenTextModel model = load_qwen_text_model(dir, {dir + "/model.safetensors"});
+    QCOMPARE(model->config().num_hidden_layers, std::int64_t{28});
+    const zs::io::SafetensorsReader ref(zs::test::peerFixture("flux2_text.safetensors").toStdString());
+    c10::NoGradGuard no_grad;
+    for (const std::int64_t length : {40, 12}) {
+      const at::Tensor want = ref.tensor("prompt" + std::to_string(length));
+      for (std::size_t i = 0; i < cases.size(); ++i) {
+        const std::string prompt = cases[i]["prompt"].get<std::string>();
+        for (const bool streamed : {false, true}) {
+          const at::Tensor got = flux2_klein_prompt_states(*model, tok, prompt, length, at::kCPU, streamed);
+          const at::Tensor w = want[static_cast<std::int64_t>(i)];
+          QVERIFY2(got.sizes() == w.sizes(), qPrintable(QString("prompt %1 at %2: shape").arg(i).arg(length)));
+          const double scale = std::max(1.0, w.abs().max().item<double>()), d = flux2_diff(got, w);
+          QVERIFY2(d <= 1e-5 * scale, qPrintable(QString("prompt %1 at %2%3: %4 off").arg(i).arg(length)
+                                                     .arg(streamed ? " streamed" : "").arg(d)));
+        }
+      }
+    }
+    QVERIFY_THROWS_EXCEPTION(zs::Error, flux2_klein_prompt_states(*model, tok, "x", 12, at::kCPU, false, {9, 28}));
   }
 
   // A bad config names the file and the key; a [dev]-shaped model refuses a forward without guidance.

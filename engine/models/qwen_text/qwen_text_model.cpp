@@ -347,33 +347,37 @@ at::Tensor QwenTextModelImpl::forward(const at::Tensor& ids, const at::Tensor& m
 }
 
 at::Tensor QwenTextModelImpl::hidden_state(const at::Tensor& ids, const at::Tensor& mask, std::int64_t n) {
-  if (n < 0 || n > config_.num_hidden_layers)
-    throw Error(ErrorKind::config, std::string(config_.name()) + " text encoder: hidden state " + std::to_string(n) +
-                                       " asked of a model with " + std::to_string(config_.num_hidden_layers) + " layers");
-  return run(ids, mask, qwen_default_positions(ids, ids.device()), n);
+  return hidden_states(ids, mask, {n}).front();
+}
+
+std::vector<at::Tensor> QwenTextModelImpl::hidden_states(const at::Tensor& ids, const at::Tensor& mask,
+                                                         const std::vector<std::int64_t>& ns,
+                                                         const std::optional<at::Device>& streamed_on) {
+  const at::Device device = streamed_on ? *streamed_on : ids.device();
+  return states(ids, mask, qwen_default_positions(ids, device), ns, streamed_on);
 }
 
 at::Tensor QwenTextModelImpl::run(const at::Tensor& ids, const at::Tensor& mask, const at::Tensor& positions,
                                   std::int64_t n) {
-  qwen_check_inputs(ids, mask);
-  at::Tensor h = embed_tokens(ids);  // [B, L, hidden]
-  at::Tensor cos, sin;
-  std::tie(cos, sin) = qwen_text_rope(positions.to(h.device()), config_.head_dim(), config_.rope_theta, h.scalar_type());
-  const std::vector<at::Tensor> masks = qwen_text_attention_masks(mask, h.scalar_type(), h.device());
-  const auto count = n < 0 ? layers->size() : static_cast<std::size_t>(n);
-  for (std::size_t i = 0; i < count; ++i) h = layers[i]->as<QwenTextDecoderLayerImpl>()->forward(h, cos, sin, masks);
-  return n < 0 ? norm(h) : h;
+  return states(ids, mask, positions, {n < 0 ? config_.num_hidden_layers : n}, std::nullopt).front();
 }
 
-at::Tensor QwenTextModelImpl::forward_streamed(const at::Tensor& ids, const at::Tensor& mask, const at::Device& device,
-                                               std::int64_t n) {
+std::vector<at::Tensor> QwenTextModelImpl::states(const at::Tensor& ids, const at::Tensor& mask, const at::Tensor& positions,
+                                                  const std::vector<std::int64_t>& ns,
+                                                  const std::optional<at::Device>& streamed_on) {
   qwen_check_inputs(ids, mask);
-  if (n > config_.num_hidden_layers)
-    throw Error(ErrorKind::config, std::string(config_.name()) + " text encoder: hidden state " + std::to_string(n) +
-                                       " asked of a model with " + std::to_string(config_.num_hidden_layers) + " layers");
-  // Each piece visits the device for its part and goes back to CPU memory, where it lives.
+  const std::int64_t total = config_.num_hidden_layers;
+  std::int64_t deepest = 0;
+  for (const std::int64_t n : ns) {
+    if (n < 0 || n > total)
+      throw Error(ErrorKind::config, std::string(config_.name()) + " text encoder: hidden state " + std::to_string(n) +
+                                         " asked of a model with " + std::to_string(total) + " layers");
+    deepest = std::max(deepest, n);
+  }
+  // Streamed: each piece visits the device for its part and goes back to CPU memory, where it lives.
   auto visiting = [&](torch::nn::Module& piece, const std::function<at::Tensor()>& fn) {
-    piece.to(device);
+    if (!streamed_on) return fn();
+    piece.to(*streamed_on);
     try {
       at::Tensor out = fn();
       piece.to(at::kCPU);
@@ -383,17 +387,28 @@ at::Tensor QwenTextModelImpl::forward_streamed(const at::Tensor& ids, const at::
       throw;
     }
   };
-  // The embedding (1 GiB at full size) is only looked up: in CPU memory, the rows then go over.
-  at::Tensor h = embed_tokens(ids.to(at::kCPU)).to(device);
+  // Streamed, the embedding (1 GiB at full size) is only looked up in CPU memory; the rows go over.
+  at::Tensor h = streamed_on ? embed_tokens(ids.to(at::kCPU)).to(*streamed_on) : embed_tokens(ids);  // [B, L, hidden]
   at::Tensor cos, sin;
-  std::tie(cos, sin) = qwen_text_rope(qwen_default_positions(ids, device), config_.head_dim(), config_.rope_theta, h.scalar_type());
-  const std::vector<at::Tensor> masks = qwen_text_attention_masks(mask, h.scalar_type(), device);
-  const auto count = n < 0 ? layers->size() : static_cast<std::size_t>(n);
-  for (std::size_t i = 0; i < count; ++i) {
-    auto* l = layers[i]->as<QwenTextDecoderLayerImpl>();
+  std::tie(cos, sin) = qwen_text_rope(positions.to(h.device()), config_.head_dim(), config_.rope_theta, h.scalar_type());
+  const std::vector<at::Tensor> masks = qwen_text_attention_masks(mask, h.scalar_type(), h.device());
+  std::vector<at::Tensor> out(ns.size());
+  auto keep = [&](std::int64_t count) {
+    for (std::size_t i = 0; i < ns.size(); ++i)
+      if (ns[i] == count) out[i] = count == total ? visiting(*norm, [&] { return norm(h); }) : h;
+  };
+  keep(0);
+  for (std::int64_t i = 0; i < deepest; ++i) {
+    auto* l = layers[static_cast<std::size_t>(i)]->as<QwenTextDecoderLayerImpl>();
     h = visiting(*l, [&] { return l->forward(h, cos, sin, masks); });
+    keep(i + 1);
   }
-  return n < 0 ? visiting(*norm, [&] { return norm(h); }) : h;
+  return out;
+}
+
+at::Tensor QwenTextModelImpl::forward_streamed(const at::Tensor& ids, const at::Tensor& mask, const at::Device& device,
+                                               std::int64_t n) {
+  return hidden_states(ids, mask, {n < 0 ? config_.num_hidden_layers : n}, device).front();
 }
 
 void load_qwen_text_weights(QwenTextModelImpl& model, const std::vector<std::string>& files) {

@@ -16,6 +16,7 @@
 // per-sample mask, so a batch with different lengths runs attention sample by sample.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -129,8 +130,13 @@ class QwenTextModelImpl : public torch::nn::Module {
   /// The same at RoPE positions [B, L] (int64; e.g. get_rope_index's, which give padding 0).
   at::Tensor forward(const at::Tensor& ids, const at::Tensor& mask, const at::Tensor& positions);
   /// transformers' hidden_states[n] (output_hidden_states): the state after the first `n` decoder
-  /// layers, without the final norm (Z-Image's encode_prompt takes hidden_states[-2], n = layers − 1).
+  /// layers, without the final norm, except n = layers: the last hidden state, after it, as
+  /// transformers replaces it (Z-Image's encode_prompt takes hidden_states[-2], n = layers − 1).
   at::Tensor hidden_state(const at::Tensor& ids, const at::Tensor& mask, std::int64_t n);
+  /// hidden_state for each n of `ns` in one pass up to the deepest (FLUX.2 [klein] stacks 9, 18
+  /// and 27). `streamed_on`: as forward_streamed, the weights in CPU memory, the computation there.
+  std::vector<at::Tensor> hidden_states(const at::Tensor& ids, const at::Tensor& mask, const std::vector<std::int64_t>& ns,
+                                        const std::optional<at::Device>& streamed_on = std::nullopt);
   /// forward (`n` < 0) or hidden_state with the weights in CPU memory and the computation on
   /// `device`, one decoder layer's weights on the device at a time (7B in bf16 is 13 GiB; a layer
   /// about 0.43 GiB). The token embedding is looked up in CPU memory; the result is on `device`.
@@ -144,6 +150,9 @@ class QwenTextModelImpl : public torch::nn::Module {
  private:
   /// Embeddings, the first `n` layers (all when n < 0, then the final norm).
   at::Tensor run(const at::Tensor& ids, const at::Tensor& mask, const at::Tensor& positions, std::int64_t n);
+  /// The states after each n of `ns` layers (n = layers: after the final norm), optionally streamed.
+  std::vector<at::Tensor> states(const at::Tensor& ids, const at::Tensor& mask, const at::Tensor& positions,
+                                 const std::vector<std::int64_t>& ns, const std::optional<at::Device>& streamed_on);
   QwenTextConfig config_;
 };
 TORCH_MODULE(QwenTextModel);
