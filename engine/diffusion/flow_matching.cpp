@@ -79,6 +79,15 @@ double calculate_shift(const FlowScheduleConfig& c, std::int64_t image_seq_len) 
   return static_cast<double>(image_seq_len) * m + b;
 }
 
+double flux2_empirical_mu(std::int64_t image_seq_len, std::int64_t steps) {
+  const double a1 = 8.73809524e-05, b1 = 1.89833333, a2 = 0.00016927, b2 = 0.45666666;
+  const auto seq = static_cast<double>(image_seq_len);
+  if (image_seq_len > 4300) return a2 * seq + b2;
+  const double m_200 = a2 * seq + b2, m_10 = a1 * seq + b1;
+  const double a = (m_200 - m_10) / 190.0, b = m_200 - 200.0 * a;
+  return a * static_cast<double>(steps) + b;
+}
+
 double shift_sigma(const FlowScheduleConfig& c, double sigma, double mu) {
   if (!c.use_dynamic_shifting) return c.shift * sigma / (1 + (c.shift - 1) * sigma);
   if (sigma <= 0) return 0;
@@ -91,7 +100,7 @@ std::vector<double> sampling_sigmas(const FlowScheduleConfig& c, std::int64_t st
   if (steps < 2 && c.shift_terminal > 0)
     throw Error(ErrorKind::config, "sampling.steps: 1 step cannot end at the scheduler's shift_terminal (" +
                                        std::to_string(c.shift_terminal) + "); use 2 or more");
-  const double mu = calculate_shift(c, image_seq_len);
+  const double mu = c.empirical_mu ? flux2_empirical_mu(image_seq_len, steps) : calculate_shift(c, image_seq_len);
   // set_timesteps takes the pipeline's sigmas as a float32 array and shifts (and stretches) them
   // in float32 arithmetic, each operation rounded (numpy: a Python float beside a float32 array
   // is a float32): the values here are those float32 numbers. (A model's time embedding takes

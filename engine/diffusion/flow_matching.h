@@ -26,6 +26,9 @@ struct FlowScheduleConfig {
   std::int64_t base_image_seq_len = 256, max_image_seq_len = 4096;
   std::string time_shift_type = "exponential";  ///< exponential | linear
   double shift_terminal = 0;           ///< > 0: sigmas stretched so the last non-zero one is this
+  /// FLUX.2's pipelines: sampling's mu is flux2_empirical_mu (the image's tokens and the step
+  /// count) instead of calculate_shift. Not in scheduler_config.json: the family sets it.
+  bool empirical_mu = false;
 
   /// Parses a scheduler_config.json object; `source` names the file in errors, which name the key.
   static FlowScheduleConfig from_json(const nlohmann::json& j, const std::string& source);
@@ -36,14 +39,19 @@ struct FlowScheduleConfig {
 /// base_shift) and (max_image_seq_len, max_shift), as pipeline_flux.py's calculate_shift.
 double calculate_shift(const FlowScheduleConfig& c, std::int64_t image_seq_len);
 
+/// FLUX.2's mu (pipeline_flux2.py compute_empirical_mu, from BFL's flux2 sampling.py): above 4300
+/// tokens 0.00016927·seq + 0.45666666; below, the line through its values at 10 and 200 steps
+/// (slopes 8.73809524e-05 and 0.00016927 per token) evaluated at `steps`.
+double flux2_empirical_mu(std::int64_t image_seq_len, std::int64_t steps);
+
 /// The scheduler's shift of one sigma in (0, 1]: with dynamic shifting the time shift at `mu`
 /// (exponential: e^mu / (e^mu + 1/σ − 1); linear: mu / (mu + 1/σ − 1)), else the static
 /// shift·σ / (1 + (shift − 1)·σ).
 double shift_sigma(const FlowScheduleConfig& c, double sigma, double mu);
 
 /// The sampling sigmas for `steps` steps at `image_seq_len` tokens, as FluxPipeline hands them to
-/// set_timesteps: linspace(1, 1/steps, steps) shifted (shift_sigma, then shift_terminal's stretch),
-/// followed by 0. steps + 1 values.
+/// set_timesteps: linspace(1, 1/steps, steps) shifted (shift_sigma at calculate_shift's mu, or
+/// flux2_empirical_mu's, then shift_terminal's stretch), followed by 0. steps + 1 values.
 std::vector<double> sampling_sigmas(const FlowScheduleConfig& c, std::int64_t steps, std::int64_t image_seq_len);
 
 /// How training draws σ (training.timestep_sampling).

@@ -205,6 +205,23 @@ class TestDiffusion : public QObject {
     at::Tensor x = tensor(tr.at("sample"));
     for (std::size_t i = 0; i < sampler.steps(); ++i) x = sampler.step(i, tensor(tr.at("model_outputs")[i]), x);
     QVERIFY(max_abs_diff_f32(x, tensor(tr.at("final"))) <= 1e-5);
+    // FLUX.2's pipelines: compute_empirical_mu (the tokens and the step count) with Flux.1 [dev]'s
+    // scheduler configuration, at five sizes (one above 4300 tokens) and 1, 4, 28, 50 steps.
+    FlowScheduleConfig flux2 = dev;
+    flux2.empirical_mu = true;
+    std::size_t flux2_schedules = 0;
+    for (const auto& s : doc.at("flux2").at("schedules")) {
+      const auto seq = s.at("image_seq_len").get<std::int64_t>(), steps = s.at("steps").get<std::int64_t>();
+      const std::string what = "FLUX.2, " + std::to_string(seq) + " tokens, " + std::to_string(steps) + " steps";
+      QVERIFY2(std::abs(flux2_empirical_mu(seq, steps) - s.at("mu").get<double>()) <= 1e-12, what.c_str());
+      const FlowMatchEulerSampler flux2_sampler(flux2, steps, seq);
+      const auto want = s.at("sigmas").get<std::vector<double>>();
+      QCOMPARE(flux2_sampler.sigmas().size(), want.size());
+      for (std::size_t i = 0; i < want.size(); ++i)
+        QVERIFY2(std::abs(flux2_sampler.sigmas()[i] - want[i]) <= 1e-6, (what + ", sigma " + std::to_string(i)).c_str());
+      ++flux2_schedules;
+    }
+    QCOMPARE(flux2_schedules, std::size_t{20});
   }
 
   void flowMatchingObjective() {
