@@ -10,7 +10,9 @@
 // BatchNorm statistics, which Flux2Pipeline normalizes the 2×2-patchified latents with). [klein]'s
 // prompt encoding: tests/fixtures/flux2_text.{json,safetensors} and flux2_text_encoder/
 // (gen/flux2_text.py: Flux2KleinPipeline._get_qwen3_prompt_embeds on a tiny 28-layer Qwen3 with the
-// Z-Image fixture's Qwen3 tokenizer).
+// Z-Image fixture's Qwen3 tokenizer). [dev]'s text encoder, Mistral's language model:
+// tests/fixtures/mistral_text.safetensors and mistral_text_encoder/ (gen/mistral_text.py:
+// transformers' MistralForCausalLM, tiny, 31 layers).
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
@@ -272,6 +274,55 @@ class TestFlux2 : public QObject {
       }
     }
     QVERIFY_THROWS_EXCEPTION(zs::Error, flux2_klein_prompt_states(*model, tok, "x", 12, at::kCPU, false, {9, 28}));
+  }
+
+  // Mistral's language model (FLUX.2 [dev]'s text encoder) as QwenTextModel's Mistral kind: Qwen3's
+  // decoder without q/k norms or biases. Hidden states 10, 20, 30 and the last (final-normed) of a
+  // right-padded batch, padded rows included, within 1e-5 of transformers; the config of
+  // Mistral-Small-3.x's Mistral3ForConditionalGeneration (text_config) read with its parameter
+  // count as transformers counts it; the older "language_model.model." names load the same.
+  void mistralHiddenStatesMatchTransformers() {
+    const std::string dir = zs::test::peerFixture("mistral_text_encoder").toStdString();
+    QwenTextModel model = load_qwen_text_model(dir, {dir + "/model.safetensors"});
+    QVERIFY(model->config().kind == QwenTextConfig::Kind::mistral);
+    QCOMPARE(model->config().sliding_window, std::int64_t{0});
+    QCOMPARE(model->config().head_dim(), std::int64_t{8});
+    const zs::io::SafetensorsReader ref(zs::test::peerFixture("mistral_text.safetensors").toStdString());
+    const at::Tensor ids = ref.tensor("input_ids"), mask = ref.tensor("attention_mask");
+    c10::NoGradGuard no_grad;
+    auto check = [&](QwenTextModelImpl& m) {
+      const auto states = m.hidden_states(ids, mask, {10, 20, 30, 31});
+      const std::vector<std::string> names = {"hidden.10", "hidden.20", "hidden.30", "last"};
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        const at::Tensor want = ref.tensor(names[i]);
+        const double scale = std::max(1.0, want.abs().max().item<double>()), d = flux2_diff(states[i], want);
+        QVERIFY2(d <= 1e-5 * scale, qPrintable(QString::fromStdString(names[i]) + QString(" differs by %1").arg(d)));
+      }
+    };
+    check(*model);
+    {
+      QTemporaryDir tmp;
+      const zs::io::SafetensorsReader weights(dir + "/model.safetensors");
+      std::vector<std::pair<std::string, at::Tensor>> renamed;
+      for (const auto& e : weights.entries())
+        if (e.name.starts_with("model.")) renamed.emplace_back("language_model.model." + e.name.substr(6), weights.tensor(e.name));
+      const std::string file = tmp.filePath("legacy.safetensors").toStdString();
+      zs::io::write_safetensors(file, renamed);
+      QwenTextModel legacy = load_qwen_text_model(dir, {file});
+      check(*legacy);
+    }
+    const nlohmann::json mistral3 = {
+        {"architectures", {"Mistral3ForConditionalGeneration"}}, {"model_type", "mistral3"},
+        {"text_config", {{"model_type", "mistral"}, {"vocab_size", 131072}, {"hidden_size", 5120},
+                         {"intermediate_size", 32768}, {"num_hidden_layers", 40}, {"num_attention_heads", 32},
+                         {"num_key_value_heads", 8}, {"head_dim", 128}, {"rms_norm_eps", 1e-5}, {"rope_theta", 1e9},
+                         {"sliding_window", nullptr}, {"hidden_act", "silu"}}}};
+    const QwenTextConfig small = QwenTextConfig::from_json(mistral3, "text_encoder/config.json");
+    QVERIFY(small.kind == QwenTextConfig::Kind::mistral && small.sliding_window == 0 && small.head_dim() == 128 &&
+            small.rope_theta == 1e9 && !small.qk_norm && !small.qkv_bias);
+    const zs::MetaTensorScope meta;
+    QCOMPARE(parameter_count(*QwenTextModel(small)), std::int64_t{22'901'314'560});  // transformers' MistralModel
+    QCOMPARE(QwenTextConfig::from_json(small.to_json(), "again").num_hidden_layers, std::int64_t{40});
   }
 
   // A bad config names the file and the key; a [dev]-shaped model refuses a forward without guidance.

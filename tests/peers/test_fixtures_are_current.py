@@ -71,6 +71,8 @@ TOLERANCE = {
     "flux2_text.safetensors": 2.5e-6,      # made on the AMD EPYC; tst_flux2 1e-5
     "flux2_text.json": 0,                  # chat texts and token ids
     "flux2_text_encoder": 0,
+    "mistral_text.safetensors": 2.5e-6,    # made on the AMD EPYC; tst_flux2 1e-5
+    "mistral_text_encoder": 0,
     "z_image_transformer.safetensors": 2.5e-6,  # made on the AMD EPYC; tst_z_image_transformer 1e-5 / 1e-4
     "z_image_text.safetensors": 2.5e-6,    # made on the AMD EPYC; tst_z_image_text 1e-5
     "z_image_text.json": 0,                # chat texts and token ids

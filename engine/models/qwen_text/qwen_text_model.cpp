@@ -42,7 +42,28 @@ QwenTextConfig QwenTextConfig::from_json(const json& j, const std::string& sourc
                      (j.contains("architectures") && j["architectures"].is_array() &&
                       std::any_of(j["architectures"].begin(), j["architectures"].end(),
                                   [](const json& a) { return a.is_string() && a.get<std::string>().starts_with("Qwen3"); }));
-  if (qwen3) {
+  // Mistral (FLUX.2 [dev]'s Mistral-Small-3.x: Mistral3ForConditionalGeneration, whose language
+  // model is a MistralModel under text_config; or a MistralModel / MistralForCausalLM): Qwen3's
+  // decoder without q/k norms or biases, transformers' MistralConfig defaults.
+  const auto model_type = [&](const json& o) { return o.is_object() ? o.value("model_type", std::string()) : std::string(); };
+  const bool mistral = model_type(j) == "mistral" || model_type(j) == "mistral3" || model_type(text) == "mistral" ||
+                       (j.contains("architectures") && j["architectures"].is_array() &&
+                        std::any_of(j["architectures"].begin(), j["architectures"].end(),
+                                    [](const json& a) { return a.is_string() && a.get<std::string>().starts_with("Mistral"); }));
+  if (mistral) {
+    c = QwenTextConfig{};
+    c.kind = Kind::mistral;
+    c.vocab_size = 32000;
+    c.hidden_size = 4096;
+    c.intermediate_size = 14336;
+    c.num_hidden_layers = 32;
+    c.num_attention_heads = 32;
+    c.num_key_value_heads = 8;
+    c.rope_theta = 10000.0;
+    c.qkv_bias = c.o_bias = false;
+    c.sliding_window = 4096;
+  }
+  if (qwen3 && !mistral) {
     c = QwenTextConfig{};
     c.kind = Kind::qwen3;
     c.vocab_size = 151936;
@@ -71,7 +92,19 @@ QwenTextConfig QwenTextConfig::from_json(const json& j, const std::string& sourc
   get_int("num_attention_heads", c.num_attention_heads);
   c.num_key_value_heads = c.num_attention_heads;  // transformers' default when absent
   get_int("num_key_value_heads", c.num_key_value_heads);
-  if (qwen3) {
+  if (mistral) {
+    get_int("head_dim", c.head_size);
+    if (const auto [value, where] = find("sliding_window"); value) {
+      if (!value->is_number_integer() || value->get<std::int64_t>() < 1)
+        problems.push_back(where + ": expected a positive integer or null");
+      else
+        c.sliding_window = value->get<std::int64_t>();
+    } else if ((text.contains("sliding_window") && text["sliding_window"].is_null()) ||
+               (j.contains("sliding_window") && j["sliding_window"].is_null())) {
+      c.sliding_window = 0;  // null: every token attends to every earlier one
+    }
+  }
+  if (qwen3 && !mistral) {
     get_int("head_dim", c.head_size);
     if (const auto [value, where] = find("attention_bias"); value) {
       if (!value->is_boolean())
@@ -128,7 +161,7 @@ QwenTextConfig QwenTextConfig::from_json(const json& j, const std::string& sourc
         c.mrope_section = m.get<std::vector<std::int64_t>>();
     }
   }
-  if (problems.empty() && qwen3) {
+  if (problems.empty() && (qwen3 || mistral)) {
     if (c.head_dim() % 2 != 0)
       problems.push_back(source + ": head_dim " + std::to_string(c.head_dim()) + " must be even (RoPE rotates pairs)");
     else if (c.num_attention_heads % c.num_key_value_heads != 0)
@@ -187,6 +220,14 @@ json QwenTextConfig::to_json() const {
                {"rms_norm_eps", rms_norm_eps},
                {"use_sliding_window", false},
                {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", rope_theta}}}};
+  if (kind == Kind::mistral) {
+    text["architectures"] = {"MistralForCausalLM"};
+    text["model_type"] = "mistral";
+    text["head_dim"] = head_dim();
+    text["sliding_window"] = sliding_window > 0 ? json(sliding_window) : json(nullptr);
+    text.erase("use_sliding_window");
+    return text;
+  }
   if (kind == Kind::qwen3) {
     text["architectures"] = {"Qwen3ForCausalLM"};
     text["model_type"] = "qwen3";
@@ -366,6 +407,10 @@ std::vector<at::Tensor> QwenTextModelImpl::states(const at::Tensor& ids, const a
                                                   const std::vector<std::int64_t>& ns,
                                                   const std::optional<at::Device>& streamed_on) {
   qwen_check_inputs(ids, mask);
+  if (config_.sliding_window > 0 && ids.size(1) > config_.sliding_window)
+    throw Error(ErrorKind::data, std::string(config_.name()) + " text encoder: " + std::to_string(ids.size(1)) +
+                                     " tokens are more than its sliding window of " +
+                                     std::to_string(config_.sliding_window) + ", which is not supported");
   const std::int64_t total = config_.num_hidden_layers;
   std::int64_t deepest = 0;
   for (const std::int64_t n : ns) {
@@ -414,7 +459,9 @@ at::Tensor QwenTextModelImpl::forward_streamed(const at::Tensor& ids, const at::
 void load_qwen_text_weights(QwenTextModelImpl& model, const std::vector<std::string>& files) {
   if (files.empty()) throw Error(ErrorKind::checkpoint, "Qwen text encoder: no weight files given");
   const WeightFiles r(files);
-  for (const char* prefix : {"model.language_model.", "model.", ""}) {
+  // Names: transformers 5's Qwen2.5-VL and Mistral3 ("model.language_model."), a causal LM's
+  // ("model."), a bare model's, and older Mistral3 files ("language_model.model.").
+  for (const char* prefix : {"model.language_model.", "model.", "", "language_model.model."}) {
     if (!r.find(std::string(prefix) + "embed_tokens.weight").defined()) continue;
     load_weights(model, r.view, prefix);
     return;
@@ -440,7 +487,7 @@ void check_qwen_text_files(const QwenTextConfig& config, const std::string& conf
   }
   std::string prefix;
   bool found = false;
-  for (const char* p : {"model.language_model.", "model.", ""})
+  for (const char* p : {"model.language_model.", "model.", "", "language_model.model."})
     if (!found && entries.contains(std::string(p) + "embed_tokens.weight")) {
       prefix = p;
       found = true;

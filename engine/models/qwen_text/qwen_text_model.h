@@ -35,7 +35,7 @@ namespace zs::models {
 /// sit at the top level or under "text_config") or of a Qwen3 model (Qwen3ForCausalLM,
 /// Qwen3Model: model_type "qwen3"). Errors name `source` and the key.
 struct QwenTextConfig {
-  enum class Kind { qwen2_5_vl, qwen3 };
+  enum class Kind { qwen2_5_vl, qwen3, mistral };
   Kind kind = Kind::qwen2_5_vl;
   std::int64_t vocab_size = 152064;
   std::int64_t hidden_size = 3584;
@@ -50,10 +50,11 @@ struct QwenTextConfig {
   bool qkv_bias = true;        ///< Qwen2.5-VL: q/k/v with bias; Qwen3: attention_bias (o_proj too)
   bool o_bias = false;
   bool qk_norm = false;        ///< Qwen3: RMS norms of each head's q and k
+  std::int64_t sliding_window = 0;  ///< Mistral: the attention window (0: none); longer inputs are refused
 
   std::int64_t head_dim() const { return head_size > 0 ? head_size : hidden_size / num_attention_heads; }
-  /// "Qwen2.5-VL" or "Qwen3", for messages.
-  const char* name() const { return kind == Kind::qwen3 ? "Qwen3" : "Qwen2.5-VL"; }
+  /// "Qwen2.5-VL", "Qwen3" or "Mistral", for messages.
+  const char* name() const { return kind == Kind::qwen3 ? "Qwen3" : kind == Kind::mistral ? "Mistral" : "Qwen2.5-VL"; }
   static QwenTextConfig from_json(const nlohmann::json& j, const std::string& source);
   static QwenTextConfig from_file(const std::string& path);
   /// Qwen3-4B (Z-Image's text encoder, FLUX.2 [klein 4B]'s): hidden 2560, 36 layers, 32 heads of 128
