@@ -25,8 +25,6 @@ at::Tensor WeightFiles::find(const std::string& name) const {
     if (r->contains(name)) return r->weight(name);
   return {};
 }
-namespace {
-
 std::string shape_text(at::IntArrayRef s) {
   std::ostringstream o;
   o << '[';
@@ -35,7 +33,19 @@ std::string shape_text(at::IntArrayRef s) {
   return o.str();
 }
 
-}  // namespace
+std::int64_t numbered_blocks(const std::vector<std::string>& names, const std::string& head) {
+  std::int64_t n = 0;
+  for (const auto& name : names) {
+    if (name.compare(0, head.size(), head) != 0) continue;
+    const auto dot = name.find('.', head.size());
+    if (dot == std::string::npos) continue;
+    try {
+      n = std::max<std::int64_t>(n, std::stoll(name.substr(head.size(), dot - head.size())) + 1);
+    } catch (const std::exception&) {
+    }
+  }
+  return n;
+}
 
 void expect_rows(const at::Tensor& t, std::int64_t rows, const std::string& key, const std::string& where) {
   if (t.dim() >= 1 && t.size(0) == rows) return;

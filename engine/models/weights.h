@@ -97,6 +97,13 @@ Module load_units_if_saved(const Config& config, const std::string& file, const 
 at::Tensor fused_rows(const at::Tensor& t, std::int64_t parts, std::int64_t index, std::int64_t rows_each,
                       const std::string& key, const std::string& where);
 
+/// "[a, b, c]": a shape as the loaders' messages write it.
+std::string shape_text(at::IntArrayRef shape);
+
+/// How many numbered blocks a single-file layout's names hold under `head` ("layers.",
+/// "double_blocks."): the highest N of "<head>N.…" plus one; 0 when none.
+std::int64_t numbered_blocks(const std::vector<std::string>& names, const std::string& head);
+
 /// Checks that `t`'s first dimension has `rows` rows (the same refusal as fused_rows).
 void expect_rows(const at::Tensor& t, std::int64_t rows, const std::string& key, const std::string& where);
 

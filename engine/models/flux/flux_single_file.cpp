@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
-#include <set>
 
 #include <ATen/ATen.h>
 
@@ -35,16 +34,6 @@ bool block_part(const std::string& name, const std::string& head, std::int64_t& 
 /// "weight" or "bias" of a parameter name (after its module path).
 std::string leaf(const std::string& name) { return name.substr(name.rfind('.') + 1); }
 
-std::int64_t count_blocks(const std::vector<std::string>& names, const std::string& head) {
-  std::set<std::int64_t> seen;
-  for (const auto& n : names) {
-    std::int64_t i = 0;
-    std::string rest;
-    if (block_part(n, head, i, rest)) seen.insert(i);
-  }
-  return seen.empty() ? 0 : *seen.rbegin() + 1;
-}
-
 }  // namespace
 
 std::optional<std::string> find_bfl_flux_prefix(const std::vector<std::string>& names) {
@@ -75,8 +64,8 @@ FluxConfig bfl_flux_config(const std::vector<std::string>& names, const FileShap
     return s;
   };
   FluxConfig c;
-  c.num_layers = count_blocks(bare, "double_blocks.");
-  c.num_single_layers = count_blocks(bare, "single_blocks.");
+  c.num_layers = numbered_blocks(bare, "double_blocks.");
+  c.num_single_layers = numbered_blocks(bare, "single_blocks.");
   const auto img_in = dims("img_in.weight"), txt_in = dims("txt_in.weight"), vector_in = dims("vector_in.in_layer.weight");
   const auto head = dims("double_blocks.0.img_attn.norm.query_norm.scale"), out = dims("final_layer.linear.weight");
   const std::int64_t inner = img_in[0];

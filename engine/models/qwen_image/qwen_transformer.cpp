@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "io/json_file.h"
 #include "models/activation_checkpoint.h"
+#include "models/weights.h"
 
 namespace zs::models {
 
@@ -19,13 +20,6 @@ namespace {
 
 [[noreturn]] void fail(const std::string& source, const std::string& key, const std::string& what) {
   throw Error(ErrorKind::config, source + ": " + key + ": " + what);
-}
-
-
-std::string shape_of(const at::Tensor& t) {
-  std::string s = "[";
-  for (std::int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
 }
 
 }  // namespace
@@ -229,19 +223,19 @@ at::Tensor QwenImageTransformer2DModelImpl::forward(const at::Tensor& hidden, co
                                                     std::int64_t grid_h, std::int64_t grid_w) {
   const std::string where = "QwenImageTransformer2DModel: ";
   if (hidden.dim() != 3 || hidden.size(1) != grid_h * grid_w || hidden.size(2) != config_.in_channels)
-    throw std::invalid_argument(where + "latent tokens " + shape_of(hidden) + " are not [B, " + std::to_string(grid_h) +
+    throw std::invalid_argument(where + "latent tokens " + shape_text(hidden.sizes()) + " are not [B, " + std::to_string(grid_h) +
                                 "·" + std::to_string(grid_w) + ", " + std::to_string(config_.in_channels) + "]");
   const std::int64_t batch = hidden.size(0);
   if (context.dim() != 3 || context.size(0) != batch || context.size(2) != config_.joint_attention_dim)
-    throw std::invalid_argument(where + "text states " + shape_of(context) + " are not [" + std::to_string(batch) +
+    throw std::invalid_argument(where + "text states " + shape_text(context.sizes()) + " are not [" + std::to_string(batch) +
                                 ", L, " + std::to_string(config_.joint_attention_dim) + "]");
   const std::int64_t text = context.size(1), image = hidden.size(1);
   if (context_mask.defined() && (context_mask.dim() != 2 || context_mask.size(0) != batch ||
                                  context_mask.size(1) != text))
-    throw std::invalid_argument(where + "text mask " + shape_of(context_mask) + " is not [" + std::to_string(batch) +
+    throw std::invalid_argument(where + "text mask " + shape_text(context_mask.sizes()) + " is not [" + std::to_string(batch) +
                                 ", " + std::to_string(text) + "]");
   if (timestep.dim() != 1 || timestep.size(0) != batch)
-    throw std::invalid_argument(where + "timestep " + shape_of(timestep) + " is not [" + std::to_string(batch) + "]");
+    throw std::invalid_argument(where + "timestep " + shape_text(timestep.sizes()) + " is not [" + std::to_string(batch) + "]");
 
   // The joint positions each sample may attend to (its valid text tokens, then every image token);
   // none listed when no token is padding. Worked out once for all blocks.

@@ -493,11 +493,6 @@ void check_qwen_text_files(const QwenTextConfig& config, const std::string& conf
       found = true;
     }
   if (!found) return;  // load_qwen_text_weights says what is missing
-  auto text = [](const std::vector<std::int64_t>& s) {
-    std::string out = "[";
-    for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-    return out + "]";
-  };
   const MetaTensorScope meta;
   const QwenTextModel skeleton(config);
   for (const auto& p : skeleton->named_parameters()) {
@@ -509,8 +504,8 @@ void check_qwen_text_files(const QwenTextConfig& config, const std::string& conf
                                          " layers, hidden size " + std::to_string(config.hidden_size) +
                                          ") has; the config and the weights are of different models");
     if (it->second.second != want)
-      throw Error(ErrorKind::config, it->second.first + ": " + prefix + p.key() + " has shape " + text(it->second.second) +
-                                         ", but " + config_file + " describes " + text(want) + " (hidden size " +
+      throw Error(ErrorKind::config, it->second.first + ": " + prefix + p.key() + " has shape " + shape_text(it->second.second) +
+                                         ", but " + config_file + " describes " + shape_text(want) + " (hidden size " +
                                          std::to_string(config.hidden_size) + ", " +
                                          std::to_string(config.num_hidden_layers) +
                                          " layers); the config and the weights are of different sizes");

@@ -36,27 +36,6 @@ std::pair<std::string, int> file_place(const std::string& name) {
   return {key, -1};
 }
 
-/// The highest block index + 1 of names "<head>N.…".
-std::int64_t count_blocks(const std::vector<std::string>& names, const std::string& head) {
-  std::int64_t n = 0;
-  for (const auto& name : names) {
-    if (!name.starts_with(head)) continue;
-    const auto dot = name.find('.', head.size());
-    if (dot == std::string::npos) continue;
-    try {
-      n = std::max<std::int64_t>(n, std::stoll(name.substr(head.size(), dot - head.size())) + 1);
-    } catch (const std::exception&) {
-    }
-  }
-  return n;
-}
-
-std::string shape_text(const std::vector<std::int64_t>& s) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 }  // namespace
 
 std::optional<std::string> find_z_image_file_prefix(const std::vector<std::string>& names) {
@@ -114,22 +93,20 @@ ZImageFile::ZImageFile(const std::string& path) : reader_(std::make_shared<io::S
                                           "layers.0.attention.qkv.weight and cap_embedder.1.weight); give ComfyUI's "
                                           "z_image*.safetensors transformer file, or a diffusers folder");
   prefix_ = *prefix;
+  for (const auto& e : reader_->entries())
+    if (e.name.starts_with(prefix_)) {
+      names_.push_back(e.name.substr(prefix_.size()));
+      shapes_[names_.back()] = e.shape;
+    }
 }
 
 const std::string& ZImageFile::path() const { return reader_->path(); }
 
 ZImageConfig ZImageFile::config() const {
-  std::vector<std::string> names;
-  std::map<std::string, std::vector<std::int64_t>> shapes;
-  for (const auto& e : reader_->entries())
-    if (e.name.starts_with(prefix_)) {
-      names.push_back(e.name.substr(prefix_.size()));
-      shapes[names.back()] = e.shape;
-    }
   auto dims = [&](const std::string& key, std::size_t rank) {
-    const auto it = shapes.find(key);
-    if (it == shapes.end() || it->second.size() != rank)
-      throw Error(ErrorKind::config, path() + ": " + prefix_ + key + (it == shapes.end() ? " is missing" : " has shape " + shape_text(it->second)) +
+    const auto it = shapes_.find(key);
+    if (it == shapes_.end() || it->second.size() != rank)
+      throw Error(ErrorKind::config, path() + ": " + prefix_ + key + (it == shapes_.end() ? " is missing" : " has shape " + shape_text(it->second)) +
                                          " (a Z-Image transformer has it, of rank " + std::to_string(rank) + ")");
     return it->second;
   };
@@ -140,11 +117,11 @@ ZImageConfig ZImageFile::config() const {
   c.dim = x[0];
   c.in_channels = x[1] / 4;  // 2×2 patches of one frame
   c.cap_feat_dim = cap[1];
-  c.n_layers = count_blocks(names, "layers.");
-  c.n_refiner_layers = count_blocks(names, "noise_refiner.");
-  if (count_blocks(names, "context_refiner.") != c.n_refiner_layers)
+  c.n_layers = numbered_blocks(names_, "layers.");
+  c.n_refiner_layers = numbered_blocks(names_, "noise_refiner.");
+  if (numbered_blocks(names_, "context_refiner.") != c.n_refiner_layers)
     throw Error(ErrorKind::config, path() + ": " + std::to_string(c.n_refiner_layers) + " noise_refiner blocks but " +
-                                       std::to_string(count_blocks(names, "context_refiner.")) +
+                                       std::to_string(numbered_blocks(names_, "context_refiner.")) +
                                        " context_refiner blocks (a Z-Image transformer has as many of each)");
   if (q_norm[0] <= 0 || c.dim % q_norm[0] != 0)
     throw Error(ErrorKind::config, path() + ": the width " + std::to_string(c.dim) + " is not a multiple of " + prefix_ +
@@ -167,12 +144,10 @@ ZImageConfig ZImageFile::config(const std::string& config_dir) const {
 }
 
 void ZImageFile::check(const ZImageConfig& c) const {
-  std::map<std::string, std::vector<std::int64_t>> shapes;
-  for (const auto& e : reader_->entries()) shapes[e.name] = e.shape;
   for (const auto& t : z_image_file_layout(c)) {
     if (t.parts.empty()) continue;  // norm_final: never read
-    const auto it = shapes.find(prefix_ + t.key);
-    if (it == shapes.end())
+    const auto it = shapes_.find(t.key);
+    if (it == shapes_.end())
       throw Error(ErrorKind::config, path() + ": has no " + prefix_ + t.key + " (a Z-Image transformer with " +
                                          std::to_string(c.n_refiner_layers) + " noise and context refiner blocks and " +
                                          std::to_string(c.n_layers) + " main blocks, " + std::to_string(c.dim) +

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -64,6 +65,8 @@ class ZImageFile {
  private:
   std::shared_ptr<io::SafetensorsReader> reader_;
   std::string prefix_;
+  std::vector<std::string> names_;                             ///< the layout's names (without the prefix)
+  std::map<std::string, std::vector<std::int64_t>> shapes_;   ///< … and their shapes
 };
 
 /// The single-file tensor `t` from the diffusers tensors `read` gives by name (float32 rows stacked).
