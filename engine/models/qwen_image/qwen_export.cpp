@@ -27,7 +27,7 @@ ExportResult export_qwen_image_checkpoint(const CheckpointInfo& info, const std:
                 {"lora-musubi", "lora_unet_", "", true, "networks.lora_qwen_image", false,
                  "musubi-tuner's Qwen-Image LoRA layout (networks/lora_qwen_image.py: lora_unet_*, "
                  "lora_down/lora_up/alpha); ComfyUI reads it"}};
-  spec.pipeline_of = [](const std::string& dir) { return models::QwenImageModel::pipeline_of(dir); };
+  spec.pipeline_of = [](const std::string& dir) { return models::QwenImageModel::pipeline_of(dir).path; };
   return export_transformer_checkpoint(info, out, o, spec);
 }
 

@@ -24,6 +24,7 @@
 #include "models/qwen_image/qwen_vae.h"
 #include "models/trainable_model.h"
 #include "models/transformer_model_parts.h"
+#include "models/transformer_pipeline_model.h"
 #include "models/weights.h"
 #include "settings/trainer_config.h"
 
@@ -137,37 +138,13 @@ models::ModelShape QwenImageFamily::shape(const config::TrainerConfig& cfg) cons
   };
   if (tiny) {
     describe_units(*tiny_model->transformer);
-    const ClipTextConfig& tc = tiny_model->tiny_text->config();
-    const models::UnitShape text = models::clip_text_encoder_shape("text_encoder", tc, nullptr, cfg.lora.rank);
-    m.frozen_parameters = text.parameters;
-    m.frozen_text_linear = linear_weights(*tiny_model->tiny_text);
-    m.text_encoders.push_back(text);
-    m.latent_factor = 2;  // pixels, packed 2×2 into the tokens
-    m.context_tokens = tc.max_position_embeddings;
+    describe_tiny_text(m, tiny_model->tiny_text, cfg.lora.rank);
   } else {
     const MetaTensorScope meta;
     describe_units(*QwenImageTransformer2DModel(c));
-    const std::int64_t vae_parameters = parameter_count(*QwenVae(QwenVaeConfig{}));
-    // Qwen2.5-VL-7B's language model: counted, never trained; on a GPU it streams layer by layer
-    // (QwenImageModel::encode_one), so the device holds one piece at a time.
-    const QwenTextModel text(QwenTextConfig{});
-    const std::int64_t text_parameters = parameter_count(*text);
-    m.frozen_streamed_parameters = text_parameters;
-    // The largest piece on the device: one decoder layer ("…layers.N").
-    for (const auto& child : text->named_modules("", false)) {
-      const std::string& k = child.key();
-      const auto at = k.rfind("layers.");
-      const bool layer = at != std::string::npos && k.find('.', at + 7) == std::string::npos;
-      // (The token embedding stays in CPU memory: forward_streamed looks its rows up there.)
-      if (layer && parameter_count(*child.value()) > m.frozen_streamed_piece) {
-        m.frozen_streamed_piece = parameter_count(*child.value());
-        m.streamed_piece_linear = linear_weights(*child.value());
-      }
-    }
-    m.streamed_linear = m.frozen_text_linear = linear_weights(*text);
-    m.frozen_parameters = vae_parameters + text_parameters;
-    m.frozen_on_demand = true;  // QwenImageModel::text_model(), vae_model()
-    m.latent_factor = 16;  // 8 (VAE) × 2 (packing): one token per 16×16 pixels
+    // Qwen2.5-VL-7B's language model streamed (TransformerPipelineModel::condition); the VAE in
+    // the compute dtype.
+    describe_pipeline_frozen_parts(m, QwenTextConfig{}, parameter_count(*QwenVae(QwenVaeConfig{})), false);
     m.context_tokens = cfg.model.max_sequence_length.value_or(512);
   }
   m.sample_channels = c.in_channels / 4;  // packed 2×2 into the tokens

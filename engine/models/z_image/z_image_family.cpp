@@ -22,6 +22,7 @@
 #include "models/qwen_text/qwen_tokenizer.h"
 #include "models/trainable_model.h"
 #include "models/transformer_model_parts.h"
+#include "models/transformer_pipeline_model.h"
 #include "models/weights.h"
 #include "models/z_image/z_image_export.h"
 #include "models/z_image/z_image_model.h"
@@ -198,36 +199,13 @@ models::ModelShape ZImageFamily::shape(const config::TrainerConfig& cfg) const {
   };
   if (tiny) {
     describe_units(*tiny_model->transformer);
-    const ClipTextConfig& tc = tiny_model->tiny_text->config();
-    const models::UnitShape text = models::clip_text_encoder_shape("text_encoder", tc, nullptr, cfg.lora.rank);
-    m.frozen_parameters = text.parameters;
-    m.frozen_text_linear = linear_weights(*tiny_model->tiny_text);
-    m.text_encoders.push_back(text);
-    m.latent_factor = 2;  // pixels, 2×2 patches
-    m.context_tokens = tc.max_position_embeddings;
+    describe_tiny_text(m, tiny_model->tiny_text, cfg.lora.rank);
   } else {
     const MetaTensorScope meta;
     describe_units(*ZImageTransformer2DModel(c));
-    const std::int64_t vae_parameters = parameter_count(*AutoencoderKL(AutoencoderKLConfig::flux1()));
-    // Qwen3-4B: counted, never trained; on a GPU it streams layer by layer (ZImageModel::condition).
-    const QwenTextModel text(QwenTextConfig::qwen3_4b());
-    const std::int64_t text_parameters = parameter_count(*text);
-    m.frozen_streamed_parameters = text_parameters;
-    for (const auto& child : text->named_modules("", false)) {
-      const std::string& k = child.key();
-      const auto at = k.rfind("layers.");
-      const bool layer = at != std::string::npos && k.find('.', at + 7) == std::string::npos;
-      // (The token embedding stays in CPU memory: forward_streamed looks its rows up there.)
-      if (layer && parameter_count(*child.value()) > m.frozen_streamed_piece) {
-        m.frozen_streamed_piece = parameter_count(*child.value());
-        m.streamed_piece_linear = linear_weights(*child.value());
-      }
-    }
-    m.streamed_linear = m.frozen_text_linear = linear_weights(*text);
-    m.frozen_parameters = vae_parameters + text_parameters;
-    m.frozen_fp32_parameters = vae_parameters;  // force_upcast, as Flux.1's
-    m.frozen_on_demand = true;  // ZImageModel::text_model(), vae_model()
-    m.latent_factor = 16;       // 8 (VAE) × 2 (patches): one token per 16×16 pixels
+    // Qwen3-4B streamed (ZImageModel::condition); Flux.1's VAE in float32 (force_upcast).
+    describe_pipeline_frozen_parts(m, QwenTextConfig::qwen3_4b(), parameter_count(*AutoencoderKL(AutoencoderKLConfig::flux1())),
+                                   true);
     m.context_tokens = cfg.model.max_sequence_length.value_or(kZImageMaxSequenceLength);
   }
   m.sample_channels = c.in_channels;

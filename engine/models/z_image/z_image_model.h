@@ -18,20 +18,16 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "diffusion/flow_matching.h"
 #include "models/autoencoder_kl.h"
-#include "models/clip_text_model.h"
-#include "models/frozen_parking.h"
-#include "models/qwen_text/qwen_text_model.h"
-#include "models/qwen_text/qwen_tokenizer.h"
-#include "models/trainable_model.h"
-#include "models/word_tokenizer.h"
+#include "models/transformer_pipeline_model.h"
 #include "models/z_image/z_image_transformer.h"
-#include "quant/base_quant.h"
 
 namespace zs::models {
 
-class ZImageModel final : public TrainableModel {
+class ZImageModel final : public TransformerPipelineModel {
  public:
   /// The z-image-tiny preset for the quickstart's shapes, its word tokenizer built from
   /// `captions`, weights from `seed`.
@@ -39,39 +35,18 @@ class ZImageModel final : public TrainableModel {
                                 const UnitBuilt& on_unit = {});
   /// The transformer of `config` with random weights from `seed` and no frozen parts.
   static ZImageModel build_transformer_only(const ZImageConfig& config, std::uint64_t seed, const UnitBuilt& on_unit = {});
-  /// Single files in place of a folder's components (model.path, model.vae_path,
-  /// model.text_encoder_path): ComfyUI's z_image*.safetensors transformer (models/z_image/
-  /// z_image_single_file.h), Flux.1's ae.safetensors (LDM or diffusers names), qwen_3_4b.safetensors
-  /// (transformers' names, with or without "model."). Empty: the folder's own.
-  struct Files {
-    std::string transformer, vae, text_encoder;
-  };
   /// A diffusers Z-Image folder (with `files`, the folder gives the configs, tokenizer and scheduler
-  /// and whatever the files do not replace). Without `with_transformer` only the frozen parts.
-  /// Throws zs::Error naming the file and what to do when a component, a shard or a key is missing.
+  /// and whatever the files do not replace: ComfyUI's z_image*.safetensors transformer (models/
+  /// z_image/z_image_single_file.h), Flux.1's ae.safetensors (LDM or diffusers names),
+  /// qwen_3_4b.safetensors (transformers' names, with or without "model.")). Without
+  /// `with_transformer` only the frozen parts. Throws zs::Error naming the file and what to do when
+  /// a component, a shard or a key is missing.
   static ZImageModel load_pipeline(const std::string& dir, const UnitBuilt& on_unit = {}, bool with_transformer = true,
                                    const Files& files = {});
-  /// What a run's model folder names in its pipeline.json: the folder and the single files (empty
-  /// path: the tiny preset). Throws zs::Error(checkpoint) when one of them is gone.
-  struct PipelineRef {
-    std::string path;
-    Files files;
-  };
-  static PipelineRef pipeline_of(const std::string& dir);
   /// A run's model folder written by save_folder().
   static ZImageModel load_folder(const std::string& dir, const UnitBuilt& on_unit = {});
   static bool has_saved_base(const std::string& dir);
 
-  struct Settings {
-    diffusion::TimestepSampling timestep_sampling;
-    std::int64_t max_sequence_length = 512;  ///< ZImagePipeline's
-    quant::BaseFormat text_format = quant::BaseFormat::bf16;
-  };
-  void configure(const config::TrainerConfig& cfg) override;
-  const Settings& settings() const { return settings_; }
-
-  TextConditioning condition(const std::vector<std::string>& captions, const at::Device& device,
-                             data::LatentCache* cache = nullptr) override;
   /// −transformer(noisy, 1 − t): the velocity the flow-matching objective and sampler use.
   at::Tensor predict(const at::Tensor& noisy, const at::Tensor& t, const TextConditioning& cond,
                      const at::Tensor& geometry) override;
@@ -88,56 +63,25 @@ class ZImageModel final : public TrainableModel {
   std::int64_t sample_channels() const override { return transformer->config().in_channels; }
   std::unique_ptr<diffusion::Objective> objective() const override;
   std::unique_ptr<diffusion::Sampler> sampler(std::int64_t steps, at::IntArrayRef sample_shape) const override;
-
-  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const override;
-  std::vector<ParamUnit> denoiser_units() const override;
-  static constexpr const char* kDenoiserAdapters = "lora_transformer";
-  std::size_t attach_denoiser_lora(const std::vector<std::string>& targets, const LoraOptions& o,
-                                   std::uint64_t seed) override;
-  ParamUnit denoiser_adapters() override;
-  /// lora.init_from: diffusers', musubi-tuner's and ai-toolkit's (and DiffSynth's) Z-Image LoRA files.
-  std::size_t load_lora_file(const std::string& path) override;
-  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> text_encoder_modules() const override;
-  std::vector<std::string> text_components() const override;
-  void set_text_training(TextEncoderTraining t) override;
-  TextEncoderTraining text_encoder_training() const override { return text_training_; }
-  std::vector<ModelComponent> components() const override;
-  void set_attention(const AttentionOptions& o) override;
-  void to(const at::Device& device, bool with_denoiser = true) override;
-  void frozen_to(at::ScalarType compute) override;
-  void park_frozen(const at::Device& device, const std::vector<std::string>& remember = {},
-                   data::LatentCache* text_cache = nullptr) override;
-  std::int64_t frozen_bytes() const override;
-  const std::string& source_path() const override { return pipeline_; }
   bool has_latent_space() const override { return vae_config_.has_value(); }
-  void save_folder(const std::string& dir) const override;
-  void save_base(const std::string& dir) const override;
 
-  /// Pipelines load their frozen parts on first use: a run whose caches hold every caption and
-  /// image never reads Qwen3-4B, and the VAE only to decode samples.
-  QwenTextModelImpl& text_model();
+  /// The VAE, loaded (once) on first use: only to decode samples when the caches are complete.
   AutoencoderKLImpl& vae_model();
 
   ZImageTransformer2DModel transformer{nullptr};
-  QwenTextModel text_encoder{nullptr};  ///< pipelines: Qwen3, frozen (text_model())
-  ClipTextModel tiny_text{nullptr};     ///< the tiny preset's encoder ("text_encoder")
-  WordTokenizer word_tokenizer;         ///< the tiny preset's
-  std::shared_ptr<QwenTokenizer> tokenizer;  ///< pipelines
-  AutoencoderKL vae{nullptr};           ///< pipelines: frozen (vae_model())
-  diffusion::FlowScheduleConfig schedule;
+  AutoencoderKL vae{nullptr};  ///< pipelines: frozen (vae_model())
 
  private:
-  std::vector<torch::nn::Module*> frozen_parts(bool text, bool image) const;
-  void place_frozen(torch::nn::Module& part, bool streams);
-  Settings settings_;
-  TextEncoderTraining text_training_ = TextEncoderTraining::full;
-  std::string pipeline_;
-  Files files_;  ///< absolute paths of the single files the pipeline's components came from
+  Names names() const override;
+  DenoiserModule* transformer_module() const override { return transformer ? transformer.ptr().get() : nullptr; }
+  torch::nn::Module* loaded_vae() const override { return module_of(vae); }
+  nlohmann::json transformer_config_json() const override;
+  const char* transformer_class() const override { return "ZImageTransformer2DModel"; }
+  std::int64_t default_max_sequence_length() const override;
+  at::Tensor prompt_states(QwenTextModelImpl& text, const std::string& caption, const at::Device& device,
+                           bool streamed) override;
+
   std::optional<AutoencoderKLConfig> vae_config_;  ///< pipelines (read at load; the weights on first use)
-  std::vector<std::string> text_files_, vae_files_;
-  std::optional<at::ScalarType> frozen_dtype_;
-  at::Device frozen_home_ = at::kCPU;
-  std::shared_ptr<AttentionOptions> attention_;
 };
 
 }  // namespace zs::models
