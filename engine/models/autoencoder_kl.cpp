@@ -347,22 +347,36 @@ at::Tensor AutoencoderKLImpl::decode(const at::Tensor& latent) {
   return p.dec_conv_out(at::silu(p.dec_norm_out(h)));
 }
 
+at::Tensor patchify_2x2(const at::Tensor& z) {
+  const auto b = z.size(0), c = z.size(1), h = z.size(2), w = z.size(3);
+  return z.reshape({b, c, h / 2, 2, w / 2, 2}).permute({0, 1, 3, 5, 2, 4}).reshape({b, c * 4, h / 2, w / 2});
+}
+
+at::Tensor unpatchify_2x2(const at::Tensor& x) {
+  const auto b = x.size(0), c = x.size(1) / 4, h = x.size(2), w = x.size(3);
+  return x.reshape({b, c, 2, 2, h, w}).permute({0, 1, 4, 2, 5, 3}).reshape({b, c, h * 2, w * 2});
+}
+
+at::Tensor flux2_normalize_patched(const at::Tensor& z, const at::Tensor& mean, const at::Tensor& var, double eps) {
+  const at::Tensor m = mean.to(z.options()).view({1, -1, 1, 1});
+  const at::Tensor std = at::sqrt(var.to(z.options()).view({1, -1, 1, 1}) + eps);
+  return (patchify_2x2(z) - m) / std;
+}
+
+at::Tensor flux2_denormalize_patched(const at::Tensor& x, const at::Tensor& mean, const at::Tensor& var, double eps) {
+  const at::Tensor m = mean.to(x.options()).view({1, -1, 1, 1});
+  const at::Tensor std = at::sqrt(var.to(x.options()).view({1, -1, 1, 1}) + eps);
+  return unpatchify_2x2(x * std + m);
+}
+
 at::Tensor AutoencoderKLImpl::normalize_patched(const at::Tensor& z) const {
   if (!config_.flux2()) throw Error(ErrorKind::config, "normalize_patched: this VAE has no BatchNorm statistics (not FLUX.2's)");
-  const auto b = z.size(0), c = z.size(1), h = z.size(2), w = z.size(3);
-  const at::Tensor patched = z.view({b, c, h / 2, 2, w / 2, 2}).permute({0, 1, 3, 5, 2, 4}).reshape({b, c * 4, h / 2, w / 2});
-  const at::Tensor mean = bn_running_mean.to(z.options()).view({1, -1, 1, 1});
-  const at::Tensor std = at::sqrt(bn_running_var.to(z.options()).view({1, -1, 1, 1}) + *config_.batch_norm_eps);
-  return (patched - mean) / std;
+  return flux2_normalize_patched(z, bn_running_mean, bn_running_var, *config_.batch_norm_eps);
 }
 
 at::Tensor AutoencoderKLImpl::denormalize_patched(const at::Tensor& x) const {
   if (!config_.flux2()) throw Error(ErrorKind::config, "denormalize_patched: this VAE has no BatchNorm statistics (not FLUX.2's)");
-  const at::Tensor mean = bn_running_mean.to(x.options()).view({1, -1, 1, 1});
-  const at::Tensor std = at::sqrt(bn_running_var.to(x.options()).view({1, -1, 1, 1}) + *config_.batch_norm_eps);
-  const at::Tensor z = x * std + mean;
-  const auto b = z.size(0), c = z.size(1) / 4, h = z.size(2), w = z.size(3);
-  return z.reshape({b, c, 2, 2, h, w}).permute({0, 1, 4, 2, 5, 3}).reshape({b, c, h * 2, w * 2});
+  return flux2_denormalize_patched(x, bn_running_mean, bn_running_var, *config_.batch_norm_eps);
 }
 
 void load_vae_weights(AutoencoderKLImpl& vae, const std::vector<const io::SafetensorsReader*>& readers,

@@ -94,6 +94,16 @@ class AutoencoderKLImpl : public torch::nn::Module {
 };
 TORCH_MODULE(AutoencoderKL);
 
+/// Flux2Pipeline._patchify_latents: [B, C, h, w] → [B, 4C, h/2, w/2], channel c·4 + dy·2 + dx.
+at::Tensor patchify_2x2(const at::Tensor& z);
+/// _unpatchify_latents, the inverse.
+at::Tensor unpatchify_2x2(const at::Tensor& x);
+/// FLUX.2's latent normalization by the VAE's BatchNorm statistics `mean`, `var` [4C] and `eps`:
+/// raw latents → patchified (x − mean) / sqrt(var + eps), and back (what normalize_patched and
+/// denormalize_patched do with the VAE's own buffers, for a model that keeps only the statistics).
+at::Tensor flux2_normalize_patched(const at::Tensor& z, const at::Tensor& mean, const at::Tensor& var, double eps);
+at::Tensor flux2_denormalize_patched(const at::Tensor& x, const at::Tensor& mean, const at::Tensor& var, double eps);
+
 /// Copies the VAE's weights from `readers` (one file or the shards of one; names as in
 /// vae/diffusion_pytorch_model.safetensors, behind `prefix`), accepting the older attention
 /// names. Throws zs::Error(checkpoint) naming the file and every missing or mis-shaped tensor.

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "models/flux/flux_family.h"
+#include "models/flux2/flux2_family.h"
 #include "models/model_shape.h"
 #include "models/qwen_image/qwen_image_family.h"
 #include "models/z_image/z_image_family.h"
@@ -27,8 +28,8 @@ const char* to_string(TextEncoderTraining t) {
 // The registry: one line per family (docs/ARCHITECTURE.md, "Adding a model family"), in the order
 // the wizard and the schema list their presets.
 const std::vector<const ModelFamily*>& model_families() {
-  static const std::vector<const ModelFamily*> all = {&sd_family(), &flux_family(), &qwen_image_family(),
-                                                      &z_image_family()};
+  static const std::vector<const ModelFamily*> all = {&sd_family(), &flux_family(), &flux2_family(),
+                                                      &qwen_image_family(), &z_image_family()};
   return all;
 }
 

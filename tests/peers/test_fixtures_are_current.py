@@ -77,6 +77,7 @@ TOLERANCE = {
     "z_image_text.safetensors": 2.5e-6,    # made on the AMD EPYC; tst_z_image_text 1e-5
     "z_image_text.json": 0,                # chat texts and token ids
     "z_image_pipeline.safetensors": 2.5e-6,  # made on the AMD EPYC; tst_z_image_e2e 1e-5
+    "flux2_pipeline.safetensors": 2.5e-6,  # made on the AMD EPYC; tst_flux2_e2e 1e-5
     # Model folders: seeded weights as save_pretrained writes them, configs and tokenizers.
     "flux-tiny": 0,
     "qwen-image-tiny": 0,
@@ -85,6 +86,7 @@ TOLERANCE = {
     "z_image_text_encoder": 0,
     "z_image_text_tokenizer": 0,
     "z-image-tiny": 0,
+    "flux2-klein-tiny": 0,
 }
 
 

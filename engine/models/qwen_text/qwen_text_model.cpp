@@ -207,6 +207,30 @@ QwenTextConfig QwenTextConfig::qwen3_4b() {
   return c;
 }
 
+QwenTextConfig QwenTextConfig::qwen3_8b() {
+  QwenTextConfig c = qwen3_4b();
+  c.hidden_size = 4096;
+  c.intermediate_size = 12288;
+  return c;
+}
+
+QwenTextConfig QwenTextConfig::mistral_small_3_1() {
+  QwenTextConfig c;
+  c.kind = Kind::mistral;
+  c.vocab_size = 131072;
+  c.hidden_size = 5120;
+  c.intermediate_size = 32768;
+  c.num_hidden_layers = 40;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 8;
+  c.head_size = 128;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 1e9;
+  c.qkv_bias = c.o_bias = false;
+  c.qk_norm = false;
+  return c;
+}
+
 json QwenTextConfig::to_json() const {
   // The keys both share; Qwen3's at the top level, Qwen2.5-VL's in transformers 5's shape (under
   // text_config), each as from_json reads them back.

@@ -60,6 +60,11 @@ struct QwenTextConfig {
   /// Qwen3-4B (Z-Image's text encoder, FLUX.2 [klein 4B]'s): hidden 2560, 36 layers, 32 heads of 128
   /// over 8 key/value heads, SwiGLU 9728, vocabulary 151936, θ 10⁶.
   static QwenTextConfig qwen3_4b();
+  /// Qwen3-8B (FLUX.2 [klein 9B]'s): hidden 4096, 36 layers, 32 heads of 128 over 8, SwiGLU 12288.
+  static QwenTextConfig qwen3_8b();
+  /// Mistral-Small-3.1-24B's language model (FLUX.2 [dev]'s): hidden 5120, 40 layers, 32 heads of
+  /// 128 over 8, SwiGLU 32768, vocabulary 131072, θ 10⁹, RMS eps 1e-5, no sliding window.
+  static QwenTextConfig mistral_small_3_1();
   nlohmann::json to_json() const;
 };
 

@@ -1,0 +1,276 @@
+// The FLUX.2 family (models/flux2/) end to end on its tiny preset (configs/quickstart-flux2.yaml): the
+// registry finds it, the model predicts the pipelines' velocity (the transformer's output on the
+// packed grid at the pipelines' σ: pipelines/flux2/pipeline_flux2_klein.py), samples with true CFG as
+// the klein base checkpoints do (none for distilled klein), trains and resumes under another ZeRO
+// stage to the same losses, exports a diffusers folder that trains again, and a LoRA run exports the
+// diffusers/PEFT layout that lora.init_from reads back; a diffusers FLUX.2 [klein] folder conditions,
+// samples and decodes as Flux2KleinPipeline does; Flux.1 parts are refused naming the file.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+
+#include <QtTest>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint.h"
+#include "config/config_loader.h"
+#include "core/error.h"
+#include "data/shapes.h"
+#include "io/atomic_file.h"
+#include "io/json_file.h"
+#include "io/safetensors.h"
+#include "models/autoencoder_kl.h"
+#include "models/flux2/flux2_family.h"
+#include "models/flux2/flux2_model.h"
+#include "models/lora.h"
+#include "models/model_family.h"
+#include "models/text_conditioning.h"
+#include "train/checkpoint_export.h"
+#include "train/trainer.h"  // RunSummary
+#include "model_support.h"
+#include "test_support.h"
+
+using namespace zs;
+namespace fs = std::filesystem;
+
+namespace {
+
+config::TrainerConfig f2_config(std::vector<std::string> extra) {
+  std::vector<std::string> sets = {"data.num_workers=1", "training.batch_size=4",
+                                   "data.generate_count=16", "sampling.steps=2", "ema.enabled=false",
+                                   "sampling.images_per_prompt=1", "model.prediction_type=epsilon"};
+  const bool path = std::any_of(extra.begin(), extra.end(), [](const std::string& e) { return e.starts_with("model.path="); });
+  if (!path) sets.push_back("model.preset=flux2-tiny");
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return test::small_config(sets);
+}
+
+config::TrainerConfig f2_quickstart() {
+  return config::load_config_file((test::sourceDir() + "/configs/quickstart-flux2.yaml").toStdString()).config;
+}
+
+/// A copy of the klein fixture folder to alter.
+std::string copy_fixture(const std::string& folder, const std::string& to) {
+  fs::copy(folder, to, fs::copy_options::recursive);
+  return to;
+}
+
+}  // namespace
+
+class TestFlux2E2E : public QObject {
+  Q_OBJECT
+
+ private slots:
+  // The registry finds the preset (a klein base in shape: 50 steps, CFG 4); the prediction is the
+  // transformer on the h·w tokens of the patchified grid at float32(σ·1000)/1000; CFG is on above 1.
+  void presetPredictsThePipelinesVelocity() {
+    const auto cfg = f2_quickstart();
+    const models::ModelFamily& family = models::family_of(cfg);
+    QCOMPARE(QString::fromStdString(family.name()), QString("flux2"));
+    QCOMPARE(family.default_sampling_steps(cfg), std::int64_t{50});
+    QCOMPARE(family.default_guidance_scale(cfg), 4.0);
+    const auto model = family.build(cfg, data::all_shape_captions(), {});
+    auto& f = dynamic_cast<models::Flux2Model&>(*model);
+    QVERIFY(!model->has_latent_space() && !model->embeds_guidance());
+    QCOMPARE(model->pixel_factor(), std::int64_t{2});
+    QCOMPARE(model->sample_channels(), std::int64_t{12});
+    QCOMPARE(model->sample_size(16), std::int64_t{8});
+    c10::NoGradGuard no_grad;
+    const models::TextConditioning cond = model->condition({"a red circle on a black background", "a green square"}, at::kCPU);
+    const at::Tensor x = at::randn({2, 12, 4, 6}), sigma = at::tensor({0.3f, 0.8f});
+    const at::Tensor out = model->predict(x, sigma, cond, {});
+    QCOMPARE(out.sizes().vec(), x.sizes().vec());
+    // _pack_latents, _prepare_latent_ids / _prepare_text_ids, timestep / 1000 of the scheduler's σ·1000.
+    const at::Tensor tokens = x.reshape({2, 12, 24}).permute({0, 2, 1});
+    const at::Tensor direct = f.transformer->forward(tokens, cond.context, (sigma.to(at::kDouble) * 1000).to(at::kFloat) / 1000,
+                                                     models::flux2_image_ids(4, 6, x.options()),
+                                                     models::flux2_text_ids(cond.context.size(1), x.options()));
+    QVERIFY(test::max_abs_diff(out, direct.permute({0, 2, 1}).reshape({2, 12, 4, 6})) < 1e-6);
+    QVERIFY(!model->guides(1.0) && model->guides(1.5));
+    // Pixels patchified 2×2 (channel c·4 + dy·2 + dx) and back.
+    at::Generator gen = at::detail::createCPUGenerator(1);
+    const at::Tensor images = at::rand({1, 3, 4, 4}) * 2 - 1;
+    const at::Tensor space = model->to_model_space(images, gen);
+    QCOMPARE(space.sizes().vec(), (std::vector<std::int64_t>{1, 12, 2, 2}));
+    QCOMPARE(space[0][4 * 1 + 2 * 1 + 0][0][1].item<float>(), images[0][1][1][2].item<float>());
+    QVERIFY(test::max_abs_diff(model->to_images(space), images) == 0);
+  }
+
+  // 2 steps at stage 2, then on to 4 at stage 3: the same losses as 4 straight steps at stage 0
+  // (samples drawn on the way); the diffusers export of the straight run trains again.
+  void tinyPresetTrainsResumesAndExports() {
+    QTemporaryDir dir;
+    const std::string base = dir.path().toStdString();
+    auto cfg = [](const std::string& stage, int steps) {
+      return f2_config({"zero.stage=" + stage, "training.max_steps=" + std::to_string(steps), "scheduler.total_steps=4",
+                        "sampling.every_n_steps=2", "checkpointing.every_n_steps=2"});
+    };
+    test::run_training(cfg("0", 4), base + "/straight");
+    test::run_training(cfg("2", 2), base + "/resumed");
+    test::run_training(cfg("3", 4), base + "/resumed", "latest");
+    const auto want = test::losses(test::read_events(base + "/straight")), got = test::losses(test::read_events(base + "/resumed"));
+    QCOMPARE(got.size(), want.size());
+    QCOMPARE(want.size(), std::size_t{4});
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      QVERIFY(std::isfinite(want[i]));
+      QVERIFY2(std::abs(got[i] / want[i] - 1) < 1e-5, qPrintable(QString("step %1: %2 vs %3").arg(i + 1).arg(got[i]).arg(want[i])));
+    }
+    bool sampled = false;
+    for (const auto& e : fs::recursive_directory_iterator(base + "/straight")) sampled |= e.path().extension() == ".png";
+    QVERIFY(sampled);
+    checkpoint::ExportOptions o;
+    o.format = "diffusers";
+    const std::string exported = base + "/exported";
+    train::export_checkpoint(test::checkpoint_dir(test::read_events(base + "/straight")), exported, o);
+    QCOMPARE(io::json_class_name(exported + "/transformer/config.json"), std::string("Flux2Transformer2DModel"));
+    const auto again = f2_config({"model.path=" + exported, "training.max_steps=1",
+                                  "sampling.every_n_steps=0", "checkpointing.every_n_steps=0"});
+    QCOMPARE(QString::fromStdString(models::family_of(again).name()), QString("flux2"));
+    QCOMPARE(test::run_training(again, base + "/again").step, std::int64_t{1});
+  }
+
+  // tests/fixtures/flux2-klein-tiny/ (a klein base: sharded transformer/ and text_encoder/, Qwen3's
+  // tokenizer, AutoencoderKLFlux2 with BatchNorm statistics) as a run loads it, against
+  // Flux2KleinPipeline (tests/fixtures/gen/flux2_pipeline.py): encode_prompt's states at
+  // max_sequence_length 24 for English and Chinese prompts and the empty negative one, then 3 FlowMatch
+  // Euler steps at compute_empirical_mu's sigmas with true CFG 4 from the same latents, arranged as the
+  // image logger arranges them, the latents the pipeline returns (denormalized, unpatchified) and the
+  // VAE's decoding. Within 1e-5 in float32.
+  void pipelineFolderSamplesAsFlux2KleinPipeline() {
+    const std::string folder = test::peerFixture("flux2-klein-tiny").toStdString();
+    if (!fs::exists(folder)) ZS_SKIP_UNLESS_CI("tests/fixtures/flux2-klein-tiny is absent; run tests/fixtures/gen/flux2_pipeline.py");
+    const io::SafetensorsReader ref(test::peerFixture("flux2_pipeline.safetensors").toStdString());
+    const auto cfg = f2_config({"model.path=" + folder, "model.max_sequence_length=24"});
+    const models::ModelFamily& family = models::family_of(cfg);
+    QCOMPARE(QString::fromStdString(family.name()), QString("flux2"));
+    QCOMPARE(family.default_sampling_steps(cfg), std::int64_t{50});  // a klein base
+    const auto model = family.build(cfg, {}, {});
+    QVERIFY(model->has_latent_space());
+    QCOMPARE(model->pixel_factor(), std::int64_t{4});  // the tiny VAE's 2 × the 2×2 patches
+    auto close = [](const at::Tensor& a, const at::Tensor& b, const QString& what) {
+      QVERIFY2(a.sizes() == b.sizes(), qPrintable(what + ": shape differs"));
+      const double scale = std::max(1.0, b.abs().max().item<double>()), d = test::max_abs_diff(a, b);
+      QVERIFY2(d <= 1e-5 * scale, qPrintable(QString("%1 differs by %2 (scale %3)").arg(what).arg(d).arg(scale)));
+    };
+    c10::NoGradGuard no_grad;
+    const std::vector<std::string> prompts = {"a red circle on a blue square", "一只红色的猫坐在蓝色的桌子上", "a dog"};
+    const auto n = static_cast<std::int64_t>(prompts.size());
+    const models::TextConditioning cond = model->condition(prompts, at::kCPU);
+    const models::TextConditioning neg = model->condition(std::vector<std::string>(prompts.size(), ""), at::kCPU);
+    close(cond.context, ref.tensor("prompt_embeds"), "the prompts' states");
+    for (std::int64_t i = 0; i < n; ++i) close(neg.context[i], ref.tensor("negative_embeds"), "the negative prompt's states");
+    const models::TextConditioning both = models::concat_conditioning(neg, cond);
+    const at::Tensor start = ref.tensor("start");
+    const auto sampler = model->sampler(3, start.sizes());
+    at::Tensor x = start;
+    QVERIFY(model->guides(4.0));
+    for (std::size_t i = 0; i < sampler->steps(); ++i) {
+      const auto parts = model->predict(at::cat({x, x}), sampler->timestep(i, 2 * n, at::kCPU), both, {}).chunk(2);
+      x = sampler->step(i, model->combine_guidance(parts[0], parts[1], 4.0), x);
+    }
+    auto& f = dynamic_cast<models::Flux2Model&>(*model);
+    const at::Tensor raw = f.vae_model().denormalize_patched(x);
+    close(raw, ref.tensor("final"), "the sampled latents");
+    close(model->to_images(x), ref.tensor("decoded"), "the decoded images");
+  }
+
+  // A distilled klein (model_index.json's is_distilled) samples in 4 steps without guidance; a Flux.1
+  // VAE in a FLUX.2 folder is refused naming vae/config.json; the family tells FLUX.2 from Flux.1 by
+  // the transformer's class.
+  void distilledKleinAndFlux1PartsAreToldApart() {
+    const std::string folder = test::peerFixture("flux2-klein-tiny").toStdString();
+    if (!fs::exists(folder)) ZS_SKIP_UNLESS_CI("tests/fixtures/flux2-klein-tiny is absent; run tests/fixtures/gen/flux2_pipeline.py");
+    QTemporaryDir dir;
+    const std::string distilled = copy_fixture(folder, dir.filePath("distilled").toStdString());
+    auto index = io::read_json_file(distilled + "/model_index.json", "index");
+    index["is_distilled"] = true;
+    io::write_file_atomic(distilled + "/model_index.json", index.dump(2));
+    const auto cfg = f2_config({"model.path=" + distilled, "model.max_sequence_length=24"});
+    QCOMPARE(models::family_of(cfg).default_sampling_steps(cfg), std::int64_t{4});
+    QCOMPARE(models::family_of(cfg).default_guidance_scale(cfg), 1.0);
+    const auto model = models::family_of(cfg).build(cfg, {}, {});
+    QVERIFY(!model->guides(4.0));
+
+    const std::string flux1_vae = copy_fixture(folder, dir.filePath("flux1-vae").toStdString());
+    nlohmann::json vae = io::read_json_file(flux1_vae + "/vae/config.json", "vae");
+    vae["_class_name"] = "AutoencoderKL";
+    vae.erase("batch_norm_eps");
+    vae.erase("batch_norm_momentum");
+    vae.erase("patch_size");
+    io::write_file_atomic(flux1_vae + "/vae/config.json", vae.dump(2));
+    try {
+      const auto bad = f2_config({"model.path=" + flux1_vae});
+      models::family_of(bad).build(bad, {}, {});
+      QFAIL("a Flux.1 VAE was taken for FLUX.2's");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("vae/config.json") != std::string::npos &&
+                   std::string(e.what()).find("AutoencoderKLFlux2") != std::string::npos,
+               e.what());
+    }
+    const std::string flux1_tiny = test::peerFixture("flux-tiny").toStdString();
+    if (fs::exists(flux1_tiny)) {
+      QVERIFY(!models::is_flux2_model(flux1_tiny));
+      QVERIFY(models::is_flux2_model(folder));
+      QCOMPARE(QString::fromStdString(models::family_of(f2_config({"model.path=" + flux1_tiny})).name()), QString("flux"));
+    }
+  }
+
+  // A LoRA run on the preset exports the diffusers/PEFT layout (double-stream attention and the single
+  // blocks' fused projections), lora.init_from reads it back as the trained update, and a Z-Image
+  // LoRA is refused naming the file.
+  void loraExportsAndReadsBack() {
+    QTemporaryDir dir;
+    const std::string base = dir.path().toStdString();
+    const auto cfg = f2_config({"training.method=lora", "lora.rank=4", "lora.alpha=2", "training.max_steps=2",
+                                "sampling.every_n_steps=0", "checkpointing.every_n_steps=2"});
+    test::run_training(cfg, base + "/run");
+    const std::string ckpt = test::checkpoint_dir(test::read_events(base + "/run"));
+    checkpoint::ExportOptions o;
+    o.format = "lora-diffusers";
+    o.dtype = at::kFloat;
+    const std::string file = base + "/lora.safetensors";
+    train::export_checkpoint(ckpt, file, o);
+    {
+      const io::SafetensorsReader f(file);
+      for (const char* name : {"transformer.transformer_blocks.0.attn.to_q.lora_A.weight",
+                               "transformer.transformer_blocks.0.attn.to_out.0.lora_B.weight",
+                               "transformer.single_transformer_blocks.0.attn.to_qkv_mlp_proj.lora_A.weight",
+                               "transformer.single_transformer_blocks.3.attn.to_out.lora_B.weight"})
+        QVERIFY2(f.contains(name), name);
+    }
+    auto trained = [&](const std::string& path, double alpha) {
+      auto m = models::family_of(cfg).build(cfg, data::all_shape_captions(), {});
+      models::LoraOptions lo;
+      lo.rank = 4;
+      lo.alpha = alpha;
+      m->attach_denoiser_lora(models::flux2_family().default_lora_targets(), lo, 3);
+      if (!path.empty() && m->load_lora_file(path) == 0) throw std::runtime_error(path + ": no adapter read");
+      std::vector<at::Tensor> deltas;
+      for (const models::LoraLayer& l : models::lora_layers(*dynamic_cast<models::Flux2Model&>(*m).transformer))
+        deltas.push_back(models::lora_delta(l));
+      return deltas;
+    };
+    double largest = 0;
+    for (const auto& d : trained(file, 8.0)) largest = std::max(largest, d.abs().max().item<double>());
+    QVERIFY(largest > 0);  // the trained adapters, not fresh ones (whose up is zero)
+    const std::string z_lora = base + "/z.safetensors";
+    io::write_safetensors(z_lora, {{"transformer.layers.0.attention.to_q.lora_A.weight", at::zeros({4, 64})},
+                                   {"transformer.layers.0.attention.to_q.lora_B.weight", at::zeros({64, 4})}});
+    try {
+      trained(z_lora, 2.0);
+      QFAIL("a Z-Image LoRA was read into FLUX.2");
+    } catch (const std::exception& e) {
+      QVERIFY2(std::string(e.what()).find("names no layer of this FLUX.2 transformer") != std::string::npos &&
+                   std::string(e.what()).find("z.safetensors") != std::string::npos,
+               e.what());
+    }
+  }
+};
+
+ZS_TEST_MAIN(TestFlux2E2E);
+#include "tst_flux2_e2e.moc"
