@@ -191,7 +191,7 @@ struct UnitTally {
   int64_t max_owned = 0;            // the largest part a rank updates
   int64_t whole_total = 0;          // trained units kept whole
   int64_t whole_frozen = 0;         // frozen units (LoRA's base) kept whole
-  int64_t param_staging = 0;        // bytes: NVMe parameter shards' staging
+  int64_t param_staging = 0;        // bytes: the largest NVMe parameter shard (its staging buffer)
   int64_t owned_total = 0;          // elements this rank updates
   int64_t sharded_shards = 0;       // this rank's shards of the sharded units
   int64_t largest_sharded = 0;      // the largest sharded unit
@@ -255,7 +255,7 @@ UnitTally count_model_states(const zero::Plan& plan, const std::vector<models::R
       else if (o.offload_param == Offload::cpu) e.cpu.parameters += c * l.shard;
       else {
         e.nvme += align_up(c * l.shard);
-        t.param_staging += align_up(c * l.shard);
+        t.param_staging = std::max(t.param_staging, align_up(c * l.shard));
       }
       if (o.offload_param != Offload::none) t.offloaded_shards += c * l.shard;
     }
@@ -355,7 +355,13 @@ void count_buffers(const zero::Plan& plan, const UnitTally& t, const EstimateOpt
     const int64_t slot = align_up(4 * std::min(o.sub_group_size, t.owned_total));
     e.cpu.buffers += std::max(o.buffer_count, 3) * 3 * slot;
   }
-  e.cpu.buffers += t.param_staging;
+  // NVMe parameter shards are staged in CPU memory only while in flight (ZeroOptimizer::
+  // read_owned_params): the unit being gathered, the one prefetched and the one stepping; the NVMe
+  // optimizer's sub-group holds the shards of the units it spans until their last piece.
+  if (t.param_staging > 0) {
+    e.cpu.buffers += 3 * t.param_staging;
+    if (o.offload_optimizer == Offload::nvme) e.cpu.buffers += c * std::min(o.sub_group_size, t.owned_total);
+  }
   // delayed_update: the step's gradients move aside (a second bf16 buffer when they are held).
   if (o.delayed_update && o.offload_optimizer == Offload::cpu) e.cpu.buffers += (holds_bf16_grads(o) ? 2 : 4) * t.owned_total;
 }
@@ -391,6 +397,7 @@ void count_frozen_parts(const ModelShape& model, const EstimateOptions& o, Memor
     // without gradients (about three 128-channel maps at full size alive at once).
     const int64_t vae_bytes = model.frozen_fp32_parameters > 0 ? 4 : c;
     e.cache_pass = resident + 3 * 128 * o.resolution * o.resolution * vae_bytes;
+    e.cache_pass_host = frozen;
   } else {
     e.gpu.parameters += resident;
     e.cpu.parameters += frozen - resident;
@@ -454,10 +461,13 @@ MemoryEstimate estimate_memory(const ModelShape& model, const EstimateOptions& o
   // moves it to the device unit by unit) and reads the frozen parts in fp32 before casting them;
   // with zero3_init_flag at stage 3 it keeps only its shards and one whole unit at a time.
   // LoRA's frozen base too: its adapters take their shapes from the layers' options.
+  // Parameters on NVMe: each shard goes to a spill file as it is cut (ShardedInit), so only the
+  // unit being built and its shard are in memory.
+  const int64_t shard_bytes = o.master_weights && !o.lora ? 4 : compute_bytes(o.precision);
+  const int64_t shards_kept = o.offload_param == Offload::nvme ? (tally.largest_sharded + o.world_size - 1) / o.world_size : tally.sharded_shards;
   const int64_t trainable_fp32 =
       o.stage == 3 && o.zero3_init
-          ? 4 * (tally.whole_total + tally.whole_frozen + tally.largest_sharded) +
-                (o.master_weights && !o.lora ? 4 : compute_bytes(o.precision)) * tally.sharded_shards
+          ? 4 * (tally.whole_total + tally.whole_frozen + tally.largest_sharded) + shard_bytes * shards_kept
           : 4 * (e.parameters + e.frozen_base_parameters);
   // Quantized while loading: the blocks as codes and scales (every rank reads them whole), the
   // unit being read in float32, io and the trained units in float32.
@@ -669,6 +679,7 @@ nlohmann::json to_json(const MemoryEstimate& e) {
   j["base_precision"] = quant::to_string(e.options.base_format);
   j["text_encoder_precision"] = quant::to_string(e.options.text_format);
   j["cache_pass"] = e.cache_pass;
+  j["cache_pass_host"] = e.cache_pass_host;
   j["gpu_memory"] = e.options.gpu_memory;
   j["fits"] = e.fits;
   j["cpu_fits"] = e.cpu_fits;
@@ -741,7 +752,8 @@ std::string to_table(const MemoryEstimate& e, const ModelShape& model) {
     out << "  host->device/step  " << format_bytes(e.host_to_device_per_step) << "\n";
   if (e.cache_pass > 0)
     out << "\nThe caches are assumed complete. Filling them (`zerostudio cache`) is a pass of its own: "
-        << format_bytes(e.cache_pass) << " on the device (frozen weights, one image at a time)\n";
+        << format_bytes(e.cache_pass) << " on the device (frozen weights, one image at a time) and "
+        << format_bytes(e.cache_pass_host) << " of host memory (the frozen parts, the text encoder streamed from there)\n";
   if (e.deepspeed.available) {
     out << "\nDeepSpeed's estimator for this setup (model states only): GPU " << format_bytes(e.deepspeed.gpu);
     if (e.deepspeed.cpu >= 0) out << ", CPU " << format_bytes(e.deepspeed.cpu) << " per machine";

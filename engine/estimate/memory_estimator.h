@@ -138,6 +138,9 @@ struct MemoryEstimate {
   /// Device bytes of the cache-filling pass (frozen weights and one image's encoding, no
   /// gradients), when the frozen parts are off the device during training; 0 otherwise.
   std::int64_t cache_pass = 0;
+  /// Host bytes of that pass: every frozen part in CPU memory (a streamed encoder whole, in the
+  /// compute dtype or model.text_encoder_precision's codes), which the device visits piece by piece.
+  std::int64_t cache_pass_host = 0;
   /// Bytes of the frozen parts inside gpu.parameters (0 when they are off the device).
   std::int64_t gpu_frozen = 0;
   /// Bytes the frozen base holds laid out (a quantized base: codes and scales; else the compute

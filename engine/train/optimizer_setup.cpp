@@ -35,7 +35,10 @@ std::unique_ptr<zero::ShardedInit> make_sharded_init(const config::TrainerConfig
   const bool lora = models::resolve_trained_parts(cfg).lora;
   if ((cfg.optimizer.master_weights == "none" || lora) && cfg.precision == "bf16") shard_dtype = at::kBFloat16;
   if (lora && cfg.precision == "fp16") shard_dtype = at::kHalf;
-  return std::make_unique<zero::ShardedInit>(zero::plan_options(config::zero_options(cfg), world, rank), shard_dtype);
+  // Parameters on NVMe: the shards go to a spill file there as they are cut (host memory holds one
+  // unit while loading, not the model).
+  const std::string spill = cfg.zero.offload_param.device == "nvme" ? cfg.zero.offload_param.nvme_path : std::string();
+  return std::make_unique<zero::ShardedInit>(zero::plan_options(config::zero_options(cfg), world, rank), shard_dtype, spill);
 }
 
 std::unique_ptr<zero::ZeroOptimizer> make_optimizer(const config::TrainerConfig& cfg, const models::TrainedParts& trained,

@@ -3,14 +3,56 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
+
+#include "core/error.h"
 
 namespace zs::zero {
 
-ShardedInit::ShardedInit(PlanOptions plan, std::optional<at::ScalarType> shard_dtype)
-    : plan_(std::move(plan)), shard_dtype_(shard_dtype) {
+ShardedInit::ShardedInit(PlanOptions plan, std::optional<at::ScalarType> shard_dtype, std::string spill_dir)
+    : plan_(std::move(plan)), spill_dir_(std::move(spill_dir)), shard_dtype_(shard_dtype) {
   plan_.world_size = std::max(plan_.world_size, 1);
+}
+
+ShardedInit::~ShardedInit() {
+  if (spill_fd_ >= 0) ::close(spill_fd_);  // (the mappings keep the unlinked file until they go)
+}
+
+at::Tensor ShardedInit::spill(const at::Tensor& shard) {
+  const std::int64_t bytes = shard.numel() * static_cast<std::int64_t>(shard.element_size());
+  if (bytes == 0) return shard;
+  if (spill_fd_ < 0) {
+    const std::string path =
+        spill_dir_ + "/zs-sharded-init-" + std::to_string(::getpid()) + "-" + std::to_string(plan_.rank) + ".tmp";
+    spill_fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (spill_fd_ < 0)
+      throw Error(ErrorKind::io, path + ": cannot create the loading spill file (zero.offload_param.nvme_path): " +
+                                     std::strerror(errno));
+    ::unlink(path.c_str());  // gone with the process, whatever happens
+  }
+  const std::int64_t page = ::sysconf(_SC_PAGESIZE);
+  const std::int64_t offset = spill_end_;
+  const auto* data = static_cast<const char*>(shard.data_ptr());
+  for (std::int64_t done = 0; done < bytes;) {
+    const ssize_t n = ::pwrite(spill_fd_, data + done, static_cast<std::size_t>(bytes - done), offset + done);
+    if (n <= 0)
+      throw Error(ErrorKind::io, spill_dir_ + ": writing a parameter shard while loading failed (zero.offload_param."
+                                 "nvme_path; is the disk full?): " + std::strerror(errno));
+    done += n;
+  }
+  spill_end_ += (bytes + page - 1) / page * page;
+  void* mapped = ::mmap(nullptr, static_cast<std::size_t>(bytes), PROT_READ | PROT_WRITE, MAP_PRIVATE, spill_fd_, offset);
+  if (mapped == MAP_FAILED) throw Error(ErrorKind::io, spill_dir_ + ": cannot map the loading spill file: " + std::strerror(errno));
+  return at::from_blob(
+      mapped, {shard.numel()}, [bytes](void* p) { ::munmap(p, static_cast<std::size_t>(bytes)); },
+      at::TensorOptions().dtype(shard.scalar_type()));
 }
 
 models::UnitBuilt ShardedInit::callback() {
@@ -42,6 +84,7 @@ void ShardedInit::take(const std::string& name, torch::nn::Module& unit) {
     offset += n;
     p.value().set_data(at::empty({0}, options));
   }
+  if (!spill_dir_.empty()) b.shard = spill(b.shard);
   units_[name] = std::move(b);
 }
 

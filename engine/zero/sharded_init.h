@@ -25,7 +25,15 @@ class ShardedInit {
   /// others stay whole, as ZeroOptimizer keeps them.
   /// `shard_dtype`: what the shards are kept in (unset: the parameters' full precision, float32;
   /// bf16 when the run keeps no fp32 master weights, halving the memory of loading).
-  explicit ShardedInit(PlanOptions plan, std::optional<at::ScalarType> shard_dtype = std::nullopt);
+  /// `spill_dir` (zero.offload_param nvme_path, when the parameters live on NVMe): each shard is
+  /// written to an unlinked file there as soon as it is cut and kept as a private mapping of it, so
+  /// a model larger than host memory reaches the optimizer's NVMe store through the page cache
+  /// instead of the heap (the load's peak is one unit, not every shard).
+  explicit ShardedInit(PlanOptions plan, std::optional<at::ScalarType> shard_dtype = std::nullopt,
+                       std::string spill_dir = {});
+  ~ShardedInit();
+  ShardedInit(const ShardedInit&) = delete;
+  ShardedInit& operator=(const ShardedInit&) = delete;
 
   /// The callback for the UNet's constructor (or ModelSource::load_unet): takes `unit`'s values
   /// as they are at the call (loaded or freshly initialised).
@@ -39,7 +47,12 @@ class ShardedInit {
 
  private:
   void take(const std::string& name, torch::nn::Module& unit);
+  /// `shard` written to the spill file and mapped back (its values, no longer on the heap).
+  at::Tensor spill(const at::Tensor& shard);
   PlanOptions plan_;
+  std::string spill_dir_;
+  int spill_fd_ = -1;
+  std::int64_t spill_end_ = 0;
   std::optional<at::ScalarType> shard_dtype_;
   struct Built {
     at::Tensor shard;  ///< [padded / world] this rank's part

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
+#include <map>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -122,9 +124,7 @@ void ZeroOptimizer::init_offload() {
       if (!u->plan.sharded) continue;
       NvmeUnit& n = nvme_state(*u);
       n.region_param = store.add_region("params.swp", u->plan.shard, u->flat_opts.dtype().toScalarType());
-      n.param_staging = aligned_buffer(u->plan.shard, u->flat_opts.dtype().toScalarType());
-      n.param_staging.copy_(u->shard_param);
-      store.wait(store.write(n.region_param, 0, u->plan.shard, n.param_staging.data_ptr()));
+      store_owned_params(*u, u->shard_param);
       u->shard_param = at::Tensor();  // from now on the shard lives in the file
     }
     say(store, "parameters");
@@ -218,23 +218,48 @@ void ZeroOptimizer::write_state_in_memory(Unit& u, int kind, const at::Tensor& v
   (masters_ ? u.master : owned_params(u)).copy_(values);
 }
 
+void ZeroOptimizer::read_owned_params(Unit& u) {
+  NvmeUnit& n = *u.nvme;
+  if (n.param_read != 0) return;
+  // A staging buffer only while a read is under way or its caller holds it: the shards live in
+  // the file, so host memory holds the few units in flight, not every shard (which would make
+  // NVMe offload no cheaper than CPU offload).
+  n.param_staging = aligned_buffer(u.plan.shard, u.flat_opts.dtype().toScalarType());
+  n.param_read = offload_->param_store->read(n.region_param, 0, u.plan.shard, n.param_staging.data_ptr());
+}
+
 at::Tensor ZeroOptimizer::owned_params(Unit& u) {
   if (!u.plan.sharded) return u.flat_param.narrow(0, u.plan.owned_offset, u.plan.owned);
   if (!u.nvme || u.nvme->region_param < 0) return u.shard_param;
   NvmeUnit& n = *u.nvme;
-  auto& store = *offload_->param_store;
-  if (n.param_read == 0) n.param_read = store.read(n.region_param, 0, u.plan.shard, n.param_staging.data_ptr());
-  store.wait(n.param_read);
+  read_owned_params(u);
+  offload_->param_store->wait(n.param_read);
   n.param_read = 0;
-  return n.param_staging;
+  // The caller holds the only reference: the buffer goes when it drops it. Writing into it changes
+  // nothing until store_owned_params.
+  at::Tensor out = std::move(n.param_staging);
+  n.param_staging = at::Tensor();
+  return out;
 }
 
 void ZeroOptimizer::store_owned_params(Unit& u, const at::Tensor& values) {
   if (!u.nvme || u.nvme->region_param < 0) return;
-  NvmeUnit& n = *u.nvme;
-  if (values.data_ptr() != n.param_staging.data_ptr()) n.param_staging.copy_(values);
   auto& store = *offload_->param_store;
-  store.wait(store.write(n.region_param, 0, u.plan.shard, n.param_staging.data_ptr()));
+  const at::ScalarType dtype = u.flat_opts.dtype().toScalarType();
+  const std::int64_t bytes = u.plan.shard * static_cast<std::int64_t>(c10::elementSize(dtype));
+  // A buffer owned_params lent (aligned, whole blocks long) is written as it is; anything else
+  // through an aligned copy.
+  const bool direct = values.device().is_cpu() && values.scalar_type() == dtype && values.is_contiguous() &&
+                      values.numel() == u.plan.shard && reinterpret_cast<std::uintptr_t>(values.data_ptr()) % kIoAlignment == 0 &&
+                      static_cast<std::int64_t>(values.storage().nbytes()) -
+                              (static_cast<const char*>(values.data_ptr()) - static_cast<const char*>(values.storage().data())) >=
+                          (bytes + kIoAlignment - 1) / kIoAlignment * kIoAlignment;
+  at::Tensor source = values;
+  if (!direct) {
+    source = aligned_buffer(u.plan.shard, dtype);
+    source.copy_(values.reshape({-1}));
+  }
+  store.wait(store.write(u.nvme->region_param, 0, u.plan.shard, source.data_ptr()));
 }
 
 void ZeroOptimizer::NvmeSchedule::step(double lr) {
@@ -263,7 +288,12 @@ void ZeroOptimizer::NvmeSchedule::step(double lr) {
     for (auto t : tickets) store.wait(t);
     tickets.clear();
   };
-  std::vector<Unit*> touched_params;
+  // Stage 3 NVMe shards: read at a unit's first piece, written back after its last one.
+  std::map<Unit*, std::size_t> last_group;
+  for (std::size_t k = 0; k < n; ++k)
+    for (const auto& piece : groups[k])
+      if (piece.unit->nvme->region_param >= 0) last_group[piece.unit] = k;
+  std::map<Unit*, at::Tensor> touched_params;
   if (n > 0) reads[0] = transfer(0, false);
   for (std::size_t k = 0; k < n; ++k) {
     if (k + 1 < n) {
@@ -274,18 +304,25 @@ void ZeroOptimizer::NvmeSchedule::step(double lr) {
     auto& buf = z_.offload_->buffers[k % slots];
     for (const auto& piece : groups[k]) {
       Unit& u = *piece.unit;
-      // Stage 3 NVMe shards: read once per step, written back after the loop.
-      const bool seen = std::find(touched_params.begin(), touched_params.end(), &u) != touched_params.end();
-      at::Tensor p = seen ? u.nvme->param_staging : z_.owned_params(u);
-      if (u.nvme->region_param >= 0 && !seen) touched_params.push_back(&u);
+      at::Tensor p;
+      if (u.nvme->region_param < 0) p = z_.owned_params(u);
+      else if (auto it = touched_params.find(&u); it != touched_params.end()) p = it->second;
+      else p = touched_params[&u] = z_.owned_params(u);
       adam_master(buf[0].narrow(0, piece.buffer_offset, piece.count), buf[1].narrow(0, piece.buffer_offset, piece.count),
                   buf[2].narrow(0, piece.buffer_offset, piece.count), z_.step_grad(u).narrow(0, piece.first, piece.count),
                   z_.adam_, lr * u.lr_scale, z_.step_, p.narrow(0, piece.first, piece.count));
     }
     writes[k] = transfer(k, true);
+    for (auto it = touched_params.begin(); it != touched_params.end();) {
+      if (last_group.at(it->first) != k) {
+        ++it;
+        continue;
+      }
+      z_.store_owned_params(*it->first, it->second);
+      it = touched_params.erase(it);
+    }
   }
   for (auto& w : writes) wait_all(w);
-  for (Unit* u : touched_params) z_.store_owned_params(*u, u->nvme->param_staging);
 }
 
 }  // namespace zs::zero

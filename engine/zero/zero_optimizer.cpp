@@ -311,8 +311,7 @@ void ZeroOptimizer::prefetch(std::size_t unit) {
   c10::NoGradGuard no_grad;
   if (u.nvme && u.nvme->region_param >= 0) {
     // NVMe: start reading the shard; the all-gather runs when the unit is needed.
-    NvmeUnit& n = *u.nvme;
-    if (n.param_read == 0) n.param_read = offload_->param_store->read(n.region_param, 0, u.plan.shard, n.param_staging.data_ptr());
+    read_owned_params(u);
     return;
   }
   u.flat_param = at::empty({u.plan.padded}, u.flat_opts);

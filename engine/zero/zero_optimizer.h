@@ -301,6 +301,9 @@ class ZeroOptimizer final {
   at::Tensor grad_square_sum(Unit& u);
   /// The rank's part of a unit's compute parameters (stage 3 NVMe: read into a buffer).
   at::Tensor owned_params(Unit& u);
+  /// Starts reading a stage 3 NVMe shard into a staging buffer made for it (none when a read is under
+  /// way); owned_params() waits for it and hands the buffer over.
+  void read_owned_params(Unit& u);
   /// Writes owned_params() back where it lives (only stage 3 NVMe shards need it).
   void store_owned_params(Unit& u, const at::Tensor& values);
   /// The rank's part of the weights in the best precision held in memory (masters, else params).

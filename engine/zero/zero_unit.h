@@ -28,7 +28,8 @@ inline std::int64_t tensor_bytes(const at::Tensor& t) {
 }
 
 /// NVMe offload's per-unit state (zero_nvme.cpp): its regions in the stores (-1: none), a
-/// parameter shard's staging buffer and read under way, and the lean optimizers' swapped state.
+/// parameter shard's staging buffer while its read is under way (owned_params() hands it over),
+/// and the lean optimizers' swapped state.
 struct ZeroOptimizer::NvmeUnit {
   int region_master = -1, region_exp_avg = -1, region_exp_avg_sq = -1, region_param = -1;
   at::Tensor param_staging;

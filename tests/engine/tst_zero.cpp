@@ -1004,6 +1004,57 @@ class TestZero : public QObject {
     }
   }
 
+  // zero3_init_flag with the parameters on NVMe: each shard goes to an unlinked spill file in
+  // nvme_path as it is cut, so the build's heap never holds more than about one unit (the shards
+  // pass through the page cache), the shards read back exactly as the in-memory build's, the file
+  // is mapped while they live and nothing is left on disk; the estimator's load peak drops the
+  // shards likewise and still bounds the measurement.
+  void shardedInitSpillsShardsToNvme() {
+    const models::UNetConfig c = two_level_config(64, 2, 2);
+    QTemporaryDir dir;
+    zero::PlanOptions plan;
+    plan.stage = 3;
+    plan.world_size = 1;
+    plan.persistence_threshold = 40'000;
+    auto build = [&](const std::string& spill, std::int64_t* peak) {
+      at::manual_seed(7);
+      auto init = std::make_unique<zero::ShardedInit>(plan, std::nullopt, spill);
+      CpuAllocationCounter counter;
+      const std::int64_t before = counter.current();
+      models::UNet2DConditionModel built(c, init->callback());
+      if (peak) *peak = counter.peak() - before;
+      auto units = built->units();
+      init->attach(units);
+      return units;
+    };
+    std::int64_t peak = 0;
+    const auto plain = build("", nullptr);
+    const auto spilled = build(dir.path().toStdString(), &peak);
+    std::int64_t shards = 0, largest = 0;
+    for (std::size_t i = 0; i < plain.size(); ++i) {
+      if (!plain[i].shard.defined()) continue;
+      QVERIFY(at::equal(plain[i].shard, spilled[i].shard));
+      shards += plain[i].shard.numel() * 4;
+      largest = std::max(largest, plain[i].shard.numel() * 4);
+    }
+    QFile maps("/proc/self/maps");
+    QVERIFY(maps.open(QIODevice::ReadOnly));
+    QVERIFY(QString(maps.readAll()).contains("zs-sharded-init-"));  // the shards are the mapped file
+    QVERIFY(QDir(dir.path()).entryList(QDir::Files).isEmpty());     // unlinked: nothing to clean up
+    qInfo("peak %.2f MB while building with the spill (shards %.2f MB, largest %.2f MB)", peak / 1e6, shards / 1e6,
+          largest / 1e6);
+    QVERIFY2(peak < 3 * largest, qPrintable(QString::number(peak)));
+    estimate::EstimateOptions eo;
+    eo.stage = 3;
+    eo.zero3_init = true;
+    eo.persistence_threshold = plan.persistence_threshold;
+    const auto in_memory = estimate::estimate_memory(models::unet_shape(c), eo).cpu_load_peak;
+    eo.offload_param = estimate::Offload::nvme;
+    eo.offload_optimizer = estimate::Offload::cpu;
+    const auto on_nvme = estimate::estimate_memory(models::unet_shape(c), eo).cpu_load_peak;
+    QVERIFY2(on_nvme >= peak && on_nvme < in_memory, qPrintable(QString("%1 vs %2, %3").arg(on_nvme).arg(peak).arg(in_memory)));
+  }
+
   void cpuAdamMatchesReferenceOnEveryPath() {
     // An odd length exercises the vector loops' scalar tails and the thread chunking.
     const std::int64_t n = (1 << 17) + 37;
