@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
     std::printf("last samples: %s/samples/step_%lld/grid.png\n", run_dir.c_str(), static_cast<long long>(last_step));
     if (!peer.empty()) {
       // The same architecture's training step in the pinned PyTorch + diffusers (bench/flux_step_peer.py,
-      // bench/z_image_step_peer.py),
+      // bench/z_image_step_peer.py, bench/flux2_step_peer.py),
       // against this run's median s/step between logs (data loading included on our side).
       std::vector<double> ours;
       std::ifstream events(run_dir + "/events.jsonl");
@@ -161,7 +161,10 @@ int main(int argc, char** argv) {
       std::sort(ours.begin(), ours.end());
       const double mine = ours[ours.size() / 2];
       // The peer script of the config's architecture (bench/<family>_step_peer.py).
-      const std::string name = loaded.config.model.preset == "z-image-tiny" ? "z_image_step_peer.py" : "flux_step_peer.py";
+      const std::string& preset = loaded.config.model.preset;
+      const std::string name = preset == "z-image-tiny" ? "z_image_step_peer.py"
+                               : preset == "flux2-tiny" ? "flux2_step_peer.py"
+                                                        : "flux_step_peer.py";
       const std::string script = (fs::path(config_path).parent_path().parent_path() / "bench" / name).string();
       FILE* p = popen((peer + " " + script + " 2>/dev/null").c_str(), "r");
       if (!p) throw std::runtime_error("cannot run " + peer);

@@ -29,6 +29,8 @@
 #include "models/clip_text_model.h"
 #include "models/flux/flux_transformer.h"
 #include "models/qwen_image/qwen_transformer.h"
+#include "models/autoencoder_kl.h"
+#include "models/flux2/flux2_transformer.h"
 #include "models/z_image/z_image_transformer.h"
 #include "models/quantized_base.h"
 #include "quant/base_quant.h"
@@ -160,43 +162,51 @@ models::ZImageTransformer2DModel small_z_image() {
   return models::ZImageTransformer2DModel(c);
 }
 
-/// The denoiser of the exactness scenario, a UNet, a Flux, a Qwen-Image or a Z-Image transformer, as the trainer sees
-/// either: units, hooks, checkpointing, LoRA targets and one forward from (x, t, context).
+/// A small FLUX.2 transformer (one double-stream and two single-stream blocks, 16 wide, no guidance
+/// embedding) on the same samples 2×2-patchified: 12 channels a token.
+models::Flux2Transformer2DModel small_flux2() {
+  at::manual_seed(11);
+  models::Flux2Config c;
+  c.in_channels = 12;
+  c.out_channels = 12;
+  c.num_layers = 1;
+  c.num_single_layers = 2;
+  c.attention_head_dim = 8;
+  c.num_attention_heads = 2;
+  c.joint_attention_dim = 16;
+  c.timestep_guidance_channels = 32;
+  c.axes_dims_rope = {2, 2, 2, 2};
+  c.guidance_embeds = false;
+  return models::Flux2Transformer2DModel(c);
+}
+
+/// The denoiser of the exactness scenario — a UNet, or a Flux.1, Qwen-Image, Z-Image or FLUX.2
+/// transformer — as the trainer sees it: units, hooks and checkpointing (every family's
+/// DenoiserModule), LoRA targets and one forward from (x, t, context) in its family's arrangement.
 struct Denoiser {
+  std::string kind;  ///< unet, flux, qwen, zimage, flux2
   models::UNet2DConditionModel unet{nullptr};
   models::FluxTransformer2DModel flux{nullptr};
   models::QwenImageTransformer2DModel qwen{nullptr};
   models::ZImageTransformer2DModel z_image{nullptr};
-  Denoiser(bool is_flux, bool is_qwen, bool is_z_image) {
-    if (is_z_image) z_image = small_z_image();
-    else if (is_qwen) qwen = small_qwen();
-    else if (is_flux) flux = small_flux();
-    else unet = small_unet();
+  models::Flux2Transformer2DModel flux2{nullptr};
+  models::DenoiserModule* module = nullptr;
+  explicit Denoiser(std::string k) : kind(std::move(k)) {
+    if (kind == "zimage") module = (z_image = small_z_image()).ptr().get();
+    else if (kind == "qwen") module = (qwen = small_qwen()).ptr().get();
+    else if (kind == "flux") module = (flux = small_flux()).ptr().get();
+    else if (kind == "flux2") module = (flux2 = small_flux2()).ptr().get();
+    else module = (unet = small_unet()).ptr().get();
   }
-  torch::nn::Module* operator->() const {
-    if (z_image) return z_image.ptr().get();
-    if (qwen) return qwen.ptr().get();
-    return flux ? static_cast<torch::nn::Module*>(flux.ptr().get()) : static_cast<torch::nn::Module*>(unet.ptr().get());
-  }
-  torch::nn::Module& operator*() const { return *operator->(); }
-  std::vector<models::ParamUnit> units() const {
-    return z_image ? z_image->units() : qwen ? qwen->units() : flux ? flux->units() : unet->units();
-  }
-  void set_unit_hooks(std::shared_ptr<models::UnitHooks> h) {
-    if (z_image) z_image->set_unit_hooks(std::move(h));
-    else if (qwen) qwen->set_unit_hooks(std::move(h));
-    else if (flux) flux->set_unit_hooks(std::move(h));
-    else unet->set_unit_hooks(std::move(h));
-  }
-  void set_gradient_checkpointing(bool on) {
-    if (z_image) z_image->set_gradient_checkpointing(on);
-    else if (qwen) qwen->set_gradient_checkpointing(on);
-    else if (flux) flux->set_gradient_checkpointing(on);
-    else unet->set_gradient_checkpointing(on);
-  }
-  /// The trainer's LoRA targets: the UNet's attention and resnets' conv1, Flux's family default.
+  torch::nn::Module* operator->() const { return module; }
+  torch::nn::Module& operator*() const { return *module; }
+  std::vector<models::ParamUnit> units() const { return module->units(); }
+  void set_unit_hooks(std::shared_ptr<models::UnitHooks> h) { module->set_unit_hooks(std::move(h)); }
+  void set_gradient_checkpointing(bool on) { module->set_gradient_checkpointing(on); }
+  /// The trainer's LoRA targets: the UNet's attention and resnets' conv1, each transformer family's default.
   std::vector<std::string> lora_targets() const {
     if (z_image) return {"to_q", "to_k", "to_v", "to_out.0", "w1", "w2", "w3"};  // DiffSynth's (the family default)
+    if (flux2) return {"to_q", "to_k", "to_v", "to_out.0", "to_qkv_mlp_proj", "to_out"};  // diffusers' klein script's
     if (qwen) return {"to_q", "to_k", "to_v", "add_q_proj", "add_k_proj", "add_v_proj", "to_out.0", "to_add_out",
                       "img_mlp.net.2", "img_mod.1", "txt_mlp.net.2", "txt_mod.1"};  // the seed's (DiffSynth's)
     if (flux) return {"to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out",
@@ -213,6 +223,17 @@ struct Denoiser {
       at::Tensor mask = at::ones({x.size(0), ctx.size(1)}, at::kLong);
       for (std::int64_t i = 1; i < x.size(0); i += 2) mask[i][ctx.size(1) - 1] = 0;
       return -z_image->forward(x.contiguous(), ctx, mask, 1 - t.to(x.scalar_type()) / 1000.0);
+    }
+    if (flux2) {
+      // Flux2Model::predict's arrangement on the samples 2×2-patchified (as the pipelines' latents):
+      // h·w tokens, σ = t / 1000, the grid's and the text's ids, every text row attended to.
+      const at::Tensor patched = models::patchify_2x2(x.contiguous());
+      const std::int64_t b = patched.size(0), c = patched.size(1), h = patched.size(2), w = patched.size(3);
+      const at::Tensor tokens = patched.reshape({b, c, h * w}).permute({0, 2, 1}).contiguous();
+      const at::Tensor out = flux2->forward(tokens, ctx, t.to(x.scalar_type()) / 1000.0,
+                                            models::flux2_image_ids(h, w, x.options()),
+                                            models::flux2_text_ids(ctx.size(1), x.options()));
+      return models::unpatchify_2x2(out.permute({0, 2, 1}).reshape({b, c, h, w}));
     }
     if (qwen) {
       // QwenImageModel::predict's arrangement, with captions of their own lengths: odd samples' last
@@ -243,7 +264,7 @@ struct Denoiser {
 /// makes the UNet's context from token ids and trains in full, or through adapters on its
 /// attention projections), flux (the denoiser is a small Flux.1 transformer instead of the UNet),
 /// qwen (a small Qwen-Image transformer, its odd samples' context padded and masked), zimage (a
-/// small Z-Image transformer, likewise), adafactor
+/// small Z-Image transformer, likewise), flux2 (a small FLUX.2 transformer on patchified samples), adafactor
 /// (Adafactor with beta1, weight decay and scale_parameter, against ReferenceAdafactor), adam8 (8-bit
 /// AdamW, against one process's ZeroOptimizer at stage 0, whose step tst_zero holds to bitsandbytes'),
 /// nomaster (bf16 weights without fp32 masters, updates rounded stochastically: against one
@@ -252,7 +273,8 @@ struct Denoiser {
 /// held to the fp32 reference by the cosine of the updates, as bf16), fused (optimizer.fused_backward:
 /// units step from their backward hooks; the reference clips by the previous step's norm).
 struct Variant {
-  bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false, lora = false, flux = false, qwen = false, z_image = false;
+  bool f64 = false, bf16 = false, ckpt = false, cuda = false, nccl = false, lora = false;
+  std::string denoiser = "unet";  ///< flux, qwen, zimage, flux2: a transformer family's instead
   bool adafactor = false, adam8 = false, nomaster = false, nooverlap = false, nomaster_cos = false, fused = false;
   bool delayed = false;  // zero.offload_optimizer.delayed_update after 2 ordinary steps
   std::string te;  // "", full or lora
@@ -272,9 +294,7 @@ struct Variant {
       else if (f == "cuda") cuda = true;
       else if (f == "nccl") nccl = cuda = true;
       else if (f == "lora") lora = true;
-      else if (f == "flux") flux = true;
-      else if (f == "qwen") qwen = true;
-      else if (f == "zimage") z_image = true;
+      else if (f == "flux" || f == "qwen" || f == "zimage" || f == "flux2") denoiser = f;
       else if (f == "adafactor") adafactor = true;
       else if (f == "adam8") adam8 = true;
       else if (f == "nomaster") nomaster = bf16 = true;
@@ -323,8 +343,8 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
                    std::vector<std::string>& nvme_dirs) {
   const bool f64 = v.f64;
   const int rank = c.rank(), world = c.world_size();
-  Denoiser unet(v.flux, v.qwen, v.z_image);
-  Denoiser ref(v.flux, v.qwen, v.z_image);  // same seed, same initial weights
+  Denoiser unet(v.denoiser);
+  Denoiser ref(v.denoiser);  // same seed, same initial weights
   const auto dtype = f64 ? at::kDouble : at::kFloat;
   unet->to(dtype);
   ref->to(dtype);
@@ -639,7 +659,7 @@ int zero_exactness(comm::Communicator& c, int stage, int accum, double clip, con
     // bf16 computes every gradient with 8-bit mantissas and Adam's early steps are close to sign
     // descent, so single elements may move differently; the run as a whole must move the same
     // way as fp32: the cosine between the two updates (weights and EMA) over all parameters.
-    Denoiser initial(v.flux, v.qwen, v.z_image);
+    Denoiser initial(v.denoiser);
     std::map<std::string, at::Tensor> w0;
     for (const auto& p : initial->named_parameters()) w0[p.key()] = p.value().detach().to(at::kDouble);
     auto cosine = [&](const std::map<std::string, at::Tensor>& a, const std::vector<std::pair<std::string, at::Tensor>>& b) {

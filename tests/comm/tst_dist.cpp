@@ -163,6 +163,14 @@ class TestDist : public QObject {
         << 3 << 2 << 2 << 0.05 << "f64,zimage,ckpt";
     QTest::newRow("zimage lora, stage 3, 2 ranks, base and optimizer on cpu, f64")
         << 3 << 2 << 1 << 0.0 << "f64,zimage,lora,param=cpu,opt=cpu";
+    // FLUX.2's transformer (issue 55): the shared modulation in "io", double and single blocks as units.
+    for (int stage : {0, 1, 2, 3})
+      for (int world : {1, 2})
+        QTest::addRow("flux2, stage %d, %d ranks, f64", stage, world) << stage << world << 1 << 0.0 << "f64,flux2";
+    QTest::newRow("flux2, stage 3, 2 ranks, accumulation 2, clipping, gradient checkpointing, f64")
+        << 3 << 2 << 2 << 0.05 << "f64,flux2,ckpt";
+    QTest::newRow("flux2 lora, stage 3, 2 ranks, base and optimizer on cpu, f64")
+        << 3 << 2 << 1 << 0.0 << "f64,flux2,lora,param=cpu,opt=cpu";
     QTest::newRow("flux lora, stage 1, 2 ranks, f64") << 1 << 2 << 1 << 0.0 << "f64,flux,lora";
     QTest::newRow("flux lora, stage 3, 2 ranks, base and optimizer on cpu, f64")
         << 3 << 2 << 1 << 0.0 << "f64,flux,lora,param=cpu,opt=cpu";

@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""diffusers reads our FLUX.2 LoRA files (make test-torch2; the pinned diffusers and peft of
+tests/peers/requirements.txt).
+
+A LoRA run on the committed tiny FLUX.2 [klein] folder (tests/fixtures/flux2-klein-tiny/,
+gen/flux2_pipeline.py) trains two steps under ZeRO-3 and exports its adapters in diffusers' layout
+(`--format lora-diffusers`) and merged into a diffusers folder (`--format diffusers --merge`).
+Flux2KleinPipeline.from_pretrained on the fixture with load_lora_weights(our file) (diffusers'
+loaders/lora_pipeline.py Flux2LoraLoaderMixin) must give the transformer output the merged folder's
+transformer gives, for the same inputs — through the double blocks' attention and the single blocks'
+fused projections alike.
+
+Usage: test_flux2_lora.py ZEROSTUDIO_CLI REPOSITORY_ROOT
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+from diffusers import Flux2KleinPipeline, Flux2Pipeline, Flux2Transformer2DModel
+
+CLI, ROOT = None, None
+
+
+def run(args):
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    return p.returncode, p.stdout
+
+
+class DiffusersReadsOurFlux2Lora(unittest.TestCase):
+    def test_lora_loads_to_the_merged_model(self):
+        torch.manual_seed(0)
+        fixture = os.path.join(ROOT, "tests", "fixtures", "flux2-klein-tiny")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "run")
+            rc, log = run([CLI, "train", os.path.join(ROOT, "configs", "quickstart-flux2.yaml"), "--run-dir", out,
+                           "--set", "model.path=" + fixture, "--set", "data.resolution=32",
+                           "--set", "model.max_sequence_length=24",
+                           "--set", "training.method=lora", "--set", "lora.rank=4", "--set", "lora.alpha=2",
+                           "--set", "zero.stage=3", "--set", "optimizer.lr=0.01", "--set", "data.generate_count=16",
+                           "--set", "training.batch_size=4", "--set", "training.max_steps=2",
+                           "--set", "sampling.every_n_steps=0", "--set", "checkpointing.every_n_steps=2"])
+            self.assertEqual(rc, 0, log)
+            ckpt = os.path.join(out, "checkpoints", "step_2")
+            merged = os.path.join(tmp, "merged")
+            lora = os.path.join(tmp, "lora.safetensors")
+            for extra, dest in [(["--format", "lora-diffusers", "--dtype", "fp32"], lora),
+                                (["--format", "diffusers", "--merge"], merged)]:
+                rc, log = run([CLI, "export", ckpt, "-o", dest] + extra)
+                self.assertEqual(rc, 0, log)
+            reference = Flux2Transformer2DModel.from_pretrained(os.path.join(merged, "transformer"))
+            base = Flux2Transformer2DModel.from_pretrained(os.path.join(fixture, "transformer"))
+            c = base.config
+            # Two 4x4 grids of patchified latents and 6 text rows, as the pipeline arranges them.
+            latents = torch.randn(2, c.in_channels, 4, 4)
+            hidden = Flux2Pipeline._pack_latents(latents)
+            img_ids = Flux2Pipeline._prepare_latent_ids(latents)
+            context = torch.randn(2, 6, c.joint_attention_dim)
+            txt_ids = Flux2Pipeline._prepare_text_ids(context)
+            t = torch.tensor([0.3, 0.7])
+
+            def forward(model):
+                with torch.no_grad():
+                    return model(hidden_states=hidden, encoder_hidden_states=context, timestep=t, img_ids=img_ids,
+                                 txt_ids=txt_ids, return_dict=False)[0]
+
+            want, without = forward(reference), forward(base)
+            scale = want.abs().max().item()
+            self.assertGreater((want - without).abs().max().item(), 1e-4 * scale, "the adapters changed nothing")
+            pipe = Flux2KleinPipeline.from_pretrained(fixture)
+            pipe.load_lora_weights(lora)
+            diff = (forward(pipe.transformer) - want).abs().max().item()
+            self.assertLessEqual(diff, 1e-5 * max(1.0, scale), f"load_lora_weights gives {diff} off the merged export")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit(__doc__)
+    CLI, ROOT = sys.argv[1], sys.argv[2]
+    unittest.main(argv=sys.argv[:1], verbosity=2)
