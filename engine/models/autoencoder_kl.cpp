@@ -395,6 +395,10 @@ void load_vae_weights(AutoencoderKLImpl& vae, const std::vector<const io::Safete
 AutoencoderKL load_vae_file(const AutoencoderKLConfig& config, const std::string& file) {
   AutoencoderKL vae(config);
   const io::SafetensorsReader r(file);
+  // FLUX.2's VAE looks like Flux.1's but for its 32 latent channels and BatchNorm statistics.
+  if (!config.flux2() && (r.contains("bn.running_mean") || r.contains(std::string(kSingleFileVae) + "bn.running_mean")))
+    throw Error(ErrorKind::config, file + ": a FLUX.2 VAE (AutoencoderKLFlux2: bn.running_mean, 32 latent channels); this "
+                                          "model needs Flux.1's 16-channel VAE (ae.safetensors)");
   std::string prefix;
   bool ldm = false;
   for (const std::string p : {"", kSingleFileVae})

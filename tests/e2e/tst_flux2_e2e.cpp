@@ -182,7 +182,7 @@ class TestFlux2E2E : public QObject {
   // A distilled klein (model_index.json's is_distilled) samples in 4 steps without guidance; a Flux.1
   // VAE in a FLUX.2 folder is refused naming vae/config.json; the family tells FLUX.2 from Flux.1 by
   // the transformer's class.
-  void distilledKleinAndFlux1PartsAreToldApart() {
+  void distilledKleinSamplesWithoutGuidanceAndAFlux1VaeIsRefused() {
     const std::string folder = test::peerFixture("flux2-klein-tiny").toStdString();
     if (!fs::exists(folder)) ZS_SKIP_UNLESS_CI("tests/fixtures/flux2-klein-tiny is absent; run tests/fixtures/gen/flux2_pipeline.py");
     QTemporaryDir dir;
@@ -217,6 +217,57 @@ class TestFlux2E2E : public QObject {
       QVERIFY(!models::is_flux2_model(flux1_tiny));
       QVERIFY(models::is_flux2_model(folder));
       QCOMPARE(QString::fromStdString(models::family_of(f2_config({"model.path=" + flux1_tiny})).name()), QString("flux"));
+    }
+  }
+
+  // Flux.1 and FLUX.2 parts look alike; each is told apart by its names and refused naming file and
+  // key: a FLUX.2 transformer in BFL's single-file layout (double_blocks… as Flux.1's, but one shared
+  // modulation) is FLUX.2's and not read yet, Flux.1's BFL file stays Flux.1's, a FLUX.2 VAE is
+  // refused by a Flux.1 run, and a Flux.1 LoRA by FLUX.2 (names it has not, shapes it has not).
+  void flux1AndFlux2PartsAreToldApart() {
+    QTemporaryDir dir;
+    const std::string file = dir.filePath("flux2-klein-4b.safetensors").toStdString();
+    io::write_safetensors(file, {{"double_blocks.0.img_attn.qkv.weight", at::zeros({24, 8})},
+                                 {"double_stream_modulation_img.lin.weight", at::zeros({48, 8})},
+                                 {"single_blocks.0.linear1.weight", at::zeros({40, 8})}});
+    QVERIFY(models::is_flux2_model(file));
+    try {
+      test::small_config({"model.path=" + file});
+      QFAIL("a FLUX.2 single file was accepted");
+    } catch (const config::ConfigError& e) {
+      QVERIFY2(QString(e.what()).contains("model.path") && QString(e.what()).contains("FLUX.2 transformer in BFL's single-file layout"),
+               e.what());
+    }
+    const std::string flux1 = test::peerFixture("flux_bfl.safetensors").toStdString();
+    if (fs::exists(flux1)) QVERIFY(!models::is_flux2_model(flux1));
+    const std::string flux2_vae = test::peerFixture("flux2-klein-tiny/vae/diffusion_pytorch_model.safetensors").toStdString();
+    if (!fs::exists(flux2_vae)) ZS_SKIP_UNLESS_CI("tests/fixtures/flux2-klein-tiny is absent; run tests/fixtures/gen/flux2_pipeline.py");
+    try {
+      models::load_vae_file(models::AutoencoderKLConfig::flux1(), flux2_vae);
+      QFAIL("a FLUX.2 VAE was read as Flux.1's");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find(flux2_vae) != std::string::npos &&
+                   std::string(e.what()).find("a FLUX.2 VAE") != std::string::npos,
+               e.what());
+    }
+    const auto cfg = f2_config({"training.method=lora"});
+    auto model = models::family_of(cfg).build(cfg, data::all_shape_captions(), {});
+    models::LoraOptions lo;
+    lo.rank = 4;
+    model->attach_denoiser_lora(models::flux2_family().default_lora_targets(), lo, 3);
+    for (const auto& [key, shape] : std::vector<std::pair<std::string, std::vector<std::int64_t>>>{
+             {"transformer.single_transformer_blocks.0.proj_mlp.lora_A.weight", {4, 64}},  // Flux.1's single block
+             {"transformer.transformer_blocks.0.attn.to_q.lora_A.weight", {4, 3072}}}) {   // Flux.1 [dev]'s width
+      const std::string lora = dir.filePath("flux1.safetensors").toStdString();
+      std::vector<std::int64_t> up = {shape[1], shape[0]};
+      const std::string up_key = key.substr(0, key.size() - std::string("lora_A.weight").size()) + "lora_B.weight";
+      io::write_safetensors(lora, {{key, at::zeros(shape)}, {up_key, at::zeros(up)}});
+      try {
+        model->load_lora_file(lora);
+        QFAIL(("a Flux.1 LoRA was read into FLUX.2: " + key).c_str());
+      } catch (const std::exception& e) {
+        QVERIFY2(std::string(e.what()).find("flux1.safetensors") != std::string::npos, e.what());
+      }
     }
   }
 

@@ -38,10 +38,12 @@ std::string leaf(const std::string& name) { return name.substr(name.rfind('.') +
 
 std::optional<std::string> find_bfl_flux_prefix(const std::vector<std::string>& names) {
   for (const std::string prefix : {"", "model.diffusion_model."}) {
-    const bool has = std::any_of(names.begin(), names.end(), [&](const std::string& n) {
-      return n == prefix + "double_blocks.0.img_attn.qkv.weight";
-    });
-    if (has) return prefix;
+    auto has = [&](const std::string& key) {
+      return std::any_of(names.begin(), names.end(), [&](const std::string& n) { return n == prefix + key; });
+    };
+    // FLUX.2's single file shares the block names but has one shared modulation instead of a
+    // modulation per block: not Flux.1's (models/flux2/ says so).
+    if (has("double_blocks.0.img_attn.qkv.weight")) return has("double_stream_modulation_img.lin.weight") ? std::nullopt : std::optional(prefix);
   }
   return std::nullopt;
 }

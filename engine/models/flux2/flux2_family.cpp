@@ -11,6 +11,7 @@
 #include "core/meta_tensors.h"
 #include "data/shapes.h"
 #include "io/json_file.h"
+#include "io/safetensors.h"
 #include "models/autoencoder_kl.h"
 #include "models/clip_text_model.h"
 #include "models/diffusers_folder.h"
@@ -97,8 +98,21 @@ const ModelFamily& flux2_family() {
 }
 
 bool is_flux2_model(const std::string& path) {
+  std::error_code ec;
+  if (!path.empty() && fs::is_regular_file(path, ec)) return is_flux2_bfl_file(path);
   return is_transformer_pipeline(path, "Flux2KleinPipeline", kTransformerClass) ||
          is_transformer_pipeline(path, "Flux2Pipeline", kTransformerClass);
+}
+
+bool is_flux2_bfl_file(const std::string& path) {
+  if (fs::path(path).extension() != ".safetensors") return false;
+  try {
+    const io::SafetensorsReader reader(path);
+    for (const auto& e : reader.entries())
+      if (e.name.ends_with("double_stream_modulation_img.lin.weight")) return true;
+  } catch (const std::exception&) {
+  }
+  return false;
 }
 
 std::vector<ModelPreset> Flux2Family::presets() const {
@@ -160,9 +174,12 @@ std::vector<FamilyFinding> Flux2Family::check(const config::TrainerConfig& cfg) 
                    "Mistral-Small) stays frozen and its outputs are cached; set it to none or auto"});
   std::error_code ec;
   if (!cfg.model.path.empty() && fs::is_regular_file(cfg.model.path, ec))
-    out.push_back({"model.path", "'" + cfg.model.path + "' is a file; FLUX.2 is read from a diffusers folder "
-                                 "(black-forest-labs/FLUX.2-klein-4B: model_index.json, transformer/, text_encoder/, "
-                                 "vae/, tokenizer/, scheduler/); BFL's single-file layout is not read yet"});
+    out.push_back({"model.path", "'" + cfg.model.path +
+                                     (is_flux2_bfl_file(cfg.model.path) ? "' is a FLUX.2 transformer in BFL's single-file layout"
+                                                                        : "' is a file") +
+                                     ", which is not read yet; FLUX.2 is read from a diffusers folder "
+                                     "(black-forest-labs/FLUX.2-klein-base-4B and the others: model_index.json, "
+                                     "transformer/, text_encoder/, vae/, tokenizer/, scheduler/)"});
   if (!is_tiny(cfg) && variant(cfg).transformer.guidance_embeds == false && cfg.training.guidance != 1.0)
     out.push_back({"training.guidance", "FLUX.2 [klein] has no guidance embedding; training.guidance applies to [dev] only",
                    true});

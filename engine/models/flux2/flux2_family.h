@@ -47,7 +47,12 @@ class Flux2Family final : public ModelFamily {
 /// The registry's FLUX.2 family.
 const ModelFamily& flux2_family();
 
-/// Whether `path` is a diffusers FLUX.2 folder. Reads config files only.
+/// Whether `path` is a diffusers FLUX.2 folder (config files only) or a FLUX.2 transformer in BFL's
+/// single-file layout (is_flux2_bfl_file).
 bool is_flux2_model(const std::string& path);
+/// Whether `path` is a .safetensors file of a FLUX.2 transformer in BFL's layout (its shared
+/// "double_stream_modulation_img.lin.weight", behind any prefix; Flux.1's file has a modulation per
+/// block instead). Reads the header only.
+bool is_flux2_bfl_file(const std::string& path);
 
 }  // namespace zs::models
