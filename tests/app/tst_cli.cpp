@@ -759,26 +759,37 @@ class TestCli : public QObject {
     QVERIFY2(trained.err.contains("frozen parts off the device"), qPrintable(trained.err));
   }
 
-  // `zerostudio cache` on a diffusers Z-Image folder (tests/fixtures/z-image-tiny): Qwen3's prompt
-  // states and the VAE's latents go to the caches, and the run on them trains with Qwen3 and the VAE
-  // off the device, never loading Qwen3 (issue 54).
-  void cacheFillsZImagesCachesAndTrainingUsesThem() {
-    const QString folder = zs::test::peerFixture("z-image-tiny");
-    if (!QFileInfo::exists(folder)) ZS_SKIP_UNLESS_CI("tests/fixtures/z-image-tiny is absent");
+  // `zerostudio cache` on a diffusers Z-Image folder (tests/fixtures/z-image-tiny) and a FLUX.2
+  // [klein] one (flux2-klein-tiny): Qwen3's prompt states and the VAE's latents go to the caches, and
+  // the run on them trains with Qwen3 and the VAE off the device, never loading Qwen3 (issues 54, 55).
+  void cacheFillsATransformerPipelinesCachesAndTrainingUsesThem_data() {
+    QTest::addColumn<QString>("fixture");
+    QTest::addColumn<QString>("config");
+    QTest::addColumn<QStringList>("extra");
+    QTest::newRow("Z-Image") << "z-image-tiny" << "quickstart-z-image.yaml" << QStringList{};
+    QTest::newRow("FLUX.2 [klein]") << "flux2-klein-tiny" << "quickstart-flux2.yaml"
+                                    << QStringList{"--set", "model.max_sequence_length=24"};
+  }
+  void cacheFillsATransformerPipelinesCachesAndTrainingUsesThem() {
+    QFETCH(QString, fixture);
+    QFETCH(QString, config);
+    QFETCH(QStringList, extra);
+    const QString folder = zs::test::peerFixture(fixture);
+    if (!QFileInfo::exists(folder)) ZS_SKIP_UNLESS_CI(qPrintable("tests/fixtures/" + fixture + " is absent"));
     QTemporaryDir dir;
     const QString run_dir = dir.path() + "/run";
     zs::test::FailureReport report(run_dir);
     QCOMPARE(run({"make-dataset", "shapes", "--out", run_dir + "/data", "--count", "4", "--size", "16"}).code, 0);
-    const QString config = zs::test::sourceDir() + "/configs/quickstart-z-image.yaml";
-    const QStringList sets = {"--set", "model.path=" + folder, "--set", "data.generate=none", "--set",
-                              "data.resolution=16", "--set", "data.flip_p=0", "--set", "data.caption_dropout=0",
-                              "--set", "data.latent_cache_dir=" + dir.path() + "/cache", "--set", "data.cache_latents=true",
-                              "--set", "data.cache_text_embeddings=true"};
-    const Result first = run(QStringList{"cache", config, "--run-dir", run_dir} + sets);
+    const QString file = zs::test::sourceDir() + "/configs/" + config;
+    const QStringList sets = QStringList{"--set", "model.path=" + folder, "--set", "data.generate=none", "--set",
+                                         "data.resolution=16", "--set", "data.flip_p=0", "--set", "data.caption_dropout=0",
+                                         "--set", "data.latent_cache_dir=" + dir.path() + "/cache", "--set",
+                                         "data.cache_latents=true", "--set", "data.cache_text_embeddings=true"} + extra;
+    const Result first = run(QStringList{"cache", file, "--run-dir", run_dir} + sets);
     report.setOutput("zerostudio cache (stderr)", first.err);
     QVERIFY2(first.code == 0, qPrintable(first.err));
     QVERIFY2(first.out.contains("4/4 latents") && first.out.contains("complete:"), qPrintable(first.out));
-    const Result trained = run(QStringList{"train", config, "--run-dir", run_dir, "--set", "training.max_steps=1",
+    const Result trained = run(QStringList{"train", file, "--run-dir", run_dir, "--set", "training.max_steps=1",
                                            "--set", "training.batch_size=2", "--set", "sampling.prompts=[]", "--set",
                                            "checkpointing.every_n_steps=0"} + sets);
     report.setOutput("zerostudio train (stderr)", trained.err);
