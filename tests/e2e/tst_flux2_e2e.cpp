@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -27,6 +28,7 @@
 #include "models/autoencoder_kl.h"
 #include "models/flux2/flux2_family.h"
 #include "models/flux2/flux2_model.h"
+#include "models/flux2/flux2_single_file.h"
 #include "models/lora.h"
 #include "models/model_family.h"
 #include "models/text_conditioning.h"
@@ -220,9 +222,96 @@ class TestFlux2E2E : public QObject {
     }
   }
 
+  // BFL's single-file layout (models/flux2/flux2_single_file.h, the layout diffusers' single_file_utils.py
+  // convert_flux2_transformer_checkpoint_to_diffusers reads; that diffusers reads our file is
+  // tests/peers/test_flux2_lora.py's): a run on the fixture folder exports it, every diffusers tensor
+  // reads back from it, it trains as model.path with the folder as model.config_path to the exported
+  // folder's first loss, a LoRA run on it merges into its weights, and a file cut short or without
+  // model.config_path is refused before anything is written.
+  void singleFileTrainsAsTheExportedFolder() {
+    const std::string folder = test::peerFixture("flux2-klein-tiny").toStdString();
+    if (!fs::exists(folder)) ZS_SKIP_UNLESS_CI("tests/fixtures/flux2-klein-tiny is absent; run tests/fixtures/gen/flux2_pipeline.py");
+    QTemporaryDir dir;
+    const std::string base = dir.path().toStdString();
+    auto one_step = [&](std::vector<std::string> extra) {
+      for (const char* s : {"training.max_steps=1", "sampling.every_n_steps=0", "checkpointing.every_n_steps=1",
+                            "model.max_sequence_length=24"})
+        extra.push_back(s);
+      return f2_config(extra);
+    };
+    test::run_training(one_step({"model.path=" + folder}), base + "/first");
+    const std::string ckpt = test::checkpoint_dir(test::read_events(base + "/first"));
+    checkpoint::ExportOptions o;
+    o.format = "diffusers";
+    const std::string exported = base + "/exported";
+    train::export_checkpoint(ckpt, exported, o);
+    o.format = "single-file";
+    const std::string single = base + "/flux-2-klein-tiny.safetensors";
+    train::export_checkpoint(ckpt, single, o);
+    const io::SafetensorsReader file(single);
+    QVERIFY(file.contains("img_in.weight") && file.contains("double_blocks.0.img_attn.qkv.weight") &&
+            file.contains("double_blocks.0.txt_attn.norm.key_norm.scale") && file.contains("single_blocks.1.linear1.weight") &&
+            file.contains("final_layer.adaLN_modulation.1.weight") && file.contains("double_stream_modulation_img.lin.weight") &&
+            !file.contains("x_embedder.weight") && !file.contains("transformer_blocks.0.attn.to_q.weight"));
+    QVERIFY(models::is_flux2_model(single));
+    const io::SafetensorsReader diffusers(exported + "/transformer/diffusion_pytorch_model.safetensors");
+    const models::Flux2File reader(single);
+    const models::Flux2Config c = reader.config(folder);
+    QCOMPARE(file.tensor("double_blocks.0.img_attn.qkv.weight").size(0), 3 * c.inner_dim());
+    // BFL's final modulation is (shift, scale), diffusers' (scale, shift).
+    const at::Tensor norm_out = diffusers.tensor("norm_out.linear.weight");
+    QVERIFY(at::equal(file.tensor("final_layer.adaLN_modulation.1.weight").narrow(0, 0, c.inner_dim()),
+                      norm_out.narrow(0, c.inner_dim(), c.inner_dim())));
+    for (const auto& e : diffusers.entries()) {
+      const at::Tensor t = reader.tensor(e.name, c);
+      QVERIFY2(t.defined() && at::equal(t, diffusers.tensor(e.name)), e.name.c_str());
+    }
+    {
+      std::ostringstream listing;
+      models::flux2_family().describe(listing, single, folder);
+      QVERIFY2(listing.str().find("single-file layout") != std::string::npos, listing.str().c_str());
+    }
+    test::run_training(one_step({"model.path=" + exported}), base + "/again");
+    const auto want = test::losses(test::read_events(base + "/again"));
+    const auto from_file = one_step({"model.path=" + single, "model.config_path=" + folder});
+    QCOMPARE(QString::fromStdString(models::family_of(from_file).name()), QString("flux2"));
+    test::run_training(from_file, base + "/from-file");
+    QCOMPARE(test::losses(test::read_events(base + "/from-file")), want);
+    // A LoRA run on the file: --merge starts from the file's tensors (a layer without adapters is
+    // the file's own).
+    test::run_training(one_step({"model.path=" + single, "model.config_path=" + folder, "training.method=lora"}),
+                       base + "/lora");
+    checkpoint::ExportOptions merge;
+    merge.format = "safetensors";
+    merge.merge = true;
+    train::export_checkpoint(test::checkpoint_dir(test::read_events(base + "/lora")), base + "/merged.safetensors", merge);
+    const io::SafetensorsReader merged(base + "/merged.safetensors");
+    QVERIFY(at::equal(merged.tensor("x_embedder.weight"), diffusers.tensor("x_embedder.weight")));
+    QVERIFY(at::equal(merged.tensor("norm_out.linear.weight"), norm_out));
+    // Refusals, before a run folder exists.
+    {
+      std::vector<std::pair<std::string, at::Tensor>> cut;
+      for (const auto& e : file.entries())
+        if (!e.name.starts_with("single_blocks.1.")) cut.emplace_back(e.name, file.tensor(e.name));
+      io::write_safetensors(base + "/cut.safetensors", cut);
+      try {
+        f2_config({"model.path=" + base + "/cut.safetensors", "model.config_path=" + folder});
+        QFAIL("a single file without its last single block validated");
+      } catch (const config::ConfigError& e) {
+        QVERIFY2(QString(e.what()).contains("cut.safetensors") && QString(e.what()).contains("single_blocks.1."), e.what());
+      }
+      try {
+        f2_config({"model.path=" + single});
+        QFAIL("a single file without model.config_path validated");
+      } catch (const config::ConfigError& e) {
+        QVERIFY2(QString(e.what()).contains("model.config_path"), e.what());
+      }
+    }
+  }
+
   // Flux.1 and FLUX.2 parts look alike; each is told apart by its names and refused naming file and
   // key: a FLUX.2 transformer in BFL's single-file layout (double_blocks… as Flux.1's, but one shared
-  // modulation) is FLUX.2's and not read yet, Flux.1's BFL file stays Flux.1's, a FLUX.2 VAE is
+  // modulation) is FLUX.2's (here without the folder it needs), Flux.1's BFL file stays Flux.1's, a FLUX.2 VAE is
   // refused by a Flux.1 run, and a Flux.1 LoRA by FLUX.2 (names it has not, shapes it has not).
   void flux1AndFlux2PartsAreToldApart() {
     QTemporaryDir dir;
@@ -235,7 +324,7 @@ class TestFlux2E2E : public QObject {
       test::small_config({"model.path=" + file});
       QFAIL("a FLUX.2 single file was accepted");
     } catch (const config::ConfigError& e) {
-      QVERIFY2(QString(e.what()).contains("model.path") && QString(e.what()).contains("FLUX.2 transformer in BFL's single-file layout"),
+      QVERIFY2(QString(e.what()).contains("model.config_path") && QString(e.what()).contains("single-file FLUX.2 transformer"),
                e.what());
     }
     const std::string flux1 = test::peerFixture("flux_bfl.safetensors").toStdString();

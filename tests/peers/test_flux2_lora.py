@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""diffusers reads our FLUX.2 LoRA files (make test-torch2; the pinned diffusers and peft of
-tests/peers/requirements.txt).
+"""diffusers reads our FLUX.2 LoRA files and single-file transformer (make test-torch2; the pinned
+diffusers and peft of tests/peers/requirements.txt).
 
 A LoRA run on the committed tiny FLUX.2 [klein] folder (tests/fixtures/flux2-klein-tiny/,
 gen/flux2_pipeline.py) trains two steps under ZeRO-3 and exports its adapters in diffusers' layout
@@ -8,7 +8,9 @@ gen/flux2_pipeline.py) trains two steps under ZeRO-3 and exports its adapters in
 Flux2KleinPipeline.from_pretrained on the fixture with load_lora_weights(our file) (diffusers'
 loaders/lora_pipeline.py Flux2LoraLoaderMixin) must give the transformer output the merged folder's
 transformer gives, for the same inputs — through the double blocks' attention and the single blocks'
-fused projections alike.
+fused projections alike. And `--format single-file --merge` (BFL's layout) read by
+Flux2Transformer2DModel.from_single_file (loaders/single_file_utils.py
+convert_flux2_transformer_checkpoint_to_diffusers) holds the merged folder's every tensor.
 
 Usage: test_flux2_lora.py ZEROSTUDIO_CLI REPOSITORY_ROOT
 """
@@ -46,11 +48,20 @@ class DiffusersReadsOurFlux2Lora(unittest.TestCase):
             ckpt = os.path.join(out, "checkpoints", "step_2")
             merged = os.path.join(tmp, "merged")
             lora = os.path.join(tmp, "lora.safetensors")
+            single = os.path.join(tmp, "flux-2-klein-tiny.safetensors")
             for extra, dest in [(["--format", "lora-diffusers", "--dtype", "fp32"], lora),
-                                (["--format", "diffusers", "--merge"], merged)]:
+                                (["--format", "diffusers", "--merge"], merged),
+                                (["--format", "single-file", "--merge"], single)]:
                 rc, log = run([CLI, "export", ckpt, "-o", dest] + extra)
                 self.assertEqual(rc, 0, log)
             reference = Flux2Transformer2DModel.from_pretrained(os.path.join(merged, "transformer"))
+            from_file = Flux2Transformer2DModel.from_single_file(single, config=fixture, subfolder="transformer",
+                                                                 local_files_only=True)
+            want_state, got_state = reference.state_dict(), from_file.state_dict()
+            self.assertEqual(sorted(got_state), sorted(want_state))
+            for name, t in want_state.items():
+                self.assertTrue(torch.equal(got_state[name], t.to(got_state[name].dtype)),
+                                f"single-file: {name} differs from the merged folder's")
             base = Flux2Transformer2DModel.from_pretrained(os.path.join(fixture, "transformer"))
             c = base.config
             # Two 4x4 grids of patchified latents and 6 text rows, as the pipeline arranges them.

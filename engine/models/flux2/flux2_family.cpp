@@ -17,6 +17,7 @@
 #include "models/diffusers_folder.h"
 #include "models/flux2/flux2_export.h"
 #include "models/flux2/flux2_model.h"
+#include "models/flux2/flux2_single_file.h"
 #include "models/flux2/flux2_text.h"
 #include "models/flux2/flux2_transformer.h"
 #include "models/lora.h"
@@ -45,6 +46,11 @@ bool is_tiny(const config::TrainerConfig& cfg) {
   return cfg.model.preset == "flux2-tiny";
 }
 
+bool is_single_file(const config::TrainerConfig& cfg) {
+  std::error_code ec;
+  return !cfg.model.path.empty() && fs::is_regular_file(cfg.model.path, ec);
+}
+
 bool is_folder(const config::TrainerConfig& cfg) {
   std::error_code ec;
   return !cfg.model.path.empty() && fs::is_directory(cfg.model.path, ec) && !is_tiny_folder(cfg.model.path);
@@ -59,9 +65,12 @@ struct Variant {
 
 Variant variant(const config::TrainerConfig& cfg) {
   Variant v;
-  if (is_folder(cfg)) {
-    const fs::path dir(cfg.model.path);
-    v.transformer = Flux2Config::from_file((dir / "transformer" / "config.json").string());
+  if (is_folder(cfg) || (is_single_file(cfg) && !cfg.model.config_path.empty())) {
+    // A folder, or BFL's single file with a folder for the rest (model.config_path).
+    const bool file = is_single_file(cfg);
+    const fs::path dir(file ? cfg.model.config_path : cfg.model.path);
+    v.transformer = file ? Flux2File(cfg.model.path).config(cfg.model.config_path)
+                         : Flux2Config::from_file((dir / "transformer" / "config.json").string());
     if (fs::exists(dir / "text_encoder" / "config.json"))
       v.text = QwenTextConfig::from_file((dir / "text_encoder" / "config.json").string());
     else
@@ -107,12 +116,13 @@ bool is_flux2_model(const std::string& path) {
 bool is_flux2_bfl_file(const std::string& path) {
   if (fs::path(path).extension() != ".safetensors") return false;
   try {
+    std::vector<std::string> names;
     const io::SafetensorsReader reader(path);
-    for (const auto& e : reader.entries())
-      if (e.name.ends_with("double_stream_modulation_img.lin.weight")) return true;
+    for (const auto& e : reader.entries()) names.push_back(e.name);
+    return find_flux2_file_prefix(names).has_value();
   } catch (const std::exception&) {
+    return false;
   }
-  return false;
 }
 
 std::vector<ModelPreset> Flux2Family::presets() const {
@@ -162,8 +172,8 @@ std::vector<std::string> Flux2Family::default_lora_targets() const {
 }
 
 std::vector<std::string> Flux2Family::keys_not_applying() const {
-  return {"model.prediction_type", "training.min_snr_gamma", "model.text_encoder_2_path", "model.config_path",
-          "model.vae_path", "model.text_encoder_path"};
+  return {"model.prediction_type", "training.min_snr_gamma", "model.text_encoder_2_path", "model.vae_path",
+          "model.text_encoder_path"};
 }
 
 std::vector<FamilyFinding> Flux2Family::check(const config::TrainerConfig& cfg) const {
@@ -173,16 +183,37 @@ std::vector<FamilyFinding> Flux2Family::check(const config::TrainerConfig& cfg) 
                    cfg.training.train_text_encoder + " is not offered for FLUX.2: its text encoder (Qwen3 or "
                    "Mistral-Small) stays frozen and its outputs are cached; set it to none or auto"});
   std::error_code ec;
-  if (!cfg.model.path.empty() && fs::is_regular_file(cfg.model.path, ec))
-    out.push_back({"model.path", "'" + cfg.model.path +
-                                     (is_flux2_bfl_file(cfg.model.path) ? "' is a FLUX.2 transformer in BFL's single-file layout"
-                                                                        : "' is a file") +
-                                     ", which is not read yet; FLUX.2 is read from a diffusers folder "
-                                     "(black-forest-labs/FLUX.2-klein-base-4B and the others: model_index.json, "
-                                     "transformer/, text_encoder/, vae/, tokenizer/, scheduler/)"});
-  if (!is_tiny(cfg) && variant(cfg).transformer.guidance_embeds == false && cfg.training.guidance != 1.0)
-    out.push_back({"training.guidance", "FLUX.2 [klein] has no guidance embedding; training.guidance applies to [dev] only",
-                   true});
+  if (is_single_file(cfg)) {
+    // BFL's transformer file holds the transformer alone: the configs, tokenizer, scheduler and the
+    // other weights come from a diffusers FLUX.2 folder.
+    const std::string why = " (a single-file FLUX.2 transformer holds the transformer alone: the text encoder, the VAE, "
+                            "the tokenizer and the scheduler come from a diffusers FLUX.2 folder, e.g. "
+                            "black-forest-labs/FLUX.2-klein-base-4B without its transformer weights)";
+    if (!is_flux2_bfl_file(cfg.model.path)) {
+      out.push_back({"model.path", "'" + cfg.model.path + "' is not a FLUX.2 transformer in BFL's single-file layout (no "
+                                   "double_stream_modulation_img.lin.weight); give BFL's flux-2-*.safetensors or a "
+                                   "diffusers folder"});
+    } else if (cfg.model.config_path.empty()) {
+      out.push_back({"model.config_path", "set it to a diffusers FLUX.2 folder" + why});
+    } else if (!fs::exists(fs::path(cfg.model.config_path) / "model_index.json", ec)) {
+      out.push_back({"model.config_path", "'" + cfg.model.config_path + "' has no model_index.json" + why});
+    } else {
+      try {  // the file against the config before anything is written
+        const Flux2File file(cfg.model.path);
+        file.check(file.config(cfg.model.config_path));
+      } catch (const Error& e) {
+        out.push_back({"model.path", e.what()});
+      }
+    }
+  }
+  if (out.empty() && !is_tiny(cfg) && cfg.training.guidance != 1.0) {
+    try {
+      if (!variant(cfg).transformer.guidance_embeds)
+        out.push_back({"training.guidance", "FLUX.2 [klein] has no guidance embedding; training.guidance applies to [dev] only",
+                       true});
+    } catch (const Error&) {  // an unreadable model: the build says so, naming the file
+    }
+  }
   return out;
 }
 
@@ -227,6 +258,8 @@ std::unique_ptr<TrainableModel> Flux2Family::build(const config::TrainerConfig& 
     m = std::make_unique<Flux2Model>(Flux2Model::load_folder(cfg.model.path));
   else if (is_tiny(cfg))
     m = std::make_unique<Flux2Model>(Flux2Model::build_tiny(captions, static_cast<std::uint64_t>(cfg.training.seed), on_unit));
+  else if (is_single_file(cfg))  // BFL's transformer file, the rest from model.config_path
+    m = std::make_unique<Flux2Model>(Flux2Model::load_pipeline(cfg.model.config_path, on_unit, true, {cfg.model.path, "", ""}));
   else
     m = std::make_unique<Flux2Model>(Flux2Model::load_pipeline(cfg.model.path, on_unit, true));
   const std::int64_t f = m->pixel_factor();
@@ -242,7 +275,8 @@ std::unique_ptr<TrainableModel> Flux2Family::load_folder(const std::string& dir,
 }
 
 std::unique_ptr<TrainableModel> Flux2Family::load_frozen(const config::TrainerConfig& cfg) const {
-  auto m = std::make_unique<Flux2Model>(Flux2Model::load_pipeline(cfg.model.path, {}, /*with_transformer=*/false));
+  const std::string folder = is_single_file(cfg) ? cfg.model.config_path : cfg.model.path;
+  auto m = std::make_unique<Flux2Model>(Flux2Model::load_pipeline(folder, {}, /*with_transformer=*/false));
   m->configure(cfg);
   return m;
 }
@@ -258,13 +292,24 @@ checkpoint::ExportResult Flux2Family::export_checkpoint(const checkpoint::Checkp
   return checkpoint::export_flux2_checkpoint(info, out, options);
 }
 
-void Flux2Family::describe(std::ostream& out, const std::string& path, const std::string&) const {
+void Flux2Family::describe(std::ostream& out, const std::string& path, const std::string& config_path) const {
   std::error_code ec;
+  auto blocks_of = [](const Flux2Config& c) {
+    return std::to_string(c.num_layers) + " double-stream and " + std::to_string(c.num_single_layers) +
+           " single-stream blocks, " + std::to_string(c.inner_dim()) + " wide, " + std::to_string(c.num_attention_heads) +
+           " heads" + (c.guidance_embeds ? ", guidance embedding ([dev])" : "");
+  };
+  if (fs::is_regular_file(path, ec)) {  // as a run with model.config_path reads it
+    const Flux2File file(path);
+    const Flux2Config c = file.config(config_path);
+    file.check(c);
+    const MetaTensorScope meta;
+    out << path << ": FLUX.2 transformer, single-file layout (BFL's" << (file.prefix().empty() ? "" : ", behind " + file.prefix())
+        << "), " << blocks_of(c) << ", " << parameter_count(*Flux2Transformer2DModel(c)) << " parameters\n";
+    return;
+  }
   const Flux2Config c = Flux2Config::from_file((fs::path(path) / "transformer" / "config.json").string());
-  const std::string blocks = std::to_string(c.num_layers) + " double-stream and " + std::to_string(c.num_single_layers) +
-                             " single-stream blocks, " + std::to_string(c.inner_dim()) + " wide, " +
-                             std::to_string(c.num_attention_heads) + " heads" +
-                             (c.guidance_embeds ? ", guidance embedding ([dev])" : "");
+  const std::string blocks = blocks_of(c);
   if (fs::exists(fs::path(path) / "model_index.json", ec)) {
     const auto p = DiffusersFolder::open(path);
     const auto unreadable = describe_pipeline(out, p, [&](const PipelineComponent& comp) -> std::string {

@@ -10,6 +10,7 @@
 #include "data/latent_cache.h"
 #include "io/json_file.h"
 #include "models/diffusers_folder.h"
+#include "models/flux2/flux2_single_file.h"
 #include "models/flux2/flux2_text.h"
 #include "models/frozen_outputs.h"
 #include "models/transformer_model_parts.h"
@@ -96,14 +97,27 @@ Flux2Model Flux2Model::load_pipeline(const std::string& dir, const UnitBuilt& on
     m.bn_var_ = m.bn_var_.to(at::kFloat);
   }
   if (with_transformer) {
-    const WeightFiles r(p.weight_files("transformer"));
-    const Flux2Config c = Flux2Config::from_file(p.dir("transformer") + "/config.json");
-    if (c.in_channels != 4 * m.vae_config_->latent_channels)
-      throw Error(ErrorKind::config, p.dir("transformer") + "/config.json: in_channels " + std::to_string(c.in_channels) +
-                                         " is not 4 × the VAE's " + std::to_string(m.vae_config_->latent_channels) +
-                                         " latent channels (" + vae_config + ")");
-    m.transformer = load_units<Flux2Transformer2DModel>(c, [&](const std::string& n) { return r.find(n); },
-                                                        p.dir("transformer"), on_unit);
+    auto check_channels = [&](const Flux2Config& c, const std::string& where) {
+      if (c.in_channels != 4 * m.vae_config_->latent_channels)
+        throw Error(ErrorKind::config, where + ": in_channels " + std::to_string(c.in_channels) + " is not 4 × the VAE's " +
+                                           std::to_string(m.vae_config_->latent_channels) + " latent channels (" + vae_config + ")");
+    };
+    if (files.transformer.empty()) {
+      const WeightFiles r(p.weight_files("transformer"));
+      const Flux2Config c = Flux2Config::from_file(p.dir("transformer") + "/config.json");
+      check_channels(c, p.dir("transformer") + "/config.json");
+      m.transformer = load_units<Flux2Transformer2DModel>(c, [&](const std::string& n) { return r.find(n); },
+                                                          p.dir("transformer"), on_unit);
+    } else {
+      // BFL's single file: its tensors mapped onto diffusers' names as they are read; checked whole
+      // against the folder's transformer/config.json first.
+      const Flux2File file(files.transformer);
+      const Flux2Config c = file.config(dir);
+      file.check(c);
+      check_channels(c, files.transformer);
+      m.transformer = load_units<Flux2Transformer2DModel>(c, [&](const std::string& n) { return file.tensor(n, c); },
+                                                          files.transformer, on_unit);
+    }
   }
   m.text_files_ = files.text_encoder.empty() ? p.weight_files("text_encoder") : std::vector<std::string>{m.files_.text_encoder};
   const std::string text_config = p.dir("text_encoder") + "/config.json";

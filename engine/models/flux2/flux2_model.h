@@ -46,8 +46,9 @@ class Flux2Model final : public TransformerPipelineModel {
   static Flux2Model build_tiny(const std::vector<std::string>& captions, std::uint64_t seed, const UnitBuilt& on_unit = {});
   /// The transformer of `config` with random weights from `seed` and no frozen parts.
   static Flux2Model build_transformer_only(const Flux2Config& config, std::uint64_t seed, const UnitBuilt& on_unit = {});
-  /// A diffusers FLUX.2 folder (Flux2KleinPipeline or Flux2Pipeline). Without `with_transformer`
-  /// only the frozen parts. Throws zs::Error naming the file and what to do when a component, a
+  /// A diffusers FLUX.2 folder (Flux2KleinPipeline or Flux2Pipeline); with `files.transformer`, BFL's
+  /// single-file transformer (models/flux2/flux2_single_file.h) in place of the folder's. Without
+  /// `with_transformer` only the frozen parts. Throws zs::Error naming the file and what to do when a component, a
   /// shard or a key is missing, or when the VAE is not AutoencoderKLFlux2 (Flux.1's, say).
   static Flux2Model load_pipeline(const std::string& dir, const UnitBuilt& on_unit = {}, bool with_transformer = true,
                                   const Files& files = {});
