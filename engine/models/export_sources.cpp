@@ -271,6 +271,7 @@ ExportTensors base_transformer(const fs::path& model_dir, const std::string& sou
 
 ExportResult write_lora_layout(const ComponentAdapters& layers, const LoraLayout& l, const std::string& out,
                                const ExportOptions& o, std::map<std::string, std::string> metadata) {
+  if (l.tensors) return write_lora_tensors(l.tensors(layers), out, o, metadata, l.note);
   if (!l.kohya) {
     if (l.peft_header) metadata.merge(peft_lora_header({{"transformer", layers}}));  // as save_lora_weights writes it
     return write_lora_tensors(peft_lora_tensors(layers, l.prefix, l.suffix), out, o, metadata, l.note);

@@ -126,6 +126,9 @@ struct LoraLayout {
   std::string kohya_module;  ///< kohya: ss_network_module
   bool peft_header = false;  ///< diffusers' lora_adapter_metadata in the header
   std::string note;          ///< what the result says the file is
+  /// A layout on other module names than the model's (fused projections, say): the file's tensors
+  /// from the run's adapters; unset: `prefix` + each layer's path in PEFT's or kohya's names.
+  std::function<ExportTensors(const ComponentAdapters&)> tensors;
 };
 
 /// A flow-matching transformer family's export (Qwen-Image, Z-Image): its name for messages, its

@@ -361,8 +361,8 @@ class TestFlux2E2E : public QObject {
   }
 
   // A LoRA run on the preset exports the diffusers/PEFT layout (double-stream attention and the single
-  // blocks' fused projections), lora.init_from reads it back as the trained update, and a Z-Image
-  // LoRA is refused naming the file.
+  // blocks' fused projections) and ai-toolkit's on BFL's names, lora.init_from reads the first back
+  // as the trained update, and a Z-Image LoRA is refused naming the file.
   void loraExportsAndReadsBack() {
     QTemporaryDir dir;
     const std::string base = dir.path().toStdString();
@@ -382,6 +382,24 @@ class TestFlux2E2E : public QObject {
                                "transformer.single_transformer_blocks.0.attn.to_qkv_mlp_proj.lora_A.weight",
                                "transformer.single_transformer_blocks.3.attn.to_out.lora_B.weight"})
         QVERIFY2(f.contains(name), name);
+    }
+    // ai-toolkit's layout on BFL's module names (what ComfyUI loads): q, k and v in one fused module,
+    // its down the three stacked and its up block-diagonal, every module padded to that rank.
+    o.format = "lora-aitoolkit";
+    const std::string bfl = base + "/lora-aitoolkit.safetensors";
+    train::export_checkpoint(ckpt, bfl, o);
+    {
+      const io::SafetensorsReader f(bfl);
+      const at::Tensor down = f.tensor("diffusion_model.double_blocks.0.img_attn.qkv.lora_A.weight");
+      const at::Tensor up = f.tensor("diffusion_model.double_blocks.0.img_attn.qkv.lora_B.weight");
+      QCOMPARE(down.sizes().vec(), (std::vector<std::int64_t>{12, 64}));
+      QCOMPARE(up.sizes().vec(), (std::vector<std::int64_t>{192, 12}));
+      QVERIFY(up.narrow(0, 0, 64).narrow(1, 4, 8).abs().max().item<double>() == 0);  // q's rows see only q's down
+      const io::SafetensorsReader peft(file);
+      QVERIFY(at::equal(down.narrow(0, 4, 4), peft.tensor("transformer.transformer_blocks.0.attn.to_k.lora_A.weight")));
+      QCOMPARE(f.tensor("diffusion_model.single_blocks.0.linear1.lora_A.weight").size(0), std::int64_t{12});
+      QVERIFY(f.contains("diffusion_model.single_blocks.3.linear2.lora_B.weight"));
+      QVERIFY(!f.contains("diffusion_model.double_blocks.1.txt_attn.qkv.lora_A.weight"));  // the text stream is not a target
     }
     auto trained = [&](const std::string& path, double alpha) {
       auto m = models::family_of(cfg).build(cfg, data::all_shape_captions(), {});

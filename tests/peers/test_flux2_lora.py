@@ -4,9 +4,11 @@ diffusers and peft of tests/peers/requirements.txt).
 
 A LoRA run on the committed tiny FLUX.2 [klein] folder (tests/fixtures/flux2-klein-tiny/,
 gen/flux2_pipeline.py) trains two steps under ZeRO-3 and exports its adapters in diffusers' layout
-(`--format lora-diffusers`) and merged into a diffusers folder (`--format diffusers --merge`).
-Flux2KleinPipeline.from_pretrained on the fixture with load_lora_weights(our file) (diffusers'
-loaders/lora_pipeline.py Flux2LoraLoaderMixin) must give the transformer output the merged folder's
+(`--format lora-diffusers`), in ai-toolkit's on BFL's module names (`--format lora-aitoolkit`: q/k/v
+fused) and merged into a diffusers folder (`--format diffusers --merge`). Flux2KleinPipeline.from_pretrained
+on the fixture with load_lora_weights(our file) (diffusers' loaders/lora_pipeline.py
+Flux2LoraLoaderMixin, which reads the "diffusion_model." layout through lora_conversion_utils.py
+_convert_non_diffusers_flux2_lora_to_diffusers) must give, for each file, the transformer output the merged folder's
 transformer gives, for the same inputs — through the double blocks' attention and the single blocks'
 fused projections alike. And `--format single-file --merge` (BFL's layout) read by
 Flux2Transformer2DModel.from_single_file (loaders/single_file_utils.py
@@ -47,9 +49,9 @@ class DiffusersReadsOurFlux2Lora(unittest.TestCase):
             self.assertEqual(rc, 0, log)
             ckpt = os.path.join(out, "checkpoints", "step_2")
             merged = os.path.join(tmp, "merged")
-            lora = os.path.join(tmp, "lora.safetensors")
+            files = {f: os.path.join(tmp, f + ".safetensors") for f in ("lora-diffusers", "lora-aitoolkit")}
             single = os.path.join(tmp, "flux-2-klein-tiny.safetensors")
-            for extra, dest in [(["--format", "lora-diffusers", "--dtype", "fp32"], lora),
+            for extra, dest in [(["--format", f, "--dtype", "fp32"], path) for f, path in files.items()] + [
                                 (["--format", "diffusers", "--merge"], merged),
                                 (["--format", "single-file", "--merge"], single)]:
                 rc, log = run([CLI, "export", ckpt, "-o", dest] + extra)
@@ -80,10 +82,11 @@ class DiffusersReadsOurFlux2Lora(unittest.TestCase):
             want, without = forward(reference), forward(base)
             scale = want.abs().max().item()
             self.assertGreater((want - without).abs().max().item(), 1e-4 * scale, "the adapters changed nothing")
-            pipe = Flux2KleinPipeline.from_pretrained(fixture)
-            pipe.load_lora_weights(lora)
-            diff = (forward(pipe.transformer) - want).abs().max().item()
-            self.assertLessEqual(diff, 1e-5 * max(1.0, scale), f"load_lora_weights gives {diff} off the merged export")
+            for name, path in files.items():
+                pipe = Flux2KleinPipeline.from_pretrained(fixture)
+                pipe.load_lora_weights(path)
+                diff = (forward(pipe.transformer) - want).abs().max().item()
+                self.assertLessEqual(diff, 1e-5 * max(1.0, scale), f"{name}: load_lora_weights gives {diff} off the merged export")
 
 
 if __name__ == "__main__":

@@ -16,13 +16,7 @@ namespace zs::models {
 
 namespace {
 
-/// Where diffusers' tensor `name` lives in BFL's layout: its key there, which third of a fused qkv's
-/// rows it is (−1: the whole tensor), and whether its two halves of rows are swapped.
-struct Place {
-  std::string key;
-  int third = -1;
-  bool swapped = false;
-};
+using Place = Flux2FilePlace;
 
 Place file_place(const std::string& name) {
   static const std::vector<std::pair<std::string, std::string>> kTop = {
@@ -76,6 +70,8 @@ Place file_place(const std::string& name) {
 }
 
 }  // namespace
+
+Flux2FilePlace flux2_file_place(const std::string& name) { return file_place(name); }
 
 std::optional<std::string> find_flux2_file_prefix(const std::vector<std::string>& names) {
   for (const std::string prefix : {"", "model.diffusion_model."})

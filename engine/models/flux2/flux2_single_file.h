@@ -34,6 +34,16 @@ namespace zs::models {
 /// when the names are not a FLUX.2 transformer in BFL's layout (no double_stream_modulation_img.lin.weight).
 std::optional<std::string> find_flux2_file_prefix(const std::vector<std::string>& names);
 
+/// Where diffusers' tensor `name` (a parameter's full name) lives in BFL's layout: its key there,
+/// which third of a fused qkv's rows it is (−1: the whole tensor), and whether its two halves of rows
+/// are swapped (norm_out's modulation). A name the layout does not know comes back as it is.
+struct Flux2FilePlace {
+  std::string key;
+  int third = -1;
+  bool swapped = false;
+};
+Flux2FilePlace flux2_file_place(const std::string& name);
+
 /// One tensor of BFL's layout: its key (no prefix) and the diffusers parameters stacked along its
 /// rows, in order (one for a renamed tensor, three for a fused qkv); `swapped`: the one diffusers
 /// parameter's two halves of rows in the other order (norm_out's modulation).
