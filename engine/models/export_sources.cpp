@@ -290,6 +290,23 @@ ExportResult write_lora_layout(const ComponentAdapters& layers, const LoraLayout
 
 }  // namespace
 
+ExportTensors single_file_tensors(std::vector<models::SingleFileTensor> layout, const ExportTensors& transformer,
+                                  const std::string& model_dir) {
+  auto by_name = std::make_shared<std::map<std::string, ExportTensor>>();
+  for (const auto& t : transformer) (*by_name)[t.name] = t;
+  ExportTensors out;
+  for (auto& t : layout) {
+    for (const auto& part : t.parts)
+      if (!by_name->contains(part)) throw Error(ErrorKind::checkpoint, model_dir + ": the export has no transformer tensor " + part);
+    auto shared = std::make_shared<models::SingleFileTensor>(std::move(t));
+    out.push_back({shared->key, shared->shape, [shared, by_name] {
+                     return models::assemble_single_file_tensor(*shared,
+                                                                 [&](const std::string& n) { return by_name->at(n).read(); });
+                   }});
+  }
+  return out;
+}
+
 ExportTensors mapped_tensors(const torch::nn::Module& skeleton, std::function<at::Tensor(const std::string&)> read,
                              const std::string& source) {
   auto shared = std::make_shared<std::function<at::Tensor(const std::string&)>>(std::move(read));

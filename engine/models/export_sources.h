@@ -16,6 +16,7 @@
 
 #include "checkpoint/sharded_state.h"
 #include "models/lora.h"
+#include "models/single_file_layout.h"
 
 namespace torch::nn {
 class Module;
@@ -130,6 +131,12 @@ struct LoraLayout {
   /// from the run's adapters; unset: `prefix` + each layer's path in PEFT's or kohya's names.
   std::function<ExportTensors(const ComponentAdapters&)> tensors;
 };
+
+/// --format single-file's tensors: each of `layout` (models/single_file_layout.h) assembled from
+/// the export's `transformer` tensors (diffusers' names) as it is written. Throws
+/// zs::Error(checkpoint) naming `model_dir` when a part is not among them.
+ExportTensors single_file_tensors(std::vector<models::SingleFileTensor> layout, const ExportTensors& transformer,
+                                  const std::string& model_dir);
 
 /// A flow-matching transformer family's export (Qwen-Image, Z-Image): its name for messages, its
 /// LoRA layouts, and the pipeline a run's model folder names ("" for a tiny preset).

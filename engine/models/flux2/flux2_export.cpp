@@ -37,7 +37,7 @@ ExportTensors bfl_lora_tensors(const ComponentAdapters& layers) {
   };
   std::map<std::string, Module> modules;
   for (const auto& [path, a] : layers) {
-    const models::Flux2FilePlace place = models::flux2_file_place(path + ".weight");
+    const models::SingleFilePlace place = models::flux2_file_place(path + ".weight");
     const std::string key = place.key.substr(0, place.key.size() - std::string(".weight").size());
     Module& m = modules[key];
     m.swapped = place.swapped;
@@ -105,19 +105,8 @@ ExportResult export_flux2_checkpoint(const CheckpointInfo& info, const std::stri
                           [source, c](const std::string& name) { return source.tensor(name, *c); }, source.path());
   };
   spec.single_file = [](const std::string& dir, const ExportTensors& transformer) {
-    auto by_name = std::make_shared<std::map<std::string, ExportTensor>>();
-    for (const auto& t : transformer) (*by_name)[t.name] = t;
-    ExportTensors out;
-    for (auto& t : models::flux2_file_layout(models::Flux2Config::from_file(dir + "/transformer/config.json"))) {
-      for (const auto& part : t.parts)
-        if (!by_name->contains(part)) throw Error(ErrorKind::checkpoint, dir + ": the export has no transformer tensor " + part);
-      auto layout = std::make_shared<models::Flux2FileTensor>(std::move(t));
-      out.push_back({layout->key, layout->shape, [layout, by_name] {
-                       return models::assemble_flux2_file_tensor(*layout,
-                                                                 [&](const std::string& n) { return by_name->at(n).read(); });
-                     }});
-    }
-    return out;
+    const auto config = models::Flux2Config::from_file(dir + "/transformer/config.json");
+    return single_file_tensors(models::flux2_file_layout(config), transformer, dir);
   };
   return export_transformer_checkpoint(info, out, o, spec);
 }

@@ -1,22 +1,17 @@
 #include "models/flux2/flux2_single_file.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <filesystem>
-#include <map>
-
-#include <ATen/ATen.h>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/meta_tensors.h"
-#include "io/safetensors.h"
 #include "models/weights.h"
 
 namespace zs::models {
 
 namespace {
 
-using Place = Flux2FilePlace;
+using Place = SingleFilePlace;
 
 Place file_place(const std::string& name) {
   static const std::vector<std::pair<std::string, std::string>> kTop = {
@@ -71,7 +66,7 @@ Place file_place(const std::string& name) {
 
 }  // namespace
 
-Flux2FilePlace flux2_file_place(const std::string& name) { return file_place(name); }
+SingleFilePlace flux2_file_place(const std::string& name) { return file_place(name); }
 
 std::optional<std::string> find_flux2_file_prefix(const std::vector<std::string>& names) {
   for (const std::string prefix : {"", "model.diffusion_model."})
@@ -80,79 +75,23 @@ std::optional<std::string> find_flux2_file_prefix(const std::vector<std::string>
   return std::nullopt;
 }
 
-std::vector<Flux2FileTensor> flux2_file_layout(const Flux2Config& c) {
-  std::map<std::string, Flux2FileTensor> by_key;
+std::vector<SingleFileTensor> flux2_file_layout(const Flux2Config& c) {
   const MetaTensorScope meta;
-  const Flux2Transformer2DModel skeleton(c);
-  for (const auto& p : skeleton->named_parameters()) {
-    const Place place = file_place(p.key());
-    Flux2FileTensor& t = by_key[place.key];
-    t.key = place.key;
-    t.swapped = place.swapped;
-    const auto shape = p.value().sizes().vec();
-    if (place.third < 0) {
-      t.shape = shape;
-      t.parts = {p.key()};
-      continue;
-    }
-    if (t.parts.size() < 3) t.parts.resize(3);
-    t.parts[static_cast<std::size_t>(place.third)] = p.key();
-    t.shape = shape;
-    t.shape[0] = 3 * shape[0];
-  }
-  std::vector<Flux2FileTensor> out;
-  for (auto& [key, t] : by_key) {
-    if (std::any_of(t.parts.begin(), t.parts.end(), [](const std::string& s) { return s.empty(); }))
-      throw Error(ErrorKind::checkpoint, "FLUX.2 single-file layout: " + key + " lacks one of q, k, v");
-    out.push_back(std::move(t));
-  }
-  return out;
+  return single_file_layout(*Flux2Transformer2DModel(c), file_place, "FLUX.2");
 }
 
-at::Tensor assemble_flux2_file_tensor(const Flux2FileTensor& t, const std::function<at::Tensor(const std::string&)>& read) {
-  if (t.parts.size() == 1) {
-    const at::Tensor v = read(t.parts.front()).to(at::kFloat);
-    if (!t.swapped) return v;
-    const std::int64_t half = v.size(0) / 2;
-    return at::cat({v.narrow(0, half, half), v.narrow(0, 0, half)}, 0);
-  }
-  std::vector<at::Tensor> rows;
-  for (const auto& part : t.parts) rows.push_back(read(part).to(at::kFloat));
-  return at::cat(rows, 0);
-}
-
-Flux2File::Flux2File(const std::string& path) : reader_(std::make_shared<io::SafetensorsReader>(path)) {
-  std::vector<std::string> names;
-  for (const auto& e : reader_->entries()) names.push_back(e.name);
-  const auto prefix = find_flux2_file_prefix(names);
-  if (!prefix)
-    throw Error(ErrorKind::config, path + ": not a FLUX.2 transformer in Black Forest Labs' layout (no "
-                                          "double_stream_modulation_img.lin.weight); give BFL's flux-2-*.safetensors "
-                                          "transformer file, or a diffusers folder");
-  prefix_ = *prefix;
-  for (const auto& e : reader_->entries())
-    if (e.name.starts_with(prefix_)) {
-      names_.push_back(e.name.substr(prefix_.size()));
-      shapes_[names_.back()] = e.shape;
-    }
-}
-
-const std::string& Flux2File::path() const { return reader_->path(); }
+Flux2File::Flux2File(const std::string& path)
+    : file_(path, find_flux2_file_prefix,
+            "not a FLUX.2 transformer in Black Forest Labs' layout (no double_stream_modulation_img.lin.weight); give "
+            "BFL's flux-2-*.safetensors transformer file, or a diffusers folder") {}
 
 Flux2Config Flux2File::config() const {
-  auto dims = [&](const std::string& key, std::size_t rank) {
-    const auto it = shapes_.find(key);
-    if (it == shapes_.end() || it->second.size() != rank)
-      throw Error(ErrorKind::config, path() + ": " + prefix_ + key +
-                                         (it == shapes_.end() ? " is missing" : " has shape " + shape_text(it->second)) +
-                                         " (a FLUX.2 transformer has it, of rank " + std::to_string(rank) + ")");
-    return it->second;
-  };
+  auto dims = [&](const std::string& key, std::size_t rank) { return file_.dims(key, rank, "a FLUX.2 transformer"); };
   Flux2Config c;
   const auto img_in = dims("img_in.weight", 2), txt_in = dims("txt_in.weight", 2), time_in = dims("time_in.in_layer.weight", 2);
   const auto out = dims("final_layer.linear.weight", 2);
-  c.num_layers = numbered_blocks(names_, "double_blocks.");
-  c.num_single_layers = numbered_blocks(names_, "single_blocks.");
+  c.num_layers = numbered_blocks(file_.names(), "double_blocks.");
+  c.num_single_layers = numbered_blocks(file_.names(), "single_blocks.");
   const std::string block = c.num_layers > 0 ? "double_blocks.0.img_attn.norm.query_norm.scale" : "single_blocks.0.norm.query_norm.scale";
   const auto head = dims(block, 1);
   const std::int64_t inner = img_in[0];
@@ -160,9 +99,9 @@ Flux2Config Flux2File::config() const {
   c.out_channels = out[0];
   c.joint_attention_dim = txt_in[1];
   c.timestep_guidance_channels = time_in[1];
-  c.guidance_embeds = shapes_.count("guidance_in.in_layer.weight") > 0;
+  c.guidance_embeds = file_.has("guidance_in.in_layer.weight");
   if (head[0] <= 0 || inner % head[0] != 0)
-    throw Error(ErrorKind::config, path() + ": the width " + std::to_string(inner) + " is not a multiple of " + prefix_ + block +
+    throw Error(ErrorKind::config, path() + ": the width " + std::to_string(inner) + " is not a multiple of " + prefix() + block +
                                        "'s " + std::to_string(head[0]));
   c.attention_head_dim = head[0];
   c.num_attention_heads = inner / head[0];
@@ -176,41 +115,19 @@ Flux2Config Flux2File::config() const {
 }
 
 Flux2Config Flux2File::config(const std::string& config_dir) const {
-  std::error_code ec;
-  if (!config_dir.empty()) {
-    const auto file = std::filesystem::path(config_dir) / "transformer" / "config.json";
-    if (std::filesystem::exists(file, ec)) return Flux2Config::from_file(file.string());
-  }
+  if (const auto file = folder_transformer_config(config_dir)) return Flux2Config::from_file(*file);
   return config();
 }
 
 void Flux2File::check(const Flux2Config& c) const {
-  for (const auto& t : flux2_file_layout(c)) {
-    const auto it = shapes_.find(t.key);
-    if (it == shapes_.end())
-      throw Error(ErrorKind::config, path() + ": has no " + prefix_ + t.key + " (a FLUX.2 transformer with " +
-                                         std::to_string(c.num_layers) + " double-stream and " +
-                                         std::to_string(c.num_single_layers) + " single-stream blocks, " +
-                                         std::to_string(c.inner_dim()) + " wide" +
-                                         (c.guidance_embeds ? ", with the guidance embedding ([dev])" : "") +
-                                         ", has it); the file is incomplete or another model");
-    if (it->second != t.shape)
-      throw Error(ErrorKind::config, path() + ": " + prefix_ + t.key + " has shape " + shape_text(it->second) +
-                                         ", the transformer's config needs " + shape_text(t.shape));
-  }
+  file_.check(flux2_file_layout(c), "a FLUX.2 transformer with " + std::to_string(c.num_layers) + " double-stream and " +
+                                        std::to_string(c.num_single_layers) + " single-stream blocks, " +
+                                        std::to_string(c.inner_dim()) + " wide" +
+                                        (c.guidance_embeds ? ", with the guidance embedding ([dev])," : ","));
 }
 
 at::Tensor Flux2File::tensor(const std::string& name, const Flux2Config& c) const {
-  const Place place = file_place(name);
-  const std::string full = prefix_ + place.key;
-  if (!reader_->contains(full)) return {};
-  const at::Tensor t = reader_->weight(full);
-  if (place.swapped) {
-    const std::int64_t half = t.size(0) / 2;
-    return at::cat({t.narrow(0, half, half), t.narrow(0, 0, half)}, 0);
-  }
-  if (place.third < 0) return t;
-  return fused_rows(t, 3, place.third, c.inner_dim(), full, path());
+  return file_.tensor(file_place(name), c.inner_dim());
 }
 
 }  // namespace zs::models

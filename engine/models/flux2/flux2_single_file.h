@@ -12,10 +12,6 @@
 // linear_out; single_blocks.N.linear1 / linear2 are attn.to_qkv_mlp_proj / attn.to_out and
 // .norm.{query,key}_norm.scale attn.norm_q / norm_k.
 
-#include <cstdint>
-#include <functional>
-#include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,10 +19,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "models/flux2/flux2_transformer.h"
-
-namespace zs::io {
-class SafetensorsReader;
-}
+#include "models/single_file_layout.h"
 
 namespace zs::models {
 
@@ -34,37 +27,20 @@ namespace zs::models {
 /// when the names are not a FLUX.2 transformer in BFL's layout (no double_stream_modulation_img.lin.weight).
 std::optional<std::string> find_flux2_file_prefix(const std::vector<std::string>& names);
 
-/// Where diffusers' tensor `name` (a parameter's full name) lives in BFL's layout: its key there,
-/// which third of a fused qkv's rows it is (−1: the whole tensor), and whether its two halves of rows
-/// are swapped (norm_out's modulation). A name the layout does not know comes back as it is.
-struct Flux2FilePlace {
-  std::string key;
-  int third = -1;
-  bool swapped = false;
-};
-Flux2FilePlace flux2_file_place(const std::string& name);
+/// Where diffusers' tensor `name` (a parameter's full name) lives in BFL's layout (a name the layout
+/// does not know comes back as it is).
+SingleFilePlace flux2_file_place(const std::string& name);
 
-/// One tensor of BFL's layout: its key (no prefix) and the diffusers parameters stacked along its
-/// rows, in order (one for a renamed tensor, three for a fused qkv); `swapped`: the one diffusers
-/// parameter's two halves of rows in the other order (norm_out's modulation).
-struct Flux2FileTensor {
-  std::string key;
-  std::vector<std::int64_t> shape;
-  std::vector<std::string> parts;
-  bool swapped = false;
-};
-
-/// BFL's layout of a Flux2Transformer2DModel of config `c`, sorted by key: derived from the same
-/// mapping the reader uses, so the two cannot disagree.
-std::vector<Flux2FileTensor> flux2_file_layout(const Flux2Config& c);
+/// BFL's layout of a Flux2Transformer2DModel of config `c`, sorted by key.
+std::vector<SingleFileTensor> flux2_file_layout(const Flux2Config& c);
 
 /// A single-file FLUX.2 transformer opened for reading (copies share the reader).
 class Flux2File {
  public:
   /// Throws zs::Error(config) naming `path` when it cannot be read or is not in this layout.
   explicit Flux2File(const std::string& path);
-  const std::string& path() const;
-  const std::string& prefix() const { return prefix_; }
+  const std::string& path() const { return file_.path(); }
+  const std::string& prefix() const { return file_.prefix(); }
   /// The configuration the file's names and shapes imply (block counts, width, heads from the q
   /// norm's width, text width, SwiGLU ratio, the guidance embedding if it has one; RoPE axes (32, 32,
   /// 32, 32) at θ 2000 as the releases', which hold for 128-wide heads only — other widths need
@@ -79,13 +55,7 @@ class Flux2File {
   at::Tensor tensor(const std::string& name, const Flux2Config& c) const;
 
  private:
-  std::shared_ptr<io::SafetensorsReader> reader_;
-  std::string prefix_;
-  std::vector<std::string> names_;                            ///< the layout's names (without the prefix)
-  std::map<std::string, std::vector<std::int64_t>> shapes_;  ///< … and their shapes
+  SingleFile file_;
 };
-
-/// The single-file tensor `t` from the diffusers tensors `read` gives by name (float32).
-at::Tensor assemble_flux2_file_tensor(const Flux2FileTensor& t, const std::function<at::Tensor(const std::string&)>& read);
 
 }  // namespace zs::models

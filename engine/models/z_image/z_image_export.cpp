@@ -49,19 +49,8 @@ ExportResult export_z_image_checkpoint(const CheckpointInfo& info, const std::st
   // --format single-file: the original layout ComfyUI loads (z_image_turbo_bf16.safetensors' names,
   // fused qkv), each tensor assembled from the diffusers ones as it is written.
   spec.single_file = [](const std::string& dir, const ExportTensors& transformer) {
-    auto by_name = std::make_shared<std::map<std::string, ExportTensor>>();
-    for (const auto& t : transformer) (*by_name)[t.name] = t;
-    ExportTensors out;
-    for (auto& t : models::z_image_file_layout(models::ZImageConfig::from_file(dir + "/transformer/config.json"))) {
-      for (const auto& part : t.parts)
-        if (!by_name->contains(part)) throw Error(ErrorKind::checkpoint, dir + ": the export has no transformer tensor " + part);
-      auto layout = std::make_shared<models::ZImageFileTensor>(std::move(t));
-      out.push_back({layout->key, layout->shape, [layout, by_name] {
-                       return models::assemble_z_image_file_tensor(
-                           *layout, [&](const std::string& n) { return by_name->at(n).read(); });
-                     }});
-    }
-    return out;
+    const auto config = models::ZImageConfig::from_file(dir + "/transformer/config.json");
+    return single_file_tensors(models::z_image_file_layout(config), transformer, dir);
   };
   return export_transformer_checkpoint(info, out, o, spec);
 }

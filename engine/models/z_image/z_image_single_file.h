@@ -7,21 +7,14 @@
 // to_q, to_k, to_v as thirds of its rows; attention.out is to_out.0; q_norm / k_norm are norm_q /
 // norm_k; the file's unused top-level norm_final.weight is not read (diffusers drops it).
 
-#include <cstdint>
-#include <functional>
-#include <map>
-#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 
+#include "models/single_file_layout.h"
 #include "models/z_image/z_image_transformer.h"
-
-namespace zs::io {
-class SafetensorsReader;
-}
 
 namespace zs::models {
 
@@ -29,26 +22,17 @@ namespace zs::models {
 /// when the names are not a Z-Image transformer in the single-file layout (no layers.0.attention.qkv.weight).
 std::optional<std::string> find_z_image_file_prefix(const std::vector<std::string>& names);
 
-/// One tensor of the single-file layout: its key (no prefix) and the diffusers parameters stacked
-/// along its rows, in order (one for a renamed tensor, three for a fused qkv; none for the
-/// layout's unused norm_final.weight, written as ones).
-struct ZImageFileTensor {
-  std::string key;
-  std::vector<std::int64_t> shape;
-  std::vector<std::string> parts;
-};
-
-/// The single-file layout of a ZImageTransformer2DModel of config `c`, sorted by key: derived from
-/// the same mapping the reader uses, so the two cannot disagree.
-std::vector<ZImageFileTensor> z_image_file_layout(const ZImageConfig& c);
+/// The single-file layout of a ZImageTransformer2DModel of config `c`, sorted by key (the layout's
+/// unused norm_final.weight among them, with no diffusers parts: written as ones).
+std::vector<SingleFileTensor> z_image_file_layout(const ZImageConfig& c);
 
 /// A single-file Z-Image transformer opened for reading (copies share the reader).
 class ZImageFile {
  public:
   /// Throws zs::Error(config) naming `path` when it cannot be read or is not in this layout.
   explicit ZImageFile(const std::string& path);
-  const std::string& path() const;
-  const std::string& prefix() const { return prefix_; }
+  const std::string& path() const { return file_.path(); }
+  const std::string& prefix() const { return file_.prefix(); }
   /// The configuration the file's names and shapes imply (block counts, width, heads from the q
   /// norm's width, caption width; the rest as Tongyi-MAI's released config: axes (32, 48, 48) over
   /// axes_lens (1536, 512, 512), which hold for 128-wide heads only — other widths need
@@ -63,14 +47,7 @@ class ZImageFile {
   at::Tensor tensor(const std::string& name, const ZImageConfig& c) const;
 
  private:
-  std::shared_ptr<io::SafetensorsReader> reader_;
-  std::string prefix_;
-  std::vector<std::string> names_;                             ///< the layout's names (without the prefix)
-  std::map<std::string, std::vector<std::int64_t>> shapes_;   ///< … and their shapes
+  SingleFile file_;
 };
-
-/// The single-file tensor `t` from the diffusers tensors `read` gives by name (float32 rows stacked).
-at::Tensor assemble_z_image_file_tensor(const ZImageFileTensor& t,
-                                        const std::function<at::Tensor(const std::string&)>& read);
 
 }  // namespace zs::models
