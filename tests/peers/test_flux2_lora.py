@@ -17,7 +17,6 @@ convert_flux2_transformer_checkpoint_to_diffusers) holds the merged folder's eve
 Usage: test_flux2_lora.py ZEROSTUDIO_CLI REPOSITORY_ROOT
 """
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -25,12 +24,9 @@ import unittest
 import torch
 from diffusers import Flux2KleinPipeline, Flux2Pipeline, Flux2Transformer2DModel
 
+from lora_exports import train_and_export
+
 CLI, ROOT = None, None
-
-
-def run(args):
-    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    return p.returncode, p.stdout
 
 
 class DiffusersReadsOurFlux2Lora(unittest.TestCase):
@@ -38,24 +34,11 @@ class DiffusersReadsOurFlux2Lora(unittest.TestCase):
         torch.manual_seed(0)
         fixture = os.path.join(ROOT, "tests", "fixtures", "flux2-klein-tiny")
         with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "run")
-            rc, log = run([CLI, "train", os.path.join(ROOT, "configs", "quickstart-flux2.yaml"), "--run-dir", out,
-                           "--set", "model.path=" + fixture, "--set", "data.resolution=32",
-                           "--set", "model.max_sequence_length=24",
-                           "--set", "training.method=lora", "--set", "lora.rank=4", "--set", "lora.alpha=2",
-                           "--set", "zero.stage=3", "--set", "optimizer.lr=0.01", "--set", "data.generate_count=16",
-                           "--set", "training.batch_size=4", "--set", "training.max_steps=2",
-                           "--set", "sampling.every_n_steps=0", "--set", "checkpointing.every_n_steps=2"])
-            self.assertEqual(rc, 0, log)
-            ckpt = os.path.join(out, "checkpoints", "step_2")
-            merged = os.path.join(tmp, "merged")
-            files = {f: os.path.join(tmp, f + ".safetensors") for f in ("lora-diffusers", "lora-aitoolkit")}
-            single = os.path.join(tmp, "flux-2-klein-tiny.safetensors")
-            for extra, dest in [(["--format", f, "--dtype", "fp32"], path) for f, path in files.items()] + [
-                                (["--format", "diffusers", "--merge"], merged),
-                                (["--format", "single-file", "--merge"], single)]:
-                rc, log = run([CLI, "export", ckpt, "-o", dest] + extra)
-                self.assertEqual(rc, 0, log)
+            files, merges = train_and_export(self, CLI, ROOT, "quickstart-flux2.yaml", fixture, tmp,
+                                             ["lora-diffusers", "lora-aitoolkit"],
+                                             [("diffusers", "merged"), ("single-file", "flux-2-klein-tiny.safetensors")],
+                                             ["data.resolution=32", "model.max_sequence_length=24"])
+            merged, single = merges["diffusers"], merges["single-file"]
             reference = Flux2Transformer2DModel.from_pretrained(os.path.join(merged, "transformer"))
             from_file = Flux2Transformer2DModel.from_single_file(single, config=fixture, subfolder="transformer",
                                                                  local_files_only=True)

@@ -14,7 +14,6 @@ lora-kohya`, sd-scripts' names on BFL's fused layers), read through diffusers' k
 Usage: test_flux_lora.py ZEROSTUDIO_CLI REPOSITORY_ROOT
 """
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -22,6 +21,8 @@ import unittest
 import torch
 from diffusers import FluxPipeline, FluxTransformer2DModel
 from safetensors.torch import load_file
+
+from lora_exports import train_and_export
 
 CLI, ROOT = None, None
 
@@ -33,25 +34,9 @@ class DiffusersReadsOurFluxLora(unittest.TestCase):
         torch.manual_seed(0)
         fixture = os.path.join(ROOT, "tests", "fixtures", "flux-tiny")
         with tempfile.TemporaryDirectory() as tmp:
-            run = os.path.join(tmp, "run")
-            args = [CLI, "train", os.path.join(ROOT, "configs", "quickstart-flux.yaml"), "--run-dir", run,
-                    "--set", "model.path=" + fixture, "--set", "model.max_sequence_length=16",
-                    "--set", "training.method=lora", "--set", "lora.rank=4", "--set", "lora.alpha=2",
-                    "--set", "zero.stage=3", "--set", "optimizer.lr=0.01", "--set", "data.generate_count=16",
-                    "--set", "training.batch_size=4", "--set", "training.max_steps=2",
-                    "--set", "sampling.every_n_steps=0", "--set", "checkpointing.every_n_steps=2"]
-            if targets:
-                args += ["--set", "lora.targets=[" + ",".join(targets) + "]"]
-            p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-            self.assertEqual(p.returncode, 0, p.stdout)
-            ckpt = os.path.join(run, "checkpoints", "step_2")
-            merged = os.path.join(tmp, "merged")
-            files = {f: os.path.join(tmp, f + ".safetensors") for f in formats}
-            for extra, out in [(["--format", f, "--dtype", "fp32"], path) for f, path in files.items()] + \
-                              [(["--format", "diffusers", "--merge"], merged)]:
-                p = subprocess.run([CLI, "export", ckpt, "-o", out] + extra, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, timeout=300)
-                self.assertEqual(p.returncode, 0, p.stdout)
+            sets = ["model.max_sequence_length=16"] + (["lora.targets=[" + ",".join(targets) + "]"] if targets else [])
+            files, merges = train_and_export(self, CLI, ROOT, "quickstart-flux.yaml", fixture, tmp, formats, sets=sets)
+            merged = merges["diffusers"]
             reference = FluxTransformer2DModel.from_pretrained(os.path.join(merged, "transformer"))
             base = FluxTransformer2DModel.from_pretrained(os.path.join(fixture, "transformer"))
             hidden = torch.randn(2, 16, 64)

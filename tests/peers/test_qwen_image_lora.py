@@ -13,13 +13,14 @@ must give the transformer output the merged folder's transformer gives, for the 
 Usage: test_qwen_image_lora.py ZEROSTUDIO_CLI REPOSITORY_ROOT
 """
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
 
 import torch
 from diffusers import QwenImagePipeline, QwenImageTransformer2DModel
+
+from lora_exports import train_and_export
 
 CLI, ROOT = None, None
 FORMATS = ["lora-diffusers", "lora-diffsynth", "lora-musubi"]
@@ -30,23 +31,9 @@ class DiffusersReadsOurQwenImageLora(unittest.TestCase):
         torch.manual_seed(0)
         fixture = os.path.join(ROOT, "tests", "fixtures", "qwen-image-tiny")
         with tempfile.TemporaryDirectory() as tmp:
-            run = os.path.join(tmp, "run")
-            args = [CLI, "train", os.path.join(ROOT, "configs", "quickstart-qwen-image.yaml"), "--run-dir", run,
-                    "--set", "model.path=" + fixture, "--set", "data.resolution=32",
-                    "--set", "training.method=lora", "--set", "lora.rank=4", "--set", "lora.alpha=2",
-                    "--set", "zero.stage=3", "--set", "optimizer.lr=0.01", "--set", "data.generate_count=16",
-                    "--set", "training.batch_size=4", "--set", "training.max_steps=2",
-                    "--set", "sampling.every_n_steps=0", "--set", "checkpointing.every_n_steps=2"]
-            p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-            self.assertEqual(p.returncode, 0, p.stdout)
-            ckpt = os.path.join(run, "checkpoints", "step_2")
-            merged = os.path.join(tmp, "merged")
-            files = {f: os.path.join(tmp, f + ".safetensors") for f in FORMATS}
-            for extra, out in [(["--format", f, "--dtype", "fp32"], path) for f, path in files.items()] + \
-                              [(["--format", "diffusers", "--merge"], merged)]:
-                p = subprocess.run([CLI, "export", ckpt, "-o", out] + extra, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, timeout=300)
-                self.assertEqual(p.returncode, 0, p.stdout)
+            files, merges = train_and_export(self, CLI, ROOT, "quickstart-qwen-image.yaml", fixture, tmp, FORMATS,
+                                             sets=["data.resolution=32"])
+            merged = merges["diffusers"]
             reference = QwenImageTransformer2DModel.from_pretrained(os.path.join(merged, "transformer"))
             base = QwenImageTransformer2DModel.from_pretrained(os.path.join(fixture, "transformer"))
             c = base.config

@@ -16,7 +16,6 @@ convert_z_image_transformer_checkpoint_to_diffusers) holds the merged folder's e
 Usage: test_z_image_lora.py ZEROSTUDIO_CLI REPOSITORY_ROOT
 """
 import os
-import subprocess
 import sys
 import tempfile
 import unittest
@@ -24,13 +23,10 @@ import unittest
 import torch
 from diffusers import ZImagePipeline, ZImageTransformer2DModel
 
+from lora_exports import train_and_export
+
 CLI, ROOT = None, None
 FORMATS = ["lora-diffusers", "lora-musubi", "lora-aitoolkit"]
-
-
-def run(args):
-    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    return p.returncode, p.stdout
 
 
 class DiffusersReadsOurZImageLora(unittest.TestCase):
@@ -38,22 +34,10 @@ class DiffusersReadsOurZImageLora(unittest.TestCase):
         torch.manual_seed(0)
         fixture = os.path.join(ROOT, "tests", "fixtures", "z-image-tiny")
         with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "run")
-            rc, log = run([CLI, "train", os.path.join(ROOT, "configs", "quickstart-z-image.yaml"), "--run-dir", out,
-                           "--set", "model.path=" + fixture, "--set", "data.resolution=32",
-                           "--set", "training.method=lora", "--set", "lora.rank=4", "--set", "lora.alpha=2",
-                           "--set", "zero.stage=3", "--set", "optimizer.lr=0.01", "--set", "data.generate_count=16",
-                           "--set", "training.batch_size=4", "--set", "training.max_steps=2",
-                           "--set", "sampling.every_n_steps=0", "--set", "checkpointing.every_n_steps=2"])
-            self.assertEqual(rc, 0, log)
-            ckpt = os.path.join(out, "checkpoints", "step_2")
-            merged = os.path.join(tmp, "merged")
-            files = {f: os.path.join(tmp, f + ".safetensors") for f in FORMATS}
-            single = os.path.join(tmp, "z_image_tiny.safetensors")
-            for extra, dest in [(["--format", f, "--dtype", "fp32"], path) for f, path in files.items()] + \
-                               [(["--format", "diffusers", "--merge"], merged), (["--format", "single-file", "--merge"], single)]:
-                rc, log = run([CLI, "export", ckpt, "-o", dest] + extra)
-                self.assertEqual(rc, 0, log)
+            files, merges = train_and_export(self, CLI, ROOT, "quickstart-z-image.yaml", fixture, tmp, FORMATS,
+                                             [("diffusers", "merged"), ("single-file", "z_image_tiny.safetensors")],
+                                             ["data.resolution=32"])
+            merged, single = merges["diffusers"], merges["single-file"]
             reference = ZImageTransformer2DModel.from_pretrained(os.path.join(merged, "transformer"))
             from_file = ZImageTransformer2DModel.from_single_file(single, config=fixture, subfolder="transformer",
                                                                   local_files_only=True)
