@@ -91,7 +91,8 @@ SchemaBuilder build() {
         "A diffusers pipeline folder (with model_index.json) or a single-file checkpoint (`.safetensors` "
         "in the original layout, as A1111 and ComfyUI use; give `model.config_path` too): Stable "
         "Diffusion 1.x or SDXL, whose UNet is fine-tuned, or Flux.1 (a diffusers Flux folder, or Black "
-        "Forest Labs' flux1-*.safetensors transformer), Qwen-Image (a diffusers Qwen-Image folder) or "
+        "Forest Labs' flux1-*.safetensors transformer), FLUX.2 [klein] or [dev] (a diffusers FLUX.2 folder, or "
+        "Black Forest Labs' flux-2-*.safetensors transformer), Qwen-Image (a diffusers Qwen-Image folder) or "
         "Z-Image (a diffusers Z-Image folder, or ComfyUI's z_image*.safetensors transformer), whose transformer is; the VAE and text encoders stay frozen. Empty: build `model.preset` with fresh weights.");
   s.add("model.config_path", T::path, std::string(""), ZS_REF(model.config_path),
         "For a single-file `model.path`: a diffusers folder of the same family (SD 1.x or SDXL) whose "
@@ -101,7 +102,9 @@ SchemaBuilder build() {
         "folder holding just vocab.json and merges.txt also works. For Black Forest Labs' Flux.1 "
         "transformer file: a diffusers Flux folder giving the VAE, CLIP-L, T5, their tokenizers and the "
         "scheduler (its transformer/ weights are not read); for ComfyUI's Z-Image transformer file, a diffusers "
-        "Z-Image folder likewise (Qwen3, the VAE, the tokenizer, the scheduler). Ignored for diffusers folders.");
+        "Z-Image folder likewise (Qwen3, the VAE, the tokenizer, the scheduler); for Black Forest Labs' FLUX.2 "
+        "transformer file, a diffusers FLUX.2 folder (its text encoder, VAE, tokenizer and scheduler, and its "
+        "transformer/config.json). Ignored for diffusers folders.");
   s.add("model.vae_path", T::path, std::string(""), ZS_REF(model.vae_path),
         "Flux.1 and Z-Image: a VAE weight file used instead of the folder's vae/ weights (ComfyUI's ae.safetensors in "
         "Black Forest Labs' names, or diffusers'); its config.json still comes from the folder. Empty: the folder's.");

@@ -179,10 +179,12 @@ std::vector<SetupQuestion> make_questions() {
       {"model_path", "model", "Model folder (diffusers layout, with model_index.json)", Kind::folder, {}, "",
        {"model.path"}, model_folder},
       {"model_file", "model", "Single-file checkpoint (.safetensors)", Kind::file, {},
-       "Stable Diffusion 1.x or SDXL in the original layout.", {"model.path"}, model_file},
+       "The model in its original release's layout: Stable Diffusion 1.x or SDXL, or the transformer of "
+       "Flux.1, FLUX.2 or Z-Image.", {"model.path"}, model_file},
       {"model_config_path", "model", "Its tokenizer folder", Kind::folder, {},
        "Single files carry no vocabulary: a diffusers folder of the same family (its tokenizer/ is used, and its "
-       "configs where present), or a folder with CLIP's vocab.json and merges.txt.",
+       "configs where present; for the transformer families its text encoder, VAE and scheduler too), or for SD "
+       "a folder with CLIP's vocab.json and merges.txt.",
        {"model.config_path"}, model_file},
       {"prediction_type", "model", "Prediction type", Kind::choice, {{"epsilon", "epsilon"}, {"v_prediction", "v_prediction"}},
        "What the UNet predicts: the added noise, or the velocity (not asked for flow-matching models).",

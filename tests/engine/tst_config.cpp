@@ -527,7 +527,7 @@ launch: {num_processes: 4, num_machines: 2, machine_rank: 1, main_process_ip: 10
     QTest::newRow("Qwen-Image") << "qwen-image" << "qwen-image" << qint64{1024} << ""
                                 << "qwen-image-lora-zero3-offload.yaml" << QStringList{"qwen-image", "folder"};
     QTest::newRow("FLUX.2 [klein] 4B") << "flux2-klein-4b" << "flux2-klein-4b" << qint64{1024} << ""
-                                       << "flux2-klein-4b-lora.yaml" << QStringList{"flux2-klein-4b", "folder"};
+                                       << "flux2-klein-4b-lora.yaml" << QStringList{"flux2-klein-4b", "folder", "file"};
     QTest::newRow("demo") << "demo" << "tiny" << qint64{16} << "v_prediction" << "quickstart.yaml"
                           << QStringList{"tiny", "flux-tiny", "flux2-tiny", "qwen-image-tiny", "z-image-tiny"};
   }

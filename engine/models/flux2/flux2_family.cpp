@@ -134,12 +134,13 @@ std::vector<ModelPreset> Flux2Family::presets() const {
 
 std::vector<WizardChoice> Flux2Family::wizard_choices() const {
   // As configs/flux2-*.yaml set them: 1024 px, batch 1, lr 1e-5 and 1e-4 (diffusers'
-  // train_dreambooth_lora_flux2_klein.py's LoRA rate), a constant rate, shift sampling; diffusers folders.
-  return {{"flux2-klein-4b", "FLUX.2 [klein] 4B", {"flux2-klein-4b"}, true, false, 1024, "", "shift", 1, 1e-5, 1e-4,
+  // train_dreambooth_lora_flux2_klein.py's LoRA rate), a constant rate, shift sampling; diffusers
+  // folders and BFL's single files.
+  return {{"flux2-klein-4b", "FLUX.2 [klein] 4B", {"flux2-klein-4b"}, true, true, 1024, "", "shift", 1, 1e-5, 1e-4,
            "constant", 0, true},
-          {"flux2-klein-9b", "FLUX.2 [klein] 9B", {"flux2-klein-9b"}, true, false, 1024, "", "shift", 1, 1e-5, 1e-4,
+          {"flux2-klein-9b", "FLUX.2 [klein] 9B", {"flux2-klein-9b"}, true, true, 1024, "", "shift", 1, 1e-5, 1e-4,
            "constant", 0, true},
-          {"flux2-dev", "FLUX.2 [dev]", {"flux2-dev"}, true, false, 1024, "", "shift", 1, 1e-5, 1e-4, "constant", 0, true}};
+          {"flux2-dev", "FLUX.2 [dev]", {"flux2-dev"}, true, true, 1024, "", "shift", 1, 1e-5, 1e-4, "constant", 0, true}};
 }
 
 bool Flux2Family::recognizes(const config::TrainerConfig& cfg) const {
