@@ -1,6 +1,7 @@
 #include "models/transformer_pipeline_model.h"
 
 #include <filesystem>
+#include <ostream>
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -64,6 +65,29 @@ void describe_pipeline_frozen_parts(ModelShape& m, const QwenTextConfig& config,
   if (vae_fp32) m.frozen_fp32_parameters = vae_parameters;
   m.frozen_on_demand = true;  // TransformerPipelineModel::text_model(), the families' vae_model()
   m.latent_factor = 16;       // 8 (VAE) × 2 (patches): one token per 16×16 pixels
+}
+
+void describe_decoder_pipeline(std::ostream& out, const std::string& path, const std::string& tokenizer_kind,
+                               const std::string& blocks, bool check_text) {
+  const auto p = DiffusersFolder::open(path);
+  const auto unreadable = describe_pipeline(out, p, [&](const PipelineComponent& comp) -> std::string {
+    const auto t = QwenTokenizer::load(p.dir(comp.name));
+    return "byte-level BPE (" + tokenizer_kind + "), vocabulary " + std::to_string(t.vocab_size());
+  });
+  out << "  transformer: " << blocks << "\n";
+  fail_unreadable(path, unreadable);
+  if (!check_text) return;
+  const std::string text_config = p.dir("text_encoder") + "/config.json";
+  check_qwen_text_files(QwenTextConfig::from_file(text_config), text_config, p.weight_files("text_encoder"));
+}
+
+DiffusersFolder TransformerPipelineModel::open_pipeline(const std::string& dir, const std::string& family) {
+  DiffusersFolder p = DiffusersFolder::open(dir);
+  for (const char* part : {"transformer", "vae", "text_encoder", "tokenizer", "scheduler"})
+    if (!p.has(part))
+      throw Error(ErrorKind::config, dir + "/model_index.json: has no " + part + " (a " + family +
+                                         " pipeline has transformer, vae, text_encoder, tokenizer and scheduler)");
+  return p;
 }
 
 TransformerPipelineModel::PipelineRef TransformerPipelineModel::pipeline_of(const std::string& dir) {

@@ -15,6 +15,7 @@
 // its loaders.
 
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,7 @@
 
 #include "diffusion/flow_matching.h"
 #include "models/clip_text_model.h"
+#include "models/diffusers_folder.h"
 #include "models/qwen_text/qwen_text_model.h"
 #include "models/qwen_text/qwen_tokenizer.h"
 #include "models/trainable_model.h"
@@ -44,6 +46,13 @@ void describe_tiny_text(ModelShape& m, const ClipTextModel& encoder, std::int64_
 /// the token embedding staying in CPU memory) and a VAE of `vae_parameters` (kept in float32 when
 /// `vae_fp32`: force_upcast); latents in 2×2 patches of an 8× VAE. Call under a MetaTensorScope.
 void describe_pipeline_frozen_parts(ModelShape& m, const QwenTextConfig& text, std::int64_t vae_parameters, bool vae_fp32);
+/// `model info` of such a family's diffusers pipeline folder `path`: its components (the tokenizer
+/// as Qwen2's byte-level BPE, `tokenizer_kind` its flavour: "Qwen2", "Qwen2, Qwen3's chat tokens"),
+/// then the transformer's `blocks`; with `check_text`, the text encoder's files' headers against its
+/// config (it is read only when a caption needs it, so a mismatch is refused here, before a run
+/// folder exists). Throws zs::Error naming an unreadable component.
+void describe_decoder_pipeline(std::ostream& out, const std::string& path, const std::string& tokenizer_kind,
+                               const std::string& blocks, bool check_text);
 
 class TransformerPipelineModel : public TrainableModel {
  public:
@@ -59,6 +68,10 @@ class TransformerPipelineModel : public TrainableModel {
     Files files;
   };
   static PipelineRef pipeline_of(const std::string& dir);
+  /// A diffusers pipeline folder of `family` ("Z-Image") with every component these models read
+  /// (transformer, vae, text_encoder, tokenizer, scheduler); throws zs::Error(config) naming
+  /// model_index.json and the one missing.
+  static DiffusersFolder open_pipeline(const std::string& dir, const std::string& family);
 
   /// The run's settings the objective and the conditioning follow.
   struct Settings {

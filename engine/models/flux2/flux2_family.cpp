@@ -24,7 +24,6 @@
 #include "models/model_shape.h"
 #include "models/quantized_base.h"
 #include "models/qwen_text/qwen_text_model.h"
-#include "models/qwen_text/qwen_tokenizer.h"
 #include "models/transformer_model_parts.h"
 #include "models/transformer_pipeline_model.h"
 #include "models/weights.h"
@@ -312,15 +311,7 @@ void Flux2Family::describe(std::ostream& out, const std::string& path, const std
   const Flux2Config c = Flux2Config::from_file((fs::path(path) / "transformer" / "config.json").string());
   const std::string blocks = blocks_of(c);
   if (fs::exists(fs::path(path) / "model_index.json", ec)) {
-    const auto p = DiffusersFolder::open(path);
-    const auto unreadable = describe_pipeline(out, p, [&](const PipelineComponent& comp) -> std::string {
-      const auto t = QwenTokenizer::load(p.dir(comp.name));
-      return "byte-level BPE (Qwen2, Qwen3's chat tokens), vocabulary " + std::to_string(t.vocab_size());
-    });
-    out << "  transformer: " << blocks << "\n";
-    fail_unreadable(path, unreadable);
-    const std::string text_config = p.dir("text_encoder") + "/config.json";
-    check_qwen_text_files(QwenTextConfig::from_file(text_config), text_config, p.weight_files("text_encoder"));
+    describe_decoder_pipeline(out, path, "Qwen2, Qwen3's chat tokens", blocks, /*check_text=*/true);
     return;
   }
   out << path << ": FLUX.2-architecture model folder, transformer " << blocks << "\n  config " << c.to_json().dump() << "\n";

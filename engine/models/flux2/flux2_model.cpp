@@ -69,11 +69,7 @@ Flux2Model Flux2Model::build_transformer_only(const Flux2Config& config, std::ui
 
 Flux2Model Flux2Model::load_pipeline(const std::string& dir, const UnitBuilt& on_unit, bool with_transformer,
                                      const Files& files) {
-  const DiffusersFolder p = DiffusersFolder::open(dir);
-  for (const char* part : {"transformer", "vae", "text_encoder", "tokenizer", "scheduler"})
-    if (!p.has(part))
-      throw Error(ErrorKind::config, dir + "/model_index.json: has no " + part +
-                                         " (a FLUX.2 pipeline has transformer, vae, text_encoder, tokenizer and scheduler)");
+  const DiffusersFolder p = open_pipeline(dir, "FLUX.2");
   Flux2Model m;
   m.set_sources(dir, files);
   const std::string index = dir + "/model_index.json";

@@ -19,7 +19,6 @@
 #include "models/qwen_image/qwen_export.h"
 #include "models/qwen_image/qwen_image_model.h"
 #include "models/qwen_image/qwen_text_encoder.h"
-#include "models/qwen_text/qwen_tokenizer.h"
 #include "models/qwen_image/qwen_transformer.h"
 #include "models/qwen_image/qwen_vae.h"
 #include "models/trainable_model.h"
@@ -199,13 +198,9 @@ void QwenImageFamily::describe(std::ostream& out, const std::string& path, const
   std::error_code ec;
   const QwenImageConfig c = QwenImageConfig::from_file((fs::path(path) / "transformer" / "config.json").string());
   if (fs::exists(fs::path(path) / "model_index.json", ec)) {
-    const auto p = DiffusersFolder::open(path);
-    const auto unreadable = describe_pipeline(out, p, [&](const PipelineComponent& comp) -> std::string {
-      const auto t = QwenTokenizer::load(p.dir(comp.name));
-      return "byte-level BPE (Qwen2), vocabulary " + std::to_string(t.vocab_size());
-    });
-    out << "  transformer: " << c.num_layers << " dual-stream blocks, " << c.inner_dim() << " wide\n";
-    fail_unreadable(path, unreadable);
+    describe_decoder_pipeline(out, path, "Qwen2",
+                              std::to_string(c.num_layers) + " dual-stream blocks, " + std::to_string(c.inner_dim()) + " wide",
+                              /*check_text=*/false);
     return;
   }
   out << path << ": Qwen-Image-architecture model folder, transformer " << c.num_layers << " dual-stream blocks, "

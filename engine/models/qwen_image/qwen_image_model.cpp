@@ -69,12 +69,7 @@ QwenImageModel QwenImageModel::build_transformer_only(const QwenImageConfig& con
 }
 
 QwenImageModel QwenImageModel::load_pipeline(const std::string& dir, const UnitBuilt& on_unit, bool with_transformer) {
-  const DiffusersFolder p = DiffusersFolder::open(dir);
-  for (const char* part : {"transformer", "vae", "text_encoder", "tokenizer", "scheduler"})
-    if (!p.has(part))
-      throw Error(ErrorKind::config, dir + "/model_index.json: has no " + part +
-                                         " (a Qwen-Image pipeline has transformer, vae, text_encoder, tokenizer and "
-                                         "scheduler)");
+  const DiffusersFolder p = open_pipeline(dir, "Qwen-Image");
   QwenImageModel m;
   m.set_sources(dir, {});
   if (with_transformer) {

@@ -19,7 +19,6 @@
 #include "models/model_shape.h"
 #include "models/quantized_base.h"
 #include "models/qwen_text/qwen_text_model.h"
-#include "models/qwen_text/qwen_tokenizer.h"
 #include "models/trainable_model.h"
 #include "models/transformer_model_parts.h"
 #include "models/transformer_pipeline_model.h"
@@ -279,17 +278,7 @@ void ZImageFamily::describe(std::ostream& out, const std::string& path, const st
   const ZImageConfig c = ZImageConfig::from_file((fs::path(path) / "transformer" / "config.json").string());
   const std::string blocks = blocks_of(c);
   if (fs::exists(fs::path(path) / "model_index.json", ec)) {
-    const auto p = DiffusersFolder::open(path);
-    const auto unreadable = describe_pipeline(out, p, [&](const PipelineComponent& comp) -> std::string {
-      const auto t = QwenTokenizer::load(p.dir(comp.name));
-      return "byte-level BPE (Qwen2, Qwen3's chat tokens), vocabulary " + std::to_string(t.vocab_size());
-    });
-    out << "  transformer: " << blocks << "\n";
-    fail_unreadable(path, unreadable);
-    // Qwen3 is read only when a caption needs it: its headers against its config now (a config of
-    // another size than the weights is refused before a run folder exists).
-    const std::string text_config = p.dir("text_encoder") + "/config.json";
-    check_qwen_text_files(QwenTextConfig::from_file(text_config), text_config, p.weight_files("text_encoder"));
+    describe_decoder_pipeline(out, path, "Qwen2, Qwen3's chat tokens", blocks, /*check_text=*/true);
     return;
   }
   out << path << ": Z-Image-architecture model folder, transformer " << blocks << "\n  config " << c.to_json().dump() << "\n";

@@ -66,11 +66,7 @@ ZImageModel ZImageModel::build_transformer_only(const ZImageConfig& config, std:
 
 ZImageModel ZImageModel::load_pipeline(const std::string& dir, const UnitBuilt& on_unit, bool with_transformer,
                                        const Files& files) {
-  const DiffusersFolder p = DiffusersFolder::open(dir);
-  for (const char* part : {"transformer", "vae", "text_encoder", "tokenizer", "scheduler"})
-    if (!p.has(part))
-      throw Error(ErrorKind::config, dir + "/model_index.json: has no " + part +
-                                         " (a Z-Image pipeline has transformer, vae, text_encoder, tokenizer and scheduler)");
+  const DiffusersFolder p = open_pipeline(dir, "Z-Image");
   ZImageModel m;
   m.set_sources(dir, files);
   if (with_transformer && files.transformer.empty()) {
